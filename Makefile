@@ -1,0 +1,120 @@
+# recemb's developer and CI entry points; CMake (CMakePresets.json) does the building.
+#   make run     install dependencies, build, train the toy example's embeddings
+#   make test    install dependencies, then every check CI runs (.ci/run is `make test`)
+#   make build   Release build of everything in build/release
+#   make format  apply clang-format to every C++ file
+#   make clean   remove build/
+# Single phases of `make test`: check-format check-mirror test-release test-asan test-tsan
+# check-install bench-smoke.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.NOTPARALLEL:
+.DEFAULT_GOAL := build
+.PHONY: build run test deps format clean help release-build test-begin check-format check-mirror \
+        test-release test-asan test-tsan check-install bench-smoke
+
+JOBS ?= $(shell nproc)
+# Ninja when it is installed (evaluated when a recipe runs, so after `deps`). A build tree keeps the
+# generator it was configured with.
+export CMAKE_GENERATOR ?= $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
+# Sanitizer runtime options (CMakePresets.json sets the same for ctest).
+export ASAN_OPTIONS ?= detect_leaks=1
+export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS ?= halt_on_error=1 second_deadlock_stack=1
+
+TOY_TRAINING := build/release/examples/cpp/toy_training
+TIMES := build/test-times.txt
+# Each phase of `make test` prints its duration and adds it to $(TIMES).
+PHASE_START = start=$$SECONDS; echo "==> $@"
+PHASE_END = t=$$((SECONDS - start)); echo "<== $@: $${t} s"; mkdir -p build; \
+            printf '%-14s %5d s\n' "$@" "$$t" >>$(TIMES)
+
+help:
+	@sed -n '2,9s/^# \{0,1\}//p' Makefile
+
+deps:
+	@$(PHASE_START); scripts/install-deps; $(PHASE_END)
+
+build: release-build
+
+release-build:
+	cmake --preset release
+	cmake --build --preset release -j $(JOBS)
+
+run: deps
+	cmake --preset release
+	cmake --build --preset release -j $(JOBS) --target toy_training
+	$(TOY_TRAINING)
+
+test: test-begin deps check-format check-mirror test-release test-asan test-tsan check-install \
+      bench-smoke
+	@echo "==> make test passed; time per phase:"; cat $(TIMES); \
+	 awk '{ total += $$2 } END { printf "%-14s %5d s\n", "total", total }' $(TIMES)
+
+test-begin:
+	@mkdir -p build; rm -f $(TIMES)
+
+check-format:
+	@$(PHASE_START); scripts/check-format; $(PHASE_END)
+
+check-mirror:
+	@$(PHASE_START); scripts/check-test-mirror; $(PHASE_END)
+
+test-release:
+	@$(PHASE_START); \
+	 cmake --preset release; \
+	 cmake --build --preset release -j $(JOBS); \
+	 ctest --preset release -j $(JOBS); \
+	 $(PHASE_END)
+
+# Library and tests only (the presets turn benchmarks and examples off), -O1 -g.
+test-asan:
+	@$(PHASE_START); \
+	 cmake --preset asan-ubsan; \
+	 cmake --build --preset asan-ubsan -j $(JOBS); \
+	 ctest --preset asan-ubsan -j $(JOBS); \
+	 $(PHASE_END)
+
+# Some kernels randomize mmap addresses beyond what ThreadSanitizer's memory layout allows ("FATAL:
+# ThreadSanitizer: unexpected memory mapping"). A probe program detects that, and the build (whose
+# test discovery runs the test programs) and ctest then run with ASLR off (setarch -R).
+test-tsan:
+	@$(PHASE_START); \
+	 cmake --preset tsan; \
+	 compiler="$$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' build/tsan/CMakeCache.txt)"; \
+	 printf '#include <thread>\nint main() { std::thread([] {}).join(); }\n' \
+	   | "$${compiler:-c++}" -x c++ -std=c++20 -fsanitize=thread -pthread - -o build/tsan/tsan_probe; \
+	 wrap=(); \
+	 if ! build/tsan/tsan_probe >build/tsan/tsan_probe.log 2>&1; then \
+	   if setarch "$$(uname -m)" -R build/tsan/tsan_probe >/dev/null 2>&1; then \
+	     wrap=(setarch "$$(uname -m)" -R); \
+	     echo "ThreadSanitizer fails with this kernel's ASLR; running under: $${wrap[*]}"; \
+	   else \
+	     echo "ThreadSanitizer does not work on this machine:"; cat build/tsan/tsan_probe.log; exit 1; \
+	   fi; \
+	 fi; \
+	 "$${wrap[@]}" cmake --build --preset tsan -j $(JOBS); \
+	 "$${wrap[@]}" ctest --preset tsan -j $(JOBS); \
+	 $(PHASE_END)
+
+check-install: release-build
+	@$(PHASE_START); scripts/check-install build/release; $(PHASE_END)
+
+# Every benchmark program, briefly: they must keep compiling and running.
+bench-smoke: release-build
+	@$(PHASE_START); \
+	 mapfile -t benches < <(find build/release/bench -maxdepth 1 -type f -name '*_bench' \
+	                          -perm -u+x 2>/dev/null | sort); \
+	 if [ $${#benches[@]} -eq 0 ]; then echo "bench-smoke: no benchmark programs"; fi; \
+	 for bench in "$${benches[@]}"; do \
+	   echo "--- $$bench"; \
+	   timeout 600 "$$bench" --benchmark_min_time=0.01; \
+	 done; \
+	 $(PHASE_END)
+
+format:
+	scripts/check-format --fix
+
+clean:
+	rm -rf build

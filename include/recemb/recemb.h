@@ -1,0 +1,14 @@
+// The whole public API of recemb.
+#ifndef RECEMB_RECEMB_H_
+#define RECEMB_RECEMB_H_
+
+#include "recemb/batch.h"
+#include "recemb/combiner.h"
+#include "recemb/config.h"
+#include "recemb/embedding.h"
+#include "recemb/error.h"
+#include "recemb/initializer.h"
+#include "recemb/learning_rate.h"
+#include "recemb/optimizer.h"
+
+#endif  // RECEMB_RECEMB_H_

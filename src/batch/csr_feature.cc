@@ -1,0 +1,480 @@
+#include "batch/csr_feature.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "recemb/error.h"
+
+// Every input kind is reduced to one of two walks over its entries in storage order:
+//   rows:   dense and ragged ids, where row r holds entries [row_begin(r), row_begin(r + 1));
+//   sparse: COO entries, whose bag is the row-major index of indices[i, :-1].
+// Both feed a CsrWriter, which receives (bag, id, weight) in non-decreasing bag order and closes the
+// bags in between as empty. Validation happens in the same pass; a failure throws from a cold
+// function that re-derives the entry's location from its storage index, so the loops carry no
+// location bookkeeping.
+
+namespace recemb::internal {
+namespace {
+
+struct Context {
+  const FeatureConfig& feature;
+  const TableConfig& table;
+  const FeatureInput& input;
+};
+
+// How the input's entries map to bags once its shape has been checked.
+struct Layout {
+  int64_t num_rows = 0;         // bags of the plain (non-sequence) interpretation
+  int64_t sequence_length = 0;  // 0: one bag per row; L > 0: row r, position p is bag r * L + p
+};
+
+std::string prefix(const Context& context) {
+  return "feature '" + context.feature.name + "' (table '" + context.table.name + "')";
+}
+
+[[noreturn]] void fail(const Context& context, const std::string& detail) {
+  throw InvalidArgument(prefix(context) + ": " + detail);
+}
+
+std::string format_dims(std::span<const int64_t> dims) {
+  std::string text = "[";
+  for (size_t d = 0; d < dims.size(); ++d) {
+    text += (d == 0 ? "" : ", ") + std::to_string(dims[d]);
+  }
+  return text + "]";
+}
+
+// Product of dims >= 0; nullopt if it does not fit in int64_t.
+std::optional<int64_t> checked_product(std::span<const int64_t> dims) {
+  if (std::find(dims.begin(), dims.end(), 0) != dims.end()) return 0;
+  int64_t product = 1;
+  for (const int64_t d : dims) {
+    if (__builtin_mul_overflow(product, d, &product)) return std::nullopt;
+  }
+  return product;
+}
+
+void check_no_negative_dims(const Context& context, std::span<const int64_t> dims,
+                            const char* what) {
+  if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) {
+    fail(context, std::string(what) + " " + format_dims(dims) + " has a negative dimension");
+  }
+}
+
+// The product of `part`, a part of the shape `dims` named by `what`.
+int64_t shape_product(const Context& context, std::span<const int64_t> dims,
+                      std::span<const int64_t> part, const char* what) {
+  const std::optional<int64_t> product = checked_product(part);
+  if (!product) fail(context, std::string(what) + " " + format_dims(dims) + " is too large");
+  return *product;
+}
+
+const IdSpan& ids_of(const DenseIds& dense) { return dense.ids; }
+const IdSpan& ids_of(const RaggedIds& ragged) { return ragged.values; }
+const IdSpan& ids_of(const SparseIds& sparse) { return sparse.values; }
+
+size_t num_values(const IdSpan& ids) {
+  return std::visit([](auto typed) { return typed.size(); }, ids);
+}
+
+std::string sparse_index(const SparseIds& sparse, int64_t i) {
+  const size_t rank = sparse.dense_shape.size();
+  return format_dims(sparse.indices.subspan(static_cast<size_t>(i) * rank, rank));
+}
+
+// Where storage entry i of the input sits, for error messages.
+std::string describe_entry(const Context& context, int64_t i) {
+  if (const auto* dense = std::get_if<DenseIds>(&context.input)) {
+    const std::vector<int64_t>& shape = dense->shape;
+    if (shape.size() == 1) return "example " + std::to_string(i);
+    const int64_t bag_size = shape.back();
+    int64_t row = i / bag_size;
+    const std::string position = ", position " + std::to_string(i % bag_size);
+    if (shape.size() == 2) return "example " + std::to_string(row) + position;
+    std::vector<int64_t> tuple(shape.size() - 1);
+    for (size_t d = tuple.size(); d-- > 0;) {
+      tuple[d] = row % shape[d];
+      row /= shape[d];
+    }
+    return "example " + format_dims(tuple) + position;
+  }
+  if (const auto* ragged = std::get_if<RaggedIds>(&context.input)) {
+    return std::visit(
+        [i](auto splits) {
+          // The splits were validated before any entry, so this finds the row holding i.
+          const auto end = std::upper_bound(splits.begin(), splits.end(), i);
+          const auto row = end - splits.begin() - 1;
+          return "example " + std::to_string(row) + ", position " +
+                 std::to_string(i - static_cast<int64_t>(splits[static_cast<size_t>(row)]));
+        },
+        ragged->row_splits);
+  }
+  return "entry " + sparse_index(std::get<SparseIds>(context.input), i);
+}
+
+[[noreturn]] void fail_id(const Context& context, int64_t i, int64_t id) {
+  fail(context, describe_entry(context, i) + ": id " + std::to_string(id) +
+                    " is out of range [0, " + std::to_string(context.table.vocabulary_size) + ")");
+}
+
+[[noreturn]] void fail_weight(const Context& context, int64_t i, float weight) {
+  fail(context, describe_entry(context, i) + ": weight " + std::to_string(weight) +
+                    " is not finite (validate_weights_and_indices is set)");
+}
+
+Layout resolve_layout(const Context& context, std::vector<int64_t>& shape) {
+  const FeatureConfig& feature = context.feature;
+  if (feature.max_sequence_length < 0) {
+    fail(context, "max_sequence_length " + std::to_string(feature.max_sequence_length) +
+                      " is negative");
+  }
+  int64_t num_rows = 0;
+  bool sequence_capable = false;  // rows are examples and entries are positions
+  std::span<const int64_t> row_shape;  // the plain activation shape without dim
+  if (const auto* dense = std::get_if<DenseIds>(&context.input)) {
+    const std::vector<int64_t>& dims = dense->shape;
+    if (dims.empty()) fail(context, "dense ids have an empty shape; rank >= 1 is required");
+    check_no_negative_dims(context, dims, "dense shape");
+    const int64_t size = shape_product(context, dims, dims, "dense shape");
+    if (static_cast<size_t>(size) != num_values(dense->ids)) {
+      fail(context, "dense shape " + format_dims(dims) + " needs " + std::to_string(size) +
+                        " ids but " + std::to_string(num_values(dense->ids)) + " were given");
+    }
+    if (dims.size() == 1 && feature.max_sequence_length > 0 && feature.output_shape.empty()) {
+      throw InvalidArgument(prefix(context) + " is a sequence feature (max_sequence_length " +
+                            std::to_string(feature.max_sequence_length) +
+                            ") but the dense ids have rank 1; pass [batch, positions] ids");
+    }
+    row_shape = dims;
+    if (dims.size() >= 2) row_shape = row_shape.first(dims.size() - 1);
+    num_rows = shape_product(context, dims, row_shape, "dense shape");
+    sequence_capable = dims.size() == 2;
+  } else if (const auto* ragged = std::get_if<RaggedIds>(&context.input)) {
+    const size_t num_splits =
+        std::visit([](auto splits) { return splits.size(); }, ragged->row_splits);
+    if (num_splits == 0) fail(context, "row_splits is empty; it needs batch size + 1 entries");
+    num_rows = static_cast<int64_t>(num_splits) - 1;
+    row_shape = std::span<const int64_t>(&num_rows, 1);
+    sequence_capable = true;
+  } else {
+    const auto& sparse = std::get<SparseIds>(context.input);
+    const std::vector<int64_t>& dims = sparse.dense_shape;
+    const size_t rank = dims.size();
+    if (rank < 2) {
+      fail(context, "sparse dense_shape " + format_dims(dims) + " has rank " +
+                        std::to_string(rank) + "; rank >= 2 is required");
+    }
+    check_no_negative_dims(context, dims, "sparse dense_shape");
+    const size_t nnz = num_values(sparse.values);
+    if (sparse.indices.size() != nnz * rank) {
+      fail(context, "sparse indices hold " + std::to_string(sparse.indices.size()) +
+                        " values but " + std::to_string(nnz) + " entries of rank " +
+                        std::to_string(rank) + " need " + std::to_string(nnz * rank));
+    }
+    row_shape = std::span<const int64_t>(dims).first(rank - 1);
+    num_rows = shape_product(context, dims, row_shape, "sparse dense_shape");
+    sequence_capable = rank == 2;
+  }
+
+  if (!feature.output_shape.empty()) {
+    const std::vector<int64_t>& output_shape = feature.output_shape;
+    if (std::any_of(output_shape.begin(), output_shape.end(), [](int64_t d) { return d < 1; })) {
+      fail(context, "output_shape " + format_dims(output_shape) + " has a dimension < 1");
+    }
+    const std::optional<int64_t> size = checked_product(output_shape);
+    if (!size) fail(context, "output_shape " + format_dims(output_shape) + " is too large");
+    shape.assign(output_shape.begin(), output_shape.end());
+    if (*size == num_rows) return {num_rows, 0};
+    if (sequence_capable && num_rows > 0 && *size % num_rows == 0) {
+      return {num_rows, *size / num_rows};
+    }
+    fail(context, "output_shape " + format_dims(output_shape) + " (" + std::to_string(*size) +
+                      " bags) matches neither the input's " + std::to_string(num_rows) +
+                      " bags" +
+                      (sequence_capable ? " nor a multiple of its batch size (a sequence)"
+                                        : " (only ragged and rank-2 inputs can be sequences)"));
+  }
+  const int64_t length = feature.max_sequence_length;
+  if (length > 0) {
+    int64_t num_bags = 0;
+    if (__builtin_mul_overflow(num_rows, length, &num_bags)) {
+      fail(context, "max_sequence_length " + std::to_string(length) + " times batch size " +
+                        std::to_string(num_rows) + " is too large");
+    }
+    shape.assign({num_rows, length});
+    return {num_rows, length};
+  }
+  // TF ignores max_sequence_length for sparse inputs of rank > 2; dense ones of rank > 2 match.
+  shape.assign(row_shape.begin(), row_shape.end());
+  return {num_rows, 0};
+}
+
+float bag_scale(Combiner combiner, double sum_weights, double sum_squared_weights) {
+  switch (combiner) {
+    case Combiner::kSum:
+      return 1.0f;
+    case Combiner::kMean:
+      return sum_weights == 0.0 ? 0.0f : static_cast<float>(1.0 / sum_weights);
+    case Combiner::kSqrtn:
+      return sum_squared_weights == 0.0 ? 0.0f
+                                        : static_cast<float>(1.0 / std::sqrt(sum_squared_weights));
+  }
+  return 0.0f;
+}
+
+struct Entry {
+  int64_t id;
+  float weight;
+};
+
+// Reads and validates storage entry i of the input's ids and weights.
+template <typename Id, bool kWeighted>
+class Entries {
+ public:
+  Entries(const Context& context, std::span<const Id> ids, std::span<const float> weights)
+      : context_(context),
+        ids_(ids.data()),
+        weights_(weights.data()),
+        size_(static_cast<int64_t>(ids.size())),
+        vocabulary_size_(static_cast<uint64_t>(std::max<int64_t>(context.table.vocabulary_size, 0))),
+        check_weights_(context.feature.validate_weights_and_indices) {}
+
+  static constexpr bool kHasWeights = kWeighted;
+  int64_t size() const { return size_; }
+  const Context& context() const { return context_; }
+
+  Entry load(int64_t i) const {
+    const auto id = static_cast<int64_t>(ids_[i]);
+    // One unsigned comparison rejects negative ids as well.
+    if (static_cast<uint64_t>(id) >= vocabulary_size_) [[unlikely]] fail_id(context_, i, id);
+    if constexpr (kWeighted) {
+      const float weight = weights_[i];
+      if (check_weights_ && !std::isfinite(weight)) [[unlikely]] fail_weight(context_, i, weight);
+      return {id, weight};
+    } else {
+      return {id, 1.0f};
+    }
+  }
+
+ private:
+  const Context& context_;
+  const Id* ids_;
+  const float* weights_;
+  int64_t size_;
+  uint64_t vocabulary_size_;
+  bool check_weights_;
+};
+
+// Writes bags in order into `out`, sized once up front so that no call allocates after warm-up.
+template <bool kWeighted>
+class CsrWriter {
+ public:
+  CsrWriter(Combiner combiner, int64_t num_bags, int64_t max_ids, CsrFeature& out)
+      : combiner_(combiner), num_bags_(num_bags), out_(out) {
+    out.offsets.resize(static_cast<size_t>(num_bags) + 1);
+    out.offsets[0] = 0;
+    out.bag_scales.resize(static_cast<size_t>(num_bags));
+    out.ids.resize(static_cast<size_t>(max_ids));
+    out.weights.resize(kWeighted ? static_cast<size_t>(max_ids) : 0);
+    offsets_ = out.offsets.data();
+    scales_ = out.bag_scales.data();
+    ids_ = out.ids.data();
+    weights_ = out.weights.data();
+  }
+
+  // bag must not be smaller than in the previous call.
+  void append(int64_t bag, Entry entry) {
+    while (bag_ < bag) close_bag();
+    ids_[size_] = entry.id;
+    if constexpr (kWeighted) {
+      weights_[size_] = entry.weight;
+      sum_weights_ += entry.weight;
+      sum_squared_weights_ += static_cast<double>(entry.weight) * entry.weight;
+    }
+    ++size_;
+  }
+
+  void finish() {
+    while (bag_ < num_bags_) close_bag();
+    out_.ids.resize(static_cast<size_t>(size_));
+    if constexpr (kWeighted) out_.weights.resize(static_cast<size_t>(size_));
+  }
+
+ private:
+  void close_bag() {
+    offsets_[bag_ + 1] = size_;
+    if constexpr (kWeighted) {
+      scales_[bag_] = bag_scale(combiner_, sum_weights_, sum_squared_weights_);
+      sum_weights_ = 0.0;
+      sum_squared_weights_ = 0.0;
+    } else {
+      const auto count = static_cast<double>(size_ - offsets_[bag_]);
+      scales_[bag_] = bag_scale(combiner_, count, count);
+    }
+    ++bag_;
+  }
+
+  Combiner combiner_;
+  int64_t num_bags_;
+  CsrFeature& out_;
+  int64_t* offsets_;
+  float* scales_;
+  int64_t* ids_;
+  float* weights_;
+  int64_t bag_ = 0;  // the bag being filled
+  int64_t size_ = 0;
+  double sum_weights_ = 0.0;
+  double sum_squared_weights_ = 0.0;
+};
+
+template <typename EntriesT, typename RowBegin>
+void fill_rows(const EntriesT& entries, Layout layout, RowBegin row_begin, CsrFeature& out) {
+  const int64_t length = layout.sequence_length;
+  const int64_t num_bags = length > 0 ? layout.num_rows * length : layout.num_rows;
+  CsrWriter<EntriesT::kHasWeights> writer(entries.context().table.combiner, num_bags,
+                                          entries.size(), out);
+  int64_t begin = row_begin(0);
+  for (int64_t row = 0; row < layout.num_rows; ++row) {
+    const int64_t end = row_begin(row + 1);
+    for (int64_t i = begin; i < end; ++i) {
+      const Entry entry = entries.load(i);  // truncated positions are validated too
+      if (length == 0) {
+        writer.append(row, entry);
+      } else if (i - begin < length) {
+        writer.append(row * length + (i - begin), entry);
+      }
+    }
+    begin = end;
+  }
+  writer.finish();
+}
+
+template <typename Split>
+void check_row_splits(const Context& context, std::span<const Split> splits, size_t num_ids) {
+  const auto fail_split = [&](size_t b, const std::string& why) {
+    fail(context, "row_splits[" + std::to_string(b) + "] = " + std::to_string(splits[b]) + " " + why);
+  };
+  if (splits[0] != 0) fail_split(0, "must be 0");
+  for (size_t b = 1; b < splits.size(); ++b) {
+    if (splits[b] < splits[b - 1]) {
+      fail_split(b, "is less than row_splits[" + std::to_string(b - 1) + "] = " +
+                        std::to_string(splits[b - 1]));
+    }
+  }
+  const size_t last = splits.size() - 1;
+  if (static_cast<size_t>(splits[last]) != num_ids) {
+    fail_split(last, "must equal the number of values " + std::to_string(num_ids));
+  }
+}
+
+template <typename EntriesT>
+void fill_sparse(const EntriesT& entries, const SparseIds& sparse, Layout layout,
+                 CsrFeature& out) {
+  const Context& context = entries.context();
+  const int64_t length = layout.sequence_length;
+  const int64_t num_bags = length > 0 ? layout.num_rows * length : layout.num_rows;
+  CsrWriter<EntriesT::kHasWeights> writer(context.table.combiner, num_bags, entries.size(), out);
+  const std::vector<int64_t>& dense_shape = sparse.dense_shape;
+  const size_t rank = dense_shape.size();
+  const int64_t* index = sparse.indices.data();
+  int64_t previous_bag = -1;
+  int64_t previous_position = 0;
+  for (int64_t i = 0; i < entries.size(); ++i, index += rank) {
+    // Inside dense_shape, the row-major bag number orders the index prefixes as the tuples do.
+    int64_t bag = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      if (index[d] < 0 || index[d] >= dense_shape[d]) [[unlikely]] {
+        fail(context, "entry " + sparse_index(sparse, i) + " is outside dense_shape " +
+                          format_dims(dense_shape));
+      }
+      if (d + 1 < rank) bag = bag * dense_shape[d] + index[d];
+    }
+    const int64_t position = index[rank - 1];
+    if (bag < previous_bag || (bag == previous_bag && position <= previous_position)) [[unlikely]] {
+      fail(context, "entry " + sparse_index(sparse, i) + " follows entry " +
+                        sparse_index(sparse, i - 1) +
+                        "; indices must be in canonical (row-major, strictly increasing) order");
+    }
+    previous_bag = bag;
+    previous_position = position;
+    const Entry entry = entries.load(i);  // truncated positions are validated too
+    if (length == 0) {
+      writer.append(bag, entry);
+    } else if (position < length) {
+      writer.append(bag * length + position, entry);
+    }
+  }
+  writer.finish();
+}
+
+// Calls fill(entries) with the Entries view matching the id type and the presence of weights.
+template <typename Fill>
+void with_entries(const Context& context, const IdSpan& ids, std::span<const float> weights,
+                  Fill&& fill) {
+  std::visit(
+      [&](auto typed) {
+        using Id = typename decltype(typed)::value_type;
+        if (weights.empty()) {
+          fill(Entries<Id, false>(context, typed, weights));
+        } else {
+          fill(Entries<Id, true>(context, typed, weights));
+        }
+      },
+      ids);
+}
+
+}  // namespace
+
+std::vector<int64_t> activation_shape(const FeatureConfig& feature, const TableConfig& table,
+                                      const FeatureInput& input) {
+  std::vector<int64_t> shape;
+  resolve_layout(Context{feature, table, input}, shape);
+  shape.push_back(table.dim);
+  return shape;
+}
+
+void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
+                       const FeatureInput& input, CsrFeature& out) {
+  const Context context{feature, table, input};
+  const Layout layout = resolve_layout(context, out.activation_shape);
+  out.activation_shape.push_back(table.dim);
+
+  const IdSpan& ids =
+      std::visit([](const auto& typed) -> const IdSpan& { return ids_of(typed); }, input);
+  const std::span<const float> weights =
+      std::visit([](const auto& typed) { return typed.weights; }, input);
+  if (!weights.empty() && weights.size() != num_values(ids)) {
+    fail(context, std::to_string(weights.size()) + " weights for " +
+                      std::to_string(num_values(ids)) + " ids");
+  }
+
+  if (const auto* dense = std::get_if<DenseIds>(&input)) {
+    const int64_t bag_size = dense->shape.size() == 1 ? 1 : dense->shape.back();
+    with_entries(context, ids, weights, [&](const auto& entries) {
+      fill_rows(entries, layout, [bag_size](int64_t row) { return row * bag_size; }, out);
+    });
+  } else if (const auto* ragged = std::get_if<RaggedIds>(&input)) {
+    std::visit(
+        [&](auto splits) {
+          check_row_splits(context, splits, num_values(ids));
+          with_entries(context, ids, weights, [&](const auto& entries) {
+            fill_rows(entries, layout,
+                      [splits](int64_t row) {
+                        return static_cast<int64_t>(splits[static_cast<size_t>(row)]);
+                      },
+                      out);
+          });
+        },
+        ragged->row_splits);
+  } else {
+    const auto& sparse = std::get<SparseIds>(input);
+    with_entries(context, ids, weights,
+                 [&](const auto& entries) { fill_sparse(entries, sparse, layout, out); });
+  }
+}
+
+}  // namespace recemb::internal

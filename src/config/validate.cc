@@ -1,0 +1,108 @@
+#include "config/validate.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "recemb/error.h"
+
+namespace recemb::internal {
+namespace {
+
+std::string quoted(const std::string& name) { return "'" + name + "'"; }
+
+void validate_table(const TableConfig& table) {
+  const std::string owner = "table " + quoted(table.name);
+  if (table.vocabulary_size < 1) {
+    throw InvalidArgument(owner + ": vocabulary_size must be >= 1, got " +
+                          std::to_string(table.vocabulary_size));
+  }
+  if (table.dim < 1) {
+    throw InvalidArgument(owner + ": dim must be >= 1, got " + std::to_string(table.dim));
+  }
+  if (table.vocabulary_size > std::numeric_limits<int64_t>::max() / table.dim) {
+    throw InvalidArgument(owner + ": vocabulary_size * dim overflows");
+  }
+  switch (table.combiner) {
+    case Combiner::kSum:
+    case Combiner::kMean:
+    case Combiner::kSqrtn:
+      break;
+    default:
+      throw InvalidArgument(owner + ": combiner must be one of 'sum', 'mean', 'sqrtn', got value " +
+                            std::to_string(static_cast<int>(table.combiner)));
+  }
+  if (table.quantization_config) {
+    const QuantizationConfig& q = *table.quantization_config;
+    if (q.num_buckets < 2) {
+      throw InvalidArgument(owner + ": quantization_config.num_buckets must be >= 2, got " +
+                            std::to_string(q.num_buckets));
+    }
+    if (!std::isfinite(q.lower) || !std::isfinite(q.upper) || !(q.lower < q.upper)) {
+      throw InvalidArgument(owner + ": quantization_config needs finite lower < upper, got lower " +
+                            std::to_string(q.lower) + ", upper " + std::to_string(q.upper));
+    }
+  }
+  if (const auto* callback = std::get_if<InitializerCallback>(&table.initializer)) {
+    if (!*callback) throw InvalidArgument(owner + ": initializer callback is empty");
+  }
+  if (const auto* normal = std::get_if<TruncatedNormal>(&table.initializer)) {
+    if (!std::isfinite(normal->mean) || !std::isfinite(normal->stddev) || normal->stddev < 0) {
+      throw InvalidArgument(owner + ": TruncatedNormal needs a finite mean and stddev >= 0");
+    }
+  }
+  if (table.optimizer) validate_optimizer(*table.optimizer, owner);
+}
+
+}  // namespace
+
+void validate_configs(const std::vector<TableConfig>& tables,
+                      const std::vector<FeatureConfig>& features, const EmbeddingOptions& options) {
+  if (options.num_threads < 0) {
+    throw InvalidArgument("EmbeddingOptions.num_threads must be >= 0, got " +
+                          std::to_string(options.num_threads));
+  }
+  if (options.optimizer) validate_optimizer(*options.optimizer, "the global optimizer");
+  if (features.empty()) throw InvalidArgument("an Embedding needs at least one feature");
+
+  std::set<std::string> table_names;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    if (tables[t].name.empty()) {
+      throw InvalidArgument("table #" + std::to_string(t) + ": name must not be empty");
+    }
+    if (!table_names.insert(tables[t].name).second) {
+      throw InvalidArgument("tables must have unique names: " + quoted(tables[t].name) +
+                            " is used more than once");
+    }
+    validate_table(tables[t]);
+  }
+  std::set<std::string> feature_names;
+  for (size_t f = 0; f < features.size(); ++f) {
+    const FeatureConfig& feature = features[f];
+    if (feature.name.empty()) {
+      throw InvalidArgument("feature #" + std::to_string(f) + ": name must not be empty");
+    }
+    const std::string owner = "feature " + quoted(feature.name);
+    if (!feature_names.insert(feature.name).second) {
+      throw InvalidArgument("features must have unique names: " + quoted(feature.name) +
+                            " is used more than once");
+    }
+    if (table_names.count(feature.table) == 0) {
+      throw InvalidArgument(owner + ": table " + quoted(feature.table) +
+                            " is not one of the Embedding's tables");
+    }
+    if (feature.max_sequence_length < 0) {
+      throw InvalidArgument(owner + ": max_sequence_length must be >= 0, got " +
+                            std::to_string(feature.max_sequence_length));
+    }
+    for (const int64_t extent : feature.output_shape) {
+      if (extent < 1) {
+        throw InvalidArgument(owner + ": output_shape entries must be >= 1, got " +
+                              std::to_string(extent));
+      }
+    }
+  }
+}
+
+}  // namespace recemb::internal

@@ -1,0 +1,25 @@
+// Validation of a whole Embedding configuration, before anything is allocated.
+#ifndef RECEMB_CONFIG_VALIDATE_H_
+#define RECEMB_CONFIG_VALIDATE_H_
+
+#include <vector>
+
+#include "recemb/config.h"
+#include "recemb/embedding.h"
+
+namespace recemb::internal {
+
+// Throws InvalidArgument naming the table or feature and the field when:
+//   - there are no features, or a table or feature name is empty or used twice;
+//   - a table's vocabulary_size or dim is < 1, its combiner is not a Combiner value, its
+//     quantization_config has num_buckets < 2 or lower >= upper (or non-finite bounds), its
+//     optimizer fails validate_optimizer, or its vocabulary_size * dim overflows;
+//   - a feature names a table that is not in `tables`, has max_sequence_length < 0, or an
+//     output_shape with an entry < 1;
+//   - options.num_threads < 0 or options.optimizer fails validate_optimizer.
+void validate_configs(const std::vector<TableConfig>& tables,
+                      const std::vector<FeatureConfig>& features, const EmbeddingOptions& options);
+
+}  // namespace recemb::internal
+
+#endif  // RECEMB_CONFIG_VALIDATE_H_

@@ -1,0 +1,407 @@
+#include "recemb/embedding.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include "batch/csr_feature.h"
+#include "config/validate.h"
+#include "embedding/table_state.h"
+#include "kernels/pool.h"
+#include "kernels/sparse_update.h"
+#include "optimizers/row_update.h"
+#include "recemb/error.h"
+#include "storage/initializer.h"
+#include "util/thread_pool.h"
+
+namespace recemb {
+namespace {
+
+using internal::CsrFeature;
+using internal::TableState;
+
+// Work split: big enough that a task amortises its scheduling, small enough to balance two cores.
+constexpr int64_t kIdsPerLookupTask = 2048;
+constexpr int64_t kRowsPerUpdateTask = 256;
+constexpr int64_t kRowsPerDenseUpdateTask = 4096;
+constexpr int64_t kRowsPerInitializeTask = 4096;
+
+int64_t product(const std::vector<int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    text += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+// One parallel lookup task: bags [first_bag, last_bag) of one feature.
+struct LookupTask {
+  size_t feature;
+  int64_t first_bag;
+  int64_t last_bag;
+};
+
+}  // namespace
+
+struct Embedding::Impl {
+  std::vector<TableConfig> tables;
+  std::vector<FeatureConfig> features;
+  EmbeddingOptions options;
+  std::vector<size_t> feature_table;                // feature -> index into states
+  std::vector<std::vector<size_t>> table_features;  // table -> its features, in feature order
+  std::vector<TableState> states;
+  internal::ThreadPool pool;
+  int64_t step = 0;
+  int64_t skipped_rows = 0;
+
+  // The batch of the last lookup (pending until applied), and the buffers the next lookup
+  // validates into before it replaces it.
+  std::vector<CsrFeature> pending;
+  std::vector<CsrFeature> staging;
+  bool has_pending = false;
+
+  // Reused per-call buffers.
+  std::vector<LookupTask> lookup_tasks;
+  std::vector<float> zeros;                 // max dim
+  std::vector<float> thread_scratch;        // 2 * max dim per thread
+  std::vector<int64_t> thread_skipped_rows;  // per thread
+
+  Impl(std::vector<TableConfig> table_configs, std::vector<FeatureConfig> feature_configs,
+       EmbeddingOptions embedding_options)
+      : tables(std::move(table_configs)),
+        features(std::move(feature_configs)),
+        options(std::move(embedding_options)),
+        pool(options.num_threads) {
+    internal::validate_configs(tables, features, options);
+    table_features.resize(tables.size());
+    for (size_t f = 0; f < features.size(); ++f) {
+      const size_t t = table_index(features[f].table);
+      feature_table.push_back(t);
+      table_features[t].push_back(f);
+    }
+    int64_t max_dim = 1;
+    states.reserve(tables.size());
+    for (const TableConfig& table : tables) {
+      states.emplace_back(table, table.optimizer ? table.optimizer : options.optimizer);
+      max_dim = std::max(max_dim, table.dim);
+    }
+    zeros.assign(static_cast<size_t>(max_dim), 0.0f);
+    thread_scratch.assign(static_cast<size_t>(2 * max_dim * pool.num_threads()), 0.0f);
+    thread_skipped_rows.assign(static_cast<size_t>(pool.num_threads()), 0);
+    pending.resize(features.size());
+    staging.resize(features.size());
+    initialize_tables();
+  }
+
+  size_t table_index(std::string_view name) const {
+    for (size_t t = 0; t < tables.size(); ++t) {
+      if (tables[t].name == name) return t;
+    }
+    throw InvalidArgument("no table named '" + std::string(name) + "'");
+  }
+
+  void initialize_tables() {
+    for (TableState& state : states) {
+      const uint64_t seed = internal::table_seed(options.seed, state.config().name);
+      const int64_t rows = state.config().vocabulary_size;
+      const int64_t num_tasks = (rows + kRowsPerInitializeTask - 1) / kRowsPerInitializeTask;
+      auto initialize = [&](int64_t task, int) {
+        const int64_t first = task * kRowsPerInitializeTask;
+        state.initialize_block(seed, first, std::min(kRowsPerInitializeTask, rows - first));
+      };
+      // A user callback runs on the constructing thread only (it may not be thread-safe, and a
+      // Python callable needs the interpreter lock).
+      if (std::holds_alternative<InitializerCallback>(state.config().initializer)) {
+        for (int64_t task = 0; task < num_tasks; ++task) initialize(task, 0);
+      } else {
+        pool.parallel_for(num_tasks, initialize);
+      }
+    }
+  }
+
+  void check_feature_count(size_t count, const char* what) const {
+    if (count != features.size()) {
+      throw InvalidArgument(std::string(what) + ": expected one per feature (" +
+                            std::to_string(features.size()) + "), got " + std::to_string(count));
+    }
+  }
+
+  void lookup(std::span<const FeatureInput> inputs, std::span<const std::span<float>> activations) {
+    check_feature_count(inputs.size(), "lookup inputs");
+    check_feature_count(activations.size(), "lookup activations");
+    std::vector<uint64_t> table_ids(tables.size(), 0);
+    for (size_t f = 0; f < features.size(); ++f) {
+      const TableConfig& table = tables[feature_table[f]];
+      internal::normalize_feature(features[f], table, inputs[f], staging[f]);
+      const int64_t expected = product(staging[f].activation_shape);
+      if (static_cast<int64_t>(activations[f].size()) != expected) {
+        throw InvalidArgument("feature '" + features[f].name + "': activation buffer holds " +
+                              std::to_string(activations[f].size()) + " floats, expected " +
+                              shape_string(staging[f].activation_shape) + " = " +
+                              std::to_string(expected));
+      }
+      table_ids[feature_table[f]] += staging[f].ids.size();
+      if (table_ids[feature_table[f]] >= std::numeric_limits<uint32_t>::max()) {
+        throw InvalidArgument("table '" + table.name + "': more than 2^32 - 1 ids in one batch");
+      }
+    }
+    // Validated: commit.
+    std::swap(pending, staging);
+    has_pending = true;
+
+    lookup_tasks.clear();
+    for (size_t f = 0; f < features.size(); ++f) {
+      const int64_t num_bags = pending[f].num_bags();
+      const auto num_ids = static_cast<int64_t>(pending[f].ids.size());
+      const int64_t bags_per_task =
+          num_ids == 0 ? std::max<int64_t>(num_bags, 1)
+                       : std::max<int64_t>(1, kIdsPerLookupTask * num_bags / num_ids);
+      for (int64_t first = 0; first < num_bags; first += bags_per_task) {
+        lookup_tasks.push_back({f, first, std::min(num_bags, first + bags_per_task)});
+      }
+    }
+    pool.parallel_for(static_cast<int64_t>(lookup_tasks.size()), [&](int64_t k, int) {
+      const LookupTask& task = lookup_tasks[static_cast<size_t>(k)];
+      const CsrFeature& csr = pending[task.feature];
+      const TableState& state = states[feature_table[task.feature]];
+      const TableConfig& table = state.config();
+      const internal::PoolInput input{
+          .table = state.storage().parameters(),
+          .dim = table.dim,
+          .offsets = csr.offsets.data(),
+          .ids = csr.ids.data(),
+          .weights = csr.weights.empty() ? nullptr : csr.weights.data(),
+          .bag_scales = csr.bag_scales.data(),
+          .quantization = table.quantization_config ? &*table.quantization_config : nullptr};
+      internal::pool_bags(input, task.first_bag, task.last_bag, activations[task.feature].data());
+    });
+  }
+
+  // The learning rate of every table for this step; each distinct schedule (the global
+  // optimizer's, each table's own) is evaluated once.
+  std::vector<float> learning_rates() const {
+    std::vector<float> rates(tables.size(), 0.0f);
+    std::optional<float> global_rate;
+    for (size_t t = 0; t < tables.size(); ++t) {
+      if (tables[t].optimizer) {
+        rates[t] = learning_rate_at(
+            std::visit([](const auto& o) -> const LearningRate& { return o.learning_rate; },
+                       *tables[t].optimizer),
+            step);
+      } else if (options.optimizer) {
+        if (!global_rate) {
+          global_rate = learning_rate_at(
+              std::visit([](const auto& o) -> const LearningRate& { return o.learning_rate; },
+                         *options.optimizer),
+              step);
+        }
+        rates[t] = *global_rate;
+      }
+    }
+    return rates;
+  }
+
+  void check_gradients(std::span<const std::span<const float>> gradients) const {
+    check_feature_count(gradients.size(), "apply_gradients gradients");
+    for (size_t f = 0; f < features.size(); ++f) {
+      const std::vector<int64_t>& shape = pending[f].activation_shape;
+      const int64_t expected = product(shape);
+      const auto size = static_cast<int64_t>(gradients[f].size());
+      if (size != 0 && size != expected) {
+        throw InvalidArgument("feature '" + features[f].name + "': gradient has " +
+                              std::to_string(size) + " values, expected " + shape_string(shape) +
+                              " = " + std::to_string(expected));
+      }
+      if (options.non_finite_gradients != NonFiniteGradients::kReject) continue;
+      const int64_t per_example = shape.empty() || shape[0] == 0 ? 1 : expected / shape[0];
+      for (int64_t i = 0; i < size; ++i) {
+        const float value = gradients[f][static_cast<size_t>(i)];
+        if (!std::isfinite(value)) {
+          throw InvalidArgument("feature '" + features[f].name + "': example " +
+                                std::to_string(i / per_example) + ": gradient value " +
+                                std::to_string(value) + " is not finite");
+        }
+      }
+    }
+    for (size_t t = 0; t < tables.size(); ++t) {
+      if (states[t].optimizer()) continue;
+      for (const size_t f : table_features[t]) {
+        if (!pending[f].ids.empty()) {
+          throw FailedPrecondition("table '" + tables[t].name +
+                                   "' has no optimizer (neither its own nor a global one), so "
+                                   "apply_gradients cannot update it");
+        }
+      }
+    }
+  }
+
+  void apply_gradients(std::span<const std::span<const float>> gradients) {
+    if (!has_pending) {
+      throw FailedPrecondition(
+          "apply_gradients needs a lookup first (each lookup's batch is applied at most once)");
+    }
+    check_gradients(gradients);
+    const std::vector<float> rates = learning_rates();
+    // Validated: commit.
+    has_pending = false;
+    pool.parallel_for(static_cast<int64_t>(states.size()), [&](int64_t t, int) {
+      const auto table = static_cast<size_t>(t);
+      if (states[table].optimizer()) {
+        states[table].gather_contributions(table_features[table], pending, gradients,
+                                           zeros.data());
+      }
+    });
+    std::fill(thread_skipped_rows.begin(), thread_skipped_rows.end(), 0);
+    for (size_t t = 0; t < states.size(); ++t) {
+      if (states[t].optimizer()) update_table(states[t], rates[t]);
+    }
+    for (const int64_t skipped : thread_skipped_rows) skipped_rows += skipped;
+    ++step;
+  }
+
+  void update_table(TableState& state, float learning_rate) {
+    const internal::RowVariables variables = state.variables();
+    const internal::RowGrouping& grouping = state.grouping();
+    const internal::Contributions contributions = state.contributions();
+    const CommonHyperparameters& common =
+        std::visit([](const auto& o) -> const CommonHyperparameters& { return o.common; },
+                   *state.optimizer());
+    const internal::UpdateMode mode{
+        .accumulate = common.use_gradient_accumulation,
+        .skip_non_finite = options.non_finite_gradients == NonFiniteGradients::kSkipRows};
+    const int64_t dim = state.config().dim;
+    auto scratch_of = [&](int thread) {
+      float* base = thread_scratch.data() + static_cast<size_t>(2 * dim * thread);
+      return internal::UpdateScratch{base, base + dim};
+    };
+    internal::visit_row_pipeline(
+        *state.optimizer(), learning_rate, step, [&](const auto& pipeline) {
+          if (state.updates_all_rows()) {
+            const int64_t rows = state.config().vocabulary_size;
+            const int64_t num_tasks =
+                (rows + kRowsPerDenseUpdateTask - 1) / kRowsPerDenseUpdateTask;
+            pool.parallel_for(num_tasks, [&](int64_t task, int thread) {
+              const int64_t first = task * kRowsPerDenseUpdateTask;
+              const int64_t last = std::min(rows, first + kRowsPerDenseUpdateTask);
+              thread_skipped_rows[static_cast<size_t>(thread)] +=
+                  internal::update_all_rows(pipeline, variables, grouping, contributions, mode,
+                                            first, last, scratch_of(thread));
+            });
+            return;
+          }
+          const auto touched = static_cast<int64_t>(grouping.unique_rows().size());
+          const int64_t num_tasks = (touched + kRowsPerUpdateTask - 1) / kRowsPerUpdateTask;
+          pool.parallel_for(num_tasks, [&](int64_t task, int thread) {
+            const int64_t first = task * kRowsPerUpdateTask;
+            const int64_t last = std::min(touched, first + kRowsPerUpdateTask);
+            thread_skipped_rows[static_cast<size_t>(thread)] +=
+                internal::update_touched_rows(pipeline, variables, grouping, contributions, mode,
+                                              first, last, scratch_of(thread));
+          });
+        });
+  }
+
+  const internal::FloatBuffer& variable(std::string_view table, std::string_view name) const {
+    const internal::FloatBuffer* buffer = states[table_index(table)].storage().variable(name);
+    if (buffer == nullptr) {
+      std::string valid;
+      for (const std::string& known : variable_names(table)) valid += " '" + known + "'";
+      throw InvalidArgument("table '" + std::string(table) + "' has no variable '" +
+                            std::string(name) + "'; it has:" + valid);
+    }
+    return *buffer;
+  }
+
+  std::vector<std::string> variable_names(std::string_view table) const {
+    std::vector<std::string> names{"parameters"};
+    for (const auto& spec : states[table_index(table)].storage().slot_specs()) {
+      names.push_back(spec.name);
+    }
+    return names;
+  }
+
+  void check_variable_size(std::string_view table, std::string_view name, size_t size) const {
+    const size_t expected = variable(table, name).size();
+    if (size != expected) {
+      throw InvalidArgument("table '" + std::string(table) + "' variable '" + std::string(name) +
+                            "': expected " + std::to_string(expected) + " floats, got " +
+                            std::to_string(size));
+    }
+  }
+};
+
+Embedding::Embedding(std::vector<TableConfig> tables, std::vector<FeatureConfig> features,
+                     EmbeddingOptions options)
+    : impl_(std::make_unique<Impl>(std::move(tables), std::move(features), std::move(options))) {}
+Embedding::~Embedding() = default;
+Embedding::Embedding(Embedding&&) noexcept = default;
+Embedding& Embedding::operator=(Embedding&&) noexcept = default;
+
+const std::vector<TableConfig>& Embedding::tables() const { return impl_->tables; }
+const std::vector<FeatureConfig>& Embedding::features() const { return impl_->features; }
+const EmbeddingOptions& Embedding::options() const { return impl_->options; }
+int64_t Embedding::step() const { return impl_->step; }
+int64_t Embedding::skipped_rows() const { return impl_->skipped_rows; }
+
+std::vector<int64_t> Embedding::activation_shape(size_t feature, const FeatureInput& input) const {
+  if (feature >= impl_->features.size()) {
+    throw InvalidArgument("feature index " + std::to_string(feature) + " is out of range [0, " +
+                          std::to_string(impl_->features.size()) + ")");
+  }
+  return internal::activation_shape(impl_->features[feature],
+                                    impl_->tables[impl_->feature_table[feature]], input);
+}
+
+void Embedding::lookup(std::span<const FeatureInput> inputs,
+                       std::span<const std::span<float>> activations) {
+  impl_->lookup(inputs, activations);
+}
+
+void Embedding::apply_gradients(std::span<const std::span<const float>> gradients) {
+  impl_->apply_gradients(gradients);
+}
+
+std::vector<std::string> Embedding::variable_names(std::string_view table) const {
+  return impl_->variable_names(table);
+}
+
+std::vector<int64_t> Embedding::variable_shape(std::string_view table,
+                                               std::string_view variable) const {
+  impl_->variable(table, variable);  // throws for unknown names
+  const internal::TableStorage& storage = impl_->states[impl_->table_index(table)].storage();
+  const int64_t width = storage.variable_width(variable);
+  if (width == 1 && variable != "parameters") return {storage.num_rows()};
+  return {storage.num_rows(), width};
+}
+
+void Embedding::read_variable(std::string_view table, std::string_view variable,
+                              std::span<float> out) const {
+  impl_->check_variable_size(table, variable, out.size());
+  const auto values = impl_->variable(table, variable).span();
+  std::copy(values.begin(), values.end(), out.begin());
+}
+
+void Embedding::write_variable(std::string_view table, std::string_view variable,
+                               std::span<const float> values) {
+  impl_->check_variable_size(table, variable, values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) {
+      throw InvalidArgument("table '" + std::string(table) + "' variable '" +
+                            std::string(variable) + "': value " + std::to_string(values[i]) +
+                            " at index " + std::to_string(i) + " is not finite");
+    }
+  }
+  internal::FloatBuffer& buffer =
+      *impl_->states[impl_->table_index(table)].storage().variable(variable);
+  std::copy(values.begin(), values.end(), buffer.data());
+}
+
+}  // namespace recemb

@@ -1,0 +1,72 @@
+#include "embedding/table_state.h"
+
+#include <utility>
+
+#include "optimizers/slot_spec.h"
+#include "storage/initializer.h"
+#include "util/check.h"
+
+namespace recemb::internal {
+
+TableState::TableState(TableConfig config, std::optional<Optimizer> optimizer)
+    : config_(std::move(config)),
+      optimizer_(std::move(optimizer)),
+      storage_(config_.vocabulary_size, config_.dim,
+               optimizer_ ? slot_specs(*optimizer_, config_.dim) : std::vector<SlotSpec>{}) {
+  RECEMB_CHECK(storage_.slot_specs().size() <= RowVariables{}.slot_bases.size());
+}
+
+bool TableState::updates_all_rows() const {
+  const Adam* adam = optimizer_ ? std::get_if<Adam>(&*optimizer_) : nullptr;
+  return adam != nullptr && !adam->lazy_adam;
+}
+
+void TableState::initialize_block(uint64_t table_seed, int64_t first_row, int64_t num_rows) {
+  const int64_t dim = config_.dim;
+  initialize_rows(config_.initializer, table_seed, first_row, num_rows, dim,
+                  std::span<float>(storage_.row(first_row), static_cast<size_t>(num_rows * dim)));
+  storage_.initialize_slots(first_row, num_rows);
+}
+
+void TableState::gather_contributions(const std::vector<size_t>& features,
+                                      const std::vector<CsrFeature>& batch,
+                                      std::span<const std::span<const float>> gradients,
+                                      const float* zeros) {
+  size_t total = 0;
+  for (const size_t f : features) total += batch[f].ids.size();
+  contribution_rows_.resize(total);
+  contribution_gains_.resize(total);
+  contribution_sources_.resize(total);
+  const int64_t dim = config_.dim;
+  size_t next = 0;
+  for (const size_t f : features) {
+    const CsrFeature& csr = batch[f];
+    const float* gradient = gradients[f].empty() ? nullptr : gradients[f].data();
+    for (int64_t b = 0; b < csr.num_bags(); ++b) {
+      const float scale = csr.bag_scales[static_cast<size_t>(b)];
+      const float* source = gradient != nullptr ? gradient + b * dim : zeros;
+      for (int64_t j = csr.offsets[static_cast<size_t>(b)];
+           j < csr.offsets[static_cast<size_t>(b) + 1]; ++j) {
+        const auto index = static_cast<size_t>(j);
+        contribution_rows_[next] = csr.ids[index];
+        contribution_gains_[next] = csr.weights.empty() ? scale : csr.weights[index] * scale;
+        contribution_sources_[next] = source;
+        ++next;
+      }
+    }
+  }
+  grouping_.build(contribution_rows_, config_.vocabulary_size);
+}
+
+RowVariables TableState::variables() {
+  RowVariables variables{.parameters = storage_.row(0), .dim = config_.dim};
+  const auto& specs = storage_.slot_specs();
+  variables.num_slots = static_cast<int>(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    variables.slot_bases[i] = storage_.slot_bases()[i];
+    variables.slot_widths[i] = specs[i].width;
+  }
+  return variables;
+}
+
+}  // namespace recemb::internal

@@ -1,0 +1,59 @@
+// Everything an Embedding keeps per table: its config, resolved optimizer, storage and the reusable
+// buffers of the backward pass.
+#ifndef RECEMB_EMBEDDING_TABLE_STATE_H_
+#define RECEMB_EMBEDDING_TABLE_STATE_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "batch/csr_feature.h"
+#include "kernels/row_grouping.h"
+#include "kernels/sparse_update.h"
+#include "recemb/config.h"
+#include "storage/table_storage.h"
+
+namespace recemb::internal {
+
+class TableState {
+ public:
+  // Allocates the table and the slots of `optimizer` (the table's own or the global one; none:
+  // no slots, not trainable). Does not initialise the values (initialize_block does).
+  TableState(TableConfig config, std::optional<Optimizer> optimizer);
+
+  const TableConfig& config() const { return config_; }
+  const std::optional<Optimizer>& optimizer() const { return optimizer_; }
+  TableStorage& storage() { return storage_; }
+  const TableStorage& storage() const { return storage_; }
+  // Whether every row is updated each step (non-lazy Adam), touched or not.
+  bool updates_all_rows() const;
+
+  // Sets rows [first_row, first_row + num_rows) and their slots to their initial values.
+  void initialize_block(uint64_t table_seed, int64_t first_row, int64_t num_rows);
+
+  // Lists this step's gradient contributions of `features` (the features looked up in this table,
+  // in feature order) and groups them by row. gradients[f] is feature f's gradient or empty for
+  // zeros, in which case `zeros` (dim floats of 0) is the source.
+  void gather_contributions(const std::vector<size_t>& features,
+                            const std::vector<CsrFeature>& batch,
+                            std::span<const std::span<const float>> gradients, const float* zeros);
+
+  const RowGrouping& grouping() const { return grouping_; }
+  Contributions contributions() const {
+    return {contribution_gains_.data(), contribution_sources_.data()};
+  }
+  RowVariables variables();
+
+ private:
+  TableConfig config_;
+  std::optional<Optimizer> optimizer_;
+  TableStorage storage_;
+  std::vector<int64_t> contribution_rows_;
+  std::vector<float> contribution_gains_;
+  std::vector<const float*> contribution_sources_;
+  RowGrouping grouping_;
+};
+
+}  // namespace recemb::internal
+
+#endif  // RECEMB_EMBEDDING_TABLE_STATE_H_

@@ -1,0 +1,38 @@
+// Groups one table's gradient contributions of a step by row, keeping their original order within
+// each row: the fixed summation order that makes apply_gradients deterministic.
+#ifndef RECEMB_KERNELS_ROW_GROUPING_H_
+#define RECEMB_KERNELS_ROW_GROUPING_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace recemb::internal {
+
+class RowGrouping {
+ public:
+  // rows[i] is the row of contribution i, i in (feature, example, position) order; every row is in
+  // [0, vocabulary_size) and rows.size() < 2^32. A stable LSD radix sort over only the key bits
+  // that vocabulary_size needs: O(n) per 8 bits. Reuses its buffers (no allocation once grown).
+  void build(std::span<const int64_t> rows, int64_t vocabulary_size);
+
+  // The distinct rows, increasing.
+  std::span<const int64_t> unique_rows() const { return unique_rows_; }
+  // Contribution indices sorted by row; those of unique_rows()[k] are
+  // order()[segment_starts()[k] .. segment_starts()[k+1]), increasing.
+  std::span<const uint32_t> order() const { return order_; }
+  std::span<const uint32_t> segment_starts() const { return segment_starts_; }
+
+ private:
+  std::vector<int64_t> unique_rows_;
+  std::vector<uint32_t> order_;
+  std::vector<uint32_t> segment_starts_;
+  // Radix sort scratch.
+  std::vector<uint64_t> keys_;
+  std::vector<uint64_t> keys_scratch_;
+  std::vector<uint32_t> order_scratch_;
+};
+
+}  // namespace recemb::internal
+
+#endif  // RECEMB_KERNELS_ROW_GROUPING_H_

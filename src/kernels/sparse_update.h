@@ -1,0 +1,155 @@
+// The backward kernel: per touched row, reduce its gradient contributions in their fixed order and
+// run the table's fused optimizer pipeline (optimizers/row_update.h) once, in one pass over the row.
+#ifndef RECEMB_KERNELS_SPARSE_UPDATE_H_
+#define RECEMB_KERNELS_SPARSE_UPDATE_H_
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/prefetch.h"
+#include "kernels/row_grouping.h"
+
+namespace recemb::internal {
+
+// A table's variables as raw pointers: row r of parameters is parameters + r * dim; slot i of row r
+// is slot_bases[i] + r * slot_widths[i].
+struct RowVariables {
+  float* parameters = nullptr;
+  int64_t dim = 0;
+  int num_slots = 0;
+  std::array<float*, 2> slot_bases{};
+  std::array<int64_t, 2> slot_widths{};
+};
+
+// The gradient contributions of one table for one step: contribution i adds
+// gains[i] * sources[i][0 .. dim) to its row's gradient.
+struct Contributions {
+  const float* gains = nullptr;
+  const float* const* sources = nullptr;
+};
+
+struct UpdateMode {
+  bool accumulate = true;        // sum first, then one update; false: one update per contribution
+  bool skip_non_finite = false;  // leave rows with a non-finite gradient unchanged
+};
+
+// Per-thread buffers of dim floats each.
+struct UpdateScratch {
+  float* gradient;
+  float* pipeline;
+};
+
+namespace detail {
+
+inline bool all_finite(const float* values, int64_t dim) {
+  float sum = 0.0f;
+  for (int64_t d = 0; d < dim; ++d) sum += values[d] * 0.0f;  // NaN iff some value is NaN or inf
+  return sum == 0.0f;
+}
+
+template <class Pipeline>
+void update_row(const Pipeline& pipeline, const RowVariables& v, int64_t row, float* gradient,
+                float* scratch) {
+  std::array<float*, 2> slots{};
+  for (int i = 0; i < v.num_slots; ++i) slots[i] = v.slot_bases[i] + row * v.slot_widths[i];
+  pipeline.apply(v.parameters + row * v.dim, slots.data(), gradient, scratch, v.dim);
+}
+
+// Reduces and applies the contributions of unique row k. Returns false if the row was skipped.
+template <class Pipeline>
+bool update_unique_row(const Pipeline& pipeline, const RowVariables& v, const RowGrouping& grouping,
+                       const Contributions& c, UpdateMode mode, int64_t k, UpdateScratch scratch) {
+  const int64_t dim = v.dim;
+  const int64_t row = grouping.unique_rows()[k];
+  const uint32_t* order = grouping.order().data();
+  const uint32_t begin = grouping.segment_starts()[k];
+  const uint32_t end = grouping.segment_starts()[k + 1];
+  float* __restrict g = scratch.gradient;
+  if (!mode.accumulate) {
+    if (mode.skip_non_finite) {
+      for (uint32_t i = begin; i < end; ++i) {
+        if (!all_finite(c.sources[order[i]], dim)) return false;
+      }
+    }
+    for (uint32_t i = begin; i < end; ++i) {
+      const float gain = c.gains[order[i]];
+      const float* __restrict source = c.sources[order[i]];
+      for (int64_t d = 0; d < dim; ++d) g[d] = gain * source[d];
+      update_row(pipeline, v, row, g, scratch.pipeline);
+    }
+    return true;
+  }
+  std::fill_n(g, dim, 0.0f);
+  for (uint32_t i = begin; i < end; ++i) {
+    const float gain = c.gains[order[i]];
+    const float* __restrict source = c.sources[order[i]];
+    for (int64_t d = 0; d < dim; ++d) g[d] += gain * source[d];
+  }
+  if (mode.skip_non_finite && !all_finite(g, dim)) return false;
+  update_row(pipeline, v, row, g, scratch.pipeline);
+  return true;
+}
+
+inline void prefetch_variables(const RowVariables& v, int64_t row) {
+  prefetch_row_for_write(v.parameters + row * v.dim, v.dim);
+  for (int i = 0; i < v.num_slots; ++i) {
+    prefetch_row_for_write(v.slot_bases[i] + row * v.slot_widths[i], v.slot_widths[i]);
+  }
+}
+
+}  // namespace detail
+
+// Updates the touched rows grouping.unique_rows()[first .. last). Each row is written by exactly
+// one call, so disjoint ranges may run on different threads. Returns the number of rows skipped
+// for a non-finite gradient. Never throws, never allocates.
+template <class Pipeline>
+int64_t update_touched_rows(const Pipeline& pipeline, const RowVariables& variables,
+                            const RowGrouping& grouping, const Contributions& contributions,
+                            UpdateMode mode, int64_t first, int64_t last, UpdateScratch scratch) {
+  int64_t skipped = 0;
+  const auto unique_rows = grouping.unique_rows();
+  for (int64_t k = first; k < last; ++k) {
+    if (k + kPrefetchDistance < last) {
+      detail::prefetch_variables(variables, unique_rows[k + kPrefetchDistance]);
+    }
+    if (!detail::update_unique_row(pipeline, variables, grouping, contributions, mode, k,
+                                   scratch)) {
+      ++skipped;
+    }
+  }
+  return skipped;
+}
+
+// Updates every row in [first_row, last_row): touched rows as update_touched_rows does, the others
+// with a zero gradient (non-lazy Adam). Returns the number of rows skipped.
+template <class Pipeline>
+int64_t update_all_rows(const Pipeline& pipeline, const RowVariables& variables,
+                        const RowGrouping& grouping, const Contributions& contributions,
+                        UpdateMode mode, int64_t first_row, int64_t last_row,
+                        UpdateScratch scratch) {
+  int64_t skipped = 0;
+  const auto unique_rows = grouping.unique_rows();
+  int64_t k = std::lower_bound(unique_rows.begin(), unique_rows.end(), first_row) -
+              unique_rows.begin();
+  const int64_t num_unique = static_cast<int64_t>(unique_rows.size());
+  for (int64_t row = first_row; row < last_row; ++row) {
+    if (k < num_unique && unique_rows[k] == row) {
+      if (!detail::update_unique_row(pipeline, variables, grouping, contributions, mode, k,
+                                     scratch)) {
+        ++skipped;
+      }
+      ++k;
+    } else {
+      std::fill_n(scratch.gradient, variables.dim, 0.0f);
+      detail::update_row(pipeline, variables, row, scratch.gradient, scratch.pipeline);
+    }
+  }
+  return skipped;
+}
+
+}  // namespace recemb::internal
+
+#endif  // RECEMB_KERNELS_SPARSE_UPDATE_H_

@@ -1,0 +1,94 @@
+// The fused per-row update: gradient clip, optimizer step, decoupled weight decay, weight clip.
+//
+// Each optimizer has an update class (sgd.h, adagrad.h, ...) built once per step and table:
+//   class XUpdate {
+//    public:
+//     XUpdate(const X& hyperparameters, float learning_rate, int64_t step);
+//     // w: the row (dim floats); slots[i]: row i of slot i (SlotSpec::width floats);
+//     // g: the row's accumulated, clipped gradient (dim floats). Never throws, never allocates.
+//     void operator()(float* w, float* const* slots, const float* g, int64_t dim) const;
+//   };
+// RowPipeline wraps one of them with the steps every optimizer shares (optimizer.h).
+#ifndef RECEMB_OPTIMIZERS_ROW_UPDATE_H_
+#define RECEMB_OPTIMIZERS_ROW_UPDATE_H_
+
+#include <algorithm>
+#include <cstdint>
+
+#include "optimizers/adagrad.h"
+#include "optimizers/adagrad_momentum.h"
+#include "optimizers/adam.h"
+#include "optimizers/ftrl.h"
+#include "optimizers/rowwise_adagrad.h"
+#include "optimizers/sgd.h"
+#include "recemb/optimizer.h"
+
+namespace recemb::internal {
+
+template <class Update>
+class RowPipeline {
+ public:
+  RowPipeline(const CommonHyperparameters& common, const Update& update, float learning_rate)
+      : update_(update),
+        clip_gradient_min_(common.clip_gradient_min),
+        clip_gradient_max_(common.clip_gradient_max),
+        clip_weight_min_(common.clip_weight_min),
+        clip_weight_max_(common.clip_weight_max),
+        weight_decay_(common.multiply_weight_decay_factor_by_learning_rate
+                          ? common.weight_decay_factor * learning_rate
+                          : common.weight_decay_factor) {}
+
+  // Updates row w and its slots with gradient g (clipped in place). scratch: dim floats the
+  // pipeline may overwrite. Never throws, never allocates.
+  void apply(float* w, float* const* slots, float* g, float* scratch, int64_t dim) const {
+    for (int64_t d = 0; d < dim; ++d) {
+      g[d] = std::clamp(g[d], clip_gradient_min_, clip_gradient_max_);
+    }
+    if (weight_decay_ != 0.0f) std::copy(w, w + dim, scratch);
+    update_(w, slots, g, dim);
+    if (weight_decay_ != 0.0f) {
+      for (int64_t d = 0; d < dim; ++d) w[d] -= weight_decay_ * scratch[d];
+    }
+    for (int64_t d = 0; d < dim; ++d) {
+      w[d] = std::clamp(w[d], clip_weight_min_, clip_weight_max_);
+    }
+  }
+
+ private:
+  Update update_;
+  float clip_gradient_min_;
+  float clip_gradient_max_;
+  float clip_weight_min_;
+  float clip_weight_max_;
+  float weight_decay_;
+};
+
+// The update class of each optimizer type.
+template <class Hyperparameters>
+struct UpdateFor;
+template <> struct UpdateFor<Sgd> { using type = SgdUpdate; };
+template <> struct UpdateFor<Adagrad> { using type = AdagradUpdate; };
+template <> struct UpdateFor<AdagradMomentum> { using type = AdagradMomentumUpdate; };
+template <> struct UpdateFor<Adam> { using type = AdamUpdate; };
+template <> struct UpdateFor<Ftrl> { using type = FtrlUpdate; };
+template <> struct UpdateFor<RowwiseAdagrad> { using type = RowwiseAdagradUpdate; };
+
+// Calls fn(pipeline) with the RowPipeline of `optimizer` for this step: one visit per table and
+// step, so the per-row loop inside fn is compiled for the concrete optimizer (no per-row dispatch).
+template <class Fn>
+void visit_row_pipeline(const Optimizer& optimizer, float learning_rate, int64_t step, Fn&& fn) {
+  std::visit(
+      [&](const auto& hyperparameters) {
+        using Hyper = std::decay_t<decltype(hyperparameters)>;
+        using Update = typename UpdateFor<Hyper>::type;
+        const RowPipeline<Update> pipeline(hyperparameters.common,
+                                           Update(hyperparameters, learning_rate, step),
+                                           learning_rate);
+        fn(pipeline);
+      },
+      optimizer);
+}
+
+}  // namespace recemb::internal
+
+#endif  // RECEMB_OPTIMIZERS_ROW_UPDATE_H_

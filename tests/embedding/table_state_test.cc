@@ -1,0 +1,63 @@
+#include "embedding/table_state.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace recemb::internal {
+namespace {
+
+TableConfig video() {
+  return {.name = "video", .vocabulary_size = 6, .dim = 2, .initializer = RowId{.offset = 0.5f}};
+}
+
+TEST(TableStateTest, SlotsFollowTheOptimizer) {
+  EXPECT_EQ(TableState(video(), std::nullopt).storage().slot_specs().size(), 0u);
+  TableState adagrad(video(), Adagrad{.initial_accumulator_value = 0.25f});
+  ASSERT_EQ(adagrad.storage().slot_specs().size(), 1u);
+  adagrad.initialize_block(0, 0, 6);
+  EXPECT_EQ(adagrad.storage().variable("accumulators")->data()[11], 0.25f);
+  EXPECT_EQ(adagrad.storage().row(4)[1], 4.5f);
+  const RowVariables v = adagrad.variables();
+  EXPECT_EQ(v.num_slots, 1);
+  EXPECT_EQ(v.slot_widths[0], 2);
+  EXPECT_EQ(v.parameters, adagrad.storage().row(0));
+}
+
+TEST(TableStateTest, OnlyNonLazyAdamUpdatesAllRows) {
+  EXPECT_FALSE(TableState(video(), Adam{}).updates_all_rows());
+  EXPECT_TRUE(TableState(video(), Adam{.lazy_adam = false}).updates_all_rows());
+  EXPECT_FALSE(TableState(video(), Sgd{}).updates_all_rows());
+  EXPECT_FALSE(TableState(video(), std::nullopt).updates_all_rows());
+}
+
+TEST(TableStateTest, ContributionsCarryGainsSourcesAndOrder) {
+  TableState state(video(), Sgd{});
+  // Feature 0: bags {3, 1} (weights 2, 4, scale 0.5) and {} ; feature 1 (unused by this table);
+  // feature 2: one bag {3}, no weights, scale 1, gradient given as empty (zeros).
+  std::vector<CsrFeature> batch(3);
+  batch[0] = {.activation_shape = {2, 2}, .offsets = {0, 2, 2}, .ids = {3, 1},
+              .weights = {2.0f, 4.0f}, .bag_scales = {0.5f, 1.0f}};
+  batch[2] = {.activation_shape = {1, 2}, .offsets = {0, 1}, .ids = {3}, .bag_scales = {1.0f}};
+  const std::vector<float> gradient0{1, 2, 3, 4};
+  const std::vector<float> zeros(2, 0.0f);
+  const std::vector<std::span<const float>> gradients{gradient0, {}, {}};
+  state.gather_contributions({0, 2}, batch, gradients, zeros.data());
+  const Contributions c = state.contributions();
+  EXPECT_EQ(c.gains[0], 1.0f);  // 2 * 0.5
+  EXPECT_EQ(c.gains[1], 2.0f);  // 4 * 0.5
+  EXPECT_EQ(c.gains[2], 1.0f);
+  EXPECT_EQ(c.sources[0], gradient0.data());
+  EXPECT_EQ(c.sources[1], gradient0.data());
+  EXPECT_EQ(c.sources[2], zeros.data());
+  const RowGrouping& grouping = state.grouping();
+  ASSERT_EQ(grouping.unique_rows().size(), 2u);
+  EXPECT_EQ(grouping.unique_rows()[0], 1);
+  EXPECT_EQ(grouping.unique_rows()[1], 3);
+  // Row 3: feature 0's contribution before feature 2's.
+  EXPECT_EQ(grouping.order()[1], 0u);
+  EXPECT_EQ(grouping.order()[2], 2u);
+}
+
+}  // namespace
+}  // namespace recemb::internal

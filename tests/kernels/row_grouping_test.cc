@@ -1,0 +1,65 @@
+#include "kernels/row_grouping.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace recemb::internal {
+namespace {
+
+// Checks the grouping against std::stable_sort of the contribution indices by row.
+void expect_grouping_matches_stable_sort(const std::vector<int64_t>& rows, int64_t vocabulary) {
+  RowGrouping grouping;
+  grouping.build(rows, vocabulary);
+  std::vector<uint32_t> expected(rows.size());
+  std::iota(expected.begin(), expected.end(), 0u);
+  std::stable_sort(expected.begin(), expected.end(),
+                   [&](uint32_t a, uint32_t b) { return rows[a] < rows[b]; });
+  ASSERT_TRUE(std::equal(expected.begin(), expected.end(), grouping.order().begin(),
+                         grouping.order().end()));
+  std::vector<int64_t> unique(rows);
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  ASSERT_TRUE(std::equal(unique.begin(), unique.end(), grouping.unique_rows().begin(),
+                         grouping.unique_rows().end()));
+  ASSERT_EQ(grouping.segment_starts().size(), unique.size() + 1);
+  for (size_t k = 0; k < unique.size(); ++k) {
+    for (uint32_t i = grouping.segment_starts()[k]; i < grouping.segment_starts()[k + 1]; ++i) {
+      ASSERT_EQ(rows[grouping.order()[i]], unique[k]);
+    }
+  }
+  EXPECT_EQ(grouping.segment_starts().back(), rows.size());
+}
+
+TEST(RowGroupingTest, MatchesStableSortAcrossKeyWidths) {
+  for (const int64_t vocabulary : {int64_t{1}, int64_t{2}, int64_t{255}, int64_t{256},
+                                   int64_t{257}, int64_t{70000}, int64_t{1} << 33}) {
+    const uint64_t seed = 99 + static_cast<uint64_t>(vocabulary);
+    SCOPED_TRACE(::testing::Message() << "vocabulary " << vocabulary << " seed " << seed);
+    std::mt19937_64 random(seed);
+    std::uniform_int_distribution<int64_t> row(0, vocabulary - 1);
+    std::vector<int64_t> rows(5000);
+    for (int64_t& r : rows) r = row(random);
+    expect_grouping_matches_stable_sort(rows, vocabulary);
+  }
+}
+
+TEST(RowGroupingTest, EmptyAndReuse) {
+  RowGrouping grouping;
+  grouping.build({}, 10);
+  EXPECT_TRUE(grouping.unique_rows().empty());
+  ASSERT_EQ(grouping.segment_starts().size(), 1u);
+  const std::vector<int64_t> rows{4, 4, 1, 9, 4, 1};
+  grouping.build(rows, 10);
+  EXPECT_EQ(std::vector<int64_t>(grouping.unique_rows().begin(), grouping.unique_rows().end()),
+            (std::vector<int64_t>{1, 4, 9}));
+  EXPECT_EQ(std::vector<uint32_t>(grouping.order().begin(), grouping.order().end()),
+            (std::vector<uint32_t>{2, 5, 0, 1, 4, 3}));
+  expect_grouping_matches_stable_sort({3, 2, 1}, 4);
+}
+
+}  // namespace
+}  // namespace recemb::internal

@@ -1,0 +1,160 @@
+#include "kernels/sparse_update.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <vector>
+
+namespace recemb::internal {
+namespace {
+
+// An order-sensitive stand-in for an optimizer pipeline: w = 0.5 * w - g, and slot 0 (width 1)
+// counts the updates. Applying g1 then g2 differs from applying g1 + g2, so the test sees whether
+// contributions were accumulated and in which order.
+struct CountingPipeline {
+  void apply(float* w, float* const* slots, float* g, float* scratch, int64_t dim) const {
+    for (int64_t d = 0; d < dim; ++d) {
+      scratch[d] = g[d];
+      w[d] = 0.5f * w[d] - g[d];
+    }
+    slots[0][0] += 1.0f;
+  }
+};
+
+struct Fixture {
+  int64_t vocabulary = 40;
+  int64_t dim = 5;
+  std::vector<float> parameters, counters;
+  std::vector<int64_t> rows;
+  std::vector<float> gains;
+  std::vector<std::vector<float>> gradients;  // one per contribution
+  std::vector<const float*> sources;
+  RowGrouping grouping;
+
+  explicit Fixture(uint64_t seed) {
+    std::mt19937_64 random(seed);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    std::uniform_int_distribution<int64_t> row(0, vocabulary - 1);
+    parameters.resize(static_cast<size_t>(vocabulary * dim));
+    for (float& x : parameters) x = value(random);
+    counters.assign(static_cast<size_t>(vocabulary), 0.0f);
+    for (int i = 0; i < 300; ++i) {
+      rows.push_back(row(random));
+      gains.push_back(value(random));
+      gradients.emplace_back(static_cast<size_t>(dim));
+      for (float& x : gradients.back()) x = value(random);
+    }
+    for (const auto& g : gradients) sources.push_back(g.data());
+    grouping.build(rows, vocabulary);
+  }
+
+  RowVariables variables() {
+    RowVariables v{.parameters = parameters.data(), .dim = dim, .num_slots = 1};
+    v.slot_bases[0] = counters.data();
+    v.slot_widths[0] = 1;
+    return v;
+  }
+
+  // Float64 reference of the whole step, contributions in index order per row.
+  std::pair<std::vector<double>, std::vector<double>> reference(bool accumulate, bool all_rows) {
+    std::vector<double> w(parameters.begin(), parameters.end());
+    std::vector<double> count(static_cast<size_t>(vocabulary), 0.0);
+    std::map<int64_t, std::vector<size_t>> by_row;
+    for (size_t i = 0; i < rows.size(); ++i) by_row[rows[i]].push_back(i);
+    auto apply = [&](int64_t r, const std::vector<double>& g) {
+      for (int64_t d = 0; d < dim; ++d) {
+        double& x = w[static_cast<size_t>(r * dim + d)];
+        x = 0.5 * x - g[static_cast<size_t>(d)];
+      }
+      count[static_cast<size_t>(r)] += 1;
+    };
+    for (int64_t r = 0; r < vocabulary; ++r) {
+      const auto it = by_row.find(r);
+      if (it == by_row.end()) {
+        if (all_rows) apply(r, std::vector<double>(static_cast<size_t>(dim), 0.0));
+        continue;
+      }
+      std::vector<double> sum(static_cast<size_t>(dim), 0.0);
+      for (const size_t i : it->second) {
+        std::vector<double> g(static_cast<size_t>(dim));
+        for (int64_t d = 0; d < dim; ++d) {
+          g[static_cast<size_t>(d)] = double{gains[i]} * gradients[i][static_cast<size_t>(d)];
+          sum[static_cast<size_t>(d)] += g[static_cast<size_t>(d)];
+        }
+        if (!accumulate) apply(r, g);
+      }
+      if (accumulate) apply(r, sum);
+    }
+    return {w, count};
+  }
+};
+
+void expect_near(const std::vector<float>& actual, const std::vector<double>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    EXPECT_NEAR(actual[i], expected[i], 1e-5 * (1.0 + std::abs(expected[i]))) << "index " << i;
+  }
+}
+
+class SparseUpdateTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SparseUpdateTest, TouchedRowsMatchReferenceInChunks) {
+  const bool accumulate = GetParam();
+  Fixture f(7);
+  const auto [w, count] = f.reference(accumulate, false);
+  std::vector<float> g(static_cast<size_t>(f.dim)), s(static_cast<size_t>(f.dim));
+  const auto touched = static_cast<int64_t>(f.grouping.unique_rows().size());
+  int64_t skipped = 0;
+  for (int64_t first = 0; first < touched; first += 6) {
+    skipped += update_touched_rows(CountingPipeline{}, f.variables(), f.grouping,
+                                   {f.gains.data(), f.sources.data()},
+                                   {.accumulate = accumulate}, first,
+                                   std::min(touched, first + 6), {g.data(), s.data()});
+  }
+  EXPECT_EQ(skipped, 0);
+  expect_near(f.parameters, w);
+  expect_near(f.counters, count);
+}
+
+TEST_P(SparseUpdateTest, AllRowsUpdatesUntouchedRowsWithZeroGradient) {
+  const bool accumulate = GetParam();
+  Fixture f(8);
+  const auto [w, count] = f.reference(accumulate, true);
+  std::vector<float> g(static_cast<size_t>(f.dim)), s(static_cast<size_t>(f.dim));
+  for (int64_t first = 0; first < f.vocabulary; first += 7) {
+    update_all_rows(CountingPipeline{}, f.variables(), f.grouping,
+                    {f.gains.data(), f.sources.data()}, {.accumulate = accumulate}, first,
+                    std::min(f.vocabulary, first + 7), {g.data(), s.data()});
+  }
+  expect_near(f.parameters, w);
+  expect_near(f.counters, count);
+}
+
+INSTANTIATE_TEST_SUITE_P(Accumulate, SparseUpdateTest, ::testing::Bool());
+
+TEST(SparseUpdateTest, SkipsRowsWithNonFiniteGradient) {
+  for (const bool accumulate : {true, false}) {
+    Fixture f(9);
+    const int64_t bad_row = f.rows[5];
+    f.gradients[5][2] = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> before = f.parameters;
+    std::vector<float> g(static_cast<size_t>(f.dim)), s(static_cast<size_t>(f.dim));
+    const auto touched = static_cast<int64_t>(f.grouping.unique_rows().size());
+    const int64_t skipped = update_touched_rows(
+        CountingPipeline{}, f.variables(), f.grouping, {f.gains.data(), f.sources.data()},
+        {.accumulate = accumulate, .skip_non_finite = true}, 0, touched, {g.data(), s.data()});
+    EXPECT_EQ(skipped, 1);
+    EXPECT_EQ(f.counters[static_cast<size_t>(bad_row)], 0.0f);
+    for (int64_t d = 0; d < f.dim; ++d) {
+      const auto i = static_cast<size_t>(bad_row * f.dim + d);
+      EXPECT_EQ(f.parameters[i], before[i]);
+    }
+    for (const float x : f.parameters) EXPECT_TRUE(std::isfinite(x));
+  }
+}
+
+}  // namespace
+}  // namespace recemb::internal

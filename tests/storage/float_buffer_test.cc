@@ -1,0 +1,50 @@
+#include "storage/float_buffer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <utility>
+
+namespace recemb::internal {
+namespace {
+
+TEST(FloatBufferTest, SmallBufferIsZeroedAndAligned) {
+  FloatBuffer buffer(1000);
+  ASSERT_EQ(buffer.size(), 1000u);
+  EXPECT_FALSE(buffer.mapped());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data()) % 64, 0u);
+  for (const float value : buffer.span()) EXPECT_EQ(value, 0.0f);
+}
+
+TEST(FloatBufferTest, LargeBufferIsMappedZeroedAndWritable) {
+  const size_t size = (size_t{3} << 20) / sizeof(float) + 7;  // 3 MiB and a bit
+  FloatBuffer buffer(size);
+  EXPECT_TRUE(buffer.mapped());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data()) % 64, 0u);
+  for (size_t i = 0; i < size; i += 4099) EXPECT_EQ(buffer.data()[i], 0.0f);
+  buffer.data()[size - 1] = 3.5f;
+  EXPECT_EQ(buffer.span().back(), 3.5f);
+}
+
+TEST(FloatBufferTest, MoveTransfersOwnership) {
+  FloatBuffer a(16);
+  a.data()[3] = 2.0f;
+  float* data = a.data();
+  FloatBuffer b(std::move(a));
+  EXPECT_EQ(b.data(), data);
+  EXPECT_EQ(b.data()[3], 2.0f);
+  EXPECT_EQ(a.data(), nullptr);  // NOLINT(bugprone-use-after-move): moved-from state is specified
+  FloatBuffer c(4);
+  c = std::move(b);
+  EXPECT_EQ(c.data(), data);
+  EXPECT_EQ(c.size(), 16u);
+}
+
+TEST(FloatBufferTest, EmptyBuffer) {
+  FloatBuffer buffer(0);
+  EXPECT_EQ(buffer.size(), 0u);
+  EXPECT_TRUE(buffer.span().empty());
+}
+
+}  // namespace
+}  // namespace recemb::internal

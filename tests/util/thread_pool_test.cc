@@ -1,0 +1,57 @@
+#include "util/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <numeric>
+#include <vector>
+
+namespace recemb::internal {
+namespace {
+
+TEST(ThreadPoolTest, RunsEveryTaskExactlyOnce) {
+  for (const int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.num_threads(), threads);
+    for (const int64_t tasks : {0, 1, 2, 7, 1000}) {
+      std::vector<std::atomic<int>> runs(static_cast<size_t>(tasks));
+      pool.parallel_for(tasks, [&](int64_t task, int thread) {
+        EXPECT_GE(thread, 0);
+        EXPECT_LT(thread, threads);
+        runs[static_cast<size_t>(task)].fetch_add(1);
+      });
+      for (int64_t t = 0; t < tasks; ++t) EXPECT_EQ(runs[static_cast<size_t>(t)].load(), 1) << t;
+    }
+  }
+}
+
+TEST(ThreadPoolTest, ResultsAreVisibleAfterReturnAcrossManyLoops) {
+  ThreadPool pool(3);
+  std::vector<int64_t> values(257);
+  for (int round = 1; round <= 200; ++round) {
+    pool.parallel_for(static_cast<int64_t>(values.size()), [&](int64_t task, int) {
+      values[static_cast<size_t>(task)] = task * round;
+    });
+    const int64_t sum = std::accumulate(values.begin(), values.end(), int64_t{0});
+    ASSERT_EQ(sum, round * 256 * 257 / 2) << "round " << round;
+  }
+}
+
+TEST(ThreadPoolTest, PerThreadIndicesNeverRunConcurrently) {
+  ThreadPool pool(4);
+  std::vector<std::atomic<int>> in_use(4);
+  std::atomic<bool> overlap{false};
+  pool.parallel_for(2000, [&](int64_t, int thread) {
+    if (in_use[static_cast<size_t>(thread)].fetch_add(1) != 0) overlap = true;
+    in_use[static_cast<size_t>(thread)].fetch_sub(1);
+  });
+  EXPECT_FALSE(overlap.load());
+}
+
+TEST(ThreadPoolTest, ZeroMeansOnePerCore) {
+  ThreadPool pool(0);
+  EXPECT_GE(pool.num_threads(), 1);
+}
+
+}  // namespace
+}  // namespace recemb::internal
