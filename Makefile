@@ -25,10 +25,16 @@ export TSAN_OPTIONS ?= halt_on_error=1 second_deadlock_stack=1
 
 TOY_TRAINING := build/release/examples/cpp/toy_training
 TIMES := build/test-times.txt
+COUNTS := build/test-counts.txt
 # Each phase of `make test` prints its duration and adds it to $(TIMES).
 PHASE_START = start=$$SECONDS; echo "==> $@"
 PHASE_END = t=$$((SECONDS - start)); echo "<== $@: $${t} s"; mkdir -p build; \
             printf '%-14s %5d s\n' "$@" "$$t" >>$(TIMES)
+# $(call CTEST,PRESET[,WRAPPER]): ctest for one preset; its "N tests failed out of M" is added to
+# $(COUNTS) for the final line of `make test`.
+CTEST = $(2) ctest --preset $(1) -j $(JOBS) 2>&1 | tee build/ctest-$(1).log; \
+        sed -n 's/.* tests passed, \([0-9]*\) tests failed out of \([0-9]*\)$$/\1 \2/p' \
+          build/ctest-$(1).log >>$(COUNTS)
 
 help:
 	@sed -n '2,9s/^# \{0,1\}//p' Makefile
@@ -50,10 +56,12 @@ run: deps
 test: test-begin deps check-format check-mirror test-release test-asan test-tsan check-install \
       bench-smoke
 	@echo "==> make test passed; time per phase:"; cat $(TIMES); \
-	 awk '{ total += $$2 } END { printf "%-14s %5d s\n", "total", total }' $(TIMES)
+	 awk '{ total += $$2 } END { printf "%-14s %5d s\n", "total", total }' $(TIMES); \
+	 awk '{ failed += $$1; total += $$2 } END { printf "tests: %d passed, %d failed\n", \
+	      total - failed, failed }' $(COUNTS)
 
 test-begin:
-	@mkdir -p build; rm -f $(TIMES)
+	@mkdir -p build; rm -f $(TIMES) $(COUNTS)
 
 check-format:
 	@$(PHASE_START); scripts/check-format; $(PHASE_END)
@@ -65,7 +73,7 @@ test-release:
 	@$(PHASE_START); \
 	 cmake --preset release; \
 	 cmake --build --preset release -j $(JOBS); \
-	 ctest --preset release -j $(JOBS); \
+	 $(call CTEST,release); \
 	 $(PHASE_END)
 
 # Library and tests only (the presets turn benchmarks and examples off), -O1 -g.
@@ -73,7 +81,7 @@ test-asan:
 	@$(PHASE_START); \
 	 cmake --preset asan-ubsan; \
 	 cmake --build --preset asan-ubsan -j $(JOBS); \
-	 ctest --preset asan-ubsan -j $(JOBS); \
+	 $(call CTEST,asan-ubsan); \
 	 $(PHASE_END)
 
 # Some kernels randomize mmap addresses beyond what ThreadSanitizer's memory layout allows ("FATAL:
@@ -95,7 +103,7 @@ test-tsan:
 	   fi; \
 	 fi; \
 	 "$${wrap[@]}" cmake --build --preset tsan -j $(JOBS); \
-	 "$${wrap[@]}" ctest --preset tsan -j $(JOBS); \
+	 $(call CTEST,tsan,"$${wrap[@]}"); \
 	 $(PHASE_END)
 
 check-install: release-build

@@ -23,18 +23,18 @@ using IdSpan = std::variant<std::span<const int32_t>, std::span<const int64_t>>;
 // For a sequence feature, rank 2 [B, N] gives [B, L, dim] with position p = column p.
 // weights: empty, or one float per id (same shape).
 struct DenseIds {
-  IdSpan ids;
-  std::vector<int64_t> shape;
-  std::span<const float> weights;
+  IdSpan ids = {};
+  std::vector<int64_t> shape = {};
+  std::span<const float> weights = {};
 };
 
 // Ragged ids, TF's RaggedTensor of rank 2: example b holds values[row_splits[b] .. row_splits[b+1]).
 // row_splits has B + 1 entries, starts at 0, never decreases and ends at values.size().
 // weights: empty, or one float per value.
 struct RaggedIds {
-  IdSpan values;
-  std::variant<std::span<const int32_t>, std::span<const int64_t>> row_splits;
-  std::span<const float> weights;
+  IdSpan values = {};
+  std::variant<std::span<const int32_t>, std::span<const int64_t>> row_splits = {};
+  std::span<const float> weights = {};
 };
 
 // Sparse COO ids, TF's SparseTensor: indices is [nnz, rank] (rank = dense_shape.size() >= 2),
@@ -43,10 +43,10 @@ struct RaggedIds {
 // dense_shape[:-1] + [dim], or [B, L, dim] for a sequence feature (rank 2 only).
 // weights: empty, or one float per value.
 struct SparseIds {
-  std::span<const int64_t> indices;
-  IdSpan values;
-  std::vector<int64_t> dense_shape;
-  std::span<const float> weights;
+  std::span<const int64_t> indices = {};
+  IdSpan values = {};
+  std::vector<int64_t> dense_shape = {};
+  std::span<const float> weights = {};
 };
 
 using FeatureInput = std::variant<DenseIds, RaggedIds, SparseIds>;

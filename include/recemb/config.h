@@ -27,19 +27,19 @@ struct QuantizationConfig {
 };
 
 struct TableConfig {
-  std::string name;             // required, unique among the tables of an Embedding
+  std::string name = {};        // required, unique among the tables of an Embedding
   int64_t vocabulary_size = 0;  // number of rows, >= 1
   int64_t dim = 0;              // row width, >= 1
   Initializer initializer = TruncatedNormal{};
   // This table's optimizer; unset means the Embedding's global optimizer.
-  std::optional<Optimizer> optimizer;
+  std::optional<Optimizer> optimizer = {};
   Combiner combiner = Combiner::kMean;  // TF's default
-  std::optional<QuantizationConfig> quantization_config;
+  std::optional<QuantizationConfig> quantization_config = {};
 };
 
 struct FeatureConfig {
-  std::string name;   // required, unique among the features of an Embedding
-  std::string table;  // name of the TableConfig this feature is looked up in
+  std::string name = {};   // required, unique among the features of an Embedding
+  std::string table = {};  // name of the TableConfig this feature is looked up in
   // 0: the feature's bags are combined, activation [batch, dim] (or output_shape + [dim]).
   // L > 0: a sequence feature: activation [batch, L, dim], position p of example b holding that
   // id's row (times its weight for kSum), positions >= L dropped, missing positions zero.
@@ -48,7 +48,7 @@ struct FeatureConfig {
   // input. Otherwise its product must equal the number of bags of the input (the activations are
   // reshaped), or be a multiple k * batch of the batch size for a ragged or 2-D input, which makes
   // it a sequence feature of length k.
-  std::vector<int64_t> output_shape;
+  std::vector<int64_t> output_shape = {};
   // true: weights must be finite. Ids are always checked against the vocabulary (an id out of
   // range is an error, never a silent read outside the table).
   bool validate_weights_and_indices = true;

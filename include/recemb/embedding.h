@@ -39,7 +39,7 @@ enum class NonFiniteGradients {
 struct EmbeddingOptions {
   // The optimizer of every table without its own. Unset: tables without an optimizer have no
   // slots and cannot be trained (lookup only, as TF's optimizer=None for serving).
-  std::optional<Optimizer> optimizer;
+  std::optional<Optimizer> optimizer = {};
   // Worker threads for lookup and apply_gradients (including the calling thread); 0 = one per core.
   int num_threads = 0;
   // Seed of the random initializers; the same seed gives the same tables.

@@ -25,8 +25,8 @@ struct ExponentialDecay {
 // boundary (Keras PiecewiseConstantDecay). boundaries strictly increasing;
 // values.size() == boundaries.size() + 1.
 struct PiecewiseConstant {
-  std::vector<int64_t> boundaries;
-  std::vector<float> values;
+  std::vector<int64_t> boundaries = {};
+  std::vector<float> values = {};
 };
 
 // Linear ramp from initial_learning_rate at step 0 to target_learning_rate at step warmup_steps,

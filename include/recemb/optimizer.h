@@ -40,14 +40,14 @@ struct CommonHyperparameters {
 // w -= lr * g. No slots.
 struct Sgd {
   LearningRate learning_rate = 0.01f;
-  CommonHyperparameters common;
+  CommonHyperparameters common = {};
 };
 
 // a += g^2; w -= lr * g / sqrt(a). Slot "accumulators" [V, D].
 struct Adagrad {
   LearningRate learning_rate = 0.001f;
   float initial_accumulator_value = 0.1f;  // > 0
-  CommonHyperparameters common;
+  CommonHyperparameters common = {};
 };
 
 // a = (beta2 == 1) ? a + g^2 : beta2 * a + (1 - beta2) * g^2
@@ -61,7 +61,7 @@ struct AdagradMomentum {
   float exponent = 2.0f;  // > 0
   float beta2 = 1.0f;
   float epsilon = 1e-10f;  // > 0
-  CommonHyperparameters common;
+  CommonHyperparameters common = {};
 };
 
 // m = beta_1 * m + (1 - beta_1) * g;  v = beta_2 * v + (1 - beta_2) * g^2
@@ -77,7 +77,7 @@ struct Adam {
   bool lazy_adam = true;
   bool sum_inside_sqrt = true;
   bool bias_correction = false;
-  CommonHyperparameters common;
+  CommonHyperparameters common = {};
 };
 
 // FTRL-proximal as TF's TPU embedding FTRL (p = -learning_rate_power, n = accumulator, z = linear):
@@ -94,7 +94,7 @@ struct Ftrl {
   float initial_accumulator_value = 0.1f;   // > 0
   bool multiply_linear_by_learning_rate = false;
   bool allow_zero_accumulator = false;  // accepted for TF compatibility; deprecated and ignored by TF
-  CommonHyperparameters common;
+  CommonHyperparameters common = {};
 };
 
 // Row-wise Adagrad, as FBGEMM's EXACT_ROWWISE_ADAGRAD: one accumulator per row.
@@ -104,7 +104,7 @@ struct RowwiseAdagrad {
   LearningRate learning_rate = 0.001f;
   float initial_accumulator_value = 0.0f;  // >= 0
   float epsilon = 1e-8f;                   // > 0
-  CommonHyperparameters common;
+  CommonHyperparameters common = {};
 };
 
 using Optimizer = std::variant<Sgd, Adagrad, AdagradMomentum, Adam, Ftrl, RowwiseAdagrad>;

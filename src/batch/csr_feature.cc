@@ -12,10 +12,9 @@
 // Every input kind is reduced to one of two walks over its entries in storage order:
 //   rows:   dense and ragged ids, where row r holds entries [row_begin(r), row_begin(r + 1));
 //   sparse: COO entries, whose bag is the row-major index of indices[i, :-1].
-// Both feed a CsrWriter, which receives (bag, id, weight) in non-decreasing bag order and closes the
-// bags in between as empty. Validation happens in the same pass; a failure throws from a cold
-// function that re-derives the entry's location from its storage index, so the loops carry no
-// location bookkeeping.
+// Both write ids, weights and offsets in bag order in one pass that also validates; a failure
+// throws from a cold function that re-derives the entry's location from its storage index, so the
+// loops carry no location bookkeeping.
 
 namespace recemb::internal {
 namespace {
@@ -129,11 +128,11 @@ std::string describe_entry(const Context& context, int64_t i) {
 Layout resolve_layout(const Context& context, std::vector<int64_t>& shape) {
   const FeatureConfig& feature = context.feature;
   if (feature.max_sequence_length < 0) {
-    fail(context, "max_sequence_length " + std::to_string(feature.max_sequence_length) +
-                      " is negative");
+    fail(context,
+         "max_sequence_length " + std::to_string(feature.max_sequence_length) + " is negative");
   }
   int64_t num_rows = 0;
-  bool sequence_capable = false;  // rows are examples and entries are positions
+  bool sequence_capable = false;       // rows are examples and entries are positions
   std::span<const int64_t> row_shape;  // the plain activation shape without dim
   if (const auto* dense = std::get_if<DenseIds>(&context.input)) {
     const std::vector<int64_t>& dims = dense->shape;
@@ -193,13 +192,12 @@ Layout resolve_layout(const Context& context, std::vector<int64_t>& shape) {
       return {num_rows, *size / num_rows};
     }
     fail(context, "output_shape " + format_dims(output_shape) + " (" + std::to_string(*size) +
-                      " bags) matches neither the input's " + std::to_string(num_rows) +
-                      " bags" +
+                      " bags) matches neither the input's " + std::to_string(num_rows) + " bags" +
                       (sequence_capable ? " nor a multiple of its batch size (a sequence)"
                                         : " (only ragged and rank-2 inputs can be sequences)"));
   }
   const int64_t length = feature.max_sequence_length;
-  if (length > 0) {
+  if (length > 0 && sequence_capable) {
     int64_t num_bags = 0;
     if (__builtin_mul_overflow(num_rows, length, &num_bags)) {
       fail(context, "max_sequence_length " + std::to_string(length) + " times batch size " +
@@ -211,19 +209,6 @@ Layout resolve_layout(const Context& context, std::vector<int64_t>& shape) {
   // TF ignores max_sequence_length for sparse inputs of rank > 2; dense ones of rank > 2 match.
   shape.assign(row_shape.begin(), row_shape.end());
   return {num_rows, 0};
-}
-
-float bag_scale(Combiner combiner, double sum_weights, double sum_squared_weights) {
-  switch (combiner) {
-    case Combiner::kSum:
-      return 1.0f;
-    case Combiner::kMean:
-      return sum_weights == 0.0 ? 0.0f : static_cast<float>(1.0 / sum_weights);
-    case Combiner::kSqrtn:
-      return sum_squared_weights == 0.0 ? 0.0f
-                                        : static_cast<float>(1.0 / std::sqrt(sum_squared_weights));
-  }
-  return 0.0f;
 }
 
 struct Entry {
@@ -240,7 +225,8 @@ class Entries {
         ids_(ids.data()),
         weights_(weights.data()),
         size_(static_cast<int64_t>(ids.size())),
-        vocabulary_size_(static_cast<uint64_t>(std::max<int64_t>(context.table.vocabulary_size, 0))),
+        vocabulary_size_(
+            static_cast<uint64_t>(std::max<int64_t>(context.table.vocabulary_size, 0))),
         check_weights_(context.feature.validate_weights_and_indices) {}
 
   static constexpr bool kHasWeights = kWeighted;
@@ -250,10 +236,12 @@ class Entries {
   Entry load(int64_t i) const {
     const auto id = static_cast<int64_t>(ids_[i]);
     // One unsigned comparison rejects negative ids as well.
-    if (static_cast<uint64_t>(id) >= vocabulary_size_) [[unlikely]] fail_id(context_, i, id);
+    if (static_cast<uint64_t>(id) >= vocabulary_size_) [[unlikely]]
+      fail_id(context_, i, id);
     if constexpr (kWeighted) {
       const float weight = weights_[i];
-      if (check_weights_ && !std::isfinite(weight)) [[unlikely]] fail_weight(context_, i, weight);
+      if (check_weights_ && !std::isfinite(weight)) [[unlikely]]
+        fail_weight(context_, i, weight);
       return {id, weight};
     } else {
       return {id, 1.0f};
@@ -269,100 +257,110 @@ class Entries {
   bool check_weights_;
 };
 
-// Writes bags in order into `out`, sized once up front so that no call allocates after warm-up.
-template <bool kWeighted>
-class CsrWriter {
- public:
-  CsrWriter(Combiner combiner, int64_t num_bags, int64_t max_ids, CsrFeature& out)
-      : combiner_(combiner), num_bags_(num_bags), out_(out) {
-    out.offsets.resize(static_cast<size_t>(num_bags) + 1);
-    out.offsets[0] = 0;
-    out.bag_scales.resize(static_cast<size_t>(num_bags));
-    out.ids.resize(static_cast<size_t>(max_ids));
-    out.weights.resize(kWeighted ? static_cast<size_t>(max_ids) : 0);
-    offsets_ = out.offsets.data();
-    scales_ = out.bag_scales.data();
-    ids_ = out.ids.data();
-    weights_ = out.weights.data();
+float bag_scale(Combiner combiner, double sum_weights, double sum_squared_weights) {
+  switch (combiner) {
+    case Combiner::kSum:
+      return 1.0f;
+    case Combiner::kMean:
+      return sum_weights == 0.0 ? 0.0f : static_cast<float>(1.0 / sum_weights);
+    case Combiner::kSqrtn:
+      return sum_squared_weights == 0.0 ? 0.0f
+                                        : static_cast<float>(1.0 / std::sqrt(sum_squared_weights));
   }
+  return 0.0f;
+}
 
-  // bag must not be smaller than in the previous call.
-  void append(int64_t bag, Entry entry) {
-    while (bag_ < bag) close_bag();
-    ids_[size_] = entry.id;
+// The weight sums of the bag being written; unweighted bags use their id count instead.
+struct BagSums {
+  double sum = 0.0;
+  double sum_squares = 0.0;
+
+  void add(float weight) {
+    sum += weight;
+    sum_squares += static_cast<double>(weight) * weight;
+  }
+  template <bool kWeighted>
+  float scale(Combiner combiner, int64_t count) const {
     if constexpr (kWeighted) {
-      weights_[size_] = entry.weight;
-      sum_weights_ += entry.weight;
-      sum_squared_weights_ += static_cast<double>(entry.weight) * entry.weight;
-    }
-    ++size_;
-  }
-
-  void finish() {
-    while (bag_ < num_bags_) close_bag();
-    out_.ids.resize(static_cast<size_t>(size_));
-    if constexpr (kWeighted) out_.weights.resize(static_cast<size_t>(size_));
-  }
-
- private:
-  void close_bag() {
-    offsets_[bag_ + 1] = size_;
-    if constexpr (kWeighted) {
-      scales_[bag_] = bag_scale(combiner_, sum_weights_, sum_squared_weights_);
-      sum_weights_ = 0.0;
-      sum_squared_weights_ = 0.0;
+      return bag_scale(combiner, sum, sum_squares);
     } else {
-      const auto count = static_cast<double>(size_ - offsets_[bag_]);
-      scales_[bag_] = bag_scale(combiner_, count, count);
+      return bag_scale(combiner, static_cast<double>(count), static_cast<double>(count));
     }
-    ++bag_;
   }
-
-  Combiner combiner_;
-  int64_t num_bags_;
-  CsrFeature& out_;
-  int64_t* offsets_;
-  float* scales_;
-  int64_t* ids_;
-  float* weights_;
-  int64_t bag_ = 0;  // the bag being filled
-  int64_t size_ = 0;
-  double sum_weights_ = 0.0;
-  double sum_squared_weights_ = 0.0;
 };
 
+// Sizes out for num_bags bags of at most max_ids ids; within capacity this never allocates.
+void size_output(int64_t num_bags, int64_t max_ids, bool weighted, CsrFeature& out) {
+  out.offsets.resize(static_cast<size_t>(num_bags) + 1);
+  out.offsets[0] = 0;
+  out.bag_scales.resize(static_cast<size_t>(num_bags));
+  out.ids.resize(static_cast<size_t>(max_ids));
+  out.weights.resize(weighted ? static_cast<size_t>(max_ids) : 0);
+}
+
+void keep_ids(int64_t size, CsrFeature& out) {
+  out.ids.resize(static_cast<size_t>(size));
+  if (!out.weights.empty()) out.weights.resize(static_cast<size_t>(size));
+}
+
+// The fills keep their cursors in locals rather than in a writer object: a member counter is
+// reloaded after every store through the int64_t output pointers (measured 1.5-2x slower).
 template <typename EntriesT, typename RowBegin>
 void fill_rows(const EntriesT& entries, Layout layout, RowBegin row_begin, CsrFeature& out) {
+  constexpr bool kWeighted = EntriesT::kHasWeights;
+  const Combiner combiner = entries.context().table.combiner;
   const int64_t length = layout.sequence_length;
-  const int64_t num_bags = length > 0 ? layout.num_rows * length : layout.num_rows;
-  CsrWriter<EntriesT::kHasWeights> writer(entries.context().table.combiner, num_bags,
-                                          entries.size(), out);
+  size_output(length > 0 ? layout.num_rows * length : layout.num_rows, entries.size(), kWeighted,
+              out);
+  int64_t* offsets = out.offsets.data();
+  float* scales = out.bag_scales.data();
+  int64_t* ids = out.ids.data();
+  float* weights = out.weights.data();
+  int64_t size = 0;
   int64_t begin = row_begin(0);
   for (int64_t row = 0; row < layout.num_rows; ++row) {
     const int64_t end = row_begin(row + 1);
+    const int64_t kept = length > 0 ? std::min(end - begin, length) : end - begin;
+    BagSums sums;
     for (int64_t i = begin; i < end; ++i) {
-      const Entry entry = entries.load(i);  // truncated positions are validated too
-      if (length == 0) {
-        writer.append(row, entry);
-      } else if (i - begin < length) {
-        writer.append(row * length + (i - begin), entry);
+      const Entry entry = entries.load(i);  // positions a sequence drops are validated too
+      if (i - begin < kept) {
+        ids[size] = entry.id;
+        if constexpr (kWeighted) {
+          weights[size] = entry.weight;
+          sums.add(entry.weight);
+        }
+        ++size;
+      }
+    }
+    if (length == 0) {
+      offsets[row + 1] = size;
+      scales[row] = sums.scale<kWeighted>(combiner, kept);
+    } else {
+      // Bag row * L + p holds position p when the row has one; the others are padding.
+      const int64_t row_start = size - kept;
+      for (int64_t p = 0; p < length; ++p) {
+        const double weight = p >= kept ? 0.0 : kWeighted ? weights[row_start + p] : 1.0;
+        offsets[row * length + p + 1] = row_start + std::min(p + 1, kept);
+        scales[row * length + p] = bag_scale(combiner, weight, weight * weight);
       }
     }
     begin = end;
   }
-  writer.finish();
+  keep_ids(size, out);
 }
 
 template <typename Split>
 void check_row_splits(const Context& context, std::span<const Split> splits, size_t num_ids) {
   const auto fail_split = [&](size_t b, const std::string& why) {
-    fail(context, "row_splits[" + std::to_string(b) + "] = " + std::to_string(splits[b]) + " " + why);
+    fail(context,
+         "row_splits[" + std::to_string(b) + "] = " + std::to_string(splits[b]) + " " + why);
   };
   if (splits[0] != 0) fail_split(0, "must be 0");
   for (size_t b = 1; b < splits.size(); ++b) {
     if (splits[b] < splits[b - 1]) {
-      fail_split(b, "is less than row_splits[" + std::to_string(b - 1) + "] = " +
-                        std::to_string(splits[b - 1]));
+      fail_split(b, "is less than row_splits[" + std::to_string(b - 1) +
+                        "] = " + std::to_string(splits[b - 1]));
     }
   }
   const size_t last = splits.size() - 1;
@@ -371,15 +369,31 @@ void check_row_splits(const Context& context, std::span<const Split> splits, siz
   }
 }
 
-template <typename EntriesT>
-void fill_sparse(const EntriesT& entries, const SparseIds& sparse, Layout layout,
-                 CsrFeature& out) {
+// kRank is the rank when fixed at compile time (2, the common case, runs ~15% faster), else 0.
+template <size_t kRank, typename EntriesT>
+void fill_sparse(const EntriesT& entries, const SparseIds& sparse, Layout layout, CsrFeature& out) {
+  constexpr bool kWeighted = EntriesT::kHasWeights;
   const Context& context = entries.context();
+  const Combiner combiner = context.table.combiner;
   const int64_t length = layout.sequence_length;
   const int64_t num_bags = length > 0 ? layout.num_rows * length : layout.num_rows;
-  CsrWriter<EntriesT::kHasWeights> writer(context.table.combiner, num_bags, entries.size(), out);
+  size_output(num_bags, entries.size(), kWeighted, out);
+  int64_t* offsets = out.offsets.data();
+  float* scales = out.bag_scales.data();
+  int64_t* ids = out.ids.data();
+  float* weights = out.weights.data();
+  int64_t size = 0;
+  int64_t open_bag = 0;  // the bag being written; the ones before it are complete
+  BagSums sums;
+  const auto close_bags_before = [&](int64_t bag) {
+    for (; open_bag < bag; ++open_bag) {
+      offsets[open_bag + 1] = size;
+      scales[open_bag] = sums.scale<kWeighted>(combiner, size - offsets[open_bag]);
+      sums = BagSums();
+    }
+  };
   const std::vector<int64_t>& dense_shape = sparse.dense_shape;
-  const size_t rank = dense_shape.size();
+  const size_t rank = kRank > 0 ? kRank : dense_shape.size();
   const int64_t* index = sparse.indices.data();
   int64_t previous_bag = -1;
   int64_t previous_position = 0;
@@ -401,14 +415,19 @@ void fill_sparse(const EntriesT& entries, const SparseIds& sparse, Layout layout
     }
     previous_bag = bag;
     previous_position = position;
-    const Entry entry = entries.load(i);  // truncated positions are validated too
-    if (length == 0) {
-      writer.append(bag, entry);
-    } else if (position < length) {
-      writer.append(bag * length + position, entry);
+    const Entry entry = entries.load(i);  // positions a sequence drops are validated too
+    if (length == 0 || position < length) {
+      close_bags_before(length == 0 ? bag : bag * length + position);
+      ids[size] = entry.id;
+      if constexpr (kWeighted) {
+        weights[size] = entry.weight;
+        sums.add(entry.weight);
+      }
+      ++size;
     }
   }
-  writer.finish();
+  close_bags_before(num_bags);
+  keep_ids(size, out);
 }
 
 // Calls fill(entries) with the Entries view matching the id type and the presence of weights.
@@ -455,25 +474,32 @@ void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
   if (const auto* dense = std::get_if<DenseIds>(&input)) {
     const int64_t bag_size = dense->shape.size() == 1 ? 1 : dense->shape.back();
     with_entries(context, ids, weights, [&](const auto& entries) {
-      fill_rows(entries, layout, [bag_size](int64_t row) { return row * bag_size; }, out);
+      fill_rows(
+          entries, layout, [bag_size](int64_t row) { return row * bag_size; }, out);
     });
   } else if (const auto* ragged = std::get_if<RaggedIds>(&input)) {
     std::visit(
         [&](auto splits) {
           check_row_splits(context, splits, num_values(ids));
           with_entries(context, ids, weights, [&](const auto& entries) {
-            fill_rows(entries, layout,
-                      [splits](int64_t row) {
-                        return static_cast<int64_t>(splits[static_cast<size_t>(row)]);
-                      },
-                      out);
+            fill_rows(
+                entries, layout,
+                [splits](int64_t row) {
+                  return static_cast<int64_t>(splits[static_cast<size_t>(row)]);
+                },
+                out);
           });
         },
         ragged->row_splits);
   } else {
     const auto& sparse = std::get<SparseIds>(input);
-    with_entries(context, ids, weights,
-                 [&](const auto& entries) { fill_sparse(entries, sparse, layout, out); });
+    with_entries(context, ids, weights, [&](const auto& entries) {
+      if (sparse.dense_shape.size() == 2) {
+        fill_sparse<2>(entries, sparse, layout, out);
+      } else {
+        fill_sparse<0>(entries, sparse, layout, out);
+      }
+    });
   }
 }
 

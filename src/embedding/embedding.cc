@@ -70,6 +70,7 @@ struct Embedding::Impl {
 
   // Reused per-call buffers.
   std::vector<LookupTask> lookup_tasks;
+  std::vector<uint64_t> lookup_table_ids;   // ids per table in the batch being validated
   std::vector<float> zeros;                 // max dim
   std::vector<float> thread_scratch;        // 2 * max dim per thread
   std::vector<int64_t> thread_skipped_rows;  // per thread
@@ -137,7 +138,8 @@ struct Embedding::Impl {
   void lookup(std::span<const FeatureInput> inputs, std::span<const std::span<float>> activations) {
     check_feature_count(inputs.size(), "lookup inputs");
     check_feature_count(activations.size(), "lookup activations");
-    std::vector<uint64_t> table_ids(tables.size(), 0);
+    std::vector<uint64_t>& table_ids = lookup_table_ids;
+    table_ids.assign(tables.size(), 0);
     for (size_t f = 0; f < features.size(); ++f) {
       const TableConfig& table = tables[feature_table[f]];
       internal::normalize_feature(features[f], table, inputs[f], staging[f]);

@@ -12,8 +12,10 @@ namespace recemb::internal {
 // slots[0] = momenta m, slots[1] = velocities v (dim floats each):
 //   m = beta_1 * m + (1 - beta_1) * g;  v = beta_2 * v + (1 - beta_2) * g^2
 //   w -= lr_t * m / sqrt(v + epsilon^2)   if sum_inside_sqrt,  else  lr_t * m / (sqrt(v) + epsilon)
-// lr_t = lr, or with bias_correction lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), t = step + 1.
-// lazy_adam does not enter the row update: the engine also calls it with g = 0 on untouched rows.
+// lr_t = lr, or with bias_correction lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), t = step + 1
+// (epsilon is not rescaled, unlike jax-tpu-embedding's eps_hat = eps * sqrt(1 - beta_2^t)).
+// lazy_adam does not enter the row update: for non-lazy Adam the engine also calls it with g = 0
+// on the rows absent from the batch.
 class AdamUpdate {
  public:
   AdamUpdate(const Adam& hyperparameters, float learning_rate, int64_t step)

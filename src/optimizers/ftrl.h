@@ -14,7 +14,8 @@ namespace recemb::internal {
 // Standard form (linears hold z):
 //   n' = n + g^2;  z += g - (n'^p - n^p) / lr * w
 //   w = (clip(z, -l1, l1) - z) / ((n'^p + beta) / lr + 2 * l2);  n = n'
-// With lr == 0 this form is undefined (division by lr); the row and its slots are left unchanged.
+// It divides by lr: with lr == 0 (or a subnormal lr, whose inverse overflows) the row and its
+// slots are left unchanged.
 // multiply_linear_by_learning_rate (linears hold lr * z; the same weights for a constant lr, and
 // well defined for lr == 0):
 //   n' = n + g^2;  lr_z += lr * g - (n'^p - n^p) * w
@@ -24,7 +25,7 @@ class FtrlUpdate {
  public:
   FtrlUpdate(const Ftrl& hyperparameters, float learning_rate, int64_t /*step*/)
       : learning_rate_(learning_rate),
-        inverse_learning_rate_(learning_rate == 0.0f ? 0.0f : 1.0f / learning_rate),
+        inverse_learning_rate_(std::isnormal(learning_rate) ? 1.0f / learning_rate : 0.0f),
         power_(-hyperparameters.learning_rate_power),
         l1_(hyperparameters.l1_regularization_strength),
         two_l2_(2.0f * hyperparameters.l2_regularization_strength),
@@ -60,7 +61,7 @@ class FtrlUpdate {
                (n_new_power + scaled_denominator_offset_);
         n[d] = n_new;
       }
-    } else if (learning_rate_ != 0.0f) {
+    } else if (inverse_learning_rate_ != 0.0f) {
       for (int64_t d = 0; d < dim; ++d) {
         const float n_new = n[d] + g[d] * g[d];
         const float n_new_power = power(n_new);
@@ -73,7 +74,7 @@ class FtrlUpdate {
   }
 
   float learning_rate_;
-  float inverse_learning_rate_;  // 0 when learning_rate_ is 0 (then the standard form is skipped)
+  float inverse_learning_rate_;  // 0 when 1 / lr is not a float: the standard form is skipped
   float power_;
   float l1_;
   float two_l2_;

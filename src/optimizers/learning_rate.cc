@@ -1,7 +1,6 @@
 // Learning-rate validation and schedules (recemb/learning_rate.h).
 //
-// Schedules are evaluated in double and rounded to float once, so learning_rate_at returns the
-// float nearest to the formula's value.
+// Schedules are evaluated in double and rounded to float once, at the end.
 #include "recemb/learning_rate.h"
 
 #include <charconv>

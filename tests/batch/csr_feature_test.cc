@@ -1,10 +1,9 @@
 #include "batch/csr_feature.h"
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <cstdint>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <limits>
 #include <random>
 #include <string>
@@ -12,10 +11,6 @@
 #include <vector>
 
 #include "recemb/error.h"
-
-// GCC before 14 flags designated initializers that leave fields at their defaults, which is how
-// STYLE.md wants configs written (examples/cpp/CMakeLists.txt disables the warning the same way).
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 
 namespace recemb::internal {
 namespace {
@@ -39,6 +34,8 @@ struct Model {
 };
 
 enum class Kind { kDense, kDenseRank1, kRagged, kSparse };
+enum class IdWidth { k32, k64 };  // of the ids; ragged row_splits get the other width
+enum class Weights { kNone, kGiven };
 
 // Owns the arrays of one input; view() lends them out.
 struct Input {
@@ -54,8 +51,8 @@ struct Input {
   std::vector<float> weights;
 
   FeatureInput view() const {
-    const IdSpan values = wide_ids ? IdSpan(std::span<const int64_t>(ids))
-                                   : IdSpan(std::span<const int32_t>(ids32));
+    const IdSpan values =
+        wide_ids ? IdSpan(std::span<const int64_t>(ids)) : IdSpan(std::span<const int32_t>(ids32));
     switch (kind) {
       case Kind::kDense:
       case Kind::kDenseRank1:
@@ -68,12 +65,15 @@ struct Input {
       case Kind::kSparse:
         break;
     }
-    return SparseIds{.indices = indices, .values = values, .dense_shape = shape, .weights = weights};
+    return SparseIds{
+        .indices = indices, .values = values, .dense_shape = shape, .weights = weights};
   }
 };
 
-Input make_input(const Model& model, Kind kind, bool wide_ids, bool weighted) {
-  Input input{.kind = kind, .wide_ids = wide_ids, .wide_splits = !wide_ids};
+Input make_input(const Model& model, Kind kind, IdWidth width, Weights with_weights) {
+  const bool weighted = with_weights == Weights::kGiven;
+  Input input{
+      .kind = kind, .wide_ids = width == IdWidth::k64, .wide_splits = width == IdWidth::k32};
   input.splits.push_back(0);
   for (size_t row = 0; row < model.rows.size(); ++row) {
     for (const Entry& entry : model.rows[row]) {
@@ -104,8 +104,9 @@ struct Expected {
 };
 
 // The CSR form by definition, scales in long double summed back to front.
-Expected expected_csr(const Model& model, Combiner combiner, bool weighted, int64_t length,
+Expected expected_csr(const Model& model, Combiner combiner, Weights with_weights, int64_t length,
                       int64_t dim) {
+  const bool weighted = with_weights == Weights::kGiven;
   std::vector<std::vector<Entry>> bags;
   Expected expected;
   if (length == 0) {
@@ -159,14 +160,14 @@ void expect_csr(const CsrFeature& actual, const Expected& expected) {
   EXPECT_EQ(actual.num_bags(), static_cast<int64_t>(expected.scales.size()));
 }
 
-// A random model for `kind`; rank 3 (bag_dims of two) only for dense and sparse inputs.
-Model random_model(std::mt19937_64& rng, Kind kind, bool rank3, int64_t vocabulary_size) {
+// A random model for `kind` with 1 or 2 bag_dims (2 only for dense and sparse inputs).
+Model random_model(std::mt19937_64& rng, Kind kind, int num_bag_dims, int64_t vocabulary_size) {
   const auto uniform = [&rng](int64_t lo, int64_t hi) {
     return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
   };
   Model model;
   model.bag_dims = {uniform(0, 6)};
-  if (rank3) model.bag_dims = {uniform(1, 3), uniform(0, 3)};
+  if (num_bag_dims == 2) model.bag_dims = {uniform(1, 3), uniform(0, 3)};
   if (kind == Kind::kDenseRank1) model.width = 1;
   if (kind == Kind::kDense) model.width = uniform(0, 4);
   if (kind == Kind::kSparse) model.width = uniform(1, 6);
@@ -178,28 +179,28 @@ Model random_model(std::mt19937_64& rng, Kind kind, bool rank3, int64_t vocabula
     for (int64_t p = 0; p < length; ++p) {
       // Sparse rows skip positions; weights are multiples of 1/4 so every sum is exact.
       if (kind == Kind::kSparse && uniform(0, 2) == 0) continue;
-      model.rows.back().push_back({p, uniform(0, vocabulary_size - 1),
-                                   static_cast<float>(uniform(-8, 8)) / 4.0f});
+      model.rows.back().push_back(
+          {p, uniform(0, vocabulary_size - 1), static_cast<float>(uniform(-8, 8)) / 4.0f});
     }
     if (kind == Kind::kRagged) model.width = std::max<int64_t>(model.width, length);
   }
   return model;
 }
 
-using CrossParam = std::tuple<Kind, bool, bool, Combiner>;  // kind, wide ids, weighted, combiner
+using CrossParam = std::tuple<Kind, IdWidth, Weights, Combiner>;
 
 class CsrFeatureCrossTest : public ::testing::TestWithParam<CrossParam> {};
 
 TEST_P(CsrFeatureCrossTest, MatchesReferenceOnRandomInputs) {
-  const auto [kind, wide_ids, weighted, combiner] = GetParam();
+  const auto [kind, width, with_weights, combiner] = GetParam();
   const TableConfig table{.name = "t", .vocabulary_size = 7, .dim = 3, .combiner = combiner};
   CsrFeature out;
   for (uint64_t seed = 0; seed < 40; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
     const bool rank3 = (kind == Kind::kDense || kind == Kind::kSparse) && seed % 3 == 2;
-    const Model model = random_model(rng, kind, rank3, table.vocabulary_size);
-    const Input input = make_input(model, kind, wide_ids, weighted);
+    const Model model = random_model(rng, kind, rank3 ? 2 : 1, table.vocabulary_size);
+    const Input input = make_input(model, kind, width, with_weights);
     for (const int64_t length : {0, 1, 2, 5}) {
       SCOPED_TRACE("max_sequence_length " + std::to_string(length));
       if (kind == Kind::kDenseRank1 && length > 0) continue;
@@ -207,7 +208,7 @@ TEST_P(CsrFeatureCrossTest, MatchesReferenceOnRandomInputs) {
       normalize_feature(feature, table, input.view(), out);
       // Rank-3 inputs ignore max_sequence_length, as TF does for sparse ones.
       const int64_t effective_length = rank3 ? 0 : length;
-      expect_csr(out, expected_csr(model, combiner, weighted, effective_length, table.dim));
+      expect_csr(out, expected_csr(model, combiner, with_weights, effective_length, table.dim));
       EXPECT_EQ(activation_shape(feature, table, input.view()), out.activation_shape);
     }
   }
@@ -240,18 +241,19 @@ std::string combiner_label(Combiner combiner) {
 }
 
 std::string cross_name(const ::testing::TestParamInfo<CrossParam>& param_info) {
-  const auto [kind, wide_ids, weighted, combiner] = param_info.param;
-  return kind_name(kind) + (wide_ids ? "Int64" : "Int32") + (weighted ? "Weighted" : "Unweighted") +
-         combiner_label(combiner);
+  const auto [kind, width, with_weights, combiner] = param_info.param;
+  return kind_name(kind) + (width == IdWidth::k64 ? "Int64" : "Int32") +
+         (with_weights == Weights::kGiven ? "Weighted" : "Unweighted") + combiner_label(combiner);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllInputs, CsrFeatureCrossTest,
-    ::testing::Combine(::testing::Values(Kind::kDense, Kind::kDenseRank1, Kind::kRagged,
-                                         Kind::kSparse),
-                       ::testing::Bool(), ::testing::Bool(),
-                       ::testing::Values(Combiner::kSum, Combiner::kMean, Combiner::kSqrtn)),
-    cross_name);
+INSTANTIATE_TEST_SUITE_P(AllInputs, CsrFeatureCrossTest,
+                         ::testing::Combine(::testing::Values(Kind::kDense, Kind::kDenseRank1,
+                                                              Kind::kRagged, Kind::kSparse),
+                                            ::testing::Values(IdWidth::k32, IdWidth::k64),
+                                            ::testing::Values(Weights::kNone, Weights::kGiven),
+                                            ::testing::Values(Combiner::kSum, Combiner::kMean,
+                                                              Combiner::kSqrtn)),
+                         cross_name);
 
 // Table of TF's fixture: row r of a dim-d table is [d*r, d*r + 1, ..., d*r + d - 1].
 std::vector<std::vector<double>> fixture_activations(const CsrFeature& csr, int64_t dim) {
@@ -281,8 +283,10 @@ Model fixture_model(const std::vector<std::vector<int64_t>>& rows) {
 }
 
 TEST(CsrFeatureTest, TfFixtureSparseAndRagged) {
-  const TableConfig video{.name = "video", .vocabulary_size = 8, .dim = 4, .combiner = Combiner::kSum};
-  const TableConfig user{.name = "user", .vocabulary_size = 16, .dim = 2, .combiner = Combiner::kMean};
+  const TableConfig video{
+      .name = "video", .vocabulary_size = 8, .dim = 4, .combiner = Combiner::kSum};
+  const TableConfig user{
+      .name = "user", .vocabulary_size = 16, .dim = 2, .combiner = Combiner::kMean};
   const Model watched = fixture_model({{0}, {0, 1}, {0, 1}, {1}});
   const Model favorited = fixture_model({{0, 1}, {1}, {0}, {0, 1}});
   const Model friends = fixture_model({{3}, {0, 1, 2}, {3}, {0, 1, 2}});
@@ -290,28 +294,29 @@ TEST(CsrFeatureTest, TfFixtureSparseAndRagged) {
     SCOPED_TRACE(kind_name(kind));
     CsrFeature out;
     normalize_feature({.name = "watched", .table = "video"}, video,
-                      make_input(watched, kind, false, false).view(), out);
+                      make_input(watched, kind, IdWidth::k32, Weights::kNone).view(), out);
     EXPECT_THAT(out.activation_shape, ElementsAre(4, 4));
     EXPECT_THAT(out.offsets, ElementsAre(0, 1, 3, 5, 6));
     EXPECT_THAT(fixture_activations(out, 4),
                 ElementsAre(ElementsAre(0, 1, 2, 3), ElementsAre(4, 6, 8, 10),
                             ElementsAre(4, 6, 8, 10), ElementsAre(4, 5, 6, 7)));
     normalize_feature({.name = "favorited", .table = "video"}, video,
-                      make_input(favorited, kind, true, false).view(), out);
+                      make_input(favorited, kind, IdWidth::k64, Weights::kNone).view(), out);
     EXPECT_THAT(fixture_activations(out, 4)[1], ElementsAre(4, 5, 6, 7));
     normalize_feature({.name = "friends", .table = "user"}, user,
-                      make_input(friends, kind, true, false).view(), out);
+                      make_input(friends, kind, IdWidth::k64, Weights::kNone).view(), out);
     EXPECT_THAT(out.bag_scales, ElementsAre(1.0f, 1.0f / 3.0f, 1.0f, 1.0f / 3.0f));
     EXPECT_THAT(fixture_activations(out, 2)[0], ElementsAre(6, 7));
     EXPECT_NEAR(fixture_activations(out, 2)[1][0], 2.0, 1e-6);
 
-    // TF's sequence test: lengths 2 and 3 give the masks [[1, 0], [1, 1]] and [[1, 0, 0], [1, 1, 1]].
+    // TF's sequence test: lengths 2 and 3 give the masks [[1, 0], [1, 1]] and [[1, 0, 0], [1, 1,
+    // 1]].
     normalize_feature({.name = "watched", .table = "video", .max_sequence_length = 2}, video,
-                      make_input(watched, kind, true, false).view(), out);
+                      make_input(watched, kind, IdWidth::k64, Weights::kNone).view(), out);
     EXPECT_THAT(out.activation_shape, ElementsAre(4, 2, 4));
     EXPECT_THAT(out.offsets, ElementsAre(0, 1, 1, 2, 3, 4, 5, 6, 6));
     normalize_feature({.name = "friends", .table = "user", .max_sequence_length = 3}, user,
-                      make_input(friends, kind, false, false).view(), out);
+                      make_input(friends, kind, IdWidth::k32, Weights::kNone).view(), out);
     EXPECT_THAT(out.activation_shape, ElementsAre(4, 3, 2));
     EXPECT_THAT(out.offsets, ElementsAre(0, 1, 1, 1, 2, 3, 4, 5, 5, 5, 6, 7, 8));
     EXPECT_THAT(out.bag_scales, ElementsAre(1, 0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 1));
@@ -319,7 +324,8 @@ TEST(CsrFeatureTest, TfFixtureSparseAndRagged) {
 }
 
 TEST(CsrFeatureTest, TfFixtureDenseAndHighDimensional) {
-  const TableConfig video{.name = "video", .vocabulary_size = 8, .dim = 4, .combiner = Combiner::kSum};
+  const TableConfig video{
+      .name = "video", .vocabulary_size = 8, .dim = 4, .combiner = Combiner::kSum};
   const std::vector<int32_t> watched = {0, 0, 1, 0};
   CsrFeature out;
   normalize_feature({.name = "watched", .table = "video"}, video,
@@ -340,8 +346,9 @@ TEST(CsrFeatureTest, TfFixtureDenseAndHighDimensional) {
     }
   }
   const FeatureConfig feature{.name = "watched", .table = "video", .max_sequence_length = 2};
-  normalize_feature(feature, video, make_input(stacked, Kind::kSparse, true, false).view(), out);
-  expect_csr(out, expected_csr(stacked, Combiner::kSum, false, 0, 4));
+  normalize_feature(feature, video,
+                    make_input(stacked, Kind::kSparse, IdWidth::k64, Weights::kNone).view(), out);
+  expect_csr(out, expected_csr(stacked, Combiner::kSum, Weights::kNone, 0, 4));
   EXPECT_THAT(out.activation_shape, ElementsAre(4, 4, 4));
 }
 
@@ -384,12 +391,13 @@ TEST(CsrFeatureTest, SequenceBagsOfOneFollowTheCombiner) {
   const std::vector<int64_t> values = {1, 2, 3};
   const std::vector<int32_t> splits = {0, 3};
   const std::vector<float> weights = {-2.0f, 0.0f, 4.0f};
-  const RaggedIds input{.values = values, .row_splits = std::span<const int32_t>(splits),
-                        .weights = weights};
+  const RaggedIds input{
+      .values = values, .row_splits = std::span<const int32_t>(splits), .weights = weights};
   const FeatureConfig feature{.name = "f", .table = "t", .max_sequence_length = 4};
   CsrFeature out;
   const std::vector<std::pair<Combiner, std::vector<float>>> cases = {
-      {Combiner::kSum, {1, 1, 1, 1}}, {Combiner::kMean, {-0.5f, 0, 0.25f, 0}},
+      {Combiner::kSum, {1, 1, 1, 1}},
+      {Combiner::kMean, {-0.5f, 0, 0.25f, 0}},
       {Combiner::kSqrtn, {0.5f, 0, 0.25f, 0}}};
   for (const auto& [combiner, scales] : cases) {
     normalize_feature(feature, {.name = "t", .vocabulary_size = 4, .dim = 2, .combiner = combiner},
@@ -407,16 +415,17 @@ TEST(CsrFeatureTest, SequenceTruncatesAndPadsEveryInputKind) {
   // Ragged [[1, 2, 3], [4]]: position 2 is dropped, (1, 1) is padding.
   const std::vector<int64_t> ragged_values = {1, 2, 3, 4};
   const std::vector<int64_t> splits = {0, 3, 4};
-  normalize_feature(feature, table,
-                    RaggedIds{.values = ragged_values, .row_splits = std::span<const int64_t>(splits)},
-                    out);
+  normalize_feature(
+      feature, table,
+      RaggedIds{.values = ragged_values, .row_splits = std::span<const int64_t>(splits)}, out);
   EXPECT_THAT(out.offsets, ElementsAre(0, 1, 2, 3, 3));
   EXPECT_THAT(out.ids, ElementsAre(1, 2, 4));
   // Sparse with a gap: (0, 1) and (1, 0) are padding, (0, 2) is dropped.
   const std::vector<int64_t> indices = {0, 0, 0, 2, 1, 1};
   const std::vector<int32_t> sparse_values = {5, 6, 7};
   normalize_feature(feature, table,
-                    SparseIds{.indices = indices, .values = std::span<const int32_t>(sparse_values),
+                    SparseIds{.indices = indices,
+                              .values = std::span<const int32_t>(sparse_values),
                               .dense_shape = {2, 3}},
                     out);
   EXPECT_THAT(out.offsets, ElementsAre(0, 1, 1, 1, 2));
@@ -483,16 +492,19 @@ std::string error_of(const FeatureConfig& feature, const TableConfig& table,
 TEST(CsrFeatureErrorTest, IdsOutOfRangeNameFeatureExampleAndValue) {
   const TableConfig video{.name = "video", .vocabulary_size = 1000, .dim = 4};
   const FeatureConfig watched{.name = "watched", .table = "video"};
-  for (const bool wide_ids : {false, true}) {
-    SCOPED_TRACE(wide_ids ? "int64 ids" : "int32 ids");
+  for (const IdWidth width : {IdWidth::k32, IdWidth::k64}) {
+    SCOPED_TRACE(width == IdWidth::k64 ? "int64 ids" : "int32 ids");
     const Model rows = fixture_model({{1}, {2}, {3}, {4, 1200}});
-    const std::string ragged = error_of(watched, video, make_input(rows, Kind::kRagged, wide_ids, false).view());
+    const std::string ragged =
+        error_of(watched, video, make_input(rows, Kind::kRagged, width, Weights::kNone).view());
     EXPECT_THAT(ragged, HasSubstr("feature 'watched' (table 'video')"));
     EXPECT_THAT(ragged, HasSubstr("example 3, position 1: id 1200 is out of range [0, 1000)"));
-    EXPECT_THAT(error_of(watched, video, make_input(rows, Kind::kSparse, wide_ids, false).view()),
-                HasSubstr("entry [3, 1]: id 1200 is out of range"));
+    EXPECT_THAT(
+        error_of(watched, video, make_input(rows, Kind::kSparse, width, Weights::kNone).view()),
+        HasSubstr("entry [3, 1]: id 1200 is out of range"));
 
-    Input dense = make_input(fixture_model({{1, 2, 3}, {4, 5, -1}}), Kind::kDense, wide_ids, false);
+    Input dense =
+        make_input(fixture_model({{1, 2, 3}, {4, 5, -1}}), Kind::kDense, width, Weights::kNone);
     EXPECT_THAT(error_of(watched, video, dense.view()), HasSubstr("example 1, position 2: id -1 "));
     dense.shape = {1, 2, 3};
     EXPECT_THAT(error_of(watched, video, dense.view()),
@@ -502,21 +514,26 @@ TEST(CsrFeatureErrorTest, IdsOutOfRangeNameFeatureExampleAndValue) {
   }
   // Ids are checked even without weight validation and at positions a sequence drops.
   const Model truncated = fixture_model({{1, 2, 1000}});
-  EXPECT_THAT(error_of({.name = "watched", .table = "video", .max_sequence_length = 2,
-                        .validate_weights_and_indices = false},
-                       video, make_input(truncated, Kind::kRagged, true, false).view()),
-              HasSubstr("example 0, position 2: id 1000 is out of range"));
+  EXPECT_THAT(
+      error_of({.name = "watched",
+                .table = "video",
+                .max_sequence_length = 2,
+                .validate_weights_and_indices = false},
+               video, make_input(truncated, Kind::kRagged, IdWidth::k64, Weights::kNone).view()),
+      HasSubstr("example 0, position 2: id 1000 is out of range"));
 }
 
 TEST(CsrFeatureErrorTest, Weights) {
   const TableConfig table{.name = "t", .vocabulary_size = 10, .dim = 4};
-  Input input = make_input(fixture_model({{1, 2, 3}, {4, 5, 6}}), Kind::kRagged, true, true);
+  Input input = make_input(fixture_model({{1, 2, 3}, {4, 5, 6}}), Kind::kRagged, IdWidth::k64,
+                           Weights::kGiven);
   input.weights.pop_back();
   EXPECT_THAT(error_of({.name = "f", .table = "t"}, table, input.view()),
               HasSubstr("feature 'f' (table 't'): 5 weights for 6 ids"));
   input.weights = {1, 1, 1, 1, std::numeric_limits<float>::quiet_NaN(), 1};
-  EXPECT_THAT(error_of({.name = "f", .table = "t"}, table, input.view()),
-              HasSubstr("feature 'f' (table 't'): example 1, position 1: weight nan is not finite"));
+  EXPECT_THAT(
+      error_of({.name = "f", .table = "t"}, table, input.view()),
+      HasSubstr("feature 'f' (table 't'): example 1, position 1: weight nan is not finite"));
   input.weights[4] = -std::numeric_limits<float>::infinity();
   EXPECT_THAT(error_of({.name = "f", .table = "t"}, table, input.view()),
               HasSubstr("example 1, position 1: weight -inf is not finite"));
@@ -536,9 +553,10 @@ TEST(CsrFeatureErrorTest, Shapes) {
               HasSubstr("dense shape [-2, -3] has a negative dimension"));
   EXPECT_THAT(error_of(feature, table, DenseIds{.ids = ids, .shape = {2, 2}}),
               HasSubstr("dense shape [2, 2] needs 4 ids but 6 were given"));
-  EXPECT_THAT(error_of(feature, table,
-                       DenseIds{.ids = std::span<const int64_t>(), .shape = {int64_t{1} << 62, 8, 0}}),
-              HasSubstr("dense shape [4611686018427387904, 8, 0] is too large"));
+  EXPECT_THAT(
+      error_of(feature, table,
+               DenseIds{.ids = std::span<const int64_t>(), .shape = {int64_t{1} << 62, 8, 0}}),
+      HasSubstr("dense shape [4611686018427387904, 8, 0] is too large"));
   EXPECT_THAT(error_of({.name = "f", .table = "t", .max_sequence_length = 3}, table,
                        DenseIds{.ids = ids, .shape = {6}}),
               HasSubstr("feature 'f' (table 't') is a sequence feature (max_sequence_length 3)"));
@@ -565,9 +583,9 @@ TEST(CsrFeatureErrorTest, Shapes) {
   };
   EXPECT_THAT(sparse_error({0, 0}, {4}), HasSubstr("sparse dense_shape [4] has rank 1"));
   EXPECT_THAT(sparse_error({0, 0}, {4, -1}), HasSubstr("dense_shape [4, -1] has a negative"));
-  EXPECT_THAT(error_of(feature, table,
-                       SparseIds{.indices = ids, .values = ids, .dense_shape = {4, 4}}),
-              HasSubstr("sparse indices hold 6 values but 6 entries of rank 2 need 12"));
+  EXPECT_THAT(
+      error_of(feature, table, SparseIds{.indices = ids, .values = ids, .dense_shape = {4, 4}}),
+      HasSubstr("sparse indices hold 6 values but 6 entries of rank 2 need 12"));
   EXPECT_THAT(sparse_error({0, 0, 4, 0}, {4, 2}),
               HasSubstr("entry [4, 0] is outside dense_shape [4, 2]"));
   EXPECT_THAT(sparse_error({0, -1}, {4, 2}), HasSubstr("entry [0, -1] is outside dense_shape"));
@@ -583,7 +601,8 @@ TEST(CsrFeatureErrorTest, OutputShape) {
   const std::vector<int64_t> ids = {1, 2, 3, 4};
   const std::vector<int64_t> splits = {0, 1, 2, 3, 4};
   const RaggedIds ragged{.values = ids, .row_splits = std::span<const int64_t>(splits)};
-  const std::string error = error_of({.name = "f", .table = "t", .output_shape = {3}}, table, ragged);
+  const std::string error =
+      error_of({.name = "f", .table = "t", .output_shape = {3}}, table, ragged);
   EXPECT_THAT(error, HasSubstr("feature 'f' (table 't'): output_shape [3] (3 bags)"));
   EXPECT_THAT(error, HasSubstr("the input's 4 bags nor a multiple of its batch size"));
   EXPECT_THAT(error_of({.name = "f", .table = "t", .output_shape = {2, 0}}, table, ragged),
@@ -596,14 +615,15 @@ TEST(CsrFeatureErrorTest, OutputShape) {
               HasSubstr("matches neither the input's 4 bags (only ragged and rank-2 inputs"));
   const std::vector<int64_t> indices = {0, 0, 0};
   EXPECT_THAT(error_of({.name = "f", .table = "t", .output_shape = {4}}, table,
-                       SparseIds{.indices = indices, .values = std::span<const int64_t>(ids).first(1),
+                       SparseIds{.indices = indices,
+                                 .values = std::span<const int64_t>(ids).first(1),
                                  .dense_shape = {1, 2, 3}}),
               HasSubstr("output_shape [4] (4 bags) matches neither the input's 2 bags"));
 }
 
 TEST(CsrFeatureTest, ReusesCapacity) {
-  const TableConfig table{.name = "t", .vocabulary_size = 1000, .dim = 8,
-                          .combiner = Combiner::kSqrtn};
+  const TableConfig table{
+      .name = "t", .vocabulary_size = 1000, .dim = 8, .combiner = Combiner::kSqrtn};
   for (const int64_t length : {0, 20}) {
     SCOPED_TRACE("max_sequence_length " + std::to_string(length) + ", seed 7");
     const FeatureConfig feature{.name = "f", .table = "t", .max_sequence_length = length};

@@ -4,9 +4,8 @@
 //   w <- w - lr * (use_nesterov ? momentum * m + s : m)
 #include "optimizers/adagrad_momentum.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
+#include <gtest/gtest.h>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -94,14 +93,13 @@ TEST(AdagradMomentumUpdateTfTest, TfCorrectnessOneStep) {
   float* slots[] = {accumulator.data(), momentum.data()};
   AdagradMomentumUpdate(hyperparameters, 0.1f, 0)(w.data(), slots, g.data(), 4);
   const std::vector<double> zeros(4, 0.0);
-  expect_near_relative(accumulator, {6.4, 16.9, 32.4, 52.9}, zeros, 0.0, "a");
+  expect_near_relative(accumulator, {6.4, 16.9, 32.4, 52.9}, zeros, "a");
   expect_near_relative(momentum,
                        {4.286658318696995, 5.055844543526664, 5.640419232687489, 6.123069836780678},
-                       zeros, 0.0, "m");
-  expect_near_relative(w,
-                       {-0.8144650805524292, 0.03938953672993373, 0.9283203457893769,
-                        1.8366167310116712},
-                       {0.0, 1.0, 2.0, 3.0}, 0.0, "w");
+                       zeros, "m");
+  expect_near_relative(
+      w, {-0.8144650805524292, 0.03938953672993373, 0.9283203457893769, 1.8366167310116712},
+      {0.0, 1.0, 2.0, 3.0}, "w");
 }
 
 }  // namespace

@@ -2,9 +2,8 @@
 //   a <- a + g^2;  w <- w - lr * g / sqrt(a)
 #include "optimizers/adagrad.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
+#include <gtest/gtest.h>
 #include <vector>
 
 #include "recemb/optimizer.h"
@@ -42,10 +41,10 @@ TEST(AdagradUpdateTest, TfCorrectnessOneStep) {
   const std::vector<float> g = {8.0f, 13.0f, 18.0f, 23.0f};
   float* slots[] = {accumulator.data()};
   AdagradUpdate(Adagrad{}, 0.1f, 0)(w.data(), slots, g.data(), 4);
-  expect_near_relative(accumulator, {64.1, 169.1, 324.1, 529.1}, {0.1, 0.1, 0.1, 0.1}, 0.0, "a");
-  expect_near_relative(w, {-0.09992196643368784, 0.9000295726754951, 1.9000154285274389,
-                           2.9000094504560057},
-                       {0.0, 1.0, 2.0, 3.0}, 0.0, "w");
+  expect_near_relative(accumulator, {64.1, 169.1, 324.1, 529.1}, {0.1, 0.1, 0.1, 0.1}, "a");
+  expect_near_relative(
+      w, {-0.09992196643368784, 0.9000295726754951, 1.9000154285274389, 2.9000094504560057},
+      {0.0, 1.0, 2.0, 3.0}, "w");
 }
 
 }  // namespace

@@ -3,12 +3,11 @@
 #ifndef RECEMB_TESTS_OPTIMIZERS_REFERENCE_CHECK_H_
 #define RECEMB_TESTS_OPTIMIZERS_REFERENCE_CHECK_H_
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <gtest/gtest.h>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,12 +17,16 @@ namespace recemb::optimizer_testing {
 inline constexpr int64_t kDims[] = {1, 3, 8, 17, 64};
 inline constexpr int kRows = 4;
 inline constexpr int kSteps = 100;
-inline constexpr double kFloorFraction = 0.0;
 
 // A row and its slot rows in float64, as the references compute them.
 struct ReferenceRow {
   std::vector<double> w;
   std::vector<std::vector<double>> slots;
+  // Filled only by references whose results can cancel to near 0 from terms larger than the
+  // values before and after the step (FTRL's z += g - sigma * w): per value, the magnitude of
+  // those terms, which sets the size of float32's rounding error.
+  std::vector<double> w_terms;
+  std::vector<std::vector<double>> slot_terms;
 };
 
 // (row, g, lr, step) -> row after one step of the optimizer's equations.
@@ -46,27 +49,21 @@ inline float random_gradient(std::mt19937_64& rng) {
 }
 
 // Passes when every value is within 1e-5 of `expected` relative to the value's scale:
-//   |actual - expected| <= 1e-5 * max(|expected|, |before|, floor)
+//   |actual - expected| <= 1e-5 * max(|expected|, |before|, terms)
 // `before` is the value before the step: an update x' = x + t that cancels to x' ~ 0 keeps the
-// absolute rounding error of its terms, which max(|x|, |x'|) >= |t| / 2 bounds. `floor` covers
-// values computed from terms other than x (FTRL's weights near |z| = l1): the tests pass
-// 1e-3 * the largest magnitude of the quantity in the row, as such terms are of the row's order.
+// absolute rounding error of its terms, and max(|x|, |x'|) >= |t| / 2 bounds them. `terms`
+// (ReferenceRow::w_terms / slot_terms; empty: none) bounds the terms of other updates.
 inline void expect_near_relative(const std::vector<float>& actual,
                                  const std::vector<double>& expected,
-                                 const std::vector<double>& before, double floor,
-                                 const std::string& what) {
+                                 const std::vector<double>& before, const std::string& what,
+                                 const std::vector<double>& terms = {}) {
   constexpr double kRelativeTolerance = 1e-5;
   for (size_t d = 0; d < actual.size(); ++d) {
-    const double scale = std::max({std::abs(expected[d]), std::abs(before[d]), floor});
+    const double scale =
+        std::max({std::abs(expected[d]), std::abs(before[d]), terms.empty() ? 0.0 : terms[d]});
     EXPECT_LE(std::abs(actual[d] - expected[d]), kRelativeTolerance * scale)
         << what << "[" << d << "] = " << actual[d] << ", reference " << expected[d];
   }
-}
-
-inline double largest_magnitude(const std::vector<double>& a, const std::vector<double>& b) {
-  double largest = 0.0;
-  for (size_t d = 0; d < a.size(); ++d) largest = std::max({largest, std::abs(a[d]), std::abs(b[d])});
-  return largest;
 }
 
 inline std::vector<double> to_double(const std::vector<float>& values) {
@@ -106,13 +103,15 @@ void expect_steps_match_reference(const Hyperparameters& hyperparameters, float 
       const float step_learning_rate =
           constant_learning_rate
               ? learning_rate
-              : learning_rate * static_cast<float>(std::uniform_real_distribution<double>(0.5, 1.5)(rng));
+              : learning_rate *
+                    static_cast<float>(std::uniform_real_distribution<double>(0.5, 1.5)(rng));
       const Update update(hyperparameters, step_learning_rate, step);
       for (int row = 0; row < kRows; ++row) {
         SCOPED_TRACE("row " + std::to_string(row));
         std::vector<float> g(dim);
         for (float& value : g) value = random_gradient(rng);
-        ReferenceRow before{to_double(weights[row]), {}};
+        ReferenceRow before;
+        before.w = to_double(weights[row]);
         std::vector<float*> slot_pointers;
         for (std::vector<float>& slot : slots[row]) {
           before.slots.push_back(to_double(slot));
@@ -121,12 +120,11 @@ void expect_steps_match_reference(const Hyperparameters& hyperparameters, float 
         ReferenceRow expected = before;
         update(weights[row].data(), slot_pointers.data(), g.data(), dim);
         reference(expected, to_double(g), step_learning_rate, step);
-        expect_near_relative(weights[row], expected.w, before.w,
-                             kFloorFraction * largest_magnitude(before.w, expected.w), "w");
+        expect_near_relative(weights[row], expected.w, before.w, "w", expected.w_terms);
         for (size_t i = 0; i < slots[row].size(); ++i) {
-          expect_near_relative(slots[row][i], expected.slots[i], before.slots[i],
-                               kFloorFraction * largest_magnitude(before.slots[i], expected.slots[i]),
-                               "slot " + std::to_string(i));
+          expect_near_relative(
+              slots[row][i], expected.slots[i], before.slots[i], "slot " + std::to_string(i),
+              expected.slot_terms.empty() ? std::vector<double>() : expected.slot_terms[i]);
         }
       }
       if (::testing::Test::HasFailure()) return;

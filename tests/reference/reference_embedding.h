@@ -1,9 +1,9 @@
 // An independent float64 model of the whole recemb::Embedding layer, for tests.
 //
 // Written from the specification (/work/shared/reference/tf_tpu_embedding.md §2-§4 and the
-// contracts in include/recemb/*.h), never from src/: plain loops over explicit bags of (id, weight),
-// double everywhere, its own learning-rate schedules and optimizer formulas. It shares only the
-// public config and input types with the library.
+// contracts in include/recemb/*.h), never from src/: plain loops over explicit bags of (id,
+// weight), double everywhere, its own learning-rate schedules and optimizer formulas. It shares
+// only the public config and input types with the library.
 //
 // What it models:
 //   lookup:  every input (dense [B] / [..., N], ragged, sparse, sequence features, output_shape)
@@ -115,8 +115,9 @@ class ReferenceEmbedding {
   ExpandedFeature expand(size_t feature, const FeatureInput& input) const;
   size_t table_index(std::string_view name) const;
   std::vector<double> gains(const Cell& cell, Combiner combiner) const;
-  void update_table(Table& table, const std::map<int64_t, std::vector<std::vector<double>>>&
-                                      contributions_by_row);
+  void update_table(
+      Table& table,
+      const std::map<int64_t, std::vector<std::vector<double>>>& contributions_by_row);
 
   std::vector<Table> tables_;
   std::vector<FeatureConfig> features_;
