@@ -49,8 +49,8 @@ using LearningRate =
 // (a constant must be finite and >= 0; a callback must be non-empty).
 RECEMB_EXPORT void validate_learning_rate(const LearningRate& learning_rate, std::string_view owner);
 
-// The learning rate at `step`. Throws InvalidArgument if a callback returns a negative or
-// non-finite value.
+// The learning rate at `step`. Throws InvalidArgument if the result is negative or not a finite
+// float (a callback's bad return value, or a growing ExponentialDecay past the float range).
 RECEMB_EXPORT float learning_rate_at(const LearningRate& learning_rate, int64_t step);
 
 }  // namespace recemb

@@ -71,6 +71,7 @@ struct Embedding::Impl {
   // Reused per-call buffers.
   std::vector<LookupTask> lookup_tasks;
   std::vector<uint64_t> lookup_table_ids;   // ids per table in the batch being validated
+  std::vector<float> learning_rates;        // per table, for the step being applied
   std::vector<float> zeros;                 // max dim
   std::vector<float> thread_scratch;        // 2 * max dim per thread
   std::vector<int64_t> thread_skipped_rows;  // per thread
@@ -189,26 +190,27 @@ struct Embedding::Impl {
 
   // The learning rate of every table for this step; each distinct schedule (the global
   // optimizer's, each table's own) is evaluated once.
-  std::vector<float> learning_rates() const {
-    std::vector<float> rates(tables.size(), 0.0f);
+  void evaluate_learning_rates() {
+    learning_rates.assign(tables.size(), 0.0f);
     std::optional<float> global_rate;
     for (size_t t = 0; t < tables.size(); ++t) {
       if (tables[t].optimizer) {
-        rates[t] = learning_rate_at(
-            std::visit([](const auto& o) -> const LearningRate& { return o.learning_rate; },
-                       *tables[t].optimizer),
-            step);
+        learning_rates[t] = learning_rate_of(*tables[t].optimizer, "table '" + tables[t].name + "'");
       } else if (options.optimizer) {
-        if (!global_rate) {
-          global_rate = learning_rate_at(
-              std::visit([](const auto& o) -> const LearningRate& { return o.learning_rate; },
-                         *options.optimizer),
-              step);
-        }
-        rates[t] = *global_rate;
+        if (!global_rate) global_rate = learning_rate_of(*options.optimizer, "the global optimizer");
+        learning_rates[t] = *global_rate;
       }
     }
-    return rates;
+  }
+
+  float learning_rate_of(const Optimizer& optimizer, const std::string& owner) const {
+    const LearningRate& rate =
+        std::visit([](const auto& o) -> const LearningRate& { return o.learning_rate; }, optimizer);
+    try {
+      return learning_rate_at(rate, step);
+    } catch (const InvalidArgument& error) {
+      throw InvalidArgument(owner + ": step " + std::to_string(step) + ": " + error.what());
+    }
   }
 
   void check_gradients(std::span<const std::span<const float>> gradients) const {
@@ -251,7 +253,7 @@ struct Embedding::Impl {
           "apply_gradients needs a lookup first (each lookup's batch is applied at most once)");
     }
     check_gradients(gradients);
-    const std::vector<float> rates = learning_rates();
+    evaluate_learning_rates();
     // Validated: commit.
     has_pending = false;
     pool.parallel_for(static_cast<int64_t>(states.size()), [&](int64_t t, int) {
@@ -263,7 +265,7 @@ struct Embedding::Impl {
     });
     std::fill(thread_skipped_rows.begin(), thread_skipped_rows.end(), 0);
     for (size_t t = 0; t < states.size(); ++t) {
-      if (states[t].optimizer()) update_table(states[t], rates[t]);
+      if (states[t].optimizer()) update_table(states[t], learning_rates[t]);
     }
     for (const int64_t skipped : thread_skipped_rows) skipped_rows += skipped;
     ++step;
