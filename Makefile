@@ -76,7 +76,8 @@ test-release:
 	 $(call CTEST,release); \
 	 $(PHASE_END)
 
-# Library and tests only (the presets turn benchmarks and examples off), -O1 -g.
+# Library and tests only (the preset turns benchmarks and examples off), Debug (-O0 -g).
+# TSan below: the same, RelWithDebInfo at -O1 -g.
 test-asan:
 	@$(PHASE_START); \
 	 cmake --preset asan-ubsan; \

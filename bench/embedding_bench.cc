@@ -57,6 +57,15 @@ constexpr int64_t kUniqueSampleBatches = 4;     // batches averaged for the uniq
 constexpr float kGradientScale = 1e-3f;         // the fixed gradient is uniform in +-this
 constexpr int kCacheLineFloats = 16;
 
+// The plain loops are compiled for AVX-512, AVX2 and baseline x86-64 and the best one the CPU
+// supports is picked at load time (GCC/Clang function multi-versioning), so that they show what
+// the machine can do, whatever ISA the library itself was built for.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define RECEMB_BENCH_BEST_ISA __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define RECEMB_BENCH_BEST_ISA
+#endif
+
 bool env_flag(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
@@ -192,7 +201,7 @@ std::pair<int64_t, int64_t> split(int64_t count, int part, int parts) {
 
 // Sum of n floats with 16 independent partial sums (a single float sum would not vectorise
 // without -ffast-math).
-float sum_floats(const float* values, int64_t n) {
+RECEMB_BENCH_BEST_ISA float sum_floats(const float* values, int64_t n) {
   constexpr int64_t kLanes = 16;
   float lanes[kLanes] = {};
   int64_t i = 0;
@@ -367,8 +376,9 @@ inline void prefetch_row(const float* row, int64_t dim, bool for_write) {
 }
 
 // out[b] = sum of the rows of bag b, for bags [first_bag, last_bag) of a dense [B, L] id batch.
-void gather_sum(const float* table, int64_t dim, const int64_t* ids, int64_t bag_size,
-                int64_t first_bag, int64_t last_bag, float* out) {
+RECEMB_BENCH_BEST_ISA void gather_sum(const float* table, int64_t dim, const int64_t* ids,
+                                      int64_t bag_size, int64_t first_bag, int64_t last_bag,
+                                      float* out) {
   const int64_t end = last_bag * bag_size;
   for (int64_t b = first_bag; b < last_bag; ++b) {
     float* __restrict acc = out + b * dim;
@@ -383,20 +393,24 @@ void gather_sum(const float* table, int64_t dim, const int64_t* ids, int64_t bag
   }
 }
 
-// row -= lr * gradient[bag] for every id of the batch whose row belongs to thread `part` of
-// `parts` (row % parts == part): every row is written by one thread only, so no locks and no data
-// race; duplicates are applied one after the other (no de-duplication).
-void sgd_scatter(float* table, int64_t dim, const int64_t* ids, int64_t bag_size,
-                 const float* gradient, float learning_rate, int part, int parts) {
+// row -= lr * gradient[bag] for every id of the batch whose row is in [first_row, last_row): with
+// one row range per thread, every row is written by one thread only (no locks, no data race);
+// duplicates are applied one after the other (no de-duplication).
+RECEMB_BENCH_BEST_ISA void sgd_scatter(float* table, int64_t dim, const int64_t* ids,
+                                       int64_t bag_size, const float* gradient, float learning_rate,
+                                       int64_t first_row, int64_t last_row) {
+  const auto owned = [=](int64_t row) { return row >= first_row && row < last_row; };
   const int64_t end = kBatchSize * bag_size;
-  for (int64_t j = 0; j < end; ++j) {
-    if (j + kPrefetchDistance < end && ids[j + kPrefetchDistance] % parts == part) {
-      prefetch_row(table + ids[j + kPrefetchDistance] * dim, dim, true);
+  for (int64_t b = 0; b < kBatchSize; ++b) {
+    const float* __restrict g = gradient + b * dim;
+    for (int64_t j = b * bag_size; j < (b + 1) * bag_size; ++j) {
+      if (j + kPrefetchDistance < end && owned(ids[j + kPrefetchDistance])) {
+        prefetch_row(table + ids[j + kPrefetchDistance] * dim, dim, true);
+      }
+      if (!owned(ids[j])) continue;
+      float* __restrict row = table + ids[j] * dim;
+      for (int64_t d = 0; d < dim; ++d) row[d] -= learning_rate * g[d];
     }
-    if (ids[j] % parts != part) continue;
-    float* __restrict row = table + ids[j] * dim;
-    const float* __restrict g = gradient + (j / bag_size) * dim;
-    for (int64_t d = 0; d < dim; ++d) row[d] -= learning_rate * g[d];
   }
 }
 
@@ -481,7 +495,9 @@ void BM_GatherSgdRoofline(benchmark::State& state, Case c) {
     gather_sum(table, c.dim, batches.ids[next], c.bag_size, first, last, out.data());
   };
   const std::function<void(int)> scatter = [&](int t) {
-    sgd_scatter(table, c.dim, batches.ids[next], c.bag_size, gradient, learning_rate, t, c.threads);
+    const auto [first_row, last_row] = split(c.rows(), t, c.threads);
+    sgd_scatter(table, c.dim, batches.ids[next], c.bag_size, gradient, learning_rate, first_row,
+                last_row);
   };
   for (auto _ : state) {
     workers.run(gather);
@@ -499,11 +515,13 @@ void BM_LookupAndUpdate(benchmark::State& state, Case c, std::string optimizer) 
   std::vector<float> activations(static_cast<size_t>(kBatchSize * c.dim));
   const std::span<float> outputs[] = {activations};
   const std::span<const float> gradients[] = {gradient_for(c.dim)};
+  recemb::LookupBatch batch;
   size_t next = 0;
   for (auto _ : state) {
-    embedding.lookup(std::span<const recemb::FeatureInput>(&batches.inputs[next], 1), outputs);
+    embedding.lookup(std::span<const recemb::FeatureInput>(&batches.inputs[next], 1), outputs,
+                     batch);
     benchmark::DoNotOptimize(activations.data());
-    embedding.apply_gradients(gradients);
+    embedding.apply_gradients(batch, gradients);
     benchmark::ClobberMemory();
     next = (next + 1) % batches.inputs.size();
   }

@@ -68,6 +68,7 @@ int main() {
       recemb::DenseIds{.ids = std::span<const int64_t>(items), .shape = {kBatchSize}}};
   const std::vector<std::span<float>> activations = {user_activations, item_activations};
   const std::vector<std::span<const float>> gradients = {user_gradients, item_gradients};
+  recemb::LookupBatch batch;  // what apply_gradients needs from the lookup, reused every step
 
   double loss_sum = 0.0, true_loss_sum = 0.0, first_loss = 0.0, last_loss = 0.0;
   int64_t count = 0;
@@ -82,7 +83,7 @@ int main() {
       true_loss_sum += log_loss(true_logit, labels[b]);
     }
 
-    model.lookup(inputs, activations);
+    model.lookup(inputs, activations, batch);
     for (int64_t b = 0; b < kBatchSize; ++b) {
       const auto user = row(user_activations, b), item = row(item_activations, b);
       const float logit = dot(user, item);
@@ -93,7 +94,7 @@ int main() {
         item_gradients[b * kDim + d] = gradient * user[d];
       }
     }
-    model.apply_gradients(gradients);
+    model.apply_gradients(batch, gradients);
 
     count += kBatchSize;
     if (step == 1 || step % kReportEvery == 0) {

@@ -1,7 +1,8 @@
 // Non-owning views of one feature's ids (and optional weights) for one step.
 //
 // The views borrow the caller's arrays; nothing is copied on the way in. They must stay valid for
-// the duration of the call they are passed to (Embedding::lookup copies what apply_gradients needs).
+// the duration of the call they are passed to (a training lookup copies what apply_gradients needs
+// into its LookupBatch).
 // All arrays are row-major and contiguous.
 #ifndef RECEMB_BATCH_H_
 #define RECEMB_BATCH_H_

@@ -5,9 +5,10 @@
 //       {{.name = "video", .vocabulary_size = 1000, .dim = 16}},
 //       {{.name = "watched", .table = "video"}, {.name = "liked", .table = "video"}},
 //       {.optimizer = recemb::Adagrad{.learning_rate = 0.1f}});
-//   layer.lookup(inputs, activations);      // one FeatureInput and one output span per feature
+//   recemb::LookupBatch batch;
+//   layer.lookup(inputs, activations, batch);   // one FeatureInput and output span per feature
 //   ... the dense model computes d(loss)/d(activations) ...
-//   layer.apply_gradients(gradients);       // one gradient span per feature
+//   layer.apply_gradients(batch, gradients);    // one gradient span per feature
 //
 // Thread safety: an Embedding is not safe for concurrent calls; each call uses the Embedding's own
 // worker threads internally. Different Embedding objects are independent.
@@ -47,6 +48,29 @@ struct EmbeddingOptions {
   NonFiniteGradients non_finite_gradients = NonFiniteGradients::kReject;
 };
 
+class Embedding;
+
+// The validated, normalised ids of one training lookup: what apply_gradients needs. Owned by the
+// caller; reusable (a new lookup into it reuses its memory); move-only. Belongs to the Embedding
+// that filled it.
+class RECEMB_EXPORT LookupBatch {
+ public:
+  LookupBatch();
+  ~LookupBatch();
+  LookupBatch(LookupBatch&&) noexcept;
+  LookupBatch& operator=(LookupBatch&&) noexcept;
+  LookupBatch(const LookupBatch&) = delete;
+  LookupBatch& operator=(const LookupBatch&) = delete;
+
+  // Whether it holds a lookup not applied yet.
+  bool applicable() const;
+
+ private:
+  friend class Embedding;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 class RECEMB_EXPORT Embedding {
  public:
   // Validates every config (InvalidArgument naming the item and field: empty or duplicate names,
@@ -73,26 +97,33 @@ class RECEMB_EXPORT Embedding {
   // InvalidArgument if the input does not fit the feature's config.
   std::vector<int64_t> activation_shape(size_t feature, const FeatureInput& input) const;
 
-  // Looks up and combines every feature's ids.
+  // Looks up and combines every feature's ids (a pure lookup: nothing is kept for training).
   //   inputs:      one per feature, in feature order.
   //   activations: one per feature; activations[f] has exactly
   //                product(activation_shape(f, inputs[f])) floats and receives them row-major.
   // Validates all inputs first (ids in range, weights matching their ids, shapes matching the
   // config, finite weights): on error throws InvalidArgument naming the feature, the example and
-  // the value, and changes nothing. On success the batch is kept (copied) for apply_gradients.
+  // the value, and changes nothing.
   void lookup(std::span<const FeatureInput> inputs, std::span<const std::span<float>> activations);
 
-  // Applies d(loss)/d(activations) of the most recent lookup and increments step().
+  // The same lookup, which also keeps in `batch` (a copy of) what apply_gradients needs, so the
+  // caller's input arrays may be released after it returns. `batch` is overwritten, reusing its
+  // memory; on a throw it is left empty (not applicable).
+  void lookup(std::span<const FeatureInput> inputs, std::span<const std::span<float>> activations,
+              LookupBatch& batch);
+
+  // Applies d(loss)/d(activations) of the lookup recorded in `batch`, marks the batch applied and
+  // increments step(). Several batches may be looked up before they are applied, in any order.
   //   gradients: one per feature, in feature order, shaped as that feature's activation; an empty
   //              span stands for zeros (the feature's rows still count as touched, as TF's None).
   // For each row of each table, the contributions of all its occurrences (all features sharing the
   // table, examples, positions; weighted by the combiner's gain) are summed in a fixed order
   // (feature, example, position), then the table's optimizer updates the row and its slots once
   // (see optimizer.h). Results are bitwise identical for any num_threads.
-  // Throws FailedPrecondition without a preceding lookup (each lookup can be applied once) or when
-  // a touched table has no optimizer; InvalidArgument for a wrong gradient size or (kReject) a
-  // non-finite value. Either way, nothing changes.
-  void apply_gradients(std::span<const std::span<const float>> gradients);
+  // Throws FailedPrecondition if `batch` holds no lookup of this Embedding or was already applied,
+  // or when a touched table has no optimizer; InvalidArgument for a wrong gradient size or
+  // (kReject) a non-finite value. Either way, nothing changes (the batch stays applicable).
+  void apply_gradients(LookupBatch& batch, std::span<const std::span<const float>> gradients);
 
   // Rows left unchanged by NonFiniteGradients::kSkipRows, summed over all steps.
   int64_t skipped_rows() const;
@@ -106,6 +137,10 @@ class RECEMB_EXPORT Embedding {
   void read_variable(std::string_view table, std::string_view variable, std::span<float> out) const;
   void write_variable(std::string_view table, std::string_view variable,
                       std::span<const float> values);
+  // The variable's memory itself, row-major (zero-copy access for bindings and exporters). Valid
+  // as long as the Embedding (or the object it is moved into) lives. Writing through it is
+  // allowed while no other call on the Embedding runs; values written are not validated.
+  std::span<float> variable_data(std::string_view table, std::string_view variable);
 
  private:
   struct Impl;

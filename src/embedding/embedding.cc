@@ -1,6 +1,7 @@
 #include "recemb/embedding.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -51,7 +52,26 @@ struct LookupTask {
 
 }  // namespace
 
+// Identifies an Embedding for the lifetime of the process (never reused, unlike an address).
+uint64_t next_embedding_id() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
+
+struct LookupBatch::Impl {
+  uint64_t owner = 0;  // id of the Embedding that filled it; 0: none
+  std::vector<CsrFeature> features;
+  bool applicable = false;
+};
+
+LookupBatch::LookupBatch() : impl_(std::make_unique<Impl>()) {}
+LookupBatch::~LookupBatch() = default;
+LookupBatch::LookupBatch(LookupBatch&&) noexcept = default;
+LookupBatch& LookupBatch::operator=(LookupBatch&&) noexcept = default;
+bool LookupBatch::applicable() const { return impl_ != nullptr && impl_->applicable; }
+
 struct Embedding::Impl {
+  const uint64_t id = next_embedding_id();
   std::vector<TableConfig> tables;
   std::vector<FeatureConfig> features;
   EmbeddingOptions options;
@@ -62,11 +82,8 @@ struct Embedding::Impl {
   int64_t step = 0;
   int64_t skipped_rows = 0;
 
-  // The batch of the last lookup (pending until applied), and the buffers the next lookup
-  // validates into before it replaces it.
-  std::vector<CsrFeature> pending;
-  std::vector<CsrFeature> staging;
-  bool has_pending = false;
+  // The normalised inputs of a pure lookup (one that keeps no LookupBatch).
+  std::vector<CsrFeature> scratch_batch;
 
   // Reused per-call buffers.
   std::vector<LookupTask> lookup_tasks;
@@ -98,8 +115,7 @@ struct Embedding::Impl {
     zeros.assign(static_cast<size_t>(max_dim), 0.0f);
     thread_scratch.assign(static_cast<size_t>(2 * max_dim * pool.num_threads()), 0.0f);
     thread_skipped_rows.assign(static_cast<size_t>(pool.num_threads()), 0);
-    pending.resize(features.size());
-    staging.resize(features.size());
+    scratch_batch.resize(features.size());
     initialize_tables();
   }
 
@@ -136,34 +152,33 @@ struct Embedding::Impl {
     }
   }
 
-  void lookup(std::span<const FeatureInput> inputs, std::span<const std::span<float>> activations) {
+  // Validates and normalises `inputs` into `batch`, checks the activation buffers, then pools.
+  void lookup(std::span<const FeatureInput> inputs, std::span<const std::span<float>> activations,
+              std::vector<CsrFeature>& batch) {
     check_feature_count(inputs.size(), "lookup inputs");
     check_feature_count(activations.size(), "lookup activations");
     std::vector<uint64_t>& table_ids = lookup_table_ids;
     table_ids.assign(tables.size(), 0);
     for (size_t f = 0; f < features.size(); ++f) {
       const TableConfig& table = tables[feature_table[f]];
-      internal::normalize_feature(features[f], table, inputs[f], staging[f]);
-      const int64_t expected = product(staging[f].activation_shape);
+      internal::normalize_feature(features[f], table, inputs[f], batch[f]);
+      const int64_t expected = product(batch[f].activation_shape);
       if (static_cast<int64_t>(activations[f].size()) != expected) {
         throw InvalidArgument("feature '" + features[f].name + "': activation buffer holds " +
                               std::to_string(activations[f].size()) + " floats, expected " +
-                              shape_string(staging[f].activation_shape) + " = " +
+                              shape_string(batch[f].activation_shape) + " = " +
                               std::to_string(expected));
       }
-      table_ids[feature_table[f]] += staging[f].ids.size();
+      table_ids[feature_table[f]] += batch[f].ids.size();
       if (table_ids[feature_table[f]] >= std::numeric_limits<uint32_t>::max()) {
         throw InvalidArgument("table '" + table.name + "': more than 2^32 - 1 ids in one batch");
       }
     }
-    // Validated: commit.
-    std::swap(pending, staging);
-    has_pending = true;
-
+    // Validated.
     lookup_tasks.clear();
     for (size_t f = 0; f < features.size(); ++f) {
-      const int64_t num_bags = pending[f].num_bags();
-      const auto num_ids = static_cast<int64_t>(pending[f].ids.size());
+      const int64_t num_bags = batch[f].num_bags();
+      const auto num_ids = static_cast<int64_t>(batch[f].ids.size());
       const int64_t bags_per_task =
           num_ids == 0 ? std::max<int64_t>(num_bags, 1)
                        : std::max<int64_t>(1, kIdsPerLookupTask * num_bags / num_ids);
@@ -173,7 +188,7 @@ struct Embedding::Impl {
     }
     pool.parallel_for(static_cast<int64_t>(lookup_tasks.size()), [&](int64_t k, int) {
       const LookupTask& task = lookup_tasks[static_cast<size_t>(k)];
-      const CsrFeature& csr = pending[task.feature];
+      const CsrFeature& csr = batch[task.feature];
       const TableState& state = states[feature_table[task.feature]];
       const TableConfig& table = state.config();
       const internal::PoolInput input{
@@ -213,10 +228,11 @@ struct Embedding::Impl {
     }
   }
 
-  void check_gradients(std::span<const std::span<const float>> gradients) const {
+  void check_gradients(const std::vector<CsrFeature>& batch,
+                       std::span<const std::span<const float>> gradients) const {
     check_feature_count(gradients.size(), "apply_gradients gradients");
     for (size_t f = 0; f < features.size(); ++f) {
-      const std::vector<int64_t>& shape = pending[f].activation_shape;
+      const std::vector<int64_t>& shape = batch[f].activation_shape;
       const int64_t expected = product(shape);
       const auto size = static_cast<int64_t>(gradients[f].size());
       if (size != 0 && size != expected) {
@@ -238,7 +254,7 @@ struct Embedding::Impl {
     for (size_t t = 0; t < tables.size(); ++t) {
       if (states[t].optimizer()) continue;
       for (const size_t f : table_features[t]) {
-        if (!pending[f].ids.empty()) {
+        if (!batch[f].ids.empty()) {
           throw FailedPrecondition("table '" + tables[t].name +
                                    "' has no optimizer (neither its own nor a global one), so "
                                    "apply_gradients cannot update it");
@@ -247,19 +263,21 @@ struct Embedding::Impl {
     }
   }
 
-  void apply_gradients(std::span<const std::span<const float>> gradients) {
-    if (!has_pending) {
+  void apply_gradients(LookupBatch::Impl& batch,
+                       std::span<const std::span<const float>> gradients) {
+    if (batch.owner != id || !batch.applicable || batch.features.size() != features.size()) {
       throw FailedPrecondition(
-          "apply_gradients needs a lookup first (each lookup's batch is applied at most once)");
+          "apply_gradients needs a LookupBatch filled by this Embedding's lookup and not applied "
+          "yet (each lookup is applied at most once)");
     }
-    check_gradients(gradients);
+    check_gradients(batch.features, gradients);
     evaluate_learning_rates();
     // Validated: commit.
-    has_pending = false;
+    batch.applicable = false;
     pool.parallel_for(static_cast<int64_t>(states.size()), [&](int64_t t, int) {
       const auto table = static_cast<size_t>(t);
       if (states[table].optimizer()) {
-        states[table].gather_contributions(table_features[table], pending, gradients,
+        states[table].gather_contributions(table_features[table], batch.features, gradients,
                                            zeros.data());
       }
     });
@@ -366,11 +384,24 @@ std::vector<int64_t> Embedding::activation_shape(size_t feature, const FeatureIn
 
 void Embedding::lookup(std::span<const FeatureInput> inputs,
                        std::span<const std::span<float>> activations) {
-  impl_->lookup(inputs, activations);
+  impl_->lookup(inputs, activations, impl_->scratch_batch);
 }
 
-void Embedding::apply_gradients(std::span<const std::span<const float>> gradients) {
-  impl_->apply_gradients(gradients);
+void Embedding::lookup(std::span<const FeatureInput> inputs,
+                       std::span<const std::span<float>> activations, LookupBatch& batch) {
+  if (batch.impl_ == nullptr) batch.impl_ = std::make_unique<LookupBatch::Impl>();
+  LookupBatch::Impl& kept = *batch.impl_;
+  kept.applicable = false;
+  kept.owner = impl_->id;
+  kept.features.resize(impl_->features.size());
+  impl_->lookup(inputs, activations, kept.features);
+  kept.applicable = true;
+}
+
+void Embedding::apply_gradients(LookupBatch& batch,
+                                std::span<const std::span<const float>> gradients) {
+  if (batch.impl_ == nullptr) batch.impl_ = std::make_unique<LookupBatch::Impl>();
+  impl_->apply_gradients(*batch.impl_, gradients);
 }
 
 std::vector<std::string> Embedding::variable_names(std::string_view table) const {
@@ -391,6 +422,11 @@ void Embedding::read_variable(std::string_view table, std::string_view variable,
   impl_->check_variable_size(table, variable, out.size());
   const auto values = impl_->variable(table, variable).span();
   std::copy(values.begin(), values.end(), out.begin());
+}
+
+std::span<float> Embedding::variable_data(std::string_view table, std::string_view variable) {
+  impl_->variable(table, variable);  // throws for unknown names
+  return impl_->states[impl_->table_index(table)].storage().variable(variable)->span();
 }
 
 void Embedding::write_variable(std::string_view table, std::string_view variable,

@@ -143,9 +143,17 @@ void expect_matches_reference(const Embedding& layer, const ReferenceEmbedding& 
   }
 }
 
-// Looks `inputs` up in both; checks shapes and activations; returns the library's activations.
+// One training lookup recorded in both: the library's LookupBatch and the reference's Batch.
+struct BatchPair {
+  LookupBatch layer;
+  ReferenceEmbedding::Batch reference;
+};
+
+// Looks `inputs` up in both, a training lookup into `batch` or (null) a pure lookup; checks shapes
+// and activations; returns the library's activations.
 std::vector<std::vector<float>> lookup_both(Embedding& layer, ReferenceEmbedding& reference,
-                                            const std::vector<OwnedInput>& inputs) {
+                                            const std::vector<OwnedInput>& inputs,
+                                            BatchPair* batch) {
   const std::vector<FeatureInput> views = test::views_of(inputs);
   std::vector<std::vector<float>> activations;
   for (size_t f = 0; f < views.size(); ++f) {
@@ -154,19 +162,40 @@ std::vector<std::vector<float>> lookup_both(Embedding& layer, ReferenceEmbedding
     activations.emplace_back(static_cast<size_t>(product(shape)), kNaN);
   }
   std::vector<std::span<float>> spans(activations.begin(), activations.end());
-  layer.lookup(views, spans);
-  const std::vector<std::vector<double>> expected = reference.lookup(views);
+  std::vector<std::vector<double>> expected;
+  if (batch != nullptr) {
+    layer.lookup(views, spans, batch->layer);
+    EXPECT_TRUE(batch->layer.applicable());
+    expected = reference.lookup(views, batch->reference);
+  } else {
+    layer.lookup(views, spans);
+    expected = reference.lookup(views);
+  }
   for (size_t f = 0; f < views.size(); ++f) {
     EXPECT_TRUE(near_reference(activations[f], expected[f])) << layer.features()[f].name;
   }
   return activations;
 }
 
-void apply_both(Embedding& layer, ReferenceEmbedding& reference,
+// A training lookup into `batch`.
+std::vector<std::vector<float>> lookup_both(Embedding& layer, ReferenceEmbedding& reference,
+                                            const std::vector<OwnedInput>& inputs,
+                                            BatchPair& batch) {
+  return lookup_both(layer, reference, inputs, &batch);
+}
+
+// A pure lookup.
+std::vector<std::vector<float>> lookup_both(Embedding& layer, ReferenceEmbedding& reference,
+                                            const std::vector<OwnedInput>& inputs) {
+  return lookup_both(layer, reference, inputs, nullptr);
+}
+
+void apply_both(Embedding& layer, ReferenceEmbedding& reference, BatchPair& batch,
                 const std::vector<std::vector<float>>& gradients) {
   const std::vector<std::span<const float>> spans(gradients.begin(), gradients.end());
-  layer.apply_gradients(spans);
-  reference.apply_gradients(spans);
+  layer.apply_gradients(batch.layer, spans);
+  EXPECT_FALSE(batch.layer.applicable()) << "an applied batch is applied at most once";
+  reference.apply_gradients(batch.reference, spans);
 }
 
 // Random gradients shaped as the activations (never zero); sometimes one feature gets an empty
@@ -415,14 +444,62 @@ TEST_P(EmbeddingVsReferenceTest, HundredRandomStepsMatchFloat64Reference) {
   Embedding layer(s.tables, s.features, s.options);
   ReferenceEmbedding reference = ReferenceEmbedding::like(layer);
   std::mt19937_64 rng(seed);
+  BatchPair batch;  // reused by every step
   constexpr int kSteps = 100;
   for (int step = 0; step < kSteps; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     const std::vector<OwnedInput> inputs = mixed_inputs(rng, s);
-    const auto activations = lookup_both(layer, reference, inputs);
-    apply_both(layer, reference, random_gradients(rng, activations));
+    const auto activations = lookup_both(layer, reference, inputs, batch);
+    apply_both(layer, reference, batch, random_gradients(rng, activations));
     if (::testing::Test::HasFailure()) break;  // the first failing step is the informative one
   }
+  expect_matches_reference(layer, reference);
+}
+
+// Up to three training lookups outstanding at a time, applied in random order, with pure lookups
+// in between; each lookup's inputs are released right after it (the batch keeps its own copy).
+TEST_P(EmbeddingVsReferenceTest, InterleavedBatchesMatchFloat64Reference) {
+  const auto [case_index, combiner] = GetParam();
+  const OptimizerCase& optimizer_case = optimizer_cases()[case_index];
+  const uint64_t seed = 104729 + 101 * case_index + static_cast<uint64_t>(combiner);
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", " + param_name(optimizer_case, combiner));
+
+  const Scenario s = mixed_scenario(optimizer_case.optimizer, combiner, 3, seed);
+  Embedding layer(s.tables, s.features, s.options);
+  ReferenceEmbedding reference = ReferenceEmbedding::like(layer);
+  std::mt19937_64 rng(seed);
+  struct Outstanding {
+    BatchPair batch;
+    std::vector<std::vector<float>> gradients;
+  };
+  std::vector<Outstanding> outstanding;
+  std::vector<BatchPair> applied;  // recycled into later lookups
+  int64_t applies = 0;
+  for (int action = 0; action < 60 || !outstanding.empty(); ++action) {
+    SCOPED_TRACE("action " + std::to_string(action));
+    const int64_t choice = test::random_int(rng, 0, 5);
+    if (action < 60 && choice == 0) {
+      lookup_both(layer, reference, mixed_inputs(rng, s));  // pure: changes nothing
+    } else if (action < 60 && (outstanding.empty() || (choice <= 2 && outstanding.size() < 3))) {
+      Outstanding next;
+      if (!applied.empty() && test::random_bool(rng)) {
+        next.batch = std::move(applied.back());
+        applied.pop_back();
+      }
+      const auto activations = lookup_both(layer, reference, mixed_inputs(rng, s), next.batch);
+      next.gradients = random_gradients(rng, activations);
+      outstanding.push_back(std::move(next));
+    } else {
+      const auto k = static_cast<size_t>(
+          test::random_int(rng, 0, static_cast<int64_t>(outstanding.size()) - 1));
+      apply_both(layer, reference, outstanding[k].batch, outstanding[k].gradients);
+      ++applies;
+      applied.push_back(std::move(outstanding[k].batch));
+      outstanding.erase(outstanding.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  EXPECT_GE(applies, 20);
   expect_matches_reference(layer, reference);
 }
 
@@ -457,6 +534,7 @@ TEST_P(EmbeddingDeterminismTest, BitwiseIdenticalForAnyThreadCount) {
     const Snapshot initial = snapshot_of(layer);
     std::vector<float> all_activations;
     std::mt19937_64 rng(seed);
+    LookupBatch batch;
     for (int step = 0; step < 15; ++step) {
       const std::vector<OwnedInput> inputs = mixed_inputs(rng, s);
       const std::vector<FeatureInput> views = test::views_of(inputs);
@@ -465,13 +543,13 @@ TEST_P(EmbeddingDeterminismTest, BitwiseIdenticalForAnyThreadCount) {
         activations.emplace_back(static_cast<size_t>(product(layer.activation_shape(f, views[f]))));
       }
       std::vector<std::span<float>> spans(activations.begin(), activations.end());
-      layer.lookup(views, spans);
+      layer.lookup(views, spans, batch);
       for (const auto& activation : activations) {
         all_activations.insert(all_activations.end(), activation.begin(), activation.end());
       }
       const auto gradients = random_gradients(rng, activations);
       const std::vector<std::span<const float>> gradient_spans(gradients.begin(), gradients.end());
-      layer.apply_gradients(gradient_spans);
+      layer.apply_gradients(batch, gradient_spans);
     }
     const Snapshot final_state = snapshot_of(layer);
     if (threads == 1) {
@@ -557,20 +635,31 @@ std::vector<OwnedInput> fixture_inputs(size_t batch, bool sparse, float weight =
   return inputs;
 }
 
-std::vector<std::vector<float>> look_up(Embedding& layer, const std::vector<OwnedInput>& inputs) {
+// Looks `inputs` up in `layer`: a training lookup into `batch`, or (null) a pure lookup.
+std::vector<std::vector<float>> look_up(Embedding& layer, const std::vector<OwnedInput>& inputs,
+                                        LookupBatch* batch = nullptr) {
   const std::vector<FeatureInput> views = test::views_of(inputs);
   std::vector<std::vector<float>> activations;
   for (size_t f = 0; f < views.size(); ++f) {
     activations.emplace_back(static_cast<size_t>(product(layer.activation_shape(f, views[f]))));
   }
   std::vector<std::span<float>> spans(activations.begin(), activations.end());
-  layer.lookup(views, spans);
+  if (batch != nullptr) {
+    layer.lookup(views, spans, *batch);
+  } else {
+    layer.lookup(views, spans);
+  }
   return activations;
 }
 
-void train(Embedding& layer, const std::vector<std::vector<float>>& gradients) {
+std::vector<std::vector<float>> look_up(Embedding& layer, const std::vector<OwnedInput>& inputs,
+                                        LookupBatch& batch) {
+  return look_up(layer, inputs, &batch);
+}
+
+void train(Embedding& layer, LookupBatch& batch, const std::vector<std::vector<float>>& gradients) {
   const std::vector<std::span<const float>> spans(gradients.begin(), gradients.end());
-  layer.apply_gradients(spans);
+  layer.apply_gradients(batch, spans);
 }
 
 // Goldens are small exact numbers; 1e-5 absorbs the float32 rounding of mean gains (1/3).
@@ -660,9 +749,10 @@ using OneStepFormula = std::function<std::map<std::string, double>(double w, dou
 void check_one_step(const Optimizer& optimizer, const OneStepFormula& formula,
                     const std::map<std::string, double>& untouched_slots, bool sparse) {
   Embedding layer = tf_fixture(optimizer);
-  const auto activations = look_up(layer, fixture_inputs(4, sparse));
+  LookupBatch batch;
+  const auto activations = look_up(layer, fixture_inputs(4, sparse), batch);
   const FixtureGradients gradients = fixture_gradients(activations);
-  train(layer, gradients.per_feature);
+  train(layer, batch, gradients.per_feature);
   for (const auto& [table, g] :
        {std::pair<std::string, std::vector<double>>{"video", gradients.video},
         std::pair<std::string, std::vector<double>>{"user", gradients.user}}) {
@@ -679,10 +769,12 @@ void check_one_step(const Optimizer& optimizer, const OneStepFormula& formula,
   // The reference model reproduces the same goldens.
   Embedding twin = tf_fixture(optimizer);
   ReferenceEmbedding reference = ReferenceEmbedding::like(twin);
-  const auto reference_activations = reference.lookup(test::views_of(fixture_inputs(4, sparse)));
+  ReferenceEmbedding::Batch reference_batch;
+  const auto reference_activations =
+      reference.lookup(test::views_of(fixture_inputs(4, sparse)), reference_batch);
   const std::vector<std::span<const float>> spans(gradients.per_feature.begin(),
                                                   gradients.per_feature.end());
-  reference.apply_gradients(spans);
+  reference.apply_gradients(reference_batch, spans);
   for (const std::string& name : reference.variable_names("video")) {
     EXPECT_TRUE(near_reference(read(layer, "video", name), reference.variable("video", name), 1e-6))
         << "reference video/" << name;
@@ -777,7 +869,8 @@ TEST_P(EmbeddingTfFixtureTest, SequenceFeatureTrainsOnlyRealPositions) {
   // TF test_sequence_embeddings: max_sequence_length 2, 2, 3; SGD 0.1; batch 2; ones gradient.
   Embedding layer = tf_fixture(Sgd{.learning_rate = 0.1f}, {2, 2, 3});
   const std::vector<OwnedInput> inputs = fixture_inputs(2, GetParam());
-  const auto before = look_up(layer, inputs);
+  LookupBatch batch;
+  const auto before = look_up(layer, inputs, batch);
   const std::vector<float> row0 = {0, 1, 2, 3}, row1 = {4, 5, 6, 7}, zero4(4, 0.0f);
   auto concat = [](std::initializer_list<std::vector<float>> parts) {
     std::vector<float> all;
@@ -792,7 +885,7 @@ TEST_P(EmbeddingTfFixtureTest, SequenceFeatureTrainsOnlyRealPositions) {
 
   std::vector<std::vector<float>> ones;
   for (const auto& activation : before) ones.emplace_back(activation.size(), 1.0f);
-  train(layer, ones);
+  train(layer, batch, ones);
   const auto after = look_up(layer, inputs);
   // Video rows 0 and 1 occur 3 times each (sum of watched and favorited): -0.3; user rows once.
   const std::vector<std::vector<float>> masks = {{1, 0, 1, 1}, {1, 1, 1, 0}, {1, 0, 0, 1, 1, 1}};
@@ -810,8 +903,9 @@ TEST_P(EmbeddingTfFixtureTest, EmptyGradientSpanIsZeroGradient) {
   // TF test_pass_none_to_apply_gradients: None (here: empty) for watched and favorited.
   Embedding layer = tf_fixture(Sgd{.learning_rate = 0.1f});
   const std::vector<OwnedInput> inputs = fixture_inputs(2, GetParam());
-  const auto before = look_up(layer, inputs);
-  train(layer, {{}, {}, std::vector<float>(4, 1.0f)});
+  LookupBatch batch;
+  const auto before = look_up(layer, inputs, batch);
+  train(layer, batch, {{}, {}, std::vector<float>(4, 1.0f)});
   EXPECT_EQ(layer.step(), 1);
   const auto after = look_up(layer, inputs);
   expect_floats_eq(after[0], before[0], "watched");
@@ -830,8 +924,9 @@ TEST(EmbeddingTfFixture, EmptyGradientSpanStillTouchesRowsForAdam) {
   ReferenceEmbedding reference = ReferenceEmbedding::like(layer);
   reference.set_variable("video", "momenta", momenta);
   reference.set_variable("video", "velocities", momenta);
-  lookup_both(layer, reference, fixture_inputs(4, true));
-  apply_both(layer, reference, {{}, {}, {}});
+  BatchPair batch;
+  lookup_both(layer, reference, fixture_inputs(4, true), batch);
+  apply_both(layer, reference, batch, {{}, {}, {}});
   expect_matches_reference(layer, reference);
   // Row 0 was touched (momenta decayed), row 5 was not.
   const std::vector<float> after = read(layer, "video", "momenta");
@@ -863,8 +958,9 @@ std::vector<OwnedInput> row_one_inputs() {
 }
 
 void step_with_ones(Embedding& layer) {
-  look_up(layer, row_one_inputs());
-  train(layer, {std::vector<float>(3, 1.0f), std::vector<float>(2, 1.0f)});
+  LookupBatch batch;
+  look_up(layer, row_one_inputs(), batch);
+  train(layer, batch, {std::vector<float>(3, 1.0f), std::vector<float>(2, 1.0f)});
 }
 
 struct ScheduleCase {
@@ -932,30 +1028,37 @@ TEST(EmbeddingLearningRateCallback, InvalidValueRejectsTheStepAndKeepsTheLookup)
   size_t call = 0;
   Embedding layer = zero_tables(
       LearningRateCallback([&](int64_t) { return returns[std::min(call++, returns.size() - 1)]; }));
-  look_up(layer, row_one_inputs());
+  LookupBatch batch;
+  look_up(layer, row_one_inputs(), batch);
   const Snapshot before = snapshot_of(layer);
   const std::vector<std::vector<float>> ones = {std::vector<float>(3, 1.0f),
                                                 std::vector<float>(2, 1.0f)};
   for (int attempt = 0; attempt < 3; ++attempt) {
     SCOPED_TRACE("attempt " + std::to_string(attempt));
-    error_message<InvalidArgument>([&] { train(layer, ones); });
+    error_message<InvalidArgument>([&] { train(layer, batch, ones); });
     EXPECT_TRUE(unchanged(before, layer));
+    EXPECT_TRUE(batch.applicable());
   }
-  train(layer, ones);  // the lookup is still pending; lr 0.5
+  train(layer, batch, ones);  // the batch is still applicable; lr 0.5
+  EXPECT_FALSE(batch.applicable());
   EXPECT_EQ(layer.step(), 1);
   EXPECT_FLOAT_EQ(read(layer, "a", "parameters")[3], -0.5f);
 }
 
 // ------------------------------------------------------------------------------------------------
-// Bad input: the right exception, a message naming feature / example / value, no state change,
-// and the pending batch intact (a later valid apply matches the reference).
+// Bad input: the right exception, a message naming feature / example / value, no state change.
+// A rejected lookup into a batch leaves that batch not applicable (and reusable) while a batch of
+// an earlier valid lookup still applies exactly as the reference; a rejected apply_gradients
+// leaves its batch applicable, and it then applies exactly as the reference. Then the rest of the
+// LookupBatch contract: batches applied in any order, each at most once, only by the Embedding
+// that filled them.
 
 class EmbeddingErrorTest : public ::testing::Test {
  protected:
   static constexpr int64_t kBatch = 3;
 
-  void build(NonFiniteGradients policy = NonFiniteGradients::kReject) {
-    layer_.emplace(
+  static Embedding make_layer(NonFiniteGradients policy = NonFiniteGradients::kReject) {
+    return Embedding(
         std::vector<TableConfig>{
             {.name = "items",
              .vocabulary_size = 20,
@@ -971,6 +1074,10 @@ class EmbeddingErrorTest : public ::testing::Test {
                          .num_threads = 2,
                          .seed = 5,
                          .non_finite_gradients = policy});
+  }
+
+  void build(NonFiniteGradients policy = NonFiniteGradients::kReject) {
+    layer_.emplace(make_layer(policy));
     reference_.emplace(ReferenceEmbedding::like(*layer_));
   }
 
@@ -988,16 +1095,48 @@ class EmbeddingErrorTest : public ::testing::Test {
     return inputs;
   }
 
+  // The shapes of valid_inputs() with other ids, many of them rows of valid_inputs() too.
+  static std::vector<OwnedInput> other_inputs() {
+    std::vector<OwnedInput> inputs = valid_inputs();
+    inputs[0].ids64() = {5, 1, 2, 7, 7};
+    inputs[1].ids32() = {8, 0, 2};
+    inputs[2].ids64() = {4, 1, 9};
+    inputs[3].ids32() = {4, 3, 6, 5};
+    return inputs;
+  }
+
+  // Zero examples in every layout.
+  static std::vector<OwnedInput> empty_inputs() {
+    std::vector<OwnedInput> inputs;
+    inputs.push_back(OwnedInput::ragged({}, true));
+    inputs.push_back(OwnedInput::dense({}, {0}, {}, IdWidth::kInt32));
+    inputs.push_back(OwnedInput::sparse({}, {}, {0, 4}, {}));
+    inputs.push_back(OwnedInput::ragged({}, false, IdWidth::kInt32, IdWidth::kInt32));
+    return inputs;
+  }
+
   static std::vector<std::vector<float>> valid_gradients(uint64_t seed) {
     std::mt19937_64 rng(seed);
     return {test::random_gradient(rng, kBatch * 4), test::random_gradient(rng, kBatch * 4),
             test::random_gradient(rng, kBatch * 2), test::random_gradient(rng, kBatch * 2 * 4)};
   }
 
-  void lookup_valid() { lookup_both(*layer_, *reference_, valid_inputs()); }
-  void apply_valid(uint64_t seed = 1) {
-    apply_both(*layer_, *reference_, valid_gradients(seed));
+  void lookup_valid(BatchPair& batch) { lookup_both(*layer_, *reference_, valid_inputs(), batch); }
+  void lookup_other(BatchPair& batch) { lookup_both(*layer_, *reference_, other_inputs(), batch); }
+  void apply_valid(BatchPair& batch, uint64_t seed = 1) {
+    apply_both(*layer_, *reference_, batch, valid_gradients(seed));
     expect_matches_reference(*layer_, *reference_);
+  }
+
+  // Applying `batch` to `layer` throws FailedPrecondition mentioning the lookup; nothing changes,
+  // and the batch stays applicable or not as it was.
+  static void expect_not_applicable(Embedding& layer, LookupBatch& batch) {
+    const Snapshot before = snapshot_of(layer);
+    const bool was_applicable = batch.applicable();
+    EXPECT_THAT(error_message<FailedPrecondition>([&] { train(layer, batch, valid_gradients(1)); }),
+                HasSubstr("lookup"));
+    EXPECT_TRUE(unchanged(before, layer));
+    EXPECT_EQ(batch.applicable(), was_applicable);
   }
 
   // Activations sized for `inputs` by the reference (so a bad size can be injected).
@@ -1009,37 +1148,70 @@ class EmbeddingErrorTest : public ::testing::Test {
     return result;
   }
 
-  // A valid lookup is pending; `bad` (a modified copy of the valid inputs) must be rejected with
-  // InvalidArgument containing every fragment; then the pending lookup is applied and checked.
+  // `views` into `spans` must be rejected with InvalidArgument containing every fragment, the
+  // same by the pure lookup and by a lookup into `target` (which holds a valid lookup before):
+  // tables, slots and step are unchanged, and `target` is left not applicable.
+  void expect_both_lookups_rejected(const std::vector<FeatureInput>& views,
+                                    const std::vector<std::span<float>>& spans, BatchPair& target,
+                                    const std::vector<std::string>& fragments) {
+    ASSERT_TRUE(target.layer.applicable());
+    const Snapshot before = snapshot_of(*layer_);
+    const std::string pure = error_message<InvalidArgument>([&] { layer_->lookup(views, spans); });
+    EXPECT_TRUE(unchanged(before, *layer_)) << "pure lookup";
+    const std::string training =
+        error_message<InvalidArgument>([&] { layer_->lookup(views, spans, target.layer); });
+    EXPECT_TRUE(unchanged(before, *layer_)) << "lookup into a batch";
+    EXPECT_FALSE(target.layer.applicable()) << "a rejected lookup leaves its batch empty";
+    for (const std::string* message : {&pure, &training}) {
+      for (const std::string& fragment : fragments) {
+        EXPECT_THAT(lowercase(*message), HasSubstr(lowercase(fragment)));
+      }
+    }
+    EXPECT_EQ(training, pure);
+    expect_not_applicable(*layer_, target.layer);
+  }
+
+  // While two valid lookups are outstanding, `bad` (a modified copy of the valid inputs) is
+  // rejected (see expect_both_lookups_rejected) into the second one's batch; the first one then
+  // applies exactly as the reference, and the emptied batch can be looked up into again.
   void expect_lookup_rejected(const std::vector<OwnedInput>& bad,
                               const std::vector<std::string>& fragments) {
     build();
-    lookup_valid();
-    const Snapshot before = snapshot_of(*layer_);
-    const std::vector<FeatureInput> views = test::views_of(bad);
+    BatchPair earlier;
+    lookup_valid(earlier);
+    BatchPair target;
+    lookup_other(target);
     // Buffers of the valid sizes, so only the input itself is wrong.
     std::vector<std::vector<float>> activations = buffers(test::views_of(valid_inputs()));
-    std::vector<std::span<float>> spans(activations.begin(), activations.end());
-    const std::string message =
-        error_message<InvalidArgument>([&] { layer_->lookup(views, spans); });
-    for (const std::string& fragment : fragments) {
-      EXPECT_THAT(lowercase(message), HasSubstr(lowercase(fragment)));
-    }
-    EXPECT_TRUE(unchanged(before, *layer_));
-    apply_valid();
+    const std::vector<std::span<float>> spans(activations.begin(), activations.end());
+    expect_both_lookups_rejected(test::views_of(bad), spans, target, fragments);
+    EXPECT_TRUE(earlier.layer.applicable());
+    apply_valid(earlier);
+    lookup_other(target);
+    apply_valid(target, 2);
   }
 
+  // While two valid lookups are outstanding, applying `bad` to the first one is rejected with
+  // InvalidArgument containing every fragment; nothing changes, both batches stay applicable and
+  // then apply exactly as the reference.
   void expect_apply_rejected(const std::vector<std::vector<float>>& bad,
                              const std::vector<std::string>& fragments) {
     build();
-    lookup_valid();
+    BatchPair batch;
+    lookup_valid(batch);
+    BatchPair other;
+    lookup_other(other);
     const Snapshot before = snapshot_of(*layer_);
-    const std::string message = error_message<InvalidArgument>([&] { train(*layer_, bad); });
+    const std::string message =
+        error_message<InvalidArgument>([&] { train(*layer_, batch.layer, bad); });
     for (const std::string& fragment : fragments) {
       EXPECT_THAT(lowercase(message), HasSubstr(lowercase(fragment)));
     }
     EXPECT_TRUE(unchanged(before, *layer_));
-    apply_valid();  // the lookup is still pending and applies exactly as the reference
+    EXPECT_TRUE(batch.layer.applicable()) << "a rejected apply leaves its batch applicable";
+    EXPECT_TRUE(other.layer.applicable());
+    apply_valid(batch);
+    apply_valid(other, 2);
   }
 
   std::optional<Embedding> layer_;
@@ -1048,9 +1220,10 @@ class EmbeddingErrorTest : public ::testing::Test {
 
 TEST_F(EmbeddingErrorTest, ValidStepsMatchReference) {
   build();
+  BatchPair batch;
   for (uint64_t seed = 1; seed <= 5; ++seed) {
-    lookup_valid();
-    apply_valid(seed);
+    lookup_valid(batch);
+    apply_valid(batch, seed);
   }
 }
 
@@ -1120,36 +1293,32 @@ TEST_F(EmbeddingErrorTest, WrongNumberOfInputs) {
   std::vector<OwnedInput> bad = valid_inputs();
   bad.pop_back();
   build();
-  lookup_valid();
-  const Snapshot before = snapshot_of(*layer_);
-  const std::vector<FeatureInput> views = test::views_of(bad);
+  BatchPair earlier;
+  lookup_valid(earlier);
+  BatchPair target;
+  lookup_other(target);
   std::vector<std::vector<float>> activations = buffers(test::views_of(valid_inputs()));
-  std::vector<std::span<float>> spans(activations.begin(), activations.end());
-  const std::string message = error_message<InvalidArgument>([&] { layer_->lookup(views, spans); });
-  EXPECT_THAT(message, HasSubstr("3"));
-  EXPECT_THAT(message, HasSubstr("4"));
-  EXPECT_TRUE(unchanged(before, *layer_));
-  apply_valid();
+  const std::vector<std::span<float>> spans(activations.begin(), activations.end());
+  expect_both_lookups_rejected(test::views_of(bad), spans, target, {"3", "4"});
+  apply_valid(earlier);
 }
 
 TEST_F(EmbeddingErrorTest, WrongActivationBufferSize) {
   build();
-  lookup_valid();
-  const Snapshot before = snapshot_of(*layer_);
+  BatchPair earlier;
+  lookup_valid(earlier);
+  BatchPair target;
+  lookup_other(target);
   const std::vector<OwnedInput> inputs = valid_inputs();
   const std::vector<FeatureInput> views = test::views_of(inputs);
   std::vector<std::vector<float>> activations = buffers(views);
   activations[2].pop_back();  // friends: [3, 2] needs 6
   std::vector<std::span<float>> spans(activations.begin(), activations.end());
-  const std::string message = error_message<InvalidArgument>([&] { layer_->lookup(views, spans); });
-  EXPECT_THAT(message, HasSubstr("'friends'"));
-  EXPECT_THAT(message, HasSubstr("5"));
-  EXPECT_THAT(message, HasSubstr("6"));
-  EXPECT_TRUE(unchanged(before, *layer_));
+  expect_both_lookups_rejected(views, spans, target, {"'friends'", "5", "6"});
+  lookup_other(target);
   spans.pop_back();  // wrong number of buffers
-  error_message<InvalidArgument>([&] { layer_->lookup(views, spans); });
-  EXPECT_TRUE(unchanged(before, *layer_));
-  apply_valid();
+  expect_both_lookups_rejected(views, spans, target, {});
+  apply_valid(earlier);
 }
 
 TEST_F(EmbeddingErrorTest, WrongGradientSize) {
@@ -1175,75 +1344,193 @@ TEST_F(EmbeddingErrorTest, NonFiniteGradientRejected) {
 TEST_F(EmbeddingErrorTest, ApplyWithoutLookup) {
   build();
   const Snapshot before = snapshot_of(*layer_);
-  EXPECT_THAT(error_message<FailedPrecondition>([&] { train(*layer_, valid_gradients(1)); }),
-              HasSubstr("lookup"));
-  EXPECT_TRUE(unchanged(before, *layer_));
-  // A rejected lookup does not make a pending batch either.
+  BatchPair batch;  // never looked up into
+  EXPECT_FALSE(batch.layer.applicable());
+  expect_not_applicable(*layer_, batch.layer);
+  // A rejected lookup does not make it applicable either.
   std::vector<OwnedInput> bad = valid_inputs();
   bad[1].ids32()[0] = -1;
   std::vector<std::vector<float>> activations = buffers(test::views_of(valid_inputs()));
   std::vector<std::span<float>> spans(activations.begin(), activations.end());
-  error_message<InvalidArgument>([&] { layer_->lookup(test::views_of(bad), spans); });
-  error_message<FailedPrecondition>([&] { train(*layer_, valid_gradients(1)); });
+  error_message<InvalidArgument>([&] { layer_->lookup(test::views_of(bad), spans, batch.layer); });
+  EXPECT_FALSE(batch.layer.applicable());
+  expect_not_applicable(*layer_, batch.layer);
   EXPECT_TRUE(unchanged(before, *layer_));
-  lookup_valid();
-  apply_valid();
+  lookup_valid(batch);
+  apply_valid(batch);
 }
 
-TEST_F(EmbeddingErrorTest, SecondApplyOfTheSameLookup) {
+TEST_F(EmbeddingErrorTest, SecondApplyOfTheSameBatch) {
   build();
-  lookup_valid();
-  apply_valid();
+  BatchPair batch;
+  lookup_valid(batch);
+  apply_valid(batch);
+  EXPECT_FALSE(batch.layer.applicable());
+  expect_not_applicable(*layer_, batch.layer);
+  lookup_valid(batch);
+  apply_valid(batch, 3);
+}
+
+TEST_F(EmbeddingErrorTest, SecondLookupIntoABatchReplacesItsLookup) {
+  build();
+  BatchPair batch;
+  lookup_other(batch);
+  lookup_valid(batch);  // replaces the first lookup
+  apply_valid(batch);
+  expect_not_applicable(*layer_, batch.layer);  // the replaced lookup is gone, not queued
+}
+
+TEST_F(EmbeddingErrorTest, BatchesAppliedInReverseOrderMatchReference) {
+  build();
+  BatchPair first;
+  lookup_valid(first);
+  BatchPair second;
+  lookup_other(second);
+  // The reference applying them in lookup order instead, to show that the order matters here.
+  ReferenceEmbedding in_lookup_order = *reference_;
+  ReferenceEmbedding::Batch first_copy = first.reference;
+  ReferenceEmbedding::Batch second_copy = second.reference;
+  apply_valid(second, 2);
+  apply_valid(first, 1);
+  const std::vector<std::vector<float>> gradients_1 = valid_gradients(1);
+  const std::vector<std::vector<float>> gradients_2 = valid_gradients(2);
+  in_lookup_order.apply_gradients(
+      first_copy, std::vector<std::span<const float>>(gradients_1.begin(), gradients_1.end()));
+  in_lookup_order.apply_gradients(
+      second_copy, std::vector<std::span<const float>>(gradients_2.begin(), gradients_2.end()));
+  EXPECT_FALSE(near_reference(read(*layer_, "items", "parameters"),
+                              in_lookup_order.variable("items", "parameters")))
+      << "applying in the other order gives the same tables, so this test proves nothing";
+}
+
+TEST_F(EmbeddingErrorTest, BatchOfAnotherEmbeddingIsRejected) {
+  build();
+  // The same configs and seed: the batch fits it, it just is not its own.
+  Embedding other_layer = make_layer();
+  const Snapshot other_before = snapshot_of(other_layer);
+  BatchPair batch;
+  lookup_valid(batch);
+  expect_not_applicable(other_layer, batch.layer);
+  EXPECT_TRUE(unchanged(other_before, other_layer));
+  EXPECT_TRUE(batch.layer.applicable());
+  apply_valid(batch);  // its own layer still applies it, exactly as the reference
+  // A lookup into a batch makes it belong to the layer that looked up.
+  BatchPair reused;
+  lookup_valid(reused);
+  look_up(other_layer, valid_inputs(), reused.layer);
+  expect_not_applicable(*layer_, reused.layer);
+  train(other_layer, reused.layer, valid_gradients(1));
+  EXPECT_FALSE(reused.layer.applicable());
+  // The same lookup and gradients from the same state: bitwise what layer_ computed.
+  EXPECT_TRUE(unchanged(snapshot_of(*layer_), other_layer));
+}
+
+TEST_F(EmbeddingErrorTest, MovedFromBatchIsRejected) {
+  build();
+  BatchPair batch;
+  lookup_valid(batch);
+  LookupBatch moved(std::move(batch.layer));
+  EXPECT_TRUE(moved.applicable());
+  EXPECT_FALSE(batch.layer.applicable());
+  expect_not_applicable(*layer_, batch.layer);
+  LookupBatch assigned;
+  assigned = std::move(moved);
+  EXPECT_TRUE(assigned.applicable());
+  EXPECT_FALSE(moved.applicable());
+  expect_not_applicable(*layer_, moved);
+  batch.layer = std::move(assigned);  // back into the first moved-from batch
+  apply_valid(batch);                 // the lookup moved along: exactly as the reference
+  expect_not_applicable(*layer_, assigned);
+  // A moved-from batch can be looked up into again.
+  BatchPair again;
+  LookupBatch taken(std::move(again.layer));
+  lookup_valid(again);
+  apply_valid(again, 2);
+  EXPECT_FALSE(taken.applicable());
+}
+
+TEST_F(EmbeddingErrorTest, PureLookupBetweenLookupAndApplyChangesNothing) {
+  build();
+  BatchPair batch;
+  lookup_valid(batch);
   const Snapshot before = snapshot_of(*layer_);
-  EXPECT_THAT(error_message<FailedPrecondition>([&] { train(*layer_, valid_gradients(2)); }),
-              HasSubstr("lookup"));
+  // Pure lookups of other ids and of other shapes while `batch` is outstanding.
+  lookup_both(*layer_, *reference_, other_inputs());
+  lookup_both(*layer_, *reference_, empty_inputs());
   EXPECT_TRUE(unchanged(before, *layer_));
-  lookup_valid();
-  apply_valid(3);
+  EXPECT_TRUE(batch.layer.applicable());
+  LookupBatch fresh;
+  expect_not_applicable(*layer_, fresh);  // a pure lookup records nothing
+  apply_valid(batch);
+  // Bitwise the same as the same step without the pure lookups.
+  Embedding plain = make_layer();
+  LookupBatch plain_batch;
+  look_up(plain, valid_inputs(), plain_batch);
+  train(plain, plain_batch, valid_gradients(1));
+  EXPECT_TRUE(unchanged(snapshot_of(plain), *layer_));
 }
 
-TEST_F(EmbeddingErrorTest, SecondLookupReplacesThePendingOne) {
+TEST_F(EmbeddingErrorTest, InputArraysMayBeReleasedAfterTheLookup) {
   build();
-  std::vector<OwnedInput> other = valid_inputs();
-  other[0].ids64() = {0, 2, 2, 3, 4};
-  other[1].ids32() = {8, 8, 8};
-  lookup_both(*layer_, *reference_, other);
-  lookup_valid();  // replaces `other`
-  apply_valid();
+  BatchPair batch;
+  {
+    std::vector<OwnedInput> inputs = valid_inputs();
+    lookup_both(*layer_, *reference_, inputs, batch);
+    // Overwrite the arrays the lookup read (in place: same sizes), then free them.
+    inputs[0].ids64() = {0, 0, 0, 0, 0};
+    inputs[0].weights() = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    inputs[1].ids32() = {0, 0, 0};
+    inputs[2].ids64() = {0, 0, 0};
+    inputs[3].ids32() = {0, 0, 0, 0};
+  }
+  apply_valid(batch);
 }
 
-TEST_F(EmbeddingErrorTest, MovedLayerKeepsItsStateAndPendingLookup) {
+TEST_F(EmbeddingErrorTest, MovedLayerKeepsItsStateAndOutstandingBatches) {
   build();
-  lookup_valid();
+  BatchPair batch;
+  lookup_valid(batch);
+  BatchPair other;
+  lookup_other(other);
   Embedding moved = std::move(*layer_);
   layer_.emplace(std::move(moved));
-  apply_valid();
-  lookup_valid();
-  apply_valid(4);
+  apply_valid(other, 2);
+  apply_valid(batch);
+  lookup_valid(batch);
+  apply_valid(batch, 4);
+}
+
+// A batch of a destroyed Embedding must be refused by a new Embedding even when the new one's state
+// is allocated at the same address (typical after free; AddressSanitizer's quarantine delays such
+// reuse, so this matters in the plain build).
+TEST_F(EmbeddingErrorTest, BatchOfADestroyedEmbeddingIsRejected) {
+  build();
+  BatchPair batch;
+  lookup_valid(batch);
+  layer_.reset();
+  build();
+  expect_not_applicable(*layer_, batch.layer);
 }
 
 TEST_F(EmbeddingErrorTest, EmptyBatch) {
   // Zero examples in every layout: activations of size 0, nothing touched, the step still counts.
   build();
-  std::vector<OwnedInput> inputs;
-  inputs.push_back(OwnedInput::ragged({}, true));
-  inputs.push_back(OwnedInput::dense({}, {0}, {}, IdWidth::kInt32));
-  inputs.push_back(OwnedInput::sparse({}, {}, {0, 4}, {}));
-  inputs.push_back(OwnedInput::ragged({}, false, IdWidth::kInt32, IdWidth::kInt32));
-  const auto activations = lookup_both(*layer_, *reference_, inputs);
+  BatchPair batch;
+  const auto activations = lookup_both(*layer_, *reference_, empty_inputs(), batch);
   for (const auto& activation : activations) EXPECT_TRUE(activation.empty());
-  apply_both(*layer_, *reference_, {{}, {}, {}, {}});
+  apply_both(*layer_, *reference_, batch, {{}, {}, {}, {}});
   expect_matches_reference(*layer_, *reference_);
 }
 
 TEST_F(EmbeddingErrorTest, SkipRowsLeavesNonFiniteRowsAndUpdatesTheRest) {
   build(NonFiniteGradients::kSkipRows);
-  lookup_valid();
+  BatchPair batch;
+  lookup_valid(batch);
   const Snapshot before = snapshot_of(*layer_);
   std::vector<std::vector<float>> gradients = valid_gradients(1);
   gradients[0][0 * 4 + 1] = kNaN;  // clicks example 0: items rows 1 and 5
   gradients[2][1 * 2 + 0] = kInf;  // friends example 1: users row 0
-  apply_both(*layer_, *reference_, gradients);
+  apply_both(*layer_, *reference_, batch, gradients);
   expect_matches_reference(*layer_, *reference_);
   EXPECT_EQ(layer_->skipped_rows(), 3);
   EXPECT_EQ(layer_->step(), 1);
@@ -1270,8 +1557,8 @@ TEST_F(EmbeddingErrorTest, SkipRowsLeavesNonFiniteRowsAndUpdatesTheRest) {
         bitwise_equal(row(after.variables.at(name), 4, 2), row(before.variables.at(name), 4, 2)))
         << name << " row 4 should be updated";
   }
-  lookup_valid();
-  apply_valid(2);
+  lookup_valid(batch);
+  apply_valid(batch, 2);
 }
 
 TEST(EmbeddingNoOptimizer, ServingTablesLookUpButCannotTrain) {
@@ -1285,14 +1572,16 @@ TEST(EmbeddingNoOptimizer, ServingTablesLookUpButCannotTrain) {
   std::vector<OwnedInput> inputs;
   inputs.push_back(OwnedInput::dense({1, 2}, {2}));
   inputs.push_back(OwnedInput::dense({4, 5}, {2}));
-  const auto activations = look_up(layer, inputs);
+  LookupBatch batch;
+  const auto activations = look_up(layer, inputs, batch);
   expect_floats_eq(activations[1], {4, 4, 5, 5}, "frozen rows");
   const Snapshot before = snapshot_of(layer);
   const std::string message = error_message<FailedPrecondition>([&] {
-    train(layer, {std::vector<float>(4, 1.0f), std::vector<float>(4, 1.0f)});
+    train(layer, batch, {std::vector<float>(4, 1.0f), std::vector<float>(4, 1.0f)});
   });
   EXPECT_THAT(message, HasSubstr("frozen"));
   EXPECT_TRUE(unchanged(before, layer));
+  EXPECT_TRUE(batch.applicable());
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1559,13 +1848,14 @@ TEST(EmbeddingVariables, WriteReadRoundTripAndTrainingFromWrittenState) {
     const size_t slash = key.find('/');
     reference.set_variable(key.substr(0, slash), key.substr(slash + 1), values);
   }
+  BatchPair batch;
   for (int step = 0; step < 5; ++step) {
     std::vector<OwnedInput> inputs;
     for (size_t f = 0; f < layer.features().size(); ++f) {
       inputs.push_back(test::random_two_dim_input(rng, 4, 7, 3));
     }
-    const auto activations = lookup_both(layer, reference, inputs);
-    apply_both(layer, reference, random_gradients(rng, activations));
+    const auto activations = lookup_both(layer, reference, inputs, batch);
+    apply_both(layer, reference, batch, random_gradients(rng, activations));
   }
   expect_matches_reference(layer, reference);
 }
@@ -1616,6 +1906,76 @@ TEST(EmbeddingVariables, UnknownNamesAndWrongSizesAreRejected) {
   EXPECT_TRUE(unchanged(before, layer));
 }
 
+TEST(EmbeddingVariables, VariableDataIsTheStorageItself) {
+  Embedding layer = one_table_per_optimizer();
+  std::mt19937_64 rng(7);
+  std::vector<std::pair<const float*, const float*>> ranges;
+  for (const TableConfig& table : layer.tables()) {
+    for (const std::string& name : layer.variable_names(table.name)) {
+      SCOPED_TRACE(table.name + "/" + name);
+      const std::span<float> data = layer.variable_data(table.name, name);
+      ASSERT_EQ(static_cast<int64_t>(data.size()), product(layer.variable_shape(table.name, name)));
+      EXPECT_EQ(layer.variable_data(table.name, name).data(), data.data()) << "a stable view";
+      EXPECT_TRUE(bitwise_equal(std::vector<float>(data.begin(), data.end()),
+                                read(layer, table.name, name)));
+      ranges.emplace_back(data.data(), data.data() + data.size());
+      // A write through the view is what read_variable returns; write_variable shows through it.
+      std::vector<float> values = test::random_gradient(rng, data.size());
+      for (float& value : values) value = std::abs(value);  // valid for every slot
+      std::copy(values.begin(), values.end(), data.begin());
+      EXPECT_TRUE(bitwise_equal(read(layer, table.name, name), values));
+      for (float& value : values) value *= 2.0f;
+      layer.write_variable(table.name, name, values);
+      EXPECT_TRUE(bitwise_equal(std::vector<float>(data.begin(), data.end()), values));
+    }
+  }
+  // Every variable has memory of its own.
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    EXPECT_LE(ranges[i - 1].second, ranges[i].first) << "variables " << i - 1 << " and " << i;
+  }
+  EXPECT_EQ(layer.variable_data("rowwise", "accumulators").size(), 7u);
+  EXPECT_EQ(layer.variable_data("adam", "velocities").size(), 21u);
+  EXPECT_THAT(error_message<InvalidArgument>([&] { layer.variable_data("music", "parameters"); }),
+              HasSubstr("music"));
+  EXPECT_THAT(error_message<InvalidArgument>([&] { layer.variable_data("sgd", "accumulators"); }),
+              HasSubstr("accumulators"));
+}
+
+TEST(EmbeddingVariables, VariableDataIsLookedUpTrainedAndMovedWithTheLayer) {
+  Embedding layer = one_table_per_optimizer();
+  const std::span<float> parameters = layer.variable_data("sgd", "parameters");
+  const std::span<float> accumulators = layer.variable_data("global", "accumulators");
+  for (size_t i = 0; i < parameters.size(); ++i) parameters[i] = static_cast<float>(i) * 0.5f;
+  std::vector<OwnedInput> inputs;
+  for (size_t f = 0; f < layer.features().size(); ++f) {
+    inputs.push_back(OwnedInput::dense({2, 6}, {2}));
+  }
+  LookupBatch batch;
+  const auto activations = look_up(layer, inputs, batch);
+  expect_floats_eq(activations[0], {3.0f, 3.5f, 4.0f, 9.0f, 9.5f, 10.0f}, "sgd rows 2 and 6");
+  // apply_gradients updates the memory the views show (SGD lr 0.1, gradient 1: rows 2, 6 - 0.1).
+  std::vector<std::vector<float>> ones;
+  for (const auto& activation : activations) ones.emplace_back(activation.size(), 1.0f);
+  train(layer, batch, ones);
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const size_t row = i / 3;
+    const float expected = static_cast<float>(i) * 0.5f - (row == 2 || row == 6 ? 0.1f : 0.0f);
+    EXPECT_FLOAT_EQ(parameters[i], expected) << i;
+  }
+  EXPECT_TRUE(bitwise_equal(std::vector<float>(parameters.begin(), parameters.end()),
+                            read(layer, "sgd", "parameters")));
+  EXPECT_TRUE(bitwise_equal(std::vector<float>(accumulators.begin(), accumulators.end()),
+                            read(layer, "global", "accumulators")));
+  EXPECT_FLOAT_EQ(accumulators[2 * 3], 0.6f + 1.0f);  // Adagrad: 0.6 + g^2
+  // The views stay valid in the Embedding the layer is moved into, and alias its storage.
+  Embedding moved = std::move(layer);
+  EXPECT_EQ(moved.variable_data("sgd", "parameters").data(), parameters.data());
+  parameters[6] = 42.0f;  // row 2
+  EXPECT_EQ(read(moved, "sgd", "parameters")[6], 42.0f);
+  EXPECT_EQ(look_up(moved, inputs)[0][0], 42.0f);
+}
+
 // ------------------------------------------------------------------------------------------------
 // Quantization (forward only, straight-through backward) against the reference.
 
@@ -1634,13 +1994,14 @@ TEST(EmbeddingQuantization, ForwardQuantizedBackwardStraightThrough) {
   ReferenceEmbedding reference = ReferenceEmbedding::like(layer);
   std::mt19937_64 rng(4242);
   SCOPED_TRACE("seed 4242");
+  BatchPair batch;
   for (int step = 0; step < 20; ++step) {
     std::vector<OwnedInput> inputs;
     inputs.push_back(test::random_two_dim_input(rng, 5, 30, 4));
     inputs.push_back(test::random_two_dim_input(rng, 5, 30, 4));
     inputs.push_back(test::random_two_dim_input(rng, 5, 10, 4));
-    const auto activations = lookup_both(layer, reference, inputs);
-    apply_both(layer, reference, random_gradients(rng, activations));
+    const auto activations = lookup_both(layer, reference, inputs, batch);
+    apply_both(layer, reference, batch, random_gradients(rng, activations));
   }
   expect_matches_reference(layer, reference);
 }

@@ -345,9 +345,23 @@ std::vector<int64_t> ReferenceEmbedding::activation_shape(size_t feature,
 }
 
 std::vector<std::vector<double>> ReferenceEmbedding::lookup(std::span<const FeatureInput> inputs) {
+  return lookup_into(inputs, nullptr);
+}
+
+std::vector<std::vector<double>> ReferenceEmbedding::lookup(std::span<const FeatureInput> inputs,
+                                                            Batch& batch) {
+  batch.applicable_ = false;
+  std::vector<Batch::Feature> record;
+  std::vector<std::vector<double>> activations = lookup_into(inputs, &record);
+  batch.features_ = std::move(record);
+  batch.applicable_ = true;
+  return activations;
+}
+
+std::vector<std::vector<double>> ReferenceEmbedding::lookup_into(
+    std::span<const FeatureInput> inputs, std::vector<Batch::Feature>* record) const {
   if (inputs.size() != features_.size()) throw std::logic_error("reference: one input per feature");
   std::vector<std::vector<double>> activations;
-  std::vector<PendingFeature> pending;
   for (size_t f = 0; f < features_.size(); ++f) {
     const size_t t = table_index(features_[f].table);
     const Table& table = tables_[t];
@@ -356,11 +370,11 @@ std::vector<std::vector<double>> ReferenceEmbedding::lookup(std::span<const Feat
     const ExpandedFeature expanded = expand(f, inputs[f]);
 
     std::vector<double> activation(expanded.cells.size() * static_cast<size_t>(dim), 0.0);
-    PendingFeature pending_feature{t, dim, {}};
+    Batch::Feature recorded{t, dim, {}};
     for (size_t k = 0; k < expanded.cells.size(); ++k) {
       const Cell& cell = expanded.cells[k];
       const std::vector<double> cell_gains = gains(cell, table.config.combiner);
-      PendingCell pending_cell;
+      Batch::Cell recorded_cell;
       for (size_t j = 0; j < cell.size(); ++j) {
         const int64_t row = cell[j].row;
         if (row < 0 || row >= table.config.vocabulary_size) {
@@ -374,34 +388,36 @@ std::vector<std::vector<double>> ReferenceEmbedding::lookup(std::span<const Feat
           activation[k * static_cast<size_t>(dim) + static_cast<size_t>(d)] +=
               cell_gains[j] * value;
         }
-        pending_cell.occurrences.push_back(PendingOccurrence{row, cell_gains[j]});
+        recorded_cell.occurrences.push_back(Batch::Occurrence{row, cell_gains[j]});
       }
-      pending_feature.cells.push_back(std::move(pending_cell));
+      recorded.cells.push_back(std::move(recorded_cell));
     }
     activations.push_back(std::move(activation));
-    pending.push_back(std::move(pending_feature));
+    if (record != nullptr) record->push_back(std::move(recorded));
   }
-  pending_ = std::move(pending);
   return activations;
 }
 
-void ReferenceEmbedding::apply_gradients(std::span<const std::span<const float>> gradients) {
-  if (!pending_) throw std::logic_error("reference: apply_gradients without a lookup");
-  if (gradients.size() != features_.size()) {
+void ReferenceEmbedding::apply_gradients(Batch& batch,
+                                         std::span<const std::span<const float>> gradients) {
+  if (!batch.applicable_) {
+    throw std::logic_error("reference: apply_gradients of a batch without an unapplied lookup");
+  }
+  if (gradients.size() != features_.size() || batch.features_.size() != features_.size()) {
     throw std::logic_error("reference: one gradient per feature");
   }
   // Spec §4: per table, per row, the contributions gain * gradient in (feature, example, position)
   // order (the cells are row-major over (example, position) and a bag keeps its ids in order).
   std::vector<std::map<int64_t, std::vector<std::vector<double>>>> contributions(tables_.size());
   for (size_t f = 0; f < features_.size(); ++f) {
-    const PendingFeature& feature = (*pending_)[f];
+    const Batch::Feature& feature = batch.features_[f];
     const auto dim = static_cast<size_t>(feature.dim);
     const std::span<const float> gradient = gradients[f];
     if (!gradient.empty() && gradient.size() != feature.cells.size() * dim) {
       throw std::logic_error("reference: wrong gradient size");
     }
     for (size_t k = 0; k < feature.cells.size(); ++k) {
-      for (const PendingOccurrence& occurrence : feature.cells[k].occurrences) {
+      for (const Batch::Occurrence& occurrence : feature.cells[k].occurrences) {
         std::vector<double> contribution(dim, 0.0);
         for (size_t d = 0; d < dim; ++d) {
           const double g = gradient.empty() ? 0.0 : static_cast<double>(gradient[k * dim + d]);
@@ -422,7 +438,7 @@ void ReferenceEmbedding::apply_gradients(std::span<const std::span<const float>>
   for (size_t t = 0; t < tables_.size(); ++t) {
     if (tables_[t].optimizer) update_table(tables_[t], contributions[t]);
   }
-  pending_.reset();
+  batch.applicable_ = false;
   ++step_;
 }
 

@@ -6,6 +6,9 @@
 // only the public config and input types with the library.
 //
 // What it models:
+//   batches: like recemb::LookupBatch, a training lookup records in a caller-owned Batch what
+//            apply_gradients needs (per cell, its rows and gains); several batches may be
+//            outstanding and are applied in any order, each once. A pure lookup records nothing.
 //   lookup:  every input (dense [B] / [..., N], ragged, sparse, sequence features, output_shape)
 //            is expanded into explicit cells (one per activation vector), each a list of
 //            (row, weight); a cell's activation is sum_j gain_j * row_j with the combiner's gain
@@ -73,13 +76,43 @@ class ReferenceEmbedding {
   // The activation shape of feature `feature` for `input`: output shape + [dim].
   std::vector<int64_t> activation_shape(size_t feature, const FeatureInput& input) const;
 
-  // One activation array per feature (row-major, activation_shape). Keeps the batch for
-  // apply_gradients.
-  std::vector<std::vector<double>> lookup(std::span<const FeatureInput> inputs);
+  // What apply_gradients needs from one training lookup: per feature, the rows and gains of every
+  // cell (the contributions gain * d(loss)/d(activation) do not depend on the parameters, so a
+  // batch can be applied after other batches changed them). Copyable, so a test can apply the
+  // same lookup to two copies of a reference.
+  class Batch {
+   public:
+    // A lookup is recorded and not applied yet.
+    bool applicable() const { return applicable_; }
 
-  // gradients: one per feature, shaped as its activation; empty = zeros. Uses the most recent
-  // lookup (once) and increments step().
-  void apply_gradients(std::span<const std::span<const float>> gradients);
+   private:
+    friend class ReferenceEmbedding;
+    // One contribution to a row's gradient: gain * gradient of the cell.
+    struct Occurrence {
+      int64_t row = 0;
+      double gain = 0.0;
+    };
+    struct Cell {
+      std::vector<Occurrence> occurrences;
+    };
+    struct Feature {
+      size_t table = 0;
+      int64_t dim = 0;
+      std::vector<Cell> cells;
+    };
+    std::vector<Feature> features_;
+    bool applicable_ = false;
+  };
+
+  // One activation array per feature (row-major, activation_shape). A pure lookup: records
+  // nothing.
+  std::vector<std::vector<double>> lookup(std::span<const FeatureInput> inputs);
+  // The same, also recording the lookup in `batch` (overwriting it) for apply_gradients.
+  std::vector<std::vector<double>> lookup(std::span<const FeatureInput> inputs, Batch& batch);
+
+  // gradients: one per feature, shaped as the activation of `batch`'s lookup; empty = zeros.
+  // Applies `batch` (which must be applicable; it no longer is afterwards) and increments step().
+  void apply_gradients(Batch& batch, std::span<const std::span<const float>> gradients);
 
  private:
   // One id of a cell: the table row and its weight (1 without weights).
@@ -98,20 +131,10 @@ class ReferenceEmbedding {
     std::optional<Optimizer> optimizer;  // own, else the global one, else none
     std::map<std::string, std::vector<double>, std::less<>> variables;
   };
-  // One contribution to a row's gradient: gain * gradient of the cell.
-  struct PendingOccurrence {
-    int64_t row = 0;
-    double gain = 0.0;
-  };
-  struct PendingCell {
-    std::vector<PendingOccurrence> occurrences;
-  };
-  struct PendingFeature {
-    size_t table = 0;
-    int64_t dim = 0;
-    std::vector<PendingCell> cells;
-  };
 
+  // Computes the activations; records the cells' rows and gains into `record` when not null.
+  std::vector<std::vector<double>> lookup_into(std::span<const FeatureInput> inputs,
+                                               std::vector<Batch::Feature>* record) const;
   ExpandedFeature expand(size_t feature, const FeatureInput& input) const;
   size_t table_index(std::string_view name) const;
   std::vector<double> gains(const Cell& cell, Combiner combiner) const;
@@ -124,7 +147,6 @@ class ReferenceEmbedding {
   EmbeddingOptions options_;
   int64_t step_ = 0;
   int64_t skipped_rows_ = 0;
-  std::optional<std::vector<PendingFeature>> pending_;
 };
 
 }  // namespace recemb::reference
