@@ -130,17 +130,17 @@ struct Embedding::Impl {
     for (TableState& state : states) {
       const uint64_t seed = internal::table_seed(options.seed, state.config().name);
       const int64_t rows = state.config().vocabulary_size;
-      const int64_t num_tasks = (rows + kRowsPerInitializeTask - 1) / kRowsPerInitializeTask;
-      auto initialize = [&](int64_t task, int) {
-        const int64_t first = task * kRowsPerInitializeTask;
-        state.initialize_block(seed, first, std::min(kRowsPerInitializeTask, rows - first));
+      auto initialize = [&](int64_t first, int64_t last, int) {
+        state.initialize_block(seed, first, last - first);
       };
       // A user callback runs on the constructing thread only (it may not be thread-safe, and a
       // Python callable needs the interpreter lock).
       if (std::holds_alternative<InitializerCallback>(state.config().initializer)) {
-        for (int64_t task = 0; task < num_tasks; ++task) initialize(task, 0);
+        for (int64_t first = 0; first < rows; first += kRowsPerInitializeTask) {
+          initialize(first, std::min(rows, first + kRowsPerInitializeTask), 0);
+        }
       } else {
-        pool.parallel_for(num_tasks, initialize);
+        pool.parallel_for_ranges(rows, kRowsPerInitializeTask, initialize);
       }
     }
   }
@@ -306,28 +306,24 @@ struct Embedding::Impl {
     };
     internal::visit_row_pipeline(
         *state.optimizer(), learning_rate, step, [&](const auto& pipeline) {
+          auto& skipped = thread_skipped_rows;
           if (state.updates_all_rows()) {
-            const int64_t rows = state.config().vocabulary_size;
-            const int64_t num_tasks =
-                (rows + kRowsPerDenseUpdateTask - 1) / kRowsPerDenseUpdateTask;
-            pool.parallel_for(num_tasks, [&](int64_t task, int thread) {
-              const int64_t first = task * kRowsPerDenseUpdateTask;
-              const int64_t last = std::min(rows, first + kRowsPerDenseUpdateTask);
-              thread_skipped_rows[static_cast<size_t>(thread)] +=
-                  internal::update_all_rows(pipeline, variables, grouping, contributions, mode,
-                                            first, last, scratch_of(thread));
-            });
-            return;
+            pool.parallel_for_ranges(
+                state.config().vocabulary_size, kRowsPerDenseUpdateTask,
+                [&](int64_t first, int64_t last, int thread) {
+                  skipped[static_cast<size_t>(thread)] +=
+                      internal::update_all_rows(pipeline, variables, grouping, contributions, mode,
+                                                first, last, scratch_of(thread));
+                });
+          } else {
+            pool.parallel_for_ranges(
+                static_cast<int64_t>(grouping.unique_rows().size()), kRowsPerUpdateTask,
+                [&](int64_t first, int64_t last, int thread) {
+                  skipped[static_cast<size_t>(thread)] +=
+                      internal::update_touched_rows(pipeline, variables, grouping, contributions,
+                                                    mode, first, last, scratch_of(thread));
+                });
           }
-          const auto touched = static_cast<int64_t>(grouping.unique_rows().size());
-          const int64_t num_tasks = (touched + kRowsPerUpdateTask - 1) / kRowsPerUpdateTask;
-          pool.parallel_for(num_tasks, [&](int64_t task, int thread) {
-            const int64_t first = task * kRowsPerUpdateTask;
-            const int64_t last = std::min(touched, first + kRowsPerUpdateTask);
-            thread_skipped_rows[static_cast<size_t>(thread)] +=
-                internal::update_touched_rows(pipeline, variables, grouping, contributions, mode,
-                                              first, last, scratch_of(thread));
-          });
         });
   }
 

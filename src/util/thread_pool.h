@@ -7,6 +7,7 @@
 #ifndef RECEMB_UTIL_THREAD_POOL_H_
 #define RECEMB_UTIL_THREAD_POOL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -37,6 +38,16 @@ class ThreadPool {
     run(num_tasks, [](void* context, int64_t task_index, int thread_index) {
       (*static_cast<Fn*>(context))(task_index, thread_index);
     }, const_cast<void*>(static_cast<const void*>(&task)));
+  }
+
+  // Splits [0, count) into ranges of `chunk` items (the last may be shorter) and runs
+  // fn(first, last, thread_index) for each, as parallel_for does.
+  template <class Fn>
+  void parallel_for_ranges(int64_t count, int64_t chunk, Fn&& fn) {
+    parallel_for((count + chunk - 1) / chunk, [&](int64_t task, int thread_index) {
+      const int64_t first = task * chunk;
+      fn(first, std::min(count, first + chunk), thread_index);
+    });
   }
 
  private:
