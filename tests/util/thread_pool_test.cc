@@ -48,6 +48,19 @@ TEST(ThreadPoolTest, PerThreadIndicesNeverRunConcurrently) {
   EXPECT_FALSE(overlap.load());
 }
 
+TEST(ThreadPoolTest, RangesCoverEveryItemOnce) {
+  ThreadPool pool(2);
+  for (const int64_t count : {0, 1, 9, 10, 11, 1000}) {
+    std::vector<std::atomic<int>> covered(static_cast<size_t>(count));
+    pool.parallel_for_ranges(count, 10, [&](int64_t first, int64_t last, int) {
+      EXPECT_LE(last - first, 10);
+      EXPECT_LT(first, last);
+      for (int64_t i = first; i < last; ++i) covered[static_cast<size_t>(i)].fetch_add(1);
+    });
+    for (int64_t i = 0; i < count; ++i) EXPECT_EQ(covered[static_cast<size_t>(i)].load(), 1) << i;
+  }
+}
+
 TEST(ThreadPoolTest, ZeroMeansOnePerCore) {
   ThreadPool pool(0);
   EXPECT_GE(pool.num_threads(), 1);
