@@ -20,7 +20,8 @@ class CMakeBuild(build_ext):
         subprocess.check_call(["cmake", "-S", ROOT, "-B", build, *generator,
                                "-DCMAKE_BUILD_TYPE=Release", "-DRECEMB_BUILD_TESTS=OFF",
                                "-DRECEMB_BUILD_BENCHMARKS=OFF", "-DRECEMB_BUILD_EXAMPLES=OFF",
-                               "-DRECEMB_BUILD_PYTHON=ON", f"-DPython3_EXECUTABLE={sys.executable}"])
+                               "-DRECEMB_BUILD_PYTHON=ON",
+                               f"-DPython3_EXECUTABLE={sys.executable}"])
         subprocess.check_call(["cmake", "--build", build, "--target", "_recemb", "--parallel",
                                str(os.cpu_count() or 1)])
         (built,) = glob.glob(os.path.join(build, "python", "recemb", "_recemb*.so"))

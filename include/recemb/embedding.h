@@ -92,6 +92,8 @@ class RECEMB_EXPORT Embedding {
 
   // Number of apply_gradients calls so far (the step of learning-rate schedules).
   int64_t step() const;
+  // Sets the step counter, as a restore from a checkpoint does. Throws InvalidArgument if step < 0.
+  void set_step(int64_t step);
 
   // The shape of feature `feature`'s activation for `input`: output shape + [dim]. Throws
   // InvalidArgument if the input does not fit the feature's config.

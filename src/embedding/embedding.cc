@@ -367,6 +367,11 @@ const std::vector<TableConfig>& Embedding::tables() const { return impl_->tables
 const std::vector<FeatureConfig>& Embedding::features() const { return impl_->features; }
 const EmbeddingOptions& Embedding::options() const { return impl_->options; }
 int64_t Embedding::step() const { return impl_->step; }
+void Embedding::set_step(int64_t step) {
+  if (step < 0) throw InvalidArgument("step must be >= 0, got " + std::to_string(step));
+  impl_->step = step;
+}
+
 int64_t Embedding::skipped_rows() const { return impl_->skipped_rows; }
 
 std::vector<int64_t> Embedding::activation_shape(size_t feature, const FeatureInput& input) const {

@@ -1023,6 +1023,20 @@ TEST(EmbeddingLearningRateCallback, CalledExactlyOncePerStepWithTheStep) {
   }
 }
 
+TEST(EmbeddingLearningRateCallback, SetStepMovesTheScheduleAndRejectsNegativeSteps) {
+  std::vector<int64_t> calls;
+  Embedding layer = zero_tables(LearningRateCallback([&calls](int64_t step) {
+    calls.push_back(step);
+    return 0.5f;
+  }));
+  EXPECT_THROW(layer.set_step(-1), InvalidArgument);
+  EXPECT_EQ(layer.step(), 0);
+  layer.set_step(40);
+  step_with_ones(layer);
+  EXPECT_EQ(layer.step(), 41);
+  EXPECT_EQ(calls, (std::vector<int64_t>{40}));
+}
+
 TEST(EmbeddingLearningRateCallback, InvalidValueRejectsTheStepAndKeepsTheLookup) {
   std::vector<float> returns = {-1.0f, kNaN, kInf, 0.5f};
   size_t call = 0;

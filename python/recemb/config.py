@@ -1,0 +1,218 @@
+"""Tables and the features looked up in them, as TF's `tf.tpu.experimental.embedding` configs.
+
+Several FeatureConfigs share a table by referring to the same TableConfig object (identity, as
+TF). Configs are plain values; an Embedding copies what it needs and never changes them.
+"""
+
+import numbers
+
+import numpy as np
+
+from recemb import _nest, _recemb, optimizers
+
+_COMBINERS = ("mean", "sum", "sqrtn")
+_NAMED_INITIALIZERS = {"zeros": 0.0, "ones": 1.0}
+_CPP_INITIALIZERS = (_recemb.TruncatedNormal, _recemb.Constant, _recemb.RowId)
+
+
+def _check_int(owner, field, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{owner}: {field} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+class QuantizationConfig:
+    """Simulated quantization of looked-up rows (forward only; the backward pass is
+    straight-through): x = clip(x, lower, upper), snapped to num_buckets evenly spaced values."""
+
+    def __init__(self, num_buckets, lower, upper):
+        self.num_buckets = _check_int("QuantizationConfig", "num_buckets", num_buckets, 2)
+        self.lower = float(lower)
+        self.upper = float(upper)
+
+    def __repr__(self):
+        return (f"QuantizationConfig(num_buckets={self.num_buckets}, lower={self.lower}, "
+                f"upper={self.upper})")
+
+
+class TableConfig:
+    """One embedding table: vocabulary_size rows of dim float32 values.
+
+    initializer: None (TF's default: truncated normal with stddev 1/sqrt(dim)), "zeros", "ones",
+        a float constant, an array of shape [vocabulary_size, dim], a callable shape -> array
+        (called once with (vocabulary_size, dim) when the Embedding is built), or one of
+        recemb.initializers.
+    optimizer: this table's optimizer (a recemb.optimizers object or name); None uses the
+        Embedding's optimizer.
+    combiner: "mean" (default, as TF), "sum" or "sqrtn"; applies to every feature of the table.
+    name: unique among the tables of an Embedding; None gives "table_<i>", i being the table's
+        index in order of first appearance in the flattened feature config (as TF).
+    """
+
+    def __init__(self, vocabulary_size, dim, initializer=None, optimizer=None, combiner="mean",
+                 name=None, quantization_config=None):
+        owner = f"TableConfig '{name}'" if name is not None else "TableConfig"
+        self.vocabulary_size = _check_int(owner, "vocabulary_size", vocabulary_size, 1)
+        self.dim = _check_int(owner, "dim", dim, 1)
+        if combiner not in _COMBINERS:
+            raise ValueError(f"{owner}: combiner must be one of {list(_COMBINERS)}, got "
+                             f"{combiner!r}")
+        if isinstance(initializer, str) and initializer not in _NAMED_INITIALIZERS:
+            raise ValueError(f"{owner}: initializer names are {list(_NAMED_INITIALIZERS)}, got "
+                             f"{initializer!r}")
+        if not (initializer is None or callable(initializer) or hasattr(initializer, "__array__")
+                or isinstance(initializer, (str, numbers.Real, *_CPP_INITIALIZERS))):
+            raise ValueError(f"{owner}: initializer must be None, a name, a float, an array, a "
+                             f"callable or a recemb.initializers object, got {initializer!r}")
+        if quantization_config is not None and not isinstance(quantization_config,
+                                                              QuantizationConfig):
+            raise ValueError(f"{owner}: quantization_config must be a QuantizationConfig")
+        self.initializer = initializer
+        self.optimizer = optimizers.get(optimizer)
+        self.combiner = combiner
+        self.name = name
+        self.quantization_config = quantization_config
+
+    def __repr__(self):
+        return (f"TableConfig(vocabulary_size={self.vocabulary_size}, dim={self.dim}, "
+                f"initializer={_initializer_repr(self.initializer)}, "
+                f"optimizer={self.optimizer!r}, combiner={self.combiner!r}, name={self.name!r}, "
+                f"quantization_config={self.quantization_config!r})")
+
+
+class FeatureConfig:
+    """One input feature, looked up in `table`.
+
+    max_sequence_length: 0 combines each example's ids into one row ([batch, dim]); L > 0 makes a
+        sequence feature with activation [batch, L, dim].
+    output_shape: the activation shape without dim (TF's output_shape); None derives it from the
+        input.
+    validate_weights_and_indices: True rejects non-finite weights (ids are always checked).
+    name: unique among the features; None uses the feature's path in the config structure
+        (for example "watched" for a dict key).
+    """
+
+    def __init__(self, table, max_sequence_length=0, validate_weights_and_indices=True,
+                 output_shape=None, name=None):
+        owner = f"FeatureConfig '{name}'" if name is not None else "FeatureConfig"
+        if not isinstance(table, TableConfig):
+            raise ValueError(f"{owner}: table must be a TableConfig, got {type(table).__name__}")
+        self.table = table
+        self.max_sequence_length = _check_int(owner, "max_sequence_length",
+                                              max_sequence_length, 0)
+        if not isinstance(validate_weights_and_indices, bool):
+            raise ValueError(f"{owner}: validate_weights_and_indices must be a bool")
+        self.validate_weights_and_indices = validate_weights_and_indices
+        self.output_shape = None if output_shape is None else [
+            _check_int(owner, "output_shape entries", d, 1) for d in output_shape]
+        self.name = name
+
+    def __repr__(self):
+        return (f"FeatureConfig(table={self.table.name!r}, max_sequence_length="
+                f"{self.max_sequence_length}, validate_weights_and_indices="
+                f"{self.validate_weights_and_indices}, output_shape={self.output_shape}, "
+                f"name={self.name!r})")
+
+
+def _initializer_repr(initializer):
+    if hasattr(initializer, "__array__"):
+        return f"<array of shape {tuple(np.shape(initializer))}>"
+    return repr(initializer)
+
+
+def _cpp_initializer(table):
+    """The C++ initializer of a table; None for an array or a callable (see initial_values)."""
+    init = table.initializer
+    if init is None:
+        return _recemb.TruncatedNormal()
+    if isinstance(init, _CPP_INITIALIZERS):
+        return init
+    if isinstance(init, str):
+        return _recemb.Constant(value=_NAMED_INITIALIZERS[init])
+    if isinstance(init, numbers.Real):
+        return _recemb.Constant(value=float(init))
+    return None
+
+
+class Resolved:
+    """A feature config structure resolved into C++ configs: features in flattening order,
+    tables in order of first appearance, and their names."""
+
+    def __init__(self, feature_config):
+        self.structure = feature_config
+        flat = _nest.flatten_with_paths(feature_config)
+        if not flat:
+            raise ValueError("feature_config holds no FeatureConfig")
+        self.features = []
+        self.feature_names = []
+        self.tables = []
+        self._table_names = {}  # id(TableConfig) -> name
+        for index, (path, feature) in enumerate(flat):
+            if not isinstance(feature, FeatureConfig):
+                where = f" at '{_nest.path_string(path)}'" if path else ""
+                raise ValueError(f"feature_config{where}: expected a FeatureConfig, got "
+                                 f"{type(feature).__name__}")
+            self.features.append(feature)
+            self.feature_names.append(feature.name or _nest.path_string(path) or
+                                      f"feature_{index}")
+            if id(feature.table) not in self._table_names:
+                self._table_names[id(feature.table)] = (feature.table.name or
+                                                        f"table_{len(self.tables)}")
+                self.tables.append(feature.table)
+        self.table_names = [self._table_names[id(table)] for table in self.tables]
+
+    def table_name(self, key):
+        """The name of a table given by name or by its TableConfig."""
+        if isinstance(key, TableConfig):
+            if id(key) not in self._table_names:
+                raise ValueError(f"{key!r} is not a table of this feature config")
+            return self._table_names[id(key)]
+        if key not in self.table_names:
+            raise ValueError(f"no table named {key!r}; the tables are {self.table_names}")
+        return key
+
+    def initial_values(self):
+        """(name, float32 [vocabulary_size, dim]) of each table initialized by an array or a
+        callable. They are written into the engine after it is built (rather than given to it as
+        a C++ initializer callback, which the engine's configs would keep alive)."""
+        result = []
+        for table, name in zip(self.tables, self.table_names):
+            init = table.initializer
+            if init is None or _cpp_initializer(table) is not None:
+                continue
+            if callable(init) and not hasattr(init, "__array__"):
+                init = init((table.vocabulary_size, table.dim))
+            values = np.asarray(init, dtype=np.float32)
+            if values.shape != (table.vocabulary_size, table.dim):
+                raise ValueError(f"table '{name}': the initializer gives shape {values.shape}, "
+                                 f"expected {(table.vocabulary_size, table.dim)}")
+            result.append((name, np.ascontiguousarray(values)))
+        return result
+
+    def cpp_tables(self, zero_tables=False):
+        """The C++ TableConfigs; zero_tables initializes every table to zeros."""
+        result = []
+        for table, name in zip(self.tables, self.table_names):
+            quantization = table.quantization_config
+            initializer = None if zero_tables else _cpp_initializer(table)
+            result.append(_recemb.TableConfig(
+                name=name,
+                vocabulary_size=table.vocabulary_size,
+                dim=table.dim,
+                initializer=_recemb.Constant() if initializer is None else initializer,
+                optimizer=(None if table.optimizer is None else
+                           table.optimizer._to_cpp()),
+                combiner=_recemb.parse_combiner(table.combiner),
+                quantization_config=(None if quantization is None else _recemb.QuantizationConfig(
+                    num_buckets=quantization.num_buckets, lower=quantization.lower,
+                    upper=quantization.upper))))
+        return result
+
+    def cpp_features(self):
+        return [_recemb.FeatureConfig(
+            name=name,
+            table=self._table_names[id(feature.table)],
+            max_sequence_length=feature.max_sequence_length,
+            output_shape=list(feature.output_shape or []),
+            validate_weights_and_indices=feature.validate_weights_and_indices)
+            for feature, name in zip(self.features, self.feature_names)]

@@ -1,0 +1,129 @@
+"""The input of one feature for one step, and its conversion to the C++ id views.
+
+A feature's ids are one of
+  - an array (numpy, or anything np.asarray accepts): dense ids, [B] (one id per example) or
+    [..., N] (the last axis is a bag of N ids);
+  - Ragged(values, row_splits): example b holds values[row_splits[b]:row_splits[b + 1]];
+  - Sparse(indices, values, dense_shape): TF's SparseTensor, entries in canonical order.
+Ids are int32 or int64 (other integer types are converted). Weights are None or, per feature,
+the same layout holding floats: an array of the ids' shape for dense ids, a Ragged or Sparse with
+the same row_splits or indices (or just the array of one weight per value).
+
+Zero copy: an int32 or int64 array that is C-contiguous (a slice of rows of a larger array is)
+is handed to the engine as is; so are float32 weights. Anything else is converted (copied) once.
+The engine reads the arrays only during the lookup call.
+"""
+
+import numpy as np
+
+from recemb import _recemb
+
+_ID_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+_FLOAT32 = np.dtype(np.float32)
+
+
+class Ragged:
+    """A ragged batch of rank 2 (TF's RaggedTensor): example b holds
+    values[row_splits[b]:row_splits[b + 1]]; row_splits has batch size + 1 entries."""
+
+    __slots__ = ("values", "row_splits")
+
+    def __init__(self, values, row_splits):
+        self.values = values
+        self.row_splits = row_splits
+
+    @classmethod
+    def from_row_lengths(cls, values, row_lengths):
+        splits = np.zeros(len(row_lengths) + 1, dtype=np.int64)
+        np.cumsum(row_lengths, out=splits[1:])
+        return cls(values, splits)
+
+    @classmethod
+    def from_lists(cls, rows, dtype=np.int64):
+        """From a list of lists, for example [[1, 2], [], [3]]."""
+        lengths = [len(row) for row in rows]
+        values = np.fromiter((value for row in rows for value in row), dtype=dtype,
+                             count=sum(lengths))
+        return cls.from_row_lengths(values, lengths)
+
+    def __repr__(self):
+        return f"Ragged(values={self.values!r}, row_splits={self.row_splits!r})"
+
+
+class Sparse:
+    """A sparse batch (TF's SparseTensor): indices [nnz, rank] in canonical row-major order,
+    values [nnz], dense_shape of that rank; indices[:, :-1] name the bag."""
+
+    __slots__ = ("indices", "values", "dense_shape")
+
+    def __init__(self, indices, values, dense_shape):
+        self.indices = indices
+        self.values = values
+        self.dense_shape = dense_shape
+
+    def __repr__(self):
+        return (f"Sparse(indices={self.indices!r}, values={self.values!r}, "
+                f"dense_shape={self.dense_shape!r})")
+
+
+def _contiguous(array):
+    if array.flags.c_contiguous and array.flags.aligned:
+        return array
+    return array.copy(order="C")
+
+
+def _ids(feature, value, what):
+    array = np.asarray(value)
+    if array.dtype not in _ID_DTYPES:
+        if array.dtype.kind not in "iu" and array.size != 0:
+            raise ValueError(f"feature '{feature}': {what} must be integers, got dtype "
+                             f"{array.dtype}")
+        array = array.astype(np.int64)
+    return _contiguous(array)
+
+
+def float32_array(value):
+    """`value` as a C-contiguous float32 array, without copying when it already is one."""
+    array = np.asarray(value)
+    if array.dtype != _FLOAT32:
+        array = array.astype(np.float32)
+    return _contiguous(array)
+
+
+def _weights(feature, weights, ids, kind):
+    if weights is None:
+        return None
+    if isinstance(weights, (Ragged, Sparse)):
+        if not isinstance(ids, type(weights)):
+            raise ValueError(f"feature '{feature}': weights are {type(weights).__name__} but the "
+                             f"ids are {kind}")
+        what = "row_splits" if isinstance(weights, Ragged) else "indices"
+        mine, theirs = getattr(weights, what), getattr(ids, what)
+        if mine is not theirs and not np.array_equal(mine, theirs):
+            raise ValueError(f"feature '{feature}': the weights' {what} differ from the ids'")
+        weights = weights.values
+    array = float32_array(weights)
+    if kind == "dense" and array.shape != np.shape(ids):
+        raise ValueError(f"feature '{feature}': weights of shape {array.shape} for ids of shape "
+                         f"{np.shape(ids)}")
+    return array
+
+
+def feature_input(feature, ids, weights):
+    """The C++ view (DenseIds, RaggedIds or SparseIds) of one feature's ids and weights."""
+    if isinstance(ids, Ragged):
+        return _recemb.RaggedIds(values=_ids(feature, ids.values, "values"),
+                                 row_splits=_ids(feature, ids.row_splits, "row_splits"),
+                                 weights=_weights(feature, weights, ids, "ragged"))
+    if isinstance(ids, Sparse):
+        indices = _ids(feature, ids.indices, "indices")
+        if indices.dtype != np.int64:
+            indices = indices.astype(np.int64)
+        return _recemb.SparseIds(indices=indices, values=_ids(feature, ids.values, "values"),
+                                 dense_shape=[int(d) for d in ids.dense_shape],
+                                 weights=_weights(feature, weights, ids, "sparse"))
+    if ids is None:
+        raise ValueError(f"feature '{feature}': no ids (None)")
+    array = _ids(feature, ids, "ids")
+    return _recemb.DenseIds(ids=array, shape=list(array.shape),
+                            weights=_weights(feature, weights, array, "dense"))

@@ -1,0 +1,192 @@
+"""The optimizers recemb fuses into apply_gradients, with the keyword names and defaults of
+`tf.tpu.experimental.embedding` (SGD, Adagrad, AdagradMomentum, Adam, FTRL) plus row-wise Adagrad.
+
+Every hyperparameter is readable back as an attribute of the same name (`opt.learning_rate`).
+An unknown keyword raises ValueError listing the valid ones; invalid values raise ValueError when
+the optimizer is created. The update formulas are in docs/semantics.md.
+
+`learning_rate` is a float, a schedule from `recemb.schedules` (a function of the step counter),
+or a zero-argument callable evaluated once per apply_gradients (as TF's dynamic learning rate).
+
+Hyperparameters every optimizer takes (TF's `_Optimizer` base):
+  use_gradient_accumulation (True), clip_weight_min (None), clip_weight_max (None),
+  weight_decay_factor (None), multiply_weight_decay_factor_by_learning_rate (None),
+  clipvalue (None; a scalar c clips gradients to [-c, c]; a (min, max) pair, None unbounded),
+  low_dimensional_packing_status (False; a TPU memory layout option, accepted and ignored), and
+  except for SGD slot_variable_creation_fn (only None: recemb owns its slot variables).
+"""
+
+import math
+import numbers
+
+from recemb import _recemb
+
+_SCHEDULES = (_recemb.ExponentialDecay, _recemb.PiecewiseConstant, _recemb.LinearWarmup)
+
+_COMMON = {
+    "use_gradient_accumulation": True,
+    "clip_weight_min": None,
+    "clip_weight_max": None,
+    "weight_decay_factor": None,
+    "multiply_weight_decay_factor_by_learning_rate": None,
+    "clipvalue": None,
+    "low_dimensional_packing_status": False,
+}
+
+
+def _cpp_learning_rate(value, owner):
+    """The C++ LearningRate of a Python learning_rate."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, _SCHEDULES):
+        return value
+    if callable(value):
+        return lambda step: float(value())
+    raise ValueError(f"{owner}: learning_rate must be a float, a recemb.schedules schedule or a "
+                     f"zero-argument callable, got {value!r}")
+
+
+def _bound(value, default):
+    return default if value is None else float(value)
+
+
+def _clip_range(clipvalue, owner):
+    if clipvalue is None:
+        return -math.inf, math.inf
+    if isinstance(clipvalue, numbers.Real) and not isinstance(clipvalue, bool):
+        return -float(clipvalue), float(clipvalue)
+    if isinstance(clipvalue, (tuple, list)) and len(clipvalue) == 2:
+        return _bound(clipvalue[0], -math.inf), _bound(clipvalue[1], math.inf)
+    raise ValueError(f"{owner}: clipvalue must be None, a number or a (min, max) pair, got "
+                     f"{clipvalue!r}")
+
+
+class _Optimizer:
+    """Base of the optimizers: hyperparameters as attributes, conversion to the C++ struct."""
+
+    _CPP = None  # the bound C++ struct
+    _NAME = ""  # TF's name (recemb.optimizers.get)
+    # Hyperparameters after learning_rate, in TF's order, with TF's defaults.
+    _OWN = {}
+    _LEARNING_RATE = 0.01
+
+    def __init__(self, learning_rate=None, **kwargs):
+        names = dict(self._OWN)
+        names.update(_COMMON)
+        if self._CPP is not _recemb.Sgd:
+            names["slot_variable_creation_fn"] = None
+        unknown = [key for key in kwargs if key not in names]
+        if unknown:
+            raise ValueError(f"{type(self).__name__}: unknown hyperparameter(s) {unknown}; valid: "
+                             f"{['learning_rate'] + list(names)}")
+        self.learning_rate = self._LEARNING_RATE if learning_rate is None else learning_rate
+        for name, default in names.items():
+            setattr(self, name, kwargs.get(name, default))
+        if getattr(self, "slot_variable_creation_fn", None) is not None:
+            raise ValueError(f"{type(self).__name__}: slot_variable_creation_fn is not supported; "
+                             "recemb owns the slot variables (read them from "
+                             "Embedding.slot_variables)")
+        _recemb.validate_optimizer(self._to_cpp(), f"optimizer {type(self).__name__}")
+
+    @property
+    def slot_names(self):
+        """The slot variables of a table trained with this optimizer (TF's names)."""
+        return _recemb.slot_names(self._to_cpp())
+
+    def _to_cpp(self):
+        owner = f"optimizer {type(self).__name__}"
+        clip_min, clip_max = _clip_range(self.clipvalue, owner)
+        common = _recemb.CommonHyperparameters(
+            use_gradient_accumulation=bool(self.use_gradient_accumulation),
+            clip_weight_min=_bound(self.clip_weight_min, -math.inf),
+            clip_weight_max=_bound(self.clip_weight_max, math.inf),
+            weight_decay_factor=_bound(self.weight_decay_factor, 0.0),
+            multiply_weight_decay_factor_by_learning_rate=bool(
+                self.multiply_weight_decay_factor_by_learning_rate),
+            clip_gradient_min=clip_min,
+            clip_gradient_max=clip_max)
+        own = {name: getattr(self, name) for name in self._OWN}
+        return self._CPP(learning_rate=_cpp_learning_rate(self.learning_rate, owner),
+                         common=common, **own)
+
+    def __repr__(self):
+        names = ["learning_rate"] + list(self._OWN) + list(_COMMON)
+        values = ", ".join(f"{name}={getattr(self, name)!r}" for name in names)
+        return f"{type(self).__name__}({values})"
+
+
+class SGD(_Optimizer):
+    """w -= lr * g. No slots."""
+
+    _CPP = _recemb.Sgd
+    _NAME = "sgd"
+    _LEARNING_RATE = 0.01
+
+
+class Adagrad(_Optimizer):
+    """a += g^2; w -= lr * g / sqrt(a) (no epsilon, as TF). Slot "accumulators"."""
+
+    _CPP = _recemb.Adagrad
+    _NAME = "adagrad"
+    _LEARNING_RATE = 0.001
+    _OWN = {"initial_accumulator_value": 0.1}
+
+
+class AdagradMomentum(_Optimizer):
+    """Adagrad with momentum, Nesterov, a generalised exponent and beta2.
+    Slots "accumulators", "momenta"."""
+
+    _CPP = _recemb.AdagradMomentum
+    _NAME = "adagrad_momentum"
+    _LEARNING_RATE = 0.001
+    _OWN = {"momentum": 0.0, "use_nesterov": False, "exponent": 2.0, "beta2": 1.0,
+            "epsilon": 1e-10}
+
+
+class Adam(_Optimizer):
+    """Adam without bias correction, as TF (bias_correction=True adds it to the learning rate).
+    lazy_adam=False updates every row each step. Slots "momenta", "velocities"."""
+
+    _CPP = _recemb.Adam
+    _NAME = "adam"
+    _LEARNING_RATE = 0.001
+    _OWN = {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7, "lazy_adam": True,
+            "sum_inside_sqrt": True, "bias_correction": False}
+
+
+class FTRL(_Optimizer):
+    """FTRL-proximal as TF's TPU embedding FTRL. Slots "accumulators", "linears"."""
+
+    _CPP = _recemb.Ftrl
+    _NAME = "ftrl"
+    _LEARNING_RATE = 0.001
+    _OWN = {"learning_rate_power": -0.5, "l1_regularization_strength": 0.0,
+            "l2_regularization_strength": 0.0, "beta": 0.0, "initial_accumulator_value": 0.1,
+            "multiply_linear_by_learning_rate": False, "allow_zero_accumulator": False}
+
+
+class RowWiseAdagrad(_Optimizer):
+    """One accumulator per row (FBGEMM's EXACT_ROWWISE_ADAGRAD): a += mean_d(g_d^2);
+    w -= lr * g / (sqrt(a) + epsilon). Slot "accumulators" of shape [vocabulary_size]."""
+
+    _CPP = _recemb.RowwiseAdagrad
+    _NAME = "rowwise_adagrad"
+    _LEARNING_RATE = 0.001
+    _OWN = {"initial_accumulator_value": 0.0, "epsilon": 1e-8}
+
+
+_BY_NAME = {cls._NAME: cls for cls in (SGD, Adagrad, AdagradMomentum, Adam, FTRL, RowWiseAdagrad)}
+
+
+def get(identifier):
+    """An optimizer from an optimizer object (returned as is), a name ("sgd", "adagrad",
+    "adagrad_momentum", "adam", "ftrl", "rowwise_adagrad": TF's defaults) or None."""
+    if identifier is None or isinstance(identifier, _Optimizer):
+        return identifier
+    if isinstance(identifier, str):
+        if identifier not in _BY_NAME:
+            raise ValueError(f"unknown optimizer name '{identifier}'; valid: {list(_BY_NAME)}")
+        return _BY_NAME[identifier]()
+    raise ValueError(f"unknown optimizer {identifier!r}: pass a recemb.optimizers object, one of "
+                     f"the names {list(_BY_NAME)} or None (recemb.torch.translate_optimizer "
+                     "converts torch optimizers)")

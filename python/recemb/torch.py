@@ -1,0 +1,260 @@
+"""recemb.torch: recemb's embedding tables as a torch.nn.Module whose backward pass applies
+recemb's fused optimizer to the touched rows (the seed's "gradient trap", done properly).
+
+    emb = recemb.torch.Embedding(features, recemb.optimizers.Adagrad(learning_rate=0.1))
+    dense = torch.nn.Linear(16, 1)
+    opt = torch.optim.SGD(dense.parameters(), lr=0.1)     # the dense part keeps a torch optimizer
+    for ids, labels in data:
+        loss = loss_fn(dense(emb(ids)["watched"]), labels)
+        opt.zero_grad(); loss.backward(); opt.step()     # backward() also updates the tables
+
+The tables are not torch Parameters: torch optimizers never see them. Each forward in grad mode
+keeps its own LookupBatch, applied when backward reaches its activations (at most once), so
+evaluation passes in between (under torch.no_grad(), pure lookups) change nothing. CPU tensors
+only; inputs may be torch tensors (dense, or sparse COO), numpy arrays, recemb.Ragged or
+recemb.Sparse holding either.
+"""
+
+import math
+
+import numpy as np
+import torch
+
+from recemb import _nest, optimizers
+from recemb.embedding import Embedding as _Layer
+from recemb.embedding import LookupBatch
+from recemb.inputs import Ragged, Sparse, float32_array
+
+__all__ = ["Embedding", "translate_optimizer"]
+
+
+def _numpy(value):
+    """A torch tensor (or a Ragged / Sparse of them) as numpy, sharing memory when possible."""
+    if isinstance(value, torch.Tensor):
+        if value.is_sparse:
+            value = value.detach().coalesce().cpu()
+            return Sparse(indices=value.indices().t().contiguous().numpy(),
+                          values=value.values().numpy(), dense_shape=list(value.shape))
+        return value.detach().cpu().numpy()
+    if isinstance(value, Ragged):
+        return Ragged(_numpy(value.values), _numpy(value.row_splits))
+    if isinstance(value, Sparse):
+        return Sparse(_numpy(value.indices), _numpy(value.values),
+                      [int(d) for d in value.dense_shape])
+    return value
+
+
+class _Lookup(torch.autograd.Function):
+    """Returns the activations of one training lookup; its backward applies their gradients to
+    the tables with the lookup's own batch. `trigger` is an empty tensor requiring grad, so that
+    autograd calls backward."""
+
+    @staticmethod
+    def forward(ctx, trigger, layer, batch, activations):
+        ctx.layer = layer
+        ctx.batch = batch
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None (zeros)
+        return tuple(torch.from_numpy(activation) for activation in activations)
+
+    @staticmethod
+    def backward(ctx, *gradients):
+        flat = [None if g is None else g.detach().cpu().contiguous().numpy() for g in gradients]
+        layer = ctx.layer
+        layer.apply_gradients(_nest.pack_sequence_as(layer.feature_config, flat), ctx.batch)
+        return None, None, None, None
+
+
+class Embedding(torch.nn.Module):
+    """recemb.Embedding as a torch module. forward(features, weights=None) returns float32 CPU
+    tensors in the structure of `feature_config`; in grad mode they require grad and backward
+    updates the tables with `optimizer` (a recemb.optimizers object or name, or a torch.optim
+    SGD / Adagrad / Adam / SparseAdam, translated by translate_optimizer).
+
+    state_dict() holds "<table>.<variable>" (the table as "parameters", and its slots) as tensors
+    sharing memory with the engine, and "step"; load_state_dict() restores them.
+    """
+
+    def __init__(self, feature_config, optimizer=None, *, num_threads=0, seed=0,
+                 non_finite_gradients="reject"):
+        super().__init__()
+        if isinstance(optimizer, torch.optim.Optimizer):
+            optimizer = translate_optimizer(optimizer)
+        self.layer = _Layer(feature_config, optimizer, num_threads=num_threads, seed=seed,
+                            non_finite_gradients=non_finite_gradients)
+
+    def _flat_inputs(self, values, what):
+        structure = self.layer.feature_config
+        return _nest.pack_sequence_as(structure, [
+            _numpy(value) for value in _nest.flatten_up_to(structure, values, what)])
+
+    def forward(self, features, weights=None):
+        features = self._flat_inputs(features, "features")
+        if weights is not None:
+            weights = self._flat_inputs(weights, "weights")
+        if not torch.is_grad_enabled():
+            return _nest.map_structure(torch.from_numpy, self.layer.lookup(features, weights))
+        batch = LookupBatch()
+        activations = _nest.flatten(self.layer.lookup(features, weights, batch=batch))
+        trigger = torch.empty(0, requires_grad=True)
+        outputs = _Lookup.apply(trigger, self.layer, batch, activations)
+        if isinstance(outputs, torch.Tensor):
+            outputs = (outputs,)
+        return _nest.pack_sequence_as(self.layer.feature_config, list(outputs))
+
+    @property
+    def step(self):
+        """The number of updates (backward passes reaching the activations) so far."""
+        return self.layer.step
+
+    @property
+    def embedding_tables(self):
+        """{table name: float32 tensor [vocabulary_size, dim]} sharing memory with the engine."""
+        return {name: torch.from_numpy(table)
+                for name, table in self.layer.embedding_tables.items()}
+
+    @property
+    def slot_variables(self):
+        """{table name: {slot name: float32 tensor}} sharing memory with the engine."""
+        return {name: {slot: torch.from_numpy(value) for slot, value in slots.items()}
+                for name, slots in self.layer.slot_variables.items()}
+
+    def assign_table(self, table, values):
+        self.layer.assign_table(table, _numpy(values))
+
+    def _variables(self, prefix):
+        return {f"{prefix}{name}.{variable}": (name, variable)
+                for name in self.layer.table_names
+                for variable in self.layer.variable_names(name)}
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        for key, (name, variable) in self._variables(prefix).items():
+            destination[key] = torch.from_numpy(self.layer._variable(name, variable))
+        destination[prefix + "step"] = torch.tensor(self.layer.step, dtype=torch.int64)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        expected = self._variables(prefix)
+        step_key = prefix + "step"
+        errors = []
+        updates = []
+        for key, (name, variable) in expected.items():
+            if key not in state_dict:
+                missing_keys.append(key)
+                continue
+            values = float32_array(_numpy(state_dict[key]))
+            shape = tuple(self.layer._variable(name, variable).shape)
+            if values.shape != shape:
+                errors.append(f"size mismatch for {key}: copying a param with shape "
+                              f"{values.shape} from checkpoint, the shape in current model is "
+                              f"{shape}.")
+            elif not np.isfinite(values).all():
+                errors.append(f"{key}: holds non-finite values")
+            else:
+                updates.append((name, variable, values))
+        if step_key not in state_dict:
+            missing_keys.append(step_key)
+        if strict:
+            unexpected_keys.extend(key for key in state_dict if key.startswith(prefix) and
+                                   key not in expected and key != step_key)
+        if errors:
+            error_msgs.extend(errors)
+            return
+        for name, variable, values in updates:
+            self.layer.assign_variable(name, variable, values)
+        if step_key in state_dict:
+            self.layer.step = int(state_dict[step_key])
+
+
+# Settings that select an implementation and never change the result.
+_IMPLEMENTATION_SETTINGS = {"foreach", "capturable", "differentiable", "fused"}
+
+
+def _require(kind, settings, **defaults):
+    """Raises ValueError naming every setting that differs from the value recemb can honour."""
+    bad = [f"{name}={settings[name]!r} (recemb needs {value!r})"
+           for name, value in defaults.items() if name in settings and settings[name] != value]
+    if bad:
+        raise ValueError(f"torch.optim.{kind}: recemb cannot honour " + ", ".join(bad))
+
+
+def _sgd(settings):
+    _require("SGD", settings, momentum=0, weight_decay=0, nesterov=False, maximize=False)
+    return optimizers.SGD(learning_rate=float(settings["lr"]))
+
+
+def _adagrad(settings):
+    _require("Adagrad", settings, lr_decay=0, weight_decay=0, maximize=False)
+    initial = float(settings["initial_accumulator_value"])
+    if initial <= 0:
+        raise ValueError(
+            f"torch.optim.Adagrad: recemb cannot honour initial_accumulator_value={initial!r}: "
+            "its Adagrad (as TF's) has no epsilon and needs initial_accumulator_value > 0")
+    epsilon = float(settings["eps"])
+    # recemb divides by sqrt(a), torch by sqrt(a) + eps, with a >= initial: the relative
+    # difference is at most eps / sqrt(initial), invisible in float32 below 2^-24.
+    if epsilon > 2.0**-24 * math.sqrt(initial):
+        raise ValueError(
+            f"torch.optim.Adagrad: recemb cannot honour eps={epsilon!r}: its Adagrad has no "
+            f"epsilon; eps <= {2.0**-24 * math.sqrt(initial):.3g} (2^-24 * "
+            "sqrt(initial_accumulator_value)) changes nothing in float32")
+    return optimizers.Adagrad(learning_rate=float(settings["lr"]),
+                              initial_accumulator_value=initial)
+
+
+def _adam(settings):
+    _require("Adam", settings, weight_decay=0, amsgrad=False, maximize=False)
+    beta_1, beta_2 = settings["betas"]
+    # torch.optim.Adam updates every row each step (dense gradients) with bias correction.
+    return optimizers.Adam(learning_rate=float(settings["lr"]), beta_1=float(beta_1),
+                           beta_2=float(beta_2), epsilon=float(settings["eps"]), lazy_adam=False,
+                           sum_inside_sqrt=False, bias_correction=True)
+
+
+def _sparse_adam(settings):
+    _require("SparseAdam", settings, maximize=False)
+    beta_1, beta_2 = settings["betas"]
+    return optimizers.Adam(learning_rate=float(settings["lr"]), beta_1=float(beta_1),
+                           beta_2=float(beta_2), epsilon=float(settings["eps"]), lazy_adam=True,
+                           sum_inside_sqrt=False, bias_correction=True)
+
+
+_TRANSLATIONS = {
+    torch.optim.SGD: (_sgd, {"lr", "momentum", "dampening", "weight_decay", "nesterov",
+                             "maximize"}),
+    torch.optim.Adagrad: (_adagrad, {"lr", "lr_decay", "weight_decay", "initial_accumulator_value",
+                                     "eps", "maximize"}),
+    torch.optim.Adam: (_adam, {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize"}),
+    torch.optim.SparseAdam: (_sparse_adam, {"lr", "betas", "eps", "maximize"}),
+}
+
+
+def translate_optimizer(optimizer):
+    """The recemb optimizer with the hyperparameters of a torch.optim optimizer:
+      SGD -> SGD; Adagrad -> Adagrad (initial_accumulator_value > 0 and a negligible eps
+      needed); SparseAdam -> lazy Adam with bias correction (the same update);
+      Adam -> non-lazy Adam with bias correction (every row moves each step, as torch's dense
+      Adam; eps is not scaled by sqrt(1 - beta_2^t) as torch.optim.Adam does, which matters
+      only where sqrt(v) is comparable to eps).
+    Raises ValueError naming every setting recemb cannot honour (momentum, nesterov, weight
+    decay, amsgrad, lr_decay, maximize, differing param groups, ...) and for other classes.
+    The learning rate is read once: to follow a torch LR scheduler, pass
+    learning_rate=lambda: torch_optimizer.param_groups[0]["lr"] to a recemb optimizer instead.
+    """
+    kind = type(optimizer)
+    if kind not in _TRANSLATIONS:
+        raise ValueError(f"cannot translate {kind.__module__}.{kind.__name__}: recemb translates "
+                         f"torch.optim {', '.join(k.__name__ for k in _TRANSLATIONS)}")
+    translate, known = _TRANSLATIONS[kind]
+    groups = [{key: value for key, value in group.items()
+               if key != "params" and key not in _IMPLEMENTATION_SETTINGS}
+              for group in (optimizer.param_groups or [optimizer.defaults])]
+    unknown = sorted(set(groups[0]) - known)
+    if unknown:
+        raise ValueError(f"torch.optim.{kind.__name__}: recemb does not know the setting(s) "
+                         f"{unknown}")
+    for group in groups[1:]:
+        differing = sorted(key for key in known if group.get(key) != groups[0].get(key))
+        if differing:
+            raise ValueError(f"torch.optim.{kind.__name__}: param groups differ in {differing}; "
+                             "recemb applies one optimizer per table")
+    return translate(groups[0])

@@ -1,0 +1,76 @@
+"""recemb.config: TF's configs, their validation and their resolution into C++ configs."""
+
+import numpy as np
+import pytest
+
+import recemb
+from recemb import _recemb
+from recemb.config import Resolved
+
+
+def test_table_config_fields_and_validation():
+    table = recemb.TableConfig(10, 4)
+    assert (table.vocabulary_size, table.dim, table.initializer, table.optimizer, table.combiner,
+            table.name, table.quantization_config) == (10, 4, None, None, "mean", None, None)
+    assert isinstance(recemb.TableConfig(10, 4, optimizer="adam").optimizer,
+                      recemb.optimizers.Adam)
+    for bad in (0, -1, 2.5, True, "10"):
+        with pytest.raises(ValueError, match="vocabulary_size"):
+            recemb.TableConfig(bad, 4)
+        with pytest.raises(ValueError, match="dim"):
+            recemb.TableConfig(10, bad)
+    with pytest.raises(ValueError, match="initializer names"):
+        recemb.TableConfig(10, 4, initializer="glorot")
+    with pytest.raises(ValueError, match="initializer must be"):
+        recemb.TableConfig(10, 4, initializer=object())
+    with pytest.raises(ValueError, match="quantization_config"):
+        recemb.TableConfig(10, 4, quantization_config=(2, 0, 1))
+    with pytest.raises(ValueError, match="num_buckets"):
+        recemb.QuantizationConfig(1, 0.0, 1.0)
+    assert "array of shape (10, 4)" in repr(recemb.TableConfig(10, 4,
+                                                               initializer=np.zeros((10, 4))))
+
+
+def test_feature_config_fields_and_validation():
+    table = recemb.TableConfig(10, 4)
+    feature = recemb.FeatureConfig(table, output_shape=(2, 3))
+    assert feature.output_shape == [2, 3] and feature.max_sequence_length == 0
+    with pytest.raises(ValueError, match="max_sequence_length"):
+        recemb.FeatureConfig(table, max_sequence_length=-1)
+    with pytest.raises(ValueError, match="validate_weights_and_indices"):
+        recemb.FeatureConfig(table, validate_weights_and_indices=1)
+    with pytest.raises(ValueError, match="output_shape"):
+        recemb.FeatureConfig(table, output_shape=[0])
+
+
+def test_resolution_into_cpp_configs():
+    shared = recemb.TableConfig(10, 4, combiner="sqrtn", optimizer=recemb.optimizers.SGD(0.5),
+                                quantization_config=recemb.QuantizationConfig(4, -1.0, 1.0))
+    named = recemb.TableConfig(6, 2, name="named", initializer=1.5)
+    resolved = Resolved({"z": recemb.FeatureConfig(shared),
+                         "a": [recemb.FeatureConfig(named, max_sequence_length=3),
+                               recemb.FeatureConfig(shared, name="explicit")]})
+    assert resolved.feature_names == ["a/0", "explicit", "z"]
+    assert resolved.table_names == ["named", "table_1"]
+    assert resolved.table_name(shared) == "table_1" and resolved.table_name("named") == "named"
+    with pytest.raises(ValueError, match="not a table"):
+        resolved.table_name(recemb.TableConfig(1, 1))
+    tables = resolved.cpp_tables()
+    assert [t.name for t in tables] == ["named", "table_1"]
+    assert isinstance(tables[0].initializer, _recemb.Constant)
+    assert tables[0].initializer.value == 1.5 and tables[0].optimizer is None
+    assert tables[1].combiner == _recemb.Combiner.kSqrtn
+    assert isinstance(tables[1].optimizer, _recemb.Sgd)
+    assert tables[1].quantization_config.num_buckets == 4
+    assert isinstance(tables[1].initializer, _recemb.TruncatedNormal)
+    features = resolved.cpp_features()
+    assert [(f.name, f.table, f.max_sequence_length) for f in features] == [
+        ("a/0", "named", 3), ("explicit", "table_1", 0), ("z", "table_1", 0)]
+    assert Resolved(recemb.FeatureConfig(shared)).feature_names == ["feature_0"]
+
+
+def test_quantization_is_applied():
+    table = recemb.TableConfig(3, 2, initializer=0.3, combiner="sum",
+                               quantization_config=recemb.QuantizationConfig(3, -1.0, 1.0))
+    layer = recemb.Embedding([recemb.FeatureConfig(table)])
+    np.testing.assert_array_equal(layer.lookup([np.array([[0, 1]])])[0], [[0.0, 0.0]])

@@ -1,0 +1,239 @@
+"""recemb.torch: the module against torch.nn.EmbeddingBag + the matching torch optimizer on the
+same random data, state_dict, and translate_optimizer."""
+
+import io
+import zlib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import recemb  # noqa: E402
+import recemb.torch  # noqa: E402
+
+RTOL, ATOL = 1e-5, 1e-6
+VOCABULARY, DIM, BATCH = 40, 6, 8
+
+
+def random_batch(rng):
+    """Two features of one table: "ragged" (EmbeddingBag's values + offsets) and "dense"
+    ([B, 3] ids; EmbeddingBag's 2-D input)."""
+    lengths = rng.integers(0, 5, size=BATCH)
+    lengths[2] = 0  # an empty bag
+    values = rng.integers(0, VOCABULARY, size=lengths.sum())
+    ragged = recemb.Ragged.from_row_lengths(torch.from_numpy(values), lengths)
+    dense = torch.from_numpy(rng.integers(0, VOCABULARY, size=(BATCH, 3)))
+    offsets = torch.from_numpy(np.asarray(ragged.row_splits[:-1]))
+    return {"ragged": ragged, "dense": dense}, (ragged.values, offsets, dense)
+
+
+class Pair:
+    """The recemb module and the torch reference, trained side by side with the same head."""
+
+    def __init__(self, seed, mode, torch_optimizer):
+        rng = np.random.default_rng(seed)
+        self.rng = rng
+        initial = rng.normal(size=(VOCABULARY, DIM)).astype(np.float32)
+        table = recemb.TableConfig(VOCABULARY, DIM, initializer=initial, combiner=mode,
+                                   name="table")
+        self.bag = torch.nn.EmbeddingBag(VOCABULARY, DIM, mode=mode, sparse=True)
+        with torch.no_grad():
+            self.bag.weight.copy_(torch.from_numpy(initial))
+        self.torch_optimizer = torch_optimizer(self.bag.parameters())
+        self.module = recemb.torch.Embedding(
+            {"ragged": recemb.FeatureConfig(table), "dense": recemb.FeatureConfig(table)},
+            recemb.torch.translate_optimizer(self.torch_optimizer))
+        self.head = torch.from_numpy(rng.normal(size=(2 * DIM,)).astype(np.float32))
+
+    def loss(self, first, second):
+        return ((torch.cat([first, second], dim=1) @ self.head - 1.0) ** 2).mean()
+
+    def recemb_loss(self, features):
+        out = self.module(features)
+        return self.loss(out["ragged"], out["dense"]), out
+
+    def torch_step(self, reference_inputs):
+        values, offsets, dense = reference_inputs
+        loss = self.loss(self.bag(values, offsets), self.bag(dense))
+        self.torch_optimizer.zero_grad()
+        loss.backward()
+        self.torch_optimizer.step()
+        return loss
+
+    def assert_tables_match(self):
+        np.testing.assert_allclose(self.module.embedding_tables["table"].numpy(),
+                                   self.bag.weight.detach().numpy(), rtol=RTOL, atol=ATOL)
+
+
+OPTIMIZERS = {
+    "sgd": lambda params: torch.optim.SGD(params, lr=0.05),
+    # recemb's Adagrad has no epsilon: torch's eps=1e-10 next to an accumulator >= 0.1 changes
+    # nothing in float32 (translate_optimizer accepts eps <= 2^-24 * sqrt(0.1)).
+    "adagrad": lambda params: torch.optim.Adagrad(params, lr=0.3, initial_accumulator_value=0.1,
+                                                  eps=1e-10),
+    "sparse_adam": lambda params: torch.optim.SparseAdam(list(params), lr=0.05),
+}
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_matches_embedding_bag_and_torch_optimizer(mode, optimizer):
+    pair = Pair(zlib.crc32(f"{mode}/{optimizer}".encode()), mode, OPTIMIZERS[optimizer])
+    for step in range(6):
+        features, reference_inputs = random_batch(pair.rng)
+        loss, out = pair.recemb_loss(features)
+        assert out["ragged"].requires_grad and out["ragged"].dtype == torch.float32
+        with torch.no_grad():  # an evaluation pass in between changes nothing
+            evaluation = pair.module(random_batch(pair.rng)[0])
+            assert not evaluation["dense"].requires_grad
+        loss.backward()
+        reference_loss = pair.torch_step(reference_inputs)
+        assert float(loss) == pytest.approx(float(reference_loss), rel=1e-5)
+        pair.assert_tables_match()
+        assert pair.module.step == step + 1
+    if optimizer == "adagrad":
+        accumulators = pair.torch_optimizer.state[pair.bag.weight]["sum"].to_dense().numpy()
+        np.testing.assert_allclose(pair.module.slot_variables["table"]["accumulators"].numpy(),
+                                   accumulators, rtol=RTOL, atol=ATOL)
+
+
+def test_each_forward_applies_its_own_batch():
+    pair = Pair(7, "sum", OPTIMIZERS["adagrad"])
+    first, first_reference = random_batch(pair.rng)
+    second, _ = random_batch(pair.rng)
+    loss, _ = pair.recemb_loss(first)
+    unused_loss, _ = pair.recemb_loss(second)  # a grad-mode forward that is never backwarded
+    loss.backward()
+    pair.torch_step(first_reference)
+    pair.assert_tables_match()
+    with pytest.raises(RuntimeError):  # retain_graph or not, a batch is applied once
+        loss2, _ = pair.recemb_loss(first)
+        loss2.backward(retain_graph=True)
+        loss2.backward()
+
+
+def test_unused_outputs_get_no_gradient_but_count_as_touched():
+    table = recemb.TableConfig(5, 2, initializer="ones", combiner="sum", name="t")
+    module = recemb.torch.Embedding({"a": recemb.FeatureConfig(table),
+                                     "b": recemb.FeatureConfig(table)}, "sgd")
+    out = module({"a": torch.tensor([1]), "b": torch.tensor([2])})
+    out["a"].sum().backward()
+    np.testing.assert_allclose(module.embedding_tables["t"][1].numpy(), [0.99, 0.99])
+    np.testing.assert_array_equal(module.embedding_tables["t"][2].numpy(), [1, 1])
+    assert module.step == 1
+
+
+def test_inputs_may_be_numpy_or_torch_sparse_and_single_feature():
+    table = recemb.TableConfig(6, 2, initializer=recemb.initializers.RowId(), combiner="sum")
+    module = recemb.torch.Embedding(recemb.FeatureConfig(table), recemb.optimizers.SGD(0.1))
+    sparse = torch.sparse_coo_tensor(torch.tensor([[1, 0], [2, 0]]), torch.tensor([4, 5]),
+                                     (2, 3))
+    out = module(sparse)
+    assert isinstance(out, torch.Tensor)
+    np.testing.assert_array_equal(out.detach().numpy(), [[5, 5], [4, 4]])
+    out.sum().backward()
+    np.testing.assert_allclose(module.embedding_tables["table_0"][4].numpy(), [3.9, 3.9])
+    out = module(np.array([[1, 2]]), weights=torch.tensor([[1.0, 0.5]]))
+    np.testing.assert_allclose(out.detach().numpy(), [[2.0, 2.0]])
+
+
+def make_module(optimizer):
+    video = recemb.TableConfig(30, 4, name="video")
+    user = recemb.TableConfig(10, 3, name="user", optimizer=recemb.optimizers.SGD(0.5))
+    return recemb.torch.Embedding({"v": recemb.FeatureConfig(video),
+                                   "u": recemb.FeatureConfig(user)}, optimizer)
+
+
+def train(module, rng, steps):
+    for _ in range(steps):
+        out = module({"v": torch.from_numpy(rng.integers(0, 30, size=(4, 2))),
+                      "u": torch.from_numpy(rng.integers(0, 10, size=4))})
+        (out["v"].sum() + (out["u"] ** 2).sum()).backward()
+
+
+def test_state_dict_round_trip():
+    schedule = recemb.schedules.ExponentialDecay(initial_learning_rate=0.3, decay_steps=1,
+                                                 decay_rate=0.5)
+    trained = make_module(recemb.optimizers.Adagrad(learning_rate=schedule))
+    train(trained, np.random.default_rng(0), 3)
+    state = trained.state_dict()
+    assert sorted(state) == ["step", "user.parameters", "video.accumulators",
+                             "video.parameters"]
+    assert int(state["step"]) == 3
+    assert np.shares_memory(state["video.parameters"].numpy(),
+                            trained.embedding_tables["video"].numpy())
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    restored = make_module(recemb.optimizers.Adagrad(learning_rate=schedule))
+    restored.load_state_dict(torch.load(buffer))
+    assert restored.step == 3
+    for key, value in trained.state_dict().items():
+        assert torch.equal(restored.state_dict()[key], value), key
+    # Training on continues identically: the schedule resumes at step 3.
+    train(trained, np.random.default_rng(1), 2)
+    train(restored, np.random.default_rng(1), 2)
+    for key, value in trained.state_dict().items():
+        assert torch.equal(restored.state_dict()[key], value), key
+
+    wrapper = torch.nn.Sequential()
+    wrapper.add_module("embedding", make_module("adagrad"))
+    assert "embedding.video.accumulators" in wrapper.state_dict()
+    wrapper.load_state_dict({f"embedding.{key}": value for key, value in state.items()})
+    assert wrapper.embedding.step == 3
+
+
+def test_load_state_dict_errors():
+    module = make_module("adagrad")
+    state = module.state_dict()
+    with pytest.raises(RuntimeError, match=r"Missing key\(s\).*step"):
+        module.load_state_dict({k: v for k, v in state.items() if k != "step"})
+    with pytest.raises(RuntimeError, match=r"Unexpected key\(s\).*extra"):
+        module.load_state_dict({**state, "extra": torch.zeros(1)})
+    bad = dict(state)
+    bad["video.parameters"] = torch.zeros(4, 30)
+    with pytest.raises(RuntimeError, match="size mismatch for video.parameters"):
+        module.load_state_dict(bad)
+    bad["video.parameters"] = torch.full((30, 4), float("nan"))
+    with pytest.raises(RuntimeError, match="non-finite"):
+        module.load_state_dict(bad)
+
+
+def dummy():
+    return [torch.zeros(1, requires_grad=True)]
+
+
+def test_translate_optimizer():
+    sgd = recemb.torch.translate_optimizer(torch.optim.SGD(dummy(), lr=0.25))
+    assert isinstance(sgd, recemb.optimizers.SGD) and sgd.learning_rate == 0.25
+    adagrad = recemb.torch.translate_optimizer(
+        torch.optim.Adagrad(dummy(), lr=0.1, initial_accumulator_value=0.5))
+    assert (adagrad.learning_rate, adagrad.initial_accumulator_value) == (0.1, 0.5)
+    adam = recemb.torch.translate_optimizer(torch.optim.Adam(dummy(), lr=0.01, betas=(0.8, 0.9)))
+    assert (adam.beta_1, adam.beta_2, adam.lazy_adam, adam.bias_correction,
+            adam.sum_inside_sqrt) == (0.8, 0.9, False, True, False)
+    sparse_adam = recemb.torch.translate_optimizer(torch.optim.SparseAdam(dummy(), lr=0.01))
+    assert sparse_adam.lazy_adam and sparse_adam.epsilon == 1e-8
+    module = recemb.torch.Embedding(recemb.FeatureConfig(recemb.TableConfig(3, 2)),
+                                    torch.optim.SGD(dummy(), lr=0.5))
+    assert module.layer.optimizer.learning_rate == 0.5
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: torch.optim.SGD(dummy(), lr=0.1, momentum=0.9), "momentum=0.9"),
+    (lambda: torch.optim.SGD(dummy(), lr=0.1, momentum=0.9, nesterov=True), "nesterov=True"),
+    (lambda: torch.optim.SGD(dummy(), lr=0.1, weight_decay=0.01), "weight_decay=0.01"),
+    (lambda: torch.optim.SGD(dummy(), lr=0.1, maximize=True), "maximize=True"),
+    (lambda: torch.optim.Adam(dummy(), amsgrad=True), "amsgrad=True"),
+    (lambda: torch.optim.Adam(dummy(), weight_decay=0.1), "weight_decay"),
+    (lambda: torch.optim.Adagrad(dummy()), "initial_accumulator_value=0.0"),
+    (lambda: torch.optim.Adagrad(dummy(), initial_accumulator_value=0.1, eps=1e-3), "eps=0.001"),
+    (lambda: torch.optim.Adagrad(dummy(), initial_accumulator_value=0.1, lr_decay=0.1),
+     "lr_decay"),
+    (lambda: torch.optim.RMSprop(dummy()), "cannot translate torch.optim.rmsprop.RMSprop"),
+    (lambda: torch.optim.SGD([{"params": dummy(), "lr": 0.1}, {"params": dummy(), "lr": 0.2}],
+                             lr=0.1), r"param groups differ in \['lr'\]"),
+])
+def test_translate_optimizer_rejects_what_recemb_cannot_honour(make, message):
+    with pytest.raises(ValueError, match=message):
+        recemb.torch.translate_optimizer(make())
