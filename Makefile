@@ -5,14 +5,14 @@
 #   make format  apply clang-format to every C++ file
 #   make clean   remove build/
 # Single phases of `make test`: check-format check-mirror test-release test-asan test-tsan
-# check-install bench-smoke.
+# check-install bench-smoke test-python.
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .NOTPARALLEL:
 .DEFAULT_GOAL := build
 .PHONY: build run test deps format clean help release-build test-begin check-format check-mirror \
-        test-release test-asan test-tsan check-install bench-smoke
+        test-release test-asan test-tsan check-install bench-smoke test-python
 
 JOBS ?= $(shell nproc)
 # Ninja when it is installed (evaluated when a recipe runs, so after `deps`). A build tree keeps the
@@ -54,7 +54,7 @@ run: deps
 	$(TOY_TRAINING)
 
 test: test-begin deps check-format check-mirror test-release test-asan test-tsan check-install \
-      bench-smoke
+      bench-smoke test-python
 	@echo "==> make test passed; time per phase:"; cat $(TIMES); \
 	 awk '{ total += $$2 } END { printf "%-14s %5d s\n", "total", total }' $(TIMES); \
 	 awk '{ failed += $$1; total += $$2 } END { printf "tests: %d passed, %d failed\n", \
@@ -127,3 +127,16 @@ format:
 
 clean:
 	rm -rf build
+
+# The Python package (docs/python.md): the extension for Debian's /usr/bin/python3 (which has
+# numpy, pytest and torch), then the pytest suite; its passed count joins the final line.
+test-python:
+	@$(PHASE_START); \
+	 cmake -S . -B build/python -DCMAKE_BUILD_TYPE=Release -DRECEMB_BUILD_PYTHON=ON \
+	   -DRECEMB_BUILD_TESTS=OFF -DRECEMB_BUILD_BENCHMARKS=OFF -DRECEMB_BUILD_EXAMPLES=OFF \
+	   -DPython3_EXECUTABLE=/usr/bin/python3; \
+	 cmake --build build/python -j $(JOBS); \
+	 PYTHONPATH=build/python/python /usr/bin/python3 -m pytest tests/python -q \
+	   -p no:cacheprovider 2>&1 | tee build/pytest.log; \
+	 sed -n 's/^\([0-9][0-9]*\) passed.*/0 \1/p' build/pytest.log | tail -n 1 >>$(COUNTS); \
+	 $(PHASE_END)

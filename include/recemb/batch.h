@@ -29,9 +29,9 @@ struct DenseIds {
   std::span<const float> weights = {};
 };
 
-// Ragged ids, TF's RaggedTensor of rank 2: example b holds values[row_splits[b] .. row_splits[b+1]).
-// row_splits has B + 1 entries, starts at 0, never decreases and ends at values.size().
-// weights: empty, or one float per value.
+// Ragged ids, TF's RaggedTensor of rank 2: example b holds values[row_splits[b] ..
+// row_splits[b+1]). row_splits has B + 1 entries, starts at 0, never decreases and ends at
+// values.size(). weights: empty, or one float per value.
 struct RaggedIds {
   IdSpan values = {};
   std::variant<std::span<const int32_t>, std::span<const int64_t>> row_splits = {};

@@ -130,7 +130,8 @@ class RECEMB_EXPORT Embedding {
   // Rows left unchanged by NonFiniteGradients::kSkipRows, summed over all steps.
   int64_t skipped_rows() const;
 
-  // The variables of a table: "parameters" (the table itself) then its optimizer's slots (TF names).
+  // The variables of a table: "parameters" (the table itself) then its optimizer's slots (TF
+  // names).
   std::vector<std::string> variable_names(std::string_view table) const;
   // [vocabulary_size, dim], or [vocabulary_size] for RowwiseAdagrad's accumulators.
   std::vector<int64_t> variable_shape(std::string_view table, std::string_view variable) const;

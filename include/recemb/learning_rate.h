@@ -47,7 +47,8 @@ using LearningRate =
 
 // Throws InvalidArgument naming `owner` and the bad field when a schedule's parameters are invalid
 // (a constant must be finite and >= 0; a callback must be non-empty).
-RECEMB_EXPORT void validate_learning_rate(const LearningRate& learning_rate, std::string_view owner);
+RECEMB_EXPORT void validate_learning_rate(const LearningRate& learning_rate,
+                                          std::string_view owner);
 
 // The learning rate at `step`. Throws InvalidArgument if the result is negative or not a finite
 // float (a callback's bad return value, or a growing ExponentialDecay past the float range).

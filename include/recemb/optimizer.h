@@ -1,6 +1,7 @@
 // The optimizers fused into apply_gradients, with TF's hyperparameters, defaults and slot names.
 //
-// For every row touched in a step (every row, for Adam with lazy_adam = false), apply_gradients runs
+// For every row touched in a step (every row, for Adam with lazy_adam = false), apply_gradients
+// runs
 //   g  = sum of the row's gradient contributions, in a fixed order        (gradient accumulation)
 //   g  = clip(g, clip_gradient_min, clip_gradient_max)
 //   w0 = w
@@ -71,9 +72,9 @@ struct AdagradMomentum {
 // the table each step, with g = 0 for rows absent from the batch. Slots "momenta", "velocities".
 struct Adam {
   LearningRate learning_rate = 0.001f;
-  float beta_1 = 0.9f;     // in [0, 1)
-  float beta_2 = 0.999f;   // in [0, 1)
-  float epsilon = 1e-7f;   // > 0
+  float beta_1 = 0.9f;    // in [0, 1)
+  float beta_2 = 0.999f;  // in [0, 1)
+  float epsilon = 1e-7f;  // > 0
   bool lazy_adam = true;
   bool sum_inside_sqrt = true;
   bool bias_correction = false;
@@ -87,13 +88,14 @@ struct Adam {
 // Slots "accumulators" (initial_accumulator_value) and "linears" (0), [V, D].
 struct Ftrl {
   LearningRate learning_rate = 0.001f;
-  float learning_rate_power = -0.5f;  // <= 0
+  float learning_rate_power = -0.5f;        // <= 0
   float l1_regularization_strength = 0.0f;  // >= 0
   float l2_regularization_strength = 0.0f;  // >= 0
   float beta = 0.0f;                        // >= 0
   float initial_accumulator_value = 0.1f;   // > 0
   bool multiply_linear_by_learning_rate = false;
-  bool allow_zero_accumulator = false;  // accepted for TF compatibility; deprecated and ignored by TF
+  bool allow_zero_accumulator =
+      false;  // accepted for TF compatibility; deprecated and ignored by TF
   CommonHyperparameters common = {};
 };
 

@@ -21,7 +21,7 @@ struct CsrFeature {
   std::vector<int64_t> activation_shape;  // output shape + [dim]
   std::vector<int64_t> offsets;           // num_bags + 1 entries, offsets[0] == 0
   std::vector<int64_t> ids;
-  std::vector<float> weights;  // empty, or ids.size() entries
+  std::vector<float> weights;     // empty, or ids.size() entries
   std::vector<float> bag_scales;  // num_bags entries
 
   int64_t num_bags() const { return static_cast<int64_t>(offsets.size()) - 1; }

@@ -9,13 +9,14 @@
 #include <string>
 #include <utility>
 
+#include "recemb/error.h"
+
 #include "batch/csr_feature.h"
 #include "config/validate.h"
 #include "embedding/table_state.h"
 #include "kernels/pool.h"
 #include "kernels/sparse_update.h"
 #include "optimizers/row_update.h"
-#include "recemb/error.h"
 #include "storage/initializer.h"
 #include "util/thread_pool.h"
 
@@ -87,10 +88,10 @@ struct Embedding::Impl {
 
   // Reused per-call buffers.
   std::vector<LookupTask> lookup_tasks;
-  std::vector<uint64_t> lookup_table_ids;   // ids per table in the batch being validated
-  std::vector<float> learning_rates;        // per table, for the step being applied
-  std::vector<float> zeros;                 // max dim
-  std::vector<float> thread_scratch;        // 2 * max dim per thread
+  std::vector<uint64_t> lookup_table_ids;    // ids per table in the batch being validated
+  std::vector<float> learning_rates;         // per table, for the step being applied
+  std::vector<float> zeros;                  // max dim
+  std::vector<float> thread_scratch;         // 2 * max dim per thread
   std::vector<int64_t> thread_skipped_rows;  // per thread
 
   Impl(std::vector<TableConfig> table_configs, std::vector<FeatureConfig> feature_configs,
@@ -210,9 +211,11 @@ struct Embedding::Impl {
     std::optional<float> global_rate;
     for (size_t t = 0; t < tables.size(); ++t) {
       if (tables[t].optimizer) {
-        learning_rates[t] = learning_rate_of(*tables[t].optimizer, "table '" + tables[t].name + "'");
+        learning_rates[t] =
+            learning_rate_of(*tables[t].optimizer, "table '" + tables[t].name + "'");
       } else if (options.optimizer) {
-        if (!global_rate) global_rate = learning_rate_of(*options.optimizer, "the global optimizer");
+        if (!global_rate)
+          global_rate = learning_rate_of(*options.optimizer, "the global optimizer");
         learning_rates[t] = *global_rate;
       }
     }
@@ -293,9 +296,8 @@ struct Embedding::Impl {
     const internal::RowVariables variables = state.variables();
     const internal::RowGrouping& grouping = state.grouping();
     const internal::Contributions contributions = state.contributions();
-    const CommonHyperparameters& common =
-        std::visit([](const auto& o) -> const CommonHyperparameters& { return o.common; },
-                   *state.optimizer());
+    const CommonHyperparameters& common = std::visit(
+        [](const auto& o) -> const CommonHyperparameters& { return o.common; }, *state.optimizer());
     const internal::UpdateMode mode{
         .accumulate = common.use_gradient_accumulation,
         .skip_non_finite = options.non_finite_gradients == NonFiniteGradients::kSkipRows};
@@ -308,13 +310,13 @@ struct Embedding::Impl {
         *state.optimizer(), learning_rate, step, [&](const auto& pipeline) {
           auto& skipped = thread_skipped_rows;
           if (state.updates_all_rows()) {
-            pool.parallel_for_ranges(
-                state.config().vocabulary_size, kRowsPerDenseUpdateTask,
-                [&](int64_t first, int64_t last, int thread) {
-                  skipped[static_cast<size_t>(thread)] +=
-                      internal::update_all_rows(pipeline, variables, grouping, contributions, mode,
-                                                first, last, scratch_of(thread));
-                });
+            pool.parallel_for_ranges(state.config().vocabulary_size, kRowsPerDenseUpdateTask,
+                                     [&](int64_t first, int64_t last, int thread) {
+                                       skipped[static_cast<size_t>(thread)] +=
+                                           internal::update_all_rows(pipeline, variables, grouping,
+                                                                     contributions, mode, first,
+                                                                     last, scratch_of(thread));
+                                     });
           } else {
             pool.parallel_for_ranges(
                 static_cast<int64_t>(grouping.unique_rows().size()), kRowsPerUpdateTask,

@@ -7,10 +7,11 @@
 #include <optional>
 #include <vector>
 
+#include "recemb/config.h"
+
 #include "batch/csr_feature.h"
 #include "kernels/row_grouping.h"
 #include "kernels/sparse_update.h"
-#include "recemb/config.h"
 #include "storage/table_storage.h"
 
 namespace recemb::internal {

@@ -1,5 +1,6 @@
 // The backward kernel: per touched row, reduce its gradient contributions in their fixed order and
-// run the table's fused optimizer pipeline (optimizers/row_update.h) once, in one pass over the row.
+// run the table's fused optimizer pipeline (optimizers/row_update.h) once, in one pass over the
+// row.
 #ifndef RECEMB_KERNELS_SPARSE_UPDATE_H_
 #define RECEMB_KERNELS_SPARSE_UPDATE_H_
 
@@ -94,9 +95,9 @@ bool update_unique_row(const Pipeline& pipeline, const RowVariables& v, const Ro
 }
 
 inline void prefetch_variables(const RowVariables& v, int64_t row) {
-  prefetch_row_for_write(v.parameters + row * v.dim, v.dim);
+  prefetch_row(v.parameters + row * v.dim, v.dim);
   for (int i = 0; i < v.num_slots; ++i) {
-    prefetch_row_for_write(v.slot_bases[i] + row * v.slot_widths[i], v.slot_widths[i]);
+    prefetch_row(v.slot_bases[i] + row * v.slot_widths[i], v.slot_widths[i]);
   }
 }
 
@@ -132,8 +133,8 @@ int64_t update_all_rows(const Pipeline& pipeline, const RowVariables& variables,
                         UpdateScratch scratch) {
   int64_t skipped = 0;
   const auto unique_rows = grouping.unique_rows();
-  int64_t k = std::lower_bound(unique_rows.begin(), unique_rows.end(), first_row) -
-              unique_rows.begin();
+  int64_t k =
+      std::lower_bound(unique_rows.begin(), unique_rows.end(), first_row) - unique_rows.begin();
   const int64_t num_unique = static_cast<int64_t>(unique_rows.size());
   for (int64_t row = first_row; row < last_row; ++row) {
     if (k < num_unique && unique_rows[k] == row) {

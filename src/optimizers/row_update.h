@@ -15,13 +15,14 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "recemb/optimizer.h"
+
 #include "optimizers/adagrad.h"
 #include "optimizers/adagrad_momentum.h"
 #include "optimizers/adam.h"
 #include "optimizers/ftrl.h"
 #include "optimizers/rowwise_adagrad.h"
 #include "optimizers/sgd.h"
-#include "recemb/optimizer.h"
 
 namespace recemb::internal {
 
@@ -66,12 +67,30 @@ class RowPipeline {
 // The update class of each optimizer type.
 template <class Hyperparameters>
 struct UpdateFor;
-template <> struct UpdateFor<Sgd> { using type = SgdUpdate; };
-template <> struct UpdateFor<Adagrad> { using type = AdagradUpdate; };
-template <> struct UpdateFor<AdagradMomentum> { using type = AdagradMomentumUpdate; };
-template <> struct UpdateFor<Adam> { using type = AdamUpdate; };
-template <> struct UpdateFor<Ftrl> { using type = FtrlUpdate; };
-template <> struct UpdateFor<RowwiseAdagrad> { using type = RowwiseAdagradUpdate; };
+template <>
+struct UpdateFor<Sgd> {
+  using type = SgdUpdate;
+};
+template <>
+struct UpdateFor<Adagrad> {
+  using type = AdagradUpdate;
+};
+template <>
+struct UpdateFor<AdagradMomentum> {
+  using type = AdagradMomentumUpdate;
+};
+template <>
+struct UpdateFor<Adam> {
+  using type = AdamUpdate;
+};
+template <>
+struct UpdateFor<Ftrl> {
+  using type = FtrlUpdate;
+};
+template <>
+struct UpdateFor<RowwiseAdagrad> {
+  using type = RowwiseAdagradUpdate;
+};
 
 // Calls fn(pipeline) with the RowPipeline of `optimizer` for this step: one visit per table and
 // step, so the per-row loop inside fn is compiled for the concrete optimizer (no per-row dispatch).
@@ -81,9 +100,8 @@ void visit_row_pipeline(const Optimizer& optimizer, float learning_rate, int64_t
       [&](const auto& hyperparameters) {
         using Hyper = std::decay_t<decltype(hyperparameters)>;
         using Update = typename UpdateFor<Hyper>::type;
-        const RowPipeline<Update> pipeline(hyperparameters.common,
-                                           Update(hyperparameters, learning_rate, step),
-                                           learning_rate);
+        const RowPipeline<Update> pipeline(
+            hyperparameters.common, Update(hyperparameters, learning_rate, step), learning_rate);
         fn(pipeline);
       },
       optimizer);

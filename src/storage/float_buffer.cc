@@ -1,9 +1,8 @@
 #include "storage/float_buffer.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <new>
+#include <sys/mman.h>
 #include <utility>
 
 namespace recemb::internal {
@@ -29,7 +28,7 @@ FloatBuffer::FloatBuffer(size_t size) : size_(size) {
     mapped_bytes_ = mapped_bytes;
     return;
   }
-  data_ = static_cast<float*>(::operator new(bytes, std::align_val_t{kAlignment}));
+  data_ = static_cast<float*>(::operator new (bytes, std::align_val_t{kAlignment}));
   std::fill_n(data_, size, 0.0f);
 }
 
@@ -55,7 +54,7 @@ void FloatBuffer::release() {
   if (mapped_bytes_ != 0) {
     munmap(data_, mapped_bytes_);
   } else {
-    ::operator delete(data_, std::align_val_t{kAlignment});
+    ::operator delete (data_, std::align_val_t{kAlignment});
   }
   data_ = nullptr;
 }

@@ -54,8 +54,7 @@ void initialize_rows(const Initializer& initializer, uint64_t table_seed, int64_
           const double stddev =
               init.stddev > 0.0f ? init.stddev : 1.0 / std::sqrt(static_cast<double>(dim));
           for (int64_t r = 0; r < num_rows; ++r) {
-            SplitMix64 random(table_seed ^
-                              SplitMix64(static_cast<uint64_t>(first_row + r)).next());
+            SplitMix64 random(table_seed ^ SplitMix64(static_cast<uint64_t>(first_row + r)).next());
             float* row = values.data() + r * dim;
             for (int64_t d = 0; d < dim; ++d) {
               row[d] = static_cast<float>(init.mean + stddev * truncated_standard_normal(random));

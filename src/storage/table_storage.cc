@@ -39,8 +39,7 @@ int64_t TableStorage::variable_width(std::string_view name) const {
 void TableStorage::initialize_slots(int64_t first_row, int64_t num_rows) {
   for (size_t i = 0; i < slot_specs_.size(); ++i) {
     const int64_t width = slot_specs_[i].width;
-    std::fill_n(slot_bases_[i] + first_row * width, num_rows * width,
-                slot_specs_[i].initial_value);
+    std::fill_n(slot_bases_[i] + first_row * width, num_rows * width, slot_specs_[i].initial_value);
   }
 }
 

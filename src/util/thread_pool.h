@@ -35,9 +35,12 @@ class ThreadPool {
   template <class Task>
   void parallel_for(int64_t num_tasks, Task&& task) {
     using Fn = std::remove_reference_t<Task>;
-    run(num_tasks, [](void* context, int64_t task_index, int thread_index) {
-      (*static_cast<Fn*>(context))(task_index, thread_index);
-    }, const_cast<void*>(static_cast<const void*>(&task)));
+    run(
+        num_tasks,
+        [](void* context, int64_t task_index, int thread_index) {
+          (*static_cast<Fn*>(context))(task_index, thread_index);
+        },
+        const_cast<void*>(static_cast<const void*>(&task)));
   }
 
   // Splits [0, count) into ranges of `chunk` items (the last may be shorter) and runs

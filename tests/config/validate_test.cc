@@ -1,9 +1,8 @@
 #include "config/validate.h"
 
+#include <functional>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,8 +59,10 @@ TEST(ValidateConfigsTest, TableErrorsNameTheTableAndField) {
                     QuantizationConfig{.num_buckets = 4, .lower = 1.0f, .upper = 1.0f};
               }),
               AllOf(HasSubstr("table 'video'"), HasSubstr("lower < upper")));
-  EXPECT_THAT(error_of([](Configs& c) { c.tables[0].dim = int64_t{1} << 40;
-                                         c.tables[0].vocabulary_size = int64_t{1} << 40; }),
+  EXPECT_THAT(error_of([](Configs& c) {
+                c.tables[0].dim = int64_t{1} << 40;
+                c.tables[0].vocabulary_size = int64_t{1} << 40;
+              }),
               HasSubstr("overflows"));
   EXPECT_THAT(error_of([](Configs& c) { c.tables[1].initializer = InitializerCallback{}; }),
               AllOf(HasSubstr("table 'user'"), HasSubstr("initializer")));
@@ -70,12 +71,12 @@ TEST(ValidateConfigsTest, TableErrorsNameTheTableAndField) {
 }
 
 TEST(ValidateConfigsTest, OptimizerErrorsNameTheirOwner) {
-  EXPECT_THAT(error_of([](Configs& c) { c.tables[1].optimizer = Adagrad{.initial_accumulator_value = 0}; }),
-              AllOf(HasSubstr("table 'user'"), HasSubstr("initial_accumulator_value")));
+  EXPECT_THAT(
+      error_of([](Configs& c) { c.tables[1].optimizer = Adagrad{.initial_accumulator_value = 0}; }),
+      AllOf(HasSubstr("table 'user'"), HasSubstr("initial_accumulator_value")));
   EXPECT_THAT(error_of([](Configs& c) { c.options.optimizer = Adam{.beta_1 = 1.5f}; }),
               AllOf(HasSubstr("global optimizer"), HasSubstr("beta_1")));
-  EXPECT_THAT(error_of([](Configs& c) { c.options.num_threads = -1; }),
-              HasSubstr("num_threads"));
+  EXPECT_THAT(error_of([](Configs& c) { c.options.num_threads = -1; }), HasSubstr("num_threads"));
 }
 
 TEST(ValidateConfigsTest, FeatureErrorsNameTheFeatureAndField) {
@@ -85,7 +86,9 @@ TEST(ValidateConfigsTest, FeatureErrorsNameTheFeatureAndField) {
               AllOf(HasSubstr("unique"), HasSubstr("'watched'")));
   EXPECT_THAT(error_of([](Configs& c) { c.features[0].max_sequence_length = -1; }),
               AllOf(HasSubstr("feature 'watched'"), HasSubstr("max_sequence_length")));
-  EXPECT_THAT(error_of([](Configs& c) { c.features[0].output_shape = {2, 0}; }),
+  EXPECT_THAT(error_of([](Configs& c) {
+                c.features[0].output_shape = {2, 0};
+              }),
               AllOf(HasSubstr("feature 'watched'"), HasSubstr("output_shape")));
   EXPECT_THAT(error_of([](Configs& c) { c.features.clear(); }), HasSubstr("at least one feature"));
   EXPECT_THAT(error_of([](Configs& c) { c.features[0].name.clear(); }),

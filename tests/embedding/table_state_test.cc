@@ -1,7 +1,6 @@
 #include "embedding/table_state.h"
 
 #include <gtest/gtest.h>
-
 #include <vector>
 
 namespace recemb::internal {
@@ -36,8 +35,11 @@ TEST(TableStateTest, ContributionsCarryGainsSourcesAndOrder) {
   // Feature 0: bags {3, 1} (weights 2, 4, scale 0.5) and {} ; feature 1 (unused by this table);
   // feature 2: one bag {3}, no weights, scale 1, gradient given as empty (zeros).
   std::vector<CsrFeature> batch(3);
-  batch[0] = {.activation_shape = {2, 2}, .offsets = {0, 2, 2}, .ids = {3, 1},
-              .weights = {2.0f, 4.0f}, .bag_scales = {0.5f, 1.0f}};
+  batch[0] = {.activation_shape = {2, 2},
+              .offsets = {0, 2, 2},
+              .ids = {3, 1},
+              .weights = {2.0f, 4.0f},
+              .bag_scales = {0.5f, 1.0f}};
   batch[2] = {.activation_shape = {1, 2}, .offsets = {0, 1}, .ids = {3}, .bag_scales = {1.0f}};
   const std::vector<float> gradient0{1, 2, 3, 4};
   const std::vector<float> zeros(2, 0.0f);

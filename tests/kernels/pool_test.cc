@@ -1,9 +1,8 @@
 #include "kernels/pool.h"
 
+#include <cmath>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <cmath>
 #include <random>
 #include <vector>
 
@@ -39,7 +38,8 @@ std::vector<double> reference_pool(const std::vector<float>& table, int64_t dim,
         out[b * static_cast<size_t>(dim) + static_cast<size_t>(d)] += weight * x;
       }
     }
-    for (int64_t d = 0; d < dim; ++d) out[b * static_cast<size_t>(dim) + static_cast<size_t>(d)] *= scales[b];
+    for (int64_t d = 0; d < dim; ++d)
+      out[b * static_cast<size_t>(dim) + static_cast<size_t>(d)] *= scales[b];
   }
   return out;
 }
@@ -76,8 +76,8 @@ TEST_P(PoolTest, MatchesFloat64Reference) {
                         .weights = c.weighted ? weights.data() : nullptr,
                         .bag_scales = scales.data(),
                         .quantization = c.quantized ? &quantization : nullptr};
-  const std::vector<double> expected = reference_pool(
-      table, c.dim, offsets, ids, weights, scales, c.quantized ? &quantization : nullptr);
+  const std::vector<double> expected = reference_pool(table, c.dim, offsets, ids, weights, scales,
+                                                      c.quantized ? &quantization : nullptr);
   std::vector<float> out(expected.size(), 99.0f);
   // In two pieces, as the parallel lookup splits bags.
   pool_bags(input, 0, 11, out.data());
@@ -101,8 +101,12 @@ TEST(PoolTest, QuantizationSnapsToBuckets) {
   const std::vector<float> scales(6, 1.0f);
   const QuantizationConfig q{.num_buckets = 3, .lower = 0.0f, .upper = 1.0f};
   std::vector<float> out(6);
-  pool_bags({.table = table.data(), .dim = 1, .offsets = offsets.data(), .ids = ids.data(),
-             .bag_scales = scales.data(), .quantization = &q},
+  pool_bags({.table = table.data(),
+             .dim = 1,
+             .offsets = offsets.data(),
+             .ids = ids.data(),
+             .bag_scales = scales.data(),
+             .quantization = &q},
             0, 6, out.data());
   EXPECT_THAT(out, ::testing::ElementsAre(0.0f, 0.0f, 0.5f, 0.5f, 1.0f, 1.0f));
 }

@@ -1,8 +1,7 @@
 #include "kernels/row_grouping.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
+#include <gtest/gtest.h>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -35,8 +34,8 @@ void expect_grouping_matches_stable_sort(const std::vector<int64_t>& rows, int64
 }
 
 TEST(RowGroupingTest, MatchesStableSortAcrossKeyWidths) {
-  for (const int64_t vocabulary : {int64_t{1}, int64_t{2}, int64_t{255}, int64_t{256},
-                                   int64_t{257}, int64_t{70000}, int64_t{1} << 33}) {
+  for (const int64_t vocabulary : {int64_t{1}, int64_t{2}, int64_t{255}, int64_t{256}, int64_t{257},
+                                   int64_t{70000}, int64_t{1} << 33}) {
     const uint64_t seed = 99 + static_cast<uint64_t>(vocabulary);
     SCOPED_TRACE(::testing::Message() << "vocabulary " << vocabulary << " seed " << seed);
     std::mt19937_64 random(seed);

@@ -1,8 +1,7 @@
 #include "kernels/sparse_update.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
+#include <gtest/gtest.h>
 #include <limits>
 #include <map>
 #include <random>
@@ -110,9 +109,8 @@ TEST_P(SparseUpdateTest, TouchedRowsMatchReferenceInChunks) {
   int64_t skipped = 0;
   for (int64_t first = 0; first < touched; first += 6) {
     skipped += update_touched_rows(CountingPipeline{}, f.variables(), f.grouping,
-                                   {f.gains.data(), f.sources.data()},
-                                   {.accumulate = accumulate}, first,
-                                   std::min(touched, first + 6), {g.data(), s.data()});
+                                   {f.gains.data(), f.sources.data()}, {.accumulate = accumulate},
+                                   first, std::min(touched, first + 6), {g.data(), s.data()});
   }
   EXPECT_EQ(skipped, 0);
   expect_near(f.parameters, w);

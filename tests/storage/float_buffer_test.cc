@@ -1,8 +1,7 @@
 #include "storage/float_buffer.h"
 
-#include <gtest/gtest.h>
-
 #include <cstdint>
+#include <gtest/gtest.h>
 #include <utility>
 
 namespace recemb::internal {

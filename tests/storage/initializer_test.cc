@@ -1,8 +1,7 @@
 #include "storage/initializer.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
+#include <gtest/gtest.h>
 #include <vector>
 
 namespace recemb::internal {
@@ -34,7 +33,8 @@ TEST(InitializerTest, TruncatedNormalHasTfDefaultStddevAndBounds) {
 }
 
 TEST(InitializerTest, TruncatedNormalMeanAndStddevAreHonoured) {
-  const std::vector<float> values = fill(TruncatedNormal{.mean = 3.0f, .stddev = 0.5f}, 1, 0, 2000, 8);
+  const std::vector<float> values =
+      fill(TruncatedNormal{.mean = 3.0f, .stddev = 0.5f}, 1, 0, 2000, 8);
   double sum = 0;
   for (const float v : values) {
     EXPECT_GE(v, 3.0f - 1.0f - 1e-6f);

@@ -1,8 +1,7 @@
 #include "util/thread_pool.h"
 
-#include <gtest/gtest.h>
-
 #include <atomic>
+#include <gtest/gtest.h>
 #include <numeric>
 #include <vector>
 
@@ -29,9 +28,8 @@ TEST(ThreadPoolTest, ResultsAreVisibleAfterReturnAcrossManyLoops) {
   ThreadPool pool(3);
   std::vector<int64_t> values(257);
   for (int round = 1; round <= 200; ++round) {
-    pool.parallel_for(static_cast<int64_t>(values.size()), [&](int64_t task, int) {
-      values[static_cast<size_t>(task)] = task * round;
-    });
+    pool.parallel_for(static_cast<int64_t>(values.size()),
+                      [&](int64_t task, int) { values[static_cast<size_t>(task)] = task * round; });
     const int64_t sum = std::accumulate(values.begin(), values.end(), int64_t{0});
     ASSERT_EQ(sum, round * 256 * 257 / 2) << "round " << round;
   }
