@@ -64,33 +64,13 @@ class RowPipeline {
   float weight_decay_;
 };
 
-// The update class of each optimizer type.
-template <class Hyperparameters>
-struct UpdateFor;
-template <>
-struct UpdateFor<Sgd> {
-  using type = SgdUpdate;
-};
-template <>
-struct UpdateFor<Adagrad> {
-  using type = AdagradUpdate;
-};
-template <>
-struct UpdateFor<AdagradMomentum> {
-  using type = AdagradMomentumUpdate;
-};
-template <>
-struct UpdateFor<Adam> {
-  using type = AdamUpdate;
-};
-template <>
-struct UpdateFor<Ftrl> {
-  using type = FtrlUpdate;
-};
-template <>
-struct UpdateFor<RowwiseAdagrad> {
-  using type = RowwiseAdagradUpdate;
-};
+// The update class of each optimizer type (declarations only, used through decltype).
+SgdUpdate update_class_of(const Sgd&);
+AdagradUpdate update_class_of(const Adagrad&);
+AdagradMomentumUpdate update_class_of(const AdagradMomentum&);
+AdamUpdate update_class_of(const Adam&);
+FtrlUpdate update_class_of(const Ftrl&);
+RowwiseAdagradUpdate update_class_of(const RowwiseAdagrad&);
 
 // Calls fn(pipeline) with the RowPipeline of `optimizer` for this step: one visit per table and
 // step, so the per-row loop inside fn is compiled for the concrete optimizer (no per-row dispatch).
@@ -98,8 +78,7 @@ template <class Fn>
 void visit_row_pipeline(const Optimizer& optimizer, float learning_rate, int64_t step, Fn&& fn) {
   std::visit(
       [&](const auto& hyperparameters) {
-        using Hyper = std::decay_t<decltype(hyperparameters)>;
-        using Update = typename UpdateFor<Hyper>::type;
+        using Update = decltype(update_class_of(hyperparameters));
         const RowPipeline<Update> pipeline(
             hyperparameters.common, Update(hyperparameters, learning_rate, step), learning_rate);
         fn(pipeline);

@@ -150,7 +150,7 @@ TEST(VisitRowPipelineTest, DispatchesToUpdateClassWithLearningRateAndStep) {
     const std::vector<float> g = {0.3f, -0.6f, 1.2f, -0.05f, 2.0f};
     std::visit(
         [&](const auto& hyperparameters) {
-          using Update = typename UpdateFor<std::decay_t<decltype(hyperparameters)>>::type;
+          using Update = decltype(update_class_of(hyperparameters));
           std::vector<float> w_direct = w_before;
           Slots slots_direct(optimizer, kDim);
           Update(hyperparameters, kLearningRate, kStep)(
