@@ -28,6 +28,10 @@ using internal::TableState;
 
 // Work split: big enough that a task amortises its scheduling, small enough to balance two cores.
 constexpr int64_t kIdsPerLookupTask = 2048;
+// Waking a worker costs tens of microseconds on a VM (docs/performance.md): batches smaller than
+// this run on the calling thread.
+constexpr int64_t kMinIdsForThreads = 16384;
+constexpr int64_t kMinRowsForThreads = 1024;
 constexpr int64_t kRowsPerUpdateTask = 256;
 constexpr int64_t kRowsPerDenseUpdateTask = 4096;
 constexpr int64_t kRowsPerInitializeTask = 4096;
@@ -187,7 +191,9 @@ struct Embedding::Impl {
         lookup_tasks.push_back({f, first, std::min(num_bags, first + bags_per_task)});
       }
     }
-    pool.parallel_for(static_cast<int64_t>(lookup_tasks.size()), [&](int64_t k, int) {
+    int64_t total_ids = 0;
+    for (const CsrFeature& csr : batch) total_ids += static_cast<int64_t>(csr.ids.size());
+    auto pool_task = [&](int64_t k, int) {
       const LookupTask& task = lookup_tasks[static_cast<size_t>(k)];
       const CsrFeature& csr = batch[task.feature];
       const TableState& state = states[feature_table[task.feature]];
@@ -201,7 +207,13 @@ struct Embedding::Impl {
           .bag_scales = csr.bag_scales.data(),
           .quantization = table.quantization_config ? &*table.quantization_config : nullptr};
       internal::pool_bags(input, task.first_bag, task.last_bag, activations[task.feature].data());
-    });
+    };
+    const auto num_tasks = static_cast<int64_t>(lookup_tasks.size());
+    if (total_ids < kMinIdsForThreads) {
+      for (int64_t k = 0; k < num_tasks; ++k) pool_task(k, 0);
+    } else {
+      pool.parallel_for(num_tasks, pool_task);
+    }
   }
 
   // The learning rate of every table for this step; each distinct schedule (the global
@@ -318,8 +330,10 @@ struct Embedding::Impl {
                                                                      last, scratch_of(thread));
                                      });
           } else {
+            const auto touched = static_cast<int64_t>(grouping.unique_rows().size());
             pool.parallel_for_ranges(
-                static_cast<int64_t>(grouping.unique_rows().size()), kRowsPerUpdateTask,
+                touched,
+                touched < kMinRowsForThreads ? std::max<int64_t>(touched, 1) : kRowsPerUpdateTask,
                 [&](int64_t first, int64_t last, int thread) {
                   skipped[static_cast<size_t>(thread)] +=
                       internal::update_touched_rows(pipeline, variables, grouping, contributions,
