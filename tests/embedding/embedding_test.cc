@@ -2022,3 +2022,68 @@ TEST(EmbeddingQuantization, ForwardQuantizedBackwardStraightThrough) {
 
 }  // namespace
 }  // namespace recemb
+
+namespace recemb {
+namespace {
+
+// Batches large enough that lookup and apply_gradients run on the worker threads (small ones run
+// on the calling thread): activations and every variable must be bitwise identical for 1, 2 and 3
+// threads, including with several tables and non-lazy Adam's dense pass.
+TEST(EmbeddingDeterminism, LargeBatchesAreBitwiseIdenticalAcrossThreadCounts) {
+  const uint64_t seed = 2024;
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const int64_t batch_size = 2048, bag = 12;
+  std::mt19937_64 random(seed);
+  std::uniform_int_distribution<int64_t> id(0, 4999);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<int64_t> ids(static_cast<size_t>(batch_size * bag)), ids2(ids.size());
+  std::vector<float> weights(ids.size()), gradient(static_cast<size_t>(batch_size * 8)),
+      gradient2(gradient.size());
+  for (auto& x : ids) x = id(random);
+  for (auto& x : ids2) x = id(random) % 3000;
+  for (auto& x : weights) x = value(random);
+  for (auto& x : gradient) x = value(random);
+  for (auto& x : gradient2) x = value(random);
+
+  auto run = [&](int threads) {
+    Embedding layer(
+        {{.name = "a", .vocabulary_size = 5000, .dim = 8, .combiner = Combiner::kSqrtn},
+         {.name = "b",
+          .vocabulary_size = 3000,
+          .dim = 8,
+          .optimizer = Adam{.learning_rate = 0.01f, .lazy_adam = false}}},
+        {{.name = "x", .table = "a"}, {.name = "y", .table = "b"}},
+        {.optimizer = Adagrad{.learning_rate = 0.1f}, .num_threads = threads, .seed = 5});
+    std::vector<float> out(gradient.size()), out2(gradient.size()), all;
+    const std::vector<FeatureInput> inputs{
+        DenseIds{
+            .ids = std::span<const int64_t>(ids), .shape = {batch_size, bag}, .weights = weights},
+        DenseIds{.ids = std::span<const int64_t>(ids2), .shape = {batch_size, bag}}};
+    const std::vector<std::span<float>> activations{out, out2};
+    const std::vector<std::span<const float>> gradients{gradient, gradient2};
+    for (int step = 0; step < 3; ++step) {
+      LookupBatch batch;
+      layer.lookup(inputs, activations, batch);
+      all.insert(all.end(), out.begin(), out.end());
+      all.insert(all.end(), out2.begin(), out2.end());
+      layer.apply_gradients(batch, gradients);
+    }
+    for (const char* table : {"a", "b"}) {
+      for (const std::string& variable : layer.variable_names(table)) {
+        const std::span<float> data = layer.variable_data(table, variable);
+        all.insert(all.end(), data.begin(), data.end());
+      }
+    }
+    return all;
+  };
+  const std::vector<float> one = run(1);
+  for (const int threads : {2, 3}) {
+    const std::vector<float> many = run(threads);
+    ASSERT_EQ(one.size(), many.size());
+    EXPECT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)), 0)
+        << threads << " threads";
+  }
+}
+
+}  // namespace
+}  // namespace recemb
