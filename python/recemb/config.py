@@ -10,7 +10,6 @@ import numpy as np
 
 from recemb import _nest, _recemb, optimizers
 
-_COMBINERS = ("mean", "sum", "sqrtn")
 _NAMED_INITIALIZERS = {"zeros": 0.0, "ones": 1.0}
 _CPP_INITIALIZERS = (_recemb.TruncatedNormal, _recemb.Constant, _recemb.RowId)
 
@@ -54,9 +53,10 @@ class TableConfig:
         owner = f"TableConfig '{name}'" if name is not None else "TableConfig"
         self.vocabulary_size = _check_int(owner, "vocabulary_size", vocabulary_size, 1)
         self.dim = _check_int(owner, "dim", dim, 1)
-        if combiner not in _COMBINERS:
-            raise ValueError(f"{owner}: combiner must be one of {list(_COMBINERS)}, got "
-                             f"{combiner!r}")
+        try:
+            _recemb.parse_combiner(combiner)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"{owner}: {error}") from None
         if isinstance(initializer, str) and initializer not in _NAMED_INITIALIZERS:
             raise ValueError(f"{owner}: initializer names are {list(_NAMED_INITIALIZERS)}, got "
                              f"{initializer!r}")

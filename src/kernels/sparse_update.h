@@ -6,9 +6,7 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdint>
-#include <vector>
 
 #include "kernels/prefetch.h"
 #include "kernels/row_grouping.h"
