@@ -191,8 +191,8 @@ struct Embedding::Impl {
         lookup_tasks.push_back({f, first, std::min(num_bags, first + bags_per_task)});
       }
     }
-    const auto total_ids = static_cast<int64_t>(
-        std::accumulate(table_ids.begin(), table_ids.end(), uint64_t{0}));
+    const auto total_ids =
+        static_cast<int64_t>(std::accumulate(table_ids.begin(), table_ids.end(), uint64_t{0}));
     auto pool_task = [&](int64_t k, int) {
       const LookupTask& task = lookup_tasks[static_cast<size_t>(k)];
       const CsrFeature& csr = batch[task.feature];
