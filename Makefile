@@ -1,5 +1,5 @@
 # recemb's developer and CI entry points; CMake (CMakePresets.json) does the building.
-#   make run     install dependencies, build, train the toy example's embeddings
+#   make run     install dependencies, build, run `recemb train` (DLRM-style model, synthetic data)
 #   make test    install dependencies, then every check CI runs (.ci/run is `make test`)
 #   make build   Release build of everything in build/release
 #   make format  apply clang-format to every C++ file
@@ -23,7 +23,7 @@ export ASAN_OPTIONS ?= detect_leaks=1
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS ?= halt_on_error=1 second_deadlock_stack=1
 
-TOY_TRAINING := build/release/examples/cpp/toy_training
+RECEMB := build/release/bin/recemb
 TIMES := build/test-times.txt
 COUNTS := build/test-counts.txt
 # Each phase of `make test` prints its duration and adds it to $(TIMES).
@@ -48,10 +48,11 @@ release-build:
 	cmake --preset release
 	cmake --build --preset release -j $(JOBS)
 
+# ARGS are passed to `recemb train`: make run ARGS="--steps 500 --preset criteo-kaggle"
 run: deps
 	cmake --preset release
-	cmake --build --preset release -j $(JOBS) --target toy_training
-	$(TOY_TRAINING)
+	cmake --build --preset release -j $(JOBS) --target recemb_cli
+	$(RECEMB) train --output build/recemb-run $(ARGS)
 
 test: test-begin deps check-format check-mirror test-release test-asan test-tsan check-install \
       bench-smoke test-python

@@ -1,9 +1,8 @@
 #include "format/checksum.h"
 
 #define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include <cstdio>
+#include <xxhash.h>
 
 namespace recemb::format {
 

@@ -3,15 +3,22 @@
 #define RECEMB_KERNELS_POOL_H_
 
 #include <cstdint>
+#include <variant>
 
 #include "recemb/config.h"
 
+#include "kernels/quantized_rows.h"
+
 namespace recemb::internal {
+
+// A table's rows in one of its storage formats: float32 ([vocabulary_size, dim] floats, the
+// training tables), or a serving model's float16 or int8 rows (kernels/quantized_rows.h).
+using TableRows = std::variant<const float*, Float16Rows, Int8Rows>;
 
 // One feature's bags over one table, in the CsrFeature layout (batch/csr_feature.h). All pointers
 // are borrowed; ids are already validated.
 struct PoolInput {
-  const float* table = nullptr;  // [vocabulary_size, dim]
+  TableRows table = {};
   int64_t dim = 0;
   const int64_t* offsets = nullptr;                  // [num_bags + 1]
   const int64_t* ids = nullptr;                      // [offsets[num_bags]]
@@ -22,9 +29,11 @@ struct PoolInput {
 
 // For b in [first_bag, last_bag):
 //   out[b * dim + d] = bag_scales[b] * sum_{j in [offsets[b], offsets[b+1])} weights[j] *
-//   q(table[ids[j] * dim + d])
-// where q is the simulated quantization (identity without a QuantizationConfig). An empty bag gives
-// zeros. Rows are prefetched ahead of use. Never throws, never allocates.
+//   q(row(ids[j])[d])
+// where row(i)[d] is the stored value decoded to float (exact for float32 and float16 rows;
+// code * scale + bias for int8 rows) and q the simulated quantization (identity without a
+// QuantizationConfig). The sum runs in j order in float32, whatever the row format. An empty bag
+// gives zeros. Rows are prefetched ahead of use. Never throws, never allocates.
 void pool_bags(const PoolInput& input, int64_t first_bag, int64_t last_bag, float* out);
 
 }  // namespace recemb::internal

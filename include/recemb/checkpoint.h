@@ -1,0 +1,159 @@
+// Checkpoints: an Embedding's tables, optimizer slots, step and configs on disk, saved atomically
+// and restored bit for bit (the format is specified in docs/formats.md, "Checkpoint format").
+//
+//   recemb::save_checkpoint(layer, "/ckpt", {.keep_last = 3});        // /ckpt/ckpt-000000001000
+//   ...  after a crash or a restart, with the same configs:
+//   if (auto latest = recemb::latest_checkpoint("/ckpt")) {
+//     recemb::restore_checkpoint(layer, *latest);                      // step() is 1000 again
+//   }
+//
+// A checkpoint stores whole logical tables (one file per table variable, as TF saves one tensor
+// per table and slot), independent of the threads or placement that trained them. Training that
+// resumes from a checkpoint continues exactly as if it had not stopped.
+//
+// Thread safety: these functions read or write `embedding` like any other call on it (no other
+// call on the same Embedding may run meanwhile). One process at a time may save into a root.
+#ifndef RECEMB_CHECKPOINT_H_
+#define RECEMB_CHECKPOINT_H_
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "recemb/embedding.h"
+#include "recemb/export.h"
+
+namespace recemb {
+
+// Caller state saved with the embedding (for example the dense model's weights). The values are
+// borrowed for the duration of save_checkpoint only.
+struct NamedArray {
+  std::string name = {};  // non-empty, unique among the extra arrays of one save
+  std::span<const float> values = {};
+};
+
+struct SaveOptions {
+  // How many complete checkpoints to keep under the root, this one included (>= 1); older ones
+  // (smaller steps) are deleted after this one is published.
+  int keep_last = 3;
+  std::vector<NamedArray> extra_arrays = {};
+  // Small caller strings (data position, run id, ...), returned by restore_checkpoint.
+  std::map<std::string, std::string> metadata = {};
+  // Each data file is checksummed in blocks of this many bytes (> 0, a multiple of 4), so that
+  // verification streams. The default suits any table size; tests use small blocks.
+  int64_t checksum_block_bytes = int64_t{64} << 20;
+};
+
+// Saves every table and slot, the step, the configs and optimizers of `embedding`, and the
+// caller's extra arrays and metadata as the directory root/ckpt-<step(), 12 digits, zero padded>
+// (root is created if missing), then deletes the checkpoints beyond options.keep_last and the
+// leftovers of interrupted saves. Returns the new checkpoint's path.
+//
+// Atomic: the files are written into a temporary directory under root, fsynced, and published by
+// one rename. A crash (or an exception) at any point leaves every earlier checkpoint intact and
+// loadable, and no partial directory under a ckpt-* name. Data is written straight from the
+// tables' memory, in blocks, without a copy.
+//
+// Throws InvalidArgument for bad options (keep_last < 1, an empty or repeated extra-array name,
+// a bad checksum_block_bytes) and FailedPrecondition if a checkpoint of this step already exists
+// under root; in both cases before writing anything. File-system failures throw
+// std::system_error naming the path (the temporary directory is then removed). The embedding is
+// never modified.
+RECEMB_EXPORT std::filesystem::path save_checkpoint(const Embedding& embedding,
+                                                    const std::filesystem::path& root,
+                                                    const SaveOptions& options = {});
+
+// The complete checkpoint under `root` with the largest step, or nullopt if there is none (or no
+// root). Directories of interrupted saves are ignored. Does not verify the checkpoint.
+RECEMB_EXPORT std::optional<std::filesystem::path> latest_checkpoint(
+    const std::filesystem::path& root);
+
+// What restore_checkpoint does when a table's vocabulary_size differs from the checkpoint's.
+enum class Resize {
+  kError,         // a different vocabulary_size is an error
+  kGrow,          // a larger vocabulary is allowed: rows (and their slots) beyond the
+                  // checkpoint's keep their freshly initialized values; smaller is an error
+  kGrowOrShrink,  // also a smaller vocabulary: the checkpoint's rows beyond it are dropped
+};
+
+struct RestoreOptions {
+  Resize resize = Resize::kError;
+};
+
+struct RestoredState {
+  int64_t step = 0;
+  std::map<std::string, std::vector<float>> extra_arrays = {};
+  std::map<std::string, std::string> metadata = {};
+};
+
+// Restores the checkpoint `checkpoint` (a ckpt-* directory, or a root: then its
+// latest_checkpoint) into `embedding`: every table's parameters and slots, and the step (which
+// drives learning-rate schedules). Tables are matched by name; features may differ (they hold no
+// state), and so may hyperparameters (the embedding's own are used from now on).
+//
+// Requirements, each an InvalidArgument naming the table and both values when not met: the same
+// set of table names; equal dims; equal vocabulary sizes unless options.resize allows the
+// difference; the same optimizer (name, hence the same slots), except that a table without an
+// optimizer (lookup only) takes the parameters alone.
+//
+// Verifies the manifest and every checksum of every file before changing anything: a missing,
+// truncated or damaged file, a damaged manifest or a newer format version throws InvalidArgument
+// naming the file (and the table and variable), and the embedding stays bitwise unchanged. The
+// data is then read a second time, straight into the tables, and verified again; only if a file
+// changes between the two passes can an error leave the embedding partially restored (the message
+// says so). I/O failures throw std::system_error.
+RECEMB_EXPORT RestoredState restore_checkpoint(Embedding& embedding,
+                                               const std::filesystem::path& checkpoint,
+                                               const RestoreOptions& options = {});
+
+struct LoadOptions {
+  // true: only the tables, no optimizers and no slots (a lookup-only Embedding, as for export).
+  bool tables_only = false;
+  // EmbeddingOptions::num_threads of the new Embedding.
+  int num_threads = 0;
+};
+
+// A new Embedding built from the checkpoint's own configs (tables, features, optimizers, seed,
+// non-finite-gradient policy), with everything restore_checkpoint restores. Unless tables_only,
+// a checkpoint saved with a learning-rate callback cannot be loaded (InvalidArgument naming the
+// table: build the Embedding in code and use restore_checkpoint). An initializer callback becomes
+// the default initializer (the values are restored anyway). Errors as restore_checkpoint.
+RECEMB_EXPORT Embedding load_checkpoint(const std::filesystem::path& checkpoint,
+                                        const LoadOptions& options = {});
+
+// One file of a checkpoint as inspect_checkpoint reports it.
+struct CheckpointFile {
+  std::string path = {};      // relative to the checkpoint directory
+  uint64_t bytes = 0;         // as the manifest records it
+  std::string checksum = {};  // XXH3-64 of the whole file, 16 hex digits, as recorded
+  bool ok = false;            // verified (or, without verification, present with the right size)
+  std::string error = {};     // why not ok
+};
+
+struct CheckpointInfo {
+  int format_version = 0;
+  int64_t step = 0;
+  std::string manifest_json = {};          // the manifest's text
+  std::vector<CheckpointFile> files = {};  // the manifest first, then every data file
+  bool ok = false;                         // every file ok
+};
+
+struct InspectOptions {
+  // true: read every data file and check its checksums. false: only the manifest, and the
+  // presence and size of each file.
+  bool verify = true;
+};
+
+// Describes the checkpoint `checkpoint` (a ckpt-* directory or a root, as restore_checkpoint).
+// Damage to data files is reported in the result, not thrown; throws InvalidArgument only when
+// the manifest itself is missing, damaged or unreadable, and std::system_error for I/O failures.
+RECEMB_EXPORT CheckpointInfo inspect_checkpoint(const std::filesystem::path& checkpoint,
+                                                const InspectOptions& options = {});
+
+}  // namespace recemb
+
+#endif  // RECEMB_CHECKPOINT_H_

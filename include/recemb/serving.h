@@ -1,0 +1,127 @@
+// Serving models: an Embedding's tables, frozen into one read-only file in float32, float16 or
+// int8, and looked up memory-mapped (TF's TPUEmbeddingForServing, without the training state).
+//
+//   recemb::export_serving_model(layer, "model.recemb", {.dtype = recemb::ServingDtype::kInt8});
+//   const recemb::ServingModel model = recemb::ServingModel::open("model.recemb");
+//   model.lookup(inputs, activations);  // as Embedding::lookup; from any number of threads
+//
+// The file holds the tables (no optimizer slots) and the table and feature configs; its format
+// (header, JSON manifest, 64-byte-aligned table blobs, XXH3-64 checksums covering every byte) is
+// specified in docs/serving.md, with the error bounds of float16 and int8.
+#ifndef RECEMB_SERVING_H_
+#define RECEMB_SERVING_H_
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "recemb/batch.h"
+#include "recemb/config.h"
+#include "recemb/embedding.h"
+#include "recemb/export.h"
+
+namespace recemb {
+
+// How a serving model stores table values.
+//   kFloat32: as trained; lookups equal Embedding::lookup bitwise.
+//   kFloat16: IEEE binary16, rounded to nearest even: each value within max(2^-11 |x|, 2^-25).
+//   kInt8:    FBGEMM's 8-bit row-wise format, a uint8 code per value plus a float scale and bias
+//             per row: each value within scale / 2 + 2^-20 max(|min|, |max|) of its row, where
+//             scale = (max - min) / 255. Activations err by the combination of these per-value
+//             bounds (docs/serving.md).
+enum class ServingDtype { kFloat32, kFloat16, kInt8 };
+
+// "float32", "float16", "int8".
+RECEMB_EXPORT std::string_view serving_dtype_name(ServingDtype dtype);
+// The inverse of serving_dtype_name; anything else throws InvalidArgument listing the valid
+// names.
+RECEMB_EXPORT ServingDtype parse_serving_dtype(std::string_view name);
+
+struct ExportOptions {
+  ServingDtype dtype = ServingDtype::kFloat32;  // how table values are stored
+};
+
+// Writes `embedding`'s tables ("parameters" only, no slots) in options.dtype, with its table
+// configs (without optimizers: a serving model is not trained) and feature configs, to the file
+// `path`. The write is atomic: the model goes to a temporary file next to `path`, is fsynced, then
+// renamed over `path` (whose directory is fsynced), so `path` never holds a partial model.
+// Throws, before creating any file, InvalidArgument for an options.dtype that is not a
+// ServingDtype or a table value that the dtype cannot hold (any non-finite value; |x| >= 65520
+// for kFloat16; a row whose max - min overflows float for kInt8), naming the table, row, column
+// and value. A failing write throws std::system_error naming the call and the file (an existing
+// directory is needed). On any throw nothing is left behind: `path` is as it was (absent, or the
+// previous file), and the temporary file is removed.
+// Reads the tables while it runs: no call that changes `embedding` may run concurrently.
+RECEMB_EXPORT void export_serving_model(const Embedding& embedding,
+                                        const std::filesystem::path& path,
+                                        const ExportOptions& options = {});
+
+// What ServingModel::open checks.
+enum class Verify {
+  // The header, the manifest (checksummed, parsed, configs validated) and that every table blob
+  // lies inside the file, then the checksum of every table blob: reads the whole file once, at
+  // the speed of memory (or of the disk, for a file not in the page cache).
+  kChecksums,
+  // The same without the table checksums: opens in milliseconds whatever the size, and pages are
+  // read from the file on first use. Damaged table bytes then go undetected and give wrong
+  // activations (never an access outside the file).
+  kHeaderOnly,
+};
+
+struct OpenOptions {
+  Verify verify = Verify::kChecksums;
+};
+
+// A serving model opened read-only: the file is memory-mapped (shared, read-only) and its tables
+// are looked up in place, without copies. Immutable after open: every method is const and may run
+// concurrently from any number of threads. Copies share the mapping (a shared_ptr), which lives
+// as long as the last copy; moving or copying a model never invalidates another copy. The file
+// may be replaced (a new export renames over it) while it is open: the mapping keeps the old
+// file. A moved-from ServingModel may only be assigned to or destroyed.
+class RECEMB_EXPORT ServingModel {
+ public:
+  // Maps and checks `path` (see Verify). Throws InvalidArgument naming the file when it is
+  // missing, not a regular file, not a serving model, of an unsupported format version,
+  // truncated, or damaged (a checksum mismatch, naming the header, the manifest or the table), or
+  // when its manifest or configs are invalid (naming the field, table or feature).
+  // std::system_error for other failing system calls (open, mmap), naming the file.
+  static ServingModel open(const std::filesystem::path& path, const OpenOptions& options = {});
+
+  ServingModel(const ServingModel&);
+  ServingModel& operator=(const ServingModel&);
+  ServingModel(ServingModel&&) noexcept;
+  ServingModel& operator=(ServingModel&&) noexcept;
+  ~ServingModel();
+
+  const std::filesystem::path& path() const;
+  ServingDtype dtype() const;
+  // The exported configs, in the Embedding's order; tables have no optimizer.
+  const std::vector<TableConfig>& tables() const;
+  const std::vector<FeatureConfig>& features() const;
+
+  // As Embedding::activation_shape: output shape + [dim]; InvalidArgument if `feature` is out of
+  // range or the input does not fit the feature's config.
+  std::vector<int64_t> activation_shape(size_t feature, const FeatureInput& input) const;
+
+  // Embedding::lookup's contract (inputs and activations one per feature in feature order,
+  // activations[f] of exactly product(activation_shape(f, inputs[f])) floats, row-major; combiners,
+  // weights, sequence features, output_shape, simulated quantization), and its validation: a bad
+  // input throws the same InvalidArgument naming the feature, the example and the value, before
+  // any activation is written. Each value is looked up as stored (decoded from float16 or int8)
+  // and pooled in float32 in the Embedding's order, so a kFloat32 model gives the Embedding's
+  // activations bitwise. Runs on the calling thread; concurrent calls are independent.
+  void lookup(std::span<const FeatureInput> inputs,
+              std::span<const std::span<float>> activations) const;
+
+ private:
+  struct State;
+  explicit ServingModel(std::shared_ptr<const State> state);
+  std::shared_ptr<const State> state_;
+};
+
+}  // namespace recemb
+
+#endif  // RECEMB_SERVING_H_

@@ -1,0 +1,97 @@
+// The checkpoint manifest: what a checkpoint holds and how to verify it (docs/formats.md,
+// "Checkpoint format"). manifest.json is JSON; manifest.xxh3 holds its checksum:
+//
+//   {"format": "recemb-checkpoint", "format_version": 1, "step": 1000,
+//    "placement": {"kind": "single"}, "byte_order": "little", "checksum": "xxh3-64",
+//    "checksum_block_bytes": 67108864,
+//    "embedding": {"optimizer": <optimizer JSON> | null, "seed": 0,
+//                  "non_finite_gradients": "reject" | "skip_rows"},
+//    "tables": [{"config": <table JSON>,
+//                "variables": [<array>, ...]}],     "parameters", then the slots in TF's order
+//    "features": [<feature JSON>, ...],
+//    "extra_arrays": [<array>, ...],
+//    "metadata": {"key": "value", ...}}
+//   <array> = {"name", "dtype": "float32", "shape": [...], "file", "bytes",
+//              "checksum": "<16 hex>", "block_checksums": ["<16 hex>", ...]}
+// Config JSON as format/config_json.h writes it.
+#ifndef RECEMB_CHECKPOINT_MANIFEST_H_
+#define RECEMB_CHECKPOINT_MANIFEST_H_
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "recemb/config.h"
+#include "recemb/embedding.h"
+
+#include "checkpoint/data_file.h"
+#include "format/json.h"
+
+namespace recemb::internal {
+
+// The format version this code writes, and the newest it reads. A change that an older reader
+// would misread bumps it.
+inline constexpr int kCheckpointFormatVersion = 1;
+
+struct ArrayEntry {
+  std::string name;            // a table variable ("parameters" or a slot) or an extra array
+  std::vector<int64_t> shape;  // product(shape) * 4 == data.bytes
+  DataFile data;
+};
+
+struct TableEntry {
+  TableConfig config;      // without its optimizer, which is kept as JSON below
+  format::Json optimizer;  // the table's own optimizer (optimizer_to_json), or null
+  std::vector<ArrayEntry> variables;
+};
+
+struct Manifest {
+  int format_version = kCheckpointFormatVersion;
+  int64_t step = 0;
+  int64_t checksum_block_bytes = 0;
+  // EmbeddingOptions, except num_threads. Optimizers stay JSON until an Embedding is built from
+  // them (load_checkpoint), because a learning-rate callback has no JSON form to read back.
+  format::Json optimizer;  // or null
+  uint64_t seed = 0;
+  NonFiniteGradients non_finite_gradients = NonFiniteGradients::kReject;
+  std::vector<TableEntry> tables;
+  std::vector<FeatureConfig> features;
+  std::vector<ArrayEntry> extra_arrays;
+  std::map<std::string, std::string> metadata;
+};
+
+// The name of the optimizer that trains `table` (its own, else the global one), or nullopt.
+std::optional<std::string> effective_optimizer_name(const Manifest& manifest,
+                                                    const TableEntry& table);
+
+// The variables a table of this shape and optimizer has, in order, with their shapes and no data:
+// "parameters" [V, D], then each slot [V, width], or [V] when width is 1 (as
+// Embedding::variable_shape).
+std::vector<ArrayEntry> expected_variables(const TableConfig& table,
+                                           const std::optional<std::string>& optimizer_name);
+
+format::Json manifest_to_json(const Manifest& manifest);
+
+// Parses and checks the manifest's structure and consistency: format and version, field types,
+// variables matching each table's shape and optimizer, file names that stay inside the
+// checkpoint directory and are unique, sizes matching shapes, one checksum per block. Throws
+// InvalidArgument "<field path>: <problem>". Configs are checked for form, not validated.
+Manifest manifest_from_json(const format::Json& json);
+
+// Writes manifest.json and manifest.xxh3 into `directory`, each fsynced.
+void write_manifest(const std::filesystem::path& directory, const Manifest& manifest);
+
+// Reads manifest.json of the checkpoint `directory`, checks it against manifest.xxh3 and parses
+// it. Every error is an InvalidArgument naming the checkpoint and the file.
+struct ManifestFile {
+  std::string text;
+  Manifest manifest;
+};
+ManifestFile read_manifest(const std::filesystem::path& directory);
+
+}  // namespace recemb::internal
+
+#endif  // RECEMB_CHECKPOINT_MANIFEST_H_

@@ -1,0 +1,232 @@
+// restore_checkpoint and load_checkpoint (recemb/checkpoint.h).
+//
+// A restore runs in three phases, so that every error in the checkpoint or in the request is
+// found before the embedding changes:
+//   1. plan: match tables and variables, check shapes, optimizers and the resize policy;
+//   2. verify: read every data file once and check every block checksum (files stay open);
+//   3. load: read the rows straight into the tables' memory, checking the checksums again.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "recemb/checkpoint.h"
+#include "recemb/error.h"
+
+#include "checkpoint/data_file.h"
+#include "checkpoint/layout.h"
+#include "checkpoint/manifest.h"
+#include "format/config_json.h"
+#include "format/file_io.h"
+#include "util/check.h"
+
+namespace recemb {
+namespace {
+
+namespace fs = std::filesystem;
+using internal::ArrayEntry;
+using internal::Manifest;
+using internal::TableEntry;
+
+std::string variable_description(const std::string& table, const std::string& variable) {
+  return "table '" + table + "' variable '" + variable + "'";
+}
+
+// One variable to load: the first `bytes` bytes of its file into the first `bytes` bytes of the
+// embedding's variable (rows are row-major, so a prefix of bytes is a prefix of rows).
+struct VariableLoad {
+  size_t file;  // index into the files of verify_files
+  std::string table;
+  std::string variable;
+  uint64_t bytes;
+};
+
+// The files of a checkpoint, opened and verified (phase 2): the table variables in manifest
+// order, then the extra arrays, which are read into `extra_arrays` on the way.
+struct VerifiedFiles {
+  std::vector<format::InputFile> variables;
+  std::map<std::string, std::vector<float>> extra_arrays;
+};
+
+VerifiedFiles verify_files(const fs::path& directory, const Manifest& manifest) {
+  VerifiedFiles verified;
+  std::vector<std::byte> scratch;
+  for (const TableEntry& table : manifest.tables) {
+    for (const ArrayEntry& variable : table.variables) {
+      verified.variables.push_back(format::InputFile::open(directory / variable.data.file));
+      internal::read_data_file(verified.variables.back(), variable.data,
+                               manifest.checksum_block_bytes,
+                               variable_description(table.config.name, variable.name), {}, scratch);
+    }
+  }
+  for (const ArrayEntry& extra : manifest.extra_arrays) {
+    std::vector<float> values(extra.data.bytes / sizeof(float));
+    internal::read_data_file(format::InputFile::open(directory / extra.data.file), extra.data,
+                             manifest.checksum_block_bytes, "extra array '" + extra.name + "'",
+                             std::as_writable_bytes(std::span(values)), scratch);
+    verified.extra_arrays.emplace(extra.name, std::move(values));
+  }
+  return verified;
+}
+
+std::optional<std::string> optimizer_name_of(const Embedding& embedding, const TableConfig& table) {
+  if (table.optimizer) return optimizer_name(*table.optimizer);
+  if (embedding.options().optimizer) return optimizer_name(*embedding.options().optimizer);
+  return std::nullopt;
+}
+
+// Phase 1: what to load where; throws InvalidArgument for any mismatch.
+std::vector<VariableLoad> plan_loads(const Embedding& embedding, const Manifest& manifest,
+                                     const RestoreOptions& options, const std::string& prefix) {
+  std::map<std::string, size_t> embedding_tables;
+  std::string embedding_names;
+  for (size_t t = 0; t < embedding.tables().size(); ++t) {
+    embedding_tables.emplace(embedding.tables()[t].name, t);
+    embedding_names += (t == 0 ? "'" : ", '") + embedding.tables()[t].name + "'";
+  }
+  std::map<std::string, size_t> first_file;  // checkpoint table -> index of its first file
+  std::string checkpoint_names;
+  size_t file = 0;
+  for (const TableEntry& table : manifest.tables) {
+    if (!embedding_tables.contains(table.config.name)) {
+      throw InvalidArgument(prefix + "it has table '" + table.config.name +
+                            "', which the embedding does not have (its tables: " + embedding_names +
+                            ")");
+    }
+    first_file.emplace(table.config.name, file);
+    file += table.variables.size();
+    checkpoint_names += (checkpoint_names.empty() ? "'" : ", '") + table.config.name + "'";
+  }
+
+  std::vector<VariableLoad> loads;
+  for (const TableConfig& config : embedding.tables()) {
+    const std::string owner = prefix + "table '" + config.name + "': ";
+    const auto found = first_file.find(config.name);
+    if (found == first_file.end()) {
+      throw InvalidArgument(owner + "not in the checkpoint (its tables: " + checkpoint_names + ")");
+    }
+    const TableEntry& saved = *std::find_if(
+        manifest.tables.begin(), manifest.tables.end(),
+        [&config](const TableEntry& table) { return table.config.name == config.name; });
+    if (saved.config.dim != config.dim) {
+      throw InvalidArgument(owner + "the checkpoint has dim " + std::to_string(saved.config.dim) +
+                            ", the embedding " + std::to_string(config.dim));
+    }
+    const int64_t saved_rows = saved.config.vocabulary_size;
+    const int64_t rows = config.vocabulary_size;
+    const bool allowed = rows == saved_rows ||
+                         (rows > saved_rows && options.resize != Resize::kError) ||
+                         (rows < saved_rows && options.resize == Resize::kGrowOrShrink);
+    if (!allowed) {
+      throw InvalidArgument(
+          owner + "the checkpoint has vocabulary_size " + std::to_string(saved_rows) +
+          ", the embedding " + std::to_string(rows) + "; RestoreOptions.resize = " +
+          (rows > saved_rows ? "Resize::kGrow" : "Resize::kGrowOrShrink") + " restores the first " +
+          std::to_string(std::min(rows, saved_rows)) + " rows");
+    }
+    const std::optional<std::string> optimizer = optimizer_name_of(embedding, config);
+    const std::optional<std::string> saved_optimizer =
+        internal::effective_optimizer_name(manifest, saved);
+    // A lookup-only table takes the parameters alone: variable_names lists no slots for it.
+    if (optimizer && optimizer != saved_optimizer) {
+      throw InvalidArgument(owner + "the checkpoint's optimizer is " +
+                            saved_optimizer.value_or("none") + ", the embedding's is " +
+                            *optimizer + " (their slots differ)");
+    }
+    for (const std::string& variable : embedding.variable_names(config.name)) {
+      const auto position =
+          std::find_if(saved.variables.begin(), saved.variables.end(),
+                       [&variable](const ArrayEntry& entry) { return entry.name == variable; });
+      RECEMB_CHECK(position != saved.variables.end());  // same optimizer: same slots
+      const uint64_t row_bytes = position->data.bytes / static_cast<uint64_t>(saved_rows);
+      loads.push_back(
+          {.file = found->second + static_cast<size_t>(position - saved.variables.begin()),
+           .table = config.name,
+           .variable = variable,
+           .bytes = row_bytes * static_cast<uint64_t>(std::min(rows, saved_rows))});
+    }
+  }
+  return loads;
+}
+
+// Phase 3.
+void load(Embedding& embedding, const Manifest& manifest, const VerifiedFiles& files,
+          const std::vector<VariableLoad>& loads) {
+  std::vector<const ArrayEntry*> entries;
+  for (const TableEntry& table : manifest.tables) {
+    for (const ArrayEntry& variable : table.variables) entries.push_back(&variable);
+  }
+  std::vector<std::byte> scratch;
+  for (const VariableLoad& variable_load : loads) {
+    const std::span<std::byte> destination =
+        std::as_writable_bytes(embedding.variable_data(variable_load.table, variable_load.variable))
+            .first(variable_load.bytes);
+    try {
+      internal::read_data_file(files.variables[variable_load.file],
+                               entries[variable_load.file]->data, manifest.checksum_block_bytes,
+                               variable_description(variable_load.table, variable_load.variable),
+                               destination, scratch);
+    } catch (const InvalidArgument& error) {
+      throw InvalidArgument(std::string(error.what()) +
+                            "; the file changed after it was verified, and the embedding is now "
+                            "partially restored");
+    }
+  }
+  embedding.set_step(manifest.step);
+}
+
+Optimizer parse_optimizer(const format::Json& json, const std::string& prefix) {
+  try {
+    return format::optimizer_from_json(json);
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(prefix + error.what());
+  }
+}
+
+}  // namespace
+
+RestoredState restore_checkpoint(Embedding& embedding, const fs::path& checkpoint,
+                                 const RestoreOptions& options) {
+  const fs::path directory = internal::resolve_checkpoint(checkpoint);
+  const Manifest manifest = internal::read_manifest(directory).manifest;
+  const std::vector<VariableLoad> loads =
+      plan_loads(embedding, manifest, options, "checkpoint '" + directory.string() + "': ");
+  VerifiedFiles files = verify_files(directory, manifest);
+  load(embedding, manifest, files, loads);
+  return {.step = manifest.step,
+          .extra_arrays = std::move(files.extra_arrays),
+          .metadata = manifest.metadata};
+}
+
+Embedding load_checkpoint(const fs::path& checkpoint, const LoadOptions& options) {
+  const fs::path directory = internal::resolve_checkpoint(checkpoint);
+  const Manifest manifest = internal::read_manifest(directory).manifest;
+  const std::string prefix = "checkpoint '" + directory.string() + "': ";
+  std::vector<TableConfig> tables;
+  for (const TableEntry& table : manifest.tables) {
+    tables.push_back(table.config);
+    if (!options.tables_only && !table.optimizer.is_null()) {
+      tables.back().optimizer =
+          parse_optimizer(table.optimizer, prefix + "table '" + table.config.name + "': ");
+    }
+  }
+  EmbeddingOptions embedding_options{.num_threads = options.num_threads,
+                                     .seed = manifest.seed,
+                                     .non_finite_gradients = manifest.non_finite_gradients};
+  if (!options.tables_only && !manifest.optimizer.is_null()) {
+    embedding_options.optimizer = parse_optimizer(manifest.optimizer, prefix + "embedding: ");
+  }
+  // Verified before the Embedding allocates tables of the sizes the manifest claims.
+  VerifiedFiles files = verify_files(directory, manifest);
+  std::optional<Embedding> embedding;
+  try {
+    embedding.emplace(std::move(tables), manifest.features, std::move(embedding_options));
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(prefix + "its configs do not build an Embedding: " + error.what());
+  }
+  load(*embedding, manifest, files, plan_loads(*embedding, manifest, {}, prefix));
+  return std::move(*embedding);
+}
+
+}  // namespace recemb

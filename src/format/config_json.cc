@@ -1,0 +1,523 @@
+#include "format/config_json.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "recemb/combiner.h"
+#include "recemb/error.h"
+#include "recemb/initializer.h"
+#include "recemb/learning_rate.h"
+
+namespace recemb::format {
+namespace {
+
+template <class T, class U>
+concept Is = std::same_as<std::remove_const_t<T>, U>;
+
+// The fields of each config struct, in declaration order: the one list that both the writer and
+// the reader walk, so a field added to a struct and here is written and read alike.
+void fields(Is<CommonHyperparameters> auto& common, auto& visit) {
+  visit("use_gradient_accumulation", common.use_gradient_accumulation);
+  visit("clip_weight_min", common.clip_weight_min);
+  visit("clip_weight_max", common.clip_weight_max);
+  visit("weight_decay_factor", common.weight_decay_factor);
+  visit("multiply_weight_decay_factor_by_learning_rate",
+        common.multiply_weight_decay_factor_by_learning_rate);
+  visit("clip_gradient_min", common.clip_gradient_min);
+  visit("clip_gradient_max", common.clip_gradient_max);
+}
+void fields(Is<Sgd> auto& sgd, auto& visit) {
+  visit("learning_rate", sgd.learning_rate);
+  visit("common", sgd.common);
+}
+void fields(Is<Adagrad> auto& adagrad, auto& visit) {
+  visit("learning_rate", adagrad.learning_rate);
+  visit("initial_accumulator_value", adagrad.initial_accumulator_value);
+  visit("common", adagrad.common);
+}
+void fields(Is<AdagradMomentum> auto& adagrad_momentum, auto& visit) {
+  visit("learning_rate", adagrad_momentum.learning_rate);
+  visit("momentum", adagrad_momentum.momentum);
+  visit("use_nesterov", adagrad_momentum.use_nesterov);
+  visit("exponent", adagrad_momentum.exponent);
+  visit("beta2", adagrad_momentum.beta2);
+  visit("epsilon", adagrad_momentum.epsilon);
+  visit("common", adagrad_momentum.common);
+}
+void fields(Is<Adam> auto& adam, auto& visit) {
+  visit("learning_rate", adam.learning_rate);
+  visit("beta_1", adam.beta_1);
+  visit("beta_2", adam.beta_2);
+  visit("epsilon", adam.epsilon);
+  visit("lazy_adam", adam.lazy_adam);
+  visit("sum_inside_sqrt", adam.sum_inside_sqrt);
+  visit("bias_correction", adam.bias_correction);
+  visit("common", adam.common);
+}
+void fields(Is<Ftrl> auto& ftrl, auto& visit) {
+  visit("learning_rate", ftrl.learning_rate);
+  visit("learning_rate_power", ftrl.learning_rate_power);
+  visit("l1_regularization_strength", ftrl.l1_regularization_strength);
+  visit("l2_regularization_strength", ftrl.l2_regularization_strength);
+  visit("beta", ftrl.beta);
+  visit("initial_accumulator_value", ftrl.initial_accumulator_value);
+  visit("multiply_linear_by_learning_rate", ftrl.multiply_linear_by_learning_rate);
+  visit("allow_zero_accumulator", ftrl.allow_zero_accumulator);
+  visit("common", ftrl.common);
+}
+void fields(Is<RowwiseAdagrad> auto& rowwise_adagrad, auto& visit) {
+  visit("learning_rate", rowwise_adagrad.learning_rate);
+  visit("initial_accumulator_value", rowwise_adagrad.initial_accumulator_value);
+  visit("epsilon", rowwise_adagrad.epsilon);
+  visit("common", rowwise_adagrad.common);
+}
+void fields(Is<ExponentialDecay> auto& schedule, auto& visit) {
+  visit("initial_learning_rate", schedule.initial_learning_rate);
+  visit("decay_steps", schedule.decay_steps);
+  visit("decay_rate", schedule.decay_rate);
+  visit("staircase", schedule.staircase);
+}
+void fields(Is<PiecewiseConstant> auto& schedule, auto& visit) {
+  visit("boundaries", schedule.boundaries);
+  visit("values", schedule.values);
+}
+void fields(Is<LinearWarmup> auto& schedule, auto& visit) {
+  visit("target_learning_rate", schedule.target_learning_rate);
+  visit("warmup_steps", schedule.warmup_steps);
+  visit("initial_learning_rate", schedule.initial_learning_rate);
+}
+void fields(Is<TruncatedNormal> auto& initializer, auto& visit) {
+  visit("mean", initializer.mean);
+  visit("stddev", initializer.stddev);
+}
+void fields(Is<Constant> auto& initializer, auto& visit) { visit("value", initializer.value); }
+void fields(Is<RowId> auto& initializer, auto& visit) { visit("offset", initializer.offset); }
+void fields(Is<QuantizationConfig> auto& quantization, auto& visit) {
+  visit("num_buckets", quantization.num_buckets);
+  visit("lower", quantization.lower);
+  visit("upper", quantization.upper);
+}
+void fields(Is<TableConfig> auto& table, auto& visit) {
+  visit("name", table.name);
+  visit("vocabulary_size", table.vocabulary_size);
+  visit("dim", table.dim);
+  visit("combiner", table.combiner);
+  visit("initializer", table.initializer);
+  visit("optimizer", table.optimizer);
+  visit("quantization_config", table.quantization_config);
+}
+void fields(Is<FeatureConfig> auto& feature, auto& visit) {
+  visit("name", feature.name);
+  visit("table", feature.table);
+  visit("max_sequence_length", feature.max_sequence_length);
+  visit("output_shape", feature.output_shape);
+  visit("validate_weights_and_indices", feature.validate_weights_and_indices);
+}
+
+// The "kind" of each alternative of Initializer and LearningRate that is written as an object.
+std::string_view kind_of(const TruncatedNormal&) { return "truncated_normal"; }
+std::string_view kind_of(const Constant&) { return "constant"; }
+std::string_view kind_of(const RowId&) { return "row_id"; }
+std::string_view kind_of(const InitializerCallback&) { return "callback"; }
+std::string_view kind_of(const ExponentialDecay&) { return "exponential_decay"; }
+std::string_view kind_of(const PiecewiseConstant&) { return "piecewise_constant"; }
+std::string_view kind_of(const LinearWarmup&) { return "linear_warmup"; }
+std::string_view kind_of(const LearningRateCallback&) { return "callback"; }
+
+struct AnyVisitor {
+  template <class T>
+  void operator()(std::string_view, T&) const {}
+};
+template <class T>
+concept HasFields = requires(T& value, AnyVisitor& visit) {
+  fields(value, visit);
+};
+template <class T>
+concept HasKind = requires(const T& value) {
+  kind_of(value);
+};
+
+// ---------------------------------------------------------------------------------------------
+// Writing.
+
+Json value_to_json(float value);
+Json value_to_json(bool value);
+Json value_to_json(int64_t value);
+Json value_to_json(const std::string& value);
+Json value_to_json(Combiner combiner);
+template <class T>
+Json value_to_json(const std::vector<T>& values);
+Json value_to_json(const LearningRate& learning_rate);
+Json value_to_json(const Initializer& initializer);
+Json value_to_json(const Optimizer& optimizer);
+template <HasFields T>
+Json value_to_json(const T& value);
+
+// Adds each visited field to `object`; an unset optional is left out.
+struct Writer {
+  Json& object;
+
+  template <class T>
+  void operator()(std::string_view key, const T& value) {
+    object[std::string(key)] = value_to_json(value);
+  }
+  template <class T>
+  void operator()(std::string_view key, const std::optional<T>& value) {
+    if (value) (*this)(key, *value);
+  }
+};
+
+Json value_to_json(float value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  // The float's shortest decimal form (0.001 rather than 0.0010000000474974513) when that reads
+  // back as the same float, as it does unless rounding to double and then to float rounds twice.
+  char text[32];
+  const char* end = std::to_chars(text, text + sizeof text, value).ptr;
+  double shortest = 0.0;
+  std::from_chars(text, end, shortest);
+  return static_cast<float>(shortest) == value ? shortest : static_cast<double>(value);
+}
+Json value_to_json(bool value) { return value; }
+Json value_to_json(int64_t value) { return value; }
+Json value_to_json(const std::string& value) { return value; }
+Json value_to_json(Combiner combiner) { return std::string(combiner_name(combiner)); }
+
+template <class T>
+Json value_to_json(const std::vector<T>& values) {
+  Json array = Json::array();
+  for (const T& value : values) array.push_back(value_to_json(value));
+  return array;
+}
+
+template <HasFields T>
+Json value_to_json(const T& value) {
+  Json object = Json::object();
+  Writer writer{object};
+  fields(value, writer);
+  return object;
+}
+
+// {"kind": ..., <fields>}, or a plain value for an alternative without a kind (a constant
+// learning rate).
+template <class Variant>
+Json variant_to_json(const Variant& variant) {
+  return std::visit(
+      [](const auto& alternative) -> Json {
+        using T = std::decay_t<decltype(alternative)>;
+        if constexpr (HasKind<T>) {
+          Json object = {{"kind", std::string(kind_of(alternative))}};
+          if constexpr (HasFields<T>) {
+            Writer writer{object};
+            fields(alternative, writer);
+          }
+          return object;
+        } else {
+          return value_to_json(alternative);
+        }
+      },
+      variant);
+}
+
+Json value_to_json(const LearningRate& learning_rate) { return variant_to_json(learning_rate); }
+Json value_to_json(const Initializer& initializer) { return variant_to_json(initializer); }
+
+Json value_to_json(const Optimizer& optimizer) {
+  Json object = {{"name", optimizer_name(optimizer)}};
+  Writer writer{object};
+  std::visit([&writer](const auto& alternative) { fields(alternative, writer); }, optimizer);
+  return object;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading.
+
+// Where a value sits: the config that owns it ("table 'video'") and its field path inside it
+// ("optimizer.common.clip_weight_min"; empty for the config itself).
+struct Location {
+  std::string_view owner;
+  std::string path;
+
+  Location child(std::string_view key) const {
+    return {owner, path.empty() ? std::string(key) : path + "." + std::string(key)};
+  }
+  Location element(size_t index) const { return {owner, path + "[" + std::to_string(index) + "]"}; }
+};
+
+[[noreturn]] void fail(const Location& at, const std::string& problem) {
+  throw InvalidArgument(std::string(at.owner) +
+                        (at.path.empty() ? "" : ": field '" + at.path + "'") + ": " + problem);
+}
+
+// A short rendering of a JSON value for messages.
+std::string describe(const Json& json) {
+  constexpr size_t kMaxLength = 40;
+  std::string text = json.dump();
+  if (text.size() > kMaxLength) text = text.substr(0, kMaxLength) + "...";
+  return text;
+}
+
+void read_value(const Json& json, float& value, const Location& at);
+void read_value(const Json& json, bool& value, const Location& at);
+void read_value(const Json& json, int64_t& value, const Location& at);
+void read_value(const Json& json, std::string& value, const Location& at);
+void read_value(const Json& json, Combiner& combiner, const Location& at);
+template <class T>
+void read_value(const Json& json, std::vector<T>& values, const Location& at);
+template <class T>
+void read_value(const Json& json, std::optional<T>& value, const Location& at);
+void read_value(const Json& json, LearningRate& learning_rate, const Location& at);
+void read_value(const Json& json, Initializer& initializer, const Location& at);
+void read_value(const Json& json, Optimizer& optimizer, const Location& at);
+template <HasFields T>
+void read_value(const Json& json, T& value, const Location& at);
+
+// Reads the visited fields of one JSON object; absent keys leave the field as it is (its default).
+class ObjectReader {
+ public:
+  ObjectReader(const Json& json, Location at) : json_(json), at_(std::move(at)) {
+    if (!json.is_object()) fail(at_, "expected an object, got " + describe(json));
+  }
+
+  template <class T>
+  void operator()(std::string_view key, T& value) {
+    known_keys_.push_back(key);
+    const auto found = json_.find(key);
+    if (found != json_.end()) read_value(*found, value, at_.child(key));
+  }
+
+  // The string under `key`, which must be present (the "kind" or "name" that selects a type).
+  std::string tag(std::string_view key) {
+    known_keys_.push_back(key);
+    require(key);
+    std::string value;
+    read_value(json_[std::string(key)], value, at_.child(key));
+    return value;
+  }
+
+  void require(std::string_view key) const {
+    if (!json_.contains(key)) fail(at_.child(key), "required but missing");
+  }
+
+  // A misspelt field would otherwise be silently replaced by its default.
+  void reject_unknown_keys() const {
+    for (auto item = json_.begin(); item != json_.end(); ++item) {
+      if (std::find(known_keys_.begin(), known_keys_.end(), item.key()) == known_keys_.end()) {
+        std::string known;
+        for (std::string_view key : known_keys_)
+          known += (known.empty() ? "" : ", ") + std::string(key);
+        fail(at_.child(item.key()), "not a known field (known: " + known + ")");
+      }
+    }
+  }
+
+ private:
+  const Json& json_;
+  Location at_;
+  std::vector<std::string_view> known_keys_;
+};
+
+void read_value(const Json& json, float& value, const Location& at) {
+  if (json.is_number()) {
+    const auto number = json.get<double>();
+    // Converting a double beyond the float range to float is undefined behaviour.
+    if (std::abs(number) > static_cast<double>(std::numeric_limits<float>::max())) {
+      fail(at, "value " + describe(json) + " is outside the float range");
+    }
+    value = static_cast<float>(number);
+    return;
+  }
+  if (json.is_string()) {
+    const auto& text = json.get_ref<const std::string&>();
+    if (text == "inf" || text == "-inf" || text == "nan") {
+      value = text == "nan"
+                  ? std::numeric_limits<float>::quiet_NaN()
+                  : (text == "inf" ? 1.0f : -1.0f) * std::numeric_limits<float>::infinity();
+      return;
+    }
+  }
+  fail(at, "expected a number or \"inf\", \"-inf\", \"nan\", got " + describe(json));
+}
+
+void read_value(const Json& json, bool& value, const Location& at) {
+  if (!json.is_boolean()) fail(at, "expected true or false, got " + describe(json));
+  value = json.get<bool>();
+}
+
+void read_value(const Json& json, int64_t& value, const Location& at) {
+  const bool fits =
+      json.is_number_integer() &&
+      !(json.is_number_unsigned() &&
+        json.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+  if (!fits) fail(at, "expected a 64-bit integer, got " + describe(json));
+  value = json.get<int64_t>();
+}
+
+void read_value(const Json& json, std::string& value, const Location& at) {
+  if (!json.is_string()) fail(at, "expected a string, got " + describe(json));
+  value = json.get<std::string>();
+}
+
+void read_value(const Json& json, Combiner& combiner, const Location& at) {
+  std::string name;
+  read_value(json, name, at);
+  try {
+    combiner = parse_combiner(name);
+  } catch (const InvalidArgument& error) {
+    fail(at, error.what());
+  }
+}
+
+template <class T>
+void read_value(const Json& json, std::vector<T>& values, const Location& at) {
+  if (!json.is_array()) fail(at, "expected an array, got " + describe(json));
+  std::vector<T> read(json.size());
+  for (size_t i = 0; i < read.size(); ++i) read_value(json[i], read[i], at.element(i));
+  values = std::move(read);
+}
+
+template <class T>
+void read_value(const Json& json, std::optional<T>& value, const Location& at) {
+  if (json.is_null()) {
+    value.reset();
+    return;
+  }
+  T read{};
+  read_value(json, read, at);
+  value = std::move(read);
+}
+
+template <HasFields T>
+void read_value(const Json& json, T& value, const Location& at) {
+  ObjectReader reader(json, at);
+  fields(value, reader);
+  reader.reject_unknown_keys();
+}
+
+// Every alternative of Variant, default-constructed, in variant order.
+template <class Variant, size_t... kIndex>
+std::vector<Variant> default_alternatives(std::index_sequence<kIndex...>) {
+  return {Variant(std::in_place_index<kIndex>)...};
+}
+
+// Reads {"kind": ..., <fields>} into the alternative of that kind.
+template <class Variant>
+void read_kind(const Json& json, Variant& variant, const Location& at, std::string_view what) {
+  ObjectReader reader(json, at);
+  const std::string kind = reader.tag("kind");
+  std::string valid_kinds;
+  bool found = false;
+  for (Variant& candidate :
+       default_alternatives<Variant>(std::make_index_sequence<std::variant_size_v<Variant>>())) {
+    const std::string_view candidate_kind = std::visit(
+        [](const auto& alternative) -> std::string_view {
+          if constexpr (HasKind<std::decay_t<decltype(alternative)>>) return kind_of(alternative);
+          return {};
+        },
+        candidate);
+    if (candidate_kind.empty()) continue;
+    valid_kinds += (valid_kinds.empty() ? "\"" : ", \"") + std::string(candidate_kind) + "\"";
+    if (candidate_kind == kind) {
+      variant = std::move(candidate);
+      found = true;
+    }
+  }
+  if (!found) {
+    fail(at.child("kind"),
+         "unknown " + std::string(what) + " kind \"" + kind + "\"; expected one of " + valid_kinds);
+  }
+  std::visit(
+      [&reader](auto& alternative) {
+        if constexpr (HasFields<std::decay_t<decltype(alternative)>>) fields(alternative, reader);
+      },
+      variant);
+  reader.reject_unknown_keys();
+}
+
+void read_value(const Json& json, LearningRate& learning_rate, const Location& at) {
+  if (json.is_number() || json.is_string()) {
+    float constant = 0.0f;
+    read_value(json, constant, at);
+    learning_rate = constant;
+    return;
+  }
+  read_kind(json, learning_rate, at, "learning rate");
+  if (std::holds_alternative<LearningRateCallback>(learning_rate)) {
+    fail(at,
+         "a callback learning rate cannot be rebuilt from JSON; construct the optimizer in code "
+         "(or restore into an Embedding built with it)");
+  }
+}
+
+void read_value(const Json& json, Initializer& initializer, const Location& at) {
+  read_kind(json, initializer, at, "initializer");
+  if (std::holds_alternative<InitializerCallback>(initializer)) initializer = TruncatedNormal{};
+}
+
+void read_value(const Json& json, Optimizer& optimizer, const Location& at) {
+  ObjectReader reader(json, at);
+  const std::string name = reader.tag("name");
+  try {
+    optimizer = optimizer_from_name(name);
+  } catch (const InvalidArgument& error) {
+    fail(at.child("name"), error.what());
+  }
+  std::visit([&reader](auto& alternative) { fields(alternative, reader); }, optimizer);
+  reader.reject_unknown_keys();
+}
+
+// "table 'video'" when the object has a string name, else "table".
+std::string owner_of(std::string_view kind, const Json& json) {
+  if (json.is_object() && json.contains("name") && json["name"].is_string()) {
+    return std::string(kind) + " '" + json["name"].get<std::string>() + "'";
+  }
+  return std::string(kind);
+}
+
+template <class T>
+T read_config(const Json& json, std::string_view kind,
+              std::initializer_list<std::string_view> required) {
+  const std::string owner = owner_of(kind, json);
+  T config;
+  ObjectReader reader(json, Location{owner, ""});
+  fields(config, reader);
+  // Unknown keys first: a misspelt required key is reported as the typo it is.
+  reader.reject_unknown_keys();
+  for (std::string_view key : required) reader.require(key);
+  return config;
+}
+
+}  // namespace
+
+Json table_to_json(const TableConfig& table) { return value_to_json(table); }
+
+TableConfig table_from_json(const Json& json) {
+  return read_config<TableConfig>(json, "table", {"name", "vocabulary_size", "dim"});
+}
+
+Json feature_to_json(const FeatureConfig& feature) { return value_to_json(feature); }
+
+FeatureConfig feature_from_json(const Json& json) {
+  return read_config<FeatureConfig>(json, "feature", {"name", "table"});
+}
+
+Json optimizer_to_json(const Optimizer& optimizer) { return value_to_json(optimizer); }
+
+Optimizer optimizer_from_json(const Json& json) {
+  Optimizer optimizer;
+  read_value(json, optimizer, Location{"optimizer", ""});
+  return optimizer;
+}
+
+}  // namespace recemb::format

@@ -1,0 +1,184 @@
+// export_serving_model: two passes over the tables. The first encodes every table chunk by chunk
+// (checking that each value can be stored) and checksums it; only then, with the manifest
+// complete, is the file written front to back, encoding again. Encoding twice costs less than
+// holding an encoded copy of every table, and no file is created for a model that cannot be
+// exported.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <iomanip>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+
+#include "recemb/error.h"
+#include "recemb/serving.h"
+
+#include "format/checksum.h"
+#include "format/file_io.h"
+#include "format/json.h"
+#include "kernels/quantized_rows.h"
+#include "serving/format.h"
+
+namespace recemb {
+namespace {
+
+using internal::padded_size;
+
+// Rows are encoded in chunks of about this many float32 bytes: large enough for full-speed
+// writes, small enough that the export needs little memory besides the tables.
+constexpr int64_t kChunkBytes = int64_t{4} << 20;
+
+// The table's values in place. variable_data is the zero-copy view of a table but exists only
+// non-const; the export only reads through it.
+std::span<const float> parameters_of(const Embedding& embedding, const std::string& table) {
+  return const_cast<Embedding&>(embedding).variable_data(table, "parameters");
+}
+
+std::string format_value(float value) {
+  std::ostringstream text;
+  text << std::setprecision(9) << value;
+  return text.str();
+}
+
+// Encodes tables into one dtype, chunk by chunk, reusing its buffers.
+class TableEncoder {
+ public:
+  // `context` starts the messages of errors (the file being exported).
+  TableEncoder(ServingDtype dtype, std::string context)
+      : dtype_(dtype), context_(std::move(context)) {}
+
+  // Calls sink(bytes) with the blob of `table` (its rows, without padding) in order. Throws
+  // InvalidArgument naming the table, row, column and value that the dtype cannot hold.
+  template <typename Sink>
+  void encode(const TableConfig& table, std::span<const float> values, Sink&& sink) {
+    const int64_t dim = table.dim;
+    const int64_t chunk_rows = std::max<int64_t>(1, kChunkBytes / (dim * 4));
+    for (int64_t first = 0; first < table.vocabulary_size; first += chunk_rows) {
+      const int64_t rows = std::min(chunk_rows, table.vocabulary_size - first);
+      const float* chunk = values.data() + first * dim;
+      std::optional<int64_t> bad;
+      std::span<const std::byte> bytes;
+      switch (dtype_) {
+        case ServingDtype::kFloat32: {
+          const float* end = chunk + rows * dim;
+          const float* found = std::find_if(chunk, end, [](float x) { return !std::isfinite(x); });
+          if (found != end) bad = found - chunk;
+          bytes = std::as_bytes(std::span(chunk, end));
+          break;
+        }
+        case ServingDtype::kFloat16:
+          halves_.resize(static_cast<size_t>(rows * dim));
+          bad = internal::encode_float16_rows(chunk, rows, dim, halves_.data());
+          bytes = std::as_bytes(std::span(halves_));
+          break;
+        case ServingDtype::kInt8:
+          codes_.resize(static_cast<size_t>(rows * internal::int8_row_bytes(dim)));
+          bad = internal::encode_int8_rows(chunk, rows, dim, codes_.data());
+          bytes = std::as_bytes(std::span(codes_));
+          break;
+      }
+      if (bad) fail(table, first * dim + *bad, chunk[*bad]);
+      sink(bytes);
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const TableConfig& table, int64_t index, float value) const {
+    std::string rule = "values must be finite";
+    if (dtype_ == ServingDtype::kFloat16) rule += " and of magnitude < 65520";
+    if (dtype_ == ServingDtype::kInt8) rule += " and each row's max - min a finite float";
+    throw InvalidArgument(
+        context_ + ": table '" + table.name + "' row " + std::to_string(index / table.dim) +
+        " column " + std::to_string(index % table.dim) + ": value " + format_value(value) +
+        " cannot be stored as " + std::string(serving_dtype_name(dtype_)) + " (" + rule + ")");
+  }
+
+  ServingDtype dtype_;
+  std::string context_;
+  std::vector<uint16_t> halves_;
+  std::vector<uint8_t> codes_;
+};
+
+// The zero bytes that pad a blob of `size` bytes to the alignment.
+std::span<const std::byte> padding_after(uint64_t size) {
+  static constexpr std::byte kZeros[internal::kServingAlignment] = {};
+  return std::span(kZeros).first(padded_size(size) - size);
+}
+
+// A name for the temporary file next to `path`, unique among concurrent exports of this process
+// (the counter) and of other processes (the pid).
+std::filesystem::path temporary_path(const std::filesystem::path& path) {
+  static std::atomic<uint64_t> counter{0};
+  return path.parent_path() / ("." + path.filename().string() + ".tmp-" +
+                               std::to_string(::getpid()) + "-" + std::to_string(++counter));
+}
+
+}  // namespace
+
+void export_serving_model(const Embedding& embedding, const std::filesystem::path& path,
+                          const ExportOptions& options) {
+  try {
+    serving_dtype_name(options.dtype);
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(std::string("ExportOptions.dtype: ") + error.what());
+  }
+  internal::ServingManifest manifest{
+      .dtype = options.dtype, .tables = embedding.tables(), .features = embedding.features()};
+  std::vector<std::span<const float>> values;
+  const std::string context = "serving model '" + path.string() + "'";
+  TableEncoder encoder(options.dtype, context);
+  uint64_t data_size = 0;
+  for (TableConfig& table : manifest.tables) {
+    table.optimizer.reset();
+    values.push_back(parameters_of(embedding, table.name));
+    format::StreamingChecksum checksum;
+    uint64_t size = 0;
+    encoder.encode(table, values.back(), [&](std::span<const std::byte> bytes) {
+      checksum.update(bytes);
+      size += bytes.size();
+    });
+    checksum.update(padding_after(size));
+    manifest.blobs.push_back({.offset = data_size, .size = size, .checksum = checksum.digest()});
+    data_size += padded_size(size);
+  }
+  std::string text;
+  try {
+    text = internal::encode_manifest(manifest);
+  } catch (const format::JsonError& error) {  // names that are not UTF-8
+    throw InvalidArgument(context + ": the configs cannot be written as JSON: " + error.what());
+  }
+  const auto manifest_bytes = std::as_bytes(std::span(text));
+  const internal::ServingHeader header{
+      .manifest_size = manifest_bytes.size(),
+      .manifest_checksum = format::checksum(manifest_bytes),
+      .file_size = internal::kServingHeaderSize + manifest_bytes.size() + data_size};
+
+  const std::filesystem::path temporary = temporary_path(path);
+  try {
+    format::OutputFile file = format::OutputFile::create(temporary);
+    file.write(internal::encode_header(header));
+    file.write(manifest_bytes);
+    for (size_t t = 0; t < manifest.tables.size(); ++t) {
+      encoder.encode(manifest.tables[t], values[t],
+                     [&](std::span<const std::byte> bytes) { file.write(bytes); });
+      file.write(padding_after(manifest.blobs[t].size));
+    }
+    file.sync();
+    file.close();
+    format::publish(temporary, path);
+  } catch (...) {
+    std::error_code ignored;  // the temporary may not exist; the original error matters
+    std::filesystem::remove(temporary, ignored);
+    throw;
+  }
+}
+
+}  // namespace recemb

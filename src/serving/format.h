@@ -1,0 +1,101 @@
+// The serving model file: its layout, header and manifest (docs/serving.md is the specification).
+//
+//   offset                       bytes          content
+//   0                            64             header
+//   64                           manifest_size  manifest: JSON (UTF-8), padded with spaces to a
+//                                               multiple of 64 bytes
+//   64 + manifest_size           data_size      table blobs in table order, each starting at a
+//                                               multiple of 64 and padded with zeros to one
+//
+//   header:  0  char[8]   magic "RECEMBSV"
+//            8  uint32    format_version (kFormatVersion)
+//           12  uint32    reserved, 0
+//           16  uint64    manifest_size
+//           24  uint64    manifest_checksum   XXH3-64 of the manifest_size manifest bytes
+//           32  uint64    file_size           64 + manifest_size + data_size
+//           40  uint64[2] reserved, 0
+//           56  uint64    header_checksum     XXH3-64 of header bytes [0, 56)
+//   manifest: {"dtype": "float32" | "float16" | "int8",
+//              "tables": [{"config": <TableConfig, format/config_json.h>,
+//                          "offset": <bytes from the start of the data section>,
+//                          "size": <vocabulary_size * row_bytes, without padding>,
+//                          "checksum": <16 hex digits: XXH3-64 of the padded blob>}, ...],
+//              "features": [<FeatureConfig>, ...]}
+//   blob:    vocabulary_size rows of row_bytes(dtype, dim) bytes: dim float32 | dim binary16 |
+//            dim uint8 codes + float32 scale + float32 bias (kernels/quantized_rows.h).
+// Integers and floats are little-endian; the blobs are mapped and read in place, which needs a
+// little-endian host. The blobs are contiguous (the first at offset 0, each next one where the
+// padding of the previous ends, the last ending at file_size), so the three checksums together
+// cover every byte of the file.
+#ifndef RECEMB_SERVING_FORMAT_H_
+#define RECEMB_SERVING_FORMAT_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "recemb/config.h"
+#include "recemb/serving.h"
+
+namespace recemb::internal {
+
+inline constexpr uint32_t kServingFormatVersion = 1;
+inline constexpr uint64_t kServingHeaderSize = 64;
+inline constexpr uint64_t kServingAlignment = 64;
+
+// `size` rounded up to a multiple of kServingAlignment.
+inline constexpr uint64_t padded_size(uint64_t size) {
+  return (size + kServingAlignment - 1) / kServingAlignment * kServingAlignment;
+}
+
+// The bytes of a table's blob without padding: vocabulary_size rows of dim float32, dim binary16
+// or dim + 8 bytes (int8); nullopt if that does not fit in 64 bits.
+std::optional<uint64_t> serving_blob_size(ServingDtype dtype, int64_t vocabulary_size,
+                                          int64_t dim);
+
+struct ServingHeader {
+  uint64_t manifest_size = 0;
+  uint64_t manifest_checksum = 0;
+  uint64_t file_size = 0;
+};
+
+std::array<std::byte, kServingHeaderSize> encode_header(const ServingHeader& header);
+
+// Reads the header at the start of `file` (the whole file). Throws InvalidArgument starting with
+// `context` (e.g. "serving model 'm.recemb'") when the file is shorter than a header, lacks the
+// magic, fails the header checksum, has another format version, is not file_size bytes long
+// (truncated or extended) or its manifest_size is not a multiple of 64 inside the file.
+ServingHeader decode_header(std::span<const std::byte> file, const std::string& context);
+
+// Where a table's blob lies in the data section.
+struct TableBlob {
+  uint64_t offset = 0;    // from the start of the data section; a multiple of 64
+  uint64_t size = 0;      // without the padding
+  uint64_t checksum = 0;  // XXH3-64 of the padded blob, [offset, offset + padded_size(size))
+};
+
+struct ServingManifest {
+  ServingDtype dtype = ServingDtype::kFloat32;
+  std::vector<TableConfig> tables;
+  std::vector<TableBlob> blobs;  // one per table
+  std::vector<FeatureConfig> features;
+};
+
+// The manifest's JSON text padded with spaces to a multiple of 64 bytes.
+std::string encode_manifest(const ServingManifest& manifest);
+
+// Parses and validates a manifest for a data section of `data_size` bytes: JSON structure
+// (unknown keys are errors), the configs (as an Embedding validates them) and the layout (each
+// blob of exactly vocabulary_size * row_bytes bytes, the blobs contiguous from 0 to data_size).
+// Throws InvalidArgument starting with `context` and naming the field, table or feature.
+ServingManifest decode_manifest(std::string_view text, uint64_t data_size,
+                                const std::string& context);
+
+}  // namespace recemb::internal
+
+#endif  // RECEMB_SERVING_FORMAT_H_

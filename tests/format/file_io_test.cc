@@ -1,0 +1,240 @@
+// POSIX file helpers (format/file_io.h): full writes through short writes and signals, exact
+// reads, atomic publication, and errors that name the file.
+#include "format/file_io.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <random>
+#include <signal.h>
+#include <string>
+#include <sys/stat.h>
+#include <system_error>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "recemb/error.h"
+
+#include "testing/temporary_directory.h"
+
+namespace recemb::format {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TemporaryDirectory;
+using ::testing::HasSubstr;
+
+std::vector<std::byte> random_bytes(std::mt19937_64& rng, size_t size) {
+  std::vector<std::byte> bytes(size);
+  for (std::byte& byte : bytes) byte = static_cast<std::byte>(rng());
+  return bytes;
+}
+
+std::vector<std::byte> file_contents(const fs::path& path) {
+  std::ifstream stream(path, std::ios::binary);
+  std::vector<char> chars((std::istreambuf_iterator<char>(stream)), {});
+  std::vector<std::byte> bytes(chars.size());
+  std::transform(chars.begin(), chars.end(), bytes.begin(),
+                 [](char c) { return static_cast<std::byte>(c); });
+  return bytes;
+}
+
+TEST(FileIoTest, WriteFileThenReadAtRandomOffsets) {
+  TemporaryDirectory directory;
+  std::mt19937_64 rng(17);
+  const std::vector<std::byte> data = random_bytes(rng, 300000);
+  const fs::path path = directory.path() / "data.bin";
+  write_file(path, data);
+  EXPECT_EQ(file_contents(path), data);
+
+  const InputFile file = InputFile::open(path);
+  EXPECT_EQ(file.size(), data.size());
+  EXPECT_EQ(file.path(), path);
+  for (int i = 0; i < 100; ++i) {
+    const size_t offset = std::uniform_int_distribution<size_t>(0, data.size())(rng);
+    const size_t size = std::uniform_int_distribution<size_t>(0, data.size() - offset)(rng);
+    std::vector<std::byte> read(size);
+    file.read_at(offset, read);
+    EXPECT_TRUE(std::equal(read.begin(), read.end(), data.begin() + static_cast<ptrdiff_t>(offset)))
+        << "offset " << offset << " size " << size;
+  }
+}
+
+TEST(FileIoTest, OutputFileAppendsAndCreateTruncates) {
+  TemporaryDirectory directory;
+  std::mt19937_64 rng(5);
+  const std::vector<std::byte> first = random_bytes(rng, 1000);
+  const std::vector<std::byte> second = random_bytes(rng, 77);
+  const fs::path path = directory.path() / "out.bin";
+  write_file(path, random_bytes(rng, 5000));  // longer than what replaces it
+  OutputFile file = OutputFile::create(path);
+  file.write(first);
+  file.write({});
+  file.write(second);
+  file.sync();
+  OutputFile moved = std::move(file);
+  moved.close();
+  std::vector<std::byte> expected = first;
+  expected.insert(expected.end(), second.begin(), second.end());
+  EXPECT_EQ(file_contents(path), expected);
+}
+
+std::atomic<int> signals_received{0};
+extern "C" void count_signal(int) { signals_received.fetch_add(1); }
+
+// A write to a FIFO that a slow reader drains blocks; SIGUSR1 without SA_RESTART then makes it
+// return early, with a short count or EINTR. OutputFile::write must still deliver every byte.
+TEST(FileIoTest, WriteCompletesThroughShortWritesAndSignals) {
+  TemporaryDirectory directory;
+  const fs::path fifo = directory.path() / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  struct sigaction action {};
+  struct sigaction previous {};
+  action.sa_handler = count_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;
+  ASSERT_EQ(::sigaction(SIGUSR1, &action, &previous), 0);
+  signals_received = 0;
+
+  std::mt19937_64 rng(23);
+  const std::vector<std::byte> data = random_bytes(rng, 4 << 20);
+  std::vector<std::byte> received;
+  const pthread_t writer = ::pthread_self();
+  std::thread reader([&] {
+    std::ifstream stream(fifo, std::ios::binary);
+    std::vector<char> buffer(4096);
+    size_t since_signal = 0;
+    while (stream.read(buffer.data(), static_cast<std::streamsize>(buffer.size())) ||
+           stream.gcount() > 0) {
+      const auto count = static_cast<size_t>(stream.gcount());
+      for (size_t i = 0; i < count; ++i) received.push_back(static_cast<std::byte>(buffer[i]));
+      since_signal += count;
+      if (since_signal >= (64 << 10)) {
+        since_signal = 0;
+        ::pthread_kill(writer, SIGUSR1);
+      }
+    }
+  });
+  OutputFile file = OutputFile::create(fifo);  // opens once the reader has
+  file.write(data);
+  file.close();
+  reader.join();
+  ::sigaction(SIGUSR1, &previous, nullptr);
+  EXPECT_EQ(received.size(), data.size());
+  EXPECT_TRUE(received == data);
+  EXPECT_GT(signals_received.load(), 0);
+}
+
+TEST(FileIoTest, ReadPastTheEndNamesTheTruncatedFile) {
+  TemporaryDirectory directory;
+  std::mt19937_64 rng(3);
+  const fs::path path = directory.path() / "short.bin";
+  write_file(path, random_bytes(rng, 100));
+  const InputFile file = InputFile::open(path);
+  std::vector<std::byte> read(50);
+  file.read_at(50, read);  // exactly to the end
+  try {
+    file.read_at(60, read);
+    FAIL() << "read past the end did not throw";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("file '" + path.string() + "' is truncated"));
+    EXPECT_THAT(error.what(), HasSubstr("ends at byte 100, a read needs bytes up to 110"));
+  }
+}
+
+TEST(FileIoTest, MissingFilesAreInvalidArguments) {
+  TemporaryDirectory directory;
+  const fs::path missing = directory.path() / "missing.bin";
+  for (const auto& open : std::vector<std::function<void()>>{[&] { InputFile::open(missing); },
+                                                             [&] { read_file(missing, 100); },
+                                                             [&] { sync_directory(missing); }}) {
+    try {
+      open();
+      FAIL() << "no error for a missing file";
+    } catch (const InvalidArgument& error) {
+      EXPECT_EQ(std::string(error.what()), "file '" + missing.string() + "' does not exist");
+    }
+  }
+}
+
+TEST(FileIoTest, SystemErrorsNameTheCallThePathAndTheReason) {
+  TemporaryDirectory directory;
+  const fs::path in_missing_directory = directory.path() / "no" / "file.bin";
+  try {
+    OutputFile::create(in_missing_directory);
+    FAIL() << "created a file in a missing directory";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code().value(), ENOENT);
+    EXPECT_THAT(error.what(), HasSubstr("create '" + in_missing_directory.string() + "'"));
+    EXPECT_THAT(error.what(), HasSubstr("No such file or directory"));
+  }
+  std::vector<std::byte> bytes(4);
+  const fs::path sub = directory.path() / "sub";
+  fs::create_directory(sub);
+  try {
+    // A directory opens for reading, but reading it fails with EISDIR.
+    InputFile::open(sub).read_at(0, bytes);
+    FAIL() << "read a directory";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code().value(), EISDIR);
+    EXPECT_THAT(error.what(), HasSubstr("read '" + sub.string() + "'"));
+  }
+}
+
+TEST(FileIoTest, ReadFileChecksTheSizeLimit) {
+  TemporaryDirectory directory;
+  const fs::path path = directory.path() / "text";
+  const std::string text = "{\"step\": 42}\n";
+  write_file(path, std::as_bytes(std::span(text)));
+  EXPECT_EQ(read_file(path, text.size()), text);
+  try {
+    read_file(path, text.size() - 1);
+    FAIL() << "no error for a file above the limit";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("file '" + path.string() + "' has 13 bytes, more than"));
+  }
+}
+
+TEST(FileIoTest, PublishRenamesFilesAndDirectories) {
+  TemporaryDirectory directory;
+  std::mt19937_64 rng(9);
+  const std::vector<std::byte> old_data = random_bytes(rng, 10);
+  const std::vector<std::byte> new_data = random_bytes(rng, 20);
+  const fs::path target = directory.path() / "CURRENT";
+  write_file(target, old_data);
+  write_file(directory.path() / "CURRENT.tmp", new_data);
+  publish(directory.path() / "CURRENT.tmp", target);  // replaces the old version
+  EXPECT_EQ(file_contents(target), new_data);
+  EXPECT_FALSE(fs::exists(directory.path() / "CURRENT.tmp"));
+
+  const fs::path temporary = directory.path() / ".tmp-dir";
+  fs::create_directory(temporary);
+  write_file(temporary / "a", new_data);
+  sync_directory(temporary);
+  publish(temporary, directory.path() / "dir");
+  EXPECT_FALSE(fs::exists(temporary));
+  EXPECT_EQ(file_contents(directory.path() / "dir" / "a"), new_data);
+
+  // Onto a non-empty directory: refused, both names in the message, nothing moved.
+  fs::create_directory(temporary);
+  try {
+    publish(temporary, directory.path() / "dir");
+    FAIL() << "published onto a non-empty directory";
+  } catch (const std::system_error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("rename '" + temporary.string() + "' to '" +
+                                        (directory.path() / "dir").string() + "'"));
+  }
+  EXPECT_TRUE(fs::exists(temporary));
+  EXPECT_EQ(file_contents(directory.path() / "dir" / "a"), new_data);
+}
+
+}  // namespace
+}  // namespace recemb::format

@@ -1,0 +1,329 @@
+// export_serving_model (src/serving/exporter.cc): the file it writes, read back by the test's own
+// reader of docs/serving.md; the stored values against the float32 tables; values a dtype cannot
+// hold; and atomicity: a failing export (bad value, missing directory, a write that fails midway)
+// leaves no file and no temporary behind, and an existing model untouched.
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <limits>
+#include <random>
+#include <string>
+#include <sys/resource.h>
+#include <system_error>
+#include <vector>
+
+#include "recemb/embedding.h"
+#include "recemb/error.h"
+#include "recemb/serving.h"
+
+#include "format/checksum.h"
+#include "serving/model_file.h"
+
+namespace recemb {
+namespace {
+
+using test::ModelFile;
+using test::ScratchDirectory;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+template <typename Exception, typename Call>
+std::string error_of(Call&& call) {
+  try {
+    call();
+  } catch (const Exception& error) {
+    return error.what();
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "wrong exception type: " << error.what();
+    return "";
+  }
+  ADD_FAILURE() << "no exception";
+  return "";
+}
+
+// Three tables whose blobs need padding (odd sizes for every dtype), one with an optimizer, one
+// with simulated quantization; rows of random scale so int8 rows differ in range.
+Embedding make_layer(int64_t rows_scale = 1) {
+  Embedding layer(
+      std::vector<TableConfig>{
+          {.name = "video",
+           .vocabulary_size = 37 * rows_scale,
+           .dim = 7,
+           .optimizer = Adam{},
+           .combiner = Combiner::kSum},
+          {.name = "user", .vocabulary_size = 11 * rows_scale, .dim = 66},
+          {.name = "query",
+           .vocabulary_size = 5 * rows_scale,
+           .dim = 3,
+           .combiner = Combiner::kSqrtn,
+           .quantization_config = QuantizationConfig{.num_buckets = 4, .lower = -1, .upper = 1}}},
+      std::vector<FeatureConfig>{{.name = "watched", .table = "video"},
+                                 {.name = "history", .table = "video", .max_sequence_length = 5},
+                                 {.name = "who", .table = "user", .output_shape = {2, 2}},
+                                 {.name = "typed", .table = "query"}},
+      EmbeddingOptions{.optimizer = Sgd{}, .num_threads = 1, .seed = 11});
+  std::mt19937_64 rng(3);
+  for (const TableConfig& table : layer.tables()) {
+    std::span<float> values = layer.variable_data(table.name, "parameters");
+    for (int64_t r = 0; r < table.vocabulary_size; ++r) {
+      const float scale = std::exp2(static_cast<float>(rng() % 12) - 6.0f);
+      for (int64_t d = 0; d < table.dim; ++d) values[r * table.dim + d] *= scale;
+    }
+  }
+  return layer;
+}
+
+std::vector<float> parameters(const Embedding& layer, const std::string& table) {
+  std::vector<float> values(static_cast<size_t>(layer.variable_shape(table, "parameters")[0] *
+                                                layer.variable_shape(table, "parameters")[1]));
+  layer.read_variable(table, "parameters", values);
+  return values;
+}
+
+class ExporterLayoutTest : public ::testing::TestWithParam<ServingDtype> {};
+
+TEST_P(ExporterLayoutTest, WritesTheSpecifiedLayout) {
+  const ServingDtype dtype = GetParam();
+  const Embedding layer = make_layer();
+  const ScratchDirectory directory("exporter-layout");
+  export_serving_model(layer, directory / "model.recemb", {.dtype = dtype});
+  EXPECT_THAT(directory.entries(), ElementsAre("model.recemb")) << "no temporary is left";
+  const ModelFile file = ModelFile::read(directory / "model.recemb");
+  const std::vector<std::byte>& bytes = file.bytes;
+
+  // Header.
+  EXPECT_EQ(file.format_version, 1u);
+  EXPECT_EQ(file.file_size, bytes.size());
+  EXPECT_EQ(bytes.size() % 64, 0u);
+  EXPECT_EQ(test::load_le<uint32_t>(bytes, 12), 0u);
+  EXPECT_EQ(test::load_le<uint64_t>(bytes, 40), 0u);
+  EXPECT_EQ(test::load_le<uint64_t>(bytes, 48), 0u);
+  EXPECT_EQ(file.header_checksum, format::checksum(std::span(bytes).first(56)));
+
+  // Manifest: checksummed JSON padded with spaces to a multiple of 64.
+  EXPECT_EQ(file.manifest_size % 64, 0u);
+  const auto manifest_bytes = std::span(bytes).subspan(64, file.manifest_size);
+  EXPECT_EQ(file.manifest_checksum, format::checksum(manifest_bytes));
+  const std::string text(reinterpret_cast<const char*>(manifest_bytes.data()),
+                         manifest_bytes.size());
+  const size_t end = text.find_last_of('}');
+  EXPECT_EQ(text.find_first_not_of(" \n", end + 1), std::string::npos);
+  EXPECT_EQ(file.dtype, serving_dtype_name(dtype));
+  ASSERT_EQ(file.manifest["tables"].size(), 3u);
+  for (size_t t = 0; t < 3; ++t) {
+    const format::Json& config = file.manifest["tables"][t]["config"];
+    EXPECT_EQ(config["name"], layer.tables()[t].name);
+    EXPECT_FALSE(config.contains("optimizer")) << "a serving model has no optimizer";
+  }
+  EXPECT_EQ(file.manifest["tables"][0]["config"]["combiner"], "sum");
+  EXPECT_EQ(file.manifest["tables"][2]["config"]["quantization_config"]["num_buckets"], 4);
+  ASSERT_EQ(file.manifest["features"].size(), 4u);
+  EXPECT_EQ(file.manifest["features"][1]["max_sequence_length"], 5);
+  EXPECT_EQ(file.manifest["features"][2]["output_shape"], format::Json::parse("[2, 2]"));
+
+  // Blobs: contiguous, 64-aligned, vocabulary_size * row_bytes each, zero padding, checksummed
+  // with their padding, the last one ending the file.
+  const int64_t bytes_per_value = dtype == ServingDtype::kFloat32 ? 4 : 2;
+  uint64_t offset = file.data_offset();
+  for (const ModelFile::Blob& blob : file.blobs) {
+    SCOPED_TRACE(blob.table);
+    EXPECT_EQ(blob.offset, offset);
+    EXPECT_EQ(blob.offset % 64, 0u);
+    const int64_t row_bytes =
+        dtype == ServingDtype::kInt8 ? blob.dim + 8 : blob.dim * bytes_per_value;
+    EXPECT_EQ(blob.size, static_cast<uint64_t>(blob.vocabulary_size * row_bytes));
+    const uint64_t padded = ModelFile::padded(blob.size);
+    EXPECT_NE(padded, blob.size) << "the test wants blobs that need padding";
+    for (uint64_t i = blob.offset + blob.size; i < blob.offset + padded; ++i) {
+      EXPECT_EQ(bytes[i], std::byte{0}) << "padding byte " << i;
+    }
+    EXPECT_EQ(blob.checksum, format::checksum(std::span(bytes).subspan(blob.offset, padded)));
+    offset += padded;
+  }
+  EXPECT_EQ(offset, bytes.size());
+}
+
+// The stored values against the float32 tables: float32 bit for bit; float16 within 2^-11
+// relative (kernels/quantized_rows_test.cc checks the rounding itself); int8 rows with bias = min,
+// scale = (max - min) / 255, the minimum coded 0, the maximum 255, every value within scale / 2 (+
+// float rounding, docs/serving.md).
+TEST_P(ExporterLayoutTest, StoresTheTablesValues) {
+  const ServingDtype dtype = GetParam();
+  const Embedding layer = make_layer();
+  const ScratchDirectory directory("exporter-values");
+  export_serving_model(layer, directory / "model.recemb", {.dtype = dtype});
+  const ModelFile file = ModelFile::read(directory / "model.recemb");
+  for (size_t t = 0; t < file.blobs.size(); ++t) {
+    const ModelFile::Blob& blob = file.blobs[t];
+    SCOPED_TRACE(blob.table);
+    const std::vector<float> table = parameters(layer, blob.table);
+    const std::vector<float> stored = file.decode(t);
+    ASSERT_EQ(stored.size(), table.size());
+    if (dtype == ServingDtype::kFloat32) {
+      EXPECT_EQ(std::memcmp(stored.data(), table.data(), table.size() * 4), 0);
+      continue;
+    }
+    for (int64_t r = 0; r < blob.vocabulary_size; ++r) {
+      const auto first = table.begin() + r * blob.dim;
+      const double low = *std::min_element(first, first + blob.dim);
+      const double high = *std::max_element(first, first + blob.dim);
+      const std::byte* row = file.bytes.data() + blob.offset + r * (blob.dim + 8);
+      for (int64_t d = 0; d < blob.dim; ++d) {
+        const double x = table[r * blob.dim + d];
+        const double error = std::abs(stored[r * blob.dim + d] - x);
+        if (dtype == ServingDtype::kFloat16) {
+          EXPECT_LE(error, std::max(std::ldexp(std::abs(x), -11), 0x1p-25)) << r << ", " << d;
+        } else {
+          EXPECT_LE(error, (high - low) / 255 / 2 +
+                               std::ldexp(std::max(std::abs(low), std::abs(high)), -20))
+              << r << ", " << d;
+          if (x == low) {
+            EXPECT_EQ(row[d], std::byte{0}) << r << ", " << d;
+          } else if (x == high) {
+            EXPECT_EQ(row[d], std::byte{255}) << r << ", " << d;
+          }
+        }
+      }
+      if (dtype == ServingDtype::kInt8) {
+        float scale, bias;
+        std::memcpy(&scale, row + blob.dim, 4);
+        std::memcpy(&bias, row + blob.dim + 4, 4);
+        EXPECT_EQ(bias, static_cast<float>(low));
+        EXPECT_EQ(scale, (static_cast<float>(high) - static_cast<float>(low)) / 255.0f);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, ExporterLayoutTest,
+                         ::testing::Values(ServingDtype::kFloat32, ServingDtype::kFloat16,
+                                           ServingDtype::kInt8),
+                         [](const auto& test_info) {
+                           return std::string(serving_dtype_name(test_info.param));
+                         });
+
+// ------------------------------------------------------------------------------------------------
+// Failures.
+
+class ExporterErrorTest : public ::testing::Test {
+ protected:
+  // An earlier model at the path, to be left untouched by failing exports.
+  void SetUp() override {
+    export_serving_model(previous_layer_, path_);
+    previous_ = test::read_bytes(path_);
+  }
+
+  // The directory holds the previous model only, unchanged.
+  void expect_previous_model_only() {
+    EXPECT_THAT(directory_.entries(), ElementsAre("model.recemb"));
+    EXPECT_EQ(test::read_bytes(path_), previous_);
+  }
+
+  // Exporting `layer` as `dtype` throws InvalidArgument naming the file and containing every
+  // fragment, and changes nothing on disk.
+  void expect_rejected(const Embedding& layer, ServingDtype dtype,
+                       const std::vector<std::string>& fragments) {
+    const std::string message =
+        error_of<InvalidArgument>([&] { export_serving_model(layer, path_, {.dtype = dtype}); });
+    EXPECT_THAT(message, HasSubstr("serving model '" + path_.string() + "'"));
+    for (const std::string& fragment : fragments) EXPECT_THAT(message, HasSubstr(fragment));
+    expect_previous_model_only();
+  }
+
+  Embedding previous_layer_{{{.name = "old", .vocabulary_size = 3, .dim = 2}},
+                            {{.name = "f", .table = "old"}}};
+  ScratchDirectory directory_{"exporter-errors"};
+  std::filesystem::path path_ = directory_ / "model.recemb";
+  std::vector<std::byte> previous_;
+};
+
+TEST_F(ExporterErrorTest, ValuesTheDtypeCannotHoldAreRejectedBeforeAnyWrite) {
+  Embedding layer = make_layer();
+  std::span<float> user = layer.variable_data("user", "parameters");
+  user[3 * 66 + 5] = kNaN;
+  for (const ServingDtype dtype :
+       {ServingDtype::kFloat32, ServingDtype::kFloat16, ServingDtype::kInt8}) {
+    expect_rejected(layer, dtype,
+                    {"table 'user' row 3 column 5: value nan cannot be stored as " +
+                     std::string(serving_dtype_name(dtype))});
+  }
+  user[3 * 66 + 5] = 0.5f;
+  user[9 * 66 + 63] = -kInf;
+  expect_rejected(layer, ServingDtype::kFloat32, {"row 9 column 63: value -inf"});
+  user[9 * 66 + 63] = 0.5f;
+
+  std::span<float> video = layer.variable_data("video", "parameters");
+  video[36 * 7 + 6] = 65520.0f;  // rounds to infinity in float16; fine as float32 and int8
+  expect_rejected(layer, ServingDtype::kFloat16,
+                  {"table 'video' row 36 column 6: value 65520", "magnitude < 65520"});
+  video[36 * 7 + 6] = -65519.0f;  // rounds to -65504
+  video[2 * 7 + 1] = -3e38f;      // max - min of row 2 overflows float: reported at column 0
+  video[2 * 7 + 4] = 3e38f;
+  expect_rejected(layer, ServingDtype::kInt8, {"table 'video' row 2 column 0", "max - min"});
+  video[2 * 7 + 1] = 0.25f;
+  video[2 * 7 + 4] = 0.5f;
+  for (const ServingDtype dtype :
+       {ServingDtype::kFloat32, ServingDtype::kFloat16, ServingDtype::kInt8}) {
+    export_serving_model(layer, path_, {.dtype = dtype});
+    EXPECT_EQ(ServingModel::open(path_).dtype(), dtype);
+  }
+}
+
+TEST_F(ExporterErrorTest, InvalidDtypeAndNamesThatAreNotUtf8) {
+  EXPECT_THAT(error_of<InvalidArgument>([&] {
+                export_serving_model(make_layer(), path_, {.dtype = static_cast<ServingDtype>(3)});
+              }),
+              HasSubstr("ExportOptions.dtype: ServingDtype value 3"));
+  expect_previous_model_only();
+  const Embedding latin1({{.name = "caf\xe9", .vocabulary_size = 2, .dim = 2}},
+                         {{.name = "f", .table = "caf\xe9"}});
+  expect_rejected(latin1, ServingDtype::kFloat32, {"cannot be written as JSON"});
+}
+
+TEST_F(ExporterErrorTest, MissingDirectoryIsASystemError) {
+  const std::filesystem::path missing = directory_ / "missing" / "model.recemb";
+  try {
+    export_serving_model(make_layer(), missing);
+    ADD_FAILURE() << "no exception";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code(), std::errc::no_such_file_or_directory);
+    EXPECT_THAT(error.what(), HasSubstr((directory_ / "missing").string()));
+  }
+  expect_previous_model_only();
+}
+
+// A write that fails midway (here: the file size limit, EFBIG, as a full disk would give ENOSPC)
+// throws std::system_error; the temporary is removed and the previous model is untouched.
+TEST_F(ExporterErrorTest, FailedWriteLeavesThePreviousModel) {
+  const Embedding layer = make_layer(40);  // ~190 KB as float32
+  rlimit original;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &original), 0);
+  const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);  // get EFBIG, not the signal
+  rlimit limited = original;
+  limited.rlim_cur = 64 * 1024;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+  std::string message;
+  try {
+    export_serving_model(layer, path_);
+  } catch (const std::system_error& error) {
+    message = error.what();
+    EXPECT_EQ(error.code(), std::errc::file_too_large);
+  }
+  setrlimit(RLIMIT_FSIZE, &original);
+  std::signal(SIGXFSZ, previous_handler);
+  EXPECT_THAT(message, AllOf(HasSubstr("write"), HasSubstr(directory_.path().string())));
+  expect_previous_model_only();
+  export_serving_model(layer, path_);  // and without the limit it is written
+  EXPECT_EQ(ServingModel::open(path_).tables()[0].vocabulary_size, 37 * 40);
+  EXPECT_THAT(directory_.entries(), ElementsAre("model.recemb"));
+}
+
+}  // namespace
+}  // namespace recemb

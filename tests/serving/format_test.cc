@@ -1,0 +1,297 @@
+// The serving model's header and manifest (src/serving/format.cc): round trips, the layout the
+// spec (docs/serving.md) requires, and every rejection naming the file and the item.
+#include "serving/format.h"
+
+#include <cstring>
+#include <functional>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "recemb/error.h"
+
+#include "format/checksum.h"
+#include "format/json.h"
+
+namespace recemb::internal {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+const std::string kContext = "serving model 'test.recemb'";
+
+template <typename Call>
+std::string error_of(Call&& call) {
+  try {
+    call();
+  } catch (const InvalidArgument& error) {
+    return error.what();
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "not InvalidArgument: " << error.what();
+    return "";
+  }
+  ADD_FAILURE() << "no exception";
+  return "";
+}
+
+TEST(ServingDtypeTest, NamesRoundTripAndUnknownNamesAreListed) {
+  for (const ServingDtype dtype :
+       {ServingDtype::kFloat32, ServingDtype::kFloat16, ServingDtype::kInt8}) {
+    EXPECT_EQ(parse_serving_dtype(serving_dtype_name(dtype)), dtype);
+  }
+  EXPECT_EQ(serving_dtype_name(ServingDtype::kFloat16), "float16");
+  EXPECT_THAT(error_of([] { parse_serving_dtype("fp16"); }),
+              AllOf(HasSubstr("'fp16'"), HasSubstr("'float32', 'float16', 'int8'")));
+  EXPECT_THAT(error_of([] { serving_dtype_name(static_cast<ServingDtype>(9)); }),
+              HasSubstr("value 9"));
+}
+
+TEST(ServingFormatTest, BlobSizes) {
+  EXPECT_EQ(serving_blob_size(ServingDtype::kFloat32, 3, 7), 84u);
+  EXPECT_EQ(serving_blob_size(ServingDtype::kFloat16, 3, 7), 42u);
+  EXPECT_EQ(serving_blob_size(ServingDtype::kInt8, 3, 7), 45u);
+  EXPECT_EQ(serving_blob_size(ServingDtype::kFloat32, int64_t{1} << 61, 2), std::nullopt);
+  EXPECT_EQ(serving_blob_size(ServingDtype::kInt8, int64_t{1} << 61, 1), std::nullopt);
+  EXPECT_EQ(serving_blob_size(ServingDtype::kFloat16, int64_t{1} << 61, 2), uint64_t{1} << 63);
+  EXPECT_EQ(padded_size(0), 0u);
+  EXPECT_EQ(padded_size(1), 64u);
+  EXPECT_EQ(padded_size(64), 64u);
+  EXPECT_EQ(padded_size(65), 128u);
+}
+
+// A file of `file_size` bytes (zeros) starting with an encoded header.
+std::vector<std::byte> file_with_header(const ServingHeader& header, size_t file_size) {
+  std::vector<std::byte> file(file_size);
+  const auto bytes = encode_header(header);
+  std::copy(bytes.begin(), bytes.end(), file.begin());
+  return file;
+}
+
+TEST(ServingHeaderTest, RoundTripsWithTheSpecifiedLayout) {
+  const ServingHeader header{
+      .manifest_size = 192, .manifest_checksum = 0x0123456789abcdefu, .file_size = 1024};
+  const std::vector<std::byte> file = file_with_header(header, 1024);
+  const auto field = [&](size_t offset, size_t size) {
+    uint64_t value = 0;
+    std::memcpy(&value, file.data() + offset, size);
+    return value;
+  };
+  EXPECT_EQ(std::memcmp(file.data(), "RECEMBSV", 8), 0);
+  EXPECT_EQ(field(8, 4), 1u);
+  EXPECT_EQ(field(12, 4), 0u);
+  EXPECT_EQ(field(16, 8), 192u);
+  EXPECT_EQ(field(24, 8), 0x0123456789abcdefu);
+  EXPECT_EQ(field(32, 8), 1024u);
+  EXPECT_EQ(field(40, 8), 0u);
+  EXPECT_EQ(field(48, 8), 0u);
+  EXPECT_EQ(field(56, 8), format::checksum(std::span(file).first(56)));
+  const ServingHeader decoded = decode_header(file, kContext);
+  EXPECT_EQ(decoded.manifest_size, 192u);
+  EXPECT_EQ(decoded.manifest_checksum, 0x0123456789abcdefu);
+  EXPECT_EQ(decoded.file_size, 1024u);
+}
+
+TEST(ServingHeaderTest, EveryDamagedHeaderByteIsDetected) {
+  const std::vector<std::byte> good =
+      file_with_header({.manifest_size = 64, .file_size = 256}, 256);
+  std::mt19937_64 rng(5);
+  for (size_t i = 0; i < 64; ++i) {
+    std::vector<std::byte> file = good;
+    file[i] ^= static_cast<std::byte>(1 + rng() % 255);
+    const std::string message = error_of([&] { decode_header(file, kContext); });
+    EXPECT_THAT(message, HasSubstr(kContext)) << "byte " << i;
+    EXPECT_THAT(message, i < 8 ? HasSubstr("not a recemb serving model") : HasSubstr("header"))
+        << "byte " << i;
+  }
+}
+
+TEST(ServingHeaderTest, RejectsShortTruncatedExtendedAndOtherVersions) {
+  const ServingHeader header{.manifest_size = 64, .file_size = 256};
+  EXPECT_THAT(error_of([] { decode_header({}, kContext); }),
+              AllOf(HasSubstr(kContext), HasSubstr("0 bytes"), HasSubstr("truncated")));
+  std::vector<std::byte> file = file_with_header(header, 256);
+  file.resize(200);
+  EXPECT_THAT(error_of([&] { decode_header(file, kContext); }),
+              AllOf(HasSubstr("200 bytes"), HasSubstr("256"), HasSubstr("truncated")));
+  file.resize(300);
+  EXPECT_THAT(error_of([&] { decode_header(file, kContext); }), HasSubstr("appended"));
+
+  // A valid header of another version (checksum recomputed): not supported, not "damaged".
+  file = file_with_header(header, 256);
+  const uint32_t version = 2;
+  std::memcpy(file.data() + 8, &version, 4);
+  EXPECT_THAT(error_of([&] { decode_header(file, kContext); }),
+              AllOf(HasSubstr("version 2"), HasSubstr("or the header is damaged")));
+  const uint64_t fixed = format::checksum(std::span(file).first(56));
+  std::memcpy(file.data() + 56, &fixed, 8);
+  EXPECT_EQ(error_of([&] { decode_header(file, kContext); }),
+            kContext + ": format version 2 is not supported (this recemb reads version 1)");
+
+  // Reserved bytes set by some other writer.
+  file = file_with_header(header, 256);
+  file[44] = std::byte{1};
+  const uint64_t rechecked = format::checksum(std::span(file).first(56));
+  std::memcpy(file.data() + 56, &rechecked, 8);
+  EXPECT_THAT(error_of([&] { decode_header(file, kContext); }), HasSubstr("reserved"));
+}
+
+TEST(ServingHeaderTest, RejectsManifestSizesOutsideTheFile) {
+  for (const uint64_t manifest_size : {uint64_t{100}, uint64_t{256}, uint64_t{1} << 63}) {
+    const std::vector<std::byte> file =
+        file_with_header({.manifest_size = manifest_size, .file_size = 256}, 256);
+    EXPECT_THAT(
+        error_of([&] { decode_header(file, kContext); }),
+        AllOf(HasSubstr("manifest size " + std::to_string(manifest_size)), HasSubstr(kContext)));
+  }
+  const std::vector<std::byte> fits =
+      file_with_header({.manifest_size = 192, .file_size = 256}, 256);
+  EXPECT_EQ(decode_header(fits, kContext).manifest_size, 192u);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Manifest.
+
+ServingManifest sample_manifest(ServingDtype dtype) {
+  ServingManifest manifest;
+  manifest.dtype = dtype;
+  manifest.tables = {
+      {.name = "video", .vocabulary_size = 10, .dim = 3, .combiner = Combiner::kSqrtn},
+      {.name = "user",
+       .vocabulary_size = 4,
+       .dim = 33,
+       .quantization_config = QuantizationConfig{.num_buckets = 5, .lower = -1, .upper = 2}}};
+  const auto size = [dtype](int64_t rows, int64_t dim) {
+    return *serving_blob_size(dtype, rows, dim);
+  };
+  manifest.blobs = {{.offset = 0, .size = size(10, 3), .checksum = 0xfedcba9876543210u},
+                    {.offset = padded_size(size(10, 3)), .size = size(4, 33), .checksum = 42}};
+  manifest.features = {{.name = "watched", .table = "video", .max_sequence_length = 4},
+                       {.name = "who", .table = "user", .output_shape = {2, 3}}};
+  return manifest;
+}
+
+uint64_t data_size_of(const ServingManifest& manifest) {
+  return manifest.blobs.back().offset + padded_size(manifest.blobs.back().size);
+}
+
+TEST(ServingManifestTest, RoundTripsPaddedWithSpaces) {
+  for (const ServingDtype dtype :
+       {ServingDtype::kFloat32, ServingDtype::kFloat16, ServingDtype::kInt8}) {
+    const ServingManifest manifest = sample_manifest(dtype);
+    const std::string text = encode_manifest(manifest);
+    EXPECT_EQ(text.size() % 64, 0u);
+    const format::Json json = format::Json::parse(text);  // the padding is JSON whitespace
+    EXPECT_EQ(json["dtype"], serving_dtype_name(dtype));
+    EXPECT_EQ(json["tables"][0]["checksum"], "fedcba9876543210");
+    EXPECT_EQ(json["tables"][1]["offset"], manifest.blobs[1].offset);
+
+    const ServingManifest decoded = decode_manifest(text, data_size_of(manifest), kContext);
+    EXPECT_EQ(decoded.dtype, dtype);
+    ASSERT_EQ(decoded.tables.size(), 2u);
+    EXPECT_EQ(decoded.tables[0].name, "video");
+    EXPECT_EQ(decoded.tables[0].combiner, Combiner::kSqrtn);
+    EXPECT_EQ(decoded.tables[1].dim, 33);
+    ASSERT_TRUE(decoded.tables[1].quantization_config.has_value());
+    EXPECT_EQ(decoded.tables[1].quantization_config->num_buckets, 5);
+    for (size_t t = 0; t < 2; ++t) {
+      EXPECT_EQ(decoded.blobs[t].offset, manifest.blobs[t].offset);
+      EXPECT_EQ(decoded.blobs[t].size, manifest.blobs[t].size);
+      EXPECT_EQ(decoded.blobs[t].checksum, manifest.blobs[t].checksum);
+    }
+    ASSERT_EQ(decoded.features.size(), 2u);
+    EXPECT_EQ(decoded.features[0].max_sequence_length, 4);
+    EXPECT_EQ(decoded.features[1].output_shape, (std::vector<int64_t>{2, 3}));
+  }
+}
+
+// The manifest of sample_manifest(kFloat16) as JSON, to be edited by the error tests.
+format::Json sample_json() {
+  return format::Json::parse(encode_manifest(sample_manifest(ServingDtype::kFloat16)));
+}
+
+std::string decode_error(const format::Json& json, uint64_t data_size) {
+  return error_of([&] { decode_manifest(json.dump(), data_size, kContext); });
+}
+
+TEST(ServingManifestTest, RejectsBadStructureNamingTheField) {
+  const uint64_t data_size = data_size_of(sample_manifest(ServingDtype::kFloat16));
+  EXPECT_THAT(error_of([&] { decode_manifest("{\"dtype\": ", data_size, kContext); }),
+              AllOf(HasSubstr(kContext), HasSubstr("not valid JSON")));
+  EXPECT_THAT(error_of([&] { decode_manifest("[1, 2]", data_size, kContext); }),
+              HasSubstr("not a JSON object"));
+
+  struct Edit {
+    std::function<void(format::Json&)> apply;
+    std::vector<std::string> fragments;
+  };
+  const std::vector<Edit> edits = {
+      {[](format::Json& j) { j["extra"] = 1; }, {"unknown key 'extra'"}},
+      {[](format::Json& j) { j.erase("features"); }, {"has no 'features'"}},
+      {[](format::Json& j) { j["dtype"] = 16; }, {"'dtype' is not a string"}},
+      {[](format::Json& j) { j["dtype"] = "bfloat16"; }, {"'dtype'", "'bfloat16'", "'int8'"}},
+      {[](format::Json& j) { j["tables"] = "video"; }, {"'tables' is not a JSON array"}},
+      {[](format::Json& j) { j["tables"][1]["offset"] = -64; }, {"tables[1].offset", "-64"}},
+      {[](format::Json& j) { j["tables"][0]["size"] = "60"; }, {"tables[0].size", "\"60\""}},
+      {[](format::Json& j) { j["tables"][0]["checksum"] = "XYZ"; },
+       {"tables[0].checksum", "16 lowercase hex digits"}},
+      {[](format::Json& j) { j["tables"][0].erase("checksum"); }, {"tables[0] has no 'checksum'"}},
+      {[](format::Json& j) { j["tables"][1]["config"]["dim"] = "wide"; },
+       {"tables[1]", "'user'", "dim"}},
+      {[](format::Json& j) { j["tables"][1]["config"]["dim"] = 0; },
+       {"table 'user'", "dim must be >= 1"}},
+      {[](format::Json& j) { j["tables"][1]["config"]["name"] = "video"; },
+       {"'video' is used more than once"}},
+      {[](format::Json& j) { j["features"][0]["table"] = "movie"; }, {"'watched'", "'movie'"}},
+      {[](format::Json& j) { j["features"][1]["colour"] = 1; }, {"features[1]", "colour"}},
+      {[](format::Json& j) { j["features"] = format::Json::array(); }, {"at least one feature"}},
+  };
+  for (const Edit& edit : edits) {
+    format::Json json = sample_json();
+    edit.apply(json);
+    const std::string message = decode_error(json, data_size);
+    EXPECT_THAT(message, HasSubstr(kContext)) << json.dump();
+    for (const std::string& fragment : edit.fragments) {
+      EXPECT_THAT(message, HasSubstr(fragment)) << json.dump();
+    }
+  }
+}
+
+TEST(ServingManifestTest, RejectsBlobsThatDoNotTileTheDataSection) {
+  const ServingManifest manifest = sample_manifest(ServingDtype::kFloat16);
+  const uint64_t data_size = data_size_of(manifest);  // 64 + 320
+  format::Json json = sample_json();
+  json["tables"][0]["size"] = 62;
+  EXPECT_THAT(decode_error(json, data_size),
+              AllOf(HasSubstr("table 'video'"), HasSubstr("blob size 62"),
+                    HasSubstr("vocabulary_size 10 x float16 rows of dim 3")));
+  json = sample_json();
+  json["tables"][1]["config"]["vocabulary_size"] = 5;  // blob size no longer matches
+  EXPECT_THAT(decode_error(json, data_size), HasSubstr("table 'user': blob size 264"));
+  json = sample_json();
+  json["tables"][1]["offset"] = 128;
+  EXPECT_THAT(decode_error(json, data_size),
+              AllOf(HasSubstr("table 'user'"), HasSubstr("offset 128 should be 64")));
+  json = sample_json();
+  json["tables"][0]["offset"] = 64;
+  EXPECT_THAT(decode_error(json, data_size), HasSubstr("offset 64 should be 0"));
+  // A data section shorter than the blobs (truncated), or longer (uncovered bytes).
+  EXPECT_THAT(decode_error(sample_json(), data_size - 64),
+              AllOf(HasSubstr("table 'user'"), HasSubstr("ends after"), HasSubstr("truncated")));
+  EXPECT_THAT(decode_error(sample_json(), data_size - 1), HasSubstr("table 'user'"));
+  EXPECT_THAT(decode_error(sample_json(), data_size + 64),
+              AllOf(HasSubstr(std::to_string(data_size + 64) + " bytes"),
+                    HasSubstr("tables use " + std::to_string(data_size))));
+  // Sizes too large for 64 bits never overflow into a small, valid-looking size.
+  json = sample_json();
+  json["dtype"] = "int8";
+  json["tables"][0]["config"]["vocabulary_size"] = int64_t{1} << 62;  // x 9 bytes per row
+  json["tables"][0]["config"]["dim"] = 1;
+  EXPECT_THAT(decode_error(json, data_size), HasSubstr("table 'video': blob size 60 is not"));
+  EXPECT_EQ(decode_manifest(sample_json().dump(), data_size, kContext).tables.size(), 2u);
+}
+
+}  // namespace
+}  // namespace recemb::internal

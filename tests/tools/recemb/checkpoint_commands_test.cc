@@ -1,0 +1,126 @@
+#include "tools/recemb/checkpoint_commands.h"
+
+#include <filesystem>
+#include <fstream>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <random>
+#include <sstream>
+
+#include "recemb/checkpoint.h"
+#include "recemb/embedding.h"
+#include "recemb/error.h"
+#include "recemb/serving.h"
+
+namespace recemb::tools {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / ("checkpoint_commands_" + name);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+Embedding trained_embedding() {
+  Embedding embedding({{.name = "users", .vocabulary_size = 50, .dim = 4},
+                       {.name = "items",
+                        .vocabulary_size = 30,
+                        .dim = 8,
+                        .optimizer = RowwiseAdagrad{.learning_rate = 0.5f}}},
+                      {{.name = "user", .table = "users"}, {.name = "item", .table = "items"}},
+                      {.optimizer = Adagrad{.learning_rate = 0.1f}, .num_threads = 1, .seed = 3});
+  std::mt19937_64 rng(11);
+  std::vector<int64_t> users(16), items(16);
+  std::vector<float> user_grad(16 * 4), item_grad(16 * 8);
+  std::normal_distribution<float> normal;
+  for (int step = 0; step < 3; ++step) {
+    for (auto& id : users) id = static_cast<int64_t>(rng() % 50);
+    for (auto& id : items) id = static_cast<int64_t>(rng() % 30);
+    for (auto& g : user_grad) g = normal(rng);
+    for (auto& g : item_grad) g = normal(rng);
+    std::vector<float> user_act(16 * 4), item_act(16 * 8);
+    const std::vector<FeatureInput> inputs{
+        DenseIds{.ids = std::span<const int64_t>(users), .shape = {16}},
+        DenseIds{.ids = std::span<const int64_t>(items), .shape = {16}}};
+    const std::vector<std::span<float>> acts{user_act, item_act};
+    LookupBatch batch;
+    embedding.lookup(inputs, acts, batch);
+    const std::vector<std::span<const float>> grads{user_grad, item_grad};
+    embedding.apply_gradients(batch, grads);
+  }
+  return embedding;
+}
+
+TEST(CheckpointCommands, InspectListsTablesAndFilesAndFindsDamage) {
+  const auto root = fresh_dir("inspect");
+  const auto checkpoint = save_checkpoint(trained_embedding(), root);
+  std::ostringstream out;
+  EXPECT_EQ(run_inspect_command({.checkpoint = root.string()}, out), 0);
+  EXPECT_THAT(out.str(), AllOf(HasSubstr("step 3"), HasSubstr("users"), HasSubstr("adagrad"),
+                               HasSubstr("rowwise_adagrad"), HasSubstr("all checksums verified")));
+
+  // Damage one data file: inspect names it and returns 1.
+  std::filesystem::path victim;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(checkpoint)) {
+    if (entry.is_regular_file() && entry.path().string().find("items") != std::string::npos) {
+      victim = entry.path();
+    }
+  }
+  ASSERT_FALSE(victim.empty());
+  {
+    std::fstream file(victim, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(5);
+    file.put('\x7f');
+  }
+  std::ostringstream damaged;
+  EXPECT_EQ(run_inspect_command({.checkpoint = checkpoint.string()}, damaged), 1);
+  EXPECT_THAT(damaged.str(), AllOf(HasSubstr("DAMAGED"), HasSubstr("1 damaged")));
+  std::ostringstream unverified;
+  EXPECT_EQ(run_inspect_command({.checkpoint = checkpoint.string(), .verify = false}, unverified),
+            0);
+  EXPECT_THAT(unverified.str(), HasSubstr("not verified"));
+  EXPECT_THROW(run_inspect_command({.checkpoint = (root / "nothing").string()}, out),
+               InvalidArgument);
+}
+
+TEST(CheckpointCommands, ExportWritesAServingModelOfTheTables) {
+  const auto root = fresh_dir("export");
+  const Embedding embedding = trained_embedding();
+  save_checkpoint(embedding, root);
+  for (const char* dtype : {"float32", "float16", "int8"}) {
+    const auto model_path = root / (std::string("model.") + dtype);
+    std::ostringstream out;
+    EXPECT_EQ(
+        run_export_command(
+            {.checkpoint = root.string(), .output = model_path.string(), .dtype = dtype}, out),
+        0);
+    EXPECT_THAT(out.str(), AllOf(HasSubstr("exported 2 tables (80 rows)"), HasSubstr(dtype)));
+    const ServingModel model = ServingModel::open(model_path);
+    EXPECT_EQ(std::string(serving_dtype_name(model.dtype())), dtype);
+    ASSERT_EQ(model.tables().size(), 2u);
+    EXPECT_EQ(model.tables()[1].dim, 8);
+  }
+  // float32 serving lookups equal the training lookups bitwise.
+  const ServingModel model = ServingModel::open(root / "model.float32");
+  std::vector<int64_t> users = {0, 49, 7}, items = {29, 3, 3};
+  const std::vector<FeatureInput> inputs{
+      DenseIds{.ids = std::span<const int64_t>(users), .shape = {3}},
+      DenseIds{.ids = std::span<const int64_t>(items), .shape = {3}}};
+  std::vector<float> served_users(12), served_items(24), trained_users(12), trained_items(24);
+  model.lookup(inputs, std::vector<std::span<float>>{served_users, served_items});
+  Embedding restored = load_checkpoint(root, {.tables_only = true});
+  restored.lookup(inputs, std::vector<std::span<float>>{trained_users, trained_items});
+  EXPECT_EQ(served_users, trained_users);
+  EXPECT_EQ(served_items, trained_items);
+
+  std::ostringstream out;
+  EXPECT_THROW(
+      run_export_command(
+          {.checkpoint = root.string(), .output = (root / "x").string(), .dtype = "int4"}, out),
+      InvalidArgument);
+}
+
+}  // namespace
+}  // namespace recemb::tools

@@ -1,0 +1,97 @@
+// Runs the recemb program itself (RECEMB_CLI, the path CMake passes) as a user would.
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+Result run(const std::string& arguments, const std::string& input = "") {
+  const auto dir = std::filesystem::path(::testing::TempDir());
+  const auto stdin_path = dir / "cli_stdin.txt";
+  std::ofstream(stdin_path) << input;
+  const std::string command =
+      std::string(RECEMB_CLI) + " " + arguments + " <" + stdin_path.string() + " 2>&1";
+  Result result;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe.get())) > 0) {
+    result.output.append(buffer.data(), n);
+  }
+  const int status = pclose(pipe.release());
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / ("cli_" + name);
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+const std::string kSmallModel =
+    " --set data.table_budget_mib=1 --set data.eval_examples=2048 --set model.embedding_dim=8"
+    " --set model.bottom_mlp=[16,8] --set model.top_mlp=[16] --batch-size 256 --threads 2";
+
+TEST(RecembCli, HelpListsTheSubcommands) {
+  const Result result = run("--help");
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_THAT(result.output, HasSubstr("train"));
+  const Result train_help = run("train --help");
+  EXPECT_EQ(train_help.exit_code, 0);
+  EXPECT_THAT(train_help.output, AllOf(HasSubstr("--resume"), HasSubstr("--set")));
+}
+
+TEST(RecembCli, PrintsDefaultAndEffectiveConfigs) {
+  const Result defaults = run("train --print-default-config");
+  EXPECT_EQ(defaults.exit_code, 0);
+  EXPECT_THAT(defaults.output, HasSubstr("[embedding]"));
+  const Result effective =
+      run("train --print-config --steps 7 --preset criteo-kaggle --set dense.learning_rate=0.5");
+  EXPECT_EQ(effective.exit_code, 0);
+  EXPECT_THAT(effective.output, AllOf(HasSubstr("steps = 7"), HasSubstr("criteo-kaggle"),
+                                      HasSubstr("learning_rate = 0.5")));
+}
+
+TEST(RecembCli, BadSettingsFailWithAClearMessageAndExitCode2) {
+  const Result unknown = run("train --set model.depth=3");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.output, HasSubstr("recemb: error: override 'model.depth=3': unknown key"));
+  const Result preset = run("train --preset huge --steps 1");
+  EXPECT_EQ(preset.exit_code, 2);
+  EXPECT_THAT(preset.output, AllOf(HasSubstr("huge"), HasSubstr("criteo-kaggle")));
+  EXPECT_EQ(run("train --no-such-flag").exit_code, 109);  // CLI11's code for an unknown option
+  const Result missing = run("train --config /nonexistent.toml");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_THAT(missing.output, HasSubstr("/nonexistent.toml"));
+}
+
+TEST(RecembCli, TrainRunsAndResumes) {
+  const std::string out = fresh_dir("train");
+  const Result first = run("train --steps 30 --output " + out + kSmallModel);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_THAT(first.output, AllOf(HasSubstr("held-out AUC"), HasSubstr("examples/s"),
+                                  HasSubstr("steps 0..30"), HasSubstr("training.svg")));
+  EXPECT_TRUE(std::filesystem::exists(out + "/training.svg"));
+  const Result resumed = run("train --resume --steps 40 --output " + out + kSmallModel);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, AllOf(HasSubstr("resumed from"), HasSubstr("steps 30..40")));
+  EXPECT_THAT(resumed.output, Not(HasSubstr("error")));
+}
+
+}  // namespace

@@ -1,0 +1,213 @@
+// DotInteraction against the float64 plain-loop reference (dense_reference.h): the output layout
+// on a hand-computed example, forward values, and backward against central differences of the
+// reference, over numbers of embeddings, dims and batch sizes.
+#include "train/interaction.h"
+
+#include <cmath>
+#include <cstdint>
+#include <gtest/gtest.h>
+#include <random>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "recemb/error.h"
+
+#include "train/dense_reference.h"
+
+namespace recemb::train {
+namespace {
+
+using reference::central_difference;
+using reference::random_floats;
+using reference::to_double;
+
+struct Inputs {
+  std::vector<float> bottom;
+  std::vector<std::vector<float>> embeddings;
+
+  std::vector<std::span<const float>> views() const {
+    return {embeddings.begin(), embeddings.end()};
+  }
+  std::vector<std::vector<double>> embeddings_double() const {
+    std::vector<std::vector<double>> result;
+    for (const std::vector<float>& e : embeddings) result.push_back(to_double(e));
+    return result;
+  }
+};
+
+Inputs random_inputs(std::mt19937_64& random, int64_t num_embeddings, int64_t dim,
+                     int64_t batch_size) {
+  Inputs inputs;
+  const size_t size = static_cast<size_t>(batch_size * dim);
+  inputs.bottom = random_floats(random, size, -1.0f, 1.0f);
+  for (int64_t f = 0; f < num_embeddings; ++f) {
+    inputs.embeddings.push_back(random_floats(random, size, -1.0f, 1.0f));
+  }
+  return inputs;
+}
+
+TEST(DotInteractionTest, OutputIsBottomThenLowerTrianglePairsInRowMajorOrder) {
+  // T0 = (1, 2), T1 = (3, 4), T2 = (5, 6): <T1,T0> = 11, <T2,T0> = 17, <T2,T1> = 39.
+  DotInteraction interaction(2, 2);
+  EXPECT_EQ(interaction.output_width(), 2 + 3);
+  const std::vector<float> bottom = {1, 2};
+  const std::vector<float> e1 = {3, 4};
+  const std::vector<float> e2 = {5, 6};
+  const std::vector<std::span<const float>> embeddings = {e1, e2};
+  std::vector<float> output(5);
+  interaction.forward(bottom, embeddings, output);
+  EXPECT_EQ(output, (std::vector<float>{1, 2, 11, 17, 39}));
+}
+
+TEST(DotInteractionTest, OutputWidthIsDimPlusPairs) {
+  EXPECT_EQ(DotInteraction(26, 16).output_width(), 16 + 351);
+  EXPECT_EQ(DotInteraction(0, 8).output_width(), 8);
+  EXPECT_EQ(DotInteraction(1, 3).output_width(), 3 + 1);
+}
+
+// (num_embeddings, dim, batch_size)
+using ShapeCase = std::tuple<int64_t, int64_t, int64_t>;
+
+std::string shape_name(const ::testing::TestParamInfo<ShapeCase>& test_info) {
+  const auto [num_embeddings, dim, batch_size] = test_info.param;
+  return "embeddings" + std::to_string(num_embeddings) + "_dim" + std::to_string(dim) + "_batch" +
+         std::to_string(batch_size);
+}
+
+class DotInteractionShapeTest : public ::testing::TestWithParam<ShapeCase> {};
+
+TEST_P(DotInteractionShapeTest, ForwardMatchesReference) {
+  const auto [num_embeddings, dim, batch_size] = GetParam();
+  const uint64_t seed = 31;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 random(seed);
+  const Inputs inputs = random_inputs(random, num_embeddings, dim, batch_size);
+  DotInteraction interaction(num_embeddings, dim);
+  std::vector<float> output(static_cast<size_t>(batch_size * interaction.output_width()), -7.0f);
+  interaction.forward(inputs.bottom, inputs.views(), output);
+
+  const std::vector<double> expected =
+      reference::interaction_forward(to_double(inputs.bottom), inputs.embeddings_double(), dim);
+  ASSERT_EQ(output.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_NEAR(output[i], expected[i], 1e-5 * (1.0 + std::abs(expected[i]))) << "output " << i;
+  }
+}
+
+// loss = sum(R * output) for a random R, so d(loss)/d(output) = R.
+TEST_P(DotInteractionShapeTest, BackwardMatchesFiniteDifferencesOfReference) {
+  const auto [num_embeddings, dim, batch_size] = GetParam();
+  const uint64_t seed = 32;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 random(seed);
+  const Inputs inputs = random_inputs(random, num_embeddings, dim, batch_size);
+  DotInteraction interaction(num_embeddings, dim);
+  const std::vector<float> output_gradient = random_floats(
+      random, static_cast<size_t>(batch_size * interaction.output_width()), -1.0f, 1.0f);
+  std::vector<float> bottom_gradient(inputs.bottom.size(), -7.0f);
+  std::vector<std::vector<float>> embedding_gradients(
+      static_cast<size_t>(num_embeddings), std::vector<float>(inputs.bottom.size(), -7.0f));
+  const std::vector<std::span<float>> gradient_views(embedding_gradients.begin(),
+                                                     embedding_gradients.end());
+  interaction.backward(inputs.bottom, inputs.views(), output_gradient, bottom_gradient,
+                       gradient_views);
+
+  std::vector<double> z = to_double(inputs.bottom);
+  std::vector<std::vector<double>> e = inputs.embeddings_double();
+  const auto loss = [&](std::vector<bool>&) {
+    const std::vector<double> y = reference::interaction_forward(z, e, dim);
+    double sum = 0.0;
+    for (size_t i = 0; i < y.size(); ++i) sum += output_gradient[i] * y[i];
+    return sum;
+  };
+  bool kink = false;  // the interaction has no kinks
+  for (size_t i = 0; i < z.size(); ++i) {
+    EXPECT_NEAR(bottom_gradient[i], central_difference(loss, z[i], 1e-4, kink), 1e-4)
+        << "bottom " << i;
+  }
+  for (size_t f = 0; f < e.size(); ++f) {
+    for (size_t i = 0; i < e[f].size(); ++i) {
+      EXPECT_NEAR(embedding_gradients[f][i], central_difference(loss, e[f][i], 1e-4, kink), 1e-4)
+          << "embedding " << f << " value " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, DotInteractionShapeTest,
+                         ::testing::Combine(::testing::Values(int64_t{0}, int64_t{1}, int64_t{3},
+                                                              int64_t{26}),
+                                            ::testing::Values(int64_t{1}, int64_t{4}, int64_t{16}),
+                                            ::testing::Values(int64_t{1}, int64_t{5})),
+                         shape_name);
+
+TEST(DotInteractionErrorTest, BadConfigurationThrows) {
+  EXPECT_THROW(DotInteraction(-1, 4), InvalidArgument);
+  try {
+    DotInteraction(3, 0);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("dim = 0"), std::string::npos) << error.what();
+  }
+}
+
+TEST(DotInteractionErrorTest, WrongSizesThrowAndWriteNothing) {
+  std::mt19937_64 random(33);
+  const Inputs inputs = random_inputs(random, 2, 3, 4);
+  DotInteraction interaction(2, 3);
+  const std::vector<std::span<const float>> embeddings = inputs.views();
+  const auto expect_message = [](auto&& call, const std::string& fragment) {
+    try {
+      call();
+      ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
+    } catch (const InvalidArgument& error) {
+      EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
+    }
+  };
+  std::vector<float> output(static_cast<size_t>(4 * interaction.output_width()), -7.0f);
+  const std::vector<float> untouched = output;
+  expect_message(
+      [&] { interaction.forward(std::span(inputs.bottom).first(10), embeddings, output); },
+      "bottom has 10 floats");
+  expect_message(
+      [&] { interaction.forward(inputs.bottom, std::span(embeddings).first(1), output); },
+      "embeddings (spans) has size 1; expected 2");
+  const std::vector<std::span<const float>> short_embedding = {embeddings[0],
+                                                               embeddings[1].first(9)};
+  expect_message([&] { interaction.forward(inputs.bottom, short_embedding, output); },
+                 "embeddings[1] has size 9; expected 12");
+  expect_message(
+      [&] { interaction.forward(inputs.bottom, embeddings, std::span(output).first(8)); },
+      "output has size 8");
+  EXPECT_EQ(output, untouched);
+
+  std::vector<float> bottom_gradient(inputs.bottom.size(), -7.0f);
+  std::vector<float> g0(12, -7.0f);
+  std::vector<float> g1(12, -7.0f);
+  const std::vector<std::span<float>> gradients = {g0, g1};
+  const std::vector<std::span<float>> short_gradient = {g0, std::span(g1).first(11)};
+  expect_message(
+      [&] {
+        interaction.backward(inputs.bottom, embeddings, output, bottom_gradient, short_gradient);
+      },
+      "embedding_gradients[1] has size 11");
+  expect_message(
+      [&] {
+        interaction.backward(inputs.bottom, embeddings, std::span(output).first(3), bottom_gradient,
+                             gradients);
+      },
+      "output_gradient has size 3");
+  expect_message(
+      [&] {
+        interaction.backward(inputs.bottom, embeddings, output, std::span(bottom_gradient).first(2),
+                             gradients);
+      },
+      "bottom_gradient has size 2");
+  EXPECT_EQ(bottom_gradient, std::vector<float>(12, -7.0f));
+  EXPECT_EQ(g0, std::vector<float>(12, -7.0f));
+  EXPECT_EQ(g1, std::vector<float>(12, -7.0f));
+}
+
+}  // namespace
+}  // namespace recemb::train

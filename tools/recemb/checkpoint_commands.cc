@@ -1,0 +1,84 @@
+#include "tools/recemb/checkpoint_commands.h"
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+
+#include "recemb/checkpoint.h"
+#include "recemb/embedding.h"
+#include "recemb/serving.h"
+
+namespace recemb::tools {
+namespace {
+
+std::string bytes_text(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", bytes, units[unit]);
+  return text;
+}
+
+}  // namespace
+
+int run_inspect_command(const InspectArguments& args, std::ostream& out) {
+  const CheckpointInfo info = inspect_checkpoint(args.checkpoint, {.verify = args.verify});
+  out << "checkpoint " << args.checkpoint << "\n"
+      << "format version " << info.format_version << ", step " << info.step << "\n";
+  if (!info.tables.empty()) {
+    out << "tables:\n";
+    for (const CheckpointTable& table : info.tables) {
+      char line[256];
+      std::snprintf(line, sizeof line, "  %-20s %12" PRId64 " rows x %4" PRId64 "  %s\n",
+                    table.name.c_str(), table.vocabulary_size, table.dim,
+                    table.optimizer.empty() ? "(no optimizer)" : table.optimizer.c_str());
+      out << line;
+    }
+  }
+  out << "files:\n";
+  uint64_t total = 0;
+  int damaged = 0;
+  for (const CheckpointFile& file : info.files) {
+    total += file.bytes;
+    if (!file.ok) ++damaged;
+    char line[512];
+    std::snprintf(line, sizeof line, "  %-7s %-44s %10s  %s\n", file.ok ? "ok" : "DAMAGED",
+                  file.path.c_str(), bytes_text(static_cast<double>(file.bytes)).c_str(),
+                  file.ok ? file.checksum.c_str() : file.error.c_str());
+    out << line;
+  }
+  out << info.files.size() << " files, " << bytes_text(static_cast<double>(total)) << "; ";
+  if (damaged > 0) {
+    out << damaged << " damaged\n";
+    return 1;
+  }
+  out << (args.verify ? "all checksums verified\n" : "sizes checked (checksums not verified)\n");
+  return 0;
+}
+
+int run_export_command(const ExportArguments& args, std::ostream& out) {
+  const ServingDtype dtype = parse_serving_dtype(args.dtype);
+  const auto start = std::chrono::steady_clock::now();
+  const Embedding embedding =
+      load_checkpoint(args.checkpoint, {.tables_only = true, .num_threads = args.threads});
+  export_serving_model(embedding, args.output, {.dtype = dtype});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int64_t rows = 0;
+  for (const TableConfig& table : embedding.tables()) rows += table.vocabulary_size;
+  char line[512];
+  std::snprintf(
+      line, sizeof line, "exported %zu tables (%" PRId64 " rows) as %s to %s: %s in %.2f s\n",
+      embedding.tables().size(), rows, std::string(serving_dtype_name(dtype)).c_str(),
+      args.output.c_str(),
+      bytes_text(static_cast<double>(std::filesystem::file_size(args.output))).c_str(), seconds);
+  out << line;
+  return 0;
+}
+
+}  // namespace recemb::tools

@@ -1,0 +1,34 @@
+// `recemb checkpoint inspect DIR` and `recemb export CKPT OUT`: a checkpoint's contents and
+// health, and its conversion into a serving model (include/recemb/checkpoint.h, serving.h).
+#ifndef RECEMB_TOOLS_RECEMB_CHECKPOINT_COMMANDS_H_
+#define RECEMB_TOOLS_RECEMB_CHECKPOINT_COMMANDS_H_
+
+#include <ostream>
+#include <string>
+
+namespace recemb::tools {
+
+struct InspectArguments {
+  std::string checkpoint = {};  // a ckpt-* directory, or a root (its newest checkpoint)
+  bool verify = true;           // read every file and check its checksums
+};
+
+// Prints the format version, step, tables and every file with its size and state. Returns 0 when
+// every file is intact, 1 when some are not (each named with the reason). A missing or damaged
+// manifest throws InvalidArgument.
+int run_inspect_command(const InspectArguments& args, std::ostream& out);
+
+struct ExportArguments {
+  std::string checkpoint = {};    // a ckpt-* directory, or a root (its newest checkpoint)
+  std::string output = {};        // the serving model file to write
+  std::string dtype = "float32";  // float32 | float16 | int8
+  int threads = 0;                // for loading the checkpoint; 0 = one per core
+};
+
+// Loads the checkpoint's tables (verified) and writes them as a serving model. Returns 0; errors
+// throw InvalidArgument naming the file.
+int run_export_command(const ExportArguments& args, std::ostream& out);
+
+}  // namespace recemb::tools
+
+#endif  // RECEMB_TOOLS_RECEMB_CHECKPOINT_COMMANDS_H_

@@ -1,0 +1,33 @@
+// `recemb lookup MODEL`: serving lookups from the shell, one example per line of JSON.
+//
+//   stdin:  {"C1": 5, "C2": [1, 2, 2], "C3": {"ids": [7, 8], "weights": [0.5, 2.0]}}
+//   stdout: {"C1": [0.0132, ...], "C2": [...], "C3": [...]}
+//
+// Every feature of the model must be given, as one id, a list of ids (a bag, combined with the
+// feature's table's combiner; [] is an empty bag) or an object of ids and weights. A sequence
+// feature's output is a list of max_sequence_length rows. Floats are printed with 9 significant
+// digits (float32 round-trips).
+#ifndef RECEMB_TOOLS_RECEMB_LOOKUP_COMMAND_H_
+#define RECEMB_TOOLS_RECEMB_LOOKUP_COMMAND_H_
+
+#include <istream>
+#include <ostream>
+#include <string>
+
+namespace recemb::tools {
+
+struct LookupArguments {
+  std::string model = {};  // a serving model file (recemb export)
+  bool verify = true;      // check every checksum when opening (memory speed)
+};
+
+// Answers each line of `in` on `out`. A bad line (not JSON, a missing or unknown feature, an id
+// out of range, ...) is reported on `err` with its line number and answered by nothing; the
+// others go on. Returns 0 when every line was answered, 1 otherwise. A model that cannot be
+// opened throws InvalidArgument.
+int run_lookup_command(const LookupArguments& args, std::istream& in, std::ostream& out,
+                       std::ostream& err);
+
+}  // namespace recemb::tools
+
+#endif  // RECEMB_TOOLS_RECEMB_LOOKUP_COMMAND_H_

@@ -1,0 +1,120 @@
+// The recemb command:
+//   recemb train [options]                   train the DLRM-style click model (docs/training.md)
+//   recemb checkpoint inspect DIR            a checkpoint's step, tables, files and checksums
+//   recemb export CKPT OUT [--dtype int8]    a checkpoint's tables as a serving model
+//   recemb lookup MODEL                      serving lookups, JSON lines on stdin -> stdout
+// `recemb SUBCOMMAND --help` lists the options. The one file that includes CLI11.
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <iostream>
+#include <unistd.h>
+
+#include "recemb/error.h"
+
+#include "tools/recemb/checkpoint_commands.h"
+#include "tools/recemb/lookup_command.h"
+#include "tools/recemb/train_command.h"
+
+namespace {
+
+using recemb::tools::ExportArguments;
+using recemb::tools::InspectArguments;
+using recemb::tools::LookupArguments;
+using recemb::tools::TrainArguments;
+
+CLI::App* add_train(CLI::App& app, TrainArguments& args) {
+  CLI::App* train = app.add_subcommand(
+      "train", "Train a DLRM-style click-through model (synthetic Criteo-like data by default)");
+  train
+      ->add_option("-c,--config", args.config_path,
+                   "TOML settings file (see --print-default-config)")
+      ->check(CLI::ExistingFile);
+  train->add_option("-s,--set", args.overrides,
+                    "Change one setting: section.key=value, the value in TOML syntax "
+                    "(--set model.top_mlp=[128,64]); repeatable, applied in order, last wins");
+  train->add_option("--data", args.data, "Criteo TSV file to train on (data.path)");
+  train->add_option("--eval-data", args.eval_data, "Held-out Criteo TSV file (data.eval_path)");
+  train->add_option("--preset", args.preset, "Table sizes: small, criteo-kaggle, criteo-1tb");
+  train->add_option("--steps", args.steps, "Training steps (train.steps)");
+  train->add_option("--batch-size", args.batch_size, "Examples per step (train.batch_size)");
+  train->add_option("--threads", args.threads, "Embedding threads, 0 = one per core");
+  train->add_option("-o,--output", args.output, "Output directory (output.dir)");
+  train->add_flag("--resume", args.resume, "Continue from the newest checkpoint");
+  train->add_flag("--print-config", args.print_config, "Print the effective settings and exit");
+  train->add_flag("--print-default-config", args.print_default_config,
+                  "Print every setting with its default and meaning, and exit");
+  return train;
+}
+
+CLI::App* add_inspect(CLI::App& app, InspectArguments& args) {
+  CLI::App* checkpoint = app.add_subcommand("checkpoint", "Checkpoint tools");
+  checkpoint->require_subcommand(1);
+  CLI::App* inspect = checkpoint->add_subcommand(
+      "inspect", "Show a checkpoint's step, tables and files, and verify its checksums");
+  inspect->add_option("DIR", args.checkpoint, "A ckpt-* directory, or a root (its newest)")
+      ->required();
+  inspect->add_flag_callback(
+      "--no-verify", [&args] { args.verify = false; }, "Check file sizes only, not checksums");
+  return inspect;
+}
+
+CLI::App* add_export(CLI::App& app, ExportArguments& args) {
+  CLI::App* exporter =
+      app.add_subcommand("export", "Write a checkpoint's tables as a serving model");
+  exporter->add_option("CKPT", args.checkpoint, "A ckpt-* directory, or a root (its newest)")
+      ->required();
+  exporter->add_option("OUT", args.output, "The serving model file to write")->required();
+  exporter->add_option("--dtype", args.dtype, "float32 | float16 | int8 (row-wise scale and bias)")
+      ->check(CLI::IsMember({"float32", "float16", "int8"}));
+  exporter->add_option("--threads", args.threads, "Threads for loading, 0 = one per core");
+  return exporter;
+}
+
+CLI::App* add_lookup(CLI::App& app, LookupArguments& args) {
+  CLI::App* lookup = app.add_subcommand(
+      "lookup", "Serving lookups: one JSON object of feature ids per stdin line, embeddings out");
+  lookup->add_option("MODEL", args.model, "A serving model file (recemb export)")->required();
+  lookup->add_flag_callback(
+      "--no-verify", [&args] { args.verify = false; }, "Skip checksum verification when opening");
+  return lookup;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"recemb: embedding tables for recommendation models"};
+  app.require_subcommand(1);
+  TrainArguments train_args;
+  InspectArguments inspect_args;
+  ExportArguments export_args;
+  LookupArguments lookup_args;
+  CLI::App* train = add_train(app, train_args);
+  CLI::App* inspect = add_inspect(app, inspect_args);
+  CLI::App* exporter = add_export(app, export_args);
+  CLI::App* lookup = add_lookup(app, lookup_args);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  }
+  try {
+    if (train->parsed()) {
+      return recemb::tools::run_train_command(train_args, std::cout, std::cerr,
+                                              isatty(STDERR_FILENO)
+                                                  ? recemb::train::ProgressMode::kRedraw
+                                                  : recemb::train::ProgressMode::kLines);
+    }
+    if (inspect->parsed()) return recemb::tools::run_inspect_command(inspect_args, std::cout);
+    if (exporter->parsed()) return recemb::tools::run_export_command(export_args, std::cout);
+    if (lookup->parsed()) {
+      return recemb::tools::run_lookup_command(lookup_args, std::cin, std::cout, std::cerr);
+    }
+  } catch (const recemb::InvalidArgument& error) {
+    std::cerr << "recemb: error: " << error.what() << "\n";
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "recemb: error: " << error.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

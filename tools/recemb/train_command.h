@@ -1,0 +1,37 @@
+// `recemb train`: the trainer (train/trainer.h) driven by a config file, --set overrides and
+// shortcut options.
+#ifndef RECEMB_TOOLS_RECEMB_TRAIN_COMMAND_H_
+#define RECEMB_TOOLS_RECEMB_TRAIN_COMMAND_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "train/progress.h"
+
+namespace recemb::tools {
+
+struct TrainArguments {
+  std::string config_path = {};             // TOML file; empty: defaults only
+  std::vector<std::string> overrides = {};  // "section.key=value", applied after the shortcuts
+  // Shortcuts for common settings; empty / 0 / -1 leave the setting alone.
+  std::string data = {}, eval_data = {}, preset = {}, output = {};
+  int64_t steps = 0, batch_size = 0;
+  int threads = -1;
+  bool resume = false;
+  bool print_config = false;          // print the effective configuration instead of training
+  bool print_default_config = false;  // print the documented defaults instead of training
+};
+
+// The overrides the arguments stand for: shortcuts first, then --set ones (which win).
+std::vector<std::string> train_overrides(const TrainArguments& args);
+
+// Runs the command: progress on `log`, the summary on `out`. Returns the exit status (0); bad
+// settings or data throw InvalidArgument, as run_training does.
+int run_train_command(const TrainArguments& args, std::ostream& out, std::ostream& log,
+                      train::ProgressMode progress);
+
+}  // namespace recemb::tools
+
+#endif  // RECEMB_TOOLS_RECEMB_TRAIN_COMMAND_H_

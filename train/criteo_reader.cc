@@ -1,0 +1,325 @@
+#include "train/criteo_reader.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <system_error>
+
+#include "recemb/error.h"
+
+#include "train/criteo_profile.h"
+
+namespace recemb::train {
+namespace {
+
+constexpr size_t kBufferBytes = size_t{1} << 20;
+constexpr int kNumFields = 1 + kNumDenseFeatures + kNumCategoricalFeatures;
+constexpr size_t kMaxHexDigits = 16;
+constexpr std::string_view kPositionPrefix = "criteo:";
+
+// Why a line is malformed; `text` points into the line (valid until the next read).
+struct LineError {
+  enum class Kind { kTooLong, kFieldCount, kLabel, kInteger, kCategorical };
+  Kind kind;
+  int64_t detail = 0;          // the field count (kFieldCount) or the 0-based feature
+  std::string_view text = {};  // the offending field
+};
+
+template <typename Integer>
+bool parse_whole(std::string_view text, Integer& value, int base) {
+  const char* last = text.data() + text.size();
+  const auto [end, error] = std::from_chars(text.data(), last, value, base);
+  return error == std::errc() && end == last;
+}
+
+// Parses one line into example slot: label, dense[0..13), ids[f * stride] for f in [0, 26). On a
+// malformed line some of the slot may have been written; the caller does not count the slot then.
+std::optional<LineError> parse_line(std::string_view line,
+                                    std::span<const int64_t> vocabulary_sizes, float& label,
+                                    float* dense, int64_t* ids, size_t stride) {
+  std::array<std::string_view, kNumFields> fields;
+  int num_fields = 0;
+  for (size_t start = 0;;) {
+    if (num_fields == kNumFields) {
+      return LineError{.kind = LineError::Kind::kFieldCount,
+                       .detail = 1 + std::count(line.begin(), line.end(), '\t')};
+    }
+    const size_t tab = line.find('\t', start);
+    fields[static_cast<size_t>(num_fields++)] = line.substr(start, tab - start);
+    if (tab == std::string_view::npos) break;
+    start = tab + 1;
+  }
+  if (num_fields != kNumFields) {
+    return LineError{.kind = LineError::Kind::kFieldCount, .detail = num_fields};
+  }
+
+  if (fields[0] != "0" && fields[0] != "1") {
+    return LineError{.kind = LineError::Kind::kLabel, .text = fields[0]};
+  }
+  label = fields[0] == "1" ? 1.0f : 0.0f;
+
+  for (int j = 0; j < kNumDenseFeatures; ++j) {
+    const std::string_view text = fields[static_cast<size_t>(1 + j)];
+    int64_t value = 0;
+    if (!text.empty() && !parse_whole(text, value, 10)) {
+      return LineError{.kind = LineError::Kind::kInteger, .detail = j, .text = text};
+    }
+    dense[j] = dense_value(value);
+  }
+
+  for (int f = 0; f < kNumCategoricalFeatures; ++f) {
+    const std::string_view text = fields[static_cast<size_t>(1 + kNumDenseFeatures + f)];
+    int64_t id = kMissingCategoricalId;
+    if (!text.empty()) {
+      uint64_t value = 0;
+      // from_chars of an unsigned type takes no sign and no "0x"; the length check keeps
+      // leading zeros from smuggling in more than 16 digits.
+      if (text.size() > kMaxHexDigits || !parse_whole(text, value, 16)) {
+        return LineError{.kind = LineError::Kind::kCategorical, .detail = f, .text = text};
+      }
+      id = categorical_id(f, value, vocabulary_sizes[static_cast<size_t>(f)]);
+    }
+    ids[static_cast<size_t>(f) * stride] = id;
+  }
+  return std::nullopt;
+}
+
+// A field as shown in a message: at most 32 bytes, control bytes as '?'.
+std::string quote(std::string_view text) {
+  constexpr size_t kShown = 32;
+  std::string quoted = "'";
+  for (const char c : text.substr(0, kShown)) {
+    quoted += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+  }
+  return quoted + (text.size() > kShown ? "...'" : "'");
+}
+
+std::string describe(const LineError& error) {
+  switch (error.kind) {
+    case LineError::Kind::kTooLong:
+      return "line longer than " + std::to_string(kMaxLineBytes) + " bytes";
+    case LineError::Kind::kFieldCount:
+      return "expected " + std::to_string(kNumFields) + " tab-separated fields, found " +
+             std::to_string(error.detail);
+    case LineError::Kind::kLabel:
+      return "label " + quote(error.text) + " is not 0 or 1";
+    case LineError::Kind::kInteger:
+      return dense_feature_name(static_cast<int>(error.detail)) + " " + quote(error.text) +
+             " is not a decimal integer in int64 range";
+    case LineError::Kind::kCategorical:
+      return categorical_feature_name(static_cast<int>(error.detail)) + " " + quote(error.text) +
+             " is not 1 to 16 hexadecimal digits";
+  }
+  return {};
+}
+
+// file index, byte offset, line number of "criteo:<file>:<offset>:<line>" (each >= 0).
+std::optional<std::array<int64_t, 3>> parse_position(std::string_view text) {
+  if (!text.starts_with(kPositionPrefix)) return std::nullopt;
+  text.remove_prefix(kPositionPrefix.size());
+  std::array<int64_t, 3> values{};
+  for (size_t k = 0; k < values.size(); ++k) {
+    const size_t length = k + 1 < values.size() ? text.find(':') : text.size();
+    if (length == std::string_view::npos || length == 0 || text[0] == '-' ||
+        !parse_whole(text.substr(0, length), values[k], 10)) {
+      return std::nullopt;
+    }
+    text.remove_prefix(std::min(length + 1, text.size()));
+  }
+  return values;
+}
+
+[[noreturn]] void throw_read_error(const std::string& path) {
+  throw std::system_error(errno, std::generic_category(), "CriteoReader: reading '" + path + "'");
+}
+
+}  // namespace
+
+CriteoReader::CriteoReader(std::vector<std::string> paths, ReaderOptions options)
+    : paths_(std::move(paths)), options_(std::move(options)) {
+  validate_vocabulary_sizes(options_.vocabulary_sizes, "CriteoReader");
+  if (options_.max_malformed < 0) {
+    throw InvalidArgument("CriteoReader: max_malformed is " +
+                          std::to_string(options_.max_malformed) + ", must be >= 0");
+  }
+  if (paths_.empty()) throw InvalidArgument("CriteoReader: no input files");
+  for (const std::string& path : paths_) {
+    const std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
+    if (file == nullptr) {
+      throw InvalidArgument("CriteoReader: cannot open '" + path + "': " + std::strerror(errno));
+    }
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(path, error)) {
+      throw InvalidArgument("CriteoReader: '" + path +
+                            "' is not a regular file (decompress or copy it first)");
+    }
+  }
+  buffer_.resize(kBufferBytes);
+}
+
+int64_t CriteoReader::next(ExampleBatch& batch, int64_t max_examples) {
+  begin_batch(batch, max_examples);
+  const size_t start_file = file_index_;
+  const int64_t start_offset = offset_;
+  const int64_t start_line = line_;
+  const int64_t start_malformed = malformed_lines_;
+  const size_t start_messages = malformed_messages_.size();
+  const auto stride = static_cast<size_t>(max_examples);
+  int64_t count = 0;
+  try {
+    std::string_view line;
+    while (count < max_examples) {
+      const LineStatus status = read_line(line);
+      if (status == LineStatus::kEnd) break;
+      const auto i = static_cast<size_t>(count);
+      const std::optional<LineError> error =
+          status == LineStatus::kTooLong
+              ? LineError{.kind = LineError::Kind::kTooLong}
+              : parse_line(line, options_.vocabulary_sizes, batch.labels[i],
+                           batch.dense.data() + i * kNumDenseFeatures, batch.categorical.data() + i,
+                           stride);
+      if (!error.has_value()) {
+        ++count;
+        continue;
+      }
+      ++malformed_lines_;
+      const std::string& path = paths_[file_index_];
+      if (malformed_messages_.size() < kMaxMalformedMessages) {
+        malformed_messages_.push_back(path + ":" + std::to_string(line_) + ": " + describe(*error));
+      }
+      if (malformed_lines_ > options_.max_malformed) {
+        std::string message = "CriteoReader: '" + path + "': " + std::to_string(malformed_lines_) +
+                              " malformed lines, more than max_malformed = " +
+                              std::to_string(options_.max_malformed) + "; the first:";
+        for (const std::string& first : malformed_messages_) message += "\n  " + first;
+        throw InvalidArgument(message);
+      }
+    }
+  } catch (...) {
+    // All or nothing: the caller sees the reader as it was before the call.
+    malformed_lines_ = start_malformed;
+    malformed_messages_.resize(start_messages);
+    move_to(start_file, start_offset, start_line);
+    finish_batch(batch, max_examples, 0);
+    throw;
+  }
+  finish_batch(batch, max_examples, count);
+  return count;
+}
+
+CriteoReader::LineStatus CriteoReader::read_line(std::string_view& line) {
+  for (;;) {
+    if (file_index_ == paths_.size()) return LineStatus::kEnd;
+    if (file_ == nullptr) {
+      const std::string& path = paths_[file_index_];
+      file_.reset(std::fopen(path.c_str(), "rb"));
+      if (file_ == nullptr) throw_read_error(path);
+      // The reader buffers itself; stdio's buffer would only add a copy.
+      std::setvbuf(file_.get(), nullptr, _IONBF, 0);
+      if (fseeko(file_.get(), static_cast<off_t>(offset_), SEEK_SET) != 0) throw_read_error(path);
+    }
+    const char* begin = buffer_.data() + begin_;
+    const size_t available = end_ - begin_;
+    const auto* newline = static_cast<const char*>(std::memchr(begin, '\n', available));
+    if (newline != nullptr || (end_of_file_ && available > 0)) {
+      const size_t length = newline != nullptr ? static_cast<size_t>(newline - begin) : available;
+      const size_t consumed = length + (newline != nullptr ? 1 : 0);
+      begin_ += consumed;
+      offset_ += static_cast<int64_t>(consumed);
+      ++line_;
+      line = std::string_view(begin, length);
+      if (line.ends_with('\r')) line.remove_suffix(1);
+      return length > kMaxLineBytes ? LineStatus::kTooLong : LineStatus::kLine;
+    }
+    if (end_of_file_) {
+      move_to(file_index_ + 1, 0, 0);
+      continue;
+    }
+    if (available > kMaxLineBytes) {
+      // Too long to be a Criteo line: skip to its end without keeping it in memory.
+      for (;;) {
+        const size_t rest = end_ - begin_;
+        const auto* end =
+            static_cast<const char*>(std::memchr(buffer_.data() + begin_, '\n', rest));
+        const size_t consumed =
+            end != nullptr ? static_cast<size_t>(end - buffer_.data()) + 1 - begin_ : rest;
+        begin_ += consumed;
+        offset_ += static_cast<int64_t>(consumed);
+        if (end != nullptr || !fill_buffer()) break;
+      }
+      ++line_;
+      return LineStatus::kTooLong;
+    }
+    fill_buffer();
+  }
+}
+
+bool CriteoReader::fill_buffer() {
+  const size_t kept = end_ - begin_;
+  std::memmove(buffer_.data(), buffer_.data() + begin_, kept);
+  begin_ = 0;
+  end_ = kept;
+  const size_t read = std::fread(buffer_.data() + end_, 1, buffer_.size() - end_, file_.get());
+  if (read == 0) {
+    if (std::ferror(file_.get())) throw_read_error(paths_[file_index_]);
+    end_of_file_ = true;
+    return false;
+  }
+  end_ += read;
+  return true;
+}
+
+void CriteoReader::move_to(size_t file_index, int64_t offset, int64_t line) {
+  file_.reset();  // the next read opens paths_[file_index] at `offset`
+  file_index_ = file_index;
+  offset_ = offset;
+  line_ = line;
+  begin_ = 0;
+  end_ = 0;
+  end_of_file_ = false;
+}
+
+std::string CriteoReader::position() const {
+  return std::string(kPositionPrefix) + std::to_string(file_index_) + ":" +
+         std::to_string(offset_) + ":" + std::to_string(line_);
+}
+
+void CriteoReader::seek(std::string_view position) {
+  const std::optional<std::array<int64_t, 3>> parsed = parse_position(position);
+  if (!parsed.has_value()) {
+    throw InvalidArgument("CriteoReader::seek: malformed position '" + std::string(position) +
+                          "', expected criteo:<file index>:<byte offset>:<line number>");
+  }
+  const auto [file_index, offset, line] = *parsed;
+  const auto num_files = static_cast<int64_t>(paths_.size());
+  if (file_index > num_files || (file_index == num_files && (offset != 0 || line != 0)) ||
+      (offset == 0) != (line == 0)) {
+    throw InvalidArgument("CriteoReader::seek: position '" + std::string(position) +
+                          "' does not fit a reader of " + std::to_string(num_files) + " files");
+  }
+  if (file_index < num_files) {
+    const std::string& path = paths_[static_cast<size_t>(file_index)];
+    std::error_code error;
+    const auto size = static_cast<int64_t>(std::filesystem::file_size(path, error));
+    bool starts_line = !error && offset <= size;
+    if (starts_line && offset > 0 && offset < size) {
+      // The byte before a line start is the '\n' that ended the previous line.
+      const std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
+      starts_line = file != nullptr &&
+                    fseeko(file.get(), static_cast<off_t>(offset - 1), SEEK_SET) == 0 &&
+                    std::fgetc(file.get()) == '\n';
+    }
+    if (!starts_line) {
+      throw InvalidArgument("CriteoReader::seek: position '" + std::string(position) +
+                            "' is not the start of a line of '" + path + "'" +
+                            (error ? " (" + error.message() + ")" : ""));
+    }
+  }
+  move_to(static_cast<size_t>(file_index), offset, line);
+}
+
+}  // namespace recemb::train

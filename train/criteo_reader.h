@@ -1,0 +1,122 @@
+// A streaming reader of Criteo click logs in their text format (the Kaggle Display Advertising
+// Challenge train.txt and the 1TB day_N files, decompressed).
+//
+// Format: one example per line, lines ended by '\n' (a '\r' before it is dropped; the last line
+// may lack the '\n'), 40 fields separated by '\t':
+//   label     "0" or "1"
+//   I1..I13   empty, or a decimal integer in int64 range (optional '-', digits). The batch holds
+//             dense_value(x) = log(1 + max(x, 0)); empty means x = 0.
+//   C1..C26   empty (missing), or 1 to 16 hexadecimal digits of either case: a value v < 2^64.
+//             The batch holds categorical_id(f, v, vocabulary_size_f); missing is id 0.
+// Anything else makes the line malformed: a field count other than 40 (an empty line included), a
+// bad label, integer or hexadecimal field, or a line longer than kMaxLineBytes. A malformed line is
+// skipped, never partly used, and counted; the first kMaxMalformedMessages are kept as
+// "<file>:<line>: <reason>" (lines count from 1 in each file). Once the count exceeds
+// max_malformed, next() throws.
+#ifndef RECEMB_TRAIN_CRITEO_READER_H_
+#define RECEMB_TRAIN_CRITEO_READER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "train/example_batch.h"
+#include "train/splitmix.h"
+
+namespace recemb::train {
+
+inline constexpr int64_t kMaxLineBytes = 4096;  // a valid Criteo line has fewer than 1000
+inline constexpr size_t kMaxMalformedMessages = 10;
+
+// The id of a missing (empty) categorical value in every table.
+inline constexpr int64_t kMissingCategoricalId = 0;
+
+// The table row of value `value` of categorical feature `feature` (0-based: C1 is 0): rows 1 ..
+// vocabulary_size - 1 hold the hashed values, row 0 is reserved for missing values.
+//   salt_f = splitmix64_mix((f + 1) * kGoldenGamma)       (mod 2^64)
+//   id     = 1 + splitmix64_mix(value XOR salt_f) mod (vocabulary_size - 1)
+// A table of one row maps everything to row 0. Integer arithmetic only: the same ids on every
+// platform and in every run. Requires vocabulary_size >= 1.
+constexpr int64_t categorical_id(int feature, uint64_t value, int64_t vocabulary_size) {
+  if (vocabulary_size <= 1) return kMissingCategoricalId;
+  const uint64_t salt = splitmix64_mix(static_cast<uint64_t>(feature + 1) * kGoldenGamma);
+  return 1 + static_cast<int64_t>(splitmix64_mix(value ^ salt) %
+                                  static_cast<uint64_t>(vocabulary_size - 1));
+}
+
+struct ReaderOptions {
+  // The table size of C1..C26 (required): 26 values >= 1, e.g. preset_vocabulary_sizes(...).
+  std::vector<int64_t> vocabulary_sizes = {};
+  // Malformed lines tolerated (skipped); one more makes next() throw. >= 0.
+  int64_t max_malformed = 100;
+};
+
+// Reads the files one after the other, in the order given, through a 1 MiB buffer (memory does not
+// grow with the files). Not thread-safe. Files must be regular files (seekable): decompress .gz
+// files first.
+class CriteoReader final : public ExampleSource {
+ public:
+  // Validates the options (InvalidArgument naming the field and value) and that every path opens
+  // as a regular file (InvalidArgument naming the path and the system's reason); reads nothing.
+  // At least one path.
+  CriteoReader(std::vector<std::string> paths, ReaderOptions options);
+
+  // ExampleSource: the next max_examples valid lines (fewer at the end of the last file), skipping
+  // malformed ones. When the malformed lines counted since construction exceed max_malformed,
+  // throws InvalidArgument naming the file, the count and the first malformed lines; the reader
+  // (position, counts, messages) is then as before the call and `batch` is empty. A read error
+  // throws std::system_error naming the file.
+  int64_t next(ExampleBatch& batch, int64_t max_examples) override;
+
+  // "criteo:<file index>:<byte offset>:<line number>" of the next line to read, e.g.
+  // "criteo:0:1048576:2950"; "criteo:<number of files>:0:0" once all files are read.
+  std::string position() const override;
+
+  // Accepts a position() of a reader of the same files: the file index must exist, the offset lie
+  // in the file and start a line (0, the file size, or just after a '\n'). Otherwise throws
+  // InvalidArgument (naming the file for an offset that does not fit it) and changes nothing.
+  void seek(std::string_view position) override;
+
+  // Malformed lines skipped since construction, and the messages of the first
+  // kMaxMalformedMessages of them ("<file>:<line>: <reason>").
+  int64_t malformed_lines() const { return malformed_lines_; }
+  std::span<const std::string> malformed_messages() const { return malformed_messages_; }
+
+ private:
+  enum class LineStatus { kLine, kTooLong, kEnd };
+
+  // The next line (without '\n' and '\r'), its status, and the cursor moved past it.
+  LineStatus read_line(std::string_view& line);
+  // Reads more of the current file after the buffered bytes; false at the end of the file.
+  bool fill_buffer();
+  // Moves the cursor (opening that file), emptying the buffer.
+  void move_to(size_t file_index, int64_t offset, int64_t line);
+
+  struct FileCloser {
+    void operator()(std::FILE* file) const { std::fclose(file); }
+  };
+
+  std::vector<std::string> paths_;
+  ReaderOptions options_;
+  // The cursor: the next line starts at byte offset_ of paths_[file_index_], after line_ lines.
+  size_t file_index_ = 0;
+  int64_t offset_ = 0;
+  int64_t line_ = 0;
+  std::unique_ptr<std::FILE, FileCloser> file_;  // paths_[file_index_] once opened
+  // buffer_[begin_, end_) holds the file's bytes from offset_ on; end_of_file_: no more after it.
+  std::vector<char> buffer_;
+  size_t begin_ = 0;
+  size_t end_ = 0;
+  bool end_of_file_ = false;
+  int64_t malformed_lines_ = 0;
+  std::vector<std::string> malformed_messages_;
+};
+
+}  // namespace recemb::train
+
+#endif  // RECEMB_TRAIN_CRITEO_READER_H_

@@ -1,0 +1,138 @@
+#include "train/dense_optimizer.h"
+
+#include <charconv>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "recemb/error.h"
+
+#include "train/eigen.h"
+
+namespace recemb::train {
+namespace {
+
+// The shortest decimal that reads back as `value` ("1.5", "1e-09", "nan"), for messages.
+std::string format(float value) {
+  char buffer[32];
+  return std::string(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
+}
+
+template <class... Functions>
+struct Overloaded : Functions... {
+  using Functions::operator()...;
+};
+
+std::string name_of(const DenseOptimizerConfig& config) {
+  return std::holds_alternative<DenseAdam>(config) ? "DenseAdam" : "DenseAdagrad";
+}
+
+void validate(const DenseOptimizerConfig& config) {
+  const std::string owner = name_of(config);
+  const auto require = [&owner](bool valid, const char* field, float value, const char* range) {
+    if (!valid) {
+      throw InvalidArgument(owner + ": " + field + " = " + format(value) + " must be " + range);
+    }
+  };
+  std::visit(Overloaded{[&](const DenseAdam& adam) {
+                          validate_learning_rate(adam.learning_rate, owner);
+                          require(adam.beta_1 >= 0.0f && adam.beta_1 < 1.0f, "beta_1", adam.beta_1,
+                                  "in [0, 1)");
+                          require(adam.beta_2 >= 0.0f && adam.beta_2 < 1.0f, "beta_2", adam.beta_2,
+                                  "in [0, 1)");
+                          require(adam.epsilon > 0.0f && std::isfinite(adam.epsilon), "epsilon",
+                                  adam.epsilon, "> 0 and finite");
+                        },
+                        [&](const DenseAdagrad& adagrad) {
+                          validate_learning_rate(adagrad.learning_rate, owner);
+                          require(adagrad.initial_accumulator_value > 0.0f &&
+                                      std::isfinite(adagrad.initial_accumulator_value),
+                                  "initial_accumulator_value", adagrad.initial_accumulator_value,
+                                  "> 0 and finite");
+                        }},
+             config);
+}
+
+// Adam's bias corrections folded into two per-step constants (computed in double):
+//   w -= step_size * m / (sqrt(v) * velocity_scale + epsilon)
+// with step_size = lr / (1 - beta_1^t) and velocity_scale = 1 / sqrt(1 - beta_2^t).
+void adam_update(const DenseAdam& adam, float learning_rate, int64_t step, ArrayMap w, ArrayMap m,
+                 ArrayMap v, ConstArrayMap g) {
+  const double t = static_cast<double>(step + 1);
+  const float step_size =
+      static_cast<float>(learning_rate / (1.0 - std::pow(static_cast<double>(adam.beta_1), t)));
+  const float velocity_scale =
+      static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(adam.beta_2), t)));
+  m = adam.beta_1 * m + (1.0f - adam.beta_1) * g;
+  v = adam.beta_2 * v + (1.0f - adam.beta_2) * g.square();
+  w -= step_size * m / (v.sqrt() * velocity_scale + adam.epsilon);
+}
+
+}  // namespace
+
+DenseOptimizer::DenseOptimizer(DenseOptimizerConfig config, int64_t num_parameters)
+    : config_(std::move(config)), num_parameters_(num_parameters) {
+  validate(config_);
+  if (num_parameters < 1) {
+    throw InvalidArgument(name_of(config_) +
+                          ": num_parameters = " + std::to_string(num_parameters) + " must be >= 1");
+  }
+  const size_t n = static_cast<size_t>(num_parameters);
+  std::visit(Overloaded{[&](const DenseAdam&) { slots_.assign(2 * n, 0.0f); },
+                        [&](const DenseAdagrad& adagrad) {
+                          slots_.assign(n, adagrad.initial_accumulator_value);
+                        }},
+             config_);
+}
+
+void DenseOptimizer::apply(std::span<float> parameters, std::span<const float> gradients) {
+  const size_t n = static_cast<size_t>(num_parameters_);
+  if (parameters.size() != n || gradients.size() != n) {
+    throw InvalidArgument(name_of(config_) + ": apply got " + std::to_string(parameters.size()) +
+                          " parameters and " + std::to_string(gradients.size()) +
+                          " gradients; expected num_parameters = " + std::to_string(n) +
+                          " of each");
+  }
+  const ConstArrayMap g = as_array(gradients);
+  if (!g.allFinite()) {
+    size_t i = 0;
+    while (std::isfinite(gradients[i])) ++i;
+    throw InvalidArgument(name_of(config_) + ": gradients[" + std::to_string(i) +
+                          "] = " + format(gradients[i]) + " is not finite");
+  }
+  const std::span<float> slots = slots_;
+  ArrayMap w = as_array(parameters);
+  std::visit(Overloaded{[&](const DenseAdam& adam) {
+                          const float learning_rate = learning_rate_at(adam.learning_rate, step_);
+                          adam_update(adam, learning_rate, step_, w, as_array(slots.first(n)),
+                                      as_array(slots.subspan(n)), g);
+                        },
+                        [&](const DenseAdagrad& adagrad) {
+                          const float learning_rate =
+                              learning_rate_at(adagrad.learning_rate, step_);
+                          ArrayMap a = as_array(slots);
+                          a += g.square();
+                          w -= learning_rate * g / a.sqrt();
+                        }},
+             config_);
+  ++step_;
+}
+
+void DenseOptimizer::set_step(int64_t step) {
+  if (step < 0) {
+    throw InvalidArgument(name_of(config_) + ": set_step(" + std::to_string(step) +
+                          ") must be >= 0");
+  }
+  step_ = step;
+}
+
+std::vector<std::string> DenseOptimizer::slot_names() const {
+  return std::visit(
+      Overloaded{[](const DenseAdam&) -> std::vector<std::string> {
+                   return {"momenta", "velocities"};
+                 },
+                 [](const DenseAdagrad&) -> std::vector<std::string> { return {"accumulators"}; }},
+      config_);
+}
+
+}  // namespace recemb::train

@@ -1,0 +1,73 @@
+// The trainer's one door to Eigen: every train/ file that needs Eigen includes this header, never
+// <Eigen/...> itself, so the dependency (and the settings it is compiled with) lives in one place.
+//
+// Layout: matrices are float32, row-major, a batch of B examples of F features being [B, F], so
+// that a dense layer is Y = X * W with W [in, out]. The trainer keeps its arrays in std::vector
+// and std::span (one flat parameter vector, reusable workspaces) and views them with the Map
+// aliases below; Eigen never owns the trainer's memory.
+#ifndef RECEMB_TRAIN_EIGEN_H_
+#define RECEMB_TRAIN_EIGEN_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+// Eigen's matrix products pack their operands into buffers taken from the stack up to this many
+// bytes and from the heap beyond (Eigen's default: 128 KiB). The MLPs multiply blocks of 256 rows
+// (mlp.cc), so a product's buffers hold at most 4 * max(256 * in, 256 * out, in * out) bytes for
+// a layer of `in` inputs and `out` outputs: with 1 MiB, no product allocates for layers of up to
+// 1024 inputs and outputs and 2^18 weights (DLRM's default top layer needs 376 KiB), whatever
+// the batch size. Threads that train need stacks of a few MiB, as Linux gives by default.
+#define EIGEN_STACK_ALLOCATION_LIMIT (1 << 20)
+// Debug builds let tests forbid Eigen's heap allocations (Eigen::internal::set_is_malloc_allowed)
+// to check the claim above.
+#ifndef NDEBUG
+#define EIGEN_RUNTIME_NO_MALLOC
+#endif
+#include <Eigen/Core>
+
+namespace recemb::train {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using RowVector = Eigen::Matrix<float, 1, Eigen::Dynamic>;
+using MatrixMap = Eigen::Map<RowMatrix>;
+using ConstMatrixMap = Eigen::Map<const RowMatrix>;
+using RowVectorMap = Eigen::Map<RowVector>;
+using ConstRowVectorMap = Eigen::Map<const RowVector>;
+using ArrayMap = Eigen::Map<Eigen::ArrayXf>;
+using ConstArrayMap = Eigen::Map<const Eigen::ArrayXf>;
+
+// `values` viewed as a [rows, cols] row-major matrix; values.size() must be rows * cols (not
+// checked: callers validate sizes at their boundary).
+inline MatrixMap as_matrix(std::span<float> values, int64_t rows, int64_t cols) {
+  return MatrixMap(values.data(), rows, cols);
+}
+inline ConstMatrixMap as_matrix(std::span<const float> values, int64_t rows, int64_t cols) {
+  return ConstMatrixMap(values.data(), rows, cols);
+}
+inline MatrixMap as_matrix(std::vector<float>& values, int64_t rows, int64_t cols) {
+  return MatrixMap(values.data(), rows, cols);
+}
+inline ConstMatrixMap as_matrix(const std::vector<float>& values, int64_t rows, int64_t cols) {
+  return ConstMatrixMap(values.data(), rows, cols);
+}
+
+// `values` viewed as a row vector of values.size() floats.
+inline RowVectorMap as_row_vector(std::span<float> values) {
+  return RowVectorMap(values.data(), static_cast<Eigen::Index>(values.size()));
+}
+inline ConstRowVectorMap as_row_vector(std::span<const float> values) {
+  return ConstRowVectorMap(values.data(), static_cast<Eigen::Index>(values.size()));
+}
+
+// `values` viewed as a one-dimensional array, for element-wise arithmetic.
+inline ArrayMap as_array(std::span<float> values) {
+  return ArrayMap(values.data(), static_cast<Eigen::Index>(values.size()));
+}
+inline ConstArrayMap as_array(std::span<const float> values) {
+  return ConstArrayMap(values.data(), static_cast<Eigen::Index>(values.size()));
+}
+
+}  // namespace recemb::train
+
+#endif  // RECEMB_TRAIN_EIGEN_H_

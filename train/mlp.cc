@@ -1,0 +1,224 @@
+#include "train/mlp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "recemb/error.h"
+
+#include "train/eigen.h"
+
+namespace recemb::train {
+namespace {
+
+// A float uniform in [-limit, limit) from the top 24 bits of one 64-bit draw: every standard
+// library gives the same values, which std::uniform_real_distribution does not promise.
+float uniform(std::mt19937_64& random, double limit) {
+  const double unit = static_cast<double>(random() >> 40) * 0x1p-24;  // [0, 1), exact
+  return static_cast<float>((2.0 * unit - 1.0) * limit);
+}
+
+// Layer `layer`'s W [in, out] and b [1, out] inside an MLP's parameter (or gradient) span.
+// (Templates only so that they can take Mlp's private Layer type.)
+template <class Layer>
+ConstMatrixMap weights(std::span<const float> parameters, const Layer& layer) {
+  return ConstMatrixMap(parameters.data() + layer.weights_offset, layer.input_width,
+                        layer.output_width);
+}
+template <class Layer>
+MatrixMap weights(std::span<float> parameters, const Layer& layer) {
+  return MatrixMap(parameters.data() + layer.weights_offset, layer.input_width, layer.output_width);
+}
+template <class Layer>
+ConstRowVectorMap bias(std::span<const float> parameters, const Layer& layer) {
+  return ConstRowVectorMap(
+      parameters.data() + layer.weights_offset + layer.input_width * layer.output_width,
+      layer.output_width);
+}
+template <class Layer>
+RowVectorMap bias(std::span<float> parameters, const Layer& layer) {
+  return RowVectorMap(
+      parameters.data() + layer.weights_offset + layer.input_width * layer.output_width,
+      layer.output_width);
+}
+
+}  // namespace
+
+// Forward and backward run over blocks of kRowBlock rows of the batch. A block's activations stay
+// in the L2 cache from one layer to the next, the backward pass needs buffers of one block only,
+// and Eigen's packing buffers (which grow with the rows of a product) stay small enough to come
+// from the stack for any batch size (eigen.h).
+
+Mlp::Mlp(MlpConfig config) : config_(std::move(config)) {
+  if (config_.input_width < 1) {
+    throw InvalidArgument(config_.name + ": input_width = " + std::to_string(config_.input_width) +
+                          " must be >= 1");
+  }
+  if (config_.layer_widths.empty()) {
+    throw InvalidArgument(config_.name +
+                          ": layer_widths is empty; an MLP needs at least one layer");
+  }
+  int64_t input_width = config_.input_width;
+  for (size_t l = 0; l < config_.layer_widths.size(); ++l) {
+    const int64_t output_width = config_.layer_widths[l];
+    if (output_width < 1) {
+      throw InvalidArgument(config_.name + ": layer_widths[" + std::to_string(l) +
+                            "] = " + std::to_string(output_width) + " must be >= 1");
+    }
+    layers_.push_back({.input_width = input_width,
+                       .output_width = output_width,
+                       .weights_offset = num_parameters_});
+    num_parameters_ += (input_width + 1) * output_width;
+    input_width = output_width;
+  }
+  activations_.resize(layers_.size());
+  const int64_t max_width =
+      std::max_element(layers_.begin(), layers_.end(), [](const Layer& a, const Layer& b) {
+        return a.output_width < b.output_width;
+      })->output_width;
+  for (std::vector<float>& buffer : gradient_buffers_) {
+    buffer.resize(static_cast<size_t>(kRowBlock * max_width));
+  }
+}
+
+std::vector<ParameterBlock> Mlp::parameter_blocks(int64_t first_offset) const {
+  std::vector<ParameterBlock> blocks;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    const std::string prefix = config_.name + "/layer_" + std::to_string(l);
+    const int64_t weights_offset = first_offset + layer.weights_offset;
+    blocks.push_back({.name = prefix + "/weights",
+                      .offset = weights_offset,
+                      .shape = {layer.input_width, layer.output_width}});
+    blocks.push_back({.name = prefix + "/bias",
+                      .offset = weights_offset + layer.input_width * layer.output_width,
+                      .shape = {layer.output_width}});
+  }
+  return blocks;
+}
+
+void Mlp::initialize(std::span<float> parameters, std::mt19937_64& random) const {
+  check_parameter_size(parameters.size(), "parameters");
+  for (const Layer& layer : layers_) {
+    const double weight_limit =
+        std::sqrt(6.0 / static_cast<double>(layer.input_width + layer.output_width));
+    const double bias_limit = std::sqrt(3.0 / static_cast<double>(layer.output_width));
+    const int64_t num_weights = layer.input_width * layer.output_width;
+    float* weights = parameters.data() + layer.weights_offset;
+    for (int64_t i = 0; i < num_weights; ++i) weights[i] = uniform(random, weight_limit);
+    for (int64_t i = 0; i < layer.output_width; ++i) {
+      weights[num_weights + i] = uniform(random, bias_limit);
+    }
+  }
+}
+
+std::span<const float> Mlp::forward(std::span<const float> parameters,
+                                    std::span<const float> input) {
+  check_parameter_size(parameters.size(), "parameters");
+  const int64_t batch_size = batch_size_of(input, "input");
+  batch_size_ = batch_size;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    activations_[l].resize(static_cast<size_t>(batch_size * layers_[l].output_width));
+  }
+  for (int64_t first = 0; first < batch_size; first += kRowBlock) {
+    const int64_t count = std::min(kRowBlock, batch_size - first);
+    const float* x = input.data() + first * config_.input_width;
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Layer& layer = layers_[l];
+      float* y = activations_[l].data() + first * layer.output_width;
+      MatrixMap y_block(y, count, layer.output_width);
+      y_block.noalias() = ConstMatrixMap(x, count, layer.input_width) * weights(parameters, layer);
+      y_block.rowwise() += bias(parameters, layer);
+      if (l + 1 < layers_.size() || config_.output_activation == OutputActivation::kRelu) {
+        y_block = y_block.cwiseMax(0.0f);
+      }
+      x = y;
+    }
+  }
+  return activations_.back();
+}
+
+void Mlp::backward(std::span<const float> parameters, std::span<const float> input,
+                   std::span<const float> output_gradient, std::span<float> parameter_gradients,
+                   std::span<float> input_gradient) {
+  check_parameter_size(parameters.size(), "parameters");
+  check_parameter_size(parameter_gradients.size(), "parameter_gradients");
+  const int64_t batch_size = batch_size_of(input, "input");
+  if (output_gradient.size() != static_cast<size_t>(batch_size * output_width())) {
+    throw InvalidArgument(
+        config_.name + ": output_gradient has " + std::to_string(output_gradient.size()) +
+        " floats; expected " + std::to_string(batch_size * output_width()) + " (batch " +
+        std::to_string(batch_size) + " x width " + std::to_string(output_width()) + ")");
+  }
+  if (!input_gradient.empty() && input_gradient.size() != input.size()) {
+    throw InvalidArgument(config_.name + ": input_gradient has " +
+                          std::to_string(input_gradient.size()) + " floats; expected 0 or " +
+                          std::to_string(input.size()) + " (the size of input)");
+  }
+  if (batch_size != batch_size_) {
+    throw FailedPrecondition(config_.name + ": backward on a batch of " +
+                             std::to_string(batch_size) + " examples, but the last forward had " +
+                             std::to_string(batch_size_));
+  }
+
+  as_array(parameter_gradients).setZero();
+  for (int64_t first = 0; first < batch_size; first += kRowBlock) {
+    const int64_t count = std::min(kRowBlock, batch_size - first);
+    // `delta` is d(loss)/d(a_l) for the block's rows and the current layer l: the caller's
+    // output_gradient itself for a last layer without ReLU, otherwise d(loss)/d(h_{l+1}) masked
+    // by relu' (h_{l+1} > 0 exactly where a_l > 0) in one of the two block buffers.
+    int buffer = 0;
+    const float* delta = output_gradient.data() + first * output_width();
+    if (config_.output_activation == OutputActivation::kRelu) {
+      float* masked = gradient_buffers_[buffer].data();
+      MatrixMap(masked, count, output_width()) =
+          (ConstMatrixMap(activations_.back().data() + first * output_width(), count,
+                          output_width())
+               .array() > 0.0f)
+              .select(ConstMatrixMap(delta, count, output_width()), 0.0f);
+      delta = masked;
+    }
+    for (size_t l = layers_.size(); l-- > 0;) {
+      const Layer& layer = layers_[l];
+      const float* x =
+          (l == 0 ? input.data() : activations_[l - 1].data()) + first * layer.input_width;
+      const ConstMatrixMap x_block(x, count, layer.input_width);
+      const ConstMatrixMap delta_block(delta, count, layer.output_width);
+      weights(parameter_gradients, layer).noalias() += x_block.transpose() * delta_block;
+      bias(parameter_gradients, layer) += delta_block.colwise().sum();
+      if (l == 0) {
+        if (!input_gradient.empty()) {
+          MatrixMap(input_gradient.data() + first * layer.input_width, count, layer.input_width)
+              .noalias() = delta_block * weights(parameters, layer).transpose();
+        }
+        break;
+      }
+      buffer = 1 - buffer;
+      MatrixMap d_h(gradient_buffers_[buffer].data(), count, layer.input_width);
+      d_h.noalias() = delta_block * weights(parameters, layer).transpose();
+      d_h = (x_block.array() > 0.0f).select(d_h, 0.0f);
+      delta = d_h.data();
+    }
+  }
+}
+
+int64_t Mlp::batch_size_of(std::span<const float> input, const char* argument) const {
+  const int64_t size = static_cast<int64_t>(input.size());
+  if (size == 0 || size % config_.input_width != 0) {
+    throw InvalidArgument(config_.name + ": " + argument + " has " + std::to_string(size) +
+                          " floats; expected a positive multiple of input_width " +
+                          std::to_string(config_.input_width));
+  }
+  return size / config_.input_width;
+}
+
+void Mlp::check_parameter_size(size_t size, const char* argument) const {
+  if (size != static_cast<size_t>(num_parameters_)) {
+    throw InvalidArgument(
+        config_.name + ": " + argument + " has " + std::to_string(size) +
+        " floats; expected num_parameters() = " + std::to_string(num_parameters_));
+  }
+}
+
+}  // namespace recemb::train

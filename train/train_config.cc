@@ -1,0 +1,359 @@
+// The one file of recemb that includes toml++. The defaults document is parsed like any user file:
+// it defines which keys exist and their types, so a key missing from it is unknown everywhere.
+#include "train/train_config.h"
+
+#include <charconv>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "recemb/error.h"
+#include "recemb/optimizer.h"
+
+namespace recemb::train {
+namespace {
+
+constexpr std::string_view kDefaultConfig = R"(# recemb train: every field with its default.
+# Change fields in a file (recemb train --config FILE) or on the command line
+# (recemb train --set section.key=value, the value in TOML syntax: --set model.top_mlp=[128,64]).
+
+[data]
+path = ""               # Criteo TSV (label, 13 integers, 26 hex categoricals); "" = synthetic data
+eval_path = ""          # held-out TSV; "" = the first eval_examples examples of path
+preset = "small"        # table sizes: small | criteo-kaggle | criteo-1tb
+table_budget_mib = 0    # > 0: the preset's sizes cut down to fit this many MiB of table rows
+eval_examples = 65536   # held-out examples, evaluated every train.eval_every steps
+max_malformed = 100     # malformed input lines skipped (and reported) before the run fails
+synthetic_seed = 1      # seed of the synthetic data
+
+[model]
+embedding_dim = 16
+bottom_mlp = [64, 16]   # widths of the MLP over the 13 dense features; the last = embedding_dim
+top_mlp = [64, 32]      # hidden widths of the MLP over the interactions; a width-1 output follows
+seed = 0                # initialisation of the tables and the dense layers
+
+[embedding]
+optimizer = "adagrad"   # sgd | adagrad | adagrad_momentum | adam | ftrl | rowwise_adagrad
+learning_rate = 0.05
+threads = 0             # worker threads of the embedding engine; 0 = one per core
+
+[dense]
+optimizer = "adam"      # adam | adagrad
+learning_rate = 0.001
+
+[train]
+steps = 2000            # training steps; the run also ends when the data does
+batch_size = 2048       # examples per step
+eval_every = 500        # steps between evaluations; 0 = only at the end
+log_every = 10          # steps between training-loss records in metrics.jsonl
+
+[checkpoint]
+dir = ""                # "" = <output.dir>/checkpoints
+every = 1000            # steps between checkpoints; 0 = only at the end
+keep = 2                # complete checkpoints kept
+
+[output]
+dir = "recemb-run"      # metrics.jsonl, summary.json, training.svg, config.toml
+
+# Per-table overrides, for any of the tables C1..C26:
+# [tables.C3]
+# vocabulary_size = 100000
+# optimizer = "rowwise_adagrad"
+# learning_rate = 0.1
+)";
+
+constexpr int kNumTables = 26;
+
+std::string type_name(const toml::node& node) {
+  std::ostringstream name;
+  name << node.type();
+  return name.str();
+}
+
+// Copies `value` into `target[key]`, which must exist with the same type (an integer is accepted
+// where a float is expected).
+void assign_checked(toml::table& target, const std::string& key, const toml::node& value,
+                    const std::string& where) {
+  toml::node* existing = target.get(key);
+  if (existing->is_floating_point() && value.is_integer()) {
+    target.insert_or_assign(key, static_cast<double>(value.as_integer()->get()));
+    return;
+  }
+  const bool same_type = existing->type() == value.type() &&
+                         (!existing->is_array() || value.as_array()->empty() ||
+                          value.as_array()->is_homogeneous(existing->as_array()->front().type()));
+  if (!same_type) {
+    throw InvalidArgument(where + ": expected " + type_name(*existing) + ", got " +
+                          type_name(value));
+  }
+  value.visit([&](const auto& typed) { target.insert_or_assign(key, typed); });
+}
+
+std::string keys_of(const toml::table& table) {
+  std::string keys;
+  for (const auto& [key, value] : table) {
+    if (!keys.empty()) keys += ", ";
+    keys += key.str();
+  }
+  return keys;
+}
+
+void merge_table_override(std::map<std::string, TableOverride>& tables, const std::string& name,
+                          const std::string& field, const toml::node& value,
+                          const std::string& where);
+
+// Merges `source` into `target` (the defaults or their merge so far); `path` is the dotted prefix.
+void merge(toml::table& target, const toml::table& source, const std::string& path,
+           std::map<std::string, TableOverride>& tables, const std::string& origin) {
+  for (const auto& [key_view, value] : source) {
+    const std::string key(key_view.str());
+    const std::string dotted = path.empty() ? key : path + "." + key;
+    if (path.empty() && key == "tables") {
+      if (!value.is_table()) throw InvalidArgument(origin + ": 'tables' must be a table");
+      for (const auto& [table_name, fields] : *value.as_table()) {
+        if (!fields.is_table()) {
+          throw InvalidArgument(origin + ": 'tables." + std::string(table_name.str()) +
+                                "' must be a table");
+        }
+        for (const auto& [field, field_value] : *fields.as_table()) {
+          merge_table_override(tables, std::string(table_name.str()), std::string(field.str()),
+                               field_value, origin);
+        }
+      }
+      continue;
+    }
+    toml::node* existing = target.get(key);
+    if (existing == nullptr) {
+      throw InvalidArgument(origin + ": unknown key '" + dotted + "' (valid " +
+                            (path.empty() ? "sections" : "keys of [" + path + "]") + ": " +
+                            keys_of(target) + ")");
+    }
+    if (existing->is_table()) {
+      if (!value.is_table()) throw InvalidArgument(origin + ": '" + dotted + "' must be a table");
+      merge(*existing->as_table(), *value.as_table(), dotted, tables, origin);
+    } else {
+      assign_checked(target, key, value, origin + ": '" + dotted + "'");
+    }
+  }
+}
+
+void merge_table_override(std::map<std::string, TableOverride>& tables, const std::string& name,
+                          const std::string& field, const toml::node& value,
+                          const std::string& where) {
+  const std::string dotted = "tables." + name + "." + field;
+  int index = 0;
+  const bool valid_name = name.size() >= 2 && name[0] == 'C' &&
+                          std::from_chars(name.data() + 1, name.data() + name.size(), index).ptr ==
+                              name.data() + name.size() &&
+                          index >= 1 && index <= kNumTables;
+  if (!valid_name) {
+    throw InvalidArgument(where + ": unknown table in '" + dotted + "' (tables are C1..C26)");
+  }
+  TableOverride& table = tables[name];
+  if (field == "vocabulary_size" && value.is_integer()) {
+    table.vocabulary_size = value.as_integer()->get();
+  } else if (field == "optimizer" && value.is_string()) {
+    table.optimizer = value.as_string()->get();
+  } else if (field == "learning_rate" && value.is_number()) {
+    table.learning_rate = value.value<double>().value();
+  } else if (field == "vocabulary_size" || field == "optimizer" || field == "learning_rate") {
+    throw InvalidArgument(where + ": '" + dotted + "' has the wrong type (" + type_name(value) +
+                          ")");
+  } else {
+    throw InvalidArgument(where + ": unknown key '" + dotted +
+                          "' (valid: vocabulary_size, optimizer, learning_rate)");
+  }
+}
+
+toml::table parse_document(std::string_view text, const std::string& origin) {
+  try {
+    return toml::parse(text, origin);
+  } catch (const toml::parse_error& error) {
+    std::ostringstream message;
+    message << origin << ":" << error.source().begin.line << ":" << error.source().begin.column
+            << ": " << error.description();
+    throw InvalidArgument(message.str());
+  }
+}
+
+// Applies one "a.b.c=value" override.
+void apply_override(toml::table& config, std::map<std::string, TableOverride>& tables,
+                    const std::string& assignment) {
+  const std::string origin = "override '" + assignment + "'";
+  const size_t equals = assignment.find('=');
+  if (equals == std::string::npos || equals == 0) {
+    throw InvalidArgument(origin + ": expected section.key=value");
+  }
+  const std::string key = assignment.substr(0, equals);
+  const toml::table parsed = parse_document("value = " + assignment.substr(equals + 1), origin);
+  // Rebuild the dotted key as nested tables and merge it like a file.
+  toml::table nested;
+  toml::table* level = &nested;
+  size_t start = 0;
+  for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', start)) {
+    auto [it, inserted] = level->insert(key.substr(start, dot - start), toml::table{});
+    level = it->second.as_table();
+    start = dot + 1;
+  }
+  parsed.get("value")->visit([&](const auto& typed) { level->insert(key.substr(start), typed); });
+  merge(config, nested, "", tables, origin);
+}
+
+// The value at `path`, whose type the merge has checked; a number outside T's range throws.
+template <typename T>
+T get(const toml::table& config, std::string_view path) {
+  const std::optional<T> value = config.at_path(path).value<T>();
+  if (!value) throw InvalidArgument("'" + std::string(path) + "' is out of range");
+  return *value;
+}
+
+std::vector<int64_t> get_widths(const toml::table& config, std::string_view path) {
+  std::vector<int64_t> widths;
+  for (const toml::node& width : *config.at_path(path).as_array()) {
+    widths.push_back(width.value<int64_t>().value());
+  }
+  return widths;
+}
+
+void require(bool condition, const std::string& message) {
+  if (!condition) throw InvalidArgument(message);
+}
+
+void check_optimizer_name(const std::string& name, const std::string& key) {
+  try {
+    optimizer_from_name(name);
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(key + ": " + error.what());
+  }
+}
+
+void validate(const TrainConfig& c) {
+  require(c.data.table_budget_mib >= 0, "data.table_budget_mib must be >= 0");
+  require(c.data.eval_examples >= 1, "data.eval_examples must be >= 1");
+  require(c.data.max_malformed >= 0, "data.max_malformed must be >= 0");
+  require(c.model.embedding_dim >= 1, "model.embedding_dim must be >= 1");
+  require(!c.model.bottom_mlp.empty() && c.model.bottom_mlp.back() == c.model.embedding_dim,
+          "model.bottom_mlp must end with model.embedding_dim (" +
+              std::to_string(c.model.embedding_dim) + ")");
+  for (int64_t width : c.model.bottom_mlp) require(width >= 1, "model.bottom_mlp widths >= 1");
+  for (int64_t width : c.model.top_mlp) require(width >= 1, "model.top_mlp widths must be >= 1");
+  check_optimizer_name(c.embedding.optimizer, "embedding.optimizer");
+  require(c.embedding.learning_rate > 0.0, "embedding.learning_rate must be > 0");
+  require(c.embedding.threads >= 0, "embedding.threads must be >= 0");
+  require(c.dense.optimizer == "adam" || c.dense.optimizer == "adagrad",
+          "dense.optimizer must be adam or adagrad, not '" + c.dense.optimizer + "'");
+  require(c.dense.learning_rate > 0.0, "dense.learning_rate must be > 0");
+  require(c.train.steps >= 1, "train.steps must be >= 1");
+  require(c.train.batch_size >= 1, "train.batch_size must be >= 1");
+  require(c.train.eval_every >= 0, "train.eval_every must be >= 0");
+  require(c.train.log_every >= 1, "train.log_every must be >= 1");
+  require(c.checkpoint.every >= 0, "checkpoint.every must be >= 0");
+  require(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");
+  require(!c.output.dir.empty(), "output.dir must not be empty");
+  for (const auto& [name, table] : c.tables) {
+    require(!table.vocabulary_size || *table.vocabulary_size >= 1,
+            "tables." + name + ".vocabulary_size must be >= 1");
+    if (table.optimizer) check_optimizer_name(*table.optimizer, "tables." + name + ".optimizer");
+    require(!table.learning_rate || *table.learning_rate > 0.0,
+            "tables." + name + ".learning_rate must be > 0");
+  }
+}
+
+}  // namespace
+
+std::string_view default_config_toml() { return kDefaultConfig; }
+
+TrainConfig load_train_config(const std::string& config_path,
+                              const std::vector<std::string>& overrides) {
+  toml::table config = parse_document(kDefaultConfig, "defaults");
+  std::map<std::string, TableOverride> tables;
+  if (!config_path.empty()) {
+    toml::table file;
+    try {
+      file = toml::parse_file(config_path);
+    } catch (const toml::parse_error& error) {
+      std::ostringstream message;
+      message << config_path << ":" << error.source().begin.line << ":"
+              << error.source().begin.column << ": " << error.description();
+      throw InvalidArgument(message.str());
+    }
+    merge(config, file, "", tables, config_path);
+  }
+  for (const std::string& assignment : overrides) apply_override(config, tables, assignment);
+
+  TrainConfig c;
+  c.data.path = get<std::string>(config, "data.path");
+  c.data.eval_path = get<std::string>(config, "data.eval_path");
+  c.data.preset = get<std::string>(config, "data.preset");
+  c.data.table_budget_mib = get<int64_t>(config, "data.table_budget_mib");
+  c.data.eval_examples = get<int64_t>(config, "data.eval_examples");
+  c.data.max_malformed = get<int64_t>(config, "data.max_malformed");
+  c.data.synthetic_seed = get<uint64_t>(config, "data.synthetic_seed");
+  c.model.embedding_dim = get<int64_t>(config, "model.embedding_dim");
+  c.model.bottom_mlp = get_widths(config, "model.bottom_mlp");
+  c.model.top_mlp = get_widths(config, "model.top_mlp");
+  c.model.seed = get<uint64_t>(config, "model.seed");
+  c.embedding.optimizer = get<std::string>(config, "embedding.optimizer");
+  c.embedding.learning_rate = get<double>(config, "embedding.learning_rate");
+  c.embedding.threads = get<int>(config, "embedding.threads");
+  c.dense.optimizer = get<std::string>(config, "dense.optimizer");
+  c.dense.learning_rate = get<double>(config, "dense.learning_rate");
+  c.train.steps = get<int64_t>(config, "train.steps");
+  c.train.batch_size = get<int64_t>(config, "train.batch_size");
+  c.train.eval_every = get<int64_t>(config, "train.eval_every");
+  c.train.log_every = get<int64_t>(config, "train.log_every");
+  c.checkpoint.dir = get<std::string>(config, "checkpoint.dir");
+  c.checkpoint.every = get<int64_t>(config, "checkpoint.every");
+  c.checkpoint.keep = get<int>(config, "checkpoint.keep");
+  c.output.dir = get<std::string>(config, "output.dir");
+  c.tables = std::move(tables);
+  validate(c);
+  return c;
+}
+
+std::string to_toml(const TrainConfig& c) {
+  auto widths = [](const std::vector<int64_t>& values) {
+    toml::array array;
+    for (int64_t value : values) array.push_back(value);
+    return array;
+  };
+  toml::table tables;
+  for (const auto& [name, table] : c.tables) {
+    toml::table fields;
+    if (table.vocabulary_size) fields.insert("vocabulary_size", *table.vocabulary_size);
+    if (table.optimizer) fields.insert("optimizer", *table.optimizer);
+    if (table.learning_rate) fields.insert("learning_rate", *table.learning_rate);
+    tables.insert(name, std::move(fields));
+  }
+  const toml::table document{
+      {"data", toml::table{{"path", c.data.path},
+                           {"eval_path", c.data.eval_path},
+                           {"preset", c.data.preset},
+                           {"table_budget_mib", c.data.table_budget_mib},
+                           {"eval_examples", c.data.eval_examples},
+                           {"max_malformed", c.data.max_malformed},
+                           {"synthetic_seed", static_cast<int64_t>(c.data.synthetic_seed)}}},
+      {"model", toml::table{{"embedding_dim", c.model.embedding_dim},
+                            {"bottom_mlp", widths(c.model.bottom_mlp)},
+                            {"top_mlp", widths(c.model.top_mlp)},
+                            {"seed", static_cast<int64_t>(c.model.seed)}}},
+      {"embedding", toml::table{{"optimizer", c.embedding.optimizer},
+                                {"learning_rate", c.embedding.learning_rate},
+                                {"threads", c.embedding.threads}}},
+      {"dense",
+       toml::table{{"optimizer", c.dense.optimizer}, {"learning_rate", c.dense.learning_rate}}},
+      {"train", toml::table{{"steps", c.train.steps},
+                            {"batch_size", c.train.batch_size},
+                            {"eval_every", c.train.eval_every},
+                            {"log_every", c.train.log_every}}},
+      {"checkpoint",
+       toml::table{
+           {"dir", c.checkpoint.dir}, {"every", c.checkpoint.every}, {"keep", c.checkpoint.keep}}},
+      {"output", toml::table{{"dir", c.output.dir}}},
+      {"tables", std::move(tables)},
+  };
+  std::ostringstream text;
+  text << document << "\n";
+  return text.str();
+}
+
+}  // namespace recemb::train

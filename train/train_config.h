@@ -1,0 +1,90 @@
+// The configuration of `recemb train`: every field has a default, may be set in a TOML file and
+// overridden on the command line as `--set section.key=value` (the value in TOML syntax:
+// `--set model.top_mlp=[128,64]`, `--set data.path="day_0.tsv"`).
+//
+//   [data]       path, eval_path, preset, table_budget_mib, eval_examples, max_malformed,
+//                synthetic_seed
+//   [model]      embedding_dim, bottom_mlp, top_mlp, seed
+//   [embedding]  optimizer, learning_rate, threads
+//   [dense]      optimizer, learning_rate
+//   [train]      steps, batch_size, eval_every, log_every
+//   [checkpoint] dir, every, keep
+//   [output]     dir
+//   [tables.C<k>] vocabulary_size, optimizer, learning_rate      (k = 1..26; per-table overrides)
+//
+// default_config_toml() is the documented list of fields with their defaults and meanings.
+#ifndef RECEMB_TRAIN_TRAIN_CONFIG_H_
+#define RECEMB_TRAIN_TRAIN_CONFIG_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace recemb::train {
+
+struct TableOverride {
+  std::optional<int64_t> vocabulary_size = {};  // replaces the preset's size
+  std::optional<std::string> optimizer = {};    // a recemb optimizer name (optimizer.h)
+  std::optional<double> learning_rate = {};
+};
+
+struct TrainConfig {
+  struct Data {
+    std::string path = {};         // Criteo TSV file; empty: the synthetic Criteo-like generator
+    std::string eval_path = {};    // held-out TSV; empty: the first eval_examples of `path`
+    std::string preset = "small";  // table sizes: small | criteo-kaggle | criteo-1tb
+    int64_t table_budget_mib = 0;  // > 0: the preset's sizes fitted to this many MiB of rows
+    int64_t eval_examples = 0;     // held-out examples evaluated every eval_every steps
+    int64_t max_malformed = 0;     // malformed input lines tolerated before the run fails
+    uint64_t synthetic_seed = 0;   // seed of the synthetic data
+  } data;
+  struct Model {
+    int64_t embedding_dim = 0;
+    std::vector<int64_t> bottom_mlp = {};  // widths; the last must equal embedding_dim
+    std::vector<int64_t> top_mlp = {};     // hidden widths; a width-1 output layer is added
+    uint64_t seed = 0;                     // initialisation of tables and dense layers
+  } model;
+  struct EmbeddingOptimizer {
+    std::string optimizer = {};  // sgd | adagrad | rowwise_adagrad | adam | ftrl | ...
+    double learning_rate = 0.0;
+    int threads = 0;  // 0: one per core
+  } embedding;
+  struct DenseOptimizer {
+    std::string optimizer = {};  // adam | adagrad
+    double learning_rate = 0.0;
+  } dense;
+  struct Train {
+    int64_t steps = 0;       // training steps (batches); the run also ends when the data does
+    int64_t batch_size = 0;  // examples per step
+    int64_t eval_every = 0;  // steps between evaluations (0: only at the end)
+    int64_t log_every = 0;   // steps between training-loss records in the metrics file
+  } train;
+  struct Checkpoint {
+    std::string dir = {};  // empty: <output.dir>/checkpoints
+    int64_t every = 0;     // steps between checkpoints (0: only at the end)
+    int keep = 0;          // complete checkpoints kept
+  } checkpoint;
+  struct Output {
+    std::string dir = {};  // metrics.jsonl, summary.json, training.svg
+  } output;
+  std::map<std::string, TableOverride> tables = {};  // by table name "C1".."C26"
+};
+
+// The defaults as a commented TOML document (what `recemb train --print-default-config` shows).
+std::string_view default_config_toml();
+
+// Defaults, then the TOML file `config_path` (if not empty), then each override "key=value"
+// (dotted key, TOML value) in order. Throws InvalidArgument naming the file, line or override for
+// a syntax error, an unknown key, a value of the wrong type or out of range.
+TrainConfig load_train_config(const std::string& config_path,
+                              const std::vector<std::string>& overrides);
+
+// The effective configuration as TOML (written beside the run's metrics).
+std::string to_toml(const TrainConfig& config);
+
+}  // namespace recemb::train
+
+#endif  // RECEMB_TRAIN_TRAIN_CONFIG_H_

@@ -1,0 +1,547 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sys/resource.h>
+#include <utility>
+#include <variant>
+
+#include "recemb/checkpoint.h"
+#include "recemb/embedding.h"
+#include "recemb/error.h"
+
+#include "train/criteo_profile.h"
+#include "train/criteo_reader.h"
+#include "train/dense_optimizer.h"
+#include "train/dlrm_dense_model.h"
+#include "train/metrics.h"
+#include "train/metrics_log.h"
+#include "train/svg_plot.h"
+#include "train/synthetic_criteo.h"
+
+namespace recemb::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Checkpoint names of the trainer's own state (beside recemb's tables and slots).
+constexpr char kDenseParameters[] = "dense/parameters";
+constexpr char kDenseOptimizerSlots[] = "dense/optimizer_slots";
+constexpr char kDataPosition[] = "data_position";
+constexpr char kDenseOptimizerStep[] = "dense_optimizer_step";
+constexpr char kExamples[] = "examples";
+constexpr char kLossWindow[] = "loss_window";  // "<sum> <count>" of the unrecorded steps
+
+std::vector<int64_t> vocabulary_sizes(const TrainConfig& config) {
+  std::vector<int64_t> sizes = preset_vocabulary_sizes(config.data.preset);
+  if (config.data.table_budget_mib > 0) {
+    sizes = fit_to_budget(sizes, {.dim = config.model.embedding_dim,
+                                  .max_bytes = config.data.table_budget_mib << 20});
+  }
+  for (const auto& [name, table] : config.tables) {
+    if (!table.vocabulary_size) continue;
+    for (int f = 0; f < kNumCategoricalFeatures; ++f) {
+      if (categorical_feature_name(f) == name) sizes[f] = *table.vocabulary_size;
+    }
+  }
+  return sizes;
+}
+
+Optimizer embedding_optimizer(const std::string& name, double learning_rate) {
+  Optimizer optimizer = optimizer_from_name(name);
+  std::visit([&](auto& o) { o.learning_rate = static_cast<float>(learning_rate); }, optimizer);
+  return optimizer;
+}
+
+Embedding make_embedding(const TrainConfig& config, const std::vector<int64_t>& sizes) {
+  std::vector<TableConfig> tables;
+  std::vector<FeatureConfig> features;
+  for (int f = 0; f < kNumCategoricalFeatures; ++f) {
+    const std::string name = categorical_feature_name(f);
+    TableConfig table{.name = name, .vocabulary_size = sizes[f], .dim = config.model.embedding_dim};
+    if (auto it = config.tables.find(name); it != config.tables.end()) {
+      const TableOverride& o = it->second;
+      if (o.optimizer || o.learning_rate) {
+        table.optimizer =
+            embedding_optimizer(o.optimizer.value_or(config.embedding.optimizer),
+                                o.learning_rate.value_or(config.embedding.learning_rate));
+      }
+    }
+    tables.push_back(std::move(table));
+    features.push_back({.name = name, .table = name});
+  }
+  return Embedding(
+      std::move(tables), std::move(features),
+      {.optimizer = embedding_optimizer(config.embedding.optimizer, config.embedding.learning_rate),
+       .num_threads = config.embedding.threads,
+       .seed = config.model.seed});
+}
+
+DenseOptimizerConfig dense_optimizer_config(const TrainConfig::DenseOptimizer& dense) {
+  if (dense.optimizer == "adagrad") {
+    return DenseAdagrad{.learning_rate = static_cast<float>(dense.learning_rate)};
+  }
+  return DenseAdam{.learning_rate = static_cast<float>(dense.learning_rate)};
+}
+
+int64_t embedding_bytes(Embedding& embedding) {
+  int64_t bytes = 0;
+  for (const TableConfig& table : embedding.tables()) {
+    for (const std::string& variable : embedding.variable_names(table.name)) {
+      bytes += static_cast<int64_t>(embedding.variable_data(table.name, variable).size_bytes());
+    }
+  }
+  return bytes;
+}
+
+int64_t peak_resident_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+std::string format_double(double value) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
+// JSON has no NaN: unknown values are null.
+std::string json_number(double value) {
+  return std::isfinite(value) ? format_double(value) : "null";
+}
+
+// The buffers one batch flows through: recemb's inputs (views of an ExampleBatch's ids),
+// activations and their gradients. Grown once to the largest batch.
+class BatchBuffers {
+ public:
+  explicit BatchBuffers(int64_t dim) : dim_(dim) {
+    inputs_.resize(kNumCategoricalFeatures, DenseIds{.shape = {0}});
+    activations_.resize(kNumCategoricalFeatures);
+    gradients_.resize(kNumCategoricalFeatures);
+  }
+
+  // Points the inputs at examples [begin, begin + count) of `batch`.
+  void bind(const ExampleBatch& batch, int64_t begin, int64_t count) {
+    for (int f = 0; f < kNumCategoricalFeatures; ++f) {
+      inputs_[f] =
+          DenseIds{.ids = batch.categorical_ids(f).subspan(begin, count), .shape = {count}};
+      activations_[f].resize(static_cast<size_t>(count * dim_));
+      gradients_[f].resize(static_cast<size_t>(count * dim_));
+    }
+    activation_spans_.assign(activations_.begin(), activations_.end());
+    activation_views_.assign(activations_.begin(), activations_.end());
+    gradient_spans_.assign(gradients_.begin(), gradients_.end());
+    gradient_views_.assign(gradients_.begin(), gradients_.end());
+  }
+
+  std::span<const FeatureInput> inputs() const { return inputs_; }
+  std::span<const std::span<float>> activations() const { return activation_spans_; }
+  std::span<const std::span<const float>> activation_views() const { return activation_views_; }
+  std::span<const std::span<float>> gradients() const { return gradient_spans_; }
+  std::span<const std::span<const float>> gradient_views() const { return gradient_views_; }
+
+ private:
+  int64_t dim_;
+  std::vector<FeatureInput> inputs_;
+  std::vector<std::vector<float>> activations_, gradients_;
+  std::vector<std::span<float>> activation_spans_, gradient_spans_;
+  std::vector<std::span<const float>> activation_views_, gradient_views_;
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& config, const RunOptions& options)
+      : config_(config),
+        options_(options),
+        log_(options.log != nullptr ? *options.log : std::cerr),
+        progress_(log_, options.progress),
+        sizes_(vocabulary_sizes(config)),
+        embedding_(make_embedding(config, sizes_)),
+        model_(DlrmDenseConfig{.num_dense_features = kNumDenseFeatures,
+                               .num_sparse_features = kNumCategoricalFeatures,
+                               .embedding_dim = config.model.embedding_dim,
+                               .bottom_mlp = config.model.bottom_mlp,
+                               .top_mlp = config.model.top_mlp,
+                               .seed = config.model.seed}),
+        dense_optimizer_(dense_optimizer_config(config.dense), model_.num_parameters()),
+        buffers_(config.model.embedding_dim),
+        output_dir_(config.output.dir),
+        checkpoint_dir_(config.checkpoint.dir.empty()
+                            ? output_dir_ / "checkpoints"
+                            : std::filesystem::path(config.checkpoint.dir)) {
+    open_data();
+  }
+
+  TrainSummary run() {
+    std::filesystem::create_directories(output_dir_);
+    if (options_.resume) {
+      resume();
+    } else if (const auto earlier = latest_checkpoint(checkpoint_dir_)) {
+      throw InvalidArgument(checkpoint_dir_.string() + " holds checkpoints of an earlier run (" +
+                            earlier->filename().string() +
+                            "): continue it with --resume, or choose another output.dir or "
+                            "checkpoint.dir");
+    }
+    std::ofstream(output_dir_ / "config.toml") << to_toml(config_);
+    const bool resumed = embedding_.step() > 0;
+    metrics_.emplace(output_dir_ / "metrics.jsonl",
+                     KeptRecords{.step = resumed ? embedding_.step() : -1,
+                                 .train_every = config_.train.log_every,
+                                 .eval_every = config_.train.eval_every});
+    summary_.first_step = embedding_.step();
+    summary_.embedding_bytes = embedding_bytes(embedding_);
+    describe_run();
+
+    const Clock::time_point start = Clock::now();
+    if (!resumed) {
+      summary_.initial_auc = evaluate().auc;
+    } else if (!metrics_->eval_records().empty()) {
+      summary_.initial_auc = metrics_->eval_records().front().auc;
+    }
+    ExampleBatch batch;
+    while (embedding_.step() < config_.train.steps) {
+      Clock::time_point t = Clock::now();
+      const int64_t count = train_source_->next(batch, config_.train.batch_size);
+      summary_.data_seconds += seconds_since(t);
+      if (count == 0) {
+        progress_.message("the training data ended at step " + std::to_string(embedding_.step()));
+        break;
+      }
+      train_step(batch);
+      const int64_t step = embedding_.step();
+      if (step % config_.train.log_every == 0) record_loss(step);
+      if (config_.train.eval_every > 0 && step % config_.train.eval_every == 0 &&
+          step < config_.train.steps) {
+        evaluate();
+      }
+      if (config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0 &&
+          step < config_.train.steps) {
+        save();
+      }
+      const double elapsed = seconds_since(start);
+      const double rate = static_cast<double>(summary_.examples) / elapsed;
+      progress_.update({.step = step,
+                        .total_steps = config_.train.steps,
+                        .examples_per_second = rate,
+                        .loss = recent_loss_,
+                        .eta_seconds = static_cast<double>(config_.train.steps - step) *
+                                       static_cast<double>(config_.train.batch_size) / rate},
+                       elapsed);
+    }
+    // Saved before the final records: a run resumed from here continues the loss window, and
+    // MetricsLog drops these off-schedule records (see metrics_log.h).
+    save();
+    if (loss_window_count_ > 0) record_loss(embedding_.step());
+    const EvalRecord final_eval = evaluate();
+    summary_.seconds = seconds_since(start);
+    summary_.steps = embedding_.step();
+    summary_.examples_per_second = static_cast<double>(summary_.examples) / summary_.seconds;
+    summary_.final_auc = final_eval.auc;
+    summary_.final_log_loss = final_eval.log_loss;
+    summary_.peak_resident_bytes = peak_resident_bytes();
+    collect_malformed_lines();
+    write_outputs();
+    return summary_;
+  }
+
+ private:
+  void open_data() {
+    if (config_.data.path.empty()) {
+      train_source_ = std::make_unique<SyntheticCriteo>(
+          SyntheticOptions{.seed = config_.data.synthetic_seed, .vocabulary_sizes = sizes_});
+      SyntheticCriteo eval_source(SyntheticOptions{.seed = config_.data.synthetic_seed,
+                                                   .vocabulary_sizes = sizes_,
+                                                   .split = SyntheticSplit::kEval});
+      eval_source.next(eval_set_, config_.data.eval_examples);
+      // The planted model's own scores: the ceiling the trained model is measured against.
+      std::vector<float> best(static_cast<size_t>(eval_set_.size));
+      for (int64_t i = 0; i < eval_set_.size; ++i) {
+        best[i] = static_cast<float>(1 / (1 + std::exp(-eval_source.logit(eval_set_, i))));
+      }
+      summary_.best_auc = roc_auc(best, eval_set_.labels);
+      summary_.best_log_loss = log_loss(best, eval_set_.labels);
+      return;
+    }
+    summary_.best_auc = summary_.best_log_loss = std::nan("");
+    const ReaderOptions reader_options{.vocabulary_sizes = sizes_,
+                                       .max_malformed = config_.data.max_malformed};
+    auto reader =
+        std::make_unique<CriteoReader>(std::vector<std::string>{config_.data.path}, reader_options);
+    if (config_.data.eval_path.empty()) {
+      reader->next(eval_set_, config_.data.eval_examples);  // the file's first examples
+    } else {
+      eval_reader_ = std::make_unique<CriteoReader>(
+          std::vector<std::string>{config_.data.eval_path}, reader_options);
+      eval_reader_->next(eval_set_, config_.data.eval_examples);
+    }
+    if (eval_set_.size == 0) {
+      throw InvalidArgument(
+          "no held-out examples could be read from " +
+          (config_.data.eval_path.empty() ? config_.data.path : config_.data.eval_path));
+    }
+    train_reader_ = reader.get();
+    train_source_ = std::move(reader);
+  }
+
+  void collect_malformed_lines() {
+    for (const CriteoReader* reader : {train_reader_, eval_reader_.get()}) {
+      if (reader == nullptr) continue;
+      summary_.malformed_lines += reader->malformed_lines();
+      const auto messages = reader->malformed_messages();
+      summary_.malformed_messages.insert(summary_.malformed_messages.end(), messages.begin(),
+                                         messages.end());
+    }
+  }
+
+  void describe_run() {
+    int64_t rows = 0;
+    for (int64_t size : sizes_) rows += size;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "recemb train: 26 tables, %" PRId64 " rows x %" PRId64
+                  " dims, %.1f MiB with optimizer slots; %zu dense parameters; data: %s",
+                  rows, config_.model.embedding_dim,
+                  static_cast<double>(summary_.embedding_bytes) / (1 << 20),
+                  model_.parameters().size(),
+                  config_.data.path.empty() ? "synthetic Criteo-like" : config_.data.path.c_str());
+    progress_.message(line);
+  }
+
+  void train_step(const ExampleBatch& batch) {
+    buffers_.bind(batch, 0, batch.size);
+    Clock::time_point t = Clock::now();
+    embedding_.lookup(buffers_.inputs(), buffers_.activations(), lookup_batch_);
+    summary_.lookup_seconds += seconds_since(t);
+
+    t = Clock::now();
+    const float loss = model_.train_step(batch.dense, batch.labels, buffers_.activation_views(),
+                                         buffers_.gradients());
+    dense_optimizer_.apply(model_.parameters(), model_.gradients());
+    summary_.dense_seconds += seconds_since(t);
+
+    t = Clock::now();
+    embedding_.apply_gradients(lookup_batch_, buffers_.gradient_views());
+    summary_.update_seconds += seconds_since(t);
+
+    summary_.examples += batch.size;
+    examples_total_ += batch.size;
+    loss_window_sum_ += loss;
+    ++loss_window_count_;
+  }
+
+  void record_loss(int64_t step) {
+    recent_loss_ = loss_window_sum_ / static_cast<double>(loss_window_count_);
+    metrics_->add(
+        TrainRecord{.step = step, .examples = examples_total_, .train_loss = recent_loss_});
+    loss_window_sum_ = 0;
+    loss_window_count_ = 0;
+  }
+
+  EvalRecord evaluate() {
+    const Clock::time_point t = Clock::now();
+    probabilities_.resize(static_cast<size_t>(eval_set_.size));
+    for (int64_t begin = 0; begin < eval_set_.size; begin += config_.train.batch_size) {
+      const int64_t count = std::min(config_.train.batch_size, eval_set_.size - begin);
+      buffers_.bind(eval_set_, begin, count);
+      embedding_.lookup(buffers_.inputs(), buffers_.activations());
+      model_.predict(
+          std::span(eval_set_.dense).subspan(begin * kNumDenseFeatures, count * kNumDenseFeatures),
+          buffers_.activation_views(), std::span(probabilities_).subspan(begin, count));
+    }
+    const EvalRecord record{.step = embedding_.step(),
+                            .auc = roc_auc(probabilities_, eval_set_.labels),
+                            .log_loss = log_loss(probabilities_, eval_set_.labels)};
+    if (metrics_) metrics_->add(record);
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "eval at step %" PRId64 ": AUC %.4f, log loss %.4f (%" PRId64
+                  " held-out examples)",
+                  record.step, record.auc, record.log_loss, eval_set_.size);
+    progress_.message(line);
+    summary_.eval_seconds += seconds_since(t);
+    return record;
+  }
+
+  void save() {
+    if (embedding_.step() == last_saved_step_) return;  // e.g. resumed at the final step
+    last_saved_step_ = embedding_.step();
+    const Clock::time_point t = Clock::now();
+    const std::filesystem::path path = save_checkpoint(
+        embedding_, checkpoint_dir_,
+        {.keep_last = config_.checkpoint.keep,
+         .extra_arrays = {{.name = kDenseParameters, .values = model_.parameters()},
+                          {.name = kDenseOptimizerSlots, .values = dense_optimizer_.slots()}},
+         .metadata = {{kDataPosition, train_source_->position()},
+                      {kDenseOptimizerStep, std::to_string(dense_optimizer_.step())},
+                      {kExamples, std::to_string(examples_total_)},
+                      {kLossWindow, format_double(loss_window_sum_) + " " +
+                                        std::to_string(loss_window_count_)}}});
+    summary_.checkpoint_seconds += seconds_since(t);
+    progress_.message("checkpoint " + path.string());
+  }
+
+  void resume() {
+    const std::optional<std::filesystem::path> latest = latest_checkpoint(checkpoint_dir_);
+    if (!latest) {
+      progress_.message("--resume: no checkpoint in " + checkpoint_dir_.string() +
+                        "; starting from step 0");
+      return;
+    }
+    RestoredState state = restore_checkpoint(embedding_, *latest);
+    last_saved_step_ = embedding_.step();
+    const auto array = [&](const char* name, std::span<float> into) {
+      auto it = state.extra_arrays.find(name);
+      if (it == state.extra_arrays.end() || it->second.size() != into.size()) {
+        throw InvalidArgument(latest->string() + ": '" + name + "' is missing or has " +
+                              "another size than this configuration's model");
+      }
+      std::copy(it->second.begin(), it->second.end(), into.begin());
+    };
+    const auto text = [&](const char* name) -> const std::string& {
+      auto it = state.metadata.find(name);
+      if (it == state.metadata.end()) {
+        throw InvalidArgument(latest->string() + ": metadata '" + name + "' is missing");
+      }
+      return it->second;
+    };
+    array(kDenseParameters, model_.parameters());
+    array(kDenseOptimizerSlots, dense_optimizer_.slots());
+    dense_optimizer_.set_step(std::stoll(text(kDenseOptimizerStep)));
+    train_source_->seek(text(kDataPosition));
+    examples_total_ = std::stoll(text(kExamples));
+    if (std::sscanf(text(kLossWindow).c_str(), "%lf %" SCNd64, &loss_window_sum_,
+                    &loss_window_count_) != 2) {
+      throw InvalidArgument(latest->string() + ": malformed metadata '" + kLossWindow + "'");
+    }
+    progress_.message("resumed from " + latest->string() + " at step " +
+                      std::to_string(embedding_.step()));
+  }
+
+  void write_outputs() {
+    std::vector<double> loss_steps, losses, eval_steps, aucs;
+    for (const TrainRecord& r : metrics_->train_records()) {
+      loss_steps.push_back(static_cast<double>(r.step));
+      losses.push_back(r.train_loss);
+    }
+    for (const EvalRecord& r : metrics_->eval_records()) {
+      eval_steps.push_back(static_cast<double>(r.step));
+      aucs.push_back(r.auc);
+    }
+    const std::vector<Chart> charts{
+        {.title = "Training loss",
+         .x_label = "step",
+         .y_label = "log loss",
+         .series = {{.label =
+                         "train (mean over " + std::to_string(config_.train.log_every) + " steps)",
+                     .x = loss_steps,
+                     .y = losses}}},
+        {.title = "Held-out AUC",
+         .x_label = "step",
+         .y_label = "AUC",
+         .series = {{.label = "eval", .x = eval_steps, .y = aucs, .color = "#d62728"}}}};
+    std::ofstream(output_dir_ / "training.svg") << render_svg(charts);
+
+    std::ofstream summary(output_dir_ / "summary.json");
+    const TrainSummary& s = summary_;
+    summary << "{\n"
+            << "  \"first_step\": " << s.first_step << ",\n"
+            << "  \"steps\": " << s.steps << ",\n"
+            << "  \"examples\": " << s.examples << ",\n"
+            << "  \"seconds\": " << format_double(s.seconds) << ",\n"
+            << "  \"examples_per_second\": " << format_double(s.examples_per_second) << ",\n"
+            << "  \"initial_auc\": " << format_double(s.initial_auc) << ",\n"
+            << "  \"final_auc\": " << format_double(s.final_auc) << ",\n"
+            << "  \"final_log_loss\": " << format_double(s.final_log_loss) << ",\n"
+            << "  \"best_auc\": " << json_number(s.best_auc) << ",\n"
+            << "  \"best_log_loss\": " << json_number(s.best_log_loss) << ",\n"
+            << "  \"data_seconds\": " << format_double(s.data_seconds) << ",\n"
+            << "  \"lookup_seconds\": " << format_double(s.lookup_seconds) << ",\n"
+            << "  \"dense_seconds\": " << format_double(s.dense_seconds) << ",\n"
+            << "  \"update_seconds\": " << format_double(s.update_seconds) << ",\n"
+            << "  \"eval_seconds\": " << format_double(s.eval_seconds) << ",\n"
+            << "  \"checkpoint_seconds\": " << format_double(s.checkpoint_seconds) << ",\n"
+            << "  \"embedding_bytes\": " << s.embedding_bytes << ",\n"
+            << "  \"peak_resident_bytes\": " << s.peak_resident_bytes << ",\n"
+            << "  \"malformed_lines\": " << s.malformed_lines << "\n"
+            << "}\n";
+  }
+
+  const TrainConfig& config_;
+  const RunOptions& options_;
+  std::ostream& log_;
+  ProgressDisplay progress_;
+  std::vector<int64_t> sizes_;
+  Embedding embedding_;
+  DlrmDenseModel model_;
+  DenseOptimizer dense_optimizer_;
+  BatchBuffers buffers_;
+  LookupBatch lookup_batch_;
+  std::filesystem::path output_dir_, checkpoint_dir_;
+  std::unique_ptr<ExampleSource> train_source_;
+  CriteoReader* train_reader_ = nullptr;  // train_source_ when it reads a file
+  std::unique_ptr<CriteoReader> eval_reader_;
+  ExampleBatch eval_set_;
+  std::vector<float> probabilities_;
+  std::optional<MetricsLog> metrics_;
+  TrainSummary summary_;
+  int64_t examples_total_ = 0;  // over all runs (restored on resume)
+  double loss_window_sum_ = 0;
+  int64_t loss_window_count_ = 0;
+  double recent_loss_ = std::nan("");
+  int64_t last_saved_step_ = -1;
+};
+
+}  // namespace
+
+TrainSummary run_training(const TrainConfig& config, const RunOptions& options) {
+  return Trainer(config, options).run();
+}
+
+std::string format_summary(const TrainSummary& s) {
+  const double accounted = s.lookup_seconds + s.dense_seconds + s.update_seconds;
+  const auto share = [&](double seconds) {
+    return accounted > 0 ? 100 * seconds / accounted : 0.0;
+  };
+  char best[160] = "";
+  if (std::isfinite(s.best_auc)) {
+    std::snprintf(best, sizeof best,
+                  "best possible on these synthetic data (the planted model): AUC %.4f, log loss "
+                  "%.4f\n",
+                  s.best_auc, s.best_log_loss);
+  }
+  char text[1024];
+  std::snprintf(
+      text, sizeof text,
+      "trained steps %" PRId64 "..%" PRId64 ": %" PRId64
+      " examples in %.1f s (%.0f examples/s)\n"
+      "held-out AUC %.4f (before: %.4f), log loss %.4f\n%s"
+      "time: embedding lookup %.2f s (%.0f%%), dense forward+backward+update %.2f s (%.0f%%), "
+      "embedding update %.2f s (%.0f%%); data %.2f s, evaluation %.2f s, checkpoints %.2f s\n"
+      "memory: tables + slots %.1f MiB, peak resident %.1f MiB\n",
+      s.first_step, s.steps, s.examples, s.seconds, s.examples_per_second, s.final_auc,
+      s.initial_auc, s.final_log_loss, best, s.lookup_seconds, share(s.lookup_seconds), s.dense_seconds,
+      share(s.dense_seconds), s.update_seconds, share(s.update_seconds), s.data_seconds,
+      s.eval_seconds, s.checkpoint_seconds, static_cast<double>(s.embedding_bytes) / (1 << 20),
+      static_cast<double>(s.peak_resident_bytes) / (1 << 20));
+  std::string summary = text;
+  if (s.malformed_lines > 0) {
+    summary += "skipped " + std::to_string(s.malformed_lines) + " malformed input lines";
+    summary += s.malformed_messages.empty() ? "\n" : ", the first ones:\n";
+    for (const std::string& message : s.malformed_messages) summary += "  " + message + "\n";
+  }
+  return summary;
+}
+
+}  // namespace recemb::train
