@@ -5,14 +5,14 @@
 #   make format  apply clang-format to every C++ file
 #   make clean   remove build/
 # Single phases of `make test`: check-format check-mirror test-release test-asan test-tsan
-# check-install bench-smoke test-python.
+# check-install bench-smoke fuzz-smoke test-python.
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .NOTPARALLEL:
 .DEFAULT_GOAL := build
 .PHONY: build run test deps format clean help release-build test-begin check-format check-mirror \
-        test-release test-asan test-tsan check-install bench-smoke test-python
+        test-release test-asan test-tsan check-install bench-smoke fuzz-smoke test-python
 
 JOBS ?= $(shell nproc)
 # Ninja when it is installed (evaluated when a recipe runs, so after `deps`). A build tree keeps the
@@ -55,7 +55,7 @@ run: deps
 	$(RECEMB) train --output build/recemb-run $(ARGS)
 
 test: test-begin deps check-format check-mirror test-release test-asan test-tsan check-install \
-      bench-smoke test-python
+      bench-smoke fuzz-smoke test-python
 	@echo "==> make test passed; time per phase:"; cat $(TIMES); \
 	 awk '{ total += $$2 } END { printf "%-14s %5d s\n", "total", total }' $(TIMES); \
 	 awk '{ failed += $$1; total += $$2 } END { printf "tests: %d passed, %d failed\n", \
@@ -122,6 +122,12 @@ bench-smoke: release-build
 	   timeout 600 "$$bench" --benchmark_min_time=0.01; \
 	 done; \
 	 $(PHASE_END)
+
+# The libFuzzer targets of the file readers (checkpoint, serving model), built with clang, ASan
+# and UBSan, each run for FUZZ_SECONDS from its seeds: a crash or sanitizer report fails.
+FUZZ_SECONDS ?= 20
+fuzz-smoke:
+	@$(PHASE_START); FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) scripts/fuzz; $(PHASE_END)
 
 format:
 	scripts/check-format --fix

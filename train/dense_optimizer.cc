@@ -1,6 +1,5 @@
 #include "train/dense_optimizer.h"
 
-#include <charconv>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -8,15 +7,10 @@
 #include "recemb/error.h"
 
 #include "train/eigen.h"
+#include "train/float_text.h"
 
 namespace recemb::train {
 namespace {
-
-// The shortest decimal that reads back as `value` ("1.5", "1e-09", "nan"), for messages.
-std::string format(float value) {
-  char buffer[32];
-  return std::string(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
-}
 
 template <class... Functions>
 struct Overloaded : Functions... {
@@ -24,14 +18,16 @@ struct Overloaded : Functions... {
 };
 
 std::string name_of(const DenseOptimizerConfig& config) {
-  return std::holds_alternative<DenseAdam>(config) ? "DenseAdam" : "DenseAdagrad";
+  return std::visit(Overloaded{[](const DenseAdam&) { return "DenseAdam"; },
+                               [](const DenseAdagrad&) { return "DenseAdagrad"; }},
+                    config);
 }
 
 void validate(const DenseOptimizerConfig& config) {
   const std::string owner = name_of(config);
   const auto require = [&owner](bool valid, const char* field, float value, const char* range) {
     if (!valid) {
-      throw InvalidArgument(owner + ": " + field + " = " + format(value) + " must be " + range);
+      throw InvalidArgument(owner + ": " + field + " = " + float_text(value) + " must be " + range);
     }
   };
   std::visit(Overloaded{[&](const DenseAdam& adam) {
@@ -98,7 +94,7 @@ void DenseOptimizer::apply(std::span<float> parameters, std::span<const float> g
     size_t i = 0;
     while (std::isfinite(gradients[i])) ++i;
     throw InvalidArgument(name_of(config_) + ": gradients[" + std::to_string(i) +
-                          "] = " + format(gradients[i]) + " is not finite");
+                          "] = " + float_text(gradients[i]) + " is not finite");
   }
   const std::span<float> slots = slots_;
   ArrayMap w = as_array(parameters);

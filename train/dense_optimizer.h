@@ -18,6 +18,9 @@
 //     a += g^2
 //     w -= lr g / sqrt(a)
 //   Slot "accumulators", starting at initial_accumulator_value.
+//
+// Arithmetic is float32 (Adam's bias corrections are computed in double once per step) with
+// exact square roots; results are bitwise the same wherever the arrays lie in memory.
 #ifndef RECEMB_TRAIN_DENSE_OPTIMIZER_H_
 #define RECEMB_TRAIN_DENSE_OPTIMIZER_H_
 

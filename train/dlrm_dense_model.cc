@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -11,14 +10,10 @@
 
 #include "recemb/error.h"
 
+#include "train/float_text.h"
+
 namespace recemb::train {
 namespace {
-
-// The shortest decimal that reads back as `value` ("1.5", "1e-09", "nan"), for messages.
-std::string format(float value) {
-  char buffer[32];
-  return std::string(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
-}
 
 // Checks the fields the MLPs and the interaction do not check themselves (they name their own
 // fields: "bottom_mlp: layer_widths[1] = 0 must be >= 1").
@@ -97,11 +92,11 @@ float DlrmDenseModel::train_step(std::span<const float> dense, std::span<const f
                                  std::span<const std::span<const float>> embeddings,
                                  std::span<const std::span<float>> embedding_gradients) {
   const int64_t batch_size = static_cast<int64_t>(labels.size());
-  validate_inputs(dense, embeddings, batch_size);
+  validate_inputs("train_step", dense, embeddings, batch_size);
   for (size_t b = 0; b < labels.size(); ++b) {
     if (!(labels[b] >= 0.0f && labels[b] <= 1.0f)) {
-      throw InvalidArgument("train_step: labels[" + std::to_string(b) + "] = " + format(labels[b]) +
-                            " is not in [0, 1]");
+      throw InvalidArgument("train_step: labels[" + std::to_string(b) +
+                            "] = " + float_text(labels[b]) + " is not in [0, 1]");
     }
   }
   if (embedding_gradients.size() != static_cast<size_t>(config_.num_sparse_features)) {
@@ -150,49 +145,50 @@ void DlrmDenseModel::predict(std::span<const float> dense,
                              std::span<const std::span<const float>> embeddings,
                              std::span<float> probabilities) {
   const int64_t batch_size = static_cast<int64_t>(probabilities.size());
-  validate_inputs(dense, embeddings, batch_size);
+  validate_inputs("predict", dense, embeddings, batch_size);
   const std::span<const float> logits = forward(dense, embeddings, batch_size);
   for (size_t b = 0; b < probabilities.size(); ++b) {
     probabilities[b] = 1.0f / (1.0f + std::exp(-logits[b]));
   }
 }
 
-void DlrmDenseModel::validate_inputs(std::span<const float> dense,
+void DlrmDenseModel::validate_inputs(const char* caller, std::span<const float> dense,
                                      std::span<const std::span<const float>> embeddings,
                                      int64_t batch_size) const {
   if (batch_size < 1) {
-    throw InvalidArgument("DlrmDenseModel: empty batch (a batch needs at least one example)");
+    throw InvalidArgument(std::string(caller) +
+                          ": empty batch (a batch needs at least one example)");
   }
   if (dense.size() != static_cast<size_t>(batch_size * config_.num_dense_features)) {
-    throw InvalidArgument("DlrmDenseModel: dense has " + std::to_string(dense.size()) +
+    throw InvalidArgument(std::string(caller) + ": dense has " + std::to_string(dense.size()) +
                           " floats; expected batch " + std::to_string(batch_size) +
                           " x num_dense_features " + std::to_string(config_.num_dense_features));
   }
   if (!all_finite(dense)) {
     const size_t i = first_non_finite(dense);
-    throw InvalidArgument("DlrmDenseModel: dense feature " +
+    throw InvalidArgument(std::string(caller) + ": dense feature " +
                           std::to_string(i % config_.num_dense_features) + " of example " +
                           std::to_string(i / config_.num_dense_features) + " is " +
-                          format(dense[i]));
+                          float_text(dense[i]));
   }
   if (embeddings.size() != static_cast<size_t>(config_.num_sparse_features)) {
     throw InvalidArgument(
-        "DlrmDenseModel: embeddings has " + std::to_string(embeddings.size()) +
+        std::string(caller) + ": embeddings has " + std::to_string(embeddings.size()) +
         " spans; expected num_sparse_features = " + std::to_string(config_.num_sparse_features));
   }
   const size_t embedding_size = static_cast<size_t>(batch_size * config_.embedding_dim);
   for (size_t f = 0; f < embeddings.size(); ++f) {
     if (embeddings[f].size() != embedding_size) {
-      throw InvalidArgument("DlrmDenseModel: embeddings[" + std::to_string(f) + "] has " +
+      throw InvalidArgument(std::string(caller) + ": embeddings[" + std::to_string(f) + "] has " +
                             std::to_string(embeddings[f].size()) + " floats; expected batch " +
                             std::to_string(batch_size) + " x embedding_dim " +
                             std::to_string(config_.embedding_dim));
     }
     if (!all_finite(embeddings[f])) {
       const size_t i = first_non_finite(embeddings[f]);
-      throw InvalidArgument("DlrmDenseModel: embeddings[" + std::to_string(f) + "] of example " +
-                            std::to_string(i / config_.embedding_dim) + " has the value " +
-                            format(embeddings[f][i]));
+      throw InvalidArgument(std::string(caller) + ": embeddings[" + std::to_string(f) +
+                            "] of example " + std::to_string(i / config_.embedding_dim) +
+                            " has the value " + float_text(embeddings[f][i]));
     }
   }
 }

@@ -5,12 +5,15 @@
 // that a dense layer is Y = X * W with W [in, out]. The trainer keeps its arrays in std::vector
 // and std::span (one flat parameter vector, reusable workspaces) and views them with the Map
 // aliases below; Eigen never owns the trainer's memory.
+//
+// Results are bitwise independent of where arrays lie in memory (their alignment decides which
+// elements Eigen computes in SIMD registers): the trainer avoids Eigen's approximate functions
+// (below) and reductions whose order depends on alignment (mlp.cc); tests shift every array.
 #ifndef RECEMB_TRAIN_EIGEN_H_
 #define RECEMB_TRAIN_EIGEN_H_
 
 #include <cstdint>
 #include <span>
-#include <vector>
 
 // Eigen's matrix products pack their operands into buffers taken from the stack up to this many
 // bytes and from the heap beyond (Eigen's default: 128 KiB). The MLPs multiply blocks of 256 rows
@@ -19,8 +22,12 @@
 // 1024 inputs and outputs and 2^18 weights (DLRM's default top layer needs 376 KiB), whatever
 // the batch size. Threads that train need stacks of a few MiB, as Linux gives by default.
 #define EIGEN_STACK_ALLOCATION_LIMIT (1 << 20)
+// Exact square roots: Eigen's fast version (an rsqrt approximation and one Newton step, 1-2 bits
+// short) differs from std::sqrt, so an array's result would depend on which elements Eigen
+// computes in SIMD registers, i.e. on the array's alignment.
+#define EIGEN_FAST_MATH 0
 // Debug builds let tests forbid Eigen's heap allocations (Eigen::internal::set_is_malloc_allowed)
-// to check the claim above.
+// to check that products take no heap memory.
 #ifndef NDEBUG
 #define EIGEN_RUNTIME_NO_MALLOC
 #endif
@@ -36,29 +43,6 @@ using RowVectorMap = Eigen::Map<RowVector>;
 using ConstRowVectorMap = Eigen::Map<const RowVector>;
 using ArrayMap = Eigen::Map<Eigen::ArrayXf>;
 using ConstArrayMap = Eigen::Map<const Eigen::ArrayXf>;
-
-// `values` viewed as a [rows, cols] row-major matrix; values.size() must be rows * cols (not
-// checked: callers validate sizes at their boundary).
-inline MatrixMap as_matrix(std::span<float> values, int64_t rows, int64_t cols) {
-  return MatrixMap(values.data(), rows, cols);
-}
-inline ConstMatrixMap as_matrix(std::span<const float> values, int64_t rows, int64_t cols) {
-  return ConstMatrixMap(values.data(), rows, cols);
-}
-inline MatrixMap as_matrix(std::vector<float>& values, int64_t rows, int64_t cols) {
-  return MatrixMap(values.data(), rows, cols);
-}
-inline ConstMatrixMap as_matrix(const std::vector<float>& values, int64_t rows, int64_t cols) {
-  return ConstMatrixMap(values.data(), rows, cols);
-}
-
-// `values` viewed as a row vector of values.size() floats.
-inline RowVectorMap as_row_vector(std::span<float> values) {
-  return RowVectorMap(values.data(), static_cast<Eigen::Index>(values.size()));
-}
-inline ConstRowVectorMap as_row_vector(std::span<const float> values) {
-  return ConstRowVectorMap(values.data(), static_cast<Eigen::Index>(values.size()));
-}
 
 // `values` viewed as a one-dimensional array, for element-wise arithmetic.
 inline ArrayMap as_array(std::span<float> values) {

@@ -10,6 +10,7 @@
 // Backward, for d = d(loss)/d(output) and P_ij = d at pair (i, j):
 //   d(loss)/d(T_i) = sum_{j < i} P_ij T_j + sum_{j > i} P_ji T_j,  plus d[0, dim) for T_0 = z.
 //
+// Results are bitwise the same for the same inputs, wherever the arrays lie in memory.
 // Thread safety: the object holds scratch buffers; one object serves one thread.
 #ifndef RECEMB_TRAIN_INTERACTION_H_
 #define RECEMB_TRAIN_INTERACTION_H_
@@ -44,12 +45,10 @@ class DotInteraction {
                 std::span<const std::span<float>> embedding_gradients);
 
  private:
-  static constexpr int64_t kLanes = 8;  // examples per block of the kernels (interaction.cc)
-
   // Validates bottom and embeddings (throwing InvalidArgument) and returns the batch size.
   int64_t check_sizes(std::span<const float> bottom,
                       std::span<const std::span<const float>> embeddings) const;
-  // Copies examples [first, first + lanes) into vectors_.
+  // Copies examples [first, first + lanes) of the batch into vectors_ (interaction.cc).
   void gather(std::span<const float> bottom, std::span<const std::span<const float>> embeddings,
               int64_t first, int64_t lanes);
 

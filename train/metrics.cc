@@ -1,21 +1,16 @@
 #include "train/metrics.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "recemb/error.h"
 
+#include "train/float_text.h"
+
 namespace recemb::train {
 namespace {
-
-// The shortest decimal that reads back as `value` ("1.5", "1e-09", "nan"), for messages.
-std::string format(float value) {
-  char buffer[32];
-  return std::string(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
-}
 
 void validate(std::span<const float> probabilities, std::span<const float> labels,
               const char* caller) {
@@ -26,11 +21,11 @@ void validate(std::span<const float> probabilities, std::span<const float> label
   for (size_t i = 0; i < labels.size(); ++i) {
     if (labels[i] != 0.0f && labels[i] != 1.0f) {
       throw InvalidArgument(std::string(caller) + ": labels[" + std::to_string(i) +
-                            "] = " + format(labels[i]) + " is not 0 or 1");
+                            "] = " + float_text(labels[i]) + " is not 0 or 1");
     }
     if (!(probabilities[i] >= 0.0f && probabilities[i] <= 1.0f)) {
       throw InvalidArgument(std::string(caller) + ": probabilities[" + std::to_string(i) +
-                            "] = " + format(probabilities[i]) + " is not in [0, 1]");
+                            "] = " + float_text(probabilities[i]) + " is not in [0, 1]");
     }
   }
 }

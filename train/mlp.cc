@@ -127,9 +127,10 @@ std::span<const float> Mlp::forward(std::span<const float> parameters,
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& layer = layers_[l];
       float* y = activations_[l].data() + first * layer.output_width;
+      // The bias first, then += the product: a product assigned with = would first zero y.
       MatrixMap y_block(y, count, layer.output_width);
-      y_block.noalias() = ConstMatrixMap(x, count, layer.input_width) * weights(parameters, layer);
-      y_block.rowwise() += bias(parameters, layer);
+      y_block.rowwise() = bias(parameters, layer);
+      y_block.noalias() += ConstMatrixMap(x, count, layer.input_width) * weights(parameters, layer);
       if (l + 1 < layers_.size() || config_.output_activation == OutputActivation::kRelu) {
         y_block = y_block.cwiseMax(0.0f);
       }
@@ -186,7 +187,10 @@ void Mlp::backward(std::span<const float> parameters, std::span<const float> inp
       const ConstMatrixMap x_block(x, count, layer.input_width);
       const ConstMatrixMap delta_block(delta, count, layer.output_width);
       weights(parameter_gradients, layer).noalias() += x_block.transpose() * delta_block;
-      bias(parameter_gradients, layer) += delta_block.colwise().sum();
+      // Row by row rather than colwise().sum(), whose result depends on the alignment of the
+      // destination (Eigen sums aligned columns pairwise, the others in sequence).
+      RowVectorMap bias_gradient = bias(parameter_gradients, layer);
+      for (int64_t r = 0; r < count; ++r) bias_gradient += delta_block.row(r);
       if (l == 0) {
         if (!input_gradient.empty()) {
           MatrixMap(input_gradient.data() + first * layer.input_width, count, layer.input_width)

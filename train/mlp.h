@@ -17,6 +17,7 @@
 //
 // Parameter layout (floats, in this order, each array row-major): W_0, b_0, W_1, b_1, ...
 //
+// Results are bitwise the same for the same inputs, wherever the arrays lie in memory.
 // Thread safety: forward and backward use the Mlp's own workspace; one Mlp serves one thread.
 #ifndef RECEMB_TRAIN_MLP_H_
 #define RECEMB_TRAIN_MLP_H_

@@ -33,15 +33,15 @@ seed = 0                # initialisation of the tables and the dense layers
 
 [embedding]
 optimizer = "adagrad"   # sgd | adagrad | adagrad_momentum | adam | ftrl | rowwise_adagrad
-learning_rate = 0.05
+learning_rate = 1.0     # Adagrad scales it per coordinate: large rates are safe
 threads = 0             # worker threads of the embedding engine; 0 = one per core
 
 [dense]
 optimizer = "adam"      # adam | adagrad
-learning_rate = 0.001
+learning_rate = 0.003
 
 [train]
-steps = 2000            # training steps; the run also ends when the data does
+steps = 2500            # training steps; the run also ends when the data does
 batch_size = 2048       # examples per step
 eval_every = 500        # steps between evaluations; 0 = only at the end
 log_every = 10          # steps between training-loss records in metrics.jsonl

@@ -339,10 +339,10 @@ class Trainer {
     examples_total_ += batch.size;
     loss_window_sum_ += loss;
     ++loss_window_count_;
+    recent_loss_ = loss_window_sum_ / static_cast<double>(loss_window_count_);
   }
 
   void record_loss(int64_t step) {
-    recent_loss_ = loss_window_sum_ / static_cast<double>(loss_window_count_);
     metrics_->add(
         TrainRecord{.step = step, .examples = examples_total_, .train_loss = recent_loss_});
     loss_window_sum_ = 0;
@@ -531,9 +531,10 @@ std::string format_summary(const TrainSummary& s) {
       "embedding update %.2f s (%.0f%%); data %.2f s, evaluation %.2f s, checkpoints %.2f s\n"
       "memory: tables + slots %.1f MiB, peak resident %.1f MiB\n",
       s.first_step, s.steps, s.examples, s.seconds, s.examples_per_second, s.final_auc,
-      s.initial_auc, s.final_log_loss, best, s.lookup_seconds, share(s.lookup_seconds), s.dense_seconds,
-      share(s.dense_seconds), s.update_seconds, share(s.update_seconds), s.data_seconds,
-      s.eval_seconds, s.checkpoint_seconds, static_cast<double>(s.embedding_bytes) / (1 << 20),
+      s.initial_auc, s.final_log_loss, best, s.lookup_seconds, share(s.lookup_seconds),
+      s.dense_seconds, share(s.dense_seconds), s.update_seconds, share(s.update_seconds),
+      s.data_seconds, s.eval_seconds, s.checkpoint_seconds,
+      static_cast<double>(s.embedding_bytes) / (1 << 20),
       static_cast<double>(s.peak_resident_bytes) / (1 << 20));
   std::string summary = text;
   if (s.malformed_lines > 0) {

@@ -52,7 +52,7 @@ struct TrainSummary {
   double eval_seconds = 0, checkpoint_seconds = 0;
   int64_t embedding_bytes = 0;  // tables + slots
   int64_t peak_resident_bytes = 0;
-  int64_t malformed_lines = 0;  // input lines skipped (Criteo data)
+  int64_t malformed_lines = 0;                       // input lines skipped (Criteo data)
   std::vector<std::string> malformed_messages = {};  // the first: "<file>:<line>: <reason>"
 };
 

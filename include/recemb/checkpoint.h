@@ -103,9 +103,9 @@ struct RestoredState {
 // Verifies the manifest and every checksum of every file before changing anything: a missing,
 // truncated or damaged file, a damaged manifest or a newer format version throws InvalidArgument
 // naming the file (and the table and variable), and the embedding stays bitwise unchanged. The
-// data is then read a second time, straight into the tables, and verified again; only if a file
-// changes between the two passes can an error leave the embedding partially restored (the message
-// says so). I/O failures throw std::system_error.
+// data is then read a second time, straight into the tables, and verified again; only a file that
+// changes between the two passes, or an I/O error in the second, can leave the embedding partially
+// restored (the message says so). I/O failures throw std::system_error naming the file.
 RECEMB_EXPORT RestoredState restore_checkpoint(Embedding& embedding,
                                                const std::filesystem::path& checkpoint,
                                                const RestoreOptions& options = {});
@@ -134,9 +134,19 @@ struct CheckpointFile {
   std::string error = {};     // why not ok
 };
 
+// A table of a checkpoint as inspect_checkpoint reports it.
+struct CheckpointTable {
+  std::string name = {};
+  int64_t vocabulary_size = 0;
+  int64_t dim = 0;
+  std::string optimizer = {};  // optimizer_name of the optimizer training it; empty: none
+};
+
 struct CheckpointInfo {
   int format_version = 0;
   int64_t step = 0;
+  std::vector<CheckpointTable> tables = {};  // in the checkpoint's order
+  std::vector<FeatureConfig> features = {};
   std::string manifest_json = {};          // the manifest's text
   std::vector<CheckpointFile> files = {};  // the manifest first, then every data file
   bool ok = false;                         // every file ok

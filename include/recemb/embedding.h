@@ -144,6 +144,7 @@ class RECEMB_EXPORT Embedding {
   // as long as the Embedding (or the object it is moved into) lives. Writing through it is
   // allowed while no other call on the Embedding runs; values written are not validated.
   std::span<float> variable_data(std::string_view table, std::string_view variable);
+  std::span<const float> variable_data(std::string_view table, std::string_view variable) const;
 
  private:
   struct Impl;

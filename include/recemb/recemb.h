@@ -3,6 +3,7 @@
 #define RECEMB_RECEMB_H_
 
 #include "recemb/batch.h"
+#include "recemb/checkpoint.h"
 #include "recemb/combiner.h"
 #include "recemb/config.h"
 #include "recemb/embedding.h"
@@ -10,5 +11,6 @@
 #include "recemb/initializer.h"
 #include "recemb/learning_rate.h"
 #include "recemb/optimizer.h"
+#include "recemb/serving.h"
 
 #endif  // RECEMB_RECEMB_H_

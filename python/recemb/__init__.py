@@ -8,16 +8,22 @@ PyTorch module. See docs/python.md.
     layer = recemb.Embedding(features, optimizer=recemb.optimizers.Adagrad(learning_rate=0.1))
     acts = layer({"watched": np.array([[1, 2], [3, 4]])})          # {"watched": [2, 16]}
     layer.apply_gradients({"watched": np.ones((2, 16), np.float32)})
+    layer.save("/tmp/ckpt")                                          # /tmp/ckpt/ckpt-000000000001
+    layer.export("/tmp/model.recemb", dtype="int8")
+    recemb.ServingModel.open("/tmp/model.recemb").lookup({"watched": np.array([[1, 2]])})
 """
 
 from recemb import initializers, optimizers, schedules
 from recemb._recemb import FailedPrecondition, InvalidArgument
+from recemb.checkpoint import inspect_checkpoint, latest_checkpoint
 from recemb.config import FeatureConfig, QuantizationConfig, TableConfig
 from recemb.embedding import Embedding, LookupBatch, serving_embedding_lookup
 from recemb.inputs import Ragged, Sparse
+from recemb.serving import ServingModel
 
 __version__ = "0.1.0"
 
 __all__ = ["TableConfig", "FeatureConfig", "QuantizationConfig", "Ragged", "Sparse", "Embedding",
-           "LookupBatch", "serving_embedding_lookup", "InvalidArgument", "FailedPrecondition",
-           "optimizers", "schedules", "initializers"]
+           "LookupBatch", "serving_embedding_lookup", "ServingModel", "latest_checkpoint",
+           "inspect_checkpoint", "InvalidArgument", "FailedPrecondition", "optimizers",
+           "schedules", "initializers"]

@@ -21,6 +21,8 @@ from recemb.inputs import feature_input, float32_array
 
 _NON_FINITE = {"reject": _recemb.NonFiniteGradients.kReject,
                "skip_rows": _recemb.NonFiniteGradients.kSkipRows}
+_RESIZE = {"error": _recemb.Resize.kError, "grow": _recemb.Resize.kGrow,
+           "grow_or_shrink": _recemb.Resize.kGrowOrShrink}
 _NO_GRADIENT = np.empty(0, dtype=np.float32)
 
 
@@ -77,7 +79,10 @@ def _build_engine(resolved, optimizer, options, zero_tables=False):
 
 
 def _lookup(engine, resolved, features, weights, batch):
-    """Looks up every feature; returns the flat list of float32 activations."""
+    """Looks up every feature; returns the flat list of float32 activations.
+
+    engine: a C++ Embedding, or anything with its activation_shape(feature, input) and
+    lookup(inputs, activations) (a serving model); batch: a LookupBatch to fill, or None."""
     names = resolved.feature_names
     flat_ids = _nest.flatten_up_to(resolved.structure, features, "features")
     flat_weights = ([None] * len(names) if weights is None else
@@ -236,6 +241,44 @@ class Embedding:
         with self._lock:
             if not np.may_share_memory(array, self._variable(name, variable)):
                 self._engine.write_variable(name, variable, array)
+
+    def save(self, directory, keep_last=3):
+        """Saves the tables, slots, step and configs as the checkpoint directory/ckpt-<step, 12
+        digits> (the format of docs/formats.md), atomically, and deletes the checkpoints under
+        `directory` beyond the newest keep_last. Returns the new checkpoint's path (a
+        pathlib.Path). Raises RuntimeError (recemb.FailedPrecondition) if a checkpoint of this
+        step exists already, OSError for file-system failures; the layer is never changed."""
+        with self._lock:
+            return _recemb.save_checkpoint(self._engine, directory,
+                                           _recemb.SaveOptions(keep_last=keep_last))
+
+    def restore(self, checkpoint, resize="error"):
+        """Restores a checkpoint (a ckpt-* directory, or a directory given to save: its latest
+        checkpoint) into this layer: tables, slots and the step, bit for bit. Returns the step.
+
+        Tables are matched by name and need the same dim and optimizer (a table without an
+        optimizer takes the parameters alone); features may differ. resize: "error" (a different
+        vocabulary_size is an error), "grow" (a larger vocabulary: the rows beyond the
+        checkpoint's keep their current values, for a new layer its initial ones) or
+        "grow_or_shrink" (also smaller: the checkpoint's extra rows are dropped).
+        Every file is verified before anything changes: a mismatch, a missing, truncated or
+        damaged file raises ValueError naming the table or the file, and the layer is unchanged.
+        """
+        if resize not in _RESIZE:
+            raise ValueError(f"resize must be one of {list(_RESIZE)}, got {resize!r}")
+        with self._lock:
+            return _recemb.restore_checkpoint(self._engine, checkpoint,
+                                              _recemb.RestoreOptions(resize=_RESIZE[resize])).step
+
+    def export(self, path, dtype="float32"):
+        """Writes the tables (no slots) and the configs as the serving model file `path` (see
+        recemb.ServingModel and docs/serving.md), atomically. dtype: "float32" (lookups equal
+        this layer's bitwise), "float16" or "int8" (within the bounds of docs/serving.md).
+        Raises ValueError, creating no file, for a bad dtype or a value the dtype cannot hold
+        (non-finite; |x| >= 65520 for float16), naming the table, row and column."""
+        options = _recemb.ExportOptions(dtype=_recemb.parse_serving_dtype(str(dtype)))
+        with self._lock:
+            _recemb.export_serving_model(self._engine, path, options)
 
     def _set_step(self, step):
         step = int(step)

@@ -71,7 +71,10 @@ class Embedding(torch.nn.Module):
     SGD / Adagrad / Adam / SparseAdam, translated by translate_optimizer).
 
     state_dict() holds "<table>.<variable>" (the table as "parameters", and its slots) as tensors
-    sharing memory with the engine, and "step"; load_state_dict() restores them.
+    sharing memory with the engine, and "step"; load_state_dict() restores them. These are
+    exactly the variables of a recemb checkpoint (save / restore): the checkpoint stores each
+    "<table>.<variable>" tensor as a raw float32 file and "step" in its manifest, so restore(save)
+    and load_state_dict(state_dict()) leave the same state, and either can continue the other.
     """
 
     def __init__(self, feature_config, optimizer=None, *, num_threads=0, seed=0,
@@ -120,6 +123,19 @@ class Embedding(torch.nn.Module):
 
     def assign_table(self, table, values):
         self.layer.assign_table(table, _numpy(values))
+
+    def save(self, directory, keep_last=3):
+        """recemb.Embedding.save: a checkpoint of every state_dict() entry, plus the configs."""
+        return self.layer.save(directory, keep_last)
+
+    def restore(self, checkpoint, resize="error"):
+        """recemb.Embedding.restore: as load_state_dict of the saved module's state_dict(), after
+        verifying every file (resize as recemb.Embedding.restore). Returns the step."""
+        return self.layer.restore(checkpoint, resize)
+
+    def export(self, path, dtype="float32"):
+        """recemb.Embedding.export: a serving model file for recemb.ServingModel."""
+        self.layer.export(path, dtype)
 
     def _variables(self, prefix):
         return {f"{prefix}{name}.{variable}": (name, variable)

@@ -121,6 +121,8 @@ void bind_optimizer(py::module_& module);
 void bind_config(py::module_& module);
 void bind_batch(py::module_& module);
 void bind_embedding(py::module_& module);
+void bind_checkpoint(py::module_& module);
+void bind_serving(py::module_& module);
 
 }  // namespace recemb::python
 

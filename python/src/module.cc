@@ -15,4 +15,6 @@ PYBIND11_MODULE(_recemb, module) {
   recemb::python::bind_config(module);
   recemb::python::bind_batch(module);
   recemb::python::bind_embedding(module);
+  recemb::python::bind_checkpoint(module);
+  recemb::python::bind_serving(module);
 }

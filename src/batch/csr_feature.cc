@@ -39,14 +39,6 @@ std::string prefix(const Context& context) {
   throw InvalidArgument(prefix(context) + ": " + detail);
 }
 
-std::string format_dims(std::span<const int64_t> dims) {
-  std::string text = "[";
-  for (size_t d = 0; d < dims.size(); ++d) {
-    text += (d == 0 ? "" : ", ") + std::to_string(dims[d]);
-  }
-  return text + "]";
-}
-
 // Product of dims >= 0; nullopt if it does not fit in int64_t.
 std::optional<int64_t> checked_product(std::span<const int64_t> dims) {
   if (std::find(dims.begin(), dims.end(), 0) != dims.end()) return 0;
@@ -60,7 +52,7 @@ std::optional<int64_t> checked_product(std::span<const int64_t> dims) {
 void check_no_negative_dims(const Context& context, std::span<const int64_t> dims,
                             const char* what) {
   if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) {
-    fail(context, std::string(what) + " " + format_dims(dims) + " has a negative dimension");
+    fail(context, std::string(what) + " " + shape_string(dims) + " has a negative dimension");
   }
 }
 
@@ -68,7 +60,7 @@ void check_no_negative_dims(const Context& context, std::span<const int64_t> dim
 int64_t shape_product(const Context& context, std::span<const int64_t> dims,
                       std::span<const int64_t> part, const char* what) {
   const std::optional<int64_t> product = checked_product(part);
-  if (!product) fail(context, std::string(what) + " " + format_dims(dims) + " is too large");
+  if (!product) fail(context, std::string(what) + " " + shape_string(dims) + " is too large");
   return *product;
 }
 
@@ -82,7 +74,7 @@ size_t num_values(const IdSpan& ids) {
 
 std::string sparse_index(const SparseIds& sparse, int64_t i) {
   const size_t rank = sparse.dense_shape.size();
-  return format_dims(sparse.indices.subspan(static_cast<size_t>(i) * rank, rank));
+  return shape_string(sparse.indices.subspan(static_cast<size_t>(i) * rank, rank));
 }
 
 // Where storage entry i of the input sits, for error messages.
@@ -99,7 +91,7 @@ std::string describe_entry(const Context& context, int64_t i) {
       tuple[d] = row % shape[d];
       row /= shape[d];
     }
-    return "example " + format_dims(tuple) + position;
+    return "example " + shape_string(tuple) + position;
   }
   if (const auto* ragged = std::get_if<RaggedIds>(&context.input)) {
     return std::visit(
@@ -140,7 +132,7 @@ Layout resolve_layout(const Context& context, std::vector<int64_t>& shape) {
     check_no_negative_dims(context, dims, "dense shape");
     const int64_t size = shape_product(context, dims, dims, "dense shape");
     if (static_cast<size_t>(size) != num_values(dense->ids)) {
-      fail(context, "dense shape " + format_dims(dims) + " needs " + std::to_string(size) +
+      fail(context, "dense shape " + shape_string(dims) + " needs " + std::to_string(size) +
                         " ids but " + std::to_string(num_values(dense->ids)) + " were given");
     }
     if (dims.size() == 1 && feature.max_sequence_length > 0 && feature.output_shape.empty()) {
@@ -164,7 +156,7 @@ Layout resolve_layout(const Context& context, std::vector<int64_t>& shape) {
     const std::vector<int64_t>& dims = sparse.dense_shape;
     const size_t rank = dims.size();
     if (rank < 2) {
-      fail(context, "sparse dense_shape " + format_dims(dims) + " has rank " +
+      fail(context, "sparse dense_shape " + shape_string(dims) + " has rank " +
                         std::to_string(rank) + "; rank >= 2 is required");
     }
     check_no_negative_dims(context, dims, "sparse dense_shape");
@@ -182,16 +174,16 @@ Layout resolve_layout(const Context& context, std::vector<int64_t>& shape) {
   if (!feature.output_shape.empty()) {
     const std::vector<int64_t>& output_shape = feature.output_shape;
     if (std::any_of(output_shape.begin(), output_shape.end(), [](int64_t d) { return d < 1; })) {
-      fail(context, "output_shape " + format_dims(output_shape) + " has a dimension < 1");
+      fail(context, "output_shape " + shape_string(output_shape) + " has a dimension < 1");
     }
     const std::optional<int64_t> size = checked_product(output_shape);
-    if (!size) fail(context, "output_shape " + format_dims(output_shape) + " is too large");
+    if (!size) fail(context, "output_shape " + shape_string(output_shape) + " is too large");
     shape.assign(output_shape.begin(), output_shape.end());
     if (*size == num_rows) return {num_rows, 0};
     if (sequence_capable && num_rows > 0 && *size % num_rows == 0) {
       return {num_rows, *size / num_rows};
     }
-    fail(context, "output_shape " + format_dims(output_shape) + " (" + std::to_string(*size) +
+    fail(context, "output_shape " + shape_string(output_shape) + " (" + std::to_string(*size) +
                       " bags) matches neither the input's " + std::to_string(num_rows) + " bags" +
                       (sequence_capable ? " nor a multiple of its batch size (a sequence)"
                                         : " (only ragged and rank-2 inputs can be sequences)"));
@@ -403,7 +395,7 @@ void fill_sparse(const EntriesT& entries, const SparseIds& sparse, Layout layout
     for (size_t d = 0; d < rank; ++d) {
       if (index[d] < 0 || index[d] >= dense_shape[d]) [[unlikely]] {
         fail(context, "entry " + sparse_index(sparse, i) + " is outside dense_shape " +
-                          format_dims(dense_shape));
+                          shape_string(dense_shape));
       }
       if (d + 1 < rank) bag = bag * dense_shape[d] + index[d];
     }
@@ -447,6 +439,14 @@ void with_entries(const Context& context, const IdSpan& ids, std::span<const flo
 }
 
 }  // namespace
+
+std::string shape_string(std::span<const int64_t> dims) {
+  std::string text = "[";
+  for (size_t d = 0; d < dims.size(); ++d) {
+    text += (d == 0 ? "" : ", ") + std::to_string(dims[d]);
+  }
+  return text + "]";
+}
 
 std::vector<int64_t> activation_shape(const FeatureConfig& feature, const TableConfig& table,
                                       const FeatureInput& input) {

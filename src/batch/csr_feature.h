@@ -3,6 +3,8 @@
 #define RECEMB_BATCH_CSR_FEATURE_H_
 
 #include <cstdint>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "recemb/batch.h"
@@ -31,6 +33,9 @@ struct CsrFeature {
 // input's shape does not fit the config.
 std::vector<int64_t> activation_shape(const FeatureConfig& feature, const TableConfig& table,
                                       const FeatureInput& input);
+
+// "[3, 2, 4]": a shape or an index tuple as the batch checks' error messages write it.
+std::string shape_string(std::span<const int64_t> dims);
 
 // Validates `input` against `feature` and its `table` and writes its CSR form to `out`, reusing
 // out's capacity (no allocation once the buffers have grown). Throws InvalidArgument naming the

@@ -27,6 +27,14 @@ CheckpointInfo inspect_checkpoint(const std::filesystem::path& checkpoint,
                                      std::as_bytes(std::span(manifest_file.text)))),
                                  .ok = true}}};
   info.manifest_json = std::move(manifest_file.text);
+  for (const internal::TableEntry& table : manifest.tables) {
+    info.tables.push_back(
+        {.name = table.config.name,
+         .vocabulary_size = table.config.vocabulary_size,
+         .dim = table.config.dim,
+         .optimizer = internal::effective_optimizer_name(manifest, table).value_or(std::string())});
+  }
+  info.features = manifest.features;
 
   std::vector<std::byte> scratch;
   const auto check = [&](const internal::DataFile& data, const std::string& what) {

@@ -165,6 +165,14 @@ void check_optimizer_name(const Json& optimizer, const std::string& path) {
   }
 }
 
+// The name of the optimizer that trains a table: its own, else the global one (both checked by
+// check_optimizer_name), or nullopt.
+std::optional<std::string> training_optimizer_name(const Json& own, const Json& global) {
+  const Json& optimizer = own.is_null() ? global : own;
+  if (optimizer.is_null()) return std::nullopt;
+  return optimizer["name"].get<std::string>();
+}
+
 ArrayEntry array_from_json(const Json& json, const std::string& path, int64_t block_bytes) {
   object_at(json, path);
   ArrayEntry array;
@@ -244,10 +252,7 @@ TableEntry table_from_json(const Json& json, const std::string& path, const Json
   const std::string variables_path = child(path, "variables");
   table.variables = arrays_from_json(member(json, "variables", path), variables_path, block_bytes);
   const std::optional<std::string> optimizer =
-      table.optimizer.is_null() ? (global_optimizer.is_null()
-                                       ? std::nullopt
-                                       : std::optional(global_optimizer["name"].get<std::string>()))
-                                : std::optional(table.optimizer["name"].get<std::string>());
+      training_optimizer_name(table.optimizer, global_optimizer);
   const std::vector<ArrayEntry> expected = expected_variables(table.config, optimizer);
   if (table.variables.size() != expected.size()) {
     fail(variables_path, "expected " + std::to_string(expected.size()) + " variables for table '" +
@@ -269,9 +274,7 @@ TableEntry table_from_json(const Json& json, const std::string& path, const Json
 
 std::optional<std::string> effective_optimizer_name(const Manifest& manifest,
                                                     const TableEntry& table) {
-  const Json& optimizer = table.optimizer.is_null() ? manifest.optimizer : table.optimizer;
-  if (optimizer.is_null()) return std::nullopt;
-  return optimizer["name"].get<std::string>();
+  return training_optimizer_name(table.optimizer, manifest.optimizer);
 }
 
 std::vector<ArrayEntry> expected_variables(const TableConfig& table,

@@ -3,11 +3,14 @@
 // A restore runs in three phases, so that every error in the checkpoint or in the request is
 // found before the embedding changes:
 //   1. plan: match tables and variables, check shapes, optimizers and the resize policy;
-//   2. verify: read every data file once and check every block checksum (files stay open);
-//   3. load: read the rows straight into the tables' memory, checking the checksums again.
+//   2. verify: read every data file once and check every block checksum;
+//   3. load: read the rows straight into the tables' memory, checking the checksums again (which
+//      also catches a file changed in between; files are not kept open, as a model may have more
+//      variables than a process may open files).
 #include <algorithm>
 #include <map>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -36,38 +39,33 @@ std::string variable_description(const std::string& table, const std::string& va
 // One variable to load: the first `bytes` bytes of its file into the first `bytes` bytes of the
 // embedding's variable (rows are row-major, so a prefix of bytes is a prefix of rows).
 struct VariableLoad {
-  size_t file;  // index into the files of verify_files
+  const ArrayEntry* saved;  // the manifest's record of the variable
   std::string table;
   std::string variable;
   uint64_t bytes;
 };
 
-// The files of a checkpoint, opened and verified (phase 2): the table variables in manifest
-// order, then the extra arrays, which are read into `extra_arrays` on the way.
-struct VerifiedFiles {
-  std::vector<format::InputFile> variables;
-  std::map<std::string, std::vector<float>> extra_arrays;
-};
-
-VerifiedFiles verify_files(const fs::path& directory, const Manifest& manifest) {
-  VerifiedFiles verified;
+// Phase 2: verifies every data file; returns the extra arrays, read on the way (they are not
+// embedding state, so reading them changes nothing).
+std::map<std::string, std::vector<float>> verify_files(const fs::path& directory,
+                                                       const Manifest& manifest) {
   std::vector<std::byte> scratch;
   for (const TableEntry& table : manifest.tables) {
     for (const ArrayEntry& variable : table.variables) {
-      verified.variables.push_back(format::InputFile::open(directory / variable.data.file));
-      internal::read_data_file(verified.variables.back(), variable.data,
-                               manifest.checksum_block_bytes,
+      internal::read_data_file(format::InputFile::open(directory / variable.data.file),
+                               variable.data, manifest.checksum_block_bytes,
                                variable_description(table.config.name, variable.name), {}, scratch);
     }
   }
+  std::map<std::string, std::vector<float>> extra_arrays;
   for (const ArrayEntry& extra : manifest.extra_arrays) {
     std::vector<float> values(extra.data.bytes / sizeof(float));
     internal::read_data_file(format::InputFile::open(directory / extra.data.file), extra.data,
                              manifest.checksum_block_bytes, "extra array '" + extra.name + "'",
                              std::as_writable_bytes(std::span(values)), scratch);
-    verified.extra_arrays.emplace(extra.name, std::move(values));
+    extra_arrays.emplace(extra.name, std::move(values));
   }
-  return verified;
+  return extra_arrays;
 }
 
 std::optional<std::string> optimizer_name_of(const Embedding& embedding, const TableConfig& table) {
@@ -79,36 +77,35 @@ std::optional<std::string> optimizer_name_of(const Embedding& embedding, const T
 // Phase 1: what to load where; throws InvalidArgument for any mismatch.
 std::vector<VariableLoad> plan_loads(const Embedding& embedding, const Manifest& manifest,
                                      const RestoreOptions& options, const std::string& prefix) {
-  std::map<std::string, size_t> embedding_tables;
-  std::string embedding_names;
-  for (size_t t = 0; t < embedding.tables().size(); ++t) {
-    embedding_tables.emplace(embedding.tables()[t].name, t);
-    embedding_names += (t == 0 ? "'" : ", '") + embedding.tables()[t].name + "'";
-  }
-  std::map<std::string, size_t> first_file;  // checkpoint table -> index of its first file
+  std::map<std::string, const TableEntry*> saved_tables;
   std::string checkpoint_names;
-  size_t file = 0;
   for (const TableEntry& table : manifest.tables) {
-    if (!embedding_tables.contains(table.config.name)) {
+    saved_tables.emplace(table.config.name, &table);
+    checkpoint_names += (checkpoint_names.empty() ? "'" : ", '") + table.config.name + "'";
+  }
+  std::string embedding_names;
+  for (const TableConfig& config : embedding.tables()) {
+    embedding_names += (embedding_names.empty() ? "'" : ", '") + config.name + "'";
+  }
+  for (const TableEntry& table : manifest.tables) {
+    const auto& tables = embedding.tables();
+    if (std::none_of(tables.begin(), tables.end(), [&table](const TableConfig& config) {
+          return config.name == table.config.name;
+        })) {
       throw InvalidArgument(prefix + "it has table '" + table.config.name +
                             "', which the embedding does not have (its tables: " + embedding_names +
                             ")");
     }
-    first_file.emplace(table.config.name, file);
-    file += table.variables.size();
-    checkpoint_names += (checkpoint_names.empty() ? "'" : ", '") + table.config.name + "'";
   }
 
   std::vector<VariableLoad> loads;
   for (const TableConfig& config : embedding.tables()) {
     const std::string owner = prefix + "table '" + config.name + "': ";
-    const auto found = first_file.find(config.name);
-    if (found == first_file.end()) {
+    const auto found = saved_tables.find(config.name);
+    if (found == saved_tables.end()) {
       throw InvalidArgument(owner + "not in the checkpoint (its tables: " + checkpoint_names + ")");
     }
-    const TableEntry& saved = *std::find_if(
-        manifest.tables.begin(), manifest.tables.end(),
-        [&config](const TableEntry& table) { return table.config.name == config.name; });
+    const TableEntry& saved = *found->second;
     if (saved.config.dim != config.dim) {
       throw InvalidArgument(owner + "the checkpoint has dim " + std::to_string(saved.config.dim) +
                             ", the embedding " + std::to_string(config.dim));
@@ -140,37 +137,35 @@ std::vector<VariableLoad> plan_loads(const Embedding& embedding, const Manifest&
                        [&variable](const ArrayEntry& entry) { return entry.name == variable; });
       RECEMB_CHECK(position != saved.variables.end());  // same optimizer: same slots
       const uint64_t row_bytes = position->data.bytes / static_cast<uint64_t>(saved_rows);
-      loads.push_back(
-          {.file = found->second + static_cast<size_t>(position - saved.variables.begin()),
-           .table = config.name,
-           .variable = variable,
-           .bytes = row_bytes * static_cast<uint64_t>(std::min(rows, saved_rows))});
+      loads.push_back({.saved = &*position,
+                       .table = config.name,
+                       .variable = variable,
+                       .bytes = row_bytes * static_cast<uint64_t>(std::min(rows, saved_rows))});
     }
   }
   return loads;
 }
 
 // Phase 3.
-void load(Embedding& embedding, const Manifest& manifest, const VerifiedFiles& files,
+void load(Embedding& embedding, const fs::path& directory, const Manifest& manifest,
           const std::vector<VariableLoad>& loads) {
-  std::vector<const ArrayEntry*> entries;
-  for (const TableEntry& table : manifest.tables) {
-    for (const ArrayEntry& variable : table.variables) entries.push_back(&variable);
-  }
   std::vector<std::byte> scratch;
   for (const VariableLoad& variable_load : loads) {
     const std::span<std::byte> destination =
         std::as_writable_bytes(embedding.variable_data(variable_load.table, variable_load.variable))
             .first(variable_load.bytes);
     try {
-      internal::read_data_file(files.variables[variable_load.file],
-                               entries[variable_load.file]->data, manifest.checksum_block_bytes,
+      internal::read_data_file(format::InputFile::open(directory / variable_load.saved->data.file),
+                               variable_load.saved->data, manifest.checksum_block_bytes,
                                variable_description(variable_load.table, variable_load.variable),
                                destination, scratch);
     } catch (const InvalidArgument& error) {
       throw InvalidArgument(std::string(error.what()) +
                             "; the file changed after it was verified, and the embedding is now "
                             "partially restored");
+    } catch (const std::system_error& error) {
+      throw std::system_error(
+          error.code(), std::string(error.what()) + "; the embedding is now partially restored");
     }
   }
   embedding.set_step(manifest.step);
@@ -192,10 +187,10 @@ RestoredState restore_checkpoint(Embedding& embedding, const fs::path& checkpoin
   const Manifest manifest = internal::read_manifest(directory).manifest;
   const std::vector<VariableLoad> loads =
       plan_loads(embedding, manifest, options, "checkpoint '" + directory.string() + "': ");
-  VerifiedFiles files = verify_files(directory, manifest);
-  load(embedding, manifest, files, loads);
+  std::map<std::string, std::vector<float>> extra_arrays = verify_files(directory, manifest);
+  load(embedding, directory, manifest, loads);
   return {.step = manifest.step,
-          .extra_arrays = std::move(files.extra_arrays),
+          .extra_arrays = std::move(extra_arrays),
           .metadata = manifest.metadata};
 }
 
@@ -218,14 +213,14 @@ Embedding load_checkpoint(const fs::path& checkpoint, const LoadOptions& options
     embedding_options.optimizer = parse_optimizer(manifest.optimizer, prefix + "embedding: ");
   }
   // Verified before the Embedding allocates tables of the sizes the manifest claims.
-  VerifiedFiles files = verify_files(directory, manifest);
+  verify_files(directory, manifest);
   std::optional<Embedding> embedding;
   try {
     embedding.emplace(std::move(tables), manifest.features, std::move(embedding_options));
   } catch (const InvalidArgument& error) {
     throw InvalidArgument(prefix + "its configs do not build an Embedding: " + error.what());
   }
-  load(*embedding, manifest, files, plan_loads(*embedding, manifest, {}, prefix));
+  load(*embedding, directory, manifest, plan_loads(*embedding, manifest, {}, prefix));
   return std::move(*embedding);
 }
 

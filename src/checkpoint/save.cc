@@ -25,7 +25,6 @@ namespace recemb {
 namespace {
 
 namespace fs = std::filesystem;
-using internal::ArrayEntry;
 using internal::Manifest;
 
 static_assert(std::endian::native == std::endian::little,
@@ -56,9 +55,6 @@ void validate_options(const SaveOptions& options) {
 // Writes every data file into `directory` and returns the manifest that describes them.
 Manifest write_data(const Embedding& embedding, const SaveOptions& options,
                     const fs::path& directory) {
-  // Reading a variable's memory in place needs the non-const accessor; nothing is written
-  // through it.
-  auto& source = const_cast<Embedding&>(embedding);
   const EmbeddingOptions& embedding_options = embedding.options();
   Manifest manifest{
       .step = embedding.step(),
@@ -73,11 +69,12 @@ Manifest write_data(const Embedding& embedding, const SaveOptions& options,
   };
   for (size_t t = 0; t < embedding.tables().size(); ++t) {
     internal::TableEntry table{.config = embedding.tables()[t]};
-    if (table.config.optimizer)
+    if (table.config.optimizer) {
       table.optimizer = format::optimizer_to_json(*table.config.optimizer);
-    table.config.optimizer.reset();
+      table.config.optimizer.reset();
+    }
     for (const std::string& variable : embedding.variable_names(table.config.name)) {
-      const std::span<const float> values = source.variable_data(table.config.name, variable);
+      const std::span<const float> values = embedding.variable_data(table.config.name, variable);
       table.variables.push_back(
           {.name = variable,
            .shape = embedding.variable_shape(table.config.name, variable),
@@ -123,11 +120,13 @@ void prune(const fs::path& root, int keep_last) {
   for (size_t i = 0; i < excess; ++i) {
     fs::rename(checkpoints[i].path, root / internal::temporary_name("delete"));
   }
+  std::vector<fs::path> temporaries;  // collected first: removing while listing may skip entries
   for (const fs::directory_entry& entry : fs::directory_iterator(root)) {
     if (entry.path().filename().string().starts_with(internal::kTemporaryPrefix)) {
-      fs::remove_all(entry.path());
+      temporaries.push_back(entry.path());
     }
   }
+  for (const fs::path& temporary : temporaries) fs::remove_all(temporary);
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -12,6 +11,7 @@
 #include "recemb/error.h"
 
 #include "batch/csr_feature.h"
+#include "batch/lookup_checks.h"
 #include "config/validate.h"
 #include "embedding/table_state.h"
 #include "kernels/pool.h"
@@ -35,18 +35,6 @@ constexpr int64_t kMinRowsForThreads = 1024;
 constexpr int64_t kRowsPerUpdateTask = 256;
 constexpr int64_t kRowsPerDenseUpdateTask = 4096;
 constexpr int64_t kRowsPerInitializeTask = 4096;
-
-int64_t product(const std::vector<int64_t>& shape) {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
-}
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    text += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
-  }
-  return text + "]";
-}
 
 // One parallel lookup task: bags [first_bag, last_bag) of one feature.
 struct LookupTask {
@@ -150,30 +138,18 @@ struct Embedding::Impl {
     }
   }
 
-  void check_feature_count(size_t count, const char* what) const {
-    if (count != features.size()) {
-      throw InvalidArgument(std::string(what) + ": expected one per feature (" +
-                            std::to_string(features.size()) + "), got " + std::to_string(count));
-    }
-  }
-
   // Validates and normalises `inputs` into `batch`, checks the activation buffers, then pools.
   void lookup(std::span<const FeatureInput> inputs, std::span<const std::span<float>> activations,
               std::vector<CsrFeature>& batch) {
-    check_feature_count(inputs.size(), "lookup inputs");
-    check_feature_count(activations.size(), "lookup activations");
+    internal::check_feature_count(features.size(), inputs.size(), "lookup inputs");
+    internal::check_feature_count(features.size(), activations.size(), "lookup activations");
     std::vector<uint64_t>& table_ids = lookup_table_ids;
     table_ids.assign(tables.size(), 0);
     for (size_t f = 0; f < features.size(); ++f) {
       const TableConfig& table = tables[feature_table[f]];
       internal::normalize_feature(features[f], table, inputs[f], batch[f]);
-      const int64_t expected = product(batch[f].activation_shape);
-      if (static_cast<int64_t>(activations[f].size()) != expected) {
-        throw InvalidArgument("feature '" + features[f].name + "': activation buffer holds " +
-                              std::to_string(activations[f].size()) + " floats, expected " +
-                              shape_string(batch[f].activation_shape) + " = " +
-                              std::to_string(expected));
-      }
+      internal::check_activation_buffer(features[f], batch[f].activation_shape,
+                                        activations[f].size());
       table_ids[feature_table[f]] += batch[f].ids.size();
       if (table_ids[feature_table[f]] >= std::numeric_limits<uint32_t>::max()) {
         throw InvalidArgument("table '" + table.name + "': more than 2^32 - 1 ids in one batch");
@@ -245,15 +221,15 @@ struct Embedding::Impl {
 
   void check_gradients(const std::vector<CsrFeature>& batch,
                        std::span<const std::span<const float>> gradients) const {
-    check_feature_count(gradients.size(), "apply_gradients gradients");
+    internal::check_feature_count(features.size(), gradients.size(), "apply_gradients gradients");
     for (size_t f = 0; f < features.size(); ++f) {
       const std::vector<int64_t>& shape = batch[f].activation_shape;
-      const int64_t expected = product(shape);
+      const int64_t expected = internal::num_values(shape);
       const auto size = static_cast<int64_t>(gradients[f].size());
       if (size != 0 && size != expected) {
         throw InvalidArgument("feature '" + features[f].name + "': gradient has " +
-                              std::to_string(size) + " values, expected " + shape_string(shape) +
-                              " = " + std::to_string(expected));
+                              std::to_string(size) + " values, expected " +
+                              internal::shape_string(shape) + " = " + std::to_string(expected));
       }
       if (options.non_finite_gradients != NonFiniteGradients::kReject) continue;
       const int64_t per_example = shape.empty() || shape[0] == 0 ? 1 : expected / shape[0];
@@ -444,6 +420,11 @@ void Embedding::read_variable(std::string_view table, std::string_view variable,
 std::span<float> Embedding::variable_data(std::string_view table, std::string_view variable) {
   impl_->variable(table, variable);  // throws for unknown names
   return impl_->states[impl_->table_index(table)].storage().variable(variable)->span();
+}
+
+std::span<const float> Embedding::variable_data(std::string_view table,
+                                                std::string_view variable) const {
+  return impl_->variable(table, variable).span();
 }
 
 void Embedding::write_variable(std::string_view table, std::string_view variable,

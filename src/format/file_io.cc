@@ -1,7 +1,9 @@
 #include "format/file_io.h"
 
+#include <atomic>
 #include <cerrno>
 #include <fcntl.h>
+#include <string>
 #include <sys/stat.h>
 #include <system_error>
 #include <unistd.h>
@@ -42,6 +44,14 @@ void sync_or_throw(int fd, const std::filesystem::path& path) {
 
 // close() is not retried on EINTR: on Linux the descriptor is released either way.
 int close_quietly(int fd) { return fd >= 0 ? ::close(fd) : 0; }
+
+// A name for a temporary file next to `path`, unique among concurrent writers of this process
+// (the counter) and of other processes (the pid).
+std::filesystem::path temporary_path(const std::filesystem::path& path) {
+  static std::atomic<uint64_t> counter{0};
+  return path.parent_path() / ("." + path.filename().string() + ".tmp-" +
+                               std::to_string(::getpid()) + "-" + std::to_string(++counter));
+}
 
 }  // namespace
 
@@ -160,6 +170,30 @@ void publish(const std::filesystem::path& from, const std::filesystem::path& to)
   }
   const std::filesystem::path parent = to.parent_path();
   sync_directory(parent.empty() ? std::filesystem::path(".") : parent);
+}
+
+void write_file_atomically(const std::filesystem::path& path,
+                           const std::function<void(OutputFile& file)>& write) {
+  const std::filesystem::path temporary = temporary_path(path);
+  OutputFile file = [&] {
+    try {
+      return OutputFile::create(temporary);
+    } catch (const std::system_error& error) {
+      // The directory is missing: the caller knows `path`, not the temporary's made-up name.
+      if (error.code() != std::errc::no_such_file_or_directory) throw;
+      throw_system_error(ENOENT, "create", path);
+    }
+  }();
+  try {
+    write(file);
+    file.sync();
+    file.close();
+    publish(temporary, path);
+  } catch (...) {
+    std::error_code ignored;  // the temporary may be gone already; the original error matters
+    std::filesystem::remove(temporary, ignored);
+    throw;
+  }
 }
 
 }  // namespace recemb::format

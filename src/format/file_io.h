@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -85,6 +86,16 @@ void sync_directory(const std::filesystem::path& directory);
 // `from` must be complete and synced already (OutputFile::sync, sync_directory). Both must be on
 // the same file system; an existing directory `to` must be empty.
 void publish(const std::filesystem::path& from, const std::filesystem::path& to);
+
+// Writes the file `path` atomically: write(file) fills a new temporary file in path's directory
+// (".<name>.tmp-<pid>-<n>", unique among concurrent writers of this and other processes), which is
+// then fsynced, closed and published over `path` (see publish), so that `path` never holds a
+// partial file, not even after a crash. On any throw, from `write` or a failing system call, the
+// temporary file is removed and `path` is as it was (absent, or its previous version). A missing
+// directory throws std::system_error (ENOENT) naming `path`; other failures name the call and the
+// file it failed on.
+void write_file_atomically(const std::filesystem::path& path,
+                           const std::function<void(OutputFile& file)>& write);
 
 }  // namespace recemb::format
 

@@ -4,7 +4,6 @@
 // holding an encoded copy of every table, and no file is created for a model that cannot be
 // exported.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -13,8 +12,6 @@
 #include <span>
 #include <sstream>
 #include <string>
-#include <system_error>
-#include <unistd.h>
 #include <utility>
 #include <vector>
 
@@ -36,10 +33,9 @@ using internal::padded_size;
 // writes, small enough that the export needs little memory besides the tables.
 constexpr int64_t kChunkBytes = int64_t{4} << 20;
 
-// The table's values in place. variable_data is the zero-copy view of a table but exists only
-// non-const; the export only reads through it.
+// The table's values in place (zero-copy).
 std::span<const float> parameters_of(const Embedding& embedding, const std::string& table) {
-  return const_cast<Embedding&>(embedding).variable_data(table, "parameters");
+  return embedding.variable_data(table, "parameters");
 }
 
 std::string format_value(float value) {
@@ -113,14 +109,6 @@ std::span<const std::byte> padding_after(uint64_t size) {
   return std::span(kZeros).first(padded_size(size) - size);
 }
 
-// A name for the temporary file next to `path`, unique among concurrent exports of this process
-// (the counter) and of other processes (the pid).
-std::filesystem::path temporary_path(const std::filesystem::path& path) {
-  static std::atomic<uint64_t> counter{0};
-  return path.parent_path() / ("." + path.filename().string() + ".tmp-" +
-                               std::to_string(::getpid()) + "-" + std::to_string(++counter));
-}
-
 }  // namespace
 
 void export_serving_model(const Embedding& embedding, const std::filesystem::path& path,
@@ -161,9 +149,7 @@ void export_serving_model(const Embedding& embedding, const std::filesystem::pat
       .manifest_checksum = format::checksum(manifest_bytes),
       .file_size = internal::kServingHeaderSize + manifest_bytes.size() + data_size};
 
-  const std::filesystem::path temporary = temporary_path(path);
-  try {
-    format::OutputFile file = format::OutputFile::create(temporary);
+  format::write_file_atomically(path, [&](format::OutputFile& file) {
     file.write(internal::encode_header(header));
     file.write(manifest_bytes);
     for (size_t t = 0; t < manifest.tables.size(); ++t) {
@@ -171,14 +157,7 @@ void export_serving_model(const Embedding& embedding, const std::filesystem::pat
                      [&](std::span<const std::byte> bytes) { file.write(bytes); });
       file.write(padding_after(manifest.blobs[t].size));
     }
-    file.sync();
-    file.close();
-    format::publish(temporary, path);
-  } catch (...) {
-    std::error_code ignored;  // the temporary may not exist; the original error matters
-    std::filesystem::remove(temporary, ignored);
-    throw;
-  }
+  });
 }
 
 }  // namespace recemb

@@ -250,10 +250,8 @@ ServingManifest decode_manifest(std::string_view text, uint64_t data_size,
         with_context(context, "manifest features[" + std::to_string(f) + "]",
                      [&] { return format::feature_from_json(features[f]); }));
   }
-  with_context(context, "manifest", [&] {
-    validate_configs(manifest.tables, manifest.features, EmbeddingOptions{});
-    return 0;
-  });
+  with_context(context, "manifest",
+               [&] { validate_configs(manifest.tables, manifest.features, EmbeddingOptions{}); });
 
   uint64_t end = 0;  // of the blobs so far, padding included
   for (size_t t = 0; t < manifest.tables.size(); ++t) {

@@ -55,8 +55,7 @@ inline constexpr uint64_t padded_size(uint64_t size) {
 
 // The bytes of a table's blob without padding: vocabulary_size rows of dim float32, dim binary16
 // or dim + 8 bytes (int8); nullopt if that does not fit in 64 bits.
-std::optional<uint64_t> serving_blob_size(ServingDtype dtype, int64_t vocabulary_size,
-                                          int64_t dim);
+std::optional<uint64_t> serving_blob_size(ServingDtype dtype, int64_t vocabulary_size, int64_t dim);
 
 struct ServingHeader {
   uint64_t manifest_size = 0;

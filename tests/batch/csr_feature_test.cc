@@ -282,6 +282,13 @@ Model fixture_model(const std::vector<std::vector<int64_t>>& rows) {
   return model;
 }
 
+TEST(CsrFeatureTest, ShapeStringListsTheExtents) {
+  EXPECT_EQ(shape_string(std::vector<int64_t>{}), "[]");
+  EXPECT_EQ(shape_string(std::vector<int64_t>{7}), "[7]");
+  EXPECT_EQ(shape_string(std::vector<int64_t>{3, 0, -2, int64_t{1} << 40}),
+            "[3, 0, -2, 1099511627776]");
+}
+
 TEST(CsrFeatureTest, TfFixtureSparseAndRagged) {
   const TableConfig video{
       .name = "video", .vocabulary_size = 8, .dim = 4, .combiner = Combiner::kSum};

@@ -5,8 +5,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <gtest/gtest.h>
 #include <map>
 #include <random>
@@ -122,16 +120,6 @@ inline ::testing::AssertionResult bitwise_equal(
     }
   }
   return ::testing::AssertionSuccess();
-}
-
-inline std::vector<char> read_bytes(const std::filesystem::path& path) {
-  std::ifstream stream(path, std::ios::binary);
-  return std::vector<char>((std::istreambuf_iterator<char>(stream)), {});
-}
-
-inline void write_bytes(const std::filesystem::path& path, const std::vector<char>& bytes) {
-  std::ofstream stream(path, std::ios::binary | std::ios::trunc);
-  stream.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
 }  // namespace recemb::test

@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <functional>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <random>
@@ -15,39 +13,20 @@
 #include "recemb/error.h"
 
 #include "format/checksum.h"
+#include "testing/error_of.h"
+#include "testing/files.h"
 #include "testing/temporary_directory.h"
 
 namespace recemb::internal {
 namespace {
 
 namespace fs = std::filesystem;
+using test::error_of;
+using test::random_bytes;
+using test::read_bytes;
 using test::TemporaryDirectory;
+using test::write_bytes;
 using ::testing::HasSubstr;
-
-std::vector<std::byte> random_bytes(std::mt19937_64& rng, size_t size) {
-  std::vector<std::byte> bytes(size);
-  for (std::byte& byte : bytes) byte = static_cast<std::byte>(rng());
-  return bytes;
-}
-
-std::vector<std::byte> file_contents(const fs::path& path) {
-  std::ifstream stream(path, std::ios::binary);
-  std::vector<char> chars((std::istreambuf_iterator<char>(stream)), {});
-  std::vector<std::byte> bytes(chars.size());
-  std::transform(chars.begin(), chars.end(), bytes.begin(),
-                 [](char c) { return static_cast<std::byte>(c); });
-  return bytes;
-}
-
-std::string invalid_argument_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const InvalidArgument& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no InvalidArgument";
-  return "";
-}
 
 TEST(DataFileTest, WritesTheBytesWithOneChecksumPerBlock) {
   TemporaryDirectory directory;
@@ -58,7 +37,7 @@ TEST(DataFileTest, WritesTheBytesWithOneChecksumPerBlock) {
     const DataFile entry = write_data_file(path, data, 64);
     EXPECT_EQ(entry.file, path.filename().string());
     EXPECT_EQ(entry.bytes, size);
-    EXPECT_EQ(file_contents(path), data);
+    EXPECT_EQ(read_bytes(path), data);
     EXPECT_EQ(entry.checksum, format::checksum(data));
     ASSERT_EQ(entry.block_checksums.size(), (size + 63) / 64) << size;
     for (size_t block = 0; block < entry.block_checksums.size(); ++block) {
@@ -104,26 +83,23 @@ TEST(DataFileTest, DamageIsReportedWithTheFileWhatAndBlock) {
   for (const size_t position : {size_t{0}, size_t{63}, size_t{64}, size_t{700}, size_t{999}}) {
     std::vector<std::byte> damaged = data;
     damaged[position] ^= std::byte{0x10};
-    std::ofstream(path, std::ios::binary)
-        .write(reinterpret_cast<const char*>(damaged.data()),
-               static_cast<std::streamsize>(damaged.size()));
+    write_bytes(path, damaged);
     const size_t block = position / 64;
-    EXPECT_EQ(invalid_argument_of(read),
+    EXPECT_EQ(error_of<InvalidArgument>(read),
               name + " is damaged: block " + std::to_string(block) + " of 16 (bytes " +
                   std::to_string(block * 64) + ".." +
                   std::to_string(std::min<size_t>(1000, block * 64 + 64)) +
                   ") does not match its checksum");
   }
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(data.data()), 999);
-  EXPECT_EQ(invalid_argument_of(read),
+  write_bytes(path, std::span(data).first(999));
+  EXPECT_EQ(error_of<InvalidArgument>(read),
             name + " has 999 bytes, the manifest records 1000 (truncated)");
 
   // Blocks that match but a wrong whole-file record (as from a damaged manifest).
-  std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  write_bytes(path, data);
   DataFile wrong_whole = entry;
   wrong_whole.checksum ^= 1;
-  EXPECT_THAT(invalid_argument_of([&] {
+  EXPECT_THAT(error_of<InvalidArgument>([&] {
                 read_data_file(format::InputFile::open(path), wrong_whole, 64, "w", {}, scratch);
               }),
               HasSubstr("its blocks match but the whole-file checksum"));

@@ -1,5 +1,6 @@
 // inspect_checkpoint (src/checkpoint/inspect.cc): reports every file, damage included, without
 // throwing; throws only for an unreadable manifest.
+#include <cstddef>
 #include <filesystem>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include "checkpoint/checkpoint_fixtures.h"
 #include "format/checksum.h"
 #include "format/json.h"
+#include "testing/files.h"
 #include "testing/temporary_directory.h"
 
 namespace recemb {
@@ -41,18 +43,30 @@ TEST_F(InspectCheckpointTest, DescribesEveryFile) {
   EXPECT_TRUE(info.ok);
   EXPECT_EQ(info.format_version, 1);
   EXPECT_EQ(info.step, 4);
-  const std::vector<char> manifest = test::read_bytes(checkpoint_ / "manifest.json");
-  EXPECT_EQ(info.manifest_json, std::string(manifest.begin(), manifest.end()));
+  ASSERT_EQ(info.tables.size(), 3u);
+  const std::vector<std::pair<std::string, std::string>> optimizers = {
+      {"video", "adagrad"}, {"words", "adam"}, {"tags", "rowwise_adagrad"}};
+  const std::vector<TableConfig> tables = test::fixture_tables();
+  for (size_t t = 0; t < 3; ++t) {
+    EXPECT_EQ(info.tables[t].name, optimizers[t].first);
+    EXPECT_EQ(info.tables[t].optimizer, optimizers[t].second);
+    EXPECT_EQ(info.tables[t].vocabulary_size, tables[t].vocabulary_size);
+    EXPECT_EQ(info.tables[t].dim, tables[t].dim);
+  }
+  ASSERT_EQ(info.features.size(), 4u);
+  EXPECT_EQ(info.features[2].name, "query");
+  EXPECT_EQ(info.features[2].table, "words");
+  EXPECT_EQ(info.manifest_json, test::read_text(checkpoint_ / "manifest.json"));
   EXPECT_EQ(format::Json::parse(info.manifest_json)["step"], 4);
   std::vector<std::string> paths;
   for (const CheckpointFile& file : info.files) {
     paths.push_back(file.path);
     EXPECT_TRUE(file.ok) << file.path;
     EXPECT_TRUE(file.error.empty()) << file.path;
-    const std::vector<char> bytes = test::read_bytes(checkpoint_ / file.path);
+    const std::vector<std::byte> bytes = test::read_bytes(checkpoint_ / file.path);
     EXPECT_EQ(file.bytes, bytes.size()) << file.path;
     EXPECT_EQ(file.checksum,
-              format::checksum_to_hex(format::checksum(std::as_bytes(std::span(bytes)))))
+              format::checksum_to_hex(format::checksum(bytes)))
         << file.path;
   }
   EXPECT_EQ(paths,
@@ -62,8 +76,8 @@ TEST_F(InspectCheckpointTest, DescribesEveryFile) {
 }
 
 TEST_F(InspectCheckpointTest, ReportsDamagedDataFilesWithoutThrowing) {
-  std::vector<char> bytes = test::read_bytes(checkpoint_ / "t1.momenta.f32");
-  bytes[100] = static_cast<char>(bytes[100] ^ 0x01);
+  std::vector<std::byte> bytes = test::read_bytes(checkpoint_ / "t1.momenta.f32");
+  bytes[100] ^= std::byte{0x01};
   test::write_bytes(checkpoint_ / "t1.momenta.f32", bytes);
   fs::remove(checkpoint_ / "x0.f32");
 
@@ -96,8 +110,8 @@ TEST_F(InspectCheckpointTest, ReportsDamagedDataFilesWithoutThrowing) {
 }
 
 TEST_F(InspectCheckpointTest, ThrowsForAnUnreadableManifest) {
-  std::vector<char> bytes = test::read_bytes(checkpoint_ / "manifest.json");
-  bytes[10] = static_cast<char>(bytes[10] ^ 0x20);
+  std::vector<std::byte> bytes = test::read_bytes(checkpoint_ / "manifest.json");
+  bytes[10] ^= std::byte{0x20};
   test::write_bytes(checkpoint_ / "manifest.json", bytes);
   try {
     inspect_checkpoint(checkpoint_);

@@ -3,6 +3,7 @@
 #include "checkpoint/manifest.h"
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,6 +17,8 @@
 #include "checkpoint/layout.h"
 #include "format/checksum.h"
 #include "format/json.h"
+#include "testing/error_of.h"
+#include "testing/files.h"
 #include "testing/temporary_directory.h"
 
 namespace recemb::internal {
@@ -23,18 +26,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using format::Json;
+using test::error_of;
 using test::TemporaryDirectory;
 using ::testing::HasSubstr;
-
-std::string invalid_argument_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const InvalidArgument& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no InvalidArgument";
-  return "";
-}
 
 // A saved checkpoint of the fixture, with extra arrays and metadata.
 class ManifestTest : public ::testing::Test {
@@ -50,7 +44,7 @@ class ManifestTest : public ::testing::Test {
                                   {.extra_arrays = {{.name = "dense", .values = dense_}},
                                    .metadata = {{"epoch", "3"}},
                                    .checksum_block_bytes = 100});
-    json_ = Json::parse(test::read_bytes(checkpoint_ / kManifestFile));
+    json_ = Json::parse(test::read_text(checkpoint_ / kManifestFile));
   }
 
   // Writes `json` as the manifest, with a matching checksum file.
@@ -69,8 +63,7 @@ class ManifestTest : public ::testing::Test {
 
 TEST_F(ManifestTest, RecordsTheEmbedding) {
   const ManifestFile file = read_manifest(checkpoint_);
-  EXPECT_EQ(file.text, std::string(test::read_bytes(checkpoint_ / kManifestFile).data(),
-                                   test::read_bytes(checkpoint_ / kManifestFile).size()));
+  EXPECT_EQ(file.text, test::read_text(checkpoint_ / kManifestFile));
   const Manifest& manifest = file.manifest;
   EXPECT_EQ(manifest.format_version, 1);
   EXPECT_EQ(manifest.step, 5);
@@ -133,7 +126,7 @@ TEST_F(ManifestTest, ANewerVersionIsRefusedBeforeAnythingElse) {
   json["format_version"] = 2;
   json["tables"] = "changed in version 2";
   rewrite(json);
-  EXPECT_EQ(invalid_argument_of([&] { read_manifest(checkpoint_); }),
+  EXPECT_EQ(error_of<InvalidArgument>([&] { read_manifest(checkpoint_); }),
             "checkpoint '" + checkpoint_.string() +
                 "': manifest.json: field 'format_version': checkpoint format version 2 is newer "
                 "than this recemb reads (1); read it with a newer recemb");
@@ -142,10 +135,10 @@ TEST_F(ManifestTest, ANewerVersionIsRefusedBeforeAnythingElse) {
 TEST_F(ManifestTest, ChecksumFileErrors) {
   const std::string prefix = "checkpoint '" + checkpoint_.string() + "': ";
   std::ofstream(checkpoint_ / kManifestChecksumFile, std::ios::trunc) << "0123456789ABCDEF\n";
-  EXPECT_EQ(invalid_argument_of([&] { read_manifest(checkpoint_); }),
+  EXPECT_EQ(error_of<InvalidArgument>([&] { read_manifest(checkpoint_); }),
             prefix + "manifest.xxh3 is damaged: expected 16 lowercase hex digits and a newline");
   std::ofstream(checkpoint_ / kManifestChecksumFile, std::ios::trunc) << "0123456789abcdef\n";
-  EXPECT_EQ(invalid_argument_of([&] { read_manifest(checkpoint_); }),
+  EXPECT_EQ(error_of<InvalidArgument>([&] { read_manifest(checkpoint_); }),
             prefix +
                 "manifest.json does not match its checksum in manifest.xxh3: one of them is "
                 "damaged or truncated");
@@ -154,7 +147,7 @@ TEST_F(ManifestTest, ChecksumFileErrors) {
   std::ofstream(checkpoint_ / kManifestFile, std::ios::trunc) << text;
   std::ofstream(checkpoint_ / kManifestChecksumFile, std::ios::trunc)
       << format::checksum_to_hex(format::checksum(std::as_bytes(std::span(text)))) << "\n";
-  EXPECT_THAT(invalid_argument_of([&] { read_manifest(checkpoint_); }),
+  EXPECT_THAT(error_of<InvalidArgument>([&] { read_manifest(checkpoint_); }),
               HasSubstr(prefix + "manifest.json is not valid JSON: "));
 }
 
@@ -230,7 +223,7 @@ TEST_F(ManifestTest, StructureErrorsNameTheField) {
     Json json = json_;
     c.change(json);
     rewrite(json);
-    const std::string error = invalid_argument_of([&] { read_manifest(checkpoint_); });
+    const std::string error = error_of<InvalidArgument>([&] { read_manifest(checkpoint_); });
     EXPECT_THAT(error, HasSubstr("checkpoint '" + checkpoint_.string() + "': manifest.json: "));
     EXPECT_THAT(error, HasSubstr(c.expected)) << json.dump().substr(0, 200);
   }

@@ -3,12 +3,14 @@
 // truncation, deletion) refused with the file named and the embedding unchanged.
 #include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,8 @@
 #include "recemb/error.h"
 
 #include "checkpoint/checkpoint_fixtures.h"
+#include "testing/error_of.h"
+#include "testing/files.h"
 #include "testing/temporary_directory.h"
 
 namespace recemb {
@@ -23,6 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::bitwise_equal;
+using test::error_of;
 using test::make_fixture;
 using test::snapshot;
 using test::TemporaryDirectory;
@@ -30,18 +35,6 @@ using test::train_steps;
 using ::testing::HasSubstr;
 
 using Snapshot = std::map<std::string, std::vector<float>>;
-
-// The message of the InvalidArgument that `call` throws; fails the test if it throws nothing.
-template <class Call>
-std::string invalid_argument_of(Call call) {
-  try {
-    call();
-  } catch (const InvalidArgument& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no InvalidArgument";
-  return "";
-}
 
 TEST(RestoreCheckpointTest, TrainingResumesExactlyAsIfUninterrupted) {
   constexpr int64_t kSteps = 12;
@@ -78,7 +71,7 @@ TEST(RestoreCheckpointTest, ARootMeansItsLatestCheckpoint) {
   EXPECT_TRUE(bitwise_equal(snapshot(restored), snapshot(embedding)));
 
   const std::string error =
-      invalid_argument_of([&] { restore_checkpoint(restored, directory.path() / "nothing"); });
+      error_of<InvalidArgument>([&] { restore_checkpoint(restored, directory.path() / "nothing"); });
   EXPECT_THAT(error, HasSubstr("no checkpoint at '" + (directory.path() / "nothing").string()));
 }
 
@@ -100,6 +93,45 @@ TEST(RestoreCheckpointTest, ExtraArraysAndMetadataComeBack) {
   EXPECT_TRUE(state.extra_arrays.at("empty").empty());
   EXPECT_EQ(state.metadata, (std::map<std::string, std::string>{{"data_position", "file-3:1234"},
                                                                 {"run", "a b\n\"c\""}}));
+}
+
+// tests/data/checkpoint-v1 was saved by format version 1 (the first release) and must keep
+// loading: tables "video" [4, 3] (the global Adagrad, an ExponentialDecay learning rate) and "tags"
+// [3, 2] (RowwiseAdagrad), step 7, variable v (in manifest order) element i = (v + 1) / 2 + i / 4,
+// extra array "dense" = {1, -2, 0.5}, metadata {"run": "golden"}, checksum blocks of 16 bytes.
+TEST(RestoreCheckpointTest, ReadsTheCheckedInVersion1Checkpoint) {
+  const fs::path root = fs::path(__FILE__).parent_path().parent_path() / "data" / "checkpoint-v1";
+  const Embedding loaded = load_checkpoint(root, {.num_threads = 1});
+  EXPECT_EQ(loaded.step(), 7);
+  EXPECT_EQ(loaded.options().seed, 3u);
+  ASSERT_EQ(loaded.tables().size(), 2u);
+  EXPECT_EQ(std::get<Constant>(loaded.tables()[0].initializer).value, 0.5f);
+  EXPECT_EQ(loaded.tables()[1].combiner, Combiner::kSum);
+  EXPECT_EQ(std::get<RowwiseAdagrad>(*loaded.tables()[1].optimizer).initial_accumulator_value,
+            0.125f);
+  const auto& decay =
+      std::get<ExponentialDecay>(std::get<Adagrad>(*loaded.options().optimizer).learning_rate);
+  EXPECT_EQ(decay.initial_learning_rate, 0.5f);
+  EXPECT_EQ(decay.decay_steps, 10);
+  EXPECT_EQ(decay.decay_rate, 0.75f);
+  EXPECT_TRUE(decay.staircase);
+  EXPECT_EQ(loaded.features()[1].max_sequence_length, 2);
+  const Snapshot values = snapshot(loaded);
+  const std::vector<std::string> order = {"video/parameters", "video/accumulators",
+                                          "tags/parameters", "tags/accumulators"};
+  const std::vector<size_t> sizes = {12, 12, 6, 3};
+  for (size_t v = 0; v < order.size(); ++v) {
+    ASSERT_EQ(values.at(order[v]).size(), sizes[v]) << order[v];
+    for (size_t i = 0; i < sizes[v]; ++i) {
+      EXPECT_EQ(values.at(order[v])[i],
+                static_cast<float>(v + 1) * 0.5f + static_cast<float>(i) * 0.25f)
+          << order[v] << "[" << i << "]";
+    }
+  }
+  Embedding target = load_checkpoint(root, {.tables_only = true, .num_threads = 1});
+  const RestoredState state = restore_checkpoint(target, root);
+  EXPECT_EQ(state.extra_arrays.at("dense"), (std::vector<float>{1.0f, -2.0f, 0.5f}));
+  EXPECT_EQ(state.metadata, (std::map<std::string, std::string>{{"run", "golden"}}));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -155,7 +187,7 @@ TEST(RestoreCheckpointTest, ResizingWithoutPermissionIsAnErrorThatChangesNothing
 
   Embedding larger = make_fixture(12, {.video_rows = 50});
   const Snapshot larger_before = snapshot(larger);
-  EXPECT_THAT(invalid_argument_of([&] { restore_checkpoint(larger, saved); }),
+  EXPECT_THAT(error_of<InvalidArgument>([&] { restore_checkpoint(larger, saved); }),
               HasSubstr("checkpoint '" + saved.string() +
                         "': table 'video': the checkpoint has vocabulary_size 40, the embedding "
                         "50; RestoreOptions.resize = Resize::kGrow restores the first 40 rows"));
@@ -164,7 +196,7 @@ TEST(RestoreCheckpointTest, ResizingWithoutPermissionIsAnErrorThatChangesNothing
   Embedding smaller = make_fixture(12, {.tag_rows = 19});
   const Snapshot smaller_before = snapshot(smaller);
   EXPECT_THAT(
-      invalid_argument_of([&] { restore_checkpoint(smaller, saved, {.resize = Resize::kGrow}); }),
+      error_of<InvalidArgument>([&] { restore_checkpoint(smaller, saved, {.resize = Resize::kGrow}); }),
       HasSubstr("table 'tags': the checkpoint has vocabulary_size 20, the embedding 19; "
                 "RestoreOptions.resize = Resize::kGrowOrShrink"));
   EXPECT_TRUE(bitwise_equal(snapshot(smaller), smaller_before));
@@ -209,14 +241,14 @@ TEST(RestoreCheckpointTest, IncompatibleEmbeddingsAreRefusedNamingTheTable) {
   for (const Case& c : cases) {
     Embedding embedding(c.tables, c.features, {.optimizer = Adagrad{}, .num_threads = 1});
     const Snapshot before = snapshot(embedding);
-    EXPECT_THAT(invalid_argument_of([&] { restore_checkpoint(embedding, saved); }),
+    EXPECT_THAT(error_of<InvalidArgument>([&] { restore_checkpoint(embedding, saved); }),
                 HasSubstr(c.expected));
     EXPECT_TRUE(bitwise_equal(snapshot(embedding), before));
   }
 
   // A different global optimizer changes "video"'s slots.
   Embedding sgd(test::fixture_tables(), test::fixture_features(), {.optimizer = Sgd{}});
-  EXPECT_THAT(invalid_argument_of([&] { restore_checkpoint(sgd, saved); }),
+  EXPECT_THAT(error_of<InvalidArgument>([&] { restore_checkpoint(sgd, saved); }),
               HasSubstr("table 'video': the checkpoint's optimizer is adagrad, the embedding's is "
                         "sgd"));
 }
@@ -280,7 +312,7 @@ TEST(LoadCheckpointTest, ACallbackLearningRateLoadsOnlyAsTables) {
   Embedding original(tables, test::fixture_features(), {.optimizer = Adagrad{}, .num_threads = 1});
   train_steps(original, 0, 2);
   const fs::path saved = save_checkpoint(original, directory.path());
-  EXPECT_THAT(invalid_argument_of([&] { load_checkpoint(saved); }),
+  EXPECT_THAT(error_of<InvalidArgument>([&] { load_checkpoint(saved); }),
               HasSubstr("checkpoint '" + saved.string() +
                         "': table 'tags': optimizer: field 'learning_rate': a callback"));
   const Embedding loaded = load_checkpoint(saved, {.tables_only = true, .num_threads = 1});
@@ -325,11 +357,11 @@ class DamagedCheckpointTest : public ::testing::Test {
   void expect_refused(const fs::path& file, const std::string& what) {
     SCOPED_TRACE(what);
     const std::string error =
-        invalid_argument_of([&] { restore_checkpoint(target_, checkpoint_); });
+        error_of<InvalidArgument>([&] { restore_checkpoint(target_, checkpoint_); });
     EXPECT_THAT(error, HasSubstr(file.filename().string()));
     EXPECT_THAT(error, HasSubstr(checkpoint_.string()));
     EXPECT_TRUE(bitwise_equal(snapshot(target_), before_));
-    EXPECT_THAT(invalid_argument_of([&] { load_checkpoint(checkpoint_); }),
+    EXPECT_THAT(error_of<InvalidArgument>([&] { load_checkpoint(checkpoint_); }),
                 HasSubstr(file.filename().string()));
   }
 
@@ -344,16 +376,15 @@ TEST_F(DamagedCheckpointTest, EveryFlippedByteIsDetected) {
   const std::vector<fs::path> paths = files();
   ASSERT_EQ(paths.size(), 2u + 7u + 1u);  // manifest, its checksum, 7 variables, 1 extra array
   for (const fs::path& path : paths) {
-    const std::vector<char> original = test::read_bytes(path);
+    const std::vector<std::byte> original = test::read_bytes(path);
     ASSERT_FALSE(original.empty()) << path;
     std::vector<size_t> positions = {0, original.size() - 1};
     for (int i = 0; i < 6; ++i) {
       positions.push_back(std::uniform_int_distribution<size_t>(0, original.size() - 1)(rng));
     }
     for (const size_t position : positions) {
-      std::vector<char> damaged = original;
-      const auto mask = static_cast<char>(1 << std::uniform_int_distribution<int>(0, 7)(rng));
-      damaged[position] = static_cast<char>(damaged[position] ^ mask);
+      std::vector<std::byte> damaged = original;
+      damaged[position] ^= static_cast<std::byte>(1 << std::uniform_int_distribution<int>(0, 7)(rng));
       test::write_bytes(path, damaged);
       expect_refused(path, path.filename().string() + " byte " + std::to_string(position));
     }
@@ -366,14 +397,13 @@ TEST_F(DamagedCheckpointTest, EveryFlippedByteIsDetected) {
 
 TEST_F(DamagedCheckpointTest, TruncatedExtendedAndMissingFilesAreDetected) {
   for (const fs::path& path : files()) {
-    const std::vector<char> original = test::read_bytes(path);
+    const std::vector<std::byte> original = test::read_bytes(path);
     for (const size_t size : {size_t{0}, original.size() / 2, original.size() - 1}) {
-      test::write_bytes(path, std::vector<char>(original.begin(),
-                                                original.begin() + static_cast<ptrdiff_t>(size)));
+      test::write_bytes(path, std::span(original).first(size));
       expect_refused(path, path.filename().string() + " truncated to " + std::to_string(size));
     }
-    std::vector<char> extended = original;
-    extended.push_back('\0');
+    std::vector<std::byte> extended = original;
+    extended.push_back(std::byte{0});
     test::write_bytes(path, extended);
     expect_refused(path, path.filename().string() + " extended");
     fs::remove(path);
@@ -386,10 +416,10 @@ TEST_F(DamagedCheckpointTest, TruncatedExtendedAndMissingFilesAreDetected) {
 
 TEST_F(DamagedCheckpointTest, DataErrorsNameTheTableVariableAndBlock) {
   const fs::path path = checkpoint_ / "t0.accumulators.f32";
-  std::vector<char> bytes = test::read_bytes(path);
-  bytes[600] = static_cast<char>(bytes[600] ^ 0x40);
+  std::vector<std::byte> bytes = test::read_bytes(path);
+  bytes[600] ^= std::byte{0x40};
   test::write_bytes(path, bytes);
-  EXPECT_THAT(invalid_argument_of([&] { restore_checkpoint(target_, checkpoint_); }),
+  EXPECT_THAT(error_of<InvalidArgument>([&] { restore_checkpoint(target_, checkpoint_); }),
               HasSubstr("checkpoint file '" + path.string() +
                         "' (table 'video' variable 'accumulators') is damaged: block 2 of 5 "
                         "(bytes 512..768) does not match its checksum"));

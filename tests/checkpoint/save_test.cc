@@ -1,8 +1,8 @@
 // save_checkpoint (src/checkpoint/save.cc): the files it writes, keep-last-K, refusals, cleanup of
 // interrupted saves, and a process killed (SIGKILL) at random points of many saves.
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 #include <signal.h>
+#include <span>
 #include <string>
 #include <sys/wait.h>
 #include <thread>
@@ -22,6 +23,7 @@
 
 #include "checkpoint/checkpoint_fixtures.h"
 #include "format/checksum.h"
+#include "testing/files.h"
 #include "testing/temporary_directory.h"
 
 namespace recemb {
@@ -42,10 +44,9 @@ std::set<std::string> entries(const fs::path& directory) {
   return names;
 }
 
-std::vector<char> float_bytes(const std::vector<float>& values) {
-  std::vector<char> bytes(values.size() * sizeof(float));
-  std::memcpy(bytes.data(), values.data(), bytes.size());
-  return bytes;
+std::vector<std::byte> float_bytes(const std::vector<float>& values) {
+  const std::span<const std::byte> bytes = std::as_bytes(std::span(values));
+  return {bytes.begin(), bytes.end()};
 }
 
 TEST(SaveCheckpointTest, WritesEveryVariableAsRawFloatsAndAChecksummedManifest) {
@@ -70,10 +71,9 @@ TEST(SaveCheckpointTest, WritesEveryVariableAsRawFloatsAndAChecksummedManifest) 
   EXPECT_EQ(test::read_bytes(saved / "t2.accumulators.f32"),
             float_bytes(before.at("tags/accumulators")));
   EXPECT_EQ(test::read_bytes(saved / "x0.f32"), float_bytes(dense));
-  const std::vector<char> manifest = test::read_bytes(saved / "manifest.json");
-  const std::vector<char> checksum = test::read_bytes(saved / "manifest.xxh3");
-  EXPECT_EQ(std::string(checksum.begin(), checksum.end()),
-            format::checksum_to_hex(format::checksum(std::as_bytes(std::span(manifest)))) + "\n");
+  const std::vector<std::byte> manifest = test::read_bytes(saved / "manifest.json");
+  EXPECT_EQ(test::read_text(saved / "manifest.xxh3"),
+            format::checksum_to_hex(format::checksum(manifest)) + "\n");
   EXPECT_TRUE(bitwise_equal(snapshot(embedding), before));
 }
 
@@ -99,7 +99,7 @@ TEST(SaveCheckpointTest, RefusesAnExistingStepAndBadOptionsBeforeWriting) {
   TemporaryDirectory directory;
   Embedding embedding = make_fixture(5);
   const fs::path saved = save_checkpoint(embedding, directory.path());
-  const std::vector<char> manifest = test::read_bytes(saved / "manifest.json");
+  const std::vector<std::byte> manifest = test::read_bytes(saved / "manifest.json");
   try {
     save_checkpoint(embedding, directory.path());
     FAIL() << "saved the same step twice";

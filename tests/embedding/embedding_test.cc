@@ -20,6 +20,7 @@
 #include "recemb/recemb.h"
 
 #include "reference/reference_embedding.h"
+#include "testing/error_of.h"
 #include "testing/random_batches.h"
 
 namespace recemb {
@@ -27,6 +28,7 @@ namespace {
 
 using reference::ReferenceEmbedding;
 using test::Bag;
+using test::error_of;
 using test::IdWidth;
 using test::OwnedInput;
 using ::testing::HasSubstr;
@@ -214,20 +216,6 @@ std::vector<std::vector<float>> random_gradients(std::mt19937_64& rng,
   return gradients;
 }
 
-template <typename Exception, typename Call>
-std::string error_message(Call&& call) {
-  try {
-    call();
-  } catch (const Exception& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type, message: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return "";
-}
-
 std::string lowercase(std::string text) {
   for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return text;
@@ -393,38 +381,15 @@ std::vector<OwnedInput> mixed_inputs(std::mt19937_64& rng, const Scenario& s) {
   const int64_t shared_rows = s.tables[0].vocabulary_size;
   const int64_t other_rows = s.tables[1].vocabulary_size;
   std::vector<OwnedInput> inputs;
-  {
-    const bool weighted = test::random_bool(rng);
-    const std::vector<Bag> bags = test::random_bags(rng, batch, {shared_rows, 1, 1, weighted});
-    std::vector<int64_t> ids;
-    std::vector<float> weights;
-    for (const Bag& bag : bags) {
-      ids.push_back(bag.ids[0]);
-      if (weighted) weights.push_back(bag.weights[0]);
-    }
-    inputs.push_back(OwnedInput::dense(ids, {batch}, weights, test::random_width(rng)));
-  }
+  inputs.push_back(test::random_one_dim_input(rng, batch, shared_rows));
   inputs.push_back(test::random_two_dim_input(rng, batch, shared_rows, 4));
   inputs.push_back(test::random_two_dim_input(rng, batch, shared_rows, 4));
   inputs.push_back(test::random_two_dim_input(rng, batch, shared_rows, 5));  // L = 3: truncates
   inputs.push_back(test::random_two_dim_input(rng, batch, other_rows, 4));
-  {
-    const bool weighted = test::random_bool(rng);
-    const std::vector<Bag> bags = test::random_bags(rng, 2 * batch, {other_rows, 0, 3, weighted});
-    inputs.push_back(OwnedInput::sparse_from_bags(bags, {batch, 2},
-                                                  test::random_positions(rng, bags, 4), 4, weighted,
-                                                  test::random_width(rng)));
-  }
+  inputs.push_back(test::random_three_dim_sparse_input(rng, batch, other_rows));
   inputs.push_back(test::random_two_dim_input(rng, batch, other_rows, 3));
   inputs.push_back(test::random_two_dim_input(rng, batch, other_rows, 3));
-  {
-    const bool weighted = test::random_bool(rng);
-    const int64_t bag_size = test::random_int(rng, 1, 3);
-    const std::vector<Bag> bags =
-        test::random_bags(rng, 2 * batch, {shared_rows, bag_size, bag_size, weighted});
-    inputs.push_back(
-        OwnedInput::dense_from_bags(bags, {batch, 2}, weighted, test::random_width(rng)));
-  }
+  inputs.push_back(test::random_three_dim_dense_input(rng, batch, shared_rows));
   return inputs;
 }
 
@@ -1049,7 +1014,7 @@ TEST(EmbeddingLearningRateCallback, InvalidValueRejectsTheStepAndKeepsTheLookup)
                                                 std::vector<float>(2, 1.0f)};
   for (int attempt = 0; attempt < 3; ++attempt) {
     SCOPED_TRACE("attempt " + std::to_string(attempt));
-    error_message<InvalidArgument>([&] { train(layer, batch, ones); });
+    error_of<InvalidArgument>([&] { train(layer, batch, ones); });
     EXPECT_TRUE(unchanged(before, layer));
     EXPECT_TRUE(batch.applicable());
   }
@@ -1147,7 +1112,7 @@ class EmbeddingErrorTest : public ::testing::Test {
   static void expect_not_applicable(Embedding& layer, LookupBatch& batch) {
     const Snapshot before = snapshot_of(layer);
     const bool was_applicable = batch.applicable();
-    EXPECT_THAT(error_message<FailedPrecondition>([&] { train(layer, batch, valid_gradients(1)); }),
+    EXPECT_THAT(error_of<FailedPrecondition>([&] { train(layer, batch, valid_gradients(1)); }),
                 HasSubstr("lookup"));
     EXPECT_TRUE(unchanged(before, layer));
     EXPECT_EQ(batch.applicable(), was_applicable);
@@ -1170,10 +1135,10 @@ class EmbeddingErrorTest : public ::testing::Test {
                                     const std::vector<std::string>& fragments) {
     ASSERT_TRUE(target.layer.applicable());
     const Snapshot before = snapshot_of(*layer_);
-    const std::string pure = error_message<InvalidArgument>([&] { layer_->lookup(views, spans); });
+    const std::string pure = error_of<InvalidArgument>([&] { layer_->lookup(views, spans); });
     EXPECT_TRUE(unchanged(before, *layer_)) << "pure lookup";
     const std::string training =
-        error_message<InvalidArgument>([&] { layer_->lookup(views, spans, target.layer); });
+        error_of<InvalidArgument>([&] { layer_->lookup(views, spans, target.layer); });
     EXPECT_TRUE(unchanged(before, *layer_)) << "lookup into a batch";
     EXPECT_FALSE(target.layer.applicable()) << "a rejected lookup leaves its batch empty";
     for (const std::string* message : {&pure, &training}) {
@@ -1217,7 +1182,7 @@ class EmbeddingErrorTest : public ::testing::Test {
     lookup_other(other);
     const Snapshot before = snapshot_of(*layer_);
     const std::string message =
-        error_message<InvalidArgument>([&] { train(*layer_, batch.layer, bad); });
+        error_of<InvalidArgument>([&] { train(*layer_, batch.layer, bad); });
     for (const std::string& fragment : fragments) {
       EXPECT_THAT(lowercase(message), HasSubstr(lowercase(fragment)));
     }
@@ -1366,7 +1331,7 @@ TEST_F(EmbeddingErrorTest, ApplyWithoutLookup) {
   bad[1].ids32()[0] = -1;
   std::vector<std::vector<float>> activations = buffers(test::views_of(valid_inputs()));
   std::vector<std::span<float>> spans(activations.begin(), activations.end());
-  error_message<InvalidArgument>([&] { layer_->lookup(test::views_of(bad), spans, batch.layer); });
+  error_of<InvalidArgument>([&] { layer_->lookup(test::views_of(bad), spans, batch.layer); });
   EXPECT_FALSE(batch.layer.applicable());
   expect_not_applicable(*layer_, batch.layer);
   EXPECT_TRUE(unchanged(before, *layer_));
@@ -1590,7 +1555,7 @@ TEST(EmbeddingNoOptimizer, ServingTablesLookUpButCannotTrain) {
   const auto activations = look_up(layer, inputs, batch);
   expect_floats_eq(activations[1], {4, 4, 5, 5}, "frozen rows");
   const Snapshot before = snapshot_of(layer);
-  const std::string message = error_message<FailedPrecondition>([&] {
+  const std::string message = error_of<FailedPrecondition>([&] {
     train(layer, batch, {std::vector<float>(4, 1.0f), std::vector<float>(4, 1.0f)});
   });
   EXPECT_THAT(message, HasSubstr("frozen"));
@@ -1710,7 +1675,7 @@ TEST(EmbeddingConfig, InvalidConfigsNameTheItemAndField) {
     EmbeddingOptions options{.optimizer = Sgd{}};
     c.mutate(tables, features, options);
     const std::string message =
-        error_message<InvalidArgument>([&] { Embedding layer(tables, features, options); });
+        error_of<InvalidArgument>([&] { Embedding layer(tables, features, options); });
     for (const std::string& fragment : c.fragments) EXPECT_THAT(message, HasSubstr(fragment));
   }
 }
@@ -1893,30 +1858,30 @@ TEST(EmbeddingVariables, UnknownNamesAndWrongSizesAreRejected) {
   std::vector<float> short_buffer(20, 1.0f);
   std::vector<float> rowwise_buffer(7, 1.0f);
   EXPECT_THAT(
-      error_message<InvalidArgument>([&] { layer.read_variable("music", "parameters", buffer); }),
+      error_of<InvalidArgument>([&] { layer.read_variable("music", "parameters", buffer); }),
       HasSubstr("music"));
-  EXPECT_THAT(error_message<InvalidArgument>([&] { layer.variable_names("music"); }),
+  EXPECT_THAT(error_of<InvalidArgument>([&] { layer.variable_names("music"); }),
               HasSubstr("music"));
-  EXPECT_THAT(error_message<InvalidArgument>([&] { layer.variable_shape("adagrad", "momenta"); }),
+  EXPECT_THAT(error_of<InvalidArgument>([&] { layer.variable_shape("adagrad", "momenta"); }),
               HasSubstr("momenta"));
   EXPECT_THAT(
-      error_message<InvalidArgument>([&] { layer.read_variable("sgd", "accumulators", buffer); }),
+      error_of<InvalidArgument>([&] { layer.read_variable("sgd", "accumulators", buffer); }),
       HasSubstr("accumulators"));
-  EXPECT_THAT(error_message<InvalidArgument>(
-                  [&] { layer.read_variable("adam", "parameters", short_buffer); }),
-              HasSubstr("20"));
-  error_message<InvalidArgument>([&] { layer.read_variable("rowwise", "accumulators", buffer); });
+  EXPECT_THAT(
+      error_of<InvalidArgument>([&] { layer.read_variable("adam", "parameters", short_buffer); }),
+      HasSubstr("20"));
+  error_of<InvalidArgument>([&] { layer.read_variable("rowwise", "accumulators", buffer); });
   layer.read_variable("rowwise", "accumulators", rowwise_buffer);
-  EXPECT_THAT(error_message<InvalidArgument>(
-                  [&] { layer.write_variable("adam", "momenta", short_buffer); }),
-              HasSubstr("20"));
-  error_message<InvalidArgument>([&] { layer.write_variable("rowwise", "accumulators", buffer); });
-  error_message<InvalidArgument>([&] { layer.write_variable("adam", "velocity", buffer); });
+  EXPECT_THAT(
+      error_of<InvalidArgument>([&] { layer.write_variable("adam", "momenta", short_buffer); }),
+      HasSubstr("20"));
+  error_of<InvalidArgument>([&] { layer.write_variable("rowwise", "accumulators", buffer); });
+  error_of<InvalidArgument>([&] { layer.write_variable("adam", "velocity", buffer); });
   std::vector<float> with_nan = buffer;
   with_nan[20] = kNaN;
-  error_message<InvalidArgument>([&] { layer.write_variable("ftrl", "linears", with_nan); });
+  error_of<InvalidArgument>([&] { layer.write_variable("ftrl", "linears", with_nan); });
   with_nan[20] = kInf;
-  error_message<InvalidArgument>([&] { layer.write_variable("sgd", "parameters", with_nan); });
+  error_of<InvalidArgument>([&] { layer.write_variable("sgd", "parameters", with_nan); });
   EXPECT_TRUE(unchanged(before, layer));
 }
 
@@ -1930,6 +1895,9 @@ TEST(EmbeddingVariables, VariableDataIsTheStorageItself) {
       const std::span<float> data = layer.variable_data(table.name, name);
       ASSERT_EQ(static_cast<int64_t>(data.size()), product(layer.variable_shape(table.name, name)));
       EXPECT_EQ(layer.variable_data(table.name, name).data(), data.data()) << "a stable view";
+      const Embedding& const_layer = layer;
+      EXPECT_EQ(const_layer.variable_data(table.name, name).data(), data.data()) << "const view";
+      EXPECT_EQ(const_layer.variable_data(table.name, name).size(), data.size());
       EXPECT_TRUE(bitwise_equal(std::vector<float>(data.begin(), data.end()),
                                 read(layer, table.name, name)));
       ranges.emplace_back(data.data(), data.data() + data.size());
@@ -1950,10 +1918,13 @@ TEST(EmbeddingVariables, VariableDataIsTheStorageItself) {
   }
   EXPECT_EQ(layer.variable_data("rowwise", "accumulators").size(), 7u);
   EXPECT_EQ(layer.variable_data("adam", "velocities").size(), 21u);
-  EXPECT_THAT(error_message<InvalidArgument>([&] { layer.variable_data("music", "parameters"); }),
+  EXPECT_THAT(error_of<InvalidArgument>([&] { layer.variable_data("music", "parameters"); }),
               HasSubstr("music"));
-  EXPECT_THAT(error_message<InvalidArgument>([&] { layer.variable_data("sgd", "accumulators"); }),
+  EXPECT_THAT(error_of<InvalidArgument>([&] { layer.variable_data("sgd", "accumulators"); }),
               HasSubstr("accumulators"));
+  const Embedding& const_layer = layer;
+  EXPECT_THAT(error_of<InvalidArgument>([&] { const_layer.variable_data("music", "parameters"); }),
+              HasSubstr("music"));
 }
 
 TEST(EmbeddingVariables, VariableDataIsLookedUpTrainedAndMovedWithTheLayer) {

@@ -23,29 +23,18 @@
 
 #include "recemb/error.h"
 
+#include "testing/files.h"
 #include "testing/temporary_directory.h"
 
 namespace recemb::format {
 namespace {
 
 namespace fs = std::filesystem;
+using test::random_bytes;
+using test::read_bytes;
 using test::TemporaryDirectory;
 using ::testing::HasSubstr;
-
-std::vector<std::byte> random_bytes(std::mt19937_64& rng, size_t size) {
-  std::vector<std::byte> bytes(size);
-  for (std::byte& byte : bytes) byte = static_cast<std::byte>(rng());
-  return bytes;
-}
-
-std::vector<std::byte> file_contents(const fs::path& path) {
-  std::ifstream stream(path, std::ios::binary);
-  std::vector<char> chars((std::istreambuf_iterator<char>(stream)), {});
-  std::vector<std::byte> bytes(chars.size());
-  std::transform(chars.begin(), chars.end(), bytes.begin(),
-                 [](char c) { return static_cast<std::byte>(c); });
-  return bytes;
-}
+using ::testing::Not;
 
 TEST(FileIoTest, WriteFileThenReadAtRandomOffsets) {
   TemporaryDirectory directory;
@@ -53,7 +42,7 @@ TEST(FileIoTest, WriteFileThenReadAtRandomOffsets) {
   const std::vector<std::byte> data = random_bytes(rng, 300000);
   const fs::path path = directory.path() / "data.bin";
   write_file(path, data);
-  EXPECT_EQ(file_contents(path), data);
+  EXPECT_EQ(read_bytes(path), data);
 
   const InputFile file = InputFile::open(path);
   EXPECT_EQ(file.size(), data.size());
@@ -84,7 +73,7 @@ TEST(FileIoTest, OutputFileAppendsAndCreateTruncates) {
   moved.close();
   std::vector<std::byte> expected = first;
   expected.insert(expected.end(), second.begin(), second.end());
-  EXPECT_EQ(file_contents(path), expected);
+  EXPECT_EQ(read_bytes(path), expected);
 }
 
 std::atomic<int> signals_received{0};
@@ -212,7 +201,7 @@ TEST(FileIoTest, PublishRenamesFilesAndDirectories) {
   write_file(target, old_data);
   write_file(directory.path() / "CURRENT.tmp", new_data);
   publish(directory.path() / "CURRENT.tmp", target);  // replaces the old version
-  EXPECT_EQ(file_contents(target), new_data);
+  EXPECT_EQ(read_bytes(target), new_data);
   EXPECT_FALSE(fs::exists(directory.path() / "CURRENT.tmp"));
 
   const fs::path temporary = directory.path() / ".tmp-dir";
@@ -221,7 +210,7 @@ TEST(FileIoTest, PublishRenamesFilesAndDirectories) {
   sync_directory(temporary);
   publish(temporary, directory.path() / "dir");
   EXPECT_FALSE(fs::exists(temporary));
-  EXPECT_EQ(file_contents(directory.path() / "dir" / "a"), new_data);
+  EXPECT_EQ(read_bytes(directory.path() / "dir" / "a"), new_data);
 
   // Onto a non-empty directory: refused, both names in the message, nothing moved.
   fs::create_directory(temporary);
@@ -233,7 +222,65 @@ TEST(FileIoTest, PublishRenamesFilesAndDirectories) {
                                         (directory.path() / "dir").string() + "'"));
   }
   EXPECT_TRUE(fs::exists(temporary));
-  EXPECT_EQ(file_contents(directory.path() / "dir" / "a"), new_data);
+  EXPECT_EQ(read_bytes(directory.path() / "dir" / "a"), new_data);
+}
+
+// The file appears complete or not at all: while the writer runs, `path` still holds the previous
+// version and the data goes to a hidden temporary next to it; afterwards only `path` is left.
+TEST(FileIoTest, WriteFileAtomicallyReplacesTheFileInOneStep) {
+  TemporaryDirectory directory;
+  std::mt19937_64 rng(31);
+  const std::vector<std::byte> old_data = random_bytes(rng, 100);
+  const std::vector<std::byte> new_data = random_bytes(rng, 70000);
+  const fs::path path = directory.path() / "model.bin";
+  write_file(path, old_data);
+  write_file_atomically(path, [&](OutputFile& file) {
+    EXPECT_EQ(read_bytes(path), old_data);
+    const std::vector<std::string> entries = directory.entries();
+    ASSERT_EQ(entries.size(), 2u);
+    EXPECT_EQ(entries[0].rfind(".model.bin.tmp-" + std::to_string(::getpid()) + "-", 0), 0u)
+        << entries[0];
+    EXPECT_EQ(file.path(), directory.path() / entries[0]);
+    file.write(std::span(new_data).first(1000));
+    file.write(std::span(new_data).subspan(1000));
+  });
+  EXPECT_EQ(read_bytes(path), new_data);
+  EXPECT_EQ(directory.entries(), std::vector<std::string>{"model.bin"});
+
+  write_file_atomically(directory.path() / "new.bin", [&](OutputFile& file) { file.write({}); });
+  EXPECT_EQ(read_bytes(directory.path() / "new.bin"), std::vector<std::byte>{});
+}
+
+TEST(FileIoTest, WriteFileAtomicallyLeavesNothingBehindOnFailure) {
+  TemporaryDirectory directory;
+  std::mt19937_64 rng(37);
+  const std::vector<std::byte> old_data = random_bytes(rng, 100);
+  const fs::path path = directory.path() / "model.bin";
+  write_file(path, old_data);
+  // The writer's own exception propagates unchanged.
+  try {
+    write_file_atomically(path, [&](OutputFile& file) {
+      file.write(random_bytes(rng, 5000));
+      throw InvalidArgument("table 'x': bad value");
+    });
+    FAIL() << "the writer's exception was swallowed";
+  } catch (const InvalidArgument& error) {
+    EXPECT_EQ(std::string(error.what()), "table 'x': bad value");
+  }
+  EXPECT_EQ(read_bytes(path), old_data);
+  EXPECT_EQ(directory.entries(), std::vector<std::string>{"model.bin"});
+
+  // A missing directory is reported with the file asked for, not the temporary's name.
+  const fs::path in_missing_directory = directory.path() / "no" / "model.bin";
+  try {
+    write_file_atomically(in_missing_directory, [](OutputFile&) { FAIL() << "wrote"; });
+    FAIL() << "wrote into a missing directory";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code().value(), ENOENT);
+    EXPECT_THAT(error.what(), HasSubstr("create '" + in_missing_directory.string() + "': "));
+    EXPECT_THAT(error.what(), Not(HasSubstr(".tmp-")));
+  }
+  EXPECT_EQ(directory.entries(), std::vector<std::string>{"model.bin"});
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 same random data, state_dict, and translate_optimizer."""
 
 import io
+import json
 import zlib
 
 import numpy as np
@@ -181,6 +182,52 @@ def test_state_dict_round_trip():
     assert "embedding.video.accumulators" in wrapper.state_dict()
     wrapper.load_state_dict({f"embedding.{key}": value for key, value in state.items()})
     assert wrapper.embedding.step == 3
+
+
+def test_checkpoint_holds_the_state_dict(tmp_path):
+    """save / restore and state_dict / load_state_dict carry the same variables: each
+    "<table>.<variable>" entry is a raw float32 file of the checkpoint, and "step" its step."""
+    schedule = recemb.schedules.ExponentialDecay(initial_learning_rate=0.3, decay_steps=1,
+                                                 decay_rate=0.5)
+    trained = make_module(recemb.optimizers.Adagrad(learning_rate=schedule))
+    train(trained, np.random.default_rng(2), 3)
+    path = trained.save(tmp_path)
+    state = trained.state_dict()
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["step"] == int(state["step"]) == 3
+    files = {f"{table['config']['name']}.{variable['name']}": variable
+             for table in manifest["tables"] for variable in table["variables"]}
+    assert sorted(files) == sorted(key for key in state if key != "step")
+    for key, variable in files.items():
+        stored = np.fromfile(path / variable["file"], dtype="<f4").reshape(variable["shape"])
+        np.testing.assert_array_equal(stored, state[key].numpy(), err_msg=key)
+
+    restored = make_module(recemb.optimizers.Adagrad(learning_rate=schedule))
+    assert restored.restore(tmp_path) == 3
+    loaded = make_module(recemb.optimizers.Adagrad(learning_rate=schedule))
+    loaded.load_state_dict(state)
+    for key, value in state.items():
+        assert torch.equal(restored.state_dict()[key], value), key
+        assert torch.equal(loaded.state_dict()[key], value), key
+    # Training continues identically after either.
+    for module in (trained, restored, loaded):
+        train(module, np.random.default_rng(3), 2)
+    for key, value in trained.state_dict().items():
+        assert torch.equal(restored.state_dict()[key], value), key
+        assert torch.equal(loaded.state_dict()[key], value), key
+
+
+def test_export_serves_the_forward_lookup(tmp_path):
+    module = make_module("adagrad")
+    train(module, np.random.default_rng(4), 2)
+    module.export(tmp_path / "model.recemb", dtype="float32")
+    model = recemb.ServingModel.open(tmp_path / "model.recemb",
+                                     feature_config=module.layer.feature_config)
+    ids = {"v": np.random.default_rng(5).integers(0, 30, size=(4, 2)), "u": np.arange(4)}
+    with torch.no_grad():
+        expected = module(ids)
+    for name, activation in model.lookup(ids).items():
+        assert torch.equal(torch.from_numpy(activation), expected[name]), name
 
 
 def test_load_state_dict_errors():

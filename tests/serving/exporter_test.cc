@@ -21,32 +21,22 @@
 
 #include "format/checksum.h"
 #include "serving/model_file.h"
+#include "testing/error_of.h"
+#include "testing/files.h"
+#include "testing/temporary_directory.h"
 
 namespace recemb {
 namespace {
 
+using test::error_of;
 using test::ModelFile;
-using test::ScratchDirectory;
+using test::TemporaryDirectory;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-template <typename Exception, typename Call>
-std::string error_of(Call&& call) {
-  try {
-    call();
-  } catch (const Exception& error) {
-    return error.what();
-  } catch (const std::exception& error) {
-    ADD_FAILURE() << "wrong exception type: " << error.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
-}
 
 // Three tables whose blobs need padding (odd sizes for every dtype), one with an optimizer, one
 // with simulated quantization; rows of random scale so int8 rows differ in range.
@@ -92,7 +82,7 @@ class ExporterLayoutTest : public ::testing::TestWithParam<ServingDtype> {};
 TEST_P(ExporterLayoutTest, WritesTheSpecifiedLayout) {
   const ServingDtype dtype = GetParam();
   const Embedding layer = make_layer();
-  const ScratchDirectory directory("exporter-layout");
+  const TemporaryDirectory directory;
   export_serving_model(layer, directory / "model.recemb", {.dtype = dtype});
   EXPECT_THAT(directory.entries(), ElementsAre("model.recemb")) << "no temporary is left";
   const ModelFile file = ModelFile::read(directory / "model.recemb");
@@ -157,7 +147,7 @@ TEST_P(ExporterLayoutTest, WritesTheSpecifiedLayout) {
 TEST_P(ExporterLayoutTest, StoresTheTablesValues) {
   const ServingDtype dtype = GetParam();
   const Embedding layer = make_layer();
-  const ScratchDirectory directory("exporter-values");
+  const TemporaryDirectory directory;
   export_serving_model(layer, directory / "model.recemb", {.dtype = dtype});
   const ModelFile file = ModelFile::read(directory / "model.recemb");
   for (size_t t = 0; t < file.blobs.size(); ++t) {
@@ -239,7 +229,7 @@ class ExporterErrorTest : public ::testing::Test {
 
   Embedding previous_layer_{{{.name = "old", .vocabulary_size = 3, .dim = 2}},
                             {{.name = "f", .table = "old"}}};
-  ScratchDirectory directory_{"exporter-errors"};
+  TemporaryDirectory directory_;
   std::filesystem::path path_ = directory_ / "model.recemb";
   std::vector<std::byte> previous_;
 };
@@ -294,7 +284,7 @@ TEST_F(ExporterErrorTest, MissingDirectoryIsASystemError) {
     ADD_FAILURE() << "no exception";
   } catch (const std::system_error& error) {
     EXPECT_EQ(error.code(), std::errc::no_such_file_or_directory);
-    EXPECT_THAT(error.what(), HasSubstr((directory_ / "missing").string()));
+    EXPECT_THAT(error.what(), HasSubstr("create '" + missing.string() + "': "));
   }
   expect_previous_model_only();
 }

@@ -14,28 +14,16 @@
 
 #include "format/checksum.h"
 #include "format/json.h"
+#include "testing/error_of.h"
 
 namespace recemb::internal {
 namespace {
 
+using test::error_of;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 const std::string kContext = "serving model 'test.recemb'";
-
-template <typename Call>
-std::string error_of(Call&& call) {
-  try {
-    call();
-  } catch (const InvalidArgument& error) {
-    return error.what();
-  } catch (const std::exception& error) {
-    ADD_FAILURE() << "not InvalidArgument: " << error.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
-}
 
 TEST(ServingDtypeTest, NamesRoundTripAndUnknownNamesAreListed) {
   for (const ServingDtype dtype :
@@ -43,9 +31,9 @@ TEST(ServingDtypeTest, NamesRoundTripAndUnknownNamesAreListed) {
     EXPECT_EQ(parse_serving_dtype(serving_dtype_name(dtype)), dtype);
   }
   EXPECT_EQ(serving_dtype_name(ServingDtype::kFloat16), "float16");
-  EXPECT_THAT(error_of([] { parse_serving_dtype("fp16"); }),
+  EXPECT_THAT(error_of<InvalidArgument>([] { parse_serving_dtype("fp16"); }),
               AllOf(HasSubstr("'fp16'"), HasSubstr("'float32', 'float16', 'int8'")));
-  EXPECT_THAT(error_of([] { serving_dtype_name(static_cast<ServingDtype>(9)); }),
+  EXPECT_THAT(error_of<InvalidArgument>([] { serving_dtype_name(static_cast<ServingDtype>(9)); }),
               HasSubstr("value 9"));
 }
 
@@ -101,7 +89,7 @@ TEST(ServingHeaderTest, EveryDamagedHeaderByteIsDetected) {
   for (size_t i = 0; i < 64; ++i) {
     std::vector<std::byte> file = good;
     file[i] ^= static_cast<std::byte>(1 + rng() % 255);
-    const std::string message = error_of([&] { decode_header(file, kContext); });
+    const std::string message = error_of<InvalidArgument>([&] { decode_header(file, kContext); });
     EXPECT_THAT(message, HasSubstr(kContext)) << "byte " << i;
     EXPECT_THAT(message, i < 8 ? HasSubstr("not a recemb serving model") : HasSubstr("header"))
         << "byte " << i;
@@ -110,24 +98,25 @@ TEST(ServingHeaderTest, EveryDamagedHeaderByteIsDetected) {
 
 TEST(ServingHeaderTest, RejectsShortTruncatedExtendedAndOtherVersions) {
   const ServingHeader header{.manifest_size = 64, .file_size = 256};
-  EXPECT_THAT(error_of([] { decode_header({}, kContext); }),
+  EXPECT_THAT(error_of<InvalidArgument>([] { decode_header({}, kContext); }),
               AllOf(HasSubstr(kContext), HasSubstr("0 bytes"), HasSubstr("truncated")));
   std::vector<std::byte> file = file_with_header(header, 256);
   file.resize(200);
-  EXPECT_THAT(error_of([&] { decode_header(file, kContext); }),
+  EXPECT_THAT(error_of<InvalidArgument>([&] { decode_header(file, kContext); }),
               AllOf(HasSubstr("200 bytes"), HasSubstr("256"), HasSubstr("truncated")));
   file.resize(300);
-  EXPECT_THAT(error_of([&] { decode_header(file, kContext); }), HasSubstr("appended"));
+  EXPECT_THAT(error_of<InvalidArgument>([&] { decode_header(file, kContext); }),
+              HasSubstr("appended"));
 
   // A valid header of another version (checksum recomputed): not supported, not "damaged".
   file = file_with_header(header, 256);
   const uint32_t version = 2;
   std::memcpy(file.data() + 8, &version, 4);
-  EXPECT_THAT(error_of([&] { decode_header(file, kContext); }),
+  EXPECT_THAT(error_of<InvalidArgument>([&] { decode_header(file, kContext); }),
               AllOf(HasSubstr("version 2"), HasSubstr("or the header is damaged")));
   const uint64_t fixed = format::checksum(std::span(file).first(56));
   std::memcpy(file.data() + 56, &fixed, 8);
-  EXPECT_EQ(error_of([&] { decode_header(file, kContext); }),
+  EXPECT_EQ(error_of<InvalidArgument>([&] { decode_header(file, kContext); }),
             kContext + ": format version 2 is not supported (this recemb reads version 1)");
 
   // Reserved bytes set by some other writer.
@@ -135,7 +124,8 @@ TEST(ServingHeaderTest, RejectsShortTruncatedExtendedAndOtherVersions) {
   file[44] = std::byte{1};
   const uint64_t rechecked = format::checksum(std::span(file).first(56));
   std::memcpy(file.data() + 56, &rechecked, 8);
-  EXPECT_THAT(error_of([&] { decode_header(file, kContext); }), HasSubstr("reserved"));
+  EXPECT_THAT(error_of<InvalidArgument>([&] { decode_header(file, kContext); }),
+              HasSubstr("reserved"));
 }
 
 TEST(ServingHeaderTest, RejectsManifestSizesOutsideTheFile) {
@@ -143,7 +133,7 @@ TEST(ServingHeaderTest, RejectsManifestSizesOutsideTheFile) {
     const std::vector<std::byte> file =
         file_with_header({.manifest_size = manifest_size, .file_size = 256}, 256);
     EXPECT_THAT(
-        error_of([&] { decode_header(file, kContext); }),
+        error_of<InvalidArgument>([&] { decode_header(file, kContext); }),
         AllOf(HasSubstr("manifest size " + std::to_string(manifest_size)), HasSubstr(kContext)));
   }
   const std::vector<std::byte> fits =
@@ -213,14 +203,15 @@ format::Json sample_json() {
 }
 
 std::string decode_error(const format::Json& json, uint64_t data_size) {
-  return error_of([&] { decode_manifest(json.dump(), data_size, kContext); });
+  return error_of<InvalidArgument>([&] { decode_manifest(json.dump(), data_size, kContext); });
 }
 
 TEST(ServingManifestTest, RejectsBadStructureNamingTheField) {
   const uint64_t data_size = data_size_of(sample_manifest(ServingDtype::kFloat16));
-  EXPECT_THAT(error_of([&] { decode_manifest("{\"dtype\": ", data_size, kContext); }),
-              AllOf(HasSubstr(kContext), HasSubstr("not valid JSON")));
-  EXPECT_THAT(error_of([&] { decode_manifest("[1, 2]", data_size, kContext); }),
+  EXPECT_THAT(
+      error_of<InvalidArgument>([&] { decode_manifest("{\"dtype\": ", data_size, kContext); }),
+      AllOf(HasSubstr(kContext), HasSubstr("not valid JSON")));
+  EXPECT_THAT(error_of<InvalidArgument>([&] { decode_manifest("[1, 2]", data_size, kContext); }),
               HasSubstr("not a JSON object"));
 
   struct Edit {

@@ -1,44 +1,25 @@
 // Test helpers for serving model files, written from docs/serving.md rather than from
 // src/serving: a reader of the layout (header fields, manifest JSON, table blobs), the values a
-// blob decodes to, a writer that rebuilds a file with valid checksums around an edited manifest
-// or data section, and a scratch directory.
+// blob decodes to, and a writer that rebuilds a file with valid checksums around an edited
+// manifest or data section.
 #ifndef RECEMB_TESTS_SERVING_MODEL_FILE_H_
 #define RECEMB_TESTS_SERVING_MODEL_FILE_H_
 
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "format/checksum.h"
 #include "format/json.h"
+#include "testing/files.h"
 
 namespace recemb::test {
-
-inline std::vector<std::byte> read_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  const std::vector<char> chars{std::istreambuf_iterator<char>(in), {}};
-  std::vector<std::byte> bytes(chars.size());
-  std::memcpy(bytes.data(), chars.data(), chars.size());
-  return bytes;
-}
-
-inline void write_bytes(const std::filesystem::path& path, const std::vector<std::byte>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
 
 template <typename T>
 T load_le(const std::vector<std::byte>& bytes, size_t offset) {
@@ -165,39 +146,6 @@ inline std::vector<std::byte> build_model_file(std::string manifest_text,
   bytes.insert(bytes.end(), data.begin(), data.end());
   return bytes;
 }
-
-// A fresh directory under the system's temporary directory, removed with its contents.
-class ScratchDirectory {
- public:
-  explicit ScratchDirectory(const std::string& name)
-      : path_(std::filesystem::temp_directory_path() /
-              ("recemb-" + name + "-" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDirectory() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDirectory(const ScratchDirectory&) = delete;
-  ScratchDirectory& operator=(const ScratchDirectory&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
-  // The names of the directory's entries, sorted.
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& entry : std::filesystem::directory_iterator(path_)) {
-      names.push_back(entry.path().filename().string());
-    }
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  std::filesystem::path path_;
-};
 
 }  // namespace recemb::test
 

@@ -23,16 +23,19 @@
 #include "batch/csr_feature.h"
 #include "reference/reference_embedding.h"
 #include "serving/model_file.h"
+#include "testing/error_of.h"
+#include "testing/files.h"
 #include "testing/random_batches.h"
+#include "testing/temporary_directory.h"
 
 namespace recemb {
 namespace {
 
-using test::Bag;
+using test::error_of;
 using test::IdWidth;
 using test::ModelFile;
 using test::OwnedInput;
-using test::ScratchDirectory;
+using test::TemporaryDirectory;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
@@ -40,20 +43,6 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr ServingDtype kDtypes[] = {ServingDtype::kFloat32, ServingDtype::kFloat16,
                                     ServingDtype::kInt8};
 constexpr Combiner kCombiners[] = {Combiner::kSum, Combiner::kMean, Combiner::kSqrtn};
-
-template <typename Exception, typename Call>
-std::string error_of(Call&& call) {
-  try {
-    call();
-  } catch (const Exception& error) {
-    return error.what();
-  } catch (const std::exception& error) {
-    ADD_FAILURE() << "wrong exception type: " << error.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
-}
 
 int64_t product(const std::vector<int64_t>& shape) {
   int64_t result = 1;
@@ -120,58 +109,25 @@ std::vector<OwnedInput> random_inputs(std::mt19937_64& rng, const Scenario& s) {
   const int64_t shared_rows = s.tables[0].vocabulary_size;
   const int64_t other_rows = s.tables[1].vocabulary_size;
   std::vector<OwnedInput> inputs;
-  {
-    const bool weighted = test::random_bool(rng);
-    const std::vector<Bag> bags = test::random_bags(rng, batch, {shared_rows, 1, 1, weighted});
-    std::vector<int64_t> ids;
-    std::vector<float> weights;
-    for (const Bag& bag : bags) {
-      ids.push_back(bag.ids[0]);
-      if (weighted) weights.push_back(bag.weights[0]);
-    }
-    inputs.push_back(OwnedInput::dense(ids, {batch}, weights, test::random_width(rng)));
-  }
+  inputs.push_back(test::random_one_dim_input(rng, batch, shared_rows));
   inputs.push_back(test::random_two_dim_input(rng, batch, shared_rows, 6));
   inputs.push_back(test::random_two_dim_input(rng, batch, shared_rows, 5));  // L = 3: truncates
   inputs.push_back(test::random_two_dim_input(rng, batch, other_rows, 6));
-  {
-    const bool weighted = test::random_bool(rng);
-    const std::vector<Bag> bags = test::random_bags(rng, 2 * batch, {other_rows, 0, 3, weighted});
-    inputs.push_back(OwnedInput::sparse_from_bags(bags, {batch, 2},
-                                                  test::random_positions(rng, bags, 4), 4, weighted,
-                                                  test::random_width(rng)));
-  }
+  inputs.push_back(test::random_three_dim_sparse_input(rng, batch, other_rows));
   inputs.push_back(test::random_two_dim_input(rng, batch, other_rows, 3));
   inputs.push_back(test::random_two_dim_input(rng, batch, other_rows, 3));
-  {
-    const bool weighted = test::random_bool(rng);
-    const int64_t bag_size = test::random_int(rng, 1, 3);
-    const std::vector<Bag> bags =
-        test::random_bags(rng, 2 * batch, {shared_rows, bag_size, bag_size, weighted});
-    inputs.push_back(
-        OwnedInput::dense_from_bags(bags, {batch, 2}, weighted, test::random_width(rng)));
-  }
+  inputs.push_back(test::random_three_dim_dense_input(rng, batch, shared_rows));
   if (s.tables.size() == 3) {
     inputs.push_back(test::random_two_dim_input(rng, batch, s.tables[2].vocabulary_size, 4));
   }
   return inputs;
 }
 
-// Activations of a lookup, allocated from the model's activation shapes and filled with NaN first.
-std::vector<std::vector<float>> serving_lookup(const ServingModel& model,
-                                               const std::vector<FeatureInput>& views) {
-  std::vector<std::vector<float>> activations;
-  for (size_t f = 0; f < views.size(); ++f) {
-    activations.emplace_back(static_cast<size_t>(product(model.activation_shape(f, views[f]))),
-                             kNaN);
-  }
-  const std::vector<std::span<float>> spans(activations.begin(), activations.end());
-  model.lookup(views, spans);
-  return activations;
-}
-
-std::vector<std::vector<float>> embedding_lookup(Embedding& layer,
-                                                 const std::vector<FeatureInput>& views) {
+// Activations of a lookup in `layer` (a ServingModel or an Embedding), allocated from its
+// activation shapes and filled with NaN first.
+template <class Layer>
+std::vector<std::vector<float>> lookup_activations(Layer& layer,
+                                                   const std::vector<FeatureInput>& views) {
   std::vector<std::vector<float>> activations;
   for (size_t f = 0; f < views.size(); ++f) {
     activations.emplace_back(static_cast<size_t>(product(layer.activation_shape(f, views[f]))),
@@ -208,7 +164,7 @@ TEST_P(ServingLookupTest, EqualsEmbeddingLookupOfTheStoredValuesBitwise) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   const Scenario scenario = make_scenario(combiner, true);
   Embedding layer = make_layer(scenario, seed);
-  const ScratchDirectory directory("serving-lookup");
+  const TemporaryDirectory directory;
   const std::filesystem::path path = directory / "model.recemb";
   export_serving_model(layer, path, {.dtype = dtype});
   const ServingModel model = ServingModel::open(path);
@@ -251,8 +207,8 @@ TEST_P(ServingLookupTest, EqualsEmbeddingLookupOfTheStoredValuesBitwise) {
   for (int batch = 0; batch < 8; ++batch) {
     const std::vector<OwnedInput> inputs = random_inputs(rng, scenario);
     const std::vector<FeatureInput> views = test::views_of(inputs);
-    const auto actual = serving_lookup(model, views);
-    const auto expected = embedding_lookup(expected_layer, views);
+    const auto actual = lookup_activations(model, views);
+    const auto expected = lookup_activations(expected_layer, views);
     for (size_t f = 0; f < views.size(); ++f) {
       EXPECT_EQ(model.activation_shape(f, views[f]), expected_layer.activation_shape(f, views[f]));
       EXPECT_TRUE(bitwise_equal(actual[f], expected[f]))
@@ -308,7 +264,7 @@ TEST_P(ServingErrorBoundTest, StoredValuesAndActivationsWithinTheDocumentedBound
   const Scenario scenario = make_scenario(combiner, false);
   const Embedding layer = make_layer(scenario, seed);
   reference::ReferenceEmbedding reference = reference::ReferenceEmbedding::like(layer);
-  const ScratchDirectory directory("serving-bound");
+  const TemporaryDirectory directory;
   export_serving_model(layer, directory / "model.recemb", {.dtype = dtype});
   const ServingModel model = ServingModel::open(directory / "model.recemb");
   const ModelFile file = ModelFile::read(directory / "model.recemb");
@@ -333,7 +289,7 @@ TEST_P(ServingErrorBoundTest, StoredValuesAndActivationsWithinTheDocumentedBound
   for (int batch = 0; batch < 8; ++batch) {
     const std::vector<OwnedInput> inputs = random_inputs(rng, scenario);
     const std::vector<FeatureInput> views = test::views_of(inputs);
-    const auto actual = serving_lookup(model, views);
+    const auto actual = lookup_activations(model, views);
     const auto expected = reference.lookup(views);
     for (size_t f = 0; f < views.size(); ++f) {
       const FeatureConfig& feature = scenario.features[f];
@@ -447,14 +403,14 @@ class ServingInputErrorTest : public ::testing::Test {
                                  {.name = "friends", .table = "users"},
                                  {.name = "history", .table = "items", .max_sequence_length = 2}},
       EmbeddingOptions{.num_threads = 1, .seed = 5}};
-  ScratchDirectory directory_{"serving-input-errors"};
+  TemporaryDirectory directory_;
   std::optional<ServingModel> model_;
 };
 
 TEST_F(ServingInputErrorTest, ValidInputsLookUp) {
   const std::vector<OwnedInput> inputs = valid_inputs();
   const std::vector<FeatureInput> views = test::views_of(inputs);
-  const auto activations = serving_lookup(*model_, views);
+  const auto activations = lookup_activations(*model_, views);
   for (const auto& activation : activations) {
     for (const float value : activation) EXPECT_FALSE(std::isnan(value));
   }
@@ -521,7 +477,7 @@ class ServingSharingTest : public ::testing::Test {
 
   Scenario scenario_ = make_scenario(Combiner::kMean, true, 8);
   Embedding layer_ = make_layer(scenario_, 77);
-  ScratchDirectory directory_{"serving-sharing"};
+  TemporaryDirectory directory_;
   std::filesystem::path path_ = directory_ / "model.recemb";
 };
 
@@ -529,15 +485,15 @@ TEST_F(ServingSharingTest, CopiesAndMovesShareTheMappingAndOutliveTheOriginal) {
   const auto inputs = batches(1, 1)[0];
   const std::vector<FeatureInput> views = test::views_of(inputs);
   std::optional<ServingModel> original(ServingModel::open(path_));
-  const auto expected = serving_lookup(*original, views);
+  const auto expected = lookup_activations(*original, views);
   const ServingModel copy = *original;  // NOLINT: the copy is the point
   ServingModel moved = std::move(*original);
   original.reset();
-  EXPECT_EQ(serving_lookup(copy, views), expected);
-  EXPECT_EQ(serving_lookup(moved, views), expected);
+  EXPECT_EQ(lookup_activations(copy, views), expected);
+  EXPECT_EQ(lookup_activations(moved, views), expected);
   ServingModel assigned = ServingModel::open(path_, {.verify = Verify::kHeaderOnly});
   assigned = copy;
-  EXPECT_EQ(serving_lookup(assigned, views), expected);
+  EXPECT_EQ(lookup_activations(assigned, views), expected);
   EXPECT_EQ(&assigned.tables(), &copy.tables()) << "copies share one state";
 }
 
@@ -545,7 +501,8 @@ TEST_F(ServingSharingTest, ConcurrentLookupsEqualSerialOnes) {
   const ServingModel model = ServingModel::open(path_);
   const auto all = batches(2, 12);
   std::vector<std::vector<std::vector<float>>> serial;
-  for (const auto& inputs : all) serial.push_back(serving_lookup(model, test::views_of(inputs)));
+  for (const auto& inputs : all)
+    serial.push_back(lookup_activations(model, test::views_of(inputs)));
   constexpr int kThreads = 4;
   std::vector<std::vector<std::vector<std::vector<float>>>> results(kThreads);
   std::vector<std::thread> threads;
@@ -555,7 +512,7 @@ TEST_F(ServingSharingTest, ConcurrentLookupsEqualSerialOnes) {
         for (size_t k = 0; k < all.size(); ++k) {
           const size_t i = (k + static_cast<size_t>(t)) % all.size();  // different orders
           if (repeat == 0) results[t].resize(all.size());
-          results[t][i] = serving_lookup(model, test::views_of(all[i]));
+          results[t][i] = lookup_activations(model, test::views_of(all[i]));
         }
       }
     });
@@ -568,14 +525,14 @@ TEST_F(ServingSharingTest, ReplacingTheFileKeepsOpenModelsOnTheOldOne) {
   const auto inputs = batches(3, 1)[0];
   const std::vector<FeatureInput> views = test::views_of(inputs);
   const ServingModel old_model = ServingModel::open(path_, {.verify = Verify::kHeaderOnly});
-  const auto before = serving_lookup(old_model, views);
+  const auto before = lookup_activations(old_model, views);
   Embedding other = make_layer(scenario_, 78);
   export_serving_model(other, path_, {.dtype = ServingDtype::kFloat32});
-  EXPECT_EQ(serving_lookup(old_model, views), before);
+  EXPECT_EQ(lookup_activations(old_model, views), before);
   const ServingModel new_model = ServingModel::open(path_);
   EXPECT_EQ(new_model.dtype(), ServingDtype::kFloat32);
-  const auto after = serving_lookup(new_model, views);
-  EXPECT_EQ(after, embedding_lookup(other, views));
+  const auto after = lookup_activations(new_model, views);
+  EXPECT_EQ(after, lookup_activations(other, views));
   EXPECT_NE(after, before);
 }
 
@@ -607,7 +564,7 @@ class ServingFileErrorTest : public ::testing::TestWithParam<ServingDtype> {
     try {
       const ServingModel model = ServingModel::open(damaged_, {.verify = Verify::kHeaderOnly});
       std::mt19937_64 rng(1);
-      serving_lookup(model, test::views_of(random_inputs(rng, scenario_)));
+      lookup_activations(model, test::views_of(random_inputs(rng, scenario_)));
     } catch (const std::exception& error) {
       ADD_FAILURE() << trace << ": " << error.what();
     }
@@ -615,7 +572,7 @@ class ServingFileErrorTest : public ::testing::TestWithParam<ServingDtype> {
 
   Scenario scenario_ = make_scenario(Combiner::kSqrtn, true);
   Embedding layer_ = make_layer(scenario_, 4);
-  ScratchDirectory directory_{"serving-file-errors"};
+  TemporaryDirectory directory_;
   std::filesystem::path good_ = directory_ / "good.recemb";
   std::filesystem::path damaged_ = directory_ / "damaged.recemb";
   ModelFile file_;
@@ -711,7 +668,7 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, ServingFileErrorTest, ::testing::ValuesIn(kD
                          });
 
 TEST(ServingOpenTest, MissingDirectoriesForeignFilesAndBadOptions) {
-  const ScratchDirectory directory("serving-open");
+  const TemporaryDirectory directory;
   const std::filesystem::path missing = directory / "missing.recemb";
   EXPECT_EQ(error_of<InvalidArgument>([&] { ServingModel::open(missing); }),
             "serving model '" + missing.string() + "': the file does not exist");

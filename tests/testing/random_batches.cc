@@ -220,6 +220,36 @@ OwnedInput random_two_dim_input(std::mt19937_64& rng, int64_t batch_size, int64_
                                       last_dim, weighted, width);
 }
 
+OwnedInput random_one_dim_input(std::mt19937_64& rng, int64_t batch_size, int64_t vocabulary_size) {
+  const bool weighted = random_bool(rng);
+  const std::vector<Bag> bags = random_bags(rng, batch_size, {vocabulary_size, 1, 1, weighted});
+  std::vector<int64_t> ids;
+  std::vector<float> weights;
+  for (const Bag& bag : bags) {
+    ids.push_back(bag.ids[0]);
+    if (weighted) weights.push_back(bag.weights[0]);
+  }
+  return OwnedInput::dense(ids, {batch_size}, weights, random_width(rng));
+}
+
+OwnedInput random_three_dim_sparse_input(std::mt19937_64& rng, int64_t batch_size,
+                                         int64_t vocabulary_size) {
+  const bool weighted = random_bool(rng);
+  const std::vector<Bag> bags = random_bags(rng, 2 * batch_size, {vocabulary_size, 0, 3, weighted});
+  const std::vector<std::vector<int64_t>> positions = random_positions(rng, bags, 4);
+  return OwnedInput::sparse_from_bags(bags, {batch_size, 2}, positions, 4, weighted,
+                                      random_width(rng));
+}
+
+OwnedInput random_three_dim_dense_input(std::mt19937_64& rng, int64_t batch_size,
+                                        int64_t vocabulary_size) {
+  const bool weighted = random_bool(rng);
+  const int64_t bag_size = random_int(rng, 1, 3);
+  const std::vector<Bag> bags =
+      random_bags(rng, 2 * batch_size, {vocabulary_size, bag_size, bag_size, weighted});
+  return OwnedInput::dense_from_bags(bags, {batch_size, 2}, weighted, random_width(rng));
+}
+
 std::vector<float> random_gradient(std::mt19937_64& rng, size_t size) {
   std::vector<float> gradient(size);
   for (float& value : gradient) {

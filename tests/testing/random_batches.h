@@ -101,6 +101,19 @@ std::vector<std::vector<int64_t>> random_positions(std::mt19937_64& rng,
 OwnedInput random_two_dim_input(std::mt19937_64& rng, int64_t batch_size, int64_t vocabulary_size,
                                 int64_t max_length);
 
+// A random [B] input (dense, one id per example), random id width, weighted with probability 1/2.
+OwnedInput random_one_dim_input(std::mt19937_64& rng, int64_t batch_size, int64_t vocabulary_size);
+
+// A random sparse [B, 2, 4] input: 2B bags of 0..3 ids at random positions, random id width,
+// weighted with probability 1/2.
+OwnedInput random_three_dim_sparse_input(std::mt19937_64& rng, int64_t batch_size,
+                                         int64_t vocabulary_size);
+
+// A random dense [B, 2, N] input with a random N in 1..3, random id width, weighted with
+// probability 1/2.
+OwnedInput random_three_dim_dense_input(std::mt19937_64& rng, int64_t batch_size,
+                                        int64_t vocabulary_size);
+
 IdWidth random_width(std::mt19937_64& rng);
 bool random_bool(std::mt19937_64& rng);
 int64_t random_int(std::mt19937_64& rng, int64_t low, int64_t high);  // inclusive

@@ -1,5 +1,6 @@
 #include "testing/temporary_directory.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <stdlib.h>
 #include <string>
@@ -18,6 +19,15 @@ TemporaryDirectory::TemporaryDirectory() {
 TemporaryDirectory::~TemporaryDirectory() {
   std::error_code ignored;
   std::filesystem::remove_all(path_, ignored);
+}
+
+std::vector<std::string> TemporaryDirectory::entries() const {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(path_)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 }  // namespace recemb::test

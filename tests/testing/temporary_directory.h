@@ -4,6 +4,8 @@
 #define RECEMB_TESTS_TESTING_TEMPORARY_DIRECTORY_H_
 
 #include <filesystem>
+#include <string>
+#include <vector>
 
 namespace recemb::test {
 
@@ -15,6 +17,10 @@ class TemporaryDirectory {
   TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
 
   const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+  // The names of the directory's entries, sorted.
+  std::vector<std::string> entries() const;
 
  private:
   std::filesystem::path path_;

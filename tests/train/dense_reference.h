@@ -1,6 +1,6 @@
 // Float64 plain-loop references for the trainer's dense layers (mlp.h, interaction.h,
 // dlrm_dense_model.h), written from the equations in those headers and sharing no code with them,
-// plus central finite differences over them.
+// plus central finite differences over them, and a helper that places arrays at chosen alignments.
 //
 // Every forward records the sign of each ReLU input it saw (`relu_signs`), so that a gradient test
 // can tell when a finite-difference step crossed a ReLU kink (where the difference quotient is
@@ -8,6 +8,7 @@
 #ifndef RECEMB_TESTS_TRAIN_DENSE_REFERENCE_H_
 #define RECEMB_TESTS_TRAIN_DENSE_REFERENCE_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -136,6 +137,21 @@ inline std::vector<float> random_floats(std::mt19937_64& random, size_t n, float
 
 inline std::vector<double> to_double(std::span<const float> values) {
   return std::vector<double>(values.begin(), values.end());
+}
+
+// Shifts 0..15: every 4-byte position within a 64-byte line (AVX-512 registers).
+constexpr int kNumShifts = 16;
+
+// A copy of `values` inside `storage` (resized as needed), starting `shift` floats past a 64-byte
+// boundary: the same data at another alignment.
+inline std::span<float> place(std::vector<float>& storage, std::span<const float> values,
+                              int shift) {
+  storage.assign(values.size() + 2 * kNumShifts, 0.0f);
+  const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+  const size_t first = (64 - address % 64) % 64 / sizeof(float) + static_cast<size_t>(shift);
+  const std::span<float> placed(storage.data() + first, values.size());
+  std::copy(values.begin(), values.end(), placed.begin());
+  return placed;
 }
 
 }  // namespace recemb::train::reference

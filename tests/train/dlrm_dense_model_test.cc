@@ -345,6 +345,39 @@ TEST(DlrmDenseModelWorkspaceTest, ResultsDoNotDependOnEarlierBatches) {
   EXPECT_EQ(batch.embedding_gradients, fresh_batch.embedding_gradients);
 }
 
+// The same inputs at every alignment give bitwise the same loss and gradients.
+TEST(DlrmDenseModelWorkspaceTest, ResultsDoNotDependOnArrayAlignment) {
+  const DlrmDenseConfig config = {};
+  std::mt19937_64 random(52);
+  const Batch batch = random_batch(config, 37, random);
+  DlrmDenseModel model(config);
+  std::vector<float> first;  // loss, gradients(), embedding gradients, concatenated
+  for (int shift = 0; shift < reference::kNumShifts; ++shift) {
+    SCOPED_TRACE("shift " + std::to_string(shift));
+    std::vector<std::vector<float>> storage(2 + 2 * batch.embeddings.size());
+    const std::span<float> dense = reference::place(storage[0], batch.dense, shift);
+    const std::span<float> labels = reference::place(storage[1], batch.labels, (shift * 3) % 16);
+    std::vector<std::span<const float>> embeddings;
+    std::vector<std::span<float>> embedding_gradients;
+    for (size_t f = 0; f < batch.embeddings.size(); ++f) {
+      embeddings.push_back(reference::place(storage[2 + 2 * f], batch.embeddings[f],
+                                            (shift + static_cast<int>(f)) % 16));
+      embedding_gradients.push_back(reference::place(storage[3 + 2 * f], batch.embeddings[f],
+                                                     (shift * 5 + static_cast<int>(f)) % 16));
+    }
+    std::vector<float> results = {model.train_step(dense, labels, embeddings, embedding_gradients)};
+    results.insert(results.end(), model.gradients().begin(), model.gradients().end());
+    for (const std::span<float> g : embedding_gradients) {
+      results.insert(results.end(), g.begin(), g.end());
+    }
+    if (shift == 0) {
+      first = results;
+    } else {
+      EXPECT_EQ(results, first);
+    }
+  }
+}
+
 TEST(DlrmDenseModelWorkspaceTest, NoAllocationOnceBuffersHaveGrown) {
   const DlrmDenseConfig config = {};  // DLRM's default shapes
   std::mt19937_64 random(47);
@@ -478,14 +511,22 @@ TEST_F(DlrmDenseModelInputErrorTest, WrongEmbeddingGradients) {
 }
 
 TEST_F(DlrmDenseModelInputErrorTest, PredictValidatesAndLeavesProbabilitiesUnchanged) {
+  const auto expect_predict_error = [&](std::vector<float>& probabilities,
+                                        const std::string& fragment) {
+    const std::vector<float> untouched = probabilities;
+    try {
+      model_.predict(batch_.dense, batch_.embedding_views(), probabilities);
+      ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
+    } catch (const InvalidArgument& error) {
+      EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
+    }
+    EXPECT_EQ(probabilities, untouched);
+  };
   std::vector<float> probabilities(5, -1.0f);  // one more than the batch
-  EXPECT_THROW(model_.predict(batch_.dense, batch_.embedding_views(), probabilities),
-               InvalidArgument);
+  expect_predict_error(probabilities, "predict: dense has 12 floats; expected batch 5");
   probabilities.resize(4);
   batch_.embeddings[0][0] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_THROW(model_.predict(batch_.dense, batch_.embedding_views(), probabilities),
-               InvalidArgument);
-  EXPECT_EQ(probabilities, std::vector<float>(4, -1.0f));
+  expect_predict_error(probabilities, "predict: embeddings[0] of example 0 has the value nan");
   expect_unchanged();
 }
 

@@ -135,10 +135,52 @@ TEST_P(DotInteractionShapeTest, BackwardMatchesFiniteDifferencesOfReference) {
   }
 }
 
+TEST_P(DotInteractionShapeTest, ResultsDoNotDependOnArrayAlignment) {
+  const auto [num_embeddings, dim, batch_size] = GetParam();
+  std::mt19937_64 random(34);
+  const Inputs inputs = random_inputs(random, num_embeddings, dim, batch_size);
+  DotInteraction interaction(num_embeddings, dim);
+  const size_t width = static_cast<size_t>(interaction.output_width());
+  const std::vector<float> output_gradient =
+      random_floats(random, static_cast<size_t>(batch_size) * width, -1.0f, 1.0f);
+  std::vector<float> first;  // output, bottom gradient, embedding gradients, concatenated
+  for (int shift = 0; shift < reference::kNumShifts; ++shift) {
+    SCOPED_TRACE("shift " + std::to_string(shift));
+    std::vector<std::vector<float>> storage(3 + 2 * inputs.embeddings.size());
+    const std::span<float> bottom = reference::place(storage[0], inputs.bottom, shift);
+    const std::span<float> d_output =
+        reference::place(storage[1], output_gradient, (shift * 3) % 16);
+    std::vector<std::span<const float>> embeddings;
+    std::vector<std::span<float>> embedding_gradients;
+    for (size_t f = 0; f < inputs.embeddings.size(); ++f) {
+      embeddings.push_back(reference::place(storage[3 + 2 * f], inputs.embeddings[f],
+                                            (shift + static_cast<int>(f)) % 16));
+      embedding_gradients.push_back(reference::place(storage[4 + 2 * f], inputs.bottom,
+                                                     (shift * 5 + static_cast<int>(f)) % 16));
+    }
+    const std::vector<float> zeros(output_gradient.size());
+    const std::span<float> output = reference::place(storage[2], zeros, (shift * 7) % 16);
+    std::vector<float> bottom_gradient(inputs.bottom.size());
+    interaction.forward(bottom, embeddings, output);
+    interaction.backward(bottom, embeddings, d_output, bottom_gradient, embedding_gradients);
+
+    std::vector<float> results(output.begin(), output.end());
+    results.insert(results.end(), bottom_gradient.begin(), bottom_gradient.end());
+    for (const std::span<float> g : embedding_gradients)
+      results.insert(results.end(), g.begin(), g.end());
+    if (shift == 0) {
+      first = results;
+    } else {
+      EXPECT_EQ(results, first);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, DotInteractionShapeTest,
                          ::testing::Combine(::testing::Values(int64_t{0}, int64_t{1}, int64_t{3},
                                                               int64_t{26}),
-                                            ::testing::Values(int64_t{1}, int64_t{4}, int64_t{16}),
+                                            // 5: a block of 4 columns and a single one.
+                                            ::testing::Values(int64_t{1}, int64_t{5}, int64_t{16}),
                                             ::testing::Values(int64_t{1}, int64_t{5})),
                          shape_name);
 

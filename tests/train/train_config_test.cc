@@ -39,9 +39,10 @@ TEST(TrainConfig, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.model.bottom_mlp, (std::vector<int64_t>{64, 16}));
   EXPECT_EQ(c.model.top_mlp, (std::vector<int64_t>{64, 32}));
   EXPECT_EQ(c.embedding.optimizer, "adagrad");
-  EXPECT_DOUBLE_EQ(c.embedding.learning_rate, 0.05);
+  EXPECT_DOUBLE_EQ(c.embedding.learning_rate, 1.0);
+  EXPECT_EQ(c.train.steps, 2500);
   EXPECT_EQ(c.dense.optimizer, "adam");
-  EXPECT_DOUBLE_EQ(c.dense.learning_rate, 0.001);
+  EXPECT_DOUBLE_EQ(c.dense.learning_rate, 0.003);
   EXPECT_EQ(c.train.batch_size, 2048);
   EXPECT_EQ(c.checkpoint.keep, 2);
   EXPECT_EQ(c.output.dir, "recemb-run");
@@ -55,7 +56,7 @@ TEST(TrainConfig, FileThenOverridesInOrder) {
 embedding_dim = 32
 bottom_mlp = [128, 32]
 [embedding]
-learning_rate = 1        # an integer where a float is expected is accepted
+learning_rate = 2        # an integer where a float is expected is accepted
 [tables.C3]
 vocabulary_size = 5000
 optimizer = "rowwise_adagrad"
@@ -66,7 +67,7 @@ optimizer = "rowwise_adagrad"
   EXPECT_EQ(c.model.embedding_dim, 32);
   EXPECT_EQ(c.model.bottom_mlp, (std::vector<int64_t>{128, 32}));
   EXPECT_EQ(c.model.top_mlp, (std::vector<int64_t>{8}));
-  EXPECT_DOUBLE_EQ(c.embedding.learning_rate, 1.0);
+  EXPECT_DOUBLE_EQ(c.embedding.learning_rate, 2.0);
   EXPECT_EQ(c.train.steps, 9);
   EXPECT_EQ(c.data.path, "day_0.tsv");
   ASSERT_EQ(c.tables.count("C3"), 1u);

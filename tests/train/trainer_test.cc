@@ -1,7 +1,7 @@
 #include "train/trainer.h"
 
-#include <filesystem>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -31,10 +31,12 @@ std::string read(const std::filesystem::path& path) {
 // A small model on small tables: trains in a few seconds even under the sanitizers.
 TrainConfig small_config(const std::filesystem::path& dir, std::vector<std::string> extra = {}) {
   std::vector<std::string> overrides = {
-      "data.table_budget_mib=1", "data.eval_examples=4096", "model.embedding_dim=8",
-      "model.bottom_mlp=[16,8]", "model.top_mlp=[16]",      "train.batch_size=256",
-      "train.steps=120",         "train.eval_every=40",     "train.log_every=10",
-      "checkpoint.every=50",     "embedding.threads=2",     "embedding.learning_rate=1.0",
+      "data.table_budget_mib=1",  "data.eval_examples=4096",
+      "model.embedding_dim=8",    "model.bottom_mlp=[16,8]",
+      "model.top_mlp=[16]",       "train.batch_size=256",
+      "train.steps=120",          "train.eval_every=40",
+      "train.log_every=10",       "checkpoint.every=50",
+      "embedding.threads=2",      "embedding.learning_rate=1.0",
       "dense.learning_rate=0.01", "output.dir=\"" + dir.string() + "\""};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   return load_train_config("", overrides);
@@ -155,7 +157,7 @@ TEST(Trainer, TrainsOnCriteoFilesAndCountsMalformedLines) {
   const TrainSummary summary =
       run_training(small_config(dir / "out", {"data.path=\"" + (dir / "train.tsv").string() + "\"",
                                               "data.eval_examples=500", "train.steps=1000",
-                                 "train.batch_size=64"}),
+                                              "train.batch_size=64"}),
                    {.log = &log});
   // 3000 lines - 4 malformed - 500 held out = 2496 examples: the data ends before step 1000.
   EXPECT_EQ(summary.malformed_lines, 4);

@@ -28,7 +28,10 @@ std::string bytes_text(double bytes) {
 
 int run_inspect_command(const InspectArguments& args, std::ostream& out) {
   const CheckpointInfo info = inspect_checkpoint(args.checkpoint, {.verify = args.verify});
-  out << "checkpoint " << args.checkpoint << "\n"
+  // A root stands for its newest checkpoint: name the one described.
+  const std::filesystem::path described =
+      latest_checkpoint(args.checkpoint).value_or(args.checkpoint);
+  out << "checkpoint " << described.string() << "\n"
       << "format version " << info.format_version << ", step " << info.step << "\n";
   if (!info.tables.empty()) {
     out << "tables:\n";

@@ -62,13 +62,8 @@ TEST(CheckpointCommands, InspectListsTablesAndFilesAndFindsDamage) {
                                HasSubstr("rowwise_adagrad"), HasSubstr("all checksums verified")));
 
   // Damage one data file: inspect names it and returns 1.
-  std::filesystem::path victim;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(checkpoint)) {
-    if (entry.is_regular_file() && entry.path().string().find("items") != std::string::npos) {
-      victim = entry.path();
-    }
-  }
-  ASSERT_FALSE(victim.empty());
+  const std::filesystem::path victim =
+      checkpoint / inspect_checkpoint(checkpoint).files.back().path;
   {
     std::fstream file(victim, std::ios::in | std::ios::out | std::ios::binary);
     file.seekp(5);
@@ -76,7 +71,8 @@ TEST(CheckpointCommands, InspectListsTablesAndFilesAndFindsDamage) {
   }
   std::ostringstream damaged;
   EXPECT_EQ(run_inspect_command({.checkpoint = checkpoint.string()}, damaged), 1);
-  EXPECT_THAT(damaged.str(), AllOf(HasSubstr("DAMAGED"), HasSubstr("1 damaged")));
+  EXPECT_THAT(damaged.str(), AllOf(HasSubstr("DAMAGED"), HasSubstr("1 damaged"),
+                                   HasSubstr(victim.filename().string())));
   std::ostringstream unverified;
   EXPECT_EQ(run_inspect_command({.checkpoint = checkpoint.string(), .verify = false}, unverified),
             0);

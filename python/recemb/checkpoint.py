@@ -1,0 +1,20 @@
+"""Checkpoint directories (docs/formats.md, "Checkpoint format") as Embedding.save writes them:
+finding the latest and checking one without restoring it. Saving and restoring are methods of the
+layers (recemb.Embedding.save / restore, and the same on recemb.torch.Embedding)."""
+
+from recemb import _recemb
+
+
+def latest_checkpoint(directory):
+    """The complete checkpoint under `directory` with the largest step (a pathlib.Path), or None
+    if there is none (or no such directory). Interrupted saves are ignored; nothing is verified."""
+    return _recemb.latest_checkpoint(directory)
+
+
+def inspect_checkpoint(checkpoint, verify=True):
+    """Describes a checkpoint (a ckpt-* directory, or a directory given to save: its latest):
+    format_version, step, manifest_json (the manifest's text), files (path, bytes, checksum, ok,
+    error; the manifest first) and ok. verify=True reads every data file and checks its
+    checksums; False only checks that each file is present with its size. Damage to data files is
+    reported in the result; a missing or damaged manifest raises ValueError naming the file."""
+    return _recemb.inspect_checkpoint(checkpoint, _recemb.InspectOptions(verify=bool(verify)))

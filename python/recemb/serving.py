@@ -1,0 +1,169 @@
+"""ServingModel: a serving model file (written by Embedding.export), memory-mapped read-only and
+looked up as the layer that exported it (docs/serving.md).
+
+    layer.export("ranker.recemb", dtype="int8")
+    model = recemb.ServingModel.open("ranker.recemb", feature_config=layer.feature_config)
+    activations = model.lookup(features)    # the structure of feature_config, as layer.lookup
+
+The file holds the tables (float32, float16 or int8) and the flat list of named table and
+feature configs, not the Python structure of the feature config: give that structure to open (it
+is checked against the file), or use the default, a dict keyed by feature name.
+"""
+
+from recemb import _nest, _recemb
+from recemb.config import FeatureConfig, QuantizationConfig, Resolved, TableConfig
+from recemb.embedding import _lookup
+
+
+def _file_tables(model):
+    """{name: TableConfig} of the model's tables, in file order (no initializer, no optimizer)."""
+    tables = {}
+    for table in model.tables():
+        quantization = table.quantization_config
+        tables[table.name] = TableConfig(
+            table.vocabulary_size, table.dim, combiner=_recemb.combiner_name(table.combiner),
+            name=table.name, quantization_config=None if quantization is None else
+            QuantizationConfig(quantization.num_buckets, quantization.lower, quantization.upper))
+    return tables
+
+
+def _table_fields(table):
+    """The fields of a C++ TableConfig that change what a lookup returns."""
+    quantization = table.quantization_config
+    return {"vocabulary_size": table.vocabulary_size, "dim": table.dim,
+            "combiner": _recemb.combiner_name(table.combiner),
+            "quantization_config": None if quantization is None else (
+                quantization.num_buckets, quantization.lower, quantization.upper)}
+
+
+def _feature_fields(feature):
+    """The fields of a C++ FeatureConfig that change what a lookup accepts or returns."""
+    return {"table": feature.table, "max_sequence_length": feature.max_sequence_length,
+            "output_shape": list(feature.output_shape),
+            "validate_weights_and_indices": feature.validate_weights_and_indices}
+
+
+def _check_equal(where, mine, theirs):
+    for field, value in mine.items():
+        if value != theirs[field]:
+            raise ValueError(f"{where}: {field} is {value!r} in feature_config, "
+                             f"{theirs[field]!r} in the model")
+
+
+def _feature_order(resolved, model):
+    """For each feature of `resolved` (in its flattening order), the index of the model's feature
+    of the same name. Raises ValueError naming the first feature or table whose config differs
+    from the file's in a way that changes lookups."""
+    where = f"serving model '{model.path()}'"
+    features = model.features()
+    index = {feature.name: i for i, feature in enumerate(features)}
+    missing = [name for name in resolved.feature_names if name not in index]
+    extra = sorted(set(index) - set(resolved.feature_names))
+    if missing or extra:
+        raise ValueError(f"{where}: feature_config does not have the model's features (not in "
+                         f"the model: {missing}; not in feature_config: {extra})")
+    tables = {table.name: table for table in model.tables()}
+    mine = {table.name: table for table in resolved.cpp_tables()}
+    for feature in resolved.cpp_features():
+        _check_equal(f"{where}: feature '{feature.name}'", _feature_fields(feature),
+                     _feature_fields(features[index[feature.name]]))
+        _check_equal(f"{where}: table '{feature.table}'", _table_fields(mine[feature.table]),
+                     _table_fields(tables[feature.table]))
+    return [index[name] for name in resolved.feature_names]
+
+
+class _Reordered:
+    """The C++ model with its features addressed in another order: feature f here is the model's
+    feature order[f]."""
+
+    __slots__ = ("_model", "_order", "_inverse")
+
+    def __init__(self, model, order):
+        self._model = model
+        self._order = order
+        self._inverse = sorted(range(len(order)), key=order.__getitem__)
+
+    def activation_shape(self, feature, view):
+        return self._model.activation_shape(self._order[feature], view)
+
+    def lookup(self, views, activations):
+        self._model.lookup([views[f] for f in self._inverse],
+                           [activations[f] for f in self._inverse])
+
+
+class ServingModel:
+    """A serving model file opened read-only: the file is memory-mapped and its tables are looked
+    up in place. Immutable: lookups from several threads run in parallel (the interpreter lock is
+    released). The mapping lives as long as this object, so the file may be replaced (by a new
+    export to the same path) or deleted meanwhile: the model keeps reading the file it opened."""
+
+    __slots__ = ("_model", "_resolved", "_engine", "_tables")
+
+    def __init__(self, model, feature_config):
+        """Use ServingModel.open."""
+        self._model = model
+        self._tables = _file_tables(model)
+        if feature_config is None:
+            feature_config = {feature.name: FeatureConfig(
+                self._tables[feature.table], max_sequence_length=feature.max_sequence_length,
+                validate_weights_and_indices=feature.validate_weights_and_indices,
+                output_shape=list(feature.output_shape) or None, name=feature.name)
+                for feature in model.features()}
+        self._resolved = Resolved(feature_config)
+        self._engine = _Reordered(model, _feature_order(self._resolved, model))
+
+    @classmethod
+    def open(cls, path, feature_config=None, *, verify=True):
+        """Maps the serving model file `path`.
+
+        feature_config: the structure of inputs and activations: the exporting layer's
+            feature_config (any structure holding FeatureConfigs whose names, tables, combiners
+            and shapes match the file's; features are matched by name), or None for a dict
+            keyed by feature name (the layer's own structure if that was a flat dict of features
+            named by their keys).
+        verify: True checks every checksum (reads the whole file once); False only the header
+            and manifest (milliseconds whatever the size; damaged table bytes then go unnoticed).
+        Raises ValueError naming the file when it is missing, not a serving model, of another
+        format version, truncated or damaged, or when feature_config does not match it.
+        """
+        options = _recemb.OpenOptions(
+            verify=_recemb.Verify.kChecksums if verify else _recemb.Verify.kHeaderOnly)
+        return cls(_recemb.ServingModel.open(path, options), feature_config)
+
+    @property
+    def path(self):
+        return self._model.path()
+
+    @property
+    def dtype(self):
+        """"float32", "float16" or "int8": how the tables are stored."""
+        return _recemb.serving_dtype_name(self._model.dtype())
+
+    @property
+    def feature_config(self):
+        """The structure of inputs and activations (as given to open, or the default dict)."""
+        return self._resolved.structure
+
+    @property
+    def feature_names(self):
+        """The features' names, in flattening order of feature_config."""
+        return list(self._resolved.feature_names)
+
+    @property
+    def tables(self):
+        """{name: TableConfig} of the file's tables, in the exporting layer's order (no
+        initializer, no optimizer: a serving model is not trained)."""
+        return dict(self._tables)
+
+    def lookup(self, features, weights=None):
+        """The activations of `features` (and `weights`), in the structure of feature_config:
+        Embedding.lookup's inputs, validation and results, computed from the stored values (so
+        equal to the exporting layer's lookup bitwise for float32). Bad inputs raise ValueError
+        naming the feature, example and value."""
+        return _nest.pack_sequence_as(self._resolved.structure,
+                                      _lookup(self._engine, self._resolved, features, weights,
+                                              None))
+
+    def __repr__(self):
+        return (f"ServingModel(path={str(self.path)!r}, dtype={self.dtype!r}, "
+                f"features={self.feature_names})")

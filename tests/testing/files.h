@@ -1,0 +1,26 @@
+// Whole files as bytes or text, for tests that write, inspect and damage files; random bytes.
+#ifndef RECEMB_TESTS_TESTING_FILES_H_
+#define RECEMB_TESTS_TESTING_FILES_H_
+
+#include <cstddef>
+#include <filesystem>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace recemb::test {
+
+// The contents of the file `path`; std::runtime_error naming it if it cannot be read.
+std::vector<std::byte> read_bytes(const std::filesystem::path& path);
+std::string read_text(const std::filesystem::path& path);
+
+// Creates (or truncates) the file `path` holding `bytes`; std::runtime_error naming it on failure.
+void write_bytes(const std::filesystem::path& path, std::span<const std::byte> bytes);
+
+// `size` random bytes.
+std::vector<std::byte> random_bytes(std::mt19937_64& rng, size_t size);
+
+}  // namespace recemb::test
+
+#endif  // RECEMB_TESTS_TESTING_FILES_H_
