@@ -2,57 +2,45 @@
 // Embedding (two tables, features of every kind) in each dtype, as whole files and in the
 // harness's manifest form ([uint64 data_size][manifest text]).
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <stdlib.h>
 #include <string>
 
 #include "recemb/embedding.h"
 #include "recemb/serving.h"
 
+#include "seeds_main.h"
+
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s CORPUS_DIRECTORY\n", argv[0]);
-    return 2;
-  }
-  const fs::path corpus = argv[1];
-  fs::create_directories(corpus);
-  std::string name = (fs::temp_directory_path() / "recemb-seeds-XXXXXX").string();
-  if (::mkdtemp(name.data()) == nullptr) return 1;
+  return recemb::fuzz::seeds_main(argc, argv, [](const fs::path& corpus, const fs::path& scratch) {
+    const recemb::Embedding layer(
+        {{.name = "items", .vocabulary_size = 6, .dim = 3, .combiner = recemb::Combiner::kSqrtn},
+         {.name = "users",
+          .vocabulary_size = 4,
+          .dim = 5,
+          .quantization_config =
+              recemb::QuantizationConfig{.num_buckets = 3, .lower = -1.0f, .upper = 1.0f}}},
+        {{.name = "clicks", .table = "items"},
+         {.name = "history", .table = "items", .max_sequence_length = 2},
+         {.name = "friends", .table = "users", .output_shape = {1}}},
+        {.num_threads = 1});
+    for (const recemb::ServingDtype dtype :
+         {recemb::ServingDtype::kFloat32, recemb::ServingDtype::kFloat16,
+          recemb::ServingDtype::kInt8}) {
+      const std::string dtype_name(recemb::serving_dtype_name(dtype));
+      const fs::path model = scratch / (dtype_name + ".recemb");
+      recemb::export_serving_model(layer, model, {.dtype = dtype});
+      const std::string bytes = recemb::fuzz::read_file(model);
+      recemb::fuzz::write_file(corpus / ("model-" + dtype_name), bytes);
 
-  const recemb::Embedding layer(
-      {{.name = "items", .vocabulary_size = 6, .dim = 3, .combiner = recemb::Combiner::kSqrtn},
-       {.name = "users",
-        .vocabulary_size = 4,
-        .dim = 5,
-        .quantization_config =
-            recemb::QuantizationConfig{.num_buckets = 3, .lower = -1.0f, .upper = 1.0f}}},
-      {{.name = "clicks", .table = "items"},
-       {.name = "history", .table = "items", .max_sequence_length = 2},
-       {.name = "friends", .table = "users", .output_shape = {1}}},
-      {.num_threads = 1});
-  for (const recemb::ServingDtype dtype :
-       {recemb::ServingDtype::kFloat32, recemb::ServingDtype::kFloat16,
-        recemb::ServingDtype::kInt8}) {
-    const std::string dtype_name(recemb::serving_dtype_name(dtype));
-    const fs::path model = fs::path(name) / (dtype_name + ".recemb");
-    recemb::export_serving_model(layer, model, {.dtype = dtype});
-    std::ifstream stream(model, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(stream)), {});
-    std::ofstream(corpus / ("model-" + dtype_name), std::ios::binary) << bytes;
-
-    uint64_t manifest_size;
-    std::memcpy(&manifest_size, bytes.data() + 16, sizeof manifest_size);
-    const uint64_t data_size = bytes.size() - 64 - manifest_size;
-    std::string manifest_form(sizeof data_size, '\0');
-    std::memcpy(manifest_form.data(), &data_size, sizeof data_size);
-    manifest_form += bytes.substr(64, manifest_size);
-    std::ofstream(corpus / ("manifest-" + dtype_name), std::ios::binary) << manifest_form;
-  }
-  fs::remove_all(name);
-  return 0;
+      uint64_t manifest_size;
+      std::memcpy(&manifest_size, bytes.data() + 16, sizeof manifest_size);
+      const uint64_t data_size = bytes.size() - 64 - manifest_size;
+      std::string manifest_form(sizeof data_size, '\0');
+      std::memcpy(manifest_form.data(), &data_size, sizeof data_size);
+      manifest_form += bytes.substr(64, manifest_size);
+      recemb::fuzz::write_file(corpus / ("manifest-" + dtype_name), manifest_form);
+    }
+  });
 }
