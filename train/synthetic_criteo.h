@@ -4,7 +4,7 @@
 // their labels follow a known logistic model, so a run shows whether the model learns and how far
 // it is from the best possible score.
 //
-// The model, for a data set with seed S (docs/training-data.md has the rationale):
+// The model, for a data set with seed S (docs/training.md ("Training data") has the rationale):
 //   dense j (I1..I13):       c ~ Geometric on {0, 1, ...} with mean mu_j (kDenseMeans), value
 //                            x_j = dense_value(c) = log(1 + c)
 //   categorical f (C1..C26): rank r ~ Zipf(vocabulary_f, zipf_alpha); id = (a_f * (r - 1) + b_f)

@@ -64,8 +64,7 @@ void bind_embedding(py::module_& module) {
            py::arg("values"))
       .def("variable_data",
            py::overload_cast<std::string_view, std::string_view>(&Embedding::variable_data),
-           py::arg("table"), py::arg("variable"),
-           py::return_value_policy::reference_internal,
+           py::arg("table"), py::arg("variable"), py::return_value_policy::reference_internal,
            "The variable's memory as a flat float32 array whose base is this Embedding. Writing "
            "through it is allowed while no other call runs; values written are not validated.");
 }

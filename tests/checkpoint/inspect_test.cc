@@ -65,9 +65,7 @@ TEST_F(InspectCheckpointTest, DescribesEveryFile) {
     EXPECT_TRUE(file.error.empty()) << file.path;
     const std::vector<std::byte> bytes = test::read_bytes(checkpoint_ / file.path);
     EXPECT_EQ(file.bytes, bytes.size()) << file.path;
-    EXPECT_EQ(file.checksum,
-              format::checksum_to_hex(format::checksum(bytes)))
-        << file.path;
+    EXPECT_EQ(file.checksum, format::checksum_to_hex(format::checksum(bytes))) << file.path;
   }
   EXPECT_EQ(paths,
             (std::vector<std::string>{"manifest.json", "t0.parameters.f32", "t0.accumulators.f32",

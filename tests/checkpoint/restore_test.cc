@@ -70,8 +70,8 @@ TEST(RestoreCheckpointTest, ARootMeansItsLatestCheckpoint) {
   EXPECT_EQ(restore_checkpoint(restored, directory.path()).step, 2);
   EXPECT_TRUE(bitwise_equal(snapshot(restored), snapshot(embedding)));
 
-  const std::string error =
-      error_of<InvalidArgument>([&] { restore_checkpoint(restored, directory.path() / "nothing"); });
+  const std::string error = error_of<InvalidArgument>(
+      [&] { restore_checkpoint(restored, directory.path() / "nothing"); });
   EXPECT_THAT(error, HasSubstr("no checkpoint at '" + (directory.path() / "nothing").string()));
 }
 
@@ -195,10 +195,10 @@ TEST(RestoreCheckpointTest, ResizingWithoutPermissionIsAnErrorThatChangesNothing
 
   Embedding smaller = make_fixture(12, {.tag_rows = 19});
   const Snapshot smaller_before = snapshot(smaller);
-  EXPECT_THAT(
-      error_of<InvalidArgument>([&] { restore_checkpoint(smaller, saved, {.resize = Resize::kGrow}); }),
-      HasSubstr("table 'tags': the checkpoint has vocabulary_size 20, the embedding 19; "
-                "RestoreOptions.resize = Resize::kGrowOrShrink"));
+  EXPECT_THAT(error_of<InvalidArgument>(
+                  [&] { restore_checkpoint(smaller, saved, {.resize = Resize::kGrow}); }),
+              HasSubstr("table 'tags': the checkpoint has vocabulary_size 20, the embedding 19; "
+                        "RestoreOptions.resize = Resize::kGrowOrShrink"));
   EXPECT_TRUE(bitwise_equal(snapshot(smaller), smaller_before));
 }
 
@@ -384,7 +384,8 @@ TEST_F(DamagedCheckpointTest, EveryFlippedByteIsDetected) {
     }
     for (const size_t position : positions) {
       std::vector<std::byte> damaged = original;
-      damaged[position] ^= static_cast<std::byte>(1 << std::uniform_int_distribution<int>(0, 7)(rng));
+      damaged[position] ^=
+          static_cast<std::byte>(1 << std::uniform_int_distribution<int>(0, 7)(rng));
       test::write_bytes(path, damaged);
       expect_refused(path, path.filename().string() + " byte " + std::to_string(position));
     }

@@ -27,9 +27,10 @@ inline void write_file(const std::filesystem::path& path, const std::string& byt
 // main() of a seeds program: checks the arguments, creates the corpus directory and a fresh scratch
 // directory, calls write_seeds(corpus, scratch), then removes the scratch directory. Returns the
 // exit status (2 for a usage error, 1 if the scratch directory cannot be created).
-inline int seeds_main(int argc, char** argv,
-                      const std::function<void(const std::filesystem::path& corpus,
-                                               const std::filesystem::path& scratch)>& write_seeds) {
+inline int seeds_main(
+    int argc, char** argv,
+    const std::function<void(const std::filesystem::path& corpus,
+                             const std::filesystem::path& scratch)>& write_seeds) {
   namespace fs = std::filesystem;
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s CORPUS_DIRECTORY\n", argv[0]);

@@ -225,8 +225,8 @@ double auc(const std::vector<double>& scores, const std::vector<float>& labels) 
 }
 
 // The planted signal: on 200k examples, the click rate and the AUC of the true logits (the
-// Bayes-optimal AUC) lie in the ranges docs/training-data.md states, for every preset and seed;
-// and the labels are calibrated: the click rate of each logit decile matches its mean
+// Bayes-optimal AUC) lie in the ranges docs/training.md ("Training data") states, for every preset
+// and seed; and the labels are calibrated: the click rate of each logit decile matches its mean
 // probability.
 struct SignalCase {
   const char* preset;

@@ -50,7 +50,7 @@ TEST(Trainer, LearnsThePlantedSignalAndWritesItsOutputs) {
   // the trained AUC on this data.
   EXPECT_NEAR(summary.initial_auc, 0.5, 0.05);
   EXPECT_GT(summary.final_auc, 0.6) << log.str();
-  // The planted model's AUC is the ceiling (docs/training-data.md: about 0.77).
+  // The planted model's AUC is the ceiling (docs/training.md ("Training data"): about 0.77).
   EXPECT_GT(summary.best_auc, 0.74);
   EXPECT_LT(summary.final_auc, summary.best_auc);
   EXPECT_THAT(format_summary(summary), HasSubstr("best possible on these synthetic data"));
