@@ -9,6 +9,8 @@
 #include "recemb/error.h"
 #include "recemb/optimizer.h"
 
+#include "batch/csr_feature.h"
+#include "batch/csr_feature.h"
 #include "checkpoint/layout.h"
 #include "format/checksum.h"
 #include "format/config_json.h"
@@ -220,14 +222,6 @@ std::vector<ArrayEntry> arrays_from_json(const Json& json, const std::string& pa
     arrays.push_back(array_from_json(json[i], element(path, i), block_bytes));
   }
   return arrays;
-}
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    text += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
-  }
-  return text + "]";
 }
 
 TableEntry table_from_json(const Json& json, const std::string& path, const Json& global_optimizer,

@@ -11,7 +11,7 @@
 #include "recemb/error.h"
 
 #include "batch/csr_feature.h"
-#include "batch/lookup_checks.h"
+#include "batch/lookup.h"
 #include "config/validate.h"
 #include "embedding/table_state.h"
 #include "kernels/pool.h"
@@ -171,18 +171,10 @@ struct Embedding::Impl {
         static_cast<int64_t>(std::accumulate(table_ids.begin(), table_ids.end(), uint64_t{0}));
     auto pool_task = [&](int64_t k, int) {
       const LookupTask& task = lookup_tasks[static_cast<size_t>(k)];
-      const CsrFeature& csr = batch[task.feature];
       const TableState& state = states[feature_table[task.feature]];
-      const TableConfig& table = state.config();
-      const internal::PoolInput input{
-          .table = state.storage().parameters(),
-          .dim = table.dim,
-          .offsets = csr.offsets.data(),
-          .ids = csr.ids.data(),
-          .weights = csr.weights.empty() ? nullptr : csr.weights.data(),
-          .bag_scales = csr.bag_scales.data(),
-          .quantization = table.quantization_config ? &*table.quantization_config : nullptr};
-      internal::pool_bags(input, task.first_bag, task.last_bag, activations[task.feature].data());
+      internal::pool_bags(
+          internal::pool_input(batch[task.feature], state.config(), state.storage().parameters()),
+          task.first_bag, task.last_bag, activations[task.feature].data());
     };
     const auto num_tasks = static_cast<int64_t>(lookup_tasks.size());
     if (total_ids < kMinIdsForThreads) {

@@ -11,7 +11,7 @@
 #include "recemb/serving.h"
 
 #include "batch/csr_feature.h"
-#include "batch/lookup_checks.h"
+#include "batch/lookup.h"
 #include "format/checksum.h"
 #include "kernels/pool.h"
 #include "serving/format.h"
@@ -188,18 +188,9 @@ void ServingModel::lookup(std::span<const FeatureInput> inputs,
   }
   // Validated.
   for (size_t f = 0; f < features.size(); ++f) {
-    const internal::CsrFeature& csr = batch[f];
     const size_t t = state.feature_table[f];
-    const TableConfig& table = state.manifest.tables[t];
-    const internal::PoolInput input{
-        .table = state.tables[t],
-        .dim = table.dim,
-        .offsets = csr.offsets.data(),
-        .ids = csr.ids.data(),
-        .weights = csr.weights.empty() ? nullptr : csr.weights.data(),
-        .bag_scales = csr.bag_scales.data(),
-        .quantization = table.quantization_config ? &*table.quantization_config : nullptr};
-    internal::pool_bags(input, 0, csr.num_bags(), activations[f].data());
+    internal::pool_bags(internal::pool_input(batch[f], state.manifest.tables[t], state.tables[t]),
+                        0, batch[f].num_bags(), activations[f].data());
   }
 }
 

@@ -667,6 +667,87 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, ServingFileErrorTest, ::testing::ValuesIn(kD
                            return std::string(serving_dtype_name(test_info.param));
                          });
 
+// tests/data/serving-v1 holds a model of each dtype written by format version 1 (the first
+// release), which must keep loading. Tables: "items" [4, 3], mean, row r column c = (3 r + c) / 4 -
+// 1 (exact in float16); "users" [3, 2], sqrtn, simulated quantization with 5 buckets over [-1, 1],
+// rows
+// {-0.9, 0.6}, {0.1, 1.3}, {-0.4, 0.35} (none near a bucket midpoint). Features: "clicks" (items),
+// "history" (items, max_sequence_length 2), "friends" (users). The exported layer had optimizers.
+class ServingGoldenTest : public ::testing::TestWithParam<ServingDtype> {};
+
+TEST_P(ServingGoldenTest, ReadsTheCheckedInVersion1Model) {
+  const ServingDtype dtype = GetParam();
+  const std::filesystem::path path =
+      std::filesystem::path(__FILE__).parent_path().parent_path() / "data" / "serving-v1" /
+      ("model-" + std::string(serving_dtype_name(dtype)) + ".recemb");
+  EXPECT_EQ(ModelFile::read(path).format_version, 1u);
+  const ServingModel model = ServingModel::open(path);
+  EXPECT_EQ(model.dtype(), dtype);
+  ASSERT_EQ(model.tables().size(), 2u);
+  const auto expect_table = [](const TableConfig& table, const std::string& name, int64_t rows,
+                               int64_t dim, Combiner combiner) {
+    EXPECT_EQ(table.name, name);
+    EXPECT_EQ(table.vocabulary_size, rows) << name;
+    EXPECT_EQ(table.dim, dim) << name;
+    EXPECT_EQ(table.combiner, combiner) << name;
+    EXPECT_FALSE(table.optimizer) << name;
+  };
+  expect_table(model.tables()[0], "items", 4, 3, Combiner::kMean);
+  expect_table(model.tables()[1], "users", 3, 2, Combiner::kSqrtn);
+  EXPECT_FALSE(model.tables()[0].quantization_config);
+  const std::optional<QuantizationConfig>& quantization = model.tables()[1].quantization_config;
+  ASSERT_TRUE(quantization);
+  EXPECT_EQ(quantization->num_buckets, 5);
+  EXPECT_EQ(quantization->lower, -1.0f);
+  EXPECT_EQ(quantization->upper, 1.0f);
+  ASSERT_EQ(model.features().size(), 3u);
+  EXPECT_EQ(model.features()[0].name, "clicks");
+  EXPECT_EQ(model.features()[1].name, "history");
+  EXPECT_EQ(model.features()[1].table, "items");
+  EXPECT_EQ(model.features()[1].max_sequence_length, 2);
+  EXPECT_EQ(model.features()[2].table, "users");
+
+  // clicks {0, 3} {2}; history {1, 2, 3} (truncated to 2 positions) {}; friends {0: 3, 2: 4} {1:
+  // 1}.
+  const std::vector<OwnedInput> inputs = {
+      OwnedInput::ragged({{{0, 3}, {}}, {{2}, {}}}, false),
+      OwnedInput::ragged({{{1, 2, 3}, {}}, {{}, {}}}, false),
+      OwnedInput::ragged({{{0, 2}, {3.0f, 4.0f}}, {{1}, {1.0f}}}, true)};
+  const std::vector<FeatureInput> views = test::views_of(inputs);
+  EXPECT_EQ(model.activation_shape(1, views[1]), (std::vector<int64_t>{2, 2, 3}));
+  const auto actual = lookup_activations(model, views);
+
+  const auto item = [](int c, int r) { return (3.0 * r + c) / 4 - 1; };
+  const double user_rows[3][2] = {{-0.9, 0.6}, {0.1, 1.3}, {-0.4, 0.35}};
+  // Snapped to the bucket grid: clamped to [-1, 1], then the nearest multiple of 0.5.
+  const auto user = [&](int c, int r) {
+    return std::round(std::clamp(user_rows[r][c], -1.0, 1.0) * 2) / 2;
+  };
+  std::vector<std::vector<double>> expected(3);
+  for (int c = 0; c < 3; ++c) expected[0].push_back((item(c, 0) + item(c, 3)) / 2);
+  for (int c = 0; c < 3; ++c) expected[0].push_back(item(c, 2));
+  for (int c = 0; c < 3; ++c) expected[1].push_back(item(c, 1));
+  for (int c = 0; c < 3; ++c) expected[1].push_back(item(c, 2));
+  expected[1].resize(12, 0.0);
+  for (int c = 0; c < 2; ++c) expected[2].push_back((3 * user(c, 0) + 4 * user(c, 2)) / 5);
+  for (int c = 0; c < 2; ++c) expected[2].push_back(user(c, 1));
+  // float32 and float16 hold the items values exactly; int8 within half a code step of its row's
+  // range (0.5 / 255 / 2, docs/serving.md). The users values all snap to the expected grid points.
+  const double tolerance = dtype == ServingDtype::kInt8 ? 0.5 / 255 / 2 + 1e-5 : 1e-6;
+  for (size_t f = 0; f < expected.size(); ++f) {
+    ASSERT_EQ(actual[f].size(), expected[f].size()) << model.features()[f].name;
+    for (size_t i = 0; i < expected[f].size(); ++i) {
+      EXPECT_NEAR(actual[f][i], expected[f][i], tolerance)
+          << model.features()[f].name << " value " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, ServingGoldenTest, ::testing::ValuesIn(kDtypes),
+                         [](const auto& test_info) {
+                           return std::string(serving_dtype_name(test_info.param));
+                         });
+
 TEST(ServingOpenTest, MissingDirectoriesForeignFilesAndBadOptions) {
   const TemporaryDirectory directory;
   const std::filesystem::path missing = directory / "missing.recemb";

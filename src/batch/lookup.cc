@@ -1,12 +1,10 @@
-#include "batch/lookup_checks.h"
+#include "batch/lookup.h"
 
 #include <functional>
 #include <numeric>
 #include <string>
 
 #include "recemb/error.h"
-
-#include "batch/csr_feature.h"
 
 namespace recemb::internal {
 
@@ -29,6 +27,16 @@ void check_activation_buffer(const FeatureConfig& feature,
                           std::to_string(size) + " floats, expected " +
                           shape_string(activation_shape) + " = " + std::to_string(expected));
   }
+}
+
+PoolInput pool_input(const CsrFeature& csr, const TableConfig& table, TableRows rows) {
+  return {.table = rows,
+          .dim = table.dim,
+          .offsets = csr.offsets.data(),
+          .ids = csr.ids.data(),
+          .weights = csr.weights.empty() ? nullptr : csr.weights.data(),
+          .bag_scales = csr.bag_scales.data(),
+          .quantization = table.quantization_config ? &*table.quantization_config : nullptr};
 }
 
 }  // namespace recemb::internal

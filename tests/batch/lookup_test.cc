@@ -1,11 +1,12 @@
-// The lookup call checks (src/batch/lookup_checks.cc): element counts against plain loops, and the
-// exact messages that Embedding::lookup and ServingModel::lookup share.
-#include "batch/lookup_checks.h"
+// What the two lookups share (src/batch/lookup.cc): element counts against plain loops, the exact
+// messages of the call checks, and the kernel input of a normalised feature.
+#include "batch/lookup.h"
 
 #include <cstdint>
 #include <gtest/gtest.h>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "recemb/error.h"
@@ -52,6 +53,35 @@ TEST(LookupChecksTest, ActivationBufferMustHoldTheActivationShape) {
               "feature 'history': activation buffer holds " + std::to_string(size) +
                   " floats, expected [3, 2, 4] = 24");
   }
+}
+
+TEST(LookupTest, PoolInputBorrowsTheFeatureAndTheTable) {
+  CsrFeature csr{.activation_shape = {2, 3},
+                 .offsets = {0, 2, 3},
+                 .ids = {4, 1, 4},
+                 .weights = {0.5f, 2.0f, 1.0f},
+                 .bag_scales = {0.4f, 1.0f}};
+  const std::vector<float> rows(15);
+  const TableConfig table{
+      .name = "t",
+      .vocabulary_size = 5,
+      .dim = 3,
+      .quantization_config = QuantizationConfig{.num_buckets = 3, .lower = -1, .upper = 1}};
+  const PoolInput input = pool_input(csr, table, rows.data());
+  EXPECT_EQ(std::get<const float*>(input.table), rows.data());
+  EXPECT_EQ(input.dim, 3);
+  EXPECT_EQ(input.offsets, csr.offsets.data());
+  EXPECT_EQ(input.ids, csr.ids.data());
+  EXPECT_EQ(input.weights, csr.weights.data());
+  EXPECT_EQ(input.bag_scales, csr.bag_scales.data());
+  EXPECT_EQ(input.quantization, &*table.quantization_config);
+
+  // Unweighted bags and a table without simulated quantization: no weights, rows used as stored.
+  csr.weights.clear();
+  const TableConfig plain{.name = "p", .vocabulary_size = 5, .dim = 3};
+  const PoolInput unweighted = pool_input(csr, plain, rows.data());
+  EXPECT_EQ(unweighted.weights, nullptr);
+  EXPECT_EQ(unweighted.quantization, nullptr);
 }
 
 }  // namespace

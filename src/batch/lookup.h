@@ -1,8 +1,8 @@
-// The checks of a lookup call besides each feature's input (normalize_feature): the number of
-// inputs and activation buffers, and each buffer's size. Embedding::lookup and ServingModel::lookup
-// share one contract and make them here, so that both reject a bad call with the same message.
-#ifndef RECEMB_BATCH_LOOKUP_CHECKS_H_
-#define RECEMB_BATCH_LOOKUP_CHECKS_H_
+// What Embedding::lookup and ServingModel::lookup share besides normalize_feature: the checks of a
+// call's inputs and activation buffers (one contract, so that both reject a bad call with the same
+// message), and the pooling kernel's input for a normalised feature.
+#ifndef RECEMB_BATCH_LOOKUP_H_
+#define RECEMB_BATCH_LOOKUP_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +10,9 @@
 #include <string_view>
 
 #include "recemb/config.h"
+
+#include "batch/csr_feature.h"
+#include "kernels/pool.h"
 
 namespace recemb::internal {
 
@@ -27,6 +30,10 @@ void check_feature_count(size_t num_features, size_t count, std::string_view wha
 void check_activation_buffer(const FeatureConfig& feature,
                              std::span<const int64_t> activation_shape, size_t size);
 
+// The kernel input that pools `csr`'s bags over `rows`, the rows of `table` (with its dim and
+// simulated quantization). Borrows csr's arrays and table's QuantizationConfig.
+PoolInput pool_input(const CsrFeature& csr, const TableConfig& table, TableRows rows);
+
 }  // namespace recemb::internal
 
-#endif  // RECEMB_BATCH_LOOKUP_CHECKS_H_
+#endif  // RECEMB_BATCH_LOOKUP_H_
