@@ -10,7 +10,6 @@
 #include "recemb/optimizer.h"
 
 #include "batch/csr_feature.h"
-#include "batch/csr_feature.h"
 #include "checkpoint/layout.h"
 #include "format/checksum.h"
 #include "format/config_json.h"
