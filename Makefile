@@ -48,10 +48,13 @@ release-build:
 	cmake --preset release
 	cmake --build --preset release -j $(JOBS)
 
-# ARGS are passed to `recemb train`: make run ARGS="--steps 500 --preset criteo-kaggle"
+# ARGS are passed to `recemb train`: make run ARGS="--steps 500 --preset criteo-kaggle". Each
+# `make run` starts a new run in build/recemb-run (the previous one's files are removed first;
+# `recemb train --resume --output build/recemb-run` continues one instead).
 run: deps
 	cmake --preset release
 	cmake --build --preset release -j $(JOBS) --target recemb_cli
+	rm -rf build/recemb-run
 	$(RECEMB) train --output build/recemb-run $(ARGS)
 
 test: test-begin deps check-format check-mirror test-release test-asan test-tsan check-install \

@@ -3,14 +3,10 @@
 // SaveOptions.extra_arrays are borrowed: each NamedArray keeps its array alive, and SaveOptions
 // keeps its NamedArrays alive. RestoredState.extra_arrays returns float32 arrays over the state's
 // own vectors (their base is the RestoredState).
-//
-// The checkpoint functions (and the serving model's, which share their file helpers) report
-// failing system calls as std::system_error; they become OSError with the errno, so that Python
-// raises the matching subclass (FileNotFoundError, PermissionError, ...).
+// Failing system calls raise OSError subclasses (bind_error.cc).
 #include <map>
 #include <pybind11/stl/filesystem.h>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -19,29 +15,7 @@
 #include "bind.h"
 
 namespace recemb::python {
-namespace {
-
-void translate_system_error(std::exception_ptr error) {
-  try {
-    if (error) std::rethrow_exception(error);
-  } catch (const std::system_error& system_error) {
-    const std::error_category& category = system_error.code().category();
-    const bool has_errno =
-        category == std::generic_category() || category == std::system_category();
-    // OSError(errno, message) makes the subclass of that errno (FileNotFoundError, ...).
-    const auto os_error = py::reinterpret_borrow<py::object>(PyExc_OSError);
-    const py::object exception = has_errno
-                                     ? os_error(system_error.code().value(), system_error.what())
-                                     : os_error(system_error.what());
-    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
-  }
-}
-
-}  // namespace
-
 void bind_checkpoint(py::module_& module) {
-  py::register_exception_translator(&translate_system_error);
-
   using Release = py::call_guard<py::gil_scoped_release>;
 
   py::class_<NamedArray>(module, "NamedArray",

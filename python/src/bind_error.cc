@@ -1,11 +1,35 @@
-// recemb/error.h: InvalidArgument is a ValueError, FailedPrecondition a RuntimeError.
+// recemb/error.h: InvalidArgument is a ValueError, FailedPrecondition a RuntimeError. And the
+// std::system_error of a failing system call (checkpoint and serving files) is an OSError with its
+// errno, so that Python raises the matching subclass (FileNotFoundError, PermissionError, ...).
+#include <system_error>
+
 #include "recemb/error.h"
 
 #include "bind.h"
 
 namespace recemb::python {
+namespace {
+
+void translate_system_error(std::exception_ptr error) {
+  try {
+    if (error) std::rethrow_exception(error);
+  } catch (const std::system_error& system_error) {
+    const std::error_category& category = system_error.code().category();
+    const bool has_errno =
+        category == std::generic_category() || category == std::system_category();
+    // OSError(errno, message) makes the subclass of that errno (FileNotFoundError, ...).
+    const auto os_error = py::reinterpret_borrow<py::object>(PyExc_OSError);
+    const py::object exception = has_errno
+                                     ? os_error(system_error.code().value(), system_error.what())
+                                     : os_error(system_error.what());
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
+  }
+}
+
+}  // namespace
 
 void bind_error(py::module_& module) {
+  py::register_exception_translator(&translate_system_error);
   py::register_exception<InvalidArgument>(module, "InvalidArgument", PyExc_ValueError).doc() =
       "Bad configuration or bad input; the message names the table or feature, the field or "
       "example, and the offending value. Nothing was changed.";

@@ -12,7 +12,7 @@ import pytest
 
 import recemb
 import reference
-from test_embedding import make_input
+from random_inputs import make_input
 
 U = 2.0**-24
 # name: (vocabulary_size, dim, combiner)
