@@ -23,6 +23,7 @@
 #include "train/dlrm_dense_model.h"
 #include "train/metrics.h"
 #include "train/metrics_log.h"
+#include "train/prefetching_source.h"
 #include "train/svg_plot.h"
 #include "train/synthetic_criteo.h"
 
@@ -182,6 +183,7 @@ class Trainer {
                             ? output_dir_ / "checkpoints"
                             : std::filesystem::path(config.checkpoint.dir)) {
     open_data();
+    prefetching_.emplace(*train_source_, config.train.batch_size);
   }
 
   TrainSummary run() {
@@ -213,7 +215,7 @@ class Trainer {
     ExampleBatch batch;
     while (embedding_.step() < config_.train.steps) {
       Clock::time_point t = Clock::now();
-      const int64_t count = train_source_->next(batch, config_.train.batch_size);
+      const int64_t count = prefetching_->next(batch, config_.train.batch_size);
       summary_.data_seconds += seconds_since(t);
       if (count == 0) {
         progress_.message("the training data ended at step " + std::to_string(embedding_.step()));
@@ -296,6 +298,7 @@ class Trainer {
   }
 
   void collect_malformed_lines() {
+    prefetching_->pause();  // the readers' counters are then ours to read
     for (const CriteoReader* reader : {train_reader_, eval_reader_.get()}) {
       if (reader == nullptr) continue;
       summary_.malformed_lines += reader->malformed_lines();
@@ -383,7 +386,7 @@ class Trainer {
         {.keep_last = config_.checkpoint.keep,
          .extra_arrays = {{.name = kDenseParameters, .values = model_.parameters()},
                           {.name = kDenseOptimizerSlots, .values = dense_optimizer_.slots()}},
-         .metadata = {{kDataPosition, train_source_->position()},
+         .metadata = {{kDataPosition, prefetching_->position()},
                       {kDenseOptimizerStep, std::to_string(dense_optimizer_.step())},
                       {kExamples, std::to_string(examples_total_)},
                       {kLossWindow, format_double(loss_window_sum_) + " " +
@@ -419,7 +422,7 @@ class Trainer {
     array(kDenseParameters, model_.parameters());
     array(kDenseOptimizerSlots, dense_optimizer_.slots());
     dense_optimizer_.set_step(std::stoll(text(kDenseOptimizerStep)));
-    train_source_->seek(text(kDataPosition));
+    prefetching_->seek(text(kDataPosition));
     examples_total_ = std::stoll(text(kExamples));
     if (std::sscanf(text(kLossWindow).c_str(), "%lf %" SCNd64, &loss_window_sum_,
                     &loss_window_count_) != 2) {
@@ -491,6 +494,8 @@ class Trainer {
   std::filesystem::path output_dir_, checkpoint_dir_;
   std::unique_ptr<ExampleSource> train_source_;
   CriteoReader* train_reader_ = nullptr;  // train_source_ when it reads a file
+  // Reads train_source_ one batch ahead on its own thread; the loop uses only this.
+  std::optional<PrefetchingSource> prefetching_;
   std::unique_ptr<CriteoReader> eval_reader_;
   ExampleBatch eval_set_;
   std::vector<float> probabilities_;
