@@ -212,6 +212,9 @@ class Trainer {
     } else if (!metrics_->eval_records().empty()) {
       summary_.initial_auc = metrics_->eval_records().front().auc;
     }
+    // The progress line's rate counts the training steps only (evaluations and checkpoints
+    // included), not the evaluation before them.
+    const Clock::time_point steps_start = Clock::now();
     ExampleBatch batch;
     while (embedding_.step() < config_.train.steps) {
       Clock::time_point t = Clock::now();
@@ -232,7 +235,7 @@ class Trainer {
           step < config_.train.steps) {
         save();
       }
-      const double elapsed = seconds_since(start);
+      const double elapsed = seconds_since(steps_start);
       const double rate = static_cast<double>(summary_.examples) / elapsed;
       progress_.update({.step = step,
                         .total_steps = config_.train.steps,
