@@ -55,7 +55,7 @@ std::vector<int64_t> fit_to_budget(std::span<const int64_t> cardinalities, Table
 // The presets of `recemb train --preset`, by name:
 //   "small"          the Kaggle profile fitted to 64 MiB at dim 16: 1,048,576 rows, the seven
 //                    largest features cut to 129,719 rows, the others at full size. The default:
-//                    a run of a minute or so on two cores.
+//                    a run of half a minute or so on two cores.
 //   "criteo-kaggle"  kCriteoKaggleCardinalities: the full Kaggle sizes (2.16 GB of tables at dim
 //   16). "criteo-1tb"     kCriteoTerabyteCardinalities: MLPerf's 1TB sizes (104.5 GB at dim 128).
 inline constexpr std::array<std::string_view, 3> kPresetNames = {"small", "criteo-kaggle",

@@ -51,17 +51,34 @@ class MlpTest : public ::testing::TestWithParam<MlpCase> {
   }
   int64_t batch_size() const { return std::get<2>(GetParam()); }
   bool relu_output() const { return std::get<1>(GetParam()) == OutputActivation::kRelu; }
+
+  // A network of config() with initialised parameters, a random input batch in [-2, 2] and a
+  // random output gradient in [-1, 1], drawn in that order from `random`.
+  struct Problem {
+    Mlp mlp;
+    std::vector<float> parameters, input, output_gradient;
+  };
+  Problem make_problem(std::mt19937_64& random) const {
+    Problem problem{.mlp = Mlp(config())};
+    Mlp& mlp = problem.mlp;
+    problem.parameters.resize(static_cast<size_t>(mlp.num_parameters()));
+    mlp.initialize(problem.parameters, random);
+    problem.input =
+        random_floats(random, static_cast<size_t>(batch_size() * mlp.input_width()), -2.0f, 2.0f);
+    problem.output_gradient =
+        random_floats(random, static_cast<size_t>(batch_size() * mlp.output_width()), -1.0f, 1.0f);
+    return problem;
+  }
 };
 
 TEST_P(MlpTest, ForwardMatchesReference) {
   const uint64_t seed = 11;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 random(seed);
-  Mlp mlp(config());
-  std::vector<float> parameters(static_cast<size_t>(mlp.num_parameters()));
-  mlp.initialize(parameters, random);
-  const std::vector<float> input =
-      random_floats(random, static_cast<size_t>(batch_size() * mlp.input_width()), -2.0f, 2.0f);
+  Problem problem = make_problem(random);
+  Mlp& mlp = problem.mlp;
+  const std::vector<float>& parameters = problem.parameters;
+  const std::vector<float>& input = problem.input;
 
   const std::span<const float> output = mlp.forward(parameters, input);
 
@@ -88,13 +105,11 @@ TEST_P(MlpTest, BackwardMatchesFiniteDifferencesOfReference) {
   const uint64_t seed = 12;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 random(seed);
-  Mlp mlp(config());
-  std::vector<float> parameters(static_cast<size_t>(mlp.num_parameters()));
-  mlp.initialize(parameters, random);
-  const std::vector<float> input =
-      random_floats(random, static_cast<size_t>(batch_size() * mlp.input_width()), -2.0f, 2.0f);
-  const std::vector<float> output_gradient =
-      random_floats(random, static_cast<size_t>(batch_size() * mlp.output_width()), -1.0f, 1.0f);
+  Problem problem = make_problem(random);
+  Mlp& mlp = problem.mlp;
+  const std::vector<float>& parameters = problem.parameters;
+  const std::vector<float>& input = problem.input;
+  const std::vector<float>& output_gradient = problem.output_gradient;
 
   mlp.forward(parameters, input);
   std::vector<float> parameter_gradients(parameters.size(), -7.0f);
@@ -138,13 +153,11 @@ TEST_P(MlpTest, BackwardMatchesFiniteDifferencesOfReference) {
 
 TEST_P(MlpTest, BackwardWithoutInputGradientGivesTheSameParameterGradients) {
   std::mt19937_64 random(13);
-  Mlp mlp(config());
-  std::vector<float> parameters(static_cast<size_t>(mlp.num_parameters()));
-  mlp.initialize(parameters, random);
-  const std::vector<float> input =
-      random_floats(random, static_cast<size_t>(batch_size() * mlp.input_width()), -2.0f, 2.0f);
-  const std::vector<float> output_gradient =
-      random_floats(random, static_cast<size_t>(batch_size() * mlp.output_width()), -1.0f, 1.0f);
+  Problem problem = make_problem(random);
+  Mlp& mlp = problem.mlp;
+  const std::vector<float>& parameters = problem.parameters;
+  const std::vector<float>& input = problem.input;
+  const std::vector<float>& output_gradient = problem.output_gradient;
   mlp.forward(parameters, input);
   std::vector<float> with_input(parameters.size());
   std::vector<float> input_gradient(input.size());
@@ -192,13 +205,11 @@ TEST_P(MlpTest, ResultsDoNotDependOnEarlierBatches) {
 // replicas rely on it; Eigen picks SIMD or scalar code per element by alignment).
 TEST_P(MlpTest, ResultsDoNotDependOnArrayAlignment) {
   std::mt19937_64 random(15);
-  Mlp mlp(config());
-  std::vector<float> parameters(static_cast<size_t>(mlp.num_parameters()));
-  mlp.initialize(parameters, random);
-  const std::vector<float> input =
-      random_floats(random, static_cast<size_t>(batch_size() * mlp.input_width()), -2.0f, 2.0f);
-  const std::vector<float> output_gradient =
-      random_floats(random, static_cast<size_t>(batch_size() * mlp.output_width()), -1.0f, 1.0f);
+  Problem problem = make_problem(random);
+  Mlp& mlp = problem.mlp;
+  const std::vector<float>& parameters = problem.parameters;
+  const std::vector<float>& input = problem.input;
+  const std::vector<float>& output_gradient = problem.output_gradient;
   std::vector<float> first_output;
   std::vector<float> first_gradients;
   std::vector<float> first_input_gradient;
