@@ -21,6 +21,7 @@
 #include "train/criteo_reader.h"
 #include "train/dense_optimizer.h"
 #include "train/dlrm_dense_model.h"
+#include "train/embedding_model.h"
 #include "train/metrics.h"
 #include "train/metrics_log.h"
 #include "train/prefetching_source.h"
@@ -44,49 +45,11 @@ constexpr char kDenseOptimizerStep[] = "dense_optimizer_step";
 constexpr char kExamples[] = "examples";
 constexpr char kLossWindow[] = "loss_window";  // "<sum> <count>" of the unrecorded steps
 
-std::vector<int64_t> vocabulary_sizes(const TrainConfig& config) {
-  std::vector<int64_t> sizes = preset_vocabulary_sizes(config.data.preset);
-  if (config.data.table_budget_mib > 0) {
-    sizes = fit_to_budget(sizes, {.dim = config.model.embedding_dim,
-                                  .max_bytes = config.data.table_budget_mib << 20});
-  }
-  for (const auto& [name, table] : config.tables) {
-    if (!table.vocabulary_size) continue;
-    for (int f = 0; f < kNumCategoricalFeatures; ++f) {
-      if (categorical_feature_name(f) == name) sizes[f] = *table.vocabulary_size;
-    }
-  }
-  return sizes;
-}
-
-Optimizer embedding_optimizer(const std::string& name, double learning_rate) {
-  Optimizer optimizer = optimizer_from_name(name);
-  std::visit([&](auto& o) { o.learning_rate = static_cast<float>(learning_rate); }, optimizer);
-  return optimizer;
-}
-
-Embedding make_embedding(const TrainConfig& config, const std::vector<int64_t>& sizes) {
-  std::vector<TableConfig> tables;
-  std::vector<FeatureConfig> features;
-  for (int f = 0; f < kNumCategoricalFeatures; ++f) {
-    const std::string name = categorical_feature_name(f);
-    TableConfig table{.name = name, .vocabulary_size = sizes[f], .dim = config.model.embedding_dim};
-    if (auto it = config.tables.find(name); it != config.tables.end()) {
-      const TableOverride& o = it->second;
-      if (o.optimizer || o.learning_rate) {
-        table.optimizer =
-            embedding_optimizer(o.optimizer.value_or(config.embedding.optimizer),
-                                o.learning_rate.value_or(config.embedding.learning_rate));
-      }
-    }
-    tables.push_back(std::move(table));
-    features.push_back({.name = name, .table = name});
-  }
-  return Embedding(
-      std::move(tables), std::move(features),
-      {.optimizer = embedding_optimizer(config.embedding.optimizer, config.embedding.learning_rate),
-       .num_threads = config.embedding.threads,
-       .seed = config.model.seed});
+Embedding make_embedding(const TrainConfig& config, EmbeddingModel model) {
+  return Embedding(std::move(model.tables), std::move(model.features),
+                   {.optimizer = std::move(model.optimizer),
+                    .num_threads = config.embedding.threads,
+                    .seed = config.model.seed});
 }
 
 DenseOptimizerConfig dense_optimizer_config(const TrainConfig::DenseOptimizer& dense) {
@@ -168,8 +131,9 @@ class Trainer {
         options_(options),
         log_(options.log != nullptr ? *options.log : std::cerr),
         progress_(log_, options.progress),
-        sizes_(vocabulary_sizes(config)),
-        embedding_(make_embedding(config, sizes_)),
+        embedding_config_(embedding_model(config)),
+        sizes_(embedding_config_.vocabulary_sizes()),
+        embedding_(make_embedding(config, embedding_config_)),
         model_(DlrmDenseConfig{.num_dense_features = kNumDenseFeatures,
                                .num_sparse_features = kNumCategoricalFeatures,
                                .embedding_dim = config.model.embedding_dim,
@@ -488,6 +452,7 @@ class Trainer {
   const RunOptions& options_;
   std::ostream& log_;
   ProgressDisplay progress_;
+  EmbeddingModel embedding_config_;  // the configuration embedding_ is built from
   std::vector<int64_t> sizes_;
   Embedding embedding_;
   DlrmDenseModel model_;

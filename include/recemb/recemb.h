@@ -11,6 +11,7 @@
 #include "recemb/initializer.h"
 #include "recemb/learning_rate.h"
 #include "recemb/optimizer.h"
+#include "recemb/placement.h"
 #include "recemb/serving.h"
 
 #endif  // RECEMB_RECEMB_H_

@@ -3,6 +3,7 @@
 //   recemb checkpoint inspect DIR            a checkpoint's step, tables, files and checksums
 //   recemb export CKPT OUT [--dtype int8]    a checkpoint's tables as a serving model
 //   recemb lookup MODEL                      serving lookups, JSON lines on stdin -> stdout
+//   recemb plan --shards N                   how the model's tables would be sharded
 // `recemb SUBCOMMAND --help` lists the options. The one file that includes CLI11.
 #include <CLI/CLI.hpp>
 #include <exception>
@@ -13,6 +14,7 @@
 
 #include "tools/recemb/checkpoint_commands.h"
 #include "tools/recemb/lookup_command.h"
+#include "tools/recemb/plan_command.h"
 #include "tools/recemb/train_command.h"
 
 namespace {
@@ -20,6 +22,7 @@ namespace {
 using recemb::tools::ExportArguments;
 using recemb::tools::InspectArguments;
 using recemb::tools::LookupArguments;
+using recemb::tools::PlanArguments;
 using recemb::tools::TrainArguments;
 
 CLI::App* add_train(CLI::App& app, TrainArguments& args) {
@@ -79,6 +82,22 @@ CLI::App* add_lookup(CLI::App& app, LookupArguments& args) {
   return lookup;
 }
 
+CLI::App* add_plan(CLI::App& app, PlanArguments& args) {
+  CLI::App* plan = app.add_subcommand(
+      "plan",
+      "Print how recemb train's tables would be placed on N shards (table, row, column "
+      "wise or replicated): rows, bytes and lookups per shard");
+  plan->add_option("--shards", args.shards, "Number of shards (threads, processes or hosts)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--strategy", args.strategy,
+                   "auto | table_wise | row_wise | column_wise | replicated");
+  plan->add_option("-c,--config", args.config_path, "TOML settings file, as for train")
+      ->check(CLI::ExistingFile);
+  plan->add_option("-s,--set", args.overrides, "Change one setting, as for train");
+  plan->add_option("--preset", args.preset, "Table sizes: small, criteo-kaggle, criteo-1tb");
+  return plan;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,10 +107,12 @@ int main(int argc, char** argv) {
   InspectArguments inspect_args;
   ExportArguments export_args;
   LookupArguments lookup_args;
+  PlanArguments plan_args;
   CLI::App* train = add_train(app, train_args);
   CLI::App* inspect = add_inspect(app, inspect_args);
   CLI::App* exporter = add_export(app, export_args);
   CLI::App* lookup = add_lookup(app, lookup_args);
+  CLI::App* plan = add_plan(app, plan_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -106,6 +127,7 @@ int main(int argc, char** argv) {
     }
     if (inspect->parsed()) return recemb::tools::run_inspect_command(inspect_args, std::cout);
     if (exporter->parsed()) return recemb::tools::run_export_command(export_args, std::cout);
+    if (plan->parsed()) return recemb::tools::run_plan_command(plan_args, std::cout);
     if (lookup->parsed()) {
       return recemb::tools::run_lookup_command(lookup_args, std::cin, std::cout, std::cerr);
     }

@@ -1,0 +1,50 @@
+#include "train/embedding_model.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "recemb/error.h"
+
+#include "train/criteo_profile.h"
+
+namespace recemb::train {
+namespace {
+
+TEST(EmbeddingModel, TablesFollowThePresetBudgetAndOverrides) {
+  const TrainConfig config = load_train_config(
+      "", {"data.preset=\"criteo-kaggle\"", "model.embedding_dim=8", "model.bottom_mlp=[8]",
+           "data.table_budget_mib=16", "tables.C3.vocabulary_size=777",
+           "tables.C5.optimizer=\"sgd\"", "tables.C6.learning_rate=0.25",
+           "embedding.optimizer=\"rowwise_adagrad\"", "embedding.learning_rate=0.5"});
+  const EmbeddingModel model = embedding_model(config);
+  const std::vector<int64_t> fitted =
+      fit_to_budget(kCriteoKaggleCardinalities, {.dim = 8, .max_bytes = int64_t{16} << 20});
+  ASSERT_EQ(model.tables.size(), 26u);
+  ASSERT_EQ(model.features.size(), 26u);
+  for (size_t f = 0; f < 26; ++f) {
+    const std::string name = "C" + std::to_string(f + 1);
+    EXPECT_EQ(model.tables[f].name, name);
+    EXPECT_EQ(model.tables[f].dim, 8);
+    EXPECT_EQ(model.tables[f].vocabulary_size, f == 2 ? 777 : fitted[f]) << name;
+    EXPECT_EQ(model.features[f].name, name);
+    EXPECT_EQ(model.features[f].table, name);
+    EXPECT_EQ(model.tables[f].optimizer.has_value(), f == 4 || f == 5) << name;
+  }
+  EXPECT_EQ(model.vocabulary_sizes()[2], 777);
+  EXPECT_EQ(optimizer_name(model.optimizer), "rowwise_adagrad");
+  EXPECT_FLOAT_EQ(std::get<float>(std::get<RowwiseAdagrad>(model.optimizer).learning_rate), 0.5f);
+  // C5: SGD at the global rate; C6: the global optimizer at its own rate.
+  const Sgd& c5 = std::get<Sgd>(*model.tables[4].optimizer);
+  EXPECT_FLOAT_EQ(std::get<float>(c5.learning_rate), 0.5f);
+  const RowwiseAdagrad& c6 = std::get<RowwiseAdagrad>(*model.tables[5].optimizer);
+  EXPECT_FLOAT_EQ(std::get<float>(c6.learning_rate), 0.25f);
+}
+
+TEST(EmbeddingModel, SmallPresetByDefault) {
+  const EmbeddingModel model = embedding_model(load_train_config("", {}));
+  EXPECT_EQ(model.vocabulary_sizes(), preset_vocabulary_sizes("small"));
+  EXPECT_THROW(embedding_model(load_train_config("", {"data.preset=\"tiny\""})), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace recemb::train

@@ -1,0 +1,33 @@
+// The recemb side of the trainer's model, as a configuration: 26 tables C1..C26 (sizes from the
+// preset, cut to data.table_budget_mib if set, then the per-table overrides; dim model.
+// embedding_dim; per-table optimizers where [tables.C<k>] sets one), one feature per table with
+// the table's name, and the global optimizer (embedding.optimizer at embedding.learning_rate).
+// `recemb train` builds its Embedding from it and `recemb plan` its placement.
+#ifndef RECEMB_TRAIN_EMBEDDING_MODEL_H_
+#define RECEMB_TRAIN_EMBEDDING_MODEL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "recemb/config.h"
+#include "recemb/optimizer.h"
+
+#include "train/train_config.h"
+
+namespace recemb::train {
+
+struct EmbeddingModel {
+  std::vector<TableConfig> tables = {};  // C1..C26, in feature order
+  std::vector<FeatureConfig> features = {};
+  Optimizer optimizer = Sgd{};  // the global one
+
+  // The tables' vocabulary sizes, in order (what the data sources hash into).
+  std::vector<int64_t> vocabulary_sizes() const;
+};
+
+// Throws InvalidArgument for an unknown preset or a budget too small for one row per table.
+EmbeddingModel embedding_model(const TrainConfig& config);
+
+}  // namespace recemb::train
+
+#endif  // RECEMB_TRAIN_EMBEDDING_MODEL_H_
