@@ -127,7 +127,7 @@ void validate_options(const std::vector<TableConfig>& tables,
   for (const auto& [name, strategy] : options.table_strategies) {
     const std::string owner = "PlacementOptions.table_strategies[" + quoted(name) + "]";
     if (std::none_of(tables.begin(), tables.end(),
-                     [&](const TableConfig& t) { return t.name == name; })) {
+                     [&name = name](const TableConfig& t) { return t.name == name; })) {
       throw InvalidArgument(owner + ": there is no table " + quoted(name));
     }
     check_strategy(strategy, owner);
@@ -135,7 +135,7 @@ void validate_options(const std::vector<TableConfig>& tables,
   for (const auto& [name, rate] : options.expected_lookups) {
     const std::string owner = "PlacementOptions.expected_lookups[" + quoted(name) + "]";
     if (std::none_of(features.begin(), features.end(),
-                     [&](const FeatureConfig& f) { return f.name == name; })) {
+                     [&name = name](const FeatureConfig& f) { return f.name == name; })) {
       throw InvalidArgument(owner + ": there is no feature " + quoted(name));
     }
     if (!std::isfinite(rate) || rate < 0) {
