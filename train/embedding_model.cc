@@ -17,12 +17,6 @@ Optimizer optimizer_with_rate(const std::string& name, double learning_rate) {
 
 }  // namespace
 
-std::vector<int64_t> EmbeddingModel::vocabulary_sizes() const {
-  std::vector<int64_t> sizes;
-  for (const TableConfig& table : tables) sizes.push_back(table.vocabulary_size);
-  return sizes;
-}
-
 EmbeddingModel embedding_model(const TrainConfig& config) {
   std::vector<int64_t> sizes = preset_vocabulary_sizes(config.data.preset);
   if (config.data.table_budget_mib > 0) {

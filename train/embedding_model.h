@@ -20,9 +20,6 @@ struct EmbeddingModel {
   std::vector<TableConfig> tables = {};  // C1..C26, in feature order
   std::vector<FeatureConfig> features = {};
   Optimizer optimizer = Sgd{};  // the global one
-
-  // The tables' vocabulary sizes, in order (what the data sources hash into).
-  std::vector<int64_t> vocabulary_sizes() const;
 };
 
 // Throws InvalidArgument for an unknown preset or a budget too small for one row per table.

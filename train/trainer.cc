@@ -59,7 +59,13 @@ DenseOptimizerConfig dense_optimizer_config(const TrainConfig::DenseOptimizer& d
   return DenseAdam{.learning_rate = static_cast<float>(dense.learning_rate)};
 }
 
-int64_t embedding_bytes(Embedding& embedding) {
+std::vector<int64_t> vocabulary_sizes(const Embedding& embedding) {
+  std::vector<int64_t> sizes;
+  for (const TableConfig& table : embedding.tables()) sizes.push_back(table.vocabulary_size);
+  return sizes;
+}
+
+int64_t embedding_bytes(const Embedding& embedding) {
   int64_t bytes = 0;
   for (const TableConfig& table : embedding.tables()) {
     for (const std::string& variable : embedding.variable_names(table.name)) {
@@ -99,8 +105,10 @@ class BatchBuffers {
   // Points the inputs at examples [begin, begin + count) of `batch`.
   void bind(const ExampleBatch& batch, int64_t begin, int64_t count) {
     for (int f = 0; f < kNumCategoricalFeatures; ++f) {
-      inputs_[f] =
-          DenseIds{.ids = batch.categorical_ids(f).subspan(begin, count), .shape = {count}};
+      // In place: a new DenseIds would allocate its shape vector on every step.
+      DenseIds& input = std::get<DenseIds>(inputs_[f]);
+      input.ids = batch.categorical_ids(f).subspan(begin, count);
+      input.shape[0] = count;
       activations_[f].resize(static_cast<size_t>(count * dim_));
       gradients_[f].resize(static_cast<size_t>(count * dim_));
     }
@@ -131,9 +139,8 @@ class Trainer {
         options_(options),
         log_(options.log != nullptr ? *options.log : std::cerr),
         progress_(log_, options.progress),
-        embedding_config_(embedding_model(config)),
-        sizes_(embedding_config_.vocabulary_sizes()),
-        embedding_(make_embedding(config, embedding_config_)),
+        embedding_(make_embedding(config, embedding_model(config))),
+        sizes_(vocabulary_sizes(embedding_)),
         model_(DlrmDenseConfig{.num_dense_features = kNumDenseFeatures,
                                .num_sparse_features = kNumCategoricalFeatures,
                                .embedding_dim = config.model.embedding_dim,
@@ -452,9 +459,8 @@ class Trainer {
   const RunOptions& options_;
   std::ostream& log_;
   ProgressDisplay progress_;
-  EmbeddingModel embedding_config_;  // the configuration embedding_ is built from
-  std::vector<int64_t> sizes_;
   Embedding embedding_;
+  std::vector<int64_t> sizes_;  // the tables' vocabulary sizes, which the data sources hash into
   DlrmDenseModel model_;
   DenseOptimizer dense_optimizer_;
   BatchBuffers buffers_;

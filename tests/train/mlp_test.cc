@@ -75,10 +75,7 @@ TEST_P(MlpTest, ForwardMatchesReference) {
   const uint64_t seed = 11;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 random(seed);
-  Problem problem = make_problem(random);
-  Mlp& mlp = problem.mlp;
-  const std::vector<float>& parameters = problem.parameters;
-  const std::vector<float>& input = problem.input;
+  auto [mlp, parameters, input, output_gradient] = make_problem(random);
 
   const std::span<const float> output = mlp.forward(parameters, input);
 
@@ -105,11 +102,7 @@ TEST_P(MlpTest, BackwardMatchesFiniteDifferencesOfReference) {
   const uint64_t seed = 12;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 random(seed);
-  Problem problem = make_problem(random);
-  Mlp& mlp = problem.mlp;
-  const std::vector<float>& parameters = problem.parameters;
-  const std::vector<float>& input = problem.input;
-  const std::vector<float>& output_gradient = problem.output_gradient;
+  auto [mlp, parameters, input, output_gradient] = make_problem(random);
 
   mlp.forward(parameters, input);
   std::vector<float> parameter_gradients(parameters.size(), -7.0f);
@@ -153,11 +146,7 @@ TEST_P(MlpTest, BackwardMatchesFiniteDifferencesOfReference) {
 
 TEST_P(MlpTest, BackwardWithoutInputGradientGivesTheSameParameterGradients) {
   std::mt19937_64 random(13);
-  Problem problem = make_problem(random);
-  Mlp& mlp = problem.mlp;
-  const std::vector<float>& parameters = problem.parameters;
-  const std::vector<float>& input = problem.input;
-  const std::vector<float>& output_gradient = problem.output_gradient;
+  auto [mlp, parameters, input, output_gradient] = make_problem(random);
   mlp.forward(parameters, input);
   std::vector<float> with_input(parameters.size());
   std::vector<float> input_gradient(input.size());
@@ -205,11 +194,7 @@ TEST_P(MlpTest, ResultsDoNotDependOnEarlierBatches) {
 // replicas rely on it; Eigen picks SIMD or scalar code per element by alignment).
 TEST_P(MlpTest, ResultsDoNotDependOnArrayAlignment) {
   std::mt19937_64 random(15);
-  Problem problem = make_problem(random);
-  Mlp& mlp = problem.mlp;
-  const std::vector<float>& parameters = problem.parameters;
-  const std::vector<float>& input = problem.input;
-  const std::vector<float>& output_gradient = problem.output_gradient;
+  auto [mlp, parameters, input, output_gradient] = make_problem(random);
   std::vector<float> first_output;
   std::vector<float> first_gradients;
   std::vector<float> first_input_gradient;
