@@ -114,7 +114,9 @@ test-tsan:
 check-install: release-build
 	@$(PHASE_START); scripts/check-install build/release; $(PHASE_END)
 
-# Every benchmark program, briefly: they must keep compiling and running.
+# Every benchmark program, briefly: they must keep compiling and running. The sharding benchmarks
+# (built with MPI) take --benchmark_min_time as --smoke; bench/sharded.sh --smoke also runs them
+# under mpirun (2 and 4 ranks).
 bench-smoke: release-build
 	@$(PHASE_START); \
 	 mapfile -t benches < <(find build/release/bench -maxdepth 1 -type f -name '*_bench' \
@@ -124,6 +126,10 @@ bench-smoke: release-build
 	   echo "--- $$bench"; \
 	   timeout 600 "$$bench" --benchmark_min_time=0.01; \
 	 done; \
+	 if [ -x build/release/bench/sharded_bench ]; then \
+	   echo "--- bench/sharded.sh --smoke"; \
+	   timeout 600 bench/sharded.sh --build build/release --smoke; \
+	 fi; \
 	 $(PHASE_END)
 
 # The libFuzzer targets of the file readers (checkpoint, serving model), built with clang, ASan

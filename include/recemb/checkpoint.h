@@ -11,8 +11,16 @@
 // per table and slot), independent of the threads or placement that trained them. Training that
 // resumes from a checkpoint continues exactly as if it had not stopped.
 //
+// Several ranks. For an Embedding of several ranks (EmbeddingOptions::communicator),
+// save_checkpoint and restore_checkpoint are collective, like its other calls: every rank calls
+// them in the same order with the same root or checkpoint, a directory every rank sees (one
+// machine, or a shared file system on a cluster: NFS, Lustre, GPFS). Each rank writes and reads
+// only the rows and columns of the table parts it holds, at their places in the files, in
+// parallel; no rank ever holds a whole table it does not own. The checkpoint is the same whatever
+// wrote it, so it restores under any placement and rank count, in one process or several.
+//
 // Thread safety: these functions read or write `embedding` like any other call on it (no other
-// call on the same Embedding may run meanwhile). One process at a time may save into a root.
+// call on the same Embedding may run meanwhile). One job at a time may save into a root.
 #ifndef RECEMB_CHECKPOINT_H_
 #define RECEMB_CHECKPOINT_H_
 
@@ -63,6 +71,14 @@ struct SaveOptions {
 // under root; in both cases before writing anything. File-system failures throw
 // std::system_error naming the path (the temporary directory is then removed). The embedding is
 // never modified.
+//
+// With several ranks: collective (see the top of this file). Rank 0 checks and creates the
+// directories and sizes the files; every rank writes its parts (a replicated table: rank 0's
+// copy) and fsyncs them; the ranks then checksum the files, each a share of them, and rank 0
+// writes the manifest, publishes and prunes. Extra arrays and metadata are rank 0's (the other
+// ranks' are not saved). An error on any rank throws on every rank: "rank R: <message>", as an
+// InvalidArgument for bad options, else (an existing step, a file-system failure) as a
+// FailedPrecondition; the temporary directory is then removed and no checkpoint is published.
 RECEMB_EXPORT std::filesystem::path save_checkpoint(const Embedding& embedding,
                                                     const std::filesystem::path& root,
                                                     const SaveOptions& options = {});
@@ -106,6 +122,14 @@ struct RestoredState {
 // data is then read a second time, straight into the tables, and verified again; only a file that
 // changes between the two passes, or an I/O error in the second, can leave the embedding partially
 // restored (the message says so). I/O failures throw std::system_error naming the file.
+//
+// With several ranks (or tables split into parts in one process): collective. The ranks verify
+// every file first, each a share of them, and agree: a damaged file throws the same
+// InvalidArgument ("rank R: ... <file> ... is damaged ...") on every rank, and no rank has
+// changed anything. Each rank then reads only its parts' rows and columns, straight into them,
+// without a second verification (a rank reads single rows, not whole checksum blocks); an I/O
+// error there leaves the embedding partially restored and throws on every rank (FailedPrecondition
+// "rank R: ..."). Every rank returns the same RestoredState (extra arrays read by every rank).
 RECEMB_EXPORT RestoredState restore_checkpoint(Embedding& embedding,
                                                const std::filesystem::path& checkpoint,
                                                const RestoreOptions& options = {});
@@ -122,6 +146,8 @@ struct LoadOptions {
 // a checkpoint saved with a learning-rate callback cannot be loaded (InvalidArgument naming the
 // table: build the Embedding in code and use restore_checkpoint). An initializer callback becomes
 // the default initializer (the values are restored anyway). Errors as restore_checkpoint.
+// Single-process: the new Embedding is this process's alone (whole tables); to resume a job of
+// several ranks, build its Embedding and call restore_checkpoint on every rank.
 RECEMB_EXPORT Embedding load_checkpoint(const std::filesystem::path& checkpoint,
                                         const LoadOptions& options = {});
 

@@ -12,6 +12,17 @@
 //
 // Thread safety: an Embedding is not safe for concurrent calls; each call uses the Embedding's own
 // worker threads internally. Different Embedding objects are independent.
+//
+// Shards and ranks. EmbeddingOptions::placement splits tables into shards (placement.h) and
+// EmbeddingOptions::communicator spreads the shards over ranks (communicator.h; shard s on rank
+// s % size). The layer hides both: every rank builds the same Embedding and passes its own local
+// batch; the global batch is the ranks' batches concatenated in rank order. lookup returns the
+// local batch's activations and apply_gradients takes their gradients; the tables then change
+// exactly as the single-shard engine's would for the global batch (to float rounding, relative
+// error < 1e-5; bitwise identical for a given placement, run to run and for any num_threads).
+// With more than one rank, the constructor, lookup, apply_gradients, read_variable and
+// write_variable are collective: every rank makes the same calls in the same order. A call that
+// fails validation on one rank throws on every rank, "rank R: <message>", and changes nothing.
 #ifndef RECEMB_EMBEDDING_H_
 #define RECEMB_EMBEDDING_H_
 
@@ -24,9 +35,11 @@
 #include <vector>
 
 #include "recemb/batch.h"
+#include "recemb/communicator.h"
 #include "recemb/config.h"
 #include "recemb/export.h"
 #include "recemb/optimizer.h"
+#include "recemb/placement.h"
 
 namespace recemb {
 
@@ -46,9 +59,22 @@ struct EmbeddingOptions {
   // Seed of the random initializers; the same seed gives the same tables.
   uint64_t seed = 0;
   NonFiniteGradients non_finite_gradients = NonFiniteGradients::kReject;
+  // How tables are split into shards. Unset: plan_placement with {.num_shards = the
+  // communicator's size} (the automatic planner; one process alone keeps every table whole).
+  std::optional<PlacementOptions> placement = {};
+  // The ranks sharing the tables; null: this process alone (local_communicator()).
+  std::shared_ptr<Communicator> communicator = {};
+  // What prefetch does ahead of finish_lookup: 0 = everything but reading the tables (results
+  // exactly as a lookup at finish_lookup time); 1 = everything, so the activations may miss the
+  // updates of apply_gradients calls made between prefetch and finish_lookup (one step old in the
+  // usual loop; TF's pipeline_execution_with_tensor_core). 0 or 1.
+  int pipeline_staleness = 0;
 };
 
 class Embedding;
+namespace internal {
+struct PartAccess;  // src/embedding/parts.h: the parts a rank holds, for checkpoints
+}  // namespace internal
 
 // The validated, normalised ids of one training lookup: what apply_gradients needs. Owned by the
 // caller; reusable (a new lookup into it reuses its memory); move-only. Belongs to the Embedding
@@ -75,7 +101,10 @@ class RECEMB_EXPORT Embedding {
  public:
   // Validates every config (InvalidArgument naming the item and field: empty or duplicate names,
   // vocabulary_size or dim < 1, a feature whose table is not in `tables`, bad optimizer
-  // hyperparameters, ...), then allocates and initializes the tables and slots.
+  // hyperparameters, a placement plan_placement rejects, ...), then allocates and initializes the
+  // tables and slots (the parts this rank holds). With several ranks it also checks that every
+  // rank passed the same configs, seed and placement (InvalidArgument naming the first rank that
+  // differs from rank 0, on every rank).
   // Tables are identified by name; features keep the order given, which is the order of the
   // inputs, activations and gradients of every call.
   Embedding(std::vector<TableConfig> tables, std::vector<FeatureConfig> features,
@@ -89,6 +118,10 @@ class RECEMB_EXPORT Embedding {
   const std::vector<TableConfig>& tables() const;
   const std::vector<FeatureConfig>& features() const;
   const EmbeddingOptions& options() const;
+  // The plan the tables follow, and where this process stands (0 of 1 without a communicator).
+  const Placement& placement() const;
+  int rank() const;
+  int world_size() const;
 
   // Number of apply_gradients calls so far (the step of learning-rate schedules).
   int64_t step() const;
@@ -114,6 +147,27 @@ class RECEMB_EXPORT Embedding {
   void lookup(std::span<const FeatureInput> inputs, std::span<const std::span<float>> activations,
               LookupBatch& batch);
 
+  // Pipelining: prefetch starts the training lookup of `inputs` on a background thread and returns
+  // at once, so that the caller can run the dense step of the current batch meanwhile; then
+  // finish_lookup(batch) completes it: activations hold the results and `batch` is applicable, as
+  // after lookup(inputs, activations, batch). The usual loop:
+  //   prefetch(inputs[0], activations[0], batch[0]); finish_lookup(batch[0]);
+  //   for t: prefetch(inputs[t+1], activations[t+1], batch[t+1]);  // ids validated, exchanged
+  //          ... dense step t ...;  apply_gradients(batch[t], gradients[t]);
+  //          finish_lookup(batch[t+1]);
+  // What runs ahead depends on EmbeddingOptions::pipeline_staleness: with 0, the validation,
+  // normalisation and the id exchange (no table is read: the results equal a lookup made when
+  // finish_lookup is called, bitwise); with 1, the whole lookup, rows included (the rows read are
+  // those before any apply_gradients made after prefetch).
+  // `inputs`' arrays and `activations` must stay valid until finish_lookup returns; `inputs` and
+  // `activations` themselves (the spans) are copied. Every other non-const call on the Embedding
+  // (and read_variable) first waits for the background work to end; collectives keep their order
+  // on every rank. Validation errors are thrown by finish_lookup, as lookup throws them, with
+  // nothing changed. finish_lookup throws FailedPrecondition for a batch not given to prefetch.
+  void prefetch(std::span<const FeatureInput> inputs, std::span<const std::span<float>> activations,
+                LookupBatch& batch);
+  void finish_lookup(LookupBatch& batch);
+
   // Applies d(loss)/d(activations) of the lookup recorded in `batch`, marks the batch applied and
   // increments step(). Several batches may be looked up before they are applied, in any order.
   //   gradients: one per feature, in feature order, shaped as that feature's activation; an empty
@@ -127,7 +181,8 @@ class RECEMB_EXPORT Embedding {
   // (kReject) a non-finite value. Either way, nothing changes (the batch stays applicable).
   void apply_gradients(LookupBatch& batch, std::span<const std::span<const float>> gradients);
 
-  // Rows left unchanged by NonFiniteGradients::kSkipRows, summed over all steps.
+  // Rows left unchanged by NonFiniteGradients::kSkipRows, summed over all steps (rows of the parts
+  // this rank holds).
   int64_t skipped_rows() const;
 
   // The variables of a table: "parameters" (the table itself) then its optimizer's slots (TF
@@ -135,18 +190,23 @@ class RECEMB_EXPORT Embedding {
   std::vector<std::string> variable_names(std::string_view table) const;
   // [vocabulary_size, dim], or [vocabulary_size] for RowwiseAdagrad's accumulators.
   std::vector<int64_t> variable_shape(std::string_view table, std::string_view variable) const;
-  // Copies a variable out to / in from a row-major array of exactly its size. Unknown names or a
-  // wrong size throw InvalidArgument; write_variable also rejects non-finite values.
+  // Copies a whole variable out to / in from a row-major array of exactly its size, whatever the
+  // placement (read_variable gathers the parts from every rank; write_variable keeps the parts this
+  // rank holds, so every rank passes the whole variable). Unknown names or a wrong size throw
+  // InvalidArgument; write_variable also rejects non-finite values.
   void read_variable(std::string_view table, std::string_view variable, std::span<float> out) const;
   void write_variable(std::string_view table, std::string_view variable,
                       std::span<const float> values);
   // The variable's memory itself, row-major (zero-copy access for bindings and exporters). Valid
   // as long as the Embedding (or the object it is moved into) lives. Writing through it is
   // allowed while no other call on the Embedding runs; values written are not validated.
+  // Only for a table this rank holds whole (has_whole_table); otherwise FailedPrecondition.
+  bool has_whole_table(std::string_view table) const;
   std::span<float> variable_data(std::string_view table, std::string_view variable);
   std::span<const float> variable_data(std::string_view table, std::string_view variable) const;
 
  private:
+  friend struct internal::PartAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

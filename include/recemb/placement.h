@@ -38,8 +38,8 @@ enum class ShardingStrategy {
   kRowWise,     // mod sharding, as TPUs: row r on shard r % K, at local index r / K; all columns
   kColumnWise,  // all rows; columns split into K contiguous ranges, as even as possible: shard s
                 // gets D / K columns, plus one if s < D % K, starting after those of shards < s
-                // (a shard gets none when D < K). Slots of width 1 are held whole by every shard
-                // that holds columns.
+                // (a shard gets none when D < K). Not for a table whose optimizer keeps a slot of
+                // width 1 per row (RowwiseAdagrad, dim > 1): its update needs the whole row.
   kReplicated,  // a full copy (rows, columns, slots) on every shard; gradients are all-reduced
 };
 
@@ -117,7 +117,8 @@ struct Placement {
 // Throws InvalidArgument, naming the item and value, when the configs are invalid for an
 // Embedding (as the Embedding constructor checks them), when num_shards < 1, a strategy is not
 // a ShardingStrategy value, table_strategies names a table that does not exist, expected_lookups
-// names a feature that does not exist or has a negative or non-finite rate, a byte count
+// names a feature that does not exist or has a negative or non-finite rate, a table with a slot of
+// width 1 (RowwiseAdagrad) and dim > 1 is column-wise, a byte count
 // overflows int64_t, or L (above) is not finite.
 RECEMB_EXPORT Placement plan_placement(const std::vector<TableConfig>& tables,
                                        const std::vector<FeatureConfig>& features,

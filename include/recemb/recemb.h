@@ -5,6 +5,7 @@
 #include "recemb/batch.h"
 #include "recemb/checkpoint.h"
 #include "recemb/combiner.h"
+#include "recemb/communicator.h"
 #include "recemb/config.h"
 #include "recemb/embedding.h"
 #include "recemb/error.h"

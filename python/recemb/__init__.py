@@ -14,16 +14,20 @@ PyTorch module. See docs/python.md.
 """
 
 from recemb import initializers, optimizers, schedules
-from recemb._recemb import FailedPrecondition, InvalidArgument
+from recemb._recemb import (Communicator, FailedPrecondition, InvalidArgument,
+                            in_process_communicators, local_communicator, mpi_available,
+                            mpi_communicator)
 from recemb.checkpoint import inspect_checkpoint, latest_checkpoint
 from recemb.config import FeatureConfig, QuantizationConfig, TableConfig
 from recemb.embedding import Embedding, LookupBatch, serving_embedding_lookup
 from recemb.inputs import Ragged, Sparse
+from recemb.placement import Placement
 from recemb.serving import ServingModel
 
 __version__ = "0.1.0"
 
 __all__ = ["TableConfig", "FeatureConfig", "QuantizationConfig", "Ragged", "Sparse", "Embedding",
            "LookupBatch", "serving_embedding_lookup", "ServingModel", "latest_checkpoint",
-           "inspect_checkpoint", "InvalidArgument", "FailedPrecondition", "optimizers",
-           "schedules", "initializers"]
+           "inspect_checkpoint", "InvalidArgument", "FailedPrecondition", "Placement",
+           "Communicator", "local_communicator", "in_process_communicators", "mpi_available",
+           "mpi_communicator", "optimizers", "schedules", "initializers"]

@@ -1,5 +1,6 @@
 """Embedding: the tables of a feature config, looked up with combiners and trained by an optimizer
-fused into apply_gradients (the seed's TPUEmbedding layer, on the CPU of one process).
+fused into apply_gradients (the seed's TPUEmbedding layer, on CPUs; sharded over processes with
+placement= and communicator=, see recemb.placement).
 
     layer = recemb.Embedding(features, optimizer=recemb.optimizers.Adagrad(learning_rate=0.1))
     activations = layer(inputs)              # same structure as `features`; kept for training
@@ -9,6 +10,10 @@ fused into apply_gradients (the seed's TPUEmbedding layer, on the CPU of one pro
 Threads: the engine runs lookups and updates on its own worker threads with the interpreter lock
 released; calls on one layer are serialised by a lock, so sharing a layer between Python threads
 is safe (but gains nothing).
+
+Ranks: with a communicator of several ranks, every rank builds the same layer and makes the same
+calls in the same order (lookups, apply_gradients, embedding_tables, slot_variables, assign_*):
+they are collective. An input this layer rejects on one rank raises on every rank.
 """
 
 import threading
@@ -18,6 +23,7 @@ import numpy as np
 from recemb import _nest, _recemb, optimizers
 from recemb.config import Resolved, TableConfig
 from recemb.inputs import feature_input, float32_array
+from recemb.placement import Placement, _cpp_communicator
 
 _NON_FINITE = {"reject": _recemb.NonFiniteGradients.kReject,
                "skip_rows": _recemb.NonFiniteGradients.kSkipRows}
@@ -65,11 +71,16 @@ class _Tables(dict):
 
 
 def _build_engine(resolved, optimizer, options, zero_tables=False):
-    """The C++ Embedding of a resolved config, its tables initialized (zeros if zero_tables)."""
+    """The C++ Embedding of a resolved config, its tables initialized (zeros if zero_tables).
+    options: num_threads, seed, non_finite_gradients, and optionally placement (a Placement) and
+    communicator (a C++ Communicator)."""
+    placement = options.get("placement")
     cpp_options = _recemb.EmbeddingOptions(
         optimizer=None if optimizer is None else optimizer._to_cpp(),
         num_threads=options["num_threads"], seed=options["seed"],
-        non_finite_gradients=options["non_finite_gradients"])
+        non_finite_gradients=options["non_finite_gradients"],
+        placement=None if placement is None else placement._to_cpp(resolved),
+        communicator=options.get("communicator"))
     initial_values = [] if zero_tables else resolved.initial_values()
     engine = _recemb.Embedding(resolved.cpp_tables(zero_tables),
                                resolved.cpp_features(), cpp_options)
@@ -78,17 +89,24 @@ def _build_engine(resolved, optimizer, options, zero_tables=False):
     return engine
 
 
-def _lookup(engine, resolved, features, weights, batch):
+def _lookup(engine, resolved, features, weights, batch, on_error=None):
     """Looks up every feature; returns the flat list of float32 activations.
 
     engine: a C++ Embedding, or anything with its activation_shape(feature, input) and
-    lookup(inputs, activations) (a serving model); batch: a LookupBatch to fill, or None."""
+    lookup(inputs, activations) (a serving model); batch: a LookupBatch to fill, or None;
+    on_error: called when the inputs fail a check made here, before the engine's lookup."""
     names = resolved.feature_names
-    flat_ids = _nest.flatten_up_to(resolved.structure, features, "features")
-    flat_weights = ([None] * len(names) if weights is None else
-                    _nest.flatten_up_to(resolved.structure, weights, "weights"))
-    views = [feature_input(name, ids, w) for name, ids, w in zip(names, flat_ids, flat_weights)]
-    shapes = [engine.activation_shape(f, view) for f, view in enumerate(views)]
+    try:
+        flat_ids = _nest.flatten_up_to(resolved.structure, features, "features")
+        flat_weights = ([None] * len(names) if weights is None else
+                        _nest.flatten_up_to(resolved.structure, weights, "weights"))
+        views = [feature_input(name, ids, w)
+                 for name, ids, w in zip(names, flat_ids, flat_weights)]
+        shapes = [engine.activation_shape(f, view) for f, view in enumerate(views)]
+    except Exception:
+        if on_error is not None:
+            on_error()
+        raise
     activations = [np.empty(shape, dtype=np.float32) for shape in shapes]
     if batch is None:
         engine.lookup(views, activations)
@@ -110,22 +128,36 @@ class Embedding:
     non_finite_gradients: "reject" (a NaN or infinite gradient fails apply_gradients, changing
         nothing) or "skip_rows" (rows with a non-finite gradient are left as they are; counted by
         skipped_rows).
+    placement: a recemb.Placement (how the tables are split into shards), or None: the automatic
+        planner over one shard per rank (one process alone keeps every table whole).
+    communicator: None (this process alone), "mpi" (the ranks of mpirun; RuntimeError if recemb
+        was built without MPI) or a recemb.Communicator (e.g. one of
+        recemb.in_process_communicators(n), each used by its own thread). With several ranks,
+        every rank builds the layer with the same configs, seed and placement and passes its own
+        share of the global batch (the ranks' batches in rank order); shard s lives on rank
+        s % world_size. Results equal the single-process layer's on the global batch (to float
+        rounding, 1e-5 relative).
 
     Errors: bad configs, inputs and gradients raise ValueError (recemb.InvalidArgument) naming
     the feature or table and the value; tables, slots and the step counter are then unchanged.
     """
 
     def __init__(self, feature_config, optimizer=None, *, num_threads=0, seed=0,
-                 non_finite_gradients="reject"):
+                 non_finite_gradients="reject", placement=None, communicator=None):
         if non_finite_gradients not in _NON_FINITE:
             raise ValueError(f"non_finite_gradients must be one of {list(_NON_FINITE)}, got "
                              f"{non_finite_gradients!r}")
+        if placement is not None and not isinstance(placement, Placement):
+            raise ValueError(f"placement must be None or a recemb.Placement, got {placement!r}")
         self._resolved = Resolved(feature_config)
         self._optimizer = optimizers.get(optimizer)
         self._options = {"num_threads": int(num_threads), "seed": int(seed),
-                         "non_finite_gradients": _NON_FINITE[non_finite_gradients]}
+                         "non_finite_gradients": _NON_FINITE[non_finite_gradients],
+                         "placement": placement,
+                         "communicator": _cpp_communicator(communicator)}
         self._lock = threading.RLock()
         self._engine = _build_engine(self._resolved, self._optimizer, self._options)
+        self._views = _viewable_tables(self._engine, self._resolved)
         self._batch = LookupBatch()
 
     @property
@@ -146,6 +178,34 @@ class Embedding:
         """The tables' names, in order of first appearance."""
         return list(self._resolved.table_names)
 
+    @property
+    def placement(self):
+        """The plan the tables follow (recemb._recemb.Placement: num_shards, tables[i].strategy
+        and .shards, shards[s] totals); str() gives it as text, one line per shard and per
+        table part."""
+        return self._engine.placement()
+
+    @property
+    def rank(self):
+        """This process's rank among the layer's ranks (0 without a communicator)."""
+        return self._engine.rank()
+
+    @property
+    def world_size(self):
+        """The number of ranks sharing the tables (1 without a communicator)."""
+        return self._engine.world_size()
+
+    def _fail_everywhere(self, collective):
+        """After a check made here failed on this rank, makes the other ranks (waiting in the
+        same call) fail too: runs `collective`, the engine's call with arguments its validation
+        rejects, which it agrees on with every rank. Nothing to do with one rank."""
+        if self._engine.world_size() > 1:
+            try:
+                with self._lock:
+                    collective()
+            except (ValueError, RuntimeError):
+                pass
+
     def __call__(self, features, weights=None):
         """Looks up `features` (the structure of the feature config; see recemb.inputs for the
         layouts) and keeps the batch for the next apply_gradients. Returns float32 numpy arrays
@@ -157,7 +217,9 @@ class Embedding:
         """As calling the layer, but keeps the batch in `batch` (a LookupBatch) when given, and
         nothing when batch is None (a pure lookup, for evaluation and serving)."""
         with self._lock:
-            activations = _lookup(self._engine, self._resolved, features, weights, batch)
+            activations = _lookup(self._engine, self._resolved, features, weights, batch,
+                                  on_error=lambda: self._fail_everywhere(
+                                      lambda: self._engine.lookup([], [])))
         return _nest.pack_sequence_as(self._resolved.structure, activations)
 
     def apply_gradients(self, gradients, batch=None):
@@ -166,6 +228,16 @@ class Embedding:
         the feature's rows still count as touched, as TF's None). Then step increases by 1.
         Raises RuntimeError (recemb.FailedPrecondition) if the batch was applied already."""
         batch = self._batch if batch is None else batch
+        try:
+            arrays = self._gradient_arrays(gradients, batch)
+        except Exception:
+            self._fail_everywhere(lambda: self._engine.apply_gradients(batch._cpp, []))
+            raise
+        with self._lock:
+            self._engine.apply_gradients(batch._cpp, arrays)
+
+    def _gradient_arrays(self, gradients, batch):
+        """The flat float32 gradients of `batch`'s features, checked against its shapes."""
         if batch._shapes is None:
             raise RuntimeError("apply_gradients needs a training lookup first (call the layer, or "
                                "lookup(..., batch=...))")
@@ -182,8 +254,7 @@ class Embedding:
                 raise ValueError(f"feature '{name}': gradient of shape {array.shape}, expected "
                                  f"the activation's shape {shape}")
             arrays.append(array)
-        with self._lock:
-            self._engine.apply_gradients(batch._cpp, arrays)
+        return arrays
 
     @property
     def step(self):
@@ -202,21 +273,34 @@ class Embedding:
         return self._engine.skipped_rows()
 
     def _variable(self, table, variable):
-        flat = self._engine.variable_data(table, variable)
-        return flat.reshape(self._engine.variable_shape(table, variable))
+        """A whole variable: a view of the engine's memory for a table in self._views, else a
+        copy (read_variable: collective with several ranks)."""
+        shape = self._engine.variable_shape(table, variable)
+        if self._views[table]:
+            return self._engine.variable_data(table, variable).reshape(shape)
+        copy = np.empty(shape, dtype=np.float32)
+        with self._lock:
+            self._engine.read_variable(table, variable, copy)
+        return copy
 
     @property
     def embedding_tables(self):
-        """{table name: float32 array [vocabulary_size, dim]}, sharing memory with the engine
-        (a TableConfig works as a key too). Reads see every later update. Writes through the
-        arrays are allowed between calls and are not validated (assign_table validates)."""
+        """{table name: float32 array [vocabulary_size, dim]} (a TableConfig works as a key too).
+
+        A table this rank holds whole (every table of an unsharded layer) is a view sharing
+        memory with the engine: reads see every later update; writes through it are allowed
+        between calls and are not validated (assign_table validates). Any other table (split
+        into shards; with several ranks, unless every rank holds it whole) is a copy of the whole
+        table, gathered from its shards: write it back with assign_table. With several ranks
+        this is collective: every rank reads the property, in the same order as its other calls.
+        """
         return _Tables({name: self._variable(name, "parameters")
                         for name in self._resolved.table_names}, self._resolved)
 
     @property
     def slot_variables(self):
-        """{table name: {slot name: float32 array}} (TF's slot names, e.g. "accumulators"),
-        sharing memory with the engine as embedding_tables does."""
+        """{table name: {slot name: float32 array}} (TF's slot names, e.g. "accumulators"):
+        views or copies as embedding_tables (collective with several ranks)."""
         return _Tables({name: {slot: self._variable(name, slot)
                                for slot in self._engine.variable_names(name)[1:]}
                         for name in self._resolved.table_names}, self._resolved)
@@ -231,23 +315,39 @@ class Embedding:
 
     def assign_variable(self, table, variable, values):
         """Copies `values` (the variable's shape, finite) into a table or slot variable; raises
-        ValueError (changing nothing) on a wrong shape or a non-finite value."""
-        name = self._resolved.table_name(table)
-        array = float32_array(values)
-        shape = tuple(self._engine.variable_shape(name, variable))
-        if array.shape != shape:
-            raise ValueError(f"table '{name}' variable '{variable}': shape {array.shape}, "
-                             f"expected {shape}")
+        ValueError (changing nothing) on a wrong shape or a non-finite value. The whole variable,
+        whatever the placement: with several ranks every rank passes the whole variable (each
+        keeps the parts it holds), and the call is collective."""
+        try:
+            name = self._resolved.table_name(table)
+            array = float32_array(values)
+            shape = tuple(self._engine.variable_shape(name, variable))
+            if array.shape != shape:
+                raise ValueError(f"table '{name}' variable '{variable}': shape {array.shape}, "
+                                 f"expected {shape}")
+        except Exception:
+            self._fail_everywhere(lambda: self._engine.write_variable(
+                self._resolved.table_names[0], "parameters", _NO_GRADIENT))
+            raise
         with self._lock:
-            if not np.may_share_memory(array, self._variable(name, variable)):
-                self._engine.write_variable(name, variable, array)
+            if self._views[name] and np.may_share_memory(
+                    array, self._engine.variable_data(name, variable)):
+                if self._engine.world_size() == 1:
+                    return  # the variable itself: nothing to copy
+                array = array.copy()  # every rank still takes part in the collective write
+            self._engine.write_variable(name, variable, array)
 
     def save(self, directory, keep_last=3):
         """Saves the tables, slots, step and configs as the checkpoint directory/ckpt-<step, 12
         digits> (the format of docs/formats.md), atomically, and deletes the checkpoints under
         `directory` beyond the newest keep_last. Returns the new checkpoint's path (a
         pathlib.Path). Raises RuntimeError (recemb.FailedPrecondition) if a checkpoint of this
-        step exists already, OSError for file-system failures; the layer is never changed."""
+        step exists already, OSError for file-system failures; the layer is never changed.
+
+        With several ranks (communicator="mpi" or in-process ranks) it is collective: every rank
+        calls it with the same directory, which all of them must see (a shared file system on a
+        cluster); each rank writes its own shards' rows, and an error on any rank raises on every
+        rank ("rank R: ..."; file-system failures then raise RuntimeError)."""
         with self._lock:
             return _recemb.save_checkpoint(self._engine, directory,
                                            _recemb.SaveOptions(keep_last=keep_last))
@@ -263,6 +363,9 @@ class Embedding:
         "grow_or_shrink" (also smaller: the checkpoint's extra rows are dropped).
         Every file is verified before anything changes: a mismatch, a missing, truncated or
         damaged file raises ValueError naming the table or the file, and the layer is unchanged.
+        Any checkpoint restores into any placement and rank count. With several ranks it is
+        collective, as save: the ranks verify the files together, then each reads only its own
+        shards' rows; an error on any rank raises the same error on every rank.
         """
         if resize not in _RESIZE:
             raise ValueError(f"resize must be one of {list(_RESIZE)}, got {resize!r}")
@@ -286,6 +389,21 @@ class Embedding:
             raise ValueError(f"step must be >= 0, got {step}")
         with self._lock:
             self._engine.set_step(step)
+
+
+def _viewable_tables(engine, resolved):
+    """{table name: whether its variables are views of the engine's memory (else copies)}. A
+    table is a view where this rank holds it whole, but with several ranks only where every rank
+    does (from the plan: shard s is on rank s % world_size), so that all ranks read the same
+    tables collectively."""
+    world_size = engine.world_size()
+    plan = {table.table: table for table in engine.placement().tables}
+    views = {}
+    for table, name in zip(resolved.tables, resolved.table_names):
+        holders = {shard.shard % world_size for shard in plan[name].shards
+                   if shard.rows == table.vocabulary_size and shard.num_columns == table.dim}
+        views[name] = engine.has_whole_table(name) and len(holders) == world_size
+    return views
 
 
 def serving_embedding_lookup(inputs, weights, tables, feature_config, *, num_threads=0):

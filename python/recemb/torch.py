@@ -70,20 +70,26 @@ class Embedding(torch.nn.Module):
     updates the tables with `optimizer` (a recemb.optimizers object or name, or a torch.optim
     SGD / Adagrad / Adam / SparseAdam, translated by translate_optimizer).
 
+    placement and communicator: as recemb.Embedding's (sharding; with several ranks forward,
+    backward, state_dict and the table properties are collective: every rank calls them in the
+    same order).
+
     state_dict() holds "<table>.<variable>" (the table as "parameters", and its slots) as tensors
-    sharing memory with the engine, and "step"; load_state_dict() restores them. These are
+    sharing memory with the engine (copies for tables split into shards, as
+    recemb.Embedding.embedding_tables), and "step"; load_state_dict() restores them. These are
     exactly the variables of a recemb checkpoint (save / restore): the checkpoint stores each
     "<table>.<variable>" tensor as a raw float32 file and "step" in its manifest, so restore(save)
     and load_state_dict(state_dict()) leave the same state, and either can continue the other.
     """
 
     def __init__(self, feature_config, optimizer=None, *, num_threads=0, seed=0,
-                 non_finite_gradients="reject"):
+                 non_finite_gradients="reject", placement=None, communicator=None):
         super().__init__()
         if isinstance(optimizer, torch.optim.Optimizer):
             optimizer = translate_optimizer(optimizer)
         self.layer = _Layer(feature_config, optimizer, num_threads=num_threads, seed=seed,
-                            non_finite_gradients=non_finite_gradients)
+                            non_finite_gradients=non_finite_gradients, placement=placement,
+                            communicator=communicator)
 
     def _flat_inputs(self, values, what):
         structure = self.layer.feature_config
@@ -110,14 +116,28 @@ class Embedding(torch.nn.Module):
         return self.layer.step
 
     @property
+    def placement(self):
+        """The plan the tables follow (recemb.Embedding.placement)."""
+        return self.layer.placement
+
+    @property
+    def rank(self):
+        return self.layer.rank
+
+    @property
+    def world_size(self):
+        return self.layer.world_size
+
+    @property
     def embedding_tables(self):
-        """{table name: float32 tensor [vocabulary_size, dim]} sharing memory with the engine."""
+        """{table name: float32 tensor [vocabulary_size, dim]} sharing memory with the engine
+        (copies for tables split into shards: see recemb.Embedding.embedding_tables)."""
         return {name: torch.from_numpy(table)
                 for name, table in self.layer.embedding_tables.items()}
 
     @property
     def slot_variables(self):
-        """{table name: {slot name: float32 tensor}} sharing memory with the engine."""
+        """{table name: {slot name: float32 tensor}}, views or copies as embedding_tables."""
         return {name: {slot: torch.from_numpy(value) for slot, value in slots.items()}
                 for name, slots in self.layer.slot_variables.items()}
 
@@ -158,7 +178,7 @@ class Embedding(torch.nn.Module):
                 missing_keys.append(key)
                 continue
             values = float32_array(_numpy(state_dict[key]))
-            shape = tuple(self.layer._variable(name, variable).shape)
+            shape = tuple(self.layer._engine.variable_shape(name, variable))
             if values.shape != shape:
                 errors.append(f"size mismatch for {key}: copying a param with shape "
                               f"{values.shape} from checkpoint, the shape in current model is "

@@ -119,6 +119,8 @@ void bind_initializer(py::module_& module);
 void bind_learning_rate(py::module_& module);
 void bind_optimizer(py::module_& module);
 void bind_config(py::module_& module);
+void bind_placement(py::module_& module);
+void bind_communicator(py::module_& module);
 void bind_batch(py::module_& module);
 void bind_embedding(py::module_& module);
 void bind_checkpoint(py::module_& module);

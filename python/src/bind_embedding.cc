@@ -1,7 +1,8 @@
-// recemb/embedding.h. lookup, apply_gradients and the constructor release the interpreter lock
-// (the Embedding runs its own worker threads); Python callbacks (initializers, learning rates)
-// take it back when they are called. variable_data returns a numpy view of the variable whose
-// base is the Embedding object.
+// recemb/embedding.h. lookup, apply_gradients, read_variable, write_variable and the constructor
+// release the interpreter lock (the Embedding runs its own worker threads, and with several ranks
+// these calls are collective: ranks that are threads of this process must run meanwhile); Python
+// callbacks (initializers, learning rates) take it back when they are called. variable_data returns
+// a numpy view of the variable whose base is the Embedding object.
 #include "recemb/embedding.h"
 
 #include "bind.h"
@@ -18,7 +19,9 @@ void bind_embedding(py::module_& module) {
   bind_fields(options, Field{"optimizer", &EmbeddingOptions::optimizer},
               Field{"num_threads", &EmbeddingOptions::num_threads},
               Field{"seed", &EmbeddingOptions::seed},
-              Field{"non_finite_gradients", &EmbeddingOptions::non_finite_gradients});
+              Field{"non_finite_gradients", &EmbeddingOptions::non_finite_gradients},
+              Field{"placement", &EmbeddingOptions::placement},
+              Field{"communicator", &EmbeddingOptions::communicator});
 
   py::class_<LookupBatch>(module, "LookupBatch",
                           "The validated ids of one training lookup: what apply_gradients needs. "
@@ -39,6 +42,9 @@ void bind_embedding(py::module_& module) {
       .def("tables", &Embedding::tables)
       .def("features", &Embedding::features)
       .def("options", &Embedding::options)
+      .def("placement", &Embedding::placement, "The plan the tables follow (a copy).")
+      .def("rank", &Embedding::rank, "This process's rank (0 without a communicator).")
+      .def("world_size", &Embedding::world_size, "The number of ranks (1 without a communicator).")
       .def("step", &Embedding::step, "Number of apply_gradients calls so far.")
       .def("set_step", &Embedding::set_step, py::arg("step"),
            "Sets the step counter, as a restore from a checkpoint does.")
@@ -59,14 +65,21 @@ void bind_embedding(py::module_& module) {
       .def("variable_names", &Embedding::variable_names, py::arg("table"))
       .def("variable_shape", &Embedding::variable_shape, py::arg("table"), py::arg("variable"))
       .def("read_variable", &Embedding::read_variable, py::arg("table"), py::arg("variable"),
-           py::arg("out"))
+           py::arg("out"), Release(),
+           "Copies the whole variable into `out` (float32, its exact size), whatever the "
+           "placement. Collective with several ranks.")
       .def("write_variable", &Embedding::write_variable, py::arg("table"), py::arg("variable"),
-           py::arg("values"))
+           py::arg("values"), Release(),
+           "Copies the whole variable from `values` (float32, its exact size, finite); each rank "
+           "keeps the parts it holds. Collective with several ranks.")
+      .def("has_whole_table", &Embedding::has_whole_table, py::arg("table"),
+           "Whether this rank holds the whole table (and so variable_data works).")
       .def("variable_data",
            py::overload_cast<std::string_view, std::string_view>(&Embedding::variable_data),
            py::arg("table"), py::arg("variable"), py::return_value_policy::reference_internal,
            "The variable's memory as a flat float32 array whose base is this Embedding. Writing "
-           "through it is allowed while no other call runs; values written are not validated.");
+           "through it is allowed while no other call runs; values written are not validated. "
+           "Raises FailedPrecondition unless has_whole_table(table).");
 }
 
 }  // namespace recemb::python

@@ -13,6 +13,8 @@ PYBIND11_MODULE(_recemb, module) {
   recemb::python::bind_learning_rate(module);
   recemb::python::bind_optimizer(module);
   recemb::python::bind_config(module);
+  recemb::python::bind_placement(module);
+  recemb::python::bind_communicator(module);
   recemb::python::bind_batch(module);
   recemb::python::bind_embedding(module);
   recemb::python::bind_checkpoint(module);

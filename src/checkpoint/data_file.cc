@@ -39,6 +39,30 @@ DataFile write_data_file(const std::filesystem::path& path, std::span<const std:
   return entry;
 }
 
+DataFile checksum_data_file(const std::filesystem::path& path, int64_t block_bytes) {
+  RECEMB_CHECK(block_bytes > 0);
+  const format::InputFile file = format::InputFile::open(path);
+  DataFile entry{.file = path.filename().string(), .bytes = file.size()};
+  const auto block_size = static_cast<uint64_t>(block_bytes);
+  std::vector<std::byte> buffer(std::min(kScratchBytes, block_size));
+  format::StreamingChecksum whole;
+  for (uint64_t begin = 0; begin < entry.bytes; begin += block_size) {
+    const uint64_t end = std::min(entry.bytes, begin + block_size);
+    format::StreamingChecksum block;
+    for (uint64_t offset = begin; offset < end;) {
+      const std::span<std::byte> piece =
+          std::span(buffer).first(std::min<uint64_t>(end - offset, buffer.size()));
+      file.read_at(offset, piece);
+      block.update(piece);
+      whole.update(piece);
+      offset += piece.size();
+    }
+    entry.block_checksums.push_back(block.digest());
+  }
+  entry.checksum = whole.digest();
+  return entry;
+}
+
 void check_data_file_size(const format::InputFile& file, const DataFile& entry,
                           std::string_view what) {
   if (file.size() != entry.bytes) {

@@ -31,6 +31,10 @@ struct DataFile {
 DataFile write_data_file(const std::filesystem::path& path, std::span<const std::byte> bytes,
                          int64_t block_bytes);
 
+// The record of the existing file `path` (written by other means, e.g. by several ranks at once):
+// reads it in blocks of block_bytes (> 0) and checksums them. std::system_error on I/O failure.
+DataFile checksum_data_file(const std::filesystem::path& path, int64_t block_bytes);
+
 // Throws InvalidArgument naming the file and `what` (e.g. "table 'video' variable 'parameters'")
 // unless `file` has the size `entry` records.
 void check_data_file_size(const format::InputFile& file, const DataFile& entry,

@@ -7,6 +7,12 @@
 //   3. load: read the rows straight into the tables' memory, checking the checksums again (which
 //      also catches a file changed in between; files are not kept open, as a model may have more
 //      variables than a process may open files).
+// Several ranks (or tables split into parts) run the same phases collectively, agreeing on the
+// outcome of each (embedding/agreement.h) so that an error on one rank throws on all: every rank
+// plans; the data files are verified in parallel, dealt round-robin to the ranks (every rank reads
+// the small extra arrays); then each rank reads only its parts' rows and columns, at their places
+// in the files (checkpoint/part_io.h). That last read is not verified again: a rank reads a few
+// rows of a block, not the block.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -20,6 +26,9 @@
 #include "checkpoint/data_file.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/part_io.h"
+#include "embedding/agreement.h"
+#include "embedding/parts.h"
 #include "format/config_json.h"
 #include "format/file_io.h"
 #include "util/check.h"
@@ -43,15 +52,21 @@ struct VariableLoad {
   std::string table;
   std::string variable;
   uint64_t bytes;
+  int64_t rows;  // the rows to load: bytes / the variable's row bytes
 };
 
 // Phase 2: verifies every data file; returns the extra arrays, read on the way (they are not
 // embedding state, so reading them changes nothing).
+// With `rank` and `size`, only the table variables' files whose index (in manifest order) is
+// rank modulo size.
 std::map<std::string, std::vector<float>> verify_files(const fs::path& directory,
-                                                       const Manifest& manifest) {
+                                                       const Manifest& manifest, int rank = 0,
+                                                       int size = 1) {
   std::vector<std::byte> scratch;
+  size_t index = 0;
   for (const TableEntry& table : manifest.tables) {
     for (const ArrayEntry& variable : table.variables) {
+      if (index++ % static_cast<size_t>(size) != static_cast<size_t>(rank)) continue;
       internal::read_data_file(format::InputFile::open(directory / variable.data.file),
                                variable.data, manifest.checksum_block_bytes,
                                variable_description(table.config.name, variable.name), {}, scratch);
@@ -141,7 +156,8 @@ std::vector<VariableLoad> plan_loads(const Embedding& embedding, const Manifest&
       loads.push_back({.saved = &*position,
                        .table = config.name,
                        .variable = variable,
-                       .bytes = row_bytes * static_cast<uint64_t>(std::min(rows, saved_rows))});
+                       .bytes = row_bytes * static_cast<uint64_t>(std::min(rows, saved_rows)),
+                       .rows = std::min(rows, saved_rows)});
     }
   }
   return loads;
@@ -172,6 +188,68 @@ void load(Embedding& embedding, const fs::path& directory, const Manifest& manif
   embedding.set_step(manifest.step);
 }
 
+// Phase 3 of every rank of the embedding's group together, or of one process whose tables are
+// split into parts: each part's rows straight from the files.
+void load_parts(Embedding& embedding, const fs::path& directory,
+                const std::vector<VariableLoad>& loads) {
+  std::map<std::pair<std::string_view, std::string_view>, const VariableLoad*> by_name;
+  for (const VariableLoad& variable_load : loads) {
+    by_name.emplace(
+        std::pair<std::string_view, std::string_view>(variable_load.table, variable_load.variable),
+        &variable_load);
+  }
+  for (const internal::LocalPart<float>& local : internal::PartAccess::local_parts(embedding)) {
+    const std::string& table = embedding.tables()[local.part.table].name;
+    for (const internal::PartVariable<float>& variable : local.variables) {
+      const auto found = by_name.find({table, variable.name});
+      RECEMB_CHECK(found != by_name.end());
+      const VariableLoad& variable_load = *found->second;
+      try {
+        internal::read_part_rows(
+            format::InputFile::open(directory / variable_load.saved->data.file), local.part,
+            variable, variable_load.rows);
+      } catch (const InvalidArgument& error) {
+        throw InvalidArgument(std::string(error.what()) + " (" +
+                              variable_description(table, variable.name) +
+                              "); the file changed after it was verified, and the embedding is "
+                              "now partially restored");
+      } catch (const std::system_error& error) {
+        throw std::system_error(
+            error.code(), std::string(error.what()) + "; the embedding is now partially restored");
+      }
+    }
+  }
+}
+
+bool holds_every_table_whole(const Embedding& embedding) {
+  for (const TableConfig& table : embedding.tables()) {
+    if (!embedding.has_whole_table(table.name)) return false;
+  }
+  return true;
+}
+
+RestoredState restore_by_parts(Embedding& embedding, const fs::path& checkpoint,
+                               const RestoreOptions& options) {
+  Communicator& communicator = internal::PartAccess::communicator(embedding);
+  fs::path directory;
+  Manifest manifest;
+  std::vector<VariableLoad> loads;  // points into manifest
+  std::map<std::string, std::vector<float>> extra_arrays;
+  internal::agree(communicator, [&] {
+    directory = internal::resolve_checkpoint(checkpoint);
+    manifest = internal::read_manifest(directory).manifest;
+    loads = plan_loads(embedding, manifest, options, "checkpoint '" + directory.string() + "': ");
+  });
+  internal::agree(communicator, [&] {
+    extra_arrays = verify_files(directory, manifest, communicator.rank(), communicator.size());
+  });
+  internal::agree(communicator, [&] { load_parts(embedding, directory, loads); });
+  embedding.set_step(manifest.step);
+  return {.step = manifest.step,
+          .extra_arrays = std::move(extra_arrays),
+          .metadata = manifest.metadata};
+}
+
 Optimizer parse_optimizer(const format::Json& json, const std::string& prefix) {
   try {
     return format::optimizer_from_json(json);
@@ -184,6 +262,9 @@ Optimizer parse_optimizer(const format::Json& json, const std::string& prefix) {
 
 RestoredState restore_checkpoint(Embedding& embedding, const fs::path& checkpoint,
                                  const RestoreOptions& options) {
+  if (embedding.world_size() > 1 || !holds_every_table_whole(embedding)) {
+    return restore_by_parts(embedding, checkpoint, options);
+  }
   const fs::path directory = internal::resolve_checkpoint(checkpoint);
   const Manifest manifest = internal::read_manifest(directory).manifest;
   const std::vector<VariableLoad> loads =

@@ -8,7 +8,21 @@
 //      leftovers of interrupted saves are deleted.
 // A ckpt-* name therefore only ever names a complete, synced directory; everything partial is a
 // .tmp-* name, which readers ignore and the next save removes.
+//
+// Several ranks (or a table split into parts) write the same files, each rank its own parts' rows
+// at their places (checkpoint/part_io.h), so no rank ever holds a whole table. Steps 1 to 3 then
+// run as phases, each ending with the ranks agreeing on the outcome (embedding/agreement.h), so
+// an error on one rank throws on all and nobody waits forever:
+//   a. every rank validates the options; rank 0 checks that the checkpoint does not exist,
+//      creates root and the temporary directory and every table variable's file at its full size;
+//   b. every rank writes and fsyncs its parts' rows (a replicated table: rank 0's copy); rank 0
+//      writes the extra arrays;
+//   c. the data files are dealt round-robin to the ranks, which read them back for their block and
+//      whole-file checksums; the records are all-gathered;
+//   d. rank 0 writes the manifest, syncs and publishes the directory; then it prunes.
+// Rank 0 removes the temporary directory when any phase fails on any rank.
 #include <bit>
+#include <cstring>
 #include <set>
 #include <system_error>
 
@@ -18,8 +32,12 @@
 #include "checkpoint/data_file.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/part_io.h"
+#include "embedding/agreement.h"
+#include "embedding/parts.h"
 #include "format/config_json.h"
 #include "format/file_io.h"
+#include "util/check.h"
 
 namespace recemb {
 namespace {
@@ -52,9 +70,8 @@ void validate_options(const SaveOptions& options) {
   }
 }
 
-// Writes every data file into `directory` and returns the manifest that describes them.
-Manifest write_data(const Embedding& embedding, const SaveOptions& options,
-                    const fs::path& directory) {
+// The manifest of a save of `embedding`, with every data file's name and size but no checksums.
+Manifest describe(const Embedding& embedding, const SaveOptions& options) {
   const EmbeddingOptions& embedding_options = embedding.options();
   Manifest manifest{
       .step = embedding.step(),
@@ -74,12 +91,13 @@ Manifest write_data(const Embedding& embedding, const SaveOptions& options,
       table.config.optimizer.reset();
     }
     for (const std::string& variable : embedding.variable_names(table.config.name)) {
-      const std::span<const float> values = embedding.variable_data(table.config.name, variable);
-      table.variables.push_back(
-          {.name = variable,
-           .shape = embedding.variable_shape(table.config.name, variable),
-           .data = internal::write_data_file(directory / internal::variable_file_name(t, variable),
-                                             std::as_bytes(values), options.checksum_block_bytes)});
+      std::vector<int64_t> shape = embedding.variable_shape(table.config.name, variable);
+      int64_t floats = 1;
+      for (int64_t extent : shape) floats *= extent;
+      table.variables.push_back({.name = variable,
+                                 .shape = std::move(shape),
+                                 .data = {.file = internal::variable_file_name(t, variable),
+                                          .bytes = static_cast<uint64_t>(floats) * sizeof(float)}});
     }
     manifest.tables.push_back(std::move(table));
   }
@@ -88,10 +106,35 @@ Manifest write_data(const Embedding& embedding, const SaveOptions& options,
     manifest.extra_arrays.push_back(
         {.name = extra.name,
          .shape = {static_cast<int64_t>(extra.values.size())},
-         .data =
-             internal::write_data_file(directory / internal::extra_array_file_name(i),
-                                       std::as_bytes(extra.values), options.checksum_block_bytes)});
+         .data = {.file = internal::extra_array_file_name(i), .bytes = extra.values.size_bytes()}});
   }
+  return manifest;
+}
+
+// Writes the extra arrays into `directory`, recording their checksums in `manifest`.
+void write_extra_arrays(const SaveOptions& options, const fs::path& directory, Manifest& manifest) {
+  for (size_t i = 0; i < options.extra_arrays.size(); ++i) {
+    internal::DataFile& data = manifest.extra_arrays[i].data;
+    data = internal::write_data_file(directory / data.file,
+                                     std::as_bytes(options.extra_arrays[i].values),
+                                     options.checksum_block_bytes);
+  }
+}
+
+// One process holding every table whole: writes every data file into `directory` straight from
+// the tables' memory, checksumming on the way, and returns the manifest that describes them.
+Manifest write_data(const Embedding& embedding, const SaveOptions& options,
+                    const fs::path& directory) {
+  Manifest manifest = describe(embedding, options);
+  for (internal::TableEntry& table : manifest.tables) {
+    for (internal::ArrayEntry& variable : table.variables) {
+      variable.data = internal::write_data_file(
+          directory / variable.data.file,
+          std::as_bytes(embedding.variable_data(table.config.name, variable.name)),
+          options.checksum_block_bytes);
+    }
+  }
+  write_extra_arrays(options, directory, manifest);
   return manifest;
 }
 
@@ -129,16 +172,175 @@ void prune(const fs::path& root, int keep_last) {
   for (const fs::path& temporary : temporaries) fs::remove_all(temporary);
 }
 
+// Throws FailedPrecondition unless `destination` is free.
+void check_destination(const fs::path& destination, int64_t step) {
+  if (fs::exists(destination)) {
+    throw FailedPrecondition("a checkpoint of step " + std::to_string(step) + " already exists: '" +
+                             destination.string() + "'");
+  }
+}
+
+void prune_after_publishing(const fs::path& root, const fs::path& destination, int keep_last) {
+  try {
+    prune(root, keep_last);
+  } catch (const std::system_error& error) {
+    throw std::system_error(error.code(),
+                            "checkpoint '" + destination.string() +
+                                "' is saved, but deleting older ones failed: " + error.what());
+  }
+}
+
+// Whether this rank writes `variable` of `part`: every part its own rows and columns, except that
+// only rank 0's copy of a replicated table is written, and of a slot narrower than the table that
+// a column-wise table keeps whole in every part, only the first part's.
+bool writes(const internal::TablePart& part, const internal::PartVariable<const float>& variable,
+            int64_t dim) {
+  if (part.strategy == ShardingStrategy::kReplicated) return part.rank == 0;
+  if (part.strategy == ShardingStrategy::kColumnWise && variable.width != dim) {
+    return part.index_in_table == 0;
+  }
+  return true;
+}
+
+// Rank 0's `text` on every rank.
+std::string broadcast_from_rank0(Communicator& communicator, const std::string& text) {
+  std::vector<std::byte> all;
+  std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
+  const std::span<const std::byte> mine =
+      communicator.rank() == 0 ? std::as_bytes(std::span(text)) : std::span<const std::byte>();
+  communicator.all_gather(mine, all, counts);
+  return std::string(reinterpret_cast<const char*>(all.data()), static_cast<size_t>(counts[0]));
+}
+
+void append_u64(std::vector<std::byte>& out, uint64_t value) {
+  const auto* bytes = reinterpret_cast<const std::byte*>(&value);
+  out.insert(out.end(), bytes, bytes + sizeof value);
+}
+
+uint64_t take_u64(std::span<const std::byte>& in) {
+  uint64_t value = 0;
+  RECEMB_CHECK(in.size() >= sizeof value);
+  std::memcpy(&value, in.data(), sizeof value);
+  in = in.subspan(sizeof value);
+  return value;
+}
+
+// Phase c: the checksums of the table variables' files, each file read back by one rank
+// (round-robin) and the records all-gathered into `files` on every rank.
+void checksum_files(Communicator& communicator, const fs::path& directory, int64_t block_bytes,
+                    const std::vector<internal::DataFile*>& files) {
+  // Each record: file index, whole-file checksum, number of blocks, block checksums.
+  std::vector<std::byte> mine;
+  internal::agree(communicator, [&] {
+    for (size_t i = static_cast<size_t>(communicator.rank()); i < files.size();
+         i += static_cast<size_t>(communicator.size())) {
+      const internal::DataFile record =
+          internal::checksum_data_file(directory / files[i]->file, block_bytes);
+      if (record.bytes != files[i]->bytes) {
+        throw FailedPrecondition("checkpoint file '" + (directory / files[i]->file).string() +
+                                 "' has " + std::to_string(record.bytes) +
+                                 " bytes after writing, not " + std::to_string(files[i]->bytes));
+      }
+      append_u64(mine, i);
+      append_u64(mine, record.checksum);
+      append_u64(mine, record.block_checksums.size());
+      for (uint64_t block : record.block_checksums) append_u64(mine, block);
+    }
+  });
+  std::vector<std::byte> all;
+  std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
+  communicator.all_gather(mine, all, counts);
+  std::span<const std::byte> records = all;
+  while (!records.empty()) {
+    internal::DataFile& file = *files[take_u64(records)];
+    file.checksum = take_u64(records);
+    file.block_checksums.resize(take_u64(records));
+    for (uint64_t& block : file.block_checksums) block = take_u64(records);
+  }
+}
+
+// Every rank of the embedding's group together, or one process whose tables are split into parts.
+fs::path save_by_parts(const Embedding& embedding, const fs::path& root,
+                       const SaveOptions& options) {
+  Communicator& communicator = internal::PartAccess::communicator(embedding);
+  const bool first = communicator.rank() == 0;
+  const int64_t step = embedding.step();
+  const fs::path destination = root / internal::checkpoint_directory_name(step);
+  internal::agree(communicator, [&] { validate_options(options); });
+  Manifest manifest = describe(embedding, options);
+  std::vector<internal::DataFile*> files;  // the table variables', in manifest order
+  for (internal::TableEntry& table : manifest.tables) {
+    for (internal::ArrayEntry& variable : table.variables) files.push_back(&variable.data);
+  }
+
+  fs::path temporary;  // rank 0: the directory to remove if the save fails
+  bool published = false;
+  try {
+    internal::agree(communicator, [&] {  // phase a
+      if (!first) return;
+      check_destination(destination, step);
+      create_directories_durably(root);
+      temporary = root / internal::temporary_name(internal::checkpoint_directory_name(step));
+      fs::create_directory(temporary);
+      for (const internal::DataFile* file : files) {
+        internal::create_sized_file(temporary / file->file, file->bytes);
+      }
+      format::sync_directory(temporary);
+    });
+    const fs::path directory = broadcast_from_rank0(communicator, temporary.string());
+
+    internal::agree(communicator, [&] {  // phase b
+      for (const auto& local : internal::PartAccess::local_parts(embedding)) {
+        const int64_t dim = embedding.tables()[local.part.table].dim;
+        for (const internal::PartVariable<const float>& variable : local.variables) {
+          if (!writes(local.part, variable, dim) || local.part.rows == 0) continue;
+          internal::write_part_rows(
+              directory / internal::variable_file_name(local.part.table, variable.name), local.part,
+              variable);
+        }
+      }
+      if (first) write_extra_arrays(options, directory, manifest);
+    });
+
+    checksum_files(communicator, directory, options.checksum_block_bytes, files);  // phase c
+
+    internal::agree(communicator, [&] {  // phase d
+      if (!first) return;
+      internal::write_manifest(directory, manifest);
+      format::sync_directory(directory);
+      format::publish(directory, destination);
+      published = true;
+    });
+  } catch (...) {
+    if (!temporary.empty() && !published) {
+      std::error_code ignored;
+      fs::remove_all(temporary, ignored);
+    }
+    throw;
+  }
+  internal::agree(communicator, [&] {
+    if (first) prune_after_publishing(root, destination, options.keep_last);
+  });
+  return destination;
+}
+
+bool holds_every_table_whole(const Embedding& embedding) {
+  for (const TableConfig& table : embedding.tables()) {
+    if (!embedding.has_whole_table(table.name)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
                          const SaveOptions& options) {
+  if (embedding.world_size() > 1 || !holds_every_table_whole(embedding)) {
+    return save_by_parts(embedding, root, options);
+  }
   validate_options(options);
   const fs::path destination = root / internal::checkpoint_directory_name(embedding.step());
-  if (fs::exists(destination)) {
-    throw FailedPrecondition("a checkpoint of step " + std::to_string(embedding.step()) +
-                             " already exists: '" + destination.string() + "'");
-  }
+  check_destination(destination, embedding.step());
   create_directories_durably(root);
   const fs::path temporary =
       root / internal::temporary_name(internal::checkpoint_directory_name(embedding.step()));
@@ -152,13 +354,7 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
     fs::remove_all(temporary, ignored);
     throw;
   }
-  try {
-    prune(root, options.keep_last);
-  } catch (const std::system_error& error) {
-    throw std::system_error(error.code(),
-                            "checkpoint '" + destination.string() +
-                                "' is saved, but deleting older ones failed: " + error.what());
-  }
+  prune_after_publishing(root, destination, options.keep_last);
   return destination;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -13,17 +14,21 @@
 #include "batch/csr_feature.h"
 #include "batch/lookup.h"
 #include "config/validate.h"
-#include "embedding/table_state.h"
+#include "embedding/agreement.h"
+#include "embedding/embedding_impl.h"
+#include "format/checksum.h"
+#include "format/config_json.h"
 #include "kernels/pool.h"
 #include "kernels/sparse_update.h"
 #include "optimizers/row_update.h"
+#include "optimizers/slot_spec.h"
 #include "storage/initializer.h"
-#include "util/thread_pool.h"
 
 namespace recemb {
 namespace {
 
 using internal::CsrFeature;
+using internal::TablePart;
 using internal::TableState;
 
 // Work split: big enough that a task amortises its scheduling, small enough to balance two cores.
@@ -43,19 +48,35 @@ struct LookupTask {
   int64_t last_bag;
 };
 
-}  // namespace
-
 // Identifies an Embedding for the lifetime of the process (never reused, unlike an address).
 uint64_t next_embedding_id() {
   static std::atomic<uint64_t> counter{0};
   return ++counter;
 }
 
-struct LookupBatch::Impl {
-  uint64_t owner = 0;  // id of the Embedding that filled it; 0: none
-  std::vector<CsrFeature> features;
-  bool applicable = false;
-};
+std::shared_ptr<Communicator> communicator_of(const EmbeddingOptions& options) {
+  return options.communicator ? options.communicator : local_communicator();
+}
+
+// Validates the configs and plans the placement, agreeing with the other ranks on the outcome.
+Placement agreed_placement(Communicator& communicator, const std::vector<TableConfig>& tables,
+                           const std::vector<FeatureConfig>& features,
+                           const EmbeddingOptions& options) {
+  Placement placement;
+  internal::agree(communicator, [&] {
+    internal::validate_configs(tables, features, options);
+    if (options.pipeline_staleness != 0 && options.pipeline_staleness != 1) {
+      throw InvalidArgument("EmbeddingOptions.pipeline_staleness must be 0 or 1, got " +
+                            std::to_string(options.pipeline_staleness));
+    }
+    PlacementOptions placement_options =
+        options.placement.value_or(PlacementOptions{.num_shards = communicator.size()});
+    placement = plan_placement(tables, features, options.optimizer, placement_options);
+  });
+  return placement;
+}
+
+}  // namespace
 
 LookupBatch::LookupBatch() : impl_(std::make_unique<Impl>()) {}
 LookupBatch::~LookupBatch() = default;
@@ -63,191 +84,254 @@ LookupBatch::LookupBatch(LookupBatch&&) noexcept = default;
 LookupBatch& LookupBatch::operator=(LookupBatch&&) noexcept = default;
 bool LookupBatch::applicable() const { return impl_ != nullptr && impl_->applicable; }
 
-struct Embedding::Impl {
-  const uint64_t id = next_embedding_id();
-  std::vector<TableConfig> tables;
-  std::vector<FeatureConfig> features;
-  EmbeddingOptions options;
-  std::vector<size_t> feature_table;                // feature -> index into states
-  std::vector<std::vector<size_t>> table_features;  // table -> its features, in feature order
-  std::vector<TableState> states;
-  internal::ThreadPool pool;
-  int64_t step = 0;
-  int64_t skipped_rows = 0;
+size_t RoutedMessage::offset(int rank) const {
+  int64_t sum = 0;
+  for (int q = 0; q < rank; ++q) sum += counts[static_cast<size_t>(q)];
+  return static_cast<size_t>(sum);
+}
 
-  // The normalised inputs of a pure lookup (one that keeps no LookupBatch).
-  std::vector<CsrFeature> scratch_batch;
-
-  // Reused per-call buffers.
-  std::vector<LookupTask> lookup_tasks;
-  std::vector<uint64_t> lookup_table_ids;    // ids per table in the batch being validated
-  std::vector<float> learning_rates;         // per table, for the step being applied
-  std::vector<float> zeros;                  // max dim
-  std::vector<float> thread_scratch;         // 2 * max dim per thread
-  std::vector<int64_t> thread_skipped_rows;  // per thread
-
-  Impl(std::vector<TableConfig> table_configs, std::vector<FeatureConfig> feature_configs,
-       EmbeddingOptions embedding_options)
-      : tables(std::move(table_configs)),
-        features(std::move(feature_configs)),
-        options(std::move(embedding_options)),
-        pool(options.num_threads) {
-    internal::validate_configs(tables, features, options);
-    table_features.resize(tables.size());
-    for (size_t f = 0; f < features.size(); ++f) {
-      const size_t t = table_index(features[f].table);
-      feature_table.push_back(t);
-      table_features[t].push_back(f);
-    }
-    int64_t max_dim = 1;
-    states.reserve(tables.size());
-    for (const TableConfig& table : tables) {
-      states.emplace_back(table, table.optimizer ? table.optimizer : options.optimizer);
-      max_dim = std::max(max_dim, table.dim);
-    }
-    zeros.assign(static_cast<size_t>(max_dim), 0.0f);
-    thread_scratch.assign(static_cast<size_t>(2 * max_dim * pool.num_threads()), 0.0f);
-    thread_skipped_rows.assign(static_cast<size_t>(pool.num_threads()), 0);
-    scratch_batch.resize(features.size());
-    initialize_tables();
+Embedding::Impl::Impl(std::vector<TableConfig> table_configs,
+                      std::vector<FeatureConfig> feature_configs,
+                      EmbeddingOptions embedding_options)
+    : id(next_embedding_id()),
+      tables(std::move(table_configs)),
+      features(std::move(feature_configs)),
+      options(std::move(embedding_options)),
+      communicator(communicator_of(options)),
+      rank(communicator->rank()),
+      world_size(communicator->size()),
+      placement(agreed_placement(*communicator, tables, features, options)),
+      partition(placement, tables, features, world_size),
+      pool(options.num_threads) {
+  check_same_configs_on_every_rank();
+  table_features.resize(tables.size());
+  for (size_t f = 0; f < features.size(); ++f) {
+    const size_t t = table_index(features[f].table);
+    feature_table.push_back(t);
+    table_features[t].push_back(f);
   }
-
-  size_t table_index(std::string_view name) const {
-    for (size_t t = 0; t < tables.size(); ++t) {
-      if (tables[t].name == name) return t;
-    }
-    throw InvalidArgument("no table named '" + std::string(name) + "'");
+  int64_t max_dim = 1;
+  for (const TableConfig& table : tables) max_dim = std::max(max_dim, table.dim);
+  states.reserve(partition.rank_parts(rank).size());
+  for (const TablePart& held : partition.rank_parts(rank)) {
+    TableConfig config = tables[held.table];
+    config.vocabulary_size = held.rows;
+    config.dim = held.num_columns;
+    states.emplace_back(std::move(config), tables[held.table].optimizer
+                                               ? tables[held.table].optimizer
+                                               : options.optimizer);
   }
+  zeros.assign(static_cast<size_t>(max_dim), 0.0f);
+  thread_scratch.assign(static_cast<size_t>(2 * max_dim * pool.num_threads()), 0.0f);
+  thread_skipped_rows.assign(static_cast<size_t>(pool.num_threads()), 0);
+  scratch_batch.features.resize(features.size());
+  initialize_tables();
+}
 
-  void initialize_tables() {
-    for (TableState& state : states) {
-      const uint64_t seed = internal::table_seed(options.seed, state.config().name);
-      const int64_t rows = state.config().vocabulary_size;
-      auto initialize = [&](int64_t first, int64_t last, int) {
+void Embedding::Impl::check_same_configs_on_every_rank() {
+  if (world_size == 1) return;
+  format::Json json;
+  for (const TableConfig& table : tables) json["tables"].push_back(format::table_to_json(table));
+  for (const FeatureConfig& feature : features) {
+    json["features"].push_back(format::feature_to_json(feature));
+  }
+  if (options.optimizer) json["optimizer"] = format::optimizer_to_json(*options.optimizer);
+  json["seed"] = options.seed;
+  json["non_finite_gradients"] = static_cast<int>(options.non_finite_gradients);
+  json["placement"] = format_placement(placement);
+  const std::string text = json.dump();
+  internal::agree_on_value(*communicator, format::checksum(std::as_bytes(std::span(text))),
+                           "tables, features, optimizer, seed or placement",
+                           "every rank must build the Embedding from the same configs");
+}
+
+size_t Embedding::Impl::table_index(std::string_view name) const {
+  for (size_t t = 0; t < tables.size(); ++t) {
+    if (tables[t].name == name) return t;
+  }
+  throw InvalidArgument("no table named '" + std::string(name) + "'");
+}
+
+const TableState* Embedding::Impl::whole_state(size_t table) const {
+  for (size_t s = 0; s < states.size(); ++s) {
+    if (part(s).table == table && part(s).whole()) return &states[s];
+  }
+  return nullptr;
+}
+
+void Embedding::Impl::initialize_tables() {
+  for (size_t s = 0; s < states.size(); ++s) {
+    TableState& state = states[s];
+    const TablePart& held = part(s);
+    const TableConfig& table = tables[held.table];
+    const uint64_t seed = internal::table_seed(options.seed, table.name);
+    auto initialize = [&](int64_t first, int64_t last, int) {
+      if (held.whole()) {
         state.initialize_block(seed, first, last - first);
-      };
-      // A user callback runs on the constructing thread only (it may not be thread-safe, and a
-      // Python callable needs the interpreter lock).
-      if (std::holds_alternative<InitializerCallback>(state.config().initializer)) {
-        for (int64_t first = 0; first < rows; first += kRowsPerInitializeTask) {
-          initialize(first, std::min(rows, first + kRowsPerInitializeTask), 0);
-        }
-      } else {
-        pool.parallel_for_ranges(rows, kRowsPerInitializeTask, initialize);
+        return;
       }
-    }
-  }
-
-  // Validates and normalises `inputs` into `batch`, checks the activation buffers, then pools.
-  void lookup(std::span<const FeatureInput> inputs, std::span<const std::span<float>> activations,
-              std::vector<CsrFeature>& batch) {
-    internal::check_feature_count(features.size(), inputs.size(), "lookup inputs");
-    internal::check_feature_count(features.size(), activations.size(), "lookup activations");
-    std::vector<uint64_t>& table_ids = lookup_table_ids;
-    table_ids.assign(tables.size(), 0);
-    for (size_t f = 0; f < features.size(); ++f) {
-      const TableConfig& table = tables[feature_table[f]];
-      internal::normalize_feature(features[f], table, inputs[f], batch[f]);
-      internal::check_activation_buffer(features[f], batch[f].activation_shape,
-                                        activations[f].size());
-      table_ids[feature_table[f]] += batch[f].ids.size();
-      if (table_ids[feature_table[f]] >= std::numeric_limits<uint32_t>::max()) {
-        throw InvalidArgument("table '" + table.name + "': more than 2^32 - 1 ids in one batch");
+      // A row at a time: the part's rows (row-wise) or columns (column-wise) of the table's rows.
+      std::vector<float> row(static_cast<size_t>(table.dim));
+      for (int64_t local = first; local < last; ++local) {
+        internal::initialize_rows(table.initializer, seed, held.global_row(local), 1, table.dim,
+                                  row);
+        std::copy_n(row.begin() + held.first_column, held.num_columns, state.storage().row(local));
       }
-    }
-    // Validated.
-    lookup_tasks.clear();
-    for (size_t f = 0; f < features.size(); ++f) {
-      const int64_t num_bags = batch[f].num_bags();
-      const auto num_ids = static_cast<int64_t>(batch[f].ids.size());
-      const int64_t bags_per_task =
-          num_ids == 0 ? std::max<int64_t>(num_bags, 1)
-                       : std::max<int64_t>(1, kIdsPerLookupTask * num_bags / num_ids);
-      for (int64_t first = 0; first < num_bags; first += bags_per_task) {
-        lookup_tasks.push_back({f, first, std::min(num_bags, first + bags_per_task)});
-      }
-    }
-    const auto total_ids =
-        static_cast<int64_t>(std::accumulate(table_ids.begin(), table_ids.end(), uint64_t{0}));
-    auto pool_task = [&](int64_t k, int) {
-      const LookupTask& task = lookup_tasks[static_cast<size_t>(k)];
-      const TableState& state = states[feature_table[task.feature]];
-      internal::pool_bags(
-          internal::pool_input(batch[task.feature], state.config(), state.storage().parameters()),
-          task.first_bag, task.last_bag, activations[task.feature].data());
+      state.storage().initialize_slots(first, last - first);
     };
-    const auto num_tasks = static_cast<int64_t>(lookup_tasks.size());
-    if (total_ids < kMinIdsForThreads) {
-      for (int64_t k = 0; k < num_tasks; ++k) pool_task(k, 0);
+    // A user callback runs on the constructing thread only (it may not be thread-safe, and a
+    // Python callable needs the interpreter lock).
+    if (std::holds_alternative<InitializerCallback>(table.initializer)) {
+      for (int64_t first = 0; first < held.rows; first += kRowsPerInitializeTask) {
+        initialize(first, std::min(held.rows, first + kRowsPerInitializeTask), 0);
+      }
     } else {
-      pool.parallel_for(num_tasks, pool_task);
+      pool.parallel_for_ranges(held.rows, kRowsPerInitializeTask, initialize);
     }
   }
+}
 
-  // The learning rate of every table for this step; each distinct schedule (the global
-  // optimizer's, each table's own) is evaluated once.
-  void evaluate_learning_rates() {
-    learning_rates.assign(tables.size(), 0.0f);
-    std::optional<float> global_rate;
-    for (size_t t = 0; t < tables.size(); ++t) {
-      if (tables[t].optimizer) {
-        learning_rates[t] =
-            learning_rate_of(*tables[t].optimizer, "table '" + tables[t].name + "'");
-      } else if (options.optimizer) {
-        if (!global_rate)
-          global_rate = learning_rate_of(*options.optimizer, "the global optimizer");
-        learning_rates[t] = *global_rate;
+void Embedding::Impl::normalize_inputs(std::span<const FeatureInput> inputs,
+                                       std::span<const std::span<float>> activations,
+                                       LookupBatch::Impl& batch) {
+  internal::check_feature_count(features.size(), inputs.size(), "lookup inputs");
+  internal::check_feature_count(features.size(), activations.size(), "lookup activations");
+  std::vector<CsrFeature>& normalized = batch.features;
+  std::vector<uint64_t>& table_ids = lookup_table_ids;
+  table_ids.assign(tables.size(), 0);
+  for (size_t f = 0; f < features.size(); ++f) {
+    const TableConfig& table = tables[feature_table[f]];
+    internal::normalize_feature(features[f], table, inputs[f], normalized[f]);
+    internal::check_activation_buffer(features[f], normalized[f].activation_shape,
+                                      activations[f].size());
+    table_ids[feature_table[f]] += normalized[f].ids.size();
+    if (table_ids[feature_table[f]] >= std::numeric_limits<uint32_t>::max()) {
+      throw InvalidArgument("table '" + table.name + "': more than 2^32 - 1 ids in one batch");
+    }
+  }
+}
+
+Embedding::Impl::~Impl() { join_prefetch(); }
+
+void Embedding::Impl::join_prefetch() {
+  if (prefetch_thread.joinable()) prefetch_thread.join();
+}
+
+void Embedding::Impl::lookup_ahead(std::span<const FeatureInput> inputs,
+                                   std::span<const std::span<float>> activations,
+                                   LookupBatch::Impl& batch, bool pool_now) {
+  internal::agree(*communicator, [&] { normalize_inputs(inputs, activations, batch); });
+  // Validated.
+  if (!partition.trivial()) {
+    route_requests(batch);
+    exchange_requests(batch);
+  }
+  if (pool_now) pool_activations(activations, batch);
+}
+
+void Embedding::Impl::pool_activations(std::span<const std::span<float>> activations,
+                                       LookupBatch::Impl& batch) {
+  if (partition.trivial()) {
+    pool_direct(activations, batch);
+  } else {
+    pool_routed(activations, batch);
+  }
+  batch.pooled = true;
+}
+
+void Embedding::Impl::pool_direct(std::span<const std::span<float>> activations,
+                                  LookupBatch::Impl& batch) {
+  const std::vector<CsrFeature>& normalized = batch.features;
+  std::vector<LookupTask> tasks;
+  int64_t total_ids = 0;
+  for (size_t f = 0; f < features.size(); ++f) {
+    const int64_t num_bags = normalized[f].num_bags();
+    const auto num_ids = static_cast<int64_t>(normalized[f].ids.size());
+    total_ids += num_ids;
+    const int64_t bags_per_task =
+        num_ids == 0 ? std::max<int64_t>(num_bags, 1)
+                     : std::max<int64_t>(1, kIdsPerLookupTask * num_bags / num_ids);
+    for (int64_t first = 0; first < num_bags; first += bags_per_task) {
+      tasks.push_back({f, first, std::min(num_bags, first + bags_per_task)});
+    }
+  }
+  auto pool_task = [&](int64_t k, int) {
+    const LookupTask& task = tasks[static_cast<size_t>(k)];
+    const TableState& state = states[feature_table[task.feature]];
+    internal::pool_bags(internal::pool_input(normalized[task.feature], state.config(),
+                                             state.storage().parameters()),
+                        task.first_bag, task.last_bag, activations[task.feature].data());
+  };
+  const auto num_tasks = static_cast<int64_t>(tasks.size());
+  if (total_ids < kMinIdsForThreads) {
+    for (int64_t k = 0; k < num_tasks; ++k) pool_task(k, 0);
+  } else {
+    pool.parallel_for(num_tasks, pool_task);
+  }
+}
+
+void Embedding::Impl::evaluate_learning_rates() {
+  learning_rates.assign(tables.size(), 0.0f);
+  std::optional<float> global_rate;
+  for (size_t t = 0; t < tables.size(); ++t) {
+    if (tables[t].optimizer) {
+      learning_rates[t] = learning_rate_of(*tables[t].optimizer, "table '" + tables[t].name + "'");
+    } else if (options.optimizer) {
+      if (!global_rate) global_rate = learning_rate_of(*options.optimizer, "the global optimizer");
+      learning_rates[t] = *global_rate;
+    }
+  }
+}
+
+float Embedding::Impl::learning_rate_of(const Optimizer& optimizer,
+                                        const std::string& owner) const {
+  const LearningRate& rate =
+      std::visit([](const auto& o) -> const LearningRate& { return o.learning_rate; }, optimizer);
+  try {
+    return learning_rate_at(rate, step);
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(owner + ": step " + std::to_string(step) + ": " + error.what());
+  }
+}
+
+void Embedding::Impl::check_gradients(const std::vector<CsrFeature>& batch,
+                                      std::span<const std::span<const float>> gradients) const {
+  internal::check_feature_count(features.size(), gradients.size(), "apply_gradients gradients");
+  for (size_t f = 0; f < features.size(); ++f) {
+    const std::vector<int64_t>& shape = batch[f].activation_shape;
+    const int64_t expected = internal::num_values(shape);
+    const auto size = static_cast<int64_t>(gradients[f].size());
+    if (size != 0 && size != expected) {
+      throw InvalidArgument("feature '" + features[f].name + "': gradient has " +
+                            std::to_string(size) + " values, expected " +
+                            internal::shape_string(shape) + " = " + std::to_string(expected));
+    }
+    if (options.non_finite_gradients != NonFiniteGradients::kReject) continue;
+    const int64_t per_example = shape.empty() || shape[0] == 0 ? 1 : expected / shape[0];
+    for (int64_t i = 0; i < size; ++i) {
+      const float value = gradients[f][static_cast<size_t>(i)];
+      if (!std::isfinite(value)) {
+        throw InvalidArgument("feature '" + features[f].name + "': example " +
+                              std::to_string(i / per_example) + ": gradient value " +
+                              std::to_string(value) + " is not finite");
       }
     }
   }
-
-  float learning_rate_of(const Optimizer& optimizer, const std::string& owner) const {
-    const LearningRate& rate =
-        std::visit([](const auto& o) -> const LearningRate& { return o.learning_rate; }, optimizer);
-    try {
-      return learning_rate_at(rate, step);
-    } catch (const InvalidArgument& error) {
-      throw InvalidArgument(owner + ": step " + std::to_string(step) + ": " + error.what());
-    }
-  }
-
-  void check_gradients(const std::vector<CsrFeature>& batch,
-                       std::span<const std::span<const float>> gradients) const {
-    internal::check_feature_count(features.size(), gradients.size(), "apply_gradients gradients");
-    for (size_t f = 0; f < features.size(); ++f) {
-      const std::vector<int64_t>& shape = batch[f].activation_shape;
-      const int64_t expected = internal::num_values(shape);
-      const auto size = static_cast<int64_t>(gradients[f].size());
-      if (size != 0 && size != expected) {
-        throw InvalidArgument("feature '" + features[f].name + "': gradient has " +
-                              std::to_string(size) + " values, expected " +
-                              internal::shape_string(shape) + " = " + std::to_string(expected));
-      }
-      if (options.non_finite_gradients != NonFiniteGradients::kReject) continue;
-      const int64_t per_example = shape.empty() || shape[0] == 0 ? 1 : expected / shape[0];
-      for (int64_t i = 0; i < size; ++i) {
-        const float value = gradients[f][static_cast<size_t>(i)];
-        if (!std::isfinite(value)) {
-          throw InvalidArgument("feature '" + features[f].name + "': example " +
-                                std::to_string(i / per_example) + ": gradient value " +
-                                std::to_string(value) + " is not finite");
-        }
-      }
-    }
-    for (size_t t = 0; t < tables.size(); ++t) {
-      if (states[t].optimizer()) continue;
-      for (const size_t f : table_features[t]) {
-        if (!batch[f].ids.empty()) {
-          throw FailedPrecondition("table '" + tables[t].name +
-                                   "' has no optimizer (neither its own nor a global one), so "
-                                   "apply_gradients cannot update it");
-        }
+  for (size_t t = 0; t < tables.size(); ++t) {
+    if (tables[t].optimizer || options.optimizer) continue;
+    for (const size_t f : table_features[t]) {
+      if (!batch[f].ids.empty()) {
+        throw FailedPrecondition("table '" + tables[t].name +
+                                 "' has no optimizer (neither its own nor a global one), so "
+                                 "apply_gradients cannot update it");
       }
     }
   }
+}
 
-  void apply_gradients(LookupBatch::Impl& batch,
-                       std::span<const std::span<const float>> gradients) {
+void Embedding::Impl::apply_gradients(LookupBatch::Impl& batch,
+                                      std::span<const std::span<const float>> gradients) {
+  internal::agree(*communicator, [&] {
     if (batch.owner != id || !batch.applicable || batch.features.size() != features.size()) {
       throw FailedPrecondition(
           "apply_gradients needs a LookupBatch filled by this Embedding's lookup and not applied "
@@ -255,8 +339,11 @@ struct Embedding::Impl {
     }
     check_gradients(batch.features, gradients);
     evaluate_learning_rates();
-    // Validated: commit.
-    batch.applicable = false;
+  });
+  // Validated: commit.
+  batch.applicable = false;
+  std::fill(thread_skipped_rows.begin(), thread_skipped_rows.end(), 0);
+  if (partition.trivial()) {
     pool.parallel_for(static_cast<int64_t>(states.size()), [&](int64_t t, int) {
       const auto table = static_cast<size_t>(t);
       if (states[table].optimizer()) {
@@ -264,81 +351,92 @@ struct Embedding::Impl {
                                            zeros.data());
       }
     });
-    std::fill(thread_skipped_rows.begin(), thread_skipped_rows.end(), 0);
     for (size_t t = 0; t < states.size(); ++t) {
       if (states[t].optimizer()) update_table(states[t], learning_rates[t]);
     }
-    for (const int64_t skipped : thread_skipped_rows) skipped_rows += skipped;
-    ++step;
+  } else {
+    apply_routed(batch, gradients);
   }
+  for (const int64_t skipped : thread_skipped_rows) skipped_rows += skipped;
+  ++step;
+}
 
-  void update_table(TableState& state, float learning_rate) {
-    const internal::RowVariables variables = state.variables();
-    const internal::RowGrouping& grouping = state.grouping();
-    const internal::Contributions contributions = state.contributions();
-    const CommonHyperparameters& common = std::visit(
-        [](const auto& o) -> const CommonHyperparameters& { return o.common; }, *state.optimizer());
-    const internal::UpdateMode mode{
-        .accumulate = common.use_gradient_accumulation,
-        .skip_non_finite = options.non_finite_gradients == NonFiniteGradients::kSkipRows};
-    const int64_t dim = state.config().dim;
-    auto scratch_of = [&](int thread) {
-      float* base = thread_scratch.data() + static_cast<size_t>(2 * dim * thread);
-      return internal::UpdateScratch{base, base + dim};
-    };
-    internal::visit_row_pipeline(
-        *state.optimizer(), learning_rate, step, [&](const auto& pipeline) {
-          auto& skipped = thread_skipped_rows;
-          if (state.updates_all_rows()) {
-            pool.parallel_for_ranges(state.config().vocabulary_size, kRowsPerDenseUpdateTask,
-                                     [&](int64_t first, int64_t last, int thread) {
-                                       skipped[static_cast<size_t>(thread)] +=
-                                           internal::update_all_rows(pipeline, variables, grouping,
-                                                                     contributions, mode, first,
-                                                                     last, scratch_of(thread));
-                                     });
-          } else {
-            const auto touched = static_cast<int64_t>(grouping.unique_rows().size());
-            pool.parallel_for_ranges(
-                touched,
-                touched < kMinRowsForThreads ? std::max<int64_t>(touched, 1) : kRowsPerUpdateTask,
-                [&](int64_t first, int64_t last, int thread) {
-                  skipped[static_cast<size_t>(thread)] +=
-                      internal::update_touched_rows(pipeline, variables, grouping, contributions,
-                                                    mode, first, last, scratch_of(thread));
-                });
-          }
-        });
-  }
-
-  const internal::FloatBuffer& variable(std::string_view table, std::string_view name) const {
-    const internal::FloatBuffer* buffer = states[table_index(table)].storage().variable(name);
-    if (buffer == nullptr) {
-      std::string valid;
-      for (const std::string& known : variable_names(table)) valid += " '" + known + "'";
-      throw InvalidArgument("table '" + std::string(table) + "' has no variable '" +
-                            std::string(name) + "'; it has:" + valid);
+void Embedding::Impl::update_table(TableState& state, float learning_rate) {
+  const internal::RowVariables variables = state.variables();
+  const internal::RowGrouping& grouping = state.grouping();
+  const internal::Contributions contributions = state.contributions();
+  const CommonHyperparameters& common = std::visit(
+      [](const auto& o) -> const CommonHyperparameters& { return o.common; }, *state.optimizer());
+  const internal::UpdateMode mode{
+      .accumulate = common.use_gradient_accumulation,
+      .skip_non_finite = options.non_finite_gradients == NonFiniteGradients::kSkipRows};
+  const int64_t dim = state.config().dim;
+  auto scratch_of = [&](int thread) {
+    float* base = thread_scratch.data() + static_cast<size_t>(2 * dim * thread);
+    return internal::UpdateScratch{base, base + dim};
+  };
+  internal::visit_row_pipeline(*state.optimizer(), learning_rate, step, [&](const auto& pipeline) {
+    auto& skipped = thread_skipped_rows;
+    if (state.updates_all_rows()) {
+      pool.parallel_for_ranges(state.config().vocabulary_size, kRowsPerDenseUpdateTask,
+                               [&](int64_t first, int64_t last, int thread) {
+                                 skipped[static_cast<size_t>(thread)] += internal::update_all_rows(
+                                     pipeline, variables, grouping, contributions, mode, first,
+                                     last, scratch_of(thread));
+                               });
+    } else {
+      const auto touched = static_cast<int64_t>(grouping.unique_rows().size());
+      pool.parallel_for_ranges(
+          touched,
+          touched < kMinRowsForThreads ? std::max<int64_t>(touched, 1) : kRowsPerUpdateTask,
+          [&](int64_t first, int64_t last, int thread) {
+            skipped[static_cast<size_t>(thread)] +=
+                internal::update_touched_rows(pipeline, variables, grouping, contributions, mode,
+                                              first, last, scratch_of(thread));
+          });
     }
-    return *buffer;
-  }
+  });
+}
 
-  std::vector<std::string> variable_names(std::string_view table) const {
-    std::vector<std::string> names{"parameters"};
-    for (const auto& spec : states[table_index(table)].storage().slot_specs()) {
+std::vector<std::string> Embedding::Impl::variable_names(std::string_view table) const {
+  const TableConfig& config = tables[table_index(table)];
+  std::vector<std::string> names{"parameters"};
+  const std::optional<Optimizer>& optimizer =
+      config.optimizer ? config.optimizer : options.optimizer;
+  if (optimizer) {
+    for (const internal::SlotSpec& spec : internal::slot_specs(*optimizer, config.dim)) {
       names.push_back(spec.name);
     }
-    return names;
   }
+  return names;
+}
 
-  void check_variable_size(std::string_view table, std::string_view name, size_t size) const {
-    const size_t expected = variable(table, name).size();
-    if (size != expected) {
-      throw InvalidArgument("table '" + std::string(table) + "' variable '" + std::string(name) +
-                            "': expected " + std::to_string(expected) + " floats, got " +
-                            std::to_string(size));
+int64_t Embedding::Impl::variable_width(std::string_view table, std::string_view name) const {
+  const TableConfig& config = tables[table_index(table)];
+  if (name == "parameters") return config.dim;
+  const std::optional<Optimizer>& optimizer =
+      config.optimizer ? config.optimizer : options.optimizer;
+  if (optimizer) {
+    for (const internal::SlotSpec& spec : internal::slot_specs(*optimizer, config.dim)) {
+      if (spec.name == name) return spec.width;
     }
   }
-};
+  std::string valid;
+  for (const std::string& known : variable_names(table)) valid += " '" + known + "'";
+  throw InvalidArgument("table '" + std::string(table) + "' has no variable '" + std::string(name) +
+                        "'; it has:" + valid);
+}
+
+void Embedding::Impl::check_variable_size(std::string_view table, std::string_view name,
+                                          size_t size) const {
+  const auto expected =
+      static_cast<size_t>(tables[table_index(table)].vocabulary_size * variable_width(table, name));
+  if (size != expected) {
+    throw InvalidArgument("table '" + std::string(table) + "' variable '" + std::string(name) +
+                          "': expected " + std::to_string(expected) + " floats, got " +
+                          std::to_string(size));
+  }
+}
 
 Embedding::Embedding(std::vector<TableConfig> tables, std::vector<FeatureConfig> features,
                      EmbeddingOptions options)
@@ -350,8 +448,12 @@ Embedding& Embedding::operator=(Embedding&&) noexcept = default;
 const std::vector<TableConfig>& Embedding::tables() const { return impl_->tables; }
 const std::vector<FeatureConfig>& Embedding::features() const { return impl_->features; }
 const EmbeddingOptions& Embedding::options() const { return impl_->options; }
+const Placement& Embedding::placement() const { return impl_->placement; }
+int Embedding::rank() const { return impl_->rank; }
+int Embedding::world_size() const { return impl_->world_size; }
 int64_t Embedding::step() const { return impl_->step; }
 void Embedding::set_step(int64_t step) {
+  impl_->join_prefetch();
   if (step < 0) throw InvalidArgument("step must be >= 0, got " + std::to_string(step));
   impl_->step = step;
 }
@@ -367,24 +469,65 @@ std::vector<int64_t> Embedding::activation_shape(size_t feature, const FeatureIn
                                     impl_->tables[impl_->feature_table[feature]], input);
 }
 
+LookupBatch::Impl& Embedding::Impl::reset_batch(std::unique_ptr<LookupBatch::Impl>& batch) const {
+  if (batch == nullptr) batch = std::make_unique<LookupBatch::Impl>();
+  batch->applicable = false;
+  batch->prefetched = false;
+  batch->pooled = false;
+  batch->prefetch_error = nullptr;
+  batch->owner = id;
+  batch->features.resize(features.size());
+  return *batch;
+}
+
 void Embedding::lookup(std::span<const FeatureInput> inputs,
                        std::span<const std::span<float>> activations) {
-  impl_->lookup(inputs, activations, impl_->scratch_batch);
+  impl_->join_prefetch();
+  impl_->lookup_ahead(inputs, activations, impl_->scratch_batch, /*pool_now=*/true);
 }
 
 void Embedding::lookup(std::span<const FeatureInput> inputs,
                        std::span<const std::span<float>> activations, LookupBatch& batch) {
-  if (batch.impl_ == nullptr) batch.impl_ = std::make_unique<LookupBatch::Impl>();
-  LookupBatch::Impl& kept = *batch.impl_;
-  kept.applicable = false;
-  kept.owner = impl_->id;
-  kept.features.resize(impl_->features.size());
-  impl_->lookup(inputs, activations, kept.features);
+  impl_->join_prefetch();
+  LookupBatch::Impl& kept = impl_->reset_batch(batch.impl_);
+  impl_->lookup_ahead(inputs, activations, kept, /*pool_now=*/true);
   kept.applicable = true;
+}
+
+void Embedding::prefetch(std::span<const FeatureInput> inputs,
+                         std::span<const std::span<float>> activations, LookupBatch& batch) {
+  impl_->join_prefetch();
+  LookupBatch::Impl& kept = impl_->reset_batch(batch.impl_);
+  kept.prefetched = true;
+  kept.prefetch_inputs.assign(inputs.begin(), inputs.end());
+  kept.prefetch_activations.assign(activations.begin(), activations.end());
+  const bool pool_now = impl_->options.pipeline_staleness == 1;
+  Impl* impl = impl_.get();  // stays put when the Embedding is moved
+  impl->prefetch_thread = std::thread([impl, &kept, pool_now] {
+    try {
+      impl->lookup_ahead(kept.prefetch_inputs, kept.prefetch_activations, kept, pool_now);
+    } catch (...) {
+      kept.prefetch_error = std::current_exception();
+    }
+  });
+}
+
+void Embedding::finish_lookup(LookupBatch& batch) {
+  impl_->join_prefetch();
+  LookupBatch::Impl* kept = batch.impl_.get();
+  if (kept == nullptr || kept->owner != impl_->id || !kept->prefetched) {
+    throw FailedPrecondition(
+        "finish_lookup needs a LookupBatch given to this Embedding's prefetch");
+  }
+  kept->prefetched = false;
+  if (kept->prefetch_error) std::rethrow_exception(std::exchange(kept->prefetch_error, nullptr));
+  if (!kept->pooled) impl_->pool_activations(kept->prefetch_activations, *kept);
+  kept->applicable = true;
 }
 
 void Embedding::apply_gradients(LookupBatch& batch,
                                 std::span<const std::span<const float>> gradients) {
+  impl_->join_prefetch();
   if (batch.impl_ == nullptr) batch.impl_ = std::make_unique<LookupBatch::Impl>();
   impl_->apply_gradients(*batch.impl_, gradients);
 }
@@ -395,43 +538,63 @@ std::vector<std::string> Embedding::variable_names(std::string_view table) const
 
 std::vector<int64_t> Embedding::variable_shape(std::string_view table,
                                                std::string_view variable) const {
-  impl_->variable(table, variable);  // throws for unknown names
-  const internal::TableStorage& storage = impl_->states[impl_->table_index(table)].storage();
-  const int64_t width = storage.variable_width(variable);
-  if (width == 1 && variable != "parameters") return {storage.num_rows()};
-  return {storage.num_rows(), width};
+  const int64_t width = impl_->variable_width(table, variable);
+  const int64_t rows = impl_->tables[impl_->table_index(table)].vocabulary_size;
+  if (width == 1 && variable != "parameters") return {rows};
+  return {rows, width};
 }
 
 void Embedding::read_variable(std::string_view table, std::string_view variable,
                               std::span<float> out) const {
-  impl_->check_variable_size(table, variable, out.size());
-  const auto values = impl_->variable(table, variable).span();
-  std::copy(values.begin(), values.end(), out.begin());
-}
-
-std::span<float> Embedding::variable_data(std::string_view table, std::string_view variable) {
-  impl_->variable(table, variable);  // throws for unknown names
-  return impl_->states[impl_->table_index(table)].storage().variable(variable)->span();
-}
-
-std::span<const float> Embedding::variable_data(std::string_view table,
-                                                std::string_view variable) const {
-  return impl_->variable(table, variable).span();
+  impl_->join_prefetch();
+  internal::agree(*impl_->communicator,
+                  [&] { impl_->check_variable_size(table, variable, out.size()); });
+  impl_->read_variable(impl_->table_index(table), variable, out);
 }
 
 void Embedding::write_variable(std::string_view table, std::string_view variable,
                                std::span<const float> values) {
-  impl_->check_variable_size(table, variable, values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) {
-      throw InvalidArgument("table '" + std::string(table) + "' variable '" +
-                            std::string(variable) + "': value " + std::to_string(values[i]) +
-                            " at index " + std::to_string(i) + " is not finite");
+  impl_->join_prefetch();
+  internal::agree(*impl_->communicator, [&] {
+    impl_->check_variable_size(table, variable, values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (!std::isfinite(values[i])) {
+        throw InvalidArgument("table '" + std::string(table) + "' variable '" +
+                              std::string(variable) + "': value " + std::to_string(values[i]) +
+                              " at index " + std::to_string(i) + " is not finite");
+      }
     }
+  });
+  if (impl_->world_size > 1) {
+    internal::agree_on_value(
+        *impl_->communicator, format::checksum(std::as_bytes(values)),
+        "values for table '" + std::string(table) + "' variable '" + std::string(variable) + "'",
+        "write_variable takes the same whole variable on every rank");
   }
-  internal::FloatBuffer& buffer =
-      *impl_->states[impl_->table_index(table)].storage().variable(variable);
-  std::copy(values.begin(), values.end(), buffer.data());
+  impl_->write_variable(impl_->table_index(table), variable, values);
+}
+
+bool Embedding::has_whole_table(std::string_view table) const {
+  return impl_->whole_state(impl_->table_index(table)) != nullptr;
+}
+
+std::span<float> Embedding::variable_data(std::string_view table, std::string_view variable) {
+  impl_->join_prefetch();
+  const auto values = std::as_const(*this).variable_data(table, variable);
+  return {const_cast<float*>(values.data()), values.size()};
+}
+
+std::span<const float> Embedding::variable_data(std::string_view table,
+                                                std::string_view variable) const {
+  impl_->variable_width(table, variable);  // throws for unknown names
+  const TableState* state = impl_->whole_state(impl_->table_index(table));
+  if (state == nullptr) {
+    throw FailedPrecondition(
+        "table '" + std::string(table) + "' is not held whole by this rank (placement: " +
+        sharding_strategy_name(impl_->placement.tables[impl_->table_index(table)].strategy) +
+        "); read it with read_variable");
+  }
+  return state->storage().variable(variable)->span();
 }
 
 }  // namespace recemb

@@ -34,9 +34,7 @@ void TableState::gather_contributions(const std::vector<size_t>& features,
                                       const float* zeros) {
   size_t total = 0;
   for (const size_t f : features) total += batch[f].ids.size();
-  contribution_rows_.resize(total);
-  contribution_gains_.resize(total);
-  contribution_sources_.resize(total);
+  resize_contributions(total);
   const int64_t dim = config_.dim;
   size_t next = 0;
   for (const size_t f : features) {
@@ -55,6 +53,17 @@ void TableState::gather_contributions(const std::vector<size_t>& features,
       }
     }
   }
+  group_contributions();
+}
+
+TableState::ContributionArrays TableState::resize_contributions(size_t count) {
+  contribution_rows_.resize(count);
+  contribution_gains_.resize(count);
+  contribution_sources_.resize(count);
+  return {contribution_rows_.data(), contribution_gains_.data(), contribution_sources_.data()};
+}
+
+void TableState::group_contributions() {
   grouping_.build(contribution_rows_, config_.vocabulary_size);
 }
 

@@ -39,6 +39,17 @@ class TableState {
                             const std::vector<CsrFeature>& batch,
                             std::span<const std::span<const float>> gradients, const float* zeros);
 
+  // The same for contributions listed by the caller: resize_contributions(n), fill contribution i
+  // (its row, gain and gradient source of dim floats) for i in [0, n) in their summation order,
+  // then group_contributions().
+  struct ContributionArrays {
+    int64_t* rows;
+    float* gains;
+    const float** sources;
+  };
+  ContributionArrays resize_contributions(size_t count);
+  void group_contributions();
+
   const RowGrouping& grouping() const { return grouping_; }
   Contributions contributions() const {
     return {contribution_gains_.data(), contribution_sources_.data()};

@@ -105,6 +105,15 @@ std::vector<TableFacts> table_facts(const std::vector<TableConfig>& tables,
         it != options.table_strategies.end()) {
       f.strategy = it->second;
     }
+    // A row-wise slot is updated from the whole row's gradient (RowwiseAdagrad's mean of squares),
+    // which no column range sees.
+    if (f.strategy == ShardingStrategy::kColumnWise && f.row_slots > 0 && table.dim > 1) {
+      throw InvalidArgument(
+          owner +
+          ": column_wise sharding cannot split a table whose optimizer "
+          "keeps one slot value per row (RowwiseAdagrad): each column range "
+          "would see only part of the row's gradient; use row_wise or table_wise");
+    }
     facts.push_back(f);
   }
   for (const FeatureConfig& feature : features) {
@@ -198,7 +207,9 @@ Placement plan_placement(const std::vector<TableConfig>& tables,
                          const std::vector<FeatureConfig>& features,
                          const std::optional<Optimizer>& global_optimizer,
                          const PlacementOptions& options) {
-  internal::validate_configs(tables, features, EmbeddingOptions{.optimizer = global_optimizer});
+  EmbeddingOptions embedding_options;
+  embedding_options.optimizer = global_optimizer;
+  internal::validate_configs(tables, features, embedding_options);
   validate_options(tables, features, options);
   std::vector<TableFacts> facts = table_facts(tables, features, global_optimizer, options);
 

@@ -33,9 +33,15 @@ using internal::padded_size;
 // writes, small enough that the export needs little memory besides the tables.
 constexpr int64_t kChunkBytes = int64_t{4} << 20;
 
-// The table's values in place (zero-copy).
-std::span<const float> parameters_of(const Embedding& embedding, const std::string& table) {
-  return embedding.variable_data(table, "parameters");
+// The table's values: in place (zero-copy) when this process holds it whole, else assembled from
+// its parts into `assembled`.
+std::span<const float> parameters_of(const Embedding& embedding, const std::string& table,
+                                     std::vector<float>& assembled) {
+  if (embedding.has_whole_table(table)) return embedding.variable_data(table, "parameters");
+  const std::vector<int64_t> shape = embedding.variable_shape(table, "parameters");
+  assembled.resize(static_cast<size_t>(shape[0] * shape[1]));
+  embedding.read_variable(table, "parameters", assembled);
+  return assembled;
 }
 
 std::string format_value(float value) {
@@ -120,13 +126,19 @@ void export_serving_model(const Embedding& embedding, const std::filesystem::pat
   }
   internal::ServingManifest manifest{
       .dtype = options.dtype, .tables = embedding.tables(), .features = embedding.features()};
+  if (embedding.world_size() > 1) {
+    throw FailedPrecondition("export_serving_model: the Embedding spans " +
+                             std::to_string(embedding.world_size()) +
+                             " ranks; export from a checkpoint (load_checkpoint) in one process");
+  }
   std::vector<std::span<const float>> values;
+  std::vector<std::vector<float>> assembled(manifest.tables.size());
   const std::string context = "serving model '" + path.string() + "'";
   TableEncoder encoder(options.dtype, context);
   uint64_t data_size = 0;
   for (TableConfig& table : manifest.tables) {
     table.optimizer.reset();
-    values.push_back(parameters_of(embedding, table.name));
+    values.push_back(parameters_of(embedding, table.name, assembled[values.size()]));
     format::StreamingChecksum checksum;
     uint64_t size = 0;
     encoder.encode(table, values.back(), [&](std::span<const std::byte> bytes) {

@@ -49,6 +49,31 @@ TEST(DataFileTest, WritesTheBytesWithOneChecksumPerBlock) {
   }
 }
 
+TEST(DataFileTest, ChecksummingAWrittenFileGivesTheWritersRecord) {
+  TemporaryDirectory directory;
+  std::mt19937_64 rng(47);
+  for (const size_t size : {size_t{0}, size_t{4}, size_t{64}, size_t{65}, size_t{1000}}) {
+    const std::vector<std::byte> data = random_bytes(rng, size);
+    const fs::path path = directory.path() / ("data" + std::to_string(size) + ".f32");
+    const DataFile written = write_data_file(path, data, 64);
+    const DataFile read = checksum_data_file(path, 64);
+    EXPECT_EQ(read.file, written.file);
+    EXPECT_EQ(read.bytes, written.bytes);
+    EXPECT_EQ(read.checksum, written.checksum) << size;
+    EXPECT_EQ(read.block_checksums, written.block_checksums) << size;
+  }
+  // Damage changes the record: the block holding it and the whole file.
+  std::vector<std::byte> data = random_bytes(rng, 300);
+  const DataFile before = write_data_file(directory.path() / "damaged.f32", data, 64);
+  data[130] ^= std::byte{1};
+  write_bytes(directory.path() / "damaged.f32", data);
+  const DataFile after = checksum_data_file(directory.path() / "damaged.f32", 64);
+  EXPECT_NE(after.checksum, before.checksum);
+  for (size_t block = 0; block < before.block_checksums.size(); ++block) {
+    EXPECT_EQ(after.block_checksums[block] != before.block_checksums[block], block == 2) << block;
+  }
+}
+
 TEST(DataFileTest, ReadsAnyPrefixIntoTheDestinationAndVerifiesTheRest) {
   TemporaryDirectory directory;
   std::mt19937_64 rng(43);

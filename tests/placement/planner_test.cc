@@ -185,11 +185,12 @@ TEST(PlanPlacementTest, RowWiseIsModSharding) {
 
 TEST(PlanPlacementTest, ColumnWiseSplitsTheDimEvenly) {
   Problem p = small_problem(3);
+  p.tables[1].optimizer = Adagrad{};  // RowwiseAdagrad cannot be split by columns (below)
   p.options.strategy = ShardingStrategy::kColumnWise;
   const Placement plan = p.plan();
   expect_consistent(p, plan);
   // video dim 7: [0, 3), [3, 5), [5, 7); user dim 2: [0, 1), [1, 2) and nothing on shard 2, each
-  // part with the whole row-wise accumulator.
+  // part with its columns of the accumulators.
   ASSERT_EQ(plan.tables[0].shards.size(), 3u);
   EXPECT_EQ(plan.tables[0].shards[1].first_column, 3);
   EXPECT_EQ(plan.tables[0].shards[1].num_columns, 2);
@@ -198,6 +199,16 @@ TEST(PlanPlacementTest, ColumnWiseSplitsTheDimEvenly) {
   EXPECT_EQ(plan.tables[1].shards[1].first_column, 1);
   EXPECT_EQ(plan.tables[1].shards[1].bytes, 2 * 4 * (1 + 1));
   EXPECT_DOUBLE_EQ(plan.tables[1].shards[1].expected_lookups, 3.0);
+}
+
+TEST(PlanPlacementTest, ColumnWiseRejectsRowwiseSlotsUnlessTheDimIsOne) {
+  Problem p = small_problem(2);
+  p.options.table_strategies = {{"user", ShardingStrategy::kColumnWise}};
+  EXPECT_THAT(
+      error_of<InvalidArgument>([&] { p.plan(); }),
+      AllOf(HasSubstr("table 'user'"), HasSubstr("column_wise"), HasSubstr("RowwiseAdagrad")));
+  p.tables[1].dim = 1;  // one column: nothing to split
+  EXPECT_EQ(p.plan().tables[1].strategy, ShardingStrategy::kColumnWise);
 }
 
 TEST(PlanPlacementTest, ReplicatedCopiesEveryTableToEveryShard) {
@@ -395,6 +406,11 @@ TEST(PlanPlacementTest, RandomOverridesAreHonoured) {
     for (const TableConfig& table : p.tables) {
       const auto strategy =
           static_cast<ShardingStrategy>(std::uniform_int_distribution<int>(0, 4)(rng));
+      const std::optional<Optimizer>& optimizer =
+          table.optimizer ? table.optimizer : p.global_optimizer;
+      const bool rowwise_slots =
+          optimizer && std::holds_alternative<RowwiseAdagrad>(*optimizer) && table.dim > 1;
+      if (strategy == ShardingStrategy::kColumnWise && rowwise_slots) continue;  // rejected
       if (strategy != ShardingStrategy::kAuto) p.options.table_strategies[table.name] = strategy;
     }
     const Placement plan = p.plan();
@@ -476,6 +492,7 @@ std::vector<std::vector<std::string>> rows_after(const std::string& text,
 TEST(FormatPlacementTest, PrintsShardTotalsAndParts) {
   Problem p = random_problem(7);
   p.tables[0].name = "a_table_name_longer_than_its_column";
+  p.tables[0].optimizer = Sgd{};  // splittable by columns whatever the global optimizer
   for (FeatureConfig& f : p.features) {
     if (f.table == "t0") f.table = p.tables[0].name;
   }

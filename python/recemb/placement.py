@@ -1,0 +1,98 @@
+"""Placement: how an Embedding splits its tables into shards, and the communicators that spread the
+shards over ranks (processes under MPI, or threads of this process).
+
+    layer = recemb.Embedding(features, optimizer,
+                             placement=recemb.Placement(num_shards=4, strategy="row_wise"))
+    print(layer.placement)      # the plan: one line per shard, then one per table part
+
+    # under `mpirun -np 4 python3 train.py`: every rank builds the same layer, passes its own batch
+    layer = recemb.Embedding(features, optimizer, communicator="mpi")
+
+Strategies (include/recemb/placement.h has the exact rules): "table_wise" (a table whole on one
+shard), "row_wise" (row r on shard r % num_shards), "column_wise" (contiguous column ranges),
+"replicated" (a full copy per shard, gradients all-reduced) and "auto" (the planner: tables bigger
+or hotter than a fair share are row-wise, the others table-wise, balanced over the shards).
+"""
+
+import math
+import numbers
+
+from recemb import _recemb
+
+# "auto" -> ShardingStrategy.kAuto, ...: the names are the C++ library's own.
+_STRATEGIES = {_recemb.sharding_strategy_name(value): value
+               for value in _recemb.ShardingStrategy.__members__.values()}
+
+
+def _strategy(owner, name):
+    if not isinstance(name, str) or name not in _STRATEGIES:
+        raise ValueError(f"{owner} must be one of {list(_STRATEGIES)}, got {name!r}")
+    return _STRATEGIES[name]
+
+
+class Placement:
+    """How the tables of an Embedding are split into shards (C++ PlacementOptions).
+
+    num_shards: the number of shards K, >= 1. With a communicator of N ranks, shard s lives on
+        rank s % N; None of these settings changes what the layer computes (to float rounding).
+    strategy: the strategy of every table not in table_strategies: "auto" (default),
+        "table_wise", "row_wise", "column_wise" or "replicated".
+    table_strategies: {table name or TableConfig: strategy}, overriding `strategy`.
+    expected_lookups: {feature name: ids per example}, finite and >= 0 (features not named: 1);
+        the planner balances the shards' lookups with them.
+
+    Bad values raise ValueError: strategy names and num_shards here, table and feature names
+    (checked against the feature config) when the Embedding is built.
+    """
+
+    def __init__(self, num_shards=1, strategy="auto", table_strategies=None,
+                 expected_lookups=None):
+        if (isinstance(num_shards, bool) or not isinstance(num_shards, numbers.Integral) or
+                num_shards < 1):
+            raise ValueError(f"Placement: num_shards must be an int >= 1, got {num_shards!r}")
+        _strategy("Placement: strategy", strategy)
+        table_strategies = dict(table_strategies or {})
+        for table, name in table_strategies.items():
+            _strategy(f"Placement: table_strategies[{table!r}]", name)
+        expected_lookups = dict(expected_lookups or {})
+        for feature, rate in expected_lookups.items():
+            if (isinstance(rate, bool) or not isinstance(rate, numbers.Real) or
+                    not math.isfinite(rate) or rate < 0):
+                raise ValueError(f"Placement: expected_lookups[{feature!r}] must be a finite "
+                                 f"number >= 0, got {rate!r}")
+        self.num_shards = int(num_shards)
+        self.strategy = strategy
+        self.table_strategies = table_strategies
+        self.expected_lookups = {feature: float(rate) for feature, rate in
+                                 expected_lookups.items()}
+
+    def __repr__(self):
+        return (f"Placement(num_shards={self.num_shards}, strategy={self.strategy!r}, "
+                f"table_strategies={self.table_strategies!r}, "
+                f"expected_lookups={self.expected_lookups!r})")
+
+    def _to_cpp(self, resolved):
+        """The C++ PlacementOptions, table keys resolved to names by `resolved` (a Resolved)."""
+        try:
+            table_strategies = {resolved.table_name(table): _STRATEGIES[name]
+                                for table, name in self.table_strategies.items()}
+        except ValueError as error:
+            raise ValueError(f"Placement: table_strategies: {error}") from None
+        return _recemb.PlacementOptions(
+            num_shards=self.num_shards, strategy=_STRATEGIES[self.strategy],
+            table_strategies=table_strategies, expected_lookups=dict(self.expected_lookups))
+
+
+def _cpp_communicator(value):
+    """The C++ communicator for Embedding(communicator=value): None (this process alone), "mpi"
+    (the ranks of mpirun) or a recemb.Communicator (e.g. from recemb.in_process_communicators).
+    """
+    if value is None or isinstance(value, _recemb.Communicator):
+        return value
+    if isinstance(value, str) and value == "mpi":
+        if not _recemb.mpi_available():
+            raise RuntimeError("communicator='mpi': this recemb was built without MPI "
+                               "(recemb.mpi_available() is False); rebuild it with "
+                               "-DRECEMB_WITH_MPI=ON and an MPI library (libopenmpi-dev)")
+        return _recemb.mpi_communicator()
+    raise ValueError(f"communicator must be None, 'mpi' or a recemb.Communicator, got {value!r}")

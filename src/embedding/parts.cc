@@ -1,0 +1,46 @@
+#include "embedding/parts.h"
+
+#include "embedding/embedding_impl.h"
+
+namespace recemb::internal {
+
+template <class Float>
+std::vector<LocalPart<Float>> PartAccess::parts_of(const Embedding& embedding) {
+  Embedding::Impl& impl = *embedding.impl_;
+  impl.join_prefetch();
+  std::vector<LocalPart<Float>> parts;
+  parts.reserve(impl.states.size());
+  for (size_t s = 0; s < impl.states.size(); ++s) {
+    const TablePart& held = impl.part(s);
+    const TableConfig& config = impl.tables[held.table];
+    LocalPart<Float>& local = parts.emplace_back(LocalPart<Float>{.part = held});
+    for (std::string& name : impl.variable_names(config.name)) {
+      TableStorage& storage = impl.states[s].storage();
+      const int64_t width = impl.variable_width(config.name, name);
+      // A variable as wide as the table is split with the columns; a narrower one (a row-wise
+      // slot) is kept whole by every part (the planner splits no such table by columns).
+      const bool split = width == config.dim;
+      const std::span<float> values = storage.variable(name)->span();
+      local.variables.push_back({.name = std::move(name),
+                                 .width = width,
+                                 .first_column = split ? held.first_column : 0,
+                                 .columns = split ? held.num_columns : width,
+                                 .values = values});
+    }
+  }
+  return parts;
+}
+
+std::vector<LocalPart<const float>> PartAccess::local_parts(const Embedding& embedding) {
+  return parts_of<const float>(embedding);
+}
+
+std::vector<LocalPart<float>> PartAccess::local_parts(Embedding& embedding) {
+  return parts_of<float>(embedding);
+}
+
+Communicator& PartAccess::communicator(const Embedding& embedding) {
+  return *embedding.impl_->communicator;
+}
+
+}  // namespace recemb::internal

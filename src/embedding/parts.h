@@ -1,0 +1,57 @@
+// Access to the parts of the tables that one rank holds (placement/partition.h), for code that
+// moves whole variables in and out without gathering them on one rank: the checkpoint writer and
+// reader (src/checkpoint), where each rank writes and reads only its own rows and columns.
+//
+// Layout of a part's variable: `values` holds part.rows local rows of `columns` floats each,
+// row-major; local row l is the table's row part.global_row(l), and its floats are the table
+// variable's columns [first_column, first_column + columns) of a row `width` floats wide. For a
+// variable as wide as the table's dim that is the part's column range; for a narrower one (a
+// row-wise slot, width 1) the part keeps the whole width (first_column 0).
+#ifndef RECEMB_EMBEDDING_PARTS_H_
+#define RECEMB_EMBEDDING_PARTS_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "recemb/communicator.h"
+#include "recemb/embedding.h"
+
+#include "placement/partition.h"
+
+namespace recemb::internal {
+
+// One variable of a part; Float is float or const float.
+template <class Float>
+struct PartVariable {
+  std::string name;          // "parameters", then the slots (Embedding::variable_names order)
+  int64_t width = 0;         // floats per row of the whole variable
+  int64_t first_column = 0;  // of this part's floats within a whole row
+  int64_t columns = 0;       // floats per local row
+  std::span<Float> values;   // part.rows * columns floats: the part's memory itself
+};
+
+template <class Float>
+struct LocalPart {
+  TablePart part;  // part.table indexes Embedding::tables()
+  std::vector<PartVariable<Float>> variables;
+};
+
+struct PartAccess {
+  // The parts this rank holds (partition.rank_parts(rank)), in that order. The spans point into
+  // the Embedding and stay valid while it lives and is not moved from. Waits for a prefetch in
+  // progress first (as every call on the Embedding does).
+  static std::vector<LocalPart<const float>> local_parts(const Embedding& embedding);
+  static std::vector<LocalPart<float>> local_parts(Embedding& embedding);
+  // The ranks sharing the tables (local_communicator() for one process alone).
+  static Communicator& communicator(const Embedding& embedding);
+
+ private:
+  template <class Float>
+  static std::vector<LocalPart<Float>> parts_of(const Embedding& embedding);
+};
+
+}  // namespace recemb::internal
+
+#endif  // RECEMB_EMBEDDING_PARTS_H_

@@ -1,0 +1,287 @@
+// agree / agree_on_outcome (src/embedding/agreement.h): ranks are threads connected by
+// in_process_communicators. Every rank passes -> every rank returns; some rank fails -> every rank
+// throws the lowest failing rank's error as "rank R: <message>" (InvalidArgument stays
+// InvalidArgument, anything else becomes FailedPrecondition); one rank alone -> the validation's
+// own exception, untouched. These tests also run under ThreadSanitizer.
+#include "embedding/agreement.h"
+
+#include <cstdint>
+#include <functional>
+#include <gtest/gtest.h>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "recemb/communicator.h"
+#include "recemb/error.h"
+
+namespace recemb::internal {
+namespace {
+
+// What one rank's call did.
+struct Outcome {
+  enum Kind { kReturned, kInvalidArgument, kFailedPrecondition, kOther } kind = kReturned;
+  std::string message;
+
+  bool operator==(const Outcome&) const = default;
+};
+
+std::ostream& operator<<(std::ostream& out, const Outcome& outcome) {
+  static const char* const kNames[] = {"returned", "InvalidArgument", "FailedPrecondition",
+                                       "other exception"};
+  return out << kNames[outcome.kind] << " \"" << outcome.message << "\"";
+}
+
+Outcome outcome_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const InvalidArgument& error) {
+    return {Outcome::kInvalidArgument, error.what()};
+  } catch (const FailedPrecondition& error) {
+    return {Outcome::kFailedPrecondition, error.what()};
+  } catch (const std::exception& error) {
+    return {Outcome::kOther, error.what()};
+  }
+  return {};
+}
+
+// Runs body(rank, communicator) on one thread per communicator and returns each rank's outcome.
+std::vector<Outcome> on_ranks(const std::vector<std::shared_ptr<Communicator>>& communicators,
+                              const std::function<void(int, Communicator&)>& body) {
+  std::vector<Outcome> outcomes(communicators.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < communicators.size(); ++r) {
+    threads.emplace_back([&, r] {
+      outcomes[r] = outcome_of([&] { body(static_cast<int>(r), *communicators[r]); });
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return outcomes;
+}
+
+// What a rank's validation does in one agreement.
+enum class Failure { kNone, kInvalidArgument, kFailedPrecondition, kRuntimeError };
+
+void fail(Failure failure, const std::string& message) {
+  switch (failure) {
+    case Failure::kNone:
+      return;
+    case Failure::kInvalidArgument:
+      throw InvalidArgument(message);
+    case Failure::kFailedPrecondition:
+      throw FailedPrecondition(message);
+    case Failure::kRuntimeError:
+      throw std::runtime_error(message);
+  }
+}
+
+// The outcome every rank must see, from the header's contract, for ranks failing as `failures`.
+Outcome expected_outcome(const std::vector<Failure>& failures,
+                         const std::vector<std::string>& messages) {
+  for (size_t r = 0; r < failures.size(); ++r) {
+    if (failures[r] == Failure::kNone) continue;
+    const std::string text = "rank " + std::to_string(r) + ": " + messages[r];
+    return {failures[r] == Failure::kInvalidArgument ? Outcome::kInvalidArgument
+                                                     : Outcome::kFailedPrecondition,
+            text};
+  }
+  return {};
+}
+
+std::vector<Outcome> agree_with(const std::vector<std::shared_ptr<Communicator>>& communicators,
+                                const std::vector<Failure>& failures,
+                                const std::vector<std::string>& messages) {
+  return on_ranks(communicators, [&](int rank, Communicator& communicator) {
+    const auto r = static_cast<size_t>(rank);
+    agree(communicator, [&] { fail(failures[r], messages[r]); });
+  });
+}
+
+std::vector<std::string> messages_for(size_t size) {
+  std::vector<std::string> messages;
+  for (size_t r = 0; r < size; ++r) {
+    messages.push_back("feature 'f" + std::to_string(r) + "': id " + std::to_string(100 + r) +
+                       " out of range");
+  }
+  return messages;
+}
+
+class AgreementTest : public ::testing::TestWithParam<int> {
+ protected:
+  int size() const { return GetParam(); }
+  const std::vector<std::shared_ptr<Communicator>> communicators_ =
+      in_process_communicators(GetParam());
+  const std::vector<std::string> messages_ = messages_for(static_cast<size_t>(GetParam()));
+};
+
+TEST_P(AgreementTest, ReturnsOnEveryRankWhenEveryRankPasses) {
+  const std::vector<Failure> none(static_cast<size_t>(size()), Failure::kNone);
+  for (const Outcome& outcome : agree_with(communicators_, none, messages_)) {
+    EXPECT_EQ(outcome, Outcome{});
+  }
+  // agree_on_outcome itself, with kNone and a message that must be ignored.
+  for (const Outcome& outcome : on_ranks(communicators_, [](int, Communicator& communicator) {
+         agree_on_outcome(communicator, ErrorKind::kNone, "ignored");
+       })) {
+    EXPECT_EQ(outcome, Outcome{});
+  }
+}
+
+TEST_P(AgreementTest, OneRanksInvalidArgumentIsThrownOnEveryRank) {
+  for (int failing = 0; failing < size(); ++failing) {
+    std::vector<Failure> failures(static_cast<size_t>(size()), Failure::kNone);
+    failures[static_cast<size_t>(failing)] = Failure::kInvalidArgument;
+    const Outcome expected{Outcome::kInvalidArgument, "rank " + std::to_string(failing) + ": " +
+                                                          messages_[static_cast<size_t>(failing)]};
+    const std::vector<Outcome> outcomes = agree_with(communicators_, failures, messages_);
+    for (int r = 0; r < size(); ++r) {
+      EXPECT_EQ(outcomes[static_cast<size_t>(r)], expected)
+          << "rank " << r << " failing " << failing;
+    }
+  }
+}
+
+TEST_P(AgreementTest, OtherExceptionsBecomeFailedPreconditionOnEveryRank) {
+  for (const Failure failure : {Failure::kRuntimeError, Failure::kFailedPrecondition}) {
+    const int failing = size() - 1;
+    std::vector<Failure> failures(static_cast<size_t>(size()), Failure::kNone);
+    failures[static_cast<size_t>(failing)] = failure;
+    const Outcome expected{
+        Outcome::kFailedPrecondition,
+        "rank " + std::to_string(failing) + ": " + messages_[static_cast<size_t>(failing)]};
+    for (const Outcome& outcome : agree_with(communicators_, failures, messages_)) {
+      EXPECT_EQ(outcome, expected);
+    }
+  }
+}
+
+TEST_P(AgreementTest, TheLowestFailingRanksErrorWinsOnEveryRank) {
+  if (size() < 2) GTEST_SKIP() << "needs two ranks";
+  const size_t last = static_cast<size_t>(size()) - 1;
+  // The lowest failure is InvalidArgument, a higher one something else, and the other way round.
+  for (const auto& [low, high] : std::vector<std::pair<Failure, Failure>>{
+           {Failure::kInvalidArgument, Failure::kRuntimeError},
+           {Failure::kRuntimeError, Failure::kInvalidArgument},
+           {Failure::kInvalidArgument, Failure::kInvalidArgument}}) {
+    for (size_t first = 0; first < last; ++first) {
+      std::vector<Failure> failures(static_cast<size_t>(size()), Failure::kNone);
+      failures[first] = low;
+      failures[last] = high;
+      const Outcome expected = expected_outcome(failures, messages_);
+      ASSERT_NE(expected.kind, Outcome::kReturned);
+      EXPECT_EQ(expected.message.rfind("rank " + std::to_string(first) + ": ", 0), 0u);
+      for (const Outcome& outcome : agree_with(communicators_, failures, messages_)) {
+        EXPECT_EQ(outcome, expected) << "ranks " << first << " and " << last << " fail";
+      }
+    }
+  }
+}
+
+TEST_P(AgreementTest, LongMessagesArriveWhole) {
+  std::vector<Failure> failures(static_cast<size_t>(size()), Failure::kInvalidArgument);
+  std::vector<std::string> messages;
+  for (int r = 0; r < size(); ++r) {
+    // Lengths differ per rank; a byte that is not ASCII. (No '\0': what() is a C string.)
+    std::string message(static_cast<size_t>(10000 + 37 * r), 'x');
+    message[6] = static_cast<char>(0xff);
+    message.back() = static_cast<char>('a' + r);
+    messages.push_back(message);
+  }
+  const Outcome expected = expected_outcome(failures, messages);
+  for (const Outcome& outcome : agree_with(communicators_, failures, messages)) {
+    EXPECT_EQ(outcome.kind, expected.kind);
+    EXPECT_TRUE(outcome.message == expected.message) << "length " << outcome.message.size();
+  }
+}
+
+TEST_P(AgreementTest, ManyAgreementsInARowReuseTheCommunicators) {
+  // A fixed-seed schedule every rank knows: per round, each rank fails with some probability and
+  // some kind. Each rank checks its own outcome against the contract in the same thread.
+  const uint64_t seed = 77 + static_cast<uint64_t>(size());
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const int rounds = 60;
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<Failure>> schedule(rounds);
+  std::uniform_int_distribution<int> pick(0, 9);
+  for (std::vector<Failure>& failures : schedule) {
+    for (int r = 0; r < size(); ++r) {
+      const int p = pick(rng);
+      failures.push_back(p < 7   ? Failure::kNone
+                         : p < 8 ? Failure::kInvalidArgument
+                         : p < 9 ? Failure::kRuntimeError
+                                 : Failure::kFailedPrecondition);
+    }
+  }
+  std::vector<std::vector<Outcome>> seen(static_cast<size_t>(size()));
+  on_ranks(communicators_, [&](int rank, Communicator& communicator) {
+    const auto me = static_cast<size_t>(rank);
+    for (int round = 0; round < rounds; ++round) {
+      const std::vector<Failure>& failures = schedule[static_cast<size_t>(round)];
+      seen[me].push_back(outcome_of([&] {
+        agree(communicator,
+              [&] { fail(failures[me], "round " + std::to_string(round) + " " + messages_[me]); });
+      }));
+    }
+  });
+  int failed_rounds = 0;
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<std::string> messages;
+    for (const std::string& m : messages_)
+      messages.push_back("round " + std::to_string(round) + " " + m);
+    const Outcome expected = expected_outcome(schedule[static_cast<size_t>(round)], messages);
+    failed_rounds += expected.kind == Outcome::kReturned ? 0 : 1;
+    for (int r = 0; r < size(); ++r) {
+      EXPECT_EQ(seen[static_cast<size_t>(r)][static_cast<size_t>(round)], expected)
+          << "round " << round << " rank " << r;
+    }
+  }
+  // The schedule mixes passing and failing rounds (else the test would prove less than it says).
+  EXPECT_GT(failed_rounds, 0);
+  EXPECT_LT(failed_rounds, rounds);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, AgreementTest, ::testing::Values(2, 3, 5),
+                         [](const auto& test_info) {
+                           return std::to_string(test_info.param) + "ranks";
+                         });
+
+// One rank: no exchange; the validation's exception propagates as it was thrown.
+TEST(Agreement, OneRankPropagatesTheOriginalException) {
+  const std::vector<std::shared_ptr<Communicator>> groups_of_one = {local_communicator(),
+                                                                    in_process_communicators(1)[0]};
+  for (const std::shared_ptr<Communicator>& communicator : groups_of_one) {
+    SCOPED_TRACE(std::string(communicator->name()));
+    EXPECT_EQ(outcome_of([&] { agree(*communicator, [] {}); }), Outcome{});
+    EXPECT_EQ(outcome_of([&] { agree(*communicator, [] { throw InvalidArgument("bad id 7"); }); }),
+              (Outcome{Outcome::kInvalidArgument, "bad id 7"}));
+    EXPECT_EQ(
+        outcome_of([&] { agree(*communicator, [] { throw FailedPrecondition("no lookup"); }); }),
+        (Outcome{Outcome::kFailedPrecondition, "no lookup"}));
+    // Not turned into FailedPrecondition: the exact type arrives.
+    try {
+      agree(*communicator, [] { throw std::out_of_range("index 9"); });
+      ADD_FAILURE() << "no exception";
+    } catch (const std::out_of_range& error) {
+      EXPECT_STREQ(error.what(), "index 9");
+    }
+  }
+}
+
+TEST(Agreement, OneRankAgreeOnOutcomeThrowsWithTheRankPrefix) {
+  // agree_on_outcome itself is the collective: with one rank it reports rank 0's outcome.
+  const std::shared_ptr<Communicator> communicator = local_communicator();
+  EXPECT_EQ(outcome_of([&] { agree_on_outcome(*communicator, ErrorKind::kNone, ""); }), Outcome{});
+  EXPECT_EQ(
+      outcome_of([&] { agree_on_outcome(*communicator, ErrorKind::kInvalidArgument, "bad"); }),
+      (Outcome{Outcome::kInvalidArgument, "rank 0: bad"}));
+  EXPECT_EQ(outcome_of([&] { agree_on_outcome(*communicator, ErrorKind::kOther, "broken"); }),
+            (Outcome{Outcome::kFailedPrecondition, "rank 0: broken"}));
+}
+
+}  // namespace
+}  // namespace recemb::internal

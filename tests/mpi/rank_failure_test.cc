@@ -1,0 +1,73 @@
+// A rank that dies or fails must end the whole MPI job quickly, with a message that says which
+// rank and why, and never leave the other ranks waiting in a collective. Runs
+// tests/mpi/training_job.cc under mpirun with 2 ranks and one failure each.
+#include <chrono>
+#include <cstdio>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Outcome {
+  int status = 0;  // the job's exit status (-1 if it did not exit normally)
+  double seconds = 0;
+  std::string output;  // stdout and stderr
+};
+
+Outcome run_job(const std::string& arguments) {
+  // `timeout` ends the test rather than CI if the job ever hangs.
+  const std::string command = std::string("timeout 120 ") + RECEMB_MPIEXEC +
+                              " --allow-run-as-root --oversubscribe -np 2 " + RECEMB_TRAINING_JOB +
+                              " " + arguments + " 2>&1";
+  const auto start = std::chrono::steady_clock::now();
+  FILE* pipe = popen(command.c_str(), "r");
+  Outcome outcome;
+  if (pipe == nullptr) return outcome;
+  char buffer[4096];
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) outcome.output += buffer;
+  const int status = pclose(pipe);
+  outcome.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return outcome;
+}
+
+TEST(RankFailure, AHealthyJobFinishes) {
+  const Outcome outcome = run_job("--steps 5");
+  EXPECT_EQ(outcome.status, 0) << outcome.output;
+  EXPECT_THAT(outcome.output, HasSubstr("step 4"));
+}
+
+TEST(RankFailure, AKilledRankEndsTheJobWithinSeconds) {
+  const Outcome outcome = run_job("--steps 100000 --fail-rank 1 --fail-at 3 --failure kill");
+  EXPECT_NE(outcome.status, 0) << outcome.output;
+  EXPECT_NE(outcome.status, 124) << "the job hung until timeout killed it:\n" << outcome.output;
+  EXPECT_LT(outcome.seconds, 30.0) << outcome.output;
+  EXPECT_THAT(outcome.output, HasSubstr("rank 1: killing itself at step 3"));
+  // OpenMPI's launcher names the rank that died and how.
+  EXPECT_THAT(outcome.output, HasSubstr("rank 1"));
+  EXPECT_THAT(outcome.output, HasSubstr("signal 9"));
+}
+
+TEST(RankFailure, ARankThatThrowsEndsTheJobWithinSeconds) {
+  const Outcome outcome = run_job("--steps 100000 --fail-rank 0 --fail-at 2 --failure throw");
+  EXPECT_NE(outcome.status, 0) << outcome.output;
+  EXPECT_NE(outcome.status, 124) << "the job hung until timeout killed it:\n" << outcome.output;
+  EXPECT_LT(outcome.seconds, 30.0) << outcome.output;
+  EXPECT_THAT(outcome.output, HasSubstr("rank 0 fails at step 2"));
+}
+
+TEST(RankFailure, ABadIdOnOneRankIsReportedByEveryRank) {
+  const Outcome outcome = run_job("--steps 100000 --fail-rank 1 --fail-at 2 --failure bad-id");
+  EXPECT_EQ(outcome.status, 3) << outcome.output;
+  // Both ranks report rank 1's error, naming the feature, example and id.
+  EXPECT_THAT(outcome.output, HasSubstr("rank 0: rank 1: feature 'clicked' (table 'items'): "
+                                        "example 5: id 10001 is out of range"));
+  EXPECT_THAT(outcome.output, HasSubstr("rank 1: rank 1: feature 'clicked' (table 'items'): "
+                                        "example 5: id 10001 is out of range"));
+}
+
+}  // namespace
