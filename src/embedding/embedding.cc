@@ -41,13 +41,6 @@ constexpr int64_t kRowsPerUpdateTask = 256;
 constexpr int64_t kRowsPerDenseUpdateTask = 4096;
 constexpr int64_t kRowsPerInitializeTask = 4096;
 
-// One parallel lookup task: bags [first_bag, last_bag) of one feature.
-struct LookupTask {
-  size_t feature;
-  int64_t first_bag;
-  int64_t last_bag;
-};
-
 // Identifies an Embedding for the lifetime of the process (never reused, unlike an address).
 uint64_t next_embedding_id() {
   static std::atomic<uint64_t> counter{0};
@@ -242,7 +235,8 @@ void Embedding::Impl::pool_activations(std::span<const std::span<float>> activat
 void Embedding::Impl::pool_direct(std::span<const std::span<float>> activations,
                                   LookupBatch::Impl& batch) {
   const std::vector<CsrFeature>& normalized = batch.features;
-  std::vector<LookupTask> tasks;
+  std::vector<internal::PoolTask>& tasks = pool_tasks;
+  tasks.clear();
   int64_t total_ids = 0;
   for (size_t f = 0; f < features.size(); ++f) {
     const int64_t num_bags = normalized[f].num_bags();
@@ -251,16 +245,17 @@ void Embedding::Impl::pool_direct(std::span<const std::span<float>> activations,
     const int64_t bags_per_task =
         num_ids == 0 ? std::max<int64_t>(num_bags, 1)
                      : std::max<int64_t>(1, kIdsPerLookupTask * num_bags / num_ids);
+    const TableState& state = states[feature_table[f]];
+    const internal::PoolInput input =
+        internal::pool_input(normalized[f], state.config(), state.storage().parameters());
     for (int64_t first = 0; first < num_bags; first += bags_per_task) {
-      tasks.push_back({f, first, std::min(num_bags, first + bags_per_task)});
+      tasks.push_back(
+          {input, first, std::min(num_bags, first + bags_per_task), activations[f].data()});
     }
   }
   auto pool_task = [&](int64_t k, int) {
-    const LookupTask& task = tasks[static_cast<size_t>(k)];
-    const TableState& state = states[feature_table[task.feature]];
-    internal::pool_bags(internal::pool_input(normalized[task.feature], state.config(),
-                                             state.storage().parameters()),
-                        task.first_bag, task.last_bag, activations[task.feature].data());
+    const internal::PoolTask& task = tasks[static_cast<size_t>(k)];
+    internal::pool_bags(task.input, task.first_bag, task.last_bag, task.out);
   };
   const auto num_tasks = static_cast<int64_t>(tasks.size());
   if (total_ids < kMinIdsForThreads) {

@@ -35,6 +35,36 @@ struct RoutedMessage {
   size_t offset(int rank) const;
 };
 
+namespace internal {
+
+// One parallel pooling task: bags [first_bag, last_bag) of one pool input, bag b into
+// out + b * input.dim (pool_bags' contract).
+struct PoolTask {
+  PoolInput input;
+  int64_t first_bag;
+  int64_t last_bag;
+  float* out;
+};
+
+// The bags and ids one feature sends to one part of its table.
+struct SectionCounts {
+  int64_t bags = 0;
+  int64_t ids = 0;
+};
+
+// The routed path's per-step buffers, kept so that a step allocates nothing once they have grown.
+struct RoutedScratch {
+  std::vector<std::vector<SectionCounts>> counts;       // [feature][part of its table]
+  std::vector<std::vector<RequestSection*>> targets;    // [feature][part of its table]
+  std::vector<int64_t> last_bag;                        // [part of a table]
+  std::vector<int64_t> bags_written;                    // [part of a table]
+  std::vector<int64_t> ids_written;                     // [part of a table]
+  std::vector<int64_t> bytes;                           // [rank]
+  std::vector<std::vector<const float*>> section_rows;  // [rank][section]: pooled or gradient rows
+};
+
+}  // namespace internal
+
 struct LookupBatch::Impl {
   uint64_t owner = 0;  // id of the Embedding that filled it; 0: none
   std::vector<internal::CsrFeature> features;
@@ -80,6 +110,8 @@ struct Embedding::Impl {
   LookupBatch::Impl scratch_batch;
 
   // Reused per-call buffers.
+  std::vector<internal::PoolTask> pool_tasks;
+  internal::RoutedScratch routed;
   std::vector<uint64_t> lookup_table_ids;    // ids per table in the batch being validated
   std::vector<float> learning_rates;         // per table, for the step being applied
   std::vector<float> zeros;                  // max dim

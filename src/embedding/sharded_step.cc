@@ -24,18 +24,13 @@ namespace {
 
 using internal::CsrFeature;
 using internal::RequestSection;
+using internal::SectionCounts;
 using internal::TablePart;
 using internal::TableState;
 
 constexpr int64_t kIdsPerPoolTask = 2048;
 
 bool is_replicated(const TablePart& part) { return part.strategy == ShardingStrategy::kReplicated; }
-
-// The bags and ids one feature sends to one part of its table.
-struct SectionCounts {
-  int64_t bags = 0;
-  int64_t ids = 0;
-};
 
 // Counts, for each part of a feature's table, the bags with ids there and those ids.
 void count_routes(const CsrFeature& csr, std::span<const TablePart> parts,
@@ -67,7 +62,7 @@ void count_routes(const CsrFeature& csr, std::span<const TablePart> parts,
 // Writes a feature's routed bags into the sections of its table's parts (targets[i] for part i),
 // sized by count_routes.
 void write_routes(const CsrFeature& csr, std::span<const TablePart> parts,
-                  std::span<RequestSection* const> targets, std::vector<int64_t>& last_bag) {
+                  std::span<RequestSection* const> targets, internal::RoutedScratch& scratch) {
   const bool weighted = !csr.weights.empty();
   if (parts[0].strategy != ShardingStrategy::kRowWise) {
     for (RequestSection* section : targets) {
@@ -88,9 +83,12 @@ void write_routes(const CsrFeature& csr, std::span<const TablePart> parts,
     return;
   }
   const int64_t stride = parts[0].row_stride;
+  std::vector<int64_t>& last_bag = scratch.last_bag;
+  std::vector<int64_t>& bags_written = scratch.bags_written;
+  std::vector<int64_t>& ids_written = scratch.ids_written;
   last_bag.assign(parts.size(), -1);
-  std::vector<int64_t> bags_written(parts.size(), 0);
-  std::vector<int64_t> ids_written(parts.size(), 0);
+  bags_written.assign(parts.size(), 0);
+  ids_written.assign(parts.size(), 0);
   for (int64_t b = 0; b < csr.num_bags(); ++b) {
     for (int64_t j = csr.offsets[static_cast<size_t>(b)];
          j < csr.offsets[static_cast<size_t>(b) + 1]; ++j) {
@@ -129,13 +127,15 @@ void exchange(Communicator& communicator, const RoutedMessage& send, RoutedMessa
 void Embedding::Impl::route_requests(LookupBatch::Impl& batch) {
   const auto ranks = static_cast<size_t>(world_size);
   // Per feature, per part of its table: what it sends there.
-  std::vector<std::vector<SectionCounts>> counts(features.size());
-  std::vector<int64_t> last_bag;
+  std::vector<std::vector<SectionCounts>>& counts = routed.counts;
+  counts.resize(features.size());
   for (size_t f = 0; f < features.size(); ++f) {
-    count_routes(batch.features[f], partition.table_parts(feature_table[f]), counts[f], last_bag);
+    count_routes(batch.features[f], partition.table_parts(feature_table[f]), counts[f],
+                 routed.last_bag);
   }
   // Lay the sections out, rank by rank, and write their headers.
-  std::vector<int64_t> bytes(ranks, 0);
+  std::vector<int64_t>& bytes = routed.bytes;
+  bytes.assign(ranks, 0);
   for (int q = 0; q < world_size; ++q) {
     for (const internal::Section& section : partition.sections(q)) {
       const TablePart& held = partition.rank_parts(q)[section.part];
@@ -147,7 +147,8 @@ void Embedding::Impl::route_requests(LookupBatch::Impl& batch) {
   size_message(batch.requests_sent, bytes);
   batch.sent.resize(ranks);
   // targets[f][i]: the section feature f fills for part i of its table.
-  std::vector<std::vector<RequestSection*>> targets(features.size());
+  std::vector<std::vector<RequestSection*>>& targets = routed.targets;
+  targets.resize(features.size());
   for (size_t f = 0; f < features.size(); ++f) {
     targets[f].resize(partition.table_parts(feature_table[f]).size());
   }
@@ -167,7 +168,7 @@ void Embedding::Impl::route_requests(LookupBatch::Impl& batch) {
     }
   }
   for (size_t f = 0; f < features.size(); ++f) {
-    write_routes(batch.features[f], partition.table_parts(feature_table[f]), targets[f], last_bag);
+    write_routes(batch.features[f], partition.table_parts(feature_table[f]), targets[f], routed);
   }
 }
 
@@ -196,7 +197,8 @@ void Embedding::Impl::pool_routed(std::span<const std::span<float>> activations,
   const auto ranks = static_cast<size_t>(world_size);
   const std::span<const internal::Section> my_sections = partition.sections(rank);
   // Pool what every rank asked of this rank's parts, into the responses.
-  std::vector<int64_t> response_bytes(ranks, 0);
+  std::vector<int64_t>& response_bytes = routed.bytes;
+  response_bytes.assign(ranks, 0);
   auto pooled_floats = [&](int q, size_t k, const RequestSection& section) -> int64_t {
     const TablePart& held = part(my_sections[k].part);
     if (is_replicated(held) && q != rank) return 0;
@@ -210,13 +212,8 @@ void Embedding::Impl::pool_routed(std::span<const std::span<float>> activations,
     }
   }
   size_message(responses_sent, response_bytes);
-  struct PoolTask {
-    internal::PoolInput input;
-    int64_t first_bag;
-    int64_t last_bag;
-    float* out;
-  };
-  std::vector<PoolTask> tasks;
+  std::vector<internal::PoolTask>& tasks = pool_tasks;
+  tasks.clear();
   auto* out = reinterpret_cast<float*>(responses_sent.bytes.data());
   int64_t total_ids = 0;
   for (int q = 0; q < world_size; ++q) {
@@ -239,7 +236,7 @@ void Embedding::Impl::pool_routed(std::span<const std::span<float>> activations,
     }
   }
   auto run_task = [&](int64_t t, int) {
-    const PoolTask& task = tasks[static_cast<size_t>(t)];
+    const internal::PoolTask& task = tasks[static_cast<size_t>(t)];
     internal::pool_bags(task.input, task.first_bag, task.last_bag, task.out);
   };
   const auto num_tasks = static_cast<int64_t>(tasks.size());
@@ -251,7 +248,8 @@ void Embedding::Impl::pool_routed(std::span<const std::span<float>> activations,
   exchange(*communicator, responses_sent, responses_received);
 
   // Where each section's pooled rows start in the responses this rank received.
-  std::vector<std::vector<const float*>> pooled(ranks);
+  std::vector<std::vector<const float*>>& pooled = routed.section_rows;
+  pooled.resize(ranks);
   for (int q = 0; q < world_size; ++q) {
     const auto* at = reinterpret_cast<const float*>(responses_received.bytes.data() +
                                                     responses_received.offset(q));
@@ -292,7 +290,8 @@ void Embedding::Impl::apply_routed(LookupBatch::Impl& batch,
                                    std::span<const std::span<const float>> gradients) {
   const auto ranks = static_cast<size_t>(world_size);
   // The gradient rows (or columns) of every bag sent to each part.
-  std::vector<int64_t> bytes(ranks, 0);
+  std::vector<int64_t>& bytes = routed.bytes;
+  bytes.assign(ranks, 0);
   for (int q = 0; q < world_size; ++q) {
     const std::span<const internal::Section> sections = partition.sections(q);
     for (size_t k = 0; k < sections.size(); ++k) {
@@ -322,7 +321,8 @@ void Embedding::Impl::apply_routed(LookupBatch::Impl& batch,
 
   // Where each received section's gradient rows start.
   const std::span<const internal::Section> my_sections = partition.sections(rank);
-  std::vector<std::vector<const float*>> received_gradients(ranks);
+  std::vector<std::vector<const float*>>& received_gradients = routed.section_rows;
+  received_gradients.resize(ranks);
   for (int q = 0; q < world_size; ++q) {
     const auto* at = reinterpret_cast<const float*>(gradients_received.bytes.data() +
                                                     gradients_received.offset(q));
