@@ -3,6 +3,8 @@ several optimizers and sizes, features of every input layout, random global batc
 seed, and the slice of a global batch that one rank passes (rank r of W gets examples
 [r * B / W, (r + 1) * B / W))."""
 
+import threading
+
 import numpy as np
 
 import recemb
@@ -144,3 +146,31 @@ def mismatches(layer, reference, history, reference_history, rank, world_size):
     if layer.step != reference.step:
         found.append(f"step {layer.step}, expected {reference.step}")
     return found
+
+
+def run_ranks(world_size, work, timeout=60):
+    """Runs work(rank, communicator) on one thread per rank of an in-process group (for one rank:
+    on this thread, with communicator None); returns each rank's result or raised exception.
+    Fails (rather than hangs) if a rank does not finish."""
+    if world_size == 1:
+        try:
+            return [work(0, None)]
+        except Exception as error:  # noqa: BLE001 - handed to the test
+            return [error]
+    communicators = recemb.in_process_communicators(world_size)
+    results = [None] * world_size
+
+    def run(rank):
+        try:
+            results[rank] = work(rank, communicators[rank])
+        except Exception as error:  # noqa: BLE001 - handed to the test
+            results[rank] = error
+
+    threads = [threading.Thread(target=run, args=(rank,), daemon=True)
+               for rank in range(world_size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    assert not any(thread.is_alive() for thread in threads), "a rank is stuck in a collective"
+    return results

@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -20,31 +19,8 @@ SEED = 20240611
 SAVED_AT, STEPS = 2, 4
 
 
-def run_ranks(world_size, work, timeout=60):
-    """work(rank, communicator) on one thread per rank (world_size 1: this process alone, no
-    communicator); returns each rank's result or raised exception."""
-    if world_size == 1:
-        try:
-            return [work(0, None)]
-        except Exception as error:  # noqa: BLE001 - handed to the test
-            return [error]
-    communicators = recemb.in_process_communicators(world_size)
-    results = [None] * world_size
 
-    def run(rank):
-        try:
-            results[rank] = work(rank, communicators[rank])
-        except Exception as error:  # noqa: BLE001 - handed to the test
-            results[rank] = error
-
-    threads = [threading.Thread(target=run, args=(rank,), daemon=True)
-               for rank in range(world_size)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout)
-    assert not any(thread.is_alive() for thread in threads), "a rank is stuck in a collective"
-    return results
+run_ranks = problem.run_ranks
 
 
 def make_layer(placement, communicator, seed=SEED):

@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -35,26 +34,8 @@ def make_layer(**kwargs):
     return recemb.Embedding(features, optimizer, seed=SEED, num_threads=1, **kwargs)
 
 
-def run_ranks(world_size, work, timeout=60):
-    """Runs work(rank, communicator) on one thread per rank of an in-process group; returns each
-    rank's result or raised exception. Fails (rather than hangs) if a rank does not finish."""
-    communicators = recemb.in_process_communicators(world_size)
-    results = [None] * world_size
 
-    def run(rank):
-        try:
-            results[rank] = work(rank, communicators[rank])
-        except Exception as error:  # noqa: BLE001 - handed to the test
-            results[rank] = error
-
-    threads = [threading.Thread(target=run, args=(rank,), daemon=True)
-               for rank in range(world_size)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout)
-    assert not any(thread.is_alive() for thread in threads), "a rank is stuck in a collective"
-    return results
+run_ranks = problem.run_ranks
 
 
 def expected_strategy(strategy, table):
