@@ -65,6 +65,13 @@ TableState::ContributionArrays TableState::resize_contributions(size_t count) {
 
 void TableState::group_contributions() {
   grouping_.build(contribution_rows_, config_.vocabulary_size);
+  const std::span<const uint32_t> order = grouping_.order();
+  sorted_gains_.resize(order.size());
+  sorted_sources_.resize(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    sorted_gains_[i] = contribution_gains_[order[i]];
+    sorted_sources_[i] = contribution_sources_[order[i]];
+  }
 }
 
 RowVariables TableState::variables() {

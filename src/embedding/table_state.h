@@ -51,9 +51,8 @@ class TableState {
   void group_contributions();
 
   const RowGrouping& grouping() const { return grouping_; }
-  Contributions contributions() const {
-    return {contribution_gains_.data(), contribution_sources_.data()};
-  }
+  // The contributions in the grouping's order (kernels/sparse_update.h).
+  Contributions contributions() const { return {sorted_gains_.data(), sorted_sources_.data()}; }
   RowVariables variables();
 
  private:
@@ -64,6 +63,8 @@ class TableState {
   std::vector<float> contribution_gains_;
   std::vector<const float*> contribution_sources_;
   RowGrouping grouping_;
+  std::vector<float> sorted_gains_;
+  std::vector<const float*> sorted_sources_;
 };
 
 }  // namespace recemb::internal

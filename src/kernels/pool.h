@@ -32,8 +32,13 @@ struct PoolInput {
 //   q(row(ids[j])[d])
 // where row(i)[d] is the stored value decoded to float (exact for float32 and float16 rows;
 // code * scale + bias for int8 rows) and q the simulated quantization (identity without a
-// QuantizationConfig). The sum runs in j order in float32, whatever the row format. An empty bag
-// gives zeros. Rows are prefetched ahead of use. Never throws, never allocates.
+// QuantizationConfig). The sum runs in j order in float32, whatever the row format: per output
+// value, acc = 0.0f, then acc = acc + w * v (a rounded product, never a fused multiply-add; acc + v
+// without weights), then acc * scale if the scale is not 1. An empty bag gives +0.0. So results are
+// bitwise the same on every SIMD target (kernels/simd_target.h; float32 rows without simulated
+// quantization run the Highway kernel, the other formats a scalar loop) and for float32 training
+// and serving tables. Rows are prefetched ahead of use (kernels/prefetch.h), the first ones on
+// entry. Writes out rows [first_bag, last_bag) only. Never throws, never allocates.
 void pool_bags(const PoolInput& input, int64_t first_bag, int64_t last_bag, float* out);
 
 }  // namespace recemb::internal

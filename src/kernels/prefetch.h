@@ -1,14 +1,31 @@
-// Software prefetch of table rows. A random row gather is bound by memory latency; asking for the
-// row kPrefetchDistance ids ahead keeps enough loads in flight (6-7x on this machine's 4 GiB
-// tables, reference/baseline-measurements.md: distance 16 was best among 2..32).
+// Software prefetch of table rows. A random row gather is bound by memory latency; asking for
+// rows well ahead of their use keeps enough loads in flight (6-7x on this machine's 4 GiB tables,
+// reference/baseline-measurements.md).
 #ifndef RECEMB_KERNELS_PREFETCH_H_
 #define RECEMB_KERNELS_PREFETCH_H_
 
+#include <algorithm>
 #include <cstdint>
 
 namespace recemb::internal {
 
+// Rows ahead for the update kernels (kernels/sparse_update.h). 16 was best among 2..32 on the
+// baseline's Zen 3.
 inline constexpr int64_t kPrefetchDistance = 16;
+
+// The forward kernel (kernels/pool.h) asks for the row kForwardPrefetchBytes of rows ahead of the
+// one it sums, so that about the same number of cache lines is in flight whatever the row width
+// (dim 64: 64 rows), within [kMinForwardPrefetchRows, kMaxForwardPrefetchRows] rows. On this
+// machine's Zen 5 the 1 GiB gather was flat from 16 to 128 rows ahead at dims 16 and 64 and
+// slightly better at 64 than 16 at dim 128 (docs/performance.md, "Lookup").
+inline constexpr int64_t kForwardPrefetchBytes = 16384;
+inline constexpr int64_t kMinForwardPrefetchRows = 16;
+inline constexpr int64_t kMaxForwardPrefetchRows = 128;
+
+inline int64_t forward_prefetch_rows(int64_t row_bytes) {
+  return std::clamp(kForwardPrefetchBytes / std::max<int64_t>(row_bytes, 1),
+                    kMinForwardPrefetchRows, kMaxForwardPrefetchRows);
+}
 
 // Prefetches the 64-byte line holding `address`. On x86 an asm statement: GCC 12 deletes a loop
 // whose body is only __builtin_prefetch when it is inlined into the update kernels
@@ -24,6 +41,16 @@ inline void prefetch_line(const void* address) {
 // Prefetches every 64-byte line of a row of `dim` floats.
 inline void prefetch_row(const float* row, int64_t dim) {
   for (int64_t d = 0; d < dim; d += 16) prefetch_line(row + d);
+}
+
+// Prefetches every 64-byte line holding one of the `bytes` bytes at `first` (rows that are not
+// line-aligned: float16 and int8 rows, float32 rows of odd widths).
+inline void prefetch_bytes(const void* first, int64_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(first);
+  const uintptr_t end = begin + static_cast<uintptr_t>(bytes);
+  for (uintptr_t line = begin & ~uintptr_t{63}; line < end; line += 64) {
+    prefetch_line(reinterpret_cast<const void*>(line));
+  }
 }
 
 }  // namespace recemb::internal

@@ -23,8 +23,10 @@ struct RowVariables {
   std::array<int64_t, 2> slot_widths{};
 };
 
-// The gradient contributions of one table for one step: contribution i adds
-// gains[i] * sources[i][0 .. dim) to its row's gradient.
+// The gradient contributions of one table for one step, in the order of a RowGrouping (sorted by
+// row; within a row in summation order): contribution i adds gains[i] * sources[i][0 .. dim) to
+// the gradient of its row, and those of grouping.unique_rows()[k] are
+// [segment_starts()[k], segment_starts()[k+1]). Sorted, so the update reads them sequentially.
 struct Contributions {
   const float* gains = nullptr;
   const float* const* sources = nullptr;
@@ -42,6 +44,10 @@ struct UpdateScratch {
 };
 
 namespace detail {
+
+// A row's first contributions whose gradient rows are prefetched (a hot row may have thousands;
+// the gradient of a batch is mostly in cache anyway).
+inline constexpr uint32_t kMaxPrefetchedSources = 4;
 
 inline bool all_finite(const float* values, int64_t dim) {
   float sum = 0.0f;
@@ -63,19 +69,18 @@ bool update_unique_row(const Pipeline& pipeline, const RowVariables& v, const Ro
                        const Contributions& c, UpdateMode mode, int64_t k, UpdateScratch scratch) {
   const int64_t dim = v.dim;
   const int64_t row = grouping.unique_rows()[k];
-  const uint32_t* order = grouping.order().data();
   const uint32_t begin = grouping.segment_starts()[k];
   const uint32_t end = grouping.segment_starts()[k + 1];
   float* __restrict g = scratch.gradient;
   if (!mode.accumulate) {
     if (mode.skip_non_finite) {
       for (uint32_t i = begin; i < end; ++i) {
-        if (!all_finite(c.sources[order[i]], dim)) return false;
+        if (!all_finite(c.sources[i], dim)) return false;
       }
     }
     for (uint32_t i = begin; i < end; ++i) {
-      const float gain = c.gains[order[i]];
-      const float* __restrict source = c.sources[order[i]];
+      const float gain = c.gains[i];
+      const float* __restrict source = c.sources[i];
       for (int64_t d = 0; d < dim; ++d) g[d] = gain * source[d];
       update_row(pipeline, v, row, g, scratch.pipeline);
     }
@@ -83,8 +88,8 @@ bool update_unique_row(const Pipeline& pipeline, const RowVariables& v, const Ro
   }
   std::fill_n(g, dim, 0.0f);
   for (uint32_t i = begin; i < end; ++i) {
-    const float gain = c.gains[order[i]];
-    const float* __restrict source = c.sources[order[i]];
+    const float gain = c.gains[i];
+    const float* __restrict source = c.sources[i];
     for (int64_t d = 0; d < dim; ++d) g[d] += gain * source[d];
   }
   if (mode.skip_non_finite && !all_finite(g, dim)) return false;
@@ -92,11 +97,18 @@ bool update_unique_row(const Pipeline& pipeline, const RowVariables& v, const Ro
   return true;
 }
 
-inline void prefetch_variables(const RowVariables& v, int64_t row) {
+// Prefetches what unique row k's update reads: its variables (random rows of the table and its
+// slots) and its contributions' gradient rows.
+inline void prefetch_unique_row(const RowVariables& v, const RowGrouping& grouping,
+                                const Contributions& c, int64_t k) {
+  const int64_t row = grouping.unique_rows()[k];
   prefetch_row(v.parameters + row * v.dim, v.dim);
   for (int i = 0; i < v.num_slots; ++i) {
     prefetch_row(v.slot_bases[i] + row * v.slot_widths[i], v.slot_widths[i]);
   }
+  const uint32_t begin = grouping.segment_starts()[k];
+  const uint32_t end = std::min(grouping.segment_starts()[k + 1], begin + kMaxPrefetchedSources);
+  for (uint32_t i = begin; i < end; ++i) prefetch_row(c.sources[i], v.dim);
 }
 
 }  // namespace detail
@@ -109,10 +121,12 @@ int64_t update_touched_rows(const Pipeline& pipeline, const RowVariables& variab
                             const RowGrouping& grouping, const Contributions& contributions,
                             UpdateMode mode, int64_t first, int64_t last, UpdateScratch scratch) {
   int64_t skipped = 0;
-  const auto unique_rows = grouping.unique_rows();
+  for (int64_t k = first; k < std::min(last, first + kPrefetchDistance); ++k) {
+    detail::prefetch_unique_row(variables, grouping, contributions, k);
+  }
   for (int64_t k = first; k < last; ++k) {
     if (k + kPrefetchDistance < last) {
-      detail::prefetch_variables(variables, unique_rows[k + kPrefetchDistance]);
+      detail::prefetch_unique_row(variables, grouping, contributions, k + kPrefetchDistance);
     }
     if (!detail::update_unique_row(pipeline, variables, grouping, contributions, mode, k,
                                    scratch)) {

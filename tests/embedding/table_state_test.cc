@@ -45,13 +45,6 @@ TEST(TableStateTest, ContributionsCarryGainsSourcesAndOrder) {
   const std::vector<float> zeros(2, 0.0f);
   const std::vector<std::span<const float>> gradients{gradient0, {}, {}};
   state.gather_contributions({0, 2}, batch, gradients, zeros.data());
-  const Contributions c = state.contributions();
-  EXPECT_EQ(c.gains[0], 1.0f);  // 2 * 0.5
-  EXPECT_EQ(c.gains[1], 2.0f);  // 4 * 0.5
-  EXPECT_EQ(c.gains[2], 1.0f);
-  EXPECT_EQ(c.sources[0], gradient0.data());
-  EXPECT_EQ(c.sources[1], gradient0.data());
-  EXPECT_EQ(c.sources[2], zeros.data());
   const RowGrouping& grouping = state.grouping();
   ASSERT_EQ(grouping.unique_rows().size(), 2u);
   EXPECT_EQ(grouping.unique_rows()[0], 1);
@@ -59,6 +52,15 @@ TEST(TableStateTest, ContributionsCarryGainsSourcesAndOrder) {
   // Row 3: feature 0's contribution before feature 2's.
   EXPECT_EQ(grouping.order()[1], 0u);
   EXPECT_EQ(grouping.order()[2], 2u);
+  // The contributions in grouping order: row 1 (id 1 of feature 0), then row 3 (id 3 of feature 0,
+  // id 3 of feature 2).
+  const Contributions c = state.contributions();
+  EXPECT_EQ(c.gains[0], 2.0f);  // 4 * 0.5
+  EXPECT_EQ(c.gains[1], 1.0f);  // 2 * 0.5
+  EXPECT_EQ(c.gains[2], 1.0f);
+  EXPECT_EQ(c.sources[0], gradient0.data());
+  EXPECT_EQ(c.sources[1], gradient0.data());
+  EXPECT_EQ(c.sources[2], zeros.data());
 }
 
 }  // namespace

@@ -32,6 +32,9 @@ struct Fixture {
   std::vector<std::vector<float>> gradients;  // one per contribution
   std::vector<const float*> sources;
   RowGrouping grouping;
+  // gains and sources in the grouping's order, as the kernel takes them.
+  std::vector<float> sorted_gains;
+  std::vector<const float*> sorted_sources;
 
   explicit Fixture(uint64_t seed) {
     std::mt19937_64 random(seed);
@@ -48,7 +51,13 @@ struct Fixture {
     }
     for (const auto& g : gradients) sources.push_back(g.data());
     grouping.build(rows, vocabulary);
+    for (const uint32_t i : grouping.order()) {
+      sorted_gains.push_back(gains[i]);
+      sorted_sources.push_back(sources[i]);
+    }
   }
+
+  Contributions contributions() const { return {sorted_gains.data(), sorted_sources.data()}; }
 
   RowVariables variables() {
     RowVariables v{.parameters = parameters.data(), .dim = dim, .num_slots = 1};
@@ -108,9 +117,9 @@ TEST_P(SparseUpdateTest, TouchedRowsMatchReferenceInChunks) {
   const auto touched = static_cast<int64_t>(f.grouping.unique_rows().size());
   int64_t skipped = 0;
   for (int64_t first = 0; first < touched; first += 6) {
-    skipped += update_touched_rows(CountingPipeline{}, f.variables(), f.grouping,
-                                   {f.gains.data(), f.sources.data()}, {.accumulate = accumulate},
-                                   first, std::min(touched, first + 6), {g.data(), s.data()});
+    skipped += update_touched_rows(CountingPipeline{}, f.variables(), f.grouping, f.contributions(),
+                                   {.accumulate = accumulate}, first, std::min(touched, first + 6),
+                                   {g.data(), s.data()});
   }
   EXPECT_EQ(skipped, 0);
   expect_near(f.parameters, w);
@@ -123,9 +132,9 @@ TEST_P(SparseUpdateTest, AllRowsUpdatesUntouchedRowsWithZeroGradient) {
   const auto [w, count] = f.reference(accumulate, true);
   std::vector<float> g(static_cast<size_t>(f.dim)), s(static_cast<size_t>(f.dim));
   for (int64_t first = 0; first < f.vocabulary; first += 7) {
-    update_all_rows(CountingPipeline{}, f.variables(), f.grouping,
-                    {f.gains.data(), f.sources.data()}, {.accumulate = accumulate}, first,
-                    std::min(f.vocabulary, first + 7), {g.data(), s.data()});
+    update_all_rows(CountingPipeline{}, f.variables(), f.grouping, f.contributions(),
+                    {.accumulate = accumulate}, first, std::min(f.vocabulary, first + 7),
+                    {g.data(), s.data()});
   }
   expect_near(f.parameters, w);
   expect_near(f.counters, count);
@@ -142,7 +151,7 @@ TEST(SparseUpdateTest, SkipsRowsWithNonFiniteGradient) {
     std::vector<float> g(static_cast<size_t>(f.dim)), s(static_cast<size_t>(f.dim));
     const auto touched = static_cast<int64_t>(f.grouping.unique_rows().size());
     const int64_t skipped = update_touched_rows(
-        CountingPipeline{}, f.variables(), f.grouping, {f.gains.data(), f.sources.data()},
+        CountingPipeline{}, f.variables(), f.grouping, f.contributions(),
         {.accumulate = accumulate, .skip_non_finite = true}, 0, touched, {g.data(), s.data()});
     EXPECT_EQ(skipped, 1);
     EXPECT_EQ(f.counters[static_cast<size_t>(bad_row)], 0.0f);

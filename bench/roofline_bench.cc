@@ -1,0 +1,667 @@
+// What this machine's memory allows for recemb's workloads (bench/workload.h): the denominators of
+// the efficiency figures of embedding_bench, measured with plain C++ loops over plain arrays.
+//
+//   BM_SequentialRead/bytes:N/threads:T        streaming read of an N-byte float array.
+//   BM_Gather/<workload>/prefetch:P/interleave:K  the lookup's roofline: out[bag] = sum of the
+//       bag's rows, the F tables laid end to end in one array (as one table of the same bytes).
+//   BM_GatherUpdate/<optimizer>/<workload>/...  the training step's roofline: the same gather,
+//       then every looked-up row (every id: no de-duplication) updated with its bag's gradient by
+//       the plain per-row update of sgd, adagrad, rowwise_adagrad or adam (lazy; see update_row).
+//
+// The loops are built to be as fast as anyone here has made a gather: multi-versioned
+// (target_clones: the best ISA the CPU has is picked at load time, whatever the library was built
+// for), the row width a compile-time constant (accumulators in registers), tables on transparent
+// huge pages (madvise(MADV_HUGEPAGE); the `thp` counter is the share of the table that
+// AnonHugePages reports), every cache line of the row P ids ahead prefetched (the prefetch stream
+// runs straight through bag boundaries, so P = 64 is three bags ahead at L = 20), K bags summed
+// side by side (more independent loads in flight), and worker threads that spin briefly before
+// sleeping (a 4096-id batch takes about as long as waking a sleeping thread on this VM). With T
+// threads the gather splits the bags into T ranges; the update gives each thread the ids of its own
+// 1/T of the rows, so no row is written by two threads. RECEMB_BENCH_TUNE=1 registers every P in
+// {0, 16, 32, 64} and K in {1, 2, 4}; without it only the best setting found (kBestPrefetch,
+// kBestInterleave) is.
+#include <algorithm>
+#include <atomic>
+#include <benchmark/benchmark.h>
+#include <bit>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <sys/mman.h>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "workload.h"
+
+namespace recemb_bench {
+namespace {
+
+// The best setting of the gather on this machine (RECEMB_BENCH_TUNE=1; bench/README.md).
+constexpr int64_t kBestPrefetch = 16;
+constexpr int kBestInterleave = 2;
+constexpr int kCacheLineFloats = 16;
+constexpr float kLearningRate = 0.01f;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define RECEMB_BENCH_BEST_ISA __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define RECEMB_BENCH_BEST_ISA
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Memory and threads.
+
+// A zero-filled anonymous mapping advised to use transparent huge pages, as the library maps its
+// tables (src/storage/float_buffer.cc).
+class HugeBuffer {
+ public:
+  explicit HugeBuffer(int64_t num_floats) : bytes_(static_cast<size_t>(num_floats) * 4) {
+    void* memory =
+        mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) throw std::bad_alloc();
+    madvise(memory, bytes_, MADV_HUGEPAGE);
+    data_ = static_cast<float*>(memory);
+  }
+  ~HugeBuffer() { munmap(data_, bytes_); }
+  HugeBuffer(const HugeBuffer&) = delete;
+  HugeBuffer& operator=(const HugeBuffer&) = delete;
+
+  float* data() { return data_; }
+  int64_t size() const { return static_cast<int64_t>(bytes_ / 4); }
+
+ private:
+  size_t bytes_;
+  float* data_;
+};
+
+// run(task) calls task(t) for t in [0, num_threads), t = 0 on the calling thread, and returns when
+// all have returned. Helpers spin between runs for a while (about 100 us), then sleep on a
+// condition variable, so a benchmark's back-to-back batches pay no wake-up and the helpers take no
+// CPU once the benchmark is over; the caller waits for the helpers the same way. (std::atomic::wait
+// was tried first: with libstdc++ 12 a 2-thread batch of 4096 ids then took tens of milliseconds.)
+class Workers {
+ public:
+  explicit Workers(int num_threads) {
+    for (int t = 1; t < num_threads; ++t) helpers_.emplace_back([this, t] { loop(t); });
+  }
+  ~Workers() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    start_.notify_all();
+    for (std::thread& helper : helpers_) helper.join();
+  }
+  Workers(const Workers&) = delete;
+  Workers& operator=(const Workers&) = delete;
+
+  void run(const std::function<void(int)>& task) {
+    if (helpers_.empty()) {
+      task(0);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      task_ = &task;
+      unfinished_.store(static_cast<int>(helpers_.size()), std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    start_.notify_all();
+    task(0);
+    for (int spin = 0; spin < kSpins; ++spin) {
+      if (unfinished_.load(std::memory_order_acquire) == 0) return;
+      pause();
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return unfinished_.load(std::memory_order_acquire) == 0; });
+  }
+
+ private:
+  static constexpr int kSpins = 4096;
+
+  static void pause() {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+
+  void loop(int thread) {
+    uint64_t seen = 0;
+    while (true) {
+      bool started = false;
+      for (int spin = 0; spin < kSpins && !started; ++spin) {
+        started = generation_.load(std::memory_order_acquire) != seen;
+        if (!started) pause();
+      }
+      const std::function<void(int)>* task = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        start_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        if (stopping_) return;
+        seen = generation_.load(std::memory_order_relaxed);
+        task = task_;
+      }
+      (*task)(thread);
+      bool last = false;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        last = unfinished_.fetch_sub(1, std::memory_order_release) == 1;
+      }
+      if (last) done_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> helpers_;
+  std::mutex mutex_;
+  std::condition_variable start_;
+  std::condition_variable done_;
+  const std::function<void(int)>* task_ = nullptr;  // guarded by mutex_
+  std::atomic<uint64_t> generation_{0};             // written under mutex_, spun on without it
+  std::atomic<int> unfinished_{0};
+  bool stopping_ = false;  // guarded by mutex_
+};
+
+// [begin, end) of part `part` of `count` split into `parts` nearly equal pieces.
+std::pair<int64_t, int64_t> split(int64_t count, int part, int parts) {
+  return {count * part / parts, count * (part + 1) / parts};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plain loops. Bodies are templates on the row width, inlined into one multi-versioned
+// dispatcher per loop, so that every ISA clone gets its own copy of every width.
+
+// Sum of n floats with 16 independent partial sums (a single float sum would not vectorise
+// without -ffast-math).
+RECEMB_BENCH_BEST_ISA float sum_floats(const float* values, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t lane = 0; lane < kLanes; ++lane) lanes[lane] += values[i + lane];
+  }
+  float sum = 0.0f;
+  for (; i < n; ++i) sum += values[i];
+  for (const float lane : lanes) sum += lane;
+  return sum;
+}
+
+template <int64_t kDim>
+[[gnu::always_inline]] inline void prefetch_row(const float* row) {
+  for (int64_t d = 0; d < kDim; d += kCacheLineFloats) __builtin_prefetch(row + d, 0, 3);
+}
+
+template <int64_t kDim>
+[[gnu::always_inline]] inline void prefetch_row_for_write(const float* row) {
+  for (int64_t d = 0; d < kDim; d += kCacheLineFloats) __builtin_prefetch(row + d, 1, 3);
+}
+
+// out[b] = sum of the rows of bag b for bags [first_bag, last_bag) of ids ([bags, L], row ids of
+// `table`), kInterleave bags at a time, the row `distance` ids ahead prefetched (0: none).
+template <int64_t kDim, int kInterleave>
+[[gnu::always_inline]] inline void gather_bags(const float* __restrict table,
+                                               const int64_t* __restrict ids, int64_t bag_size,
+                                               int64_t first_bag, int64_t last_bag,
+                                               int64_t distance, float* __restrict out) {
+  const int64_t* ahead = ids + first_bag * bag_size;
+  const int64_t* const end = ids + last_bag * bag_size;
+  const int64_t* const warm_end = distance > 0 ? std::min(ahead + distance, end) : ahead;
+  for (; ahead < warm_end; ++ahead) prefetch_row<kDim>(table + *ahead * kDim);
+  const auto prefetch_next = [&] {
+    if (distance > 0 && ahead < end) {
+      prefetch_row<kDim>(table + *ahead * kDim);
+      ++ahead;
+    }
+  };
+  int64_t b = first_bag;
+  for (; b + kInterleave <= last_bag; b += kInterleave) {
+    float acc[kInterleave][kDim] = {};
+    for (int64_t position = 0; position < bag_size; ++position) {
+      for (int k = 0; k < kInterleave; ++k) {
+        prefetch_next();
+        const float* __restrict row = table + ids[(b + k) * bag_size + position] * kDim;
+        for (int64_t d = 0; d < kDim; ++d) acc[k][d] += row[d];
+      }
+    }
+    for (int k = 0; k < kInterleave; ++k) std::copy_n(acc[k], kDim, out + (b + k) * kDim);
+  }
+  for (; b < last_bag; ++b) {
+    float acc[kDim] = {};
+    for (int64_t position = 0; position < bag_size; ++position) {
+      prefetch_next();
+      const float* __restrict row = table + ids[b * bag_size + position] * kDim;
+      for (int64_t d = 0; d < kDim; ++d) acc[d] += row[d];
+    }
+    std::copy_n(acc, kDim, out + b * kDim);
+  }
+}
+
+template <int64_t kDim>
+[[gnu::always_inline]] inline void gather_width(const float* table, const int64_t* ids,
+                                                int64_t bag_size, int64_t first_bag,
+                                                int64_t last_bag, int64_t distance, int interleave,
+                                                float* out) {
+  switch (interleave) {
+    case 2:
+      gather_bags<kDim, 2>(table, ids, bag_size, first_bag, last_bag, distance, out);
+      break;
+    case 4:
+      gather_bags<kDim, 4>(table, ids, bag_size, first_bag, last_bag, distance, out);
+      break;
+    default:
+      gather_bags<kDim, 1>(table, ids, bag_size, first_bag, last_bag, distance, out);
+  }
+}
+
+// dim is 16, 64 or 128 (the only widths registered).
+RECEMB_BENCH_BEST_ISA void gather(const float* table, int64_t dim, const int64_t* ids,
+                                  int64_t bag_size, int64_t first_bag, int64_t last_bag,
+                                  int64_t distance, int interleave, float* out) {
+  switch (dim) {
+    case 16:
+      gather_width<16>(table, ids, bag_size, first_bag, last_bag, distance, interleave, out);
+      break;
+    case 64:
+      gather_width<64>(table, ids, bag_size, first_bag, last_bag, distance, interleave, out);
+      break;
+    default:
+      gather_width<128>(table, ids, bag_size, first_bag, last_bag, distance, interleave, out);
+  }
+}
+
+enum class Update { kSgd, kAdagrad, kRowwiseAdagrad, kAdam };
+
+Update update_of(const std::string& name) {
+  if (name == "adagrad") return Update::kAdagrad;
+  if (name == "rowwise_adagrad") return Update::kRowwiseAdagrad;
+  if (name == "adam") return Update::kAdam;
+  return Update::kSgd;
+}
+
+int num_slots(Update update) {
+  return update == Update::kSgd ? 0 : update == Update::kAdam ? 2 : 1;
+}
+
+// The per-row updates, with the engine's default hyperparameters (optimizer.h), g = the bag's
+// gradient:
+//   sgd:             w -= lr g
+//   adagrad:         a += g^2;  w -= lr g / sqrt(a)                       (a starts at 0.1)
+//   rowwise_adagrad: a += mean(g^2);  w -= lr g / sqrt(a + 1e-16)         (one a per row)
+//   adam (lazy):     m = 0.9 m + 0.1 g;  v = 0.999 v + 0.001 g^2;  w -= lr m / sqrt(v + 1e-14)
+// with 1/sqrt computed by inverse_sqrt.
+struct UpdateArrays {
+  float* weights = nullptr;
+  float* slot0 = nullptr;  // [rows, dim], or [rows] for rowwise_adagrad
+  float* slot1 = nullptr;  // adam's v
+};
+
+// 1 / sqrt(x) for x > 0: the classic bit-trick estimate and three Newton steps (relative error
+// about 1e-7). Unlike std::sqrt it vectorises without -fno-math-errno (which the library is built
+// with, the benchmarks are not: errno rules out SIMD sqrt), and it is cheaper than sqrt + divide,
+// so the update's roofline stays a bound.
+[[gnu::always_inline]] inline float inverse_sqrt(float x) {
+  float y = std::bit_cast<float>(0x5f375a86 - (std::bit_cast<int32_t>(x) >> 1));
+  for (int step = 0; step < 3; ++step) y = y * (1.5f - 0.5f * x * y * y);
+  return y;
+}
+
+template <int64_t kDim, Update kUpdate>
+[[gnu::always_inline]] inline void prefetch_update(const UpdateArrays& arrays, int64_t row) {
+  prefetch_row_for_write<kDim>(arrays.weights + row * kDim);
+  if constexpr (kUpdate == Update::kAdagrad || kUpdate == Update::kAdam) {
+    prefetch_row_for_write<kDim>(arrays.slot0 + row * kDim);
+  }
+  if constexpr (kUpdate == Update::kAdam) prefetch_row_for_write<kDim>(arrays.slot1 + row * kDim);
+  if constexpr (kUpdate == Update::kRowwiseAdagrad) __builtin_prefetch(arrays.slot0 + row, 1, 3);
+}
+
+template <int64_t kDim, Update kUpdate>
+[[gnu::always_inline]] inline void update_row(const UpdateArrays& arrays, int64_t row,
+                                              const float* __restrict g) {
+  float* __restrict w = arrays.weights + row * kDim;
+  if constexpr (kUpdate == Update::kSgd) {
+    for (int64_t d = 0; d < kDim; ++d) w[d] -= kLearningRate * g[d];
+  } else if constexpr (kUpdate == Update::kAdagrad) {
+    float* __restrict a = arrays.slot0 + row * kDim;
+    for (int64_t d = 0; d < kDim; ++d) {
+      a[d] += g[d] * g[d];
+      w[d] -= kLearningRate * g[d] * inverse_sqrt(a[d]);
+    }
+  } else if constexpr (kUpdate == Update::kRowwiseAdagrad) {
+    float squares[kCacheLineFloats] = {};
+    for (int64_t d = 0; d < kDim; d += kCacheLineFloats) {
+      for (int lane = 0; lane < kCacheLineFloats; ++lane)
+        squares[lane] += g[d + lane] * g[d + lane];
+    }
+    float sum = 0.0f;
+    for (const float square : squares) sum += square;
+    float& a = arrays.slot0[row];
+    a += sum / static_cast<float>(kDim);
+    const float step = kLearningRate * inverse_sqrt(a + 1e-16f);
+    for (int64_t d = 0; d < kDim; ++d) w[d] -= step * g[d];
+  } else {
+    float* __restrict m = arrays.slot0 + row * kDim;
+    float* __restrict v = arrays.slot1 + row * kDim;
+    for (int64_t d = 0; d < kDim; ++d) {
+      m[d] = 0.9f * m[d] + 0.1f * g[d];
+      v[d] = 0.999f * v[d] + 0.001f * g[d] * g[d];
+      w[d] -= kLearningRate * m[d] * inverse_sqrt(v[d] + 1e-14f);
+    }
+  }
+}
+
+// Updates rows[i] with gradient[bags[i]] for i in [0, n) (bags null: bag = i / bag_size), the row
+// `distance` items ahead prefetched.
+template <int64_t kDim, Update kUpdate>
+[[gnu::always_inline]] inline void update_items(const UpdateArrays& arrays, const float* gradient,
+                                                const int64_t* rows, const int64_t* bags,
+                                                int64_t bag_size, int64_t n, int64_t distance) {
+  for (int64_t i = 0; i < std::min(distance, n); ++i) {
+    prefetch_update<kDim, kUpdate>(arrays, rows[i]);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + distance < n) prefetch_update<kDim, kUpdate>(arrays, rows[i + distance]);
+    const int64_t bag = bags != nullptr ? bags[i] : i / bag_size;
+    update_row<kDim, kUpdate>(arrays, rows[i], gradient + bag * kDim);
+  }
+}
+
+template <int64_t kDim>
+[[gnu::always_inline]] inline void update_width(Update update, const UpdateArrays& arrays,
+                                                const float* gradient, const int64_t* rows,
+                                                const int64_t* bags, int64_t bag_size, int64_t n,
+                                                int64_t distance) {
+  switch (update) {
+    case Update::kSgd:
+      update_items<kDim, Update::kSgd>(arrays, gradient, rows, bags, bag_size, n, distance);
+      break;
+    case Update::kAdagrad:
+      update_items<kDim, Update::kAdagrad>(arrays, gradient, rows, bags, bag_size, n, distance);
+      break;
+    case Update::kRowwiseAdagrad:
+      update_items<kDim, Update::kRowwiseAdagrad>(arrays, gradient, rows, bags, bag_size, n,
+                                                  distance);
+      break;
+    case Update::kAdam:
+      update_items<kDim, Update::kAdam>(arrays, gradient, rows, bags, bag_size, n, distance);
+      break;
+  }
+}
+
+RECEMB_BENCH_BEST_ISA void update(Update kind, int64_t dim, const UpdateArrays& arrays,
+                                  const float* gradient, const int64_t* rows, const int64_t* bags,
+                                  int64_t bag_size, int64_t n, int64_t distance) {
+  switch (dim) {
+    case 16:
+      update_width<16>(kind, arrays, gradient, rows, bags, bag_size, n, distance);
+      break;
+    case 64:
+      update_width<64>(kind, arrays, gradient, rows, bags, bag_size, n, distance);
+      break;
+    default:
+      update_width<128>(kind, arrays, gradient, rows, bags, bag_size, n, distance);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The plain tables (one alive at a time: a new shape frees the previous one first) and the ids of
+// a step as row ids of the F tables laid end to end.
+
+// Cheap, not constant, values in [-0.05, 0.05).
+void fill_table(float* values, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t hash = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+    values[i] = static_cast<float>(hash >> 40) * (0.1f / 16777216.0f) - 0.05f;
+  }
+}
+
+struct PlainTables {
+  std::unique_ptr<HugeBuffer> weights;
+  std::vector<std::unique_ptr<HugeBuffer>> slots;
+  Update slots_of = Update::kSgd;
+  double huge_fraction = -1.0;
+
+  UpdateArrays arrays() {
+    return {.weights = weights->data(),
+            .slot0 = slots.empty() ? nullptr : slots[0]->data(),
+            .slot1 = slots.size() < 2 ? nullptr : slots[1]->data()};
+  }
+};
+
+PlainTables& plain_tables_for(const Workload& workload, Update update, bool with_slots) {
+  static PlainTables tables;
+  const int64_t floats = workload.total_rows() * workload.dim;
+  if (!with_slots || tables.slots_of != update || tables.weights == nullptr ||
+      tables.weights->size() != floats) {
+    tables.slots.clear();
+  }
+  if (tables.weights == nullptr || tables.weights->size() != floats) {
+    tables.weights.reset();
+    tables.weights = std::make_unique<HugeBuffer>(floats);
+    fill_table(tables.weights->data(), floats);
+    tables.huge_fraction = huge_page_fraction(tables.weights->data());
+  }
+  if (with_slots && tables.slots.empty()) {
+    for (int s = 0; s < num_slots(update); ++s) {
+      const int64_t slot_floats =
+          update == Update::kRowwiseAdagrad ? workload.total_rows() : floats;
+      tables.slots.push_back(std::make_unique<HugeBuffer>(slot_floats));
+      const float initial = update == Update::kAdagrad ? 0.1f : 0.0f;
+      // Touch every page (a zero page would be shared and stay in the caches).
+      std::fill_n(tables.slots.back()->data(), slot_floats, initial);
+    }
+    tables.slots_of = update;
+  }
+  return tables;
+}
+
+// The ids of up to a few steps, feature f's ids offset by f x rows.
+struct StepIds {
+  std::vector<std::vector<int64_t>> steps;  // one flat [F B, L] array per step
+};
+
+const StepIds& step_ids_for(const Workload& workload, const IdStream& stream) {
+  static StepIds cached;
+  static std::tuple<int64_t, IdDistribution, int64_t, int64_t> key;
+  const auto wanted =
+      std::make_tuple(workload.rows, workload.ids, workload.bag_size, workload.num_tables);
+  if (!cached.steps.empty() && key == wanted) return cached;
+  cached.steps.clear();
+  constexpr int64_t kMaxIds = int64_t{1} << 23;  // 64 MiB of ids
+  const int64_t num_steps =
+      std::clamp<int64_t>(kMaxIds / workload.ids_per_step(), 1, stream.num_steps());
+  for (int64_t k = 0; k < num_steps; ++k) {
+    std::vector<int64_t>& ids = cached.steps.emplace_back();
+    ids.reserve(static_cast<size_t>(workload.ids_per_step()));
+    for (int64_t f = 0; f < workload.num_tables; ++f) {
+      const int64_t* feature = stream.feature_ids(k, f);
+      for (int64_t j = 0; j < workload.ids_per_feature(); ++j) {
+        ids.push_back(feature[j] + f * workload.rows);
+      }
+    }
+  }
+  key = wanted;
+  return cached;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The benchmarks.
+
+void BM_SequentialRead(benchmark::State& state, int64_t bytes, int threads) {
+  HugeBuffer buffer(bytes / 4);
+  std::fill_n(buffer.data(), buffer.size(), 1.0f);
+  Workers workers(threads);
+  std::vector<float> sums(static_cast<size_t>(threads));
+  const std::function<void(int)> task = [&](int t) {
+    const auto [begin, end] = split(buffer.size(), t, threads);
+    sums[static_cast<size_t>(t)] = sum_floats(buffer.data() + begin, end - begin);
+  };
+  for (auto _ : state) {
+    workers.run(task);
+    benchmark::DoNotOptimize(sums.data());
+  }
+  const auto total = static_cast<int64_t>(state.iterations()) * bytes;
+  state.SetBytesProcessed(total);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(total) * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["thp"] = huge_page_fraction(buffer.data());
+}
+
+void BM_Gather(benchmark::State& state, Workload workload, int64_t distance, int interleave) {
+  const IdStream stream(workload);
+  const StepIds& step_ids = step_ids_for(workload, stream);
+  PlainTables& tables = plain_tables_for(workload, Update::kSgd, false);
+  const float* table = tables.weights->data();
+  std::vector<float> out(static_cast<size_t>(workload.bags_per_step() * workload.dim));
+  Workers workers(workload.threads);
+  size_t next = 0;
+  const std::function<void(int)> task = [&](int t) {
+    const auto [first, last] = split(workload.bags_per_step(), t, workload.threads);
+    gather(table, workload.dim, step_ids.steps[next].data(), workload.bag_size, first, last,
+           distance, interleave, out.data());
+  };
+  for (auto _ : state) {
+    workers.run(task);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+    next = (next + 1) % step_ids.steps.size();
+  }
+  report(state, workload.ids_per_step(), bytes_per_row("lookup", workload.dim),
+         stream.unique_fraction());
+  state.counters["thp"] = tables.huge_fraction;
+}
+
+void BM_GatherUpdate(benchmark::State& state, Workload workload, std::string optimizer,
+                     int64_t distance, int interleave) {
+  const Update kind = update_of(optimizer);
+  const IdStream stream(workload);
+  const StepIds& step_ids = step_ids_for(workload, stream);
+  PlainTables& tables = plain_tables_for(workload, kind, true);
+  const UpdateArrays arrays = tables.arrays();
+  const float* gradient = gradient_for(workload.bags_per_step(), workload.dim).data();
+  std::vector<float> out(static_cast<size_t>(workload.bags_per_step() * workload.dim));
+  // With several threads, thread t first collects the (row, bag) pairs of its rows.
+  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(workload.threads));
+  std::vector<std::vector<int64_t>> bags(static_cast<size_t>(workload.threads));
+  for (int t = 0; t < workload.threads; ++t) {
+    rows[static_cast<size_t>(t)].reserve(static_cast<size_t>(workload.ids_per_step()));
+    bags[static_cast<size_t>(t)].reserve(static_cast<size_t>(workload.ids_per_step()));
+  }
+  Workers workers(workload.threads);
+  size_t next = 0;
+  const std::function<void(int)> gather_task = [&](int t) {
+    const auto [first, last] = split(workload.bags_per_step(), t, workload.threads);
+    gather(arrays.weights, workload.dim, step_ids.steps[next].data(), workload.bag_size, first,
+           last, distance, interleave, out.data());
+  };
+  const std::function<void(int)> update_task = [&](int t) {
+    const int64_t* ids = step_ids.steps[next].data();
+    if (workload.threads == 1) {
+      update(kind, workload.dim, arrays, gradient, ids, nullptr, workload.bag_size,
+             workload.ids_per_step(), distance);
+      return;
+    }
+    const auto [first_row, last_row] = split(workload.total_rows(), t, workload.threads);
+    std::vector<int64_t>& my_rows = rows[static_cast<size_t>(t)];
+    std::vector<int64_t>& my_bags = bags[static_cast<size_t>(t)];
+    my_rows.clear();
+    my_bags.clear();
+    for (int64_t j = 0; j < workload.ids_per_step(); ++j) {
+      if (ids[j] >= first_row && ids[j] < last_row) {
+        my_rows.push_back(ids[j]);
+        my_bags.push_back(j / workload.bag_size);
+      }
+    }
+    update(kind, workload.dim, arrays, gradient, my_rows.data(), my_bags.data(), workload.bag_size,
+           static_cast<int64_t>(my_rows.size()), distance);
+  };
+  for (auto _ : state) {
+    workers.run(gather_task);
+    benchmark::DoNotOptimize(out.data());
+    workers.run(update_task);
+    benchmark::ClobberMemory();
+    next = (next + 1) % step_ids.steps.size();
+  }
+  report(state, workload.ids_per_step(), bytes_per_row(optimizer, workload.dim),
+         stream.unique_fraction());
+  state.counters["thp"] = tables.huge_fraction;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration: the workloads of embedding_bench (workload.h), each shape's benchmarks together so
+// that a table is built once.
+
+void register_all() {
+  const bool full = env_flag("RECEMB_BENCH_FULL");
+  const bool tune = env_flag("RECEMB_BENCH_TUNE");
+  const Shapes shapes = registered_shapes();
+  if (!shapes.row_series) {
+    const int64_t read_bytes =
+        env_flag("RECEMB_BENCH_LARGE") || env_flag("RECEMB_BENCH_HUGE") ? kGiB : 64 * kMiB;
+    for (const int threads : {1, 2}) {
+      const std::string name = "BM_SequentialRead/bytes:" + bytes_name(read_bytes) +
+                               "/threads:" + std::to_string(threads);
+      configure(benchmark::RegisterBenchmark(name.c_str(), BM_SequentialRead, read_bytes, threads));
+    }
+  }
+  std::vector<std::pair<int64_t, int>> settings = {{kBestPrefetch, kBestInterleave}};
+  if (tune) {
+    settings.clear();
+    for (const int64_t distance : {0, 16, 32, 64}) {
+      for (const int interleave : {1, 2, 4}) settings.emplace_back(distance, interleave);
+    }
+  }
+  const std::vector<std::string> optimizers = {"sgd", "adagrad", "rowwise_adagrad", "adam"};
+  for (Workload workload : shapes.tables) {
+    for (const int threads : {1, 2}) {
+      workload.threads = threads;
+      for (const IdDistribution ids : {IdDistribution::kUniform, IdDistribution::kZipf}) {
+        for (const int64_t bag_size : {1, 20}) {
+          if (shapes.row_series && (ids != IdDistribution::kUniform || bag_size != 20)) continue;
+          workload.ids = ids;
+          workload.bag_size = bag_size;
+          for (const auto& [distance, interleave] : settings) {
+            const std::string suffix = "/prefetch:" + std::to_string(distance) +
+                                       "/interleave:" + std::to_string(interleave);
+            configure(
+                benchmark::RegisterBenchmark(("BM_Gather/" + workload.name() + suffix).c_str(),
+                                             BM_Gather, workload, distance, interleave));
+          }
+        }
+      }
+      for (const std::string& optimizer : optimizers) {
+        if (shapes.row_series && optimizer != "adagrad") continue;
+        for (const IdDistribution ids : {IdDistribution::kUniform, IdDistribution::kZipf}) {
+          for (const int64_t bag_size : {1, 20}) {
+            if (shapes.row_series && (ids != IdDistribution::kUniform || bag_size != 20)) continue;
+            if (!full && !shapes.row_series && (workload.dim != 64 || bag_size != 20)) continue;
+            workload.ids = ids;
+            workload.bag_size = bag_size;
+            const std::string suffix = "/prefetch:" + std::to_string(kBestPrefetch) +
+                                       "/interleave:" + std::to_string(kBestInterleave);
+            configure(benchmark::RegisterBenchmark(
+                ("BM_GatherUpdate/" + optimizer + "/" + workload.name() + suffix).c_str(),
+                BM_GatherUpdate, workload, optimizer, kBestPrefetch, kBestInterleave));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace recemb_bench
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  recemb_bench::register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
