@@ -157,35 +157,17 @@ void BM_LookupAndUpdate(benchmark::State& state, Workload workload, std::string 
 void register_all() {
   const bool full = env_flag("RECEMB_BENCH_FULL");
   const Shapes shapes = registered_shapes();
-  const std::vector<std::string> optimizers = {"sgd", "adagrad", "rowwise_adagrad", "adam"};
-  for (Workload workload : shapes.tables) {
-    for (const int threads : {1, 2}) {
-      workload.threads = threads;
-      for (const IdDistribution ids : {IdDistribution::kUniform, IdDistribution::kZipf}) {
-        for (const int64_t bag_size : {1, 20}) {
-          if (shapes.row_series && (ids != IdDistribution::kUniform || bag_size != 20)) continue;
-          workload.ids = ids;
-          workload.bag_size = bag_size;
-          configure(benchmark::RegisterBenchmark(("BM_Lookup/" + workload.name()).c_str(),
-                                                 BM_Lookup, workload));
-        }
-      }
-      for (const std::string& optimizer : optimizers) {
-        if (shapes.row_series && optimizer != "adagrad") continue;
-        for (const IdDistribution ids : {IdDistribution::kUniform, IdDistribution::kZipf}) {
-          for (const int64_t bag_size : {1, 20}) {
-            if (shapes.row_series && (ids != IdDistribution::kUniform || bag_size != 20)) continue;
-            if (!full && !shapes.row_series && (workload.dim != 64 || bag_size != 20)) continue;
-            workload.ids = ids;
-            workload.bag_size = bag_size;
-            configure(benchmark::RegisterBenchmark(
-                ("BM_LookupAndUpdate/" + optimizer + "/" + workload.name()).c_str(),
-                BM_LookupAndUpdate, workload, optimizer));
-          }
-        }
-      }
-    }
-  }
+  for_each_workload(
+      shapes, full,
+      [](const Workload& workload) {
+        configure(benchmark::RegisterBenchmark(("BM_Lookup/" + workload.name()).c_str(), BM_Lookup,
+                                               workload));
+      },
+      [](const Workload& workload, const std::string& optimizer) {
+        configure(benchmark::RegisterBenchmark(
+            ("BM_LookupAndUpdate/" + optimizer + "/" + workload.name()).c_str(), BM_LookupAndUpdate,
+            workload, optimizer));
+      });
 }
 
 // ---------------------------------------------------------------------------------------------

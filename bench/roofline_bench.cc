@@ -616,42 +616,23 @@ void register_all() {
       for (const int interleave : {1, 2, 4}) settings.emplace_back(distance, interleave);
     }
   }
-  const std::vector<std::string> optimizers = {"sgd", "adagrad", "rowwise_adagrad", "adam"};
-  for (Workload workload : shapes.tables) {
-    for (const int threads : {1, 2}) {
-      workload.threads = threads;
-      for (const IdDistribution ids : {IdDistribution::kUniform, IdDistribution::kZipf}) {
-        for (const int64_t bag_size : {1, 20}) {
-          if (shapes.row_series && (ids != IdDistribution::kUniform || bag_size != 20)) continue;
-          workload.ids = ids;
-          workload.bag_size = bag_size;
-          for (const auto& [distance, interleave] : settings) {
-            const std::string suffix = "/prefetch:" + std::to_string(distance) +
-                                       "/interleave:" + std::to_string(interleave);
-            configure(
-                benchmark::RegisterBenchmark(("BM_Gather/" + workload.name() + suffix).c_str(),
-                                             BM_Gather, workload, distance, interleave));
-          }
+  const std::string best = "/prefetch:" + std::to_string(kBestPrefetch) +
+                           "/interleave:" + std::to_string(kBestInterleave);
+  for_each_workload(
+      shapes, full,
+      [&](const Workload& workload) {
+        for (const auto& [distance, interleave] : settings) {
+          const std::string suffix =
+              "/prefetch:" + std::to_string(distance) + "/interleave:" + std::to_string(interleave);
+          configure(benchmark::RegisterBenchmark(("BM_Gather/" + workload.name() + suffix).c_str(),
+                                                 BM_Gather, workload, distance, interleave));
         }
-      }
-      for (const std::string& optimizer : optimizers) {
-        if (shapes.row_series && optimizer != "adagrad") continue;
-        for (const IdDistribution ids : {IdDistribution::kUniform, IdDistribution::kZipf}) {
-          for (const int64_t bag_size : {1, 20}) {
-            if (shapes.row_series && (ids != IdDistribution::kUniform || bag_size != 20)) continue;
-            if (!full && !shapes.row_series && (workload.dim != 64 || bag_size != 20)) continue;
-            workload.ids = ids;
-            workload.bag_size = bag_size;
-            const std::string suffix = "/prefetch:" + std::to_string(kBestPrefetch) +
-                                       "/interleave:" + std::to_string(kBestInterleave);
-            configure(benchmark::RegisterBenchmark(
-                ("BM_GatherUpdate/" + optimizer + "/" + workload.name() + suffix).c_str(),
-                BM_GatherUpdate, workload, optimizer, kBestPrefetch, kBestInterleave));
-          }
-        }
-      }
-    }
-  }
+      },
+      [&](const Workload& workload, const std::string& optimizer) {
+        configure(benchmark::RegisterBenchmark(
+            ("BM_GatherUpdate/" + optimizer + "/" + workload.name() + best).c_str(),
+            BM_GatherUpdate, workload, optimizer, kBestPrefetch, kBestInterleave));
+      });
 }
 
 }  // namespace

@@ -295,6 +295,44 @@ inline void configure(benchmark::internal::Benchmark* benchmark) {
   benchmark->UseRealTime()->MeasureProcessCPUTime()->Unit(benchmark::kMicrosecond);
 }
 
+inline const std::vector<std::string> kOptimizers = {"sgd", "adagrad", "rowwise_adagrad", "adam"};
+
+// Calls lookup(workload) for every lookup of the matrix and step(workload, optimizer) for every
+// training step, in the same order in every program (bench/matrix.py joins them by name). Without
+// `full` the steps are enumerated for dim 64, L = 20 only; a row series has uniform ids, L = 20 and
+// Adagrad only.
+template <class Lookup, class Step>
+void for_each_workload(const Shapes& shapes, bool full, Lookup&& lookup, Step&& step) {
+  auto in_series = [&](IdDistribution ids, int64_t bag_size) {
+    return !shapes.row_series || (ids == IdDistribution::kUniform && bag_size == 20);
+  };
+  for (Workload workload : shapes.tables) {
+    for (const int threads : {1, 2}) {
+      workload.threads = threads;
+      for (const IdDistribution ids : {IdDistribution::kUniform, IdDistribution::kZipf}) {
+        for (const int64_t bag_size : {1, 20}) {
+          if (!in_series(ids, bag_size)) continue;
+          workload.ids = ids;
+          workload.bag_size = bag_size;
+          lookup(workload);
+        }
+      }
+      for (const std::string& optimizer : kOptimizers) {
+        if (shapes.row_series && optimizer != "adagrad") continue;
+        for (const IdDistribution ids : {IdDistribution::kUniform, IdDistribution::kZipf}) {
+          for (const int64_t bag_size : {1, 20}) {
+            if (!in_series(ids, bag_size)) continue;
+            if (!full && !shapes.row_series && (workload.dim != 64 || bag_size != 20)) continue;
+            workload.ids = ids;
+            workload.bag_size = bag_size;
+            step(workload, optimizer);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace recemb_bench
 
 #endif  // RECEMB_BENCH_WORKLOAD_H_
