@@ -104,7 +104,11 @@ Embedding::Impl::Impl(std::vector<TableConfig> table_configs,
     table_features[t].push_back(f);
   }
   int64_t max_dim = 1;
-  for (const TableConfig& table : tables) max_dim = std::max(max_dim, table.dim);
+  int64_t scratch_floats = 0;  // per thread
+  for (const TableConfig& table : tables) {
+    max_dim = std::max(max_dim, table.dim);
+    scratch_floats = std::max(scratch_floats, internal::update_scratch_floats(table.dim));
+  }
   states.reserve(partition.rank_parts(rank).size());
   for (const TablePart& held : partition.rank_parts(rank)) {
     TableConfig config = tables[held.table];
@@ -115,7 +119,7 @@ Embedding::Impl::Impl(std::vector<TableConfig> table_configs,
                                                : options.optimizer);
   }
   zeros.assign(static_cast<size_t>(max_dim), 0.0f);
-  thread_scratch.assign(static_cast<size_t>(2 * max_dim * pool.num_threads()), 0.0f);
+  thread_scratch.assign(static_cast<size_t>(scratch_floats * pool.num_threads()), 0.0f);
   thread_skipped_rows.assign(static_cast<size_t>(pool.num_threads()), 0);
   scratch_batch.features.resize(features.size());
   initialize_tables();
@@ -367,8 +371,9 @@ void Embedding::Impl::update_table(TableState& state, float learning_rate) {
       .skip_non_finite = options.non_finite_gradients == NonFiniteGradients::kSkipRows};
   const int64_t dim = state.config().dim;
   auto scratch_of = [&](int thread) {
-    float* base = thread_scratch.data() + static_cast<size_t>(2 * dim * thread);
-    return internal::UpdateScratch{base, base + dim};
+    const size_t stride = thread_scratch.size() / static_cast<size_t>(pool.num_threads());
+    float* base = thread_scratch.data() + stride * static_cast<size_t>(thread);
+    return internal::UpdateScratch{base, base + internal::update_scratch_floats(dim) - dim};
   };
   internal::visit_row_pipeline(*state.optimizer(), learning_rate, step, [&](const auto& pipeline) {
     auto& skipped = thread_skipped_rows;

@@ -115,7 +115,7 @@ struct Embedding::Impl {
   std::vector<uint64_t> lookup_table_ids;    // ids per table in the batch being validated
   std::vector<float> learning_rates;         // per table, for the step being applied
   std::vector<float> zeros;                  // max dim
-  std::vector<float> thread_scratch;         // 2 * max dim per thread
+  std::vector<float> thread_scratch;         // max update_scratch_floats(dim) per thread
   std::vector<int64_t> thread_skipped_rows;  // per thread
   RoutedMessage responses_sent;
   RoutedMessage responses_received;

@@ -39,8 +39,22 @@ inline void prefetch_line(const void* address) {
 }
 
 // Prefetches every 64-byte line of a row of `dim` floats.
+// Asks for the line in a state it can be written in (prefetchw: the later store needs no second
+// request for ownership). CPUs without it run it as a no-op.
+inline void prefetch_line_for_write(const void* address) {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(address)));
+#else
+  __builtin_prefetch(address, 1, 3);
+#endif
+}
+
 inline void prefetch_row(const float* row, int64_t dim) {
   for (int64_t d = 0; d < dim; d += 16) prefetch_line(row + d);
+}
+
+inline void prefetch_row_for_write(const float* row, int64_t dim) {
+  for (int64_t d = 0; d < dim; d += 16) prefetch_line_for_write(row + d);
 }
 
 // Prefetches every 64-byte line holding one of the `bytes` bytes at `first` (rows that are not

@@ -1,6 +1,13 @@
 // The backward kernel: per touched row, reduce its gradient contributions in their fixed order and
 // run the table's fused optimizer pipeline (optimizers/row_update.h) once, in one pass over the
 // row.
+//
+// Rows are updated in chunks of update_chunk_rows(dim), in two passes per chunk: first the
+// gradients of the chunk's rows are reduced into the thread's scratch (random reads of the batch's
+// gradient, which is small and mostly in cache), then the rows are updated from the scratch (reads
+// in order) while the variables of the rows kPrefetchDistance ahead are prefetched for writing.
+// Kept apart, the second pass has only the table's rows in flight, so the memory-level parallelism
+// goes to the random rows of the table, as in the plain gather + update of roofline_bench.
 #ifndef RECEMB_KERNELS_SPARSE_UPDATE_H_
 #define RECEMB_KERNELS_SPARSE_UPDATE_H_
 
@@ -37,11 +44,19 @@ struct UpdateMode {
   bool skip_non_finite = false;  // leave rows with a non-finite gradient unchanged
 };
 
-// Per-thread buffers of dim floats each.
+// The rows of one chunk: as many as fit in 32 KiB of gradients, 1 to kMaxUpdateChunkRows.
+inline constexpr int64_t kMaxUpdateChunkRows = 128;
+inline int64_t update_chunk_rows(int64_t dim) {
+  return std::clamp<int64_t>(8192 / std::max<int64_t>(dim, 1), 1, kMaxUpdateChunkRows);
+}
+
+// Per-thread buffers: gradients holds update_chunk_rows(dim) * dim floats, pipeline dim floats
+// (update_scratch_floats(dim) in all).
 struct UpdateScratch {
-  float* gradient;
+  float* gradients;
   float* pipeline;
 };
+inline int64_t update_scratch_floats(int64_t dim) { return (update_chunk_rows(dim) + 1) * dim; }
 
 namespace detail {
 
@@ -63,52 +78,62 @@ void update_row(const Pipeline& pipeline, const RowVariables& v, int64_t row, fl
   pipeline.apply(v.parameters + row * v.dim, slots.data(), gradient, scratch, v.dim);
 }
 
-// Reduces and applies the contributions of unique row k. Returns false if the row was skipped.
+// g = the sum of unique row k's contributions, in their order, from 0.
+inline void reduce_unique_row(const RowGrouping& grouping, const Contributions& c, int64_t dim,
+                              int64_t k, float* __restrict g) {
+  std::fill_n(g, dim, 0.0f);
+  for (uint32_t i = grouping.segment_starts()[k]; i < grouping.segment_starts()[k + 1]; ++i) {
+    const float gain = c.gains[i];
+    const float* __restrict source = c.sources[i];
+    for (int64_t d = 0; d < dim; ++d) g[d] += gain * source[d];
+  }
+}
+
+// Reduces and applies the contributions of unique row k: summed into one update, or one update
+// each (UpdateMode::accumulate false). Returns false if the row was skipped.
 template <class Pipeline>
 bool update_unique_row(const Pipeline& pipeline, const RowVariables& v, const RowGrouping& grouping,
                        const Contributions& c, UpdateMode mode, int64_t k, UpdateScratch scratch) {
   const int64_t dim = v.dim;
   const int64_t row = grouping.unique_rows()[k];
-  const uint32_t begin = grouping.segment_starts()[k];
-  const uint32_t end = grouping.segment_starts()[k + 1];
-  float* __restrict g = scratch.gradient;
-  if (!mode.accumulate) {
-    if (mode.skip_non_finite) {
-      for (uint32_t i = begin; i < end; ++i) {
-        if (!all_finite(c.sources[i], dim)) return false;
-      }
-    }
-    for (uint32_t i = begin; i < end; ++i) {
-      const float gain = c.gains[i];
-      const float* __restrict source = c.sources[i];
-      for (int64_t d = 0; d < dim; ++d) g[d] = gain * source[d];
-      update_row(pipeline, v, row, g, scratch.pipeline);
-    }
+  float* __restrict g = scratch.gradients;
+  if (mode.accumulate) {
+    reduce_unique_row(grouping, c, dim, k, g);
+    if (mode.skip_non_finite && !all_finite(g, dim)) return false;
+    update_row(pipeline, v, row, g, scratch.pipeline);
     return true;
   }
-  std::fill_n(g, dim, 0.0f);
+  const uint32_t begin = grouping.segment_starts()[k];
+  const uint32_t end = grouping.segment_starts()[k + 1];
+  if (mode.skip_non_finite) {
+    for (uint32_t i = begin; i < end; ++i) {
+      if (!all_finite(c.sources[i], dim)) return false;
+    }
+  }
   for (uint32_t i = begin; i < end; ++i) {
     const float gain = c.gains[i];
     const float* __restrict source = c.sources[i];
-    for (int64_t d = 0; d < dim; ++d) g[d] += gain * source[d];
+    for (int64_t d = 0; d < dim; ++d) g[d] = gain * source[d];
+    update_row(pipeline, v, row, g, scratch.pipeline);
   }
-  if (mode.skip_non_finite && !all_finite(g, dim)) return false;
-  update_row(pipeline, v, row, g, scratch.pipeline);
   return true;
 }
 
-// Prefetches what unique row k's update reads: its variables (random rows of the table and its
-// slots) and its contributions' gradient rows.
-inline void prefetch_unique_row(const RowVariables& v, const RowGrouping& grouping,
-                                const Contributions& c, int64_t k) {
+// Prefetches the variables of unique row k (random rows of the table and its slots), to write.
+inline void prefetch_variables(const RowVariables& v, const RowGrouping& grouping, int64_t k) {
   const int64_t row = grouping.unique_rows()[k];
-  prefetch_row(v.parameters + row * v.dim, v.dim);
+  prefetch_row_for_write(v.parameters + row * v.dim, v.dim);
   for (int i = 0; i < v.num_slots; ++i) {
-    prefetch_row(v.slot_bases[i] + row * v.slot_widths[i], v.slot_widths[i]);
+    prefetch_row_for_write(v.slot_bases[i] + row * v.slot_widths[i], v.slot_widths[i]);
   }
+}
+
+// Prefetches the gradient rows of unique row k's first contributions.
+inline void prefetch_sources(const RowGrouping& grouping, const Contributions& c, int64_t dim,
+                             int64_t k) {
   const uint32_t begin = grouping.segment_starts()[k];
   const uint32_t end = std::min(grouping.segment_starts()[k + 1], begin + kMaxPrefetchedSources);
-  for (uint32_t i = begin; i < end; ++i) prefetch_row(c.sources[i], v.dim);
+  for (uint32_t i = begin; i < end; ++i) prefetch_row(c.sources[i], dim);
 }
 
 }  // namespace detail
@@ -120,17 +145,46 @@ template <class Pipeline>
 int64_t update_touched_rows(const Pipeline& pipeline, const RowVariables& variables,
                             const RowGrouping& grouping, const Contributions& contributions,
                             UpdateMode mode, int64_t first, int64_t last, UpdateScratch scratch) {
+  const int64_t dim = variables.dim;
   int64_t skipped = 0;
   for (int64_t k = first; k < std::min(last, first + kPrefetchDistance); ++k) {
-    detail::prefetch_unique_row(variables, grouping, contributions, k);
+    detail::prefetch_variables(variables, grouping, k);
   }
-  for (int64_t k = first; k < last; ++k) {
-    if (k + kPrefetchDistance < last) {
-      detail::prefetch_unique_row(variables, grouping, contributions, k + kPrefetchDistance);
+  if (!mode.accumulate) {  // rare: the contributions of a row go one by one anyway
+    for (int64_t k = first; k < last; ++k) {
+      if (k + kPrefetchDistance < last) {
+        detail::prefetch_variables(variables, grouping, k + kPrefetchDistance);
+        detail::prefetch_sources(grouping, contributions, dim, k + kPrefetchDistance);
+      }
+      if (!detail::update_unique_row(pipeline, variables, grouping, contributions, mode, k,
+                                     scratch)) {
+        ++skipped;
+      }
     }
-    if (!detail::update_unique_row(pipeline, variables, grouping, contributions, mode, k,
-                                   scratch)) {
-      ++skipped;
+    return skipped;
+  }
+  const int64_t chunk_rows = update_chunk_rows(dim);
+  std::array<bool, kMaxUpdateChunkRows> finite{};
+  for (int64_t chunk = first; chunk < last; chunk += chunk_rows) {
+    const int64_t chunk_end = std::min(last, chunk + chunk_rows);
+    for (int64_t k = chunk; k < chunk_end; ++k) {
+      if (k + kPrefetchDistance < chunk_end) {
+        detail::prefetch_sources(grouping, contributions, dim, k + kPrefetchDistance);
+      }
+      float* g = scratch.gradients + (k - chunk) * dim;
+      detail::reduce_unique_row(grouping, contributions, dim, k, g);
+      finite[static_cast<size_t>(k - chunk)] = !mode.skip_non_finite || detail::all_finite(g, dim);
+    }
+    for (int64_t k = chunk; k < chunk_end; ++k) {
+      if (k + kPrefetchDistance < last) {
+        detail::prefetch_variables(variables, grouping, k + kPrefetchDistance);
+      }
+      if (!finite[static_cast<size_t>(k - chunk)]) {
+        ++skipped;
+        continue;
+      }
+      detail::update_row(pipeline, variables, grouping.unique_rows()[k],
+                         scratch.gradients + (k - chunk) * dim, scratch.pipeline);
     }
   }
   return skipped;
@@ -156,8 +210,8 @@ int64_t update_all_rows(const Pipeline& pipeline, const RowVariables& variables,
       }
       ++k;
     } else {
-      std::fill_n(scratch.gradient, variables.dim, 0.0f);
-      detail::update_row(pipeline, variables, row, scratch.gradient, scratch.pipeline);
+      std::fill_n(scratch.gradients, variables.dim, 0.0f);
+      detail::update_row(pipeline, variables, row, scratch.gradients, scratch.pipeline);
     }
   }
   return skipped;

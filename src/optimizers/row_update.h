@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "recemb/optimizer.h"
 
@@ -42,16 +43,20 @@ class RowPipeline {
   // Updates row w and its slots with gradient g (clipped in place). scratch: dim floats the
   // pipeline may overwrite. Never throws, never allocates.
   void apply(float* w, float* const* slots, float* g, float* scratch, int64_t dim) const {
-    for (int64_t d = 0; d < dim; ++d) {
-      g[d] = std::clamp(g[d], clip_gradient_min_, clip_gradient_max_);
+    if (clips_gradients_) {
+      for (int64_t d = 0; d < dim; ++d) {
+        g[d] = std::clamp(g[d], clip_gradient_min_, clip_gradient_max_);
+      }
     }
     if (weight_decay_ != 0.0f) std::copy(w, w + dim, scratch);
     update_(w, slots, g, dim);
     if (weight_decay_ != 0.0f) {
       for (int64_t d = 0; d < dim; ++d) w[d] -= weight_decay_ * scratch[d];
     }
-    for (int64_t d = 0; d < dim; ++d) {
-      w[d] = std::clamp(w[d], clip_weight_min_, clip_weight_max_);
+    if (clips_weights_) {
+      for (int64_t d = 0; d < dim; ++d) {
+        w[d] = std::clamp(w[d], clip_weight_min_, clip_weight_max_);
+      }
     }
   }
 
@@ -62,6 +67,14 @@ class RowPipeline {
   float clip_weight_min_;
   float clip_weight_max_;
   float weight_decay_;
+  // Clamping to [-inf, inf] changes no value (NaN included), so the default bounds skip the loop.
+  bool clips_gradients_ = is_bounded(clip_gradient_min_, clip_gradient_max_);
+  bool clips_weights_ = is_bounded(clip_weight_min_, clip_weight_max_);
+
+  static bool is_bounded(float min, float max) {
+    return min != -std::numeric_limits<float>::infinity() ||
+           max != std::numeric_limits<float>::infinity();
+  }
 };
 
 // The update class of each optimizer type (declarations only, used through decltype).

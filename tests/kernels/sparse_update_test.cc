@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <tuple>
 #include <vector>
 
 namespace recemb::internal {
@@ -24,7 +25,7 @@ struct CountingPipeline {
 };
 
 struct Fixture {
-  int64_t vocabulary = 40;
+  int64_t vocabulary;
   int64_t dim = 5;
   std::vector<float> parameters, counters;
   std::vector<int64_t> rows;
@@ -36,14 +37,17 @@ struct Fixture {
   std::vector<float> sorted_gains;
   std::vector<const float*> sorted_sources;
 
-  explicit Fixture(uint64_t seed) {
+  // 300 contributions over 40 rows fit one chunk of update_touched_rows; 3000 over 1000 rows take
+  // several.
+  explicit Fixture(uint64_t seed, int64_t vocabulary_size = 40, int contributions = 300)
+      : vocabulary(vocabulary_size) {
     std::mt19937_64 random(seed);
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
     std::uniform_int_distribution<int64_t> row(0, vocabulary - 1);
     parameters.resize(static_cast<size_t>(vocabulary * dim));
     for (float& x : parameters) x = value(random);
     counters.assign(static_cast<size_t>(vocabulary), 0.0f);
-    for (int i = 0; i < 300; ++i) {
+    for (int i = 0; i < contributions; ++i) {
       rows.push_back(row(random));
       gains.push_back(value(random));
       gradients.emplace_back(static_cast<size_t>(dim));
@@ -100,6 +104,15 @@ struct Fixture {
   }
 };
 
+// A thread's scratch for the kernels.
+struct Scratch {
+  std::vector<float> floats;
+  explicit Scratch(int64_t dim) : floats(static_cast<size_t>(update_scratch_floats(dim))) {}
+  UpdateScratch view(int64_t dim) {
+    return {floats.data(), floats.data() + floats.size() - static_cast<size_t>(dim)};
+  }
+};
+
 void expect_near(const std::vector<float>& actual, const std::vector<double>& expected) {
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < actual.size(); ++i) {
@@ -109,32 +122,39 @@ void expect_near(const std::vector<float>& actual, const std::vector<double>& ex
 
 class SparseUpdateTest : public ::testing::TestWithParam<bool> {};
 
-TEST_P(SparseUpdateTest, TouchedRowsMatchReferenceInChunks) {
+TEST_P(SparseUpdateTest, TouchedRowsMatchReferenceInRanges) {
   const bool accumulate = GetParam();
-  Fixture f(7);
-  const auto [w, count] = f.reference(accumulate, false);
-  std::vector<float> g(static_cast<size_t>(f.dim)), s(static_cast<size_t>(f.dim));
-  const auto touched = static_cast<int64_t>(f.grouping.unique_rows().size());
-  int64_t skipped = 0;
-  for (int64_t first = 0; first < touched; first += 6) {
-    skipped += update_touched_rows(CountingPipeline{}, f.variables(), f.grouping, f.contributions(),
-                                   {.accumulate = accumulate}, first, std::min(touched, first + 6),
-                                   {g.data(), s.data()});
+  for (const auto& [vocabulary, contributions, range] :
+       {std::tuple{40, 300, 6}, std::tuple{1000, 3000, 300}}) {
+    Fixture f(7, vocabulary, contributions);
+    const auto [w, count] = f.reference(accumulate, false);
+    Scratch scratch(f.dim);
+    const auto touched = static_cast<int64_t>(f.grouping.unique_rows().size());
+    if (vocabulary == 1000) {
+      ASSERT_GT(range, update_chunk_rows(f.dim));  // ranges of several chunks
+    }
+    int64_t skipped = 0;
+    for (int64_t first = 0; first < touched; first += range) {
+      skipped +=
+          update_touched_rows(CountingPipeline{}, f.variables(), f.grouping, f.contributions(),
+                              {.accumulate = accumulate}, first,
+                              std::min<int64_t>(touched, first + range), scratch.view(f.dim));
+    }
+    EXPECT_EQ(skipped, 0);
+    expect_near(f.parameters, w);
+    expect_near(f.counters, count);
   }
-  EXPECT_EQ(skipped, 0);
-  expect_near(f.parameters, w);
-  expect_near(f.counters, count);
 }
 
 TEST_P(SparseUpdateTest, AllRowsUpdatesUntouchedRowsWithZeroGradient) {
   const bool accumulate = GetParam();
   Fixture f(8);
   const auto [w, count] = f.reference(accumulate, true);
-  std::vector<float> g(static_cast<size_t>(f.dim)), s(static_cast<size_t>(f.dim));
+  Scratch scratch(f.dim);
   for (int64_t first = 0; first < f.vocabulary; first += 7) {
     update_all_rows(CountingPipeline{}, f.variables(), f.grouping, f.contributions(),
                     {.accumulate = accumulate}, first, std::min(f.vocabulary, first + 7),
-                    {g.data(), s.data()});
+                    scratch.view(f.dim));
   }
   expect_near(f.parameters, w);
   expect_near(f.counters, count);
@@ -144,22 +164,30 @@ INSTANTIATE_TEST_SUITE_P(Accumulate, SparseUpdateTest, ::testing::Bool());
 
 TEST(SparseUpdateTest, SkipsRowsWithNonFiniteGradient) {
   for (const bool accumulate : {true, false}) {
-    Fixture f(9);
-    const int64_t bad_row = f.rows[5];
-    f.gradients[5][2] = std::numeric_limits<float>::quiet_NaN();
-    const std::vector<float> before = f.parameters;
-    std::vector<float> g(static_cast<size_t>(f.dim)), s(static_cast<size_t>(f.dim));
-    const auto touched = static_cast<int64_t>(f.grouping.unique_rows().size());
-    const int64_t skipped = update_touched_rows(
-        CountingPipeline{}, f.variables(), f.grouping, f.contributions(),
-        {.accumulate = accumulate, .skip_non_finite = true}, 0, touched, {g.data(), s.data()});
-    EXPECT_EQ(skipped, 1);
-    EXPECT_EQ(f.counters[static_cast<size_t>(bad_row)], 0.0f);
-    for (int64_t d = 0; d < f.dim; ++d) {
-      const auto i = static_cast<size_t>(bad_row * f.dim + d);
-      EXPECT_EQ(f.parameters[i], before[i]);
+    for (const int64_t vocabulary : {40, 1000}) {
+      Fixture f(9, vocabulary, 3000);
+      const int64_t bad_row = f.rows[5];
+      f.gradients[5][2] = std::numeric_limits<float>::quiet_NaN();
+      const std::vector<float> before = f.parameters;
+      const auto [w, count] = f.reference(accumulate, false);
+      Scratch scratch(f.dim);
+      const auto touched = static_cast<int64_t>(f.grouping.unique_rows().size());
+      const int64_t skipped = update_touched_rows(
+          CountingPipeline{}, f.variables(), f.grouping, f.contributions(),
+          {.accumulate = accumulate, .skip_non_finite = true}, 0, touched, scratch.view(f.dim));
+      EXPECT_EQ(skipped, 1);
+      EXPECT_EQ(f.counters[static_cast<size_t>(bad_row)], 0.0f);
+      for (int64_t r = 0; r < f.vocabulary; ++r) {
+        for (int64_t d = 0; d < f.dim; ++d) {
+          const auto i = static_cast<size_t>(r * f.dim + d);
+          if (r == bad_row) {
+            EXPECT_EQ(f.parameters[i], before[i]);
+          } else {  // every other row updated as without the bad one
+            EXPECT_NEAR(f.parameters[i], w[i], 1e-5 * (1.0 + std::abs(w[i]))) << "row " << r;
+          }
+        }
+      }
     }
-    for (const float x : f.parameters) EXPECT_TRUE(std::isfinite(x));
   }
 }
 
