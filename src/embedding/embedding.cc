@@ -19,8 +19,7 @@
 #include "format/checksum.h"
 #include "format/config_json.h"
 #include "kernels/pool.h"
-#include "kernels/sparse_update.h"
-#include "optimizers/row_update.h"
+#include "kernels/table_update.h"
 #include "optimizers/slot_spec.h"
 #include "storage/initializer.h"
 
@@ -361,41 +360,39 @@ void Embedding::Impl::apply_gradients(LookupBatch::Impl& batch,
 }
 
 void Embedding::Impl::update_table(TableState& state, float learning_rate) {
-  const internal::RowVariables variables = state.variables();
-  const internal::RowGrouping& grouping = state.grouping();
-  const internal::Contributions contributions = state.contributions();
   const CommonHyperparameters& common = std::visit(
       [](const auto& o) -> const CommonHyperparameters& { return o.common; }, *state.optimizer());
-  const internal::UpdateMode mode{
-      .accumulate = common.use_gradient_accumulation,
-      .skip_non_finite = options.non_finite_gradients == NonFiniteGradients::kSkipRows};
+  const internal::TableUpdate update{
+      .optimizer = &*state.optimizer(),
+      .learning_rate = learning_rate,
+      .step = step,
+      .variables = state.variables(),
+      .grouping = &state.grouping(),
+      .contributions = state.contributions(),
+      .mode = {.accumulate = common.use_gradient_accumulation,
+               .skip_non_finite = options.non_finite_gradients == NonFiniteGradients::kSkipRows}};
   const int64_t dim = state.config().dim;
   auto scratch_of = [&](int thread) {
     const size_t stride = thread_scratch.size() / static_cast<size_t>(pool.num_threads());
     float* base = thread_scratch.data() + stride * static_cast<size_t>(thread);
     return internal::UpdateScratch{base, base + internal::update_scratch_floats(dim) - dim};
   };
-  internal::visit_row_pipeline(*state.optimizer(), learning_rate, step, [&](const auto& pipeline) {
-    auto& skipped = thread_skipped_rows;
-    if (state.updates_all_rows()) {
-      pool.parallel_for_ranges(state.config().vocabulary_size, kRowsPerDenseUpdateTask,
-                               [&](int64_t first, int64_t last, int thread) {
-                                 skipped[static_cast<size_t>(thread)] += internal::update_all_rows(
-                                     pipeline, variables, grouping, contributions, mode, first,
-                                     last, scratch_of(thread));
-                               });
-    } else {
-      const auto touched = static_cast<int64_t>(grouping.unique_rows().size());
-      pool.parallel_for_ranges(
-          touched,
-          touched < kMinRowsForThreads ? std::max<int64_t>(touched, 1) : kRowsPerUpdateTask,
-          [&](int64_t first, int64_t last, int thread) {
-            skipped[static_cast<size_t>(thread)] +=
-                internal::update_touched_rows(pipeline, variables, grouping, contributions, mode,
-                                              first, last, scratch_of(thread));
-          });
-    }
-  });
+  auto& skipped = thread_skipped_rows;
+  if (state.updates_all_rows()) {
+    pool.parallel_for_ranges(state.config().vocabulary_size, kRowsPerDenseUpdateTask,
+                             [&](int64_t first, int64_t last, int thread) {
+                               skipped[static_cast<size_t>(thread)] += internal::update_all_rows(
+                                   update, first, last, scratch_of(thread));
+                             });
+  } else {
+    const auto touched = static_cast<int64_t>(state.grouping().unique_rows().size());
+    pool.parallel_for_ranges(
+        touched, touched < kMinRowsForThreads ? std::max<int64_t>(touched, 1) : kRowsPerUpdateTask,
+        [&](int64_t first, int64_t last, int thread) {
+          skipped[static_cast<size_t>(thread)] +=
+              internal::update_touched_rows(update, first, last, scratch_of(thread));
+        });
+  }
 }
 
 std::vector<std::string> Embedding::Impl::variable_names(std::string_view table) const {

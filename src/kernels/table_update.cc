@@ -1,0 +1,71 @@
+#include "kernels/table_update.h"
+
+#include "optimizers/row_update.h"
+
+// foreach_target.h includes this file again for each target; HWY_BEFORE_NAMESPACE makes every
+// function defined below code for that target, and [[gnu::flatten]] inlines the generic templates
+// they call (a baseline callee inlines into any target caller), so the whole per-row loop is built
+// for the target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/table_update.cc"
+#include <hwy/foreach_target.h>  // before highway.h
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace recemb::internal::HWY_NAMESPACE {
+
+template <class Pipeline>
+[[gnu::flatten]] int64_t touched_rows_with(const Pipeline& pipeline, const TableUpdate& update,
+                                           int64_t first, int64_t last, UpdateScratch scratch) {
+  return internal::update_touched_rows(pipeline, update.variables, *update.grouping,
+                                       update.contributions, update.mode, first, last, scratch);
+}
+
+template <class Pipeline>
+[[gnu::flatten]] int64_t all_rows_with(const Pipeline& pipeline, const TableUpdate& update,
+                                       int64_t first_row, int64_t last_row, UpdateScratch scratch) {
+  return internal::update_all_rows(pipeline, update.variables, *update.grouping,
+                                   update.contributions, update.mode, first_row, last_row, scratch);
+}
+
+int64_t touched_rows(const TableUpdate& update, int64_t first, int64_t last,
+                     UpdateScratch scratch) {
+  int64_t skipped = 0;
+  visit_row_pipeline(*update.optimizer, update.learning_rate, update.step,
+                     [&](const auto& pipeline) {
+                       skipped = touched_rows_with(pipeline, update, first, last, scratch);
+                     });
+  return skipped;
+}
+
+int64_t all_rows(const TableUpdate& update, int64_t first_row, int64_t last_row,
+                 UpdateScratch scratch) {
+  int64_t skipped = 0;
+  visit_row_pipeline(*update.optimizer, update.learning_rate, update.step,
+                     [&](const auto& pipeline) {
+                       skipped = all_rows_with(pipeline, update, first_row, last_row, scratch);
+                     });
+  return skipped;
+}
+
+}  // namespace recemb::internal::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace recemb::internal {
+
+HWY_EXPORT(touched_rows);
+HWY_EXPORT(all_rows);
+
+int64_t update_touched_rows(const TableUpdate& update, int64_t first, int64_t last,
+                            UpdateScratch scratch) {
+  return HWY_DYNAMIC_DISPATCH(touched_rows)(update, first, last, scratch);
+}
+
+int64_t update_all_rows(const TableUpdate& update, int64_t first_row, int64_t last_row,
+                        UpdateScratch scratch) {
+  return HWY_DYNAMIC_DISPATCH(all_rows)(update, first_row, last_row, scratch);
+}
+
+}  // namespace recemb::internal
+#endif  // HWY_ONCE
