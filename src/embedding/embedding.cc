@@ -342,13 +342,20 @@ void Embedding::Impl::apply_gradients(LookupBatch::Impl& batch,
   batch.applicable = false;
   std::fill(thread_skipped_rows.begin(), thread_skipped_rows.end(), 0);
   if (partition.trivial()) {
-    pool.parallel_for(static_cast<int64_t>(states.size()), [&](int64_t t, int) {
-      const auto table = static_cast<size_t>(t);
+    // Tables are grouped side by side; fewer tables than threads are grouped one by one, each on
+    // all the threads.
+    auto gather = [&](size_t table, internal::ThreadPool* table_pool) {
       if (states[table].optimizer()) {
         states[table].gather_contributions(table_features[table], batch.features, gradients,
-                                           zeros.data());
+                                           zeros.data(), table_pool);
       }
-    });
+    };
+    if (states.size() < static_cast<size_t>(pool.num_threads())) {
+      for (size_t t = 0; t < states.size(); ++t) gather(t, &pool);
+    } else {
+      pool.parallel_for(static_cast<int64_t>(states.size()),
+                        [&](int64_t t, int) { gather(static_cast<size_t>(t), nullptr); });
+    }
     for (size_t t = 0; t < states.size(); ++t) {
       if (states[t].optimizer()) update_table(states[t], learning_rates[t]);
     }

@@ -7,6 +7,11 @@
 #include "util/check.h"
 
 namespace recemb::internal {
+namespace {
+
+constexpr int64_t kContributionsPerTask = 16384;
+
+}  // namespace
 
 TableState::TableState(TableConfig config, std::optional<Optimizer> optimizer)
     : config_(std::move(config)),
@@ -31,7 +36,7 @@ void TableState::initialize_block(uint64_t table_seed, int64_t first_row, int64_
 void TableState::gather_contributions(const std::vector<size_t>& features,
                                       const std::vector<CsrFeature>& batch,
                                       std::span<const std::span<const float>> gradients,
-                                      const float* zeros) {
+                                      const float* zeros, ThreadPool* pool) {
   size_t total = 0;
   for (const size_t f : features) total += batch[f].ids.size();
   resize_contributions(total);
@@ -53,7 +58,7 @@ void TableState::gather_contributions(const std::vector<size_t>& features,
       }
     }
   }
-  group_contributions();
+  group_contributions(pool);
 }
 
 TableState::ContributionArrays TableState::resize_contributions(size_t count) {
@@ -63,14 +68,22 @@ TableState::ContributionArrays TableState::resize_contributions(size_t count) {
   return {contribution_rows_.data(), contribution_gains_.data(), contribution_sources_.data()};
 }
 
-void TableState::group_contributions() {
-  grouping_.build(contribution_rows_, config_.vocabulary_size);
+void TableState::group_contributions(ThreadPool* pool) {
+  grouping_.build(contribution_rows_, config_.vocabulary_size, pool);
   const std::span<const uint32_t> order = grouping_.order();
   sorted_gains_.resize(order.size());
   sorted_sources_.resize(order.size());
-  for (size_t i = 0; i < order.size(); ++i) {
-    sorted_gains_[i] = contribution_gains_[order[i]];
-    sorted_sources_[i] = contribution_sources_[order[i]];
+  const auto permute = [&](int64_t first, int64_t last, int) {
+    for (auto i = static_cast<size_t>(first); i < static_cast<size_t>(last); ++i) {
+      sorted_gains_[i] = contribution_gains_[order[i]];
+      sorted_sources_[i] = contribution_sources_[order[i]];
+    }
+  };
+  const auto n = static_cast<int64_t>(order.size());
+  if (pool == nullptr) {
+    permute(0, n, 0);
+  } else {
+    pool->parallel_for_ranges(n, kContributionsPerTask, permute);
   }
 }
 

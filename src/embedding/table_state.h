@@ -13,6 +13,7 @@
 #include "kernels/row_grouping.h"
 #include "kernels/sparse_update.h"
 #include "storage/table_storage.h"
+#include "util/thread_pool.h"
 
 namespace recemb::internal {
 
@@ -34,10 +35,12 @@ class TableState {
 
   // Lists this step's gradient contributions of `features` (the features looked up in this table,
   // in feature order) and groups them by row. gradients[f] is feature f's gradient or empty for
-  // zeros, in which case `zeros` (dim floats of 0) is the source.
+  // zeros, in which case `zeros` (dim floats of 0) is the source. With a pool (not inside one of
+  // its loops), the grouping runs on its threads.
   void gather_contributions(const std::vector<size_t>& features,
                             const std::vector<CsrFeature>& batch,
-                            std::span<const std::span<const float>> gradients, const float* zeros);
+                            std::span<const std::span<const float>> gradients, const float* zeros,
+                            ThreadPool* pool = nullptr);
 
   // The same for contributions listed by the caller: resize_contributions(n), fill contribution i
   // (its row, gain and gradient source of dim floats) for i in [0, n) in their summation order,
@@ -48,7 +51,7 @@ class TableState {
     const float** sources;
   };
   ContributionArrays resize_contributions(size_t count);
-  void group_contributions();
+  void group_contributions(ThreadPool* pool = nullptr);
 
   const RowGrouping& grouping() const { return grouping_; }
   // The contributions in the grouping's order (kernels/sparse_update.h).

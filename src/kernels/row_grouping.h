@@ -7,14 +7,19 @@
 #include <span>
 #include <vector>
 
+#include "util/thread_pool.h"
+
 namespace recemb::internal {
 
 class RowGrouping {
  public:
   // rows[i] is the row of contribution i, i in (feature, example, position) order; every row is in
   // [0, vocabulary_size) and rows.size() < 2^32. A stable LSD radix sort over only the key bits
-  // that vocabulary_size needs: O(n) per 8 bits. Reuses its buffers (no allocation once grown).
-  void build(std::span<const int64_t> rows, int64_t vocabulary_size);
+  // that vocabulary_size needs, in digits of up to 11 bits: O(n) per digit. Rows below 2^32 travel
+  // with their index in one 64-bit item. With a pool (not inside one of its loops), large inputs
+  // are sorted on all its threads; the result is the same. Reuses its buffers (no allocation once
+  // grown).
+  void build(std::span<const int64_t> rows, int64_t vocabulary_size, ThreadPool* pool = nullptr);
 
   // The distinct rows, increasing.
   std::span<const int64_t> unique_rows() const { return unique_rows_; }
@@ -24,13 +29,18 @@ class RowGrouping {
   std::span<const uint32_t> segment_starts() const { return segment_starts_; }
 
  private:
+  template <bool kPacked>
+  void sort_and_group(std::span<const int64_t> rows, int key_bits, ThreadPool* pool);
+
   std::vector<int64_t> unique_rows_;
   std::vector<uint32_t> order_;
   std::vector<uint32_t> segment_starts_;
-  // Radix sort scratch.
-  std::vector<uint64_t> keys_;
-  std::vector<uint64_t> keys_scratch_;
-  std::vector<uint32_t> order_scratch_;
+  // Sort scratch: items (row << 32 | index, or the index alone for wider rows), the counts of each
+  // chunk's digits, and each chunk's first unique row.
+  std::vector<uint64_t> items_;
+  std::vector<uint64_t> items_scratch_;
+  std::vector<uint32_t> counts_;
+  std::vector<uint32_t> chunk_uniques_;
 };
 
 }  // namespace recemb::internal

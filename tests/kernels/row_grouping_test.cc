@@ -10,9 +10,10 @@ namespace recemb::internal {
 namespace {
 
 // Checks the grouping against std::stable_sort of the contribution indices by row.
-void expect_grouping_matches_stable_sort(const std::vector<int64_t>& rows, int64_t vocabulary) {
+void expect_grouping_matches_stable_sort(const std::vector<int64_t>& rows, int64_t vocabulary,
+                                         ThreadPool* pool = nullptr) {
   RowGrouping grouping;
-  grouping.build(rows, vocabulary);
+  grouping.build(rows, vocabulary, pool);
   std::vector<uint32_t> expected(rows.size());
   std::iota(expected.begin(), expected.end(), 0u);
   std::stable_sort(expected.begin(), expected.end(),
@@ -43,6 +44,23 @@ TEST(RowGroupingTest, MatchesStableSortAcrossKeyWidths) {
     std::vector<int64_t> rows(5000);
     for (int64_t& r : rows) r = row(random);
     expect_grouping_matches_stable_sort(rows, vocabulary);
+  }
+}
+
+// Inputs large enough to be split across the pool's threads, with rows that repeat across the
+// chunk boundaries (a group spanning two chunks), at packed (< 2^32) and wide row widths.
+TEST(RowGroupingTest, PoolGivesTheSameGrouping) {
+  for (const int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    for (const int64_t vocabulary :
+         {int64_t{5}, int64_t{3000}, int64_t{1} << 24, int64_t{1} << 40}) {
+      SCOPED_TRACE(::testing::Message() << "threads " << threads << " vocabulary " << vocabulary);
+      std::mt19937_64 random(7 + static_cast<uint64_t>(vocabulary));
+      std::uniform_int_distribution<int64_t> row(0, vocabulary - 1);
+      std::vector<int64_t> rows(100000);
+      for (int64_t& r : rows) r = row(random);
+      expect_grouping_matches_stable_sort(rows, vocabulary, &pool);
+    }
   }
 }
 
