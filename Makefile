@@ -114,7 +114,8 @@ test-tsan:
 check-install: release-build
 	@$(PHASE_START); scripts/check-install build/release; $(PHASE_END)
 
-# Every benchmark program, briefly: they must keep compiling and running. The sharding benchmarks
+# Every benchmark program, briefly: they must keep compiling and running; so must bench/matrix.py
+# (bench/compare_torch.py --smoke runs in test-python, which has torch). The sharding benchmarks
 # (built with MPI) take --benchmark_min_time as --smoke; bench/sharded.sh --smoke also runs them
 # under mpirun (2 and 4 ranks).
 bench-smoke: release-build
@@ -126,6 +127,8 @@ bench-smoke: release-build
 	   echo "--- $$bench"; \
 	   timeout 600 "$$bench" --benchmark_min_time=0.01; \
 	 done; \
+	 echo "--- bench/matrix.py --smoke"; \
+	 timeout 600 bench/matrix.py --build build/release --smoke; \
 	 if [ -x build/release/bench/sharded_bench ]; then \
 	   echo "--- bench/sharded.sh --smoke"; \
 	   timeout 600 bench/sharded.sh --build build/release --smoke; \
