@@ -16,13 +16,14 @@ calls in the same order (lookups, apply_gradients, embedding_tables, slot_variab
 they are collective. An input this layer rejects on one rank raises on every rank.
 """
 
+import bisect
 import threading
 
 import numpy as np
 
 from recemb import _nest, _recemb, optimizers
 from recemb.config import Resolved, TableConfig
-from recemb.inputs import feature_input, float32_array
+from recemb.inputs import Ragged, Sparse, feature_input, float32_array
 from recemb.placement import Placement, _cpp_communicator
 
 _NON_FINITE = {"reject": _recemb.NonFiniteGradients.kReject,
@@ -30,6 +31,11 @@ _NON_FINITE = {"reject": _recemb.NonFiniteGradients.kReject,
 _RESIZE = {"error": _recemb.Resize.kError, "grow": _recemb.Resize.kGrow,
            "grow_or_shrink": _recemb.Resize.kGrowOrShrink}
 _NO_GRADIENT = np.empty(0, dtype=np.float32)
+_FLOAT32 = np.dtype(np.float32)
+try:
+    from numpy.lib.array_utils import byte_bounds as _byte_bounds  # numpy >= 2
+except ImportError:
+    _byte_bounds = np.byte_bounds
 
 
 class LookupBatch:
@@ -89,12 +95,122 @@ def _build_engine(resolved, optimizer, options, zero_tables=False):
     return engine
 
 
-def _lookup(engine, resolved, features, weights, batch, on_error=None):
-    """Looks up every feature; returns the flat list of float32 activations.
+def _memory_owner(array):
+    """The id of the numpy array that allocated `array`'s memory (itself or its base), or None
+    when the memory comes from elsewhere (a buffer object, foreign code), so may be anyone's."""
+    while array.base is not None:
+        if not isinstance(array.base, np.ndarray):
+            return None
+        array = array.base
+    return id(array) if array.flags.owndata else None
+
+
+def _arrays_of(value):
+    """The numpy arrays of one feature's ids or weights: the array itself, a Ragged's values and
+    row_splits, a Sparse's indices and values (other objects are copied into new arrays)."""
+    if isinstance(value, np.ndarray):
+        return (value,)
+    if isinstance(value, Ragged):
+        parts = (value.values, value.row_splits)
+    elif isinstance(value, Sparse):
+        parts = (value.indices, value.values)
+    else:
+        return ()
+    return tuple(part for part in parts if isinstance(part, np.ndarray))
+
+
+def _input_arrays(flat_ids, flat_weights):
+    """[(array, index of the feature, "ids" or "weights")] of the numpy arrays of the inputs."""
+    return [(array, f, what) for f, values in enumerate(zip(flat_ids, flat_weights))
+            for value, what in zip(values, ("ids", "weights")) for array in _arrays_of(value)]
+
+
+def _owners_distinct(out, flat_ids, flat_weights):
+    """Whether every array (out and inputs) has a known _memory_owner of its own, so that none
+    shares memory with another: the usual case, checked in O(n)."""
+    owners = {_memory_owner(array) for array in out}
+    count = len(out)
+    for value in flat_ids + flat_weights:
+        if value is not None:
+            for array in _arrays_of(value):
+                owners.add(_memory_owner(array))
+                count += 1
+    return None not in owners and len(owners) == count
+
+
+def _check_disjoint(names, out, inputs):
+    """Raises ValueError if an out array shares memory with another out array or an input array
+    ([(array, feature index, what)]), by their byte extents as np.may_share_memory (exact for
+    the out arrays, which are contiguous). Memory numpy allocated belongs to one array (its
+    owner) and the views of it, so only arrays of one owner are compared, unless some array's
+    memory has no known owner (then all are)."""
+    groups = {}  # owner -> [(array, feature index, None for an out array else what)]
+    for entry in [(array, f, None) for f, array in enumerate(out)] + inputs:
+        if entry[0].size:  # empty arrays share nothing
+            groups.setdefault(_memory_owner(entry[0]), []).append(entry)
+    if None in groups:
+        candidates = [entry for group in groups.values() for entry in group]
+    else:
+        candidates = [entry for group in groups.values() if len(group) > 1
+                      and any(e[2] is None for e in group) for entry in group]
+    spans = []  # (first byte, end, feature index) of the out arrays, sorted
+    for array, f, what in candidates:
+        if what is None:
+            first = array.__array_interface__["data"][0]
+            spans.append((first, first + array.nbytes, f))
+    spans.sort()
+    for before, after in zip(spans, spans[1:]):  # sorted by first byte: the out arrays are
+        if after[0] < before[1]:                 # disjoint iff each ends before the next one
+            raise ValueError(f"feature '{names[before[2]]}': the out array shares memory with "
+                             f"the out array of feature '{names[after[2]]}'")
+    firsts = [span[0] for span in spans]
+    for array, f, what in candidates:
+        if what is not None:
+            first, end = _byte_bounds(array)
+            k = bisect.bisect_left(firsts, end) - 1  # the last out array starting before `end`
+            if k >= 0 and spans[k][1] > first:
+                raise ValueError(f"feature '{names[spans[k][2]]}': the out array shares memory "
+                                 f"with the {what} of feature '{names[f]}'")
+
+
+def _bad_out(name, array, shape):
+    """The ValueError for an `array` that cannot receive an activation of `shape` in place."""
+    if not isinstance(array, np.ndarray):
+        return ValueError(f"feature '{name}': out must be a numpy float32 array of shape {shape}, "
+                          f"got {type(array).__name__}")
+    if array.dtype != _FLOAT32 or array.shape != shape:
+        return ValueError(f"feature '{name}': out is a {array.dtype} array of shape "
+                          f"{array.shape}, expected float32 of shape {shape}")
+    what = ("C-contiguous" if not array.flags.c_contiguous else
+            "aligned" if not array.flags.aligned else "writeable")
+    return ValueError(f"feature '{name}': the out array (shape {shape}) is not {what}")
+
+
+def _out_arrays(resolved, out, shapes, flat_ids, flat_weights):
+    """The flat arrays of `out` (the feature config's structure), checked to receive the
+    activations of `shapes` in place: numpy float32 arrays of exactly those shapes, C-contiguous,
+    aligned, writeable, sharing memory neither with each other nor with the numpy arrays of the
+    inputs. Raises ValueError naming the feature otherwise."""
+    names = resolved.feature_names
+    flat = _nest.flatten_up_to(resolved.structure, out, "out")
+    for name, array, shape in zip(names, flat, shapes):
+        shape = tuple(shape)
+        if not (isinstance(array, np.ndarray) and array.dtype == _FLOAT32
+                and array.shape == shape and array.flags.carray):
+            raise _bad_out(name, array, shape)
+    if not _owners_distinct(flat, flat_ids, flat_weights):
+        _check_disjoint(names, flat, _input_arrays(flat_ids, flat_weights))
+    return flat
+
+
+def _lookup(engine, resolved, features, weights, batch, on_error=None, out=None):
+    """Looks up every feature; returns the flat list of float32 activations: new arrays, or the
+    arrays of `out` (the feature config's structure, checked by _out_arrays) written in place.
 
     engine: a C++ Embedding, or anything with its activation_shape(feature, input) and
     lookup(inputs, activations) (a serving model); batch: a LookupBatch to fill, or None;
-    on_error: called when the inputs fail a check made here, before the engine's lookup."""
+    on_error: called when the inputs or `out` fail a check made here, before the engine's
+    lookup (which checks the ids and changes nothing when it rejects them)."""
     names = resolved.feature_names
     try:
         flat_ids = _nest.flatten_up_to(resolved.structure, features, "features")
@@ -103,11 +219,14 @@ def _lookup(engine, resolved, features, weights, batch, on_error=None):
         views = [feature_input(name, ids, w)
                  for name, ids, w in zip(names, flat_ids, flat_weights)]
         shapes = [engine.activation_shape(f, view) for f, view in enumerate(views)]
+        activations = None if out is None else _out_arrays(resolved, out, shapes, flat_ids,
+                                                           flat_weights)
     except Exception:
         if on_error is not None:
             on_error()
         raise
-    activations = [np.empty(shape, dtype=np.float32) for shape in shapes]
+    if activations is None:
+        activations = [np.empty(shape, dtype=np.float32) for shape in shapes]
     if batch is None:
         engine.lookup(views, activations)
     else:
@@ -206,20 +325,31 @@ class Embedding:
             except (ValueError, RuntimeError):
                 pass
 
-    def __call__(self, features, weights=None):
+    def __call__(self, features, weights=None, *, out=None):
         """Looks up `features` (the structure of the feature config; see recemb.inputs for the
         layouts) and keeps the batch for the next apply_gradients. Returns float32 numpy arrays
         in the same structure: [batch, dim] per combined feature, [batch, L, dim] per sequence
-        feature, output_shape + [dim] when set."""
-        return self.lookup(features, weights, batch=self._batch)
+        feature, output_shape + [dim] when set.
 
-    def lookup(self, features, weights=None, batch=None):
+        out: None (new arrays), or arrays to write the activations into, returned as given (the
+        same object): the structure of the feature config (one array for a single feature),
+        each a numpy float32 array of exactly its activation's shape, C-contiguous, aligned and
+        writeable, sharing memory with no other out array and no input array. Otherwise raises
+        ValueError naming the feature, before anything is written; inputs the engine rejects
+        leave the arrays unchanged too. A training lookup keeps no reference to them."""
+        return self.lookup(features, weights, batch=self._batch, out=out)
+
+    def lookup(self, features, weights=None, batch=None, *, out=None):
         """As calling the layer, but keeps the batch in `batch` (a LookupBatch) when given, and
-        nothing when batch is None (a pure lookup, for evaluation and serving)."""
+        nothing when batch is None (a pure lookup, for evaluation and serving). out: as for
+        calling the layer."""
         with self._lock:
             activations = _lookup(self._engine, self._resolved, features, weights, batch,
                                   on_error=lambda: self._fail_everywhere(
-                                      lambda: self._engine.lookup([], [])))
+                                      lambda: self._engine.lookup([], [])),
+                                  out=out)
+        if out is not None:
+            return out
         return _nest.pack_sequence_as(self._resolved.structure, activations)
 
     def apply_gradients(self, gradients, batch=None):

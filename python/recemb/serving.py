@@ -155,14 +155,17 @@ class ServingModel:
         initializer, no optimizer: a serving model is not trained)."""
         return dict(self._tables)
 
-    def lookup(self, features, weights=None):
+    def lookup(self, features, weights=None, *, out=None):
         """The activations of `features` (and `weights`), in the structure of feature_config:
         Embedding.lookup's inputs, validation and results, computed from the stored values (so
         equal to the exporting layer's lookup bitwise for float32). Bad inputs raise ValueError
-        naming the feature, example and value."""
-        return _nest.pack_sequence_as(self._resolved.structure,
-                                      _lookup(self._engine, self._resolved, features, weights,
-                                              None))
+        naming the feature, example and value. out: as Embedding.lookup's (arrays in the
+        structure of feature_config written in place and returned as given); concurrent lookups
+        need out arrays of their own."""
+        activations = _lookup(self._engine, self._resolved, features, weights, None, out=out)
+        if out is not None:
+            return out
+        return _nest.pack_sequence_as(self._resolved.structure, activations)
 
     def __repr__(self):
         return (f"ServingModel(path={str(self.path)!r}, dtype={self.dtype!r}, "
