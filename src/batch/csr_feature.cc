@@ -1,6 +1,7 @@
 #include "batch/csr_feature.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <optional>
@@ -9,12 +10,18 @@
 
 #include "recemb/error.h"
 
-// Every input kind is reduced to one of two walks over its entries in storage order:
-//   rows:   dense and ragged ids, where row r holds entries [row_begin(r), row_begin(r + 1));
-//   sparse: COO entries, whose bag is the row-major index of indices[i, :-1].
-// Both write ids, weights and offsets in bag order in one pass that also validates; a failure
-// throws from a cold function that re-derives the entry's location from its storage index, so the
-// loops carry no location bookkeeping.
+// Every input kind is reduced to one of three walks over its entries in storage order:
+//   plain:    dense and ragged ids that are not sequences, where row r, holding entries
+//             [row_begin(r), row_begin(r + 1)), is bag r: the ids and weights are copied whole
+//             and the offsets are the row starts (dense [B, N]: r * N);
+//   sequence: dense and ragged sequences, whose rows are truncated or padded to L bags of <= 1 id;
+//   sparse:   COO entries, whose bag is the row-major index of indices[i, :-1].
+// The plain and sequence walks run after check_entries has validated every entry, so a bad id
+// leaves `out` untouched and the copies carry no branches; the sparse walk checks each entry's
+// index, then its id, as it goes. A failure throws from a cold function that re-derives the
+// entry's location from its storage index, so the loops carry no location bookkeeping.
+// bag_scales are computed last from the written offsets and weights (write_scales), the same for
+// every walk; a sum combiner's are all 1 and unweighted bags of one id count share one scale.
 
 namespace recemb::internal {
 namespace {
@@ -29,6 +36,11 @@ struct Context {
 struct Layout {
   int64_t num_rows = 0;         // bags of the plain (non-sequence) interpretation
   int64_t sequence_length = 0;  // 0: one bag per row; L > 0: row r, position p is bag r * L + p
+  // The activation shape without dim when it is a part of the input's shape or the output_shape
+  // (borrowed from them); empty for [num_rows] or, for a sequence, [num_rows, sequence_length].
+  std::span<const int64_t> shape;
+
+  int64_t num_bags() const { return sequence_length > 0 ? num_rows * sequence_length : num_rows; }
 };
 
 std::string prefix(const Context& context) {
@@ -117,7 +129,8 @@ std::string describe_entry(const Context& context, int64_t i) {
                     " is not finite (validate_weights_and_indices is set)");
 }
 
-Layout resolve_layout(const Context& context, std::vector<int64_t>& shape) {
+// Checks the input's shape against the feature; writes nothing, so a failure changes no output.
+Layout resolve_layout(const Context& context) {
   const FeatureConfig& feature = context.feature;
   if (feature.max_sequence_length < 0) {
     fail(context,
@@ -149,8 +162,7 @@ Layout resolve_layout(const Context& context, std::vector<int64_t>& shape) {
         std::visit([](auto splits) { return splits.size(); }, ragged->row_splits);
     if (num_splits == 0) fail(context, "row_splits is empty; it needs batch size + 1 entries");
     num_rows = static_cast<int64_t>(num_splits) - 1;
-    row_shape = std::span<const int64_t>(&num_rows, 1);
-    sequence_capable = true;
+    sequence_capable = true;  // row_shape stays empty: [num_rows]
   } else {
     const auto& sparse = std::get<SparseIds>(context.input);
     const std::vector<int64_t>& dims = sparse.dense_shape;
@@ -178,10 +190,9 @@ Layout resolve_layout(const Context& context, std::vector<int64_t>& shape) {
     }
     const std::optional<int64_t> size = checked_product(output_shape);
     if (!size) fail(context, "output_shape " + shape_string(output_shape) + " is too large");
-    shape.assign(output_shape.begin(), output_shape.end());
-    if (*size == num_rows) return {num_rows, 0};
+    if (*size == num_rows) return {num_rows, 0, output_shape};
     if (sequence_capable && num_rows > 0 && *size % num_rows == 0) {
-      return {num_rows, *size / num_rows};
+      return {num_rows, *size / num_rows, output_shape};
     }
     fail(context, "output_shape " + shape_string(output_shape) + " (" + std::to_string(*size) +
                       " bags) matches neither the input's " + std::to_string(num_rows) + " bags" +
@@ -195,12 +206,21 @@ Layout resolve_layout(const Context& context, std::vector<int64_t>& shape) {
       fail(context, "max_sequence_length " + std::to_string(length) + " times batch size " +
                         std::to_string(num_rows) + " is too large");
     }
-    shape.assign({num_rows, length});
-    return {num_rows, length};
+    return {num_rows, length, {}};
   }
   // TF ignores max_sequence_length for sparse inputs of rank > 2; dense ones of rank > 2 match.
-  shape.assign(row_shape.begin(), row_shape.end());
-  return {num_rows, 0};
+  return {num_rows, 0, row_shape};
+}
+
+void write_shape(const Layout& layout, int64_t dim, std::vector<int64_t>& shape) {
+  if (!layout.shape.empty()) {
+    shape.assign(layout.shape.begin(), layout.shape.end());
+  } else if (layout.sequence_length > 0) {
+    shape.assign({layout.num_rows, layout.sequence_length});
+  } else {
+    shape.assign({layout.num_rows});
+  }
+  shape.push_back(dim);
 }
 
 struct Entry {
@@ -224,6 +244,8 @@ class Entries {
   static constexpr bool kHasWeights = kWeighted;
   int64_t size() const { return size_; }
   const Context& context() const { return context_; }
+  const Id* ids() const { return ids_; }
+  const float* weights() const { return weights_; }
 
   Entry load(int64_t i) const {
     const auto id = static_cast<int64_t>(ids_[i]);
@@ -240,6 +262,29 @@ class Entries {
     }
   }
 
+  // Whether load() accepts every entry, by branch-free scans that vectorise with plain SSE2 (no
+  // 64-bit comparison there; std::isfinite does not vectorise). The top bit of the accumulators is
+  // set exactly when an entry fails: for id = u as uint64 and V = vocabulary_size_, u | (V - 1 - u)
+  // when u >= V (negative ids included; V = 0 rejects every id), and for a weight's bits w,
+  // (w & exponent) + lowest exponent bit when the exponent is all ones (inf, nan).
+  bool all_valid() const {
+    uint64_t id_bits = 0;
+    for (int64_t i = 0; i < size_; ++i) {
+      const auto id = static_cast<uint64_t>(static_cast<int64_t>(ids_[i]));
+      id_bits |= id | (vocabulary_size_ - 1 - id);
+    }
+    uint32_t weight_bits = 0;
+    if constexpr (kWeighted) {
+      if (check_weights_) {
+        constexpr uint32_t kExponent = 0x7f80'0000;
+        for (int64_t i = 0; i < size_; ++i) {
+          weight_bits |= (std::bit_cast<uint32_t>(weights_[i]) & kExponent) + 0x80'0000;
+        }
+      }
+    }
+    return (id_bits >> 63) == 0 && (weight_bits >> 31) == 0;
+  }
+
  private:
   const Context& context_;
   const Id* ids_;
@@ -248,6 +293,15 @@ class Entries {
   uint64_t vocabulary_size_;
   bool check_weights_;
 };
+
+// Validates every entry before anything is written: throws for the first one (in storage order,
+// its id before its weight) that load() rejects.
+template <typename EntriesT>
+void check_entries(const EntriesT& entries) {
+  if (entries.all_valid()) [[likely]]
+    return;
+  for (int64_t i = 0; i < entries.size(); ++i) entries.load(i);
+}
 
 float bag_scale(Combiner combiner, double sum_weights, double sum_squared_weights) {
   switch (combiner) {
@@ -261,25 +315,6 @@ float bag_scale(Combiner combiner, double sum_weights, double sum_squared_weight
   }
   return 0.0f;
 }
-
-// The weight sums of the bag being written; unweighted bags use their id count instead.
-struct BagSums {
-  double sum = 0.0;
-  double sum_squares = 0.0;
-
-  void add(float weight) {
-    sum += weight;
-    sum_squares += static_cast<double>(weight) * weight;
-  }
-  template <bool kWeighted>
-  float scale(Combiner combiner, int64_t count) const {
-    if constexpr (kWeighted) {
-      return bag_scale(combiner, sum, sum_squares);
-    } else {
-      return bag_scale(combiner, static_cast<double>(count), static_cast<double>(count));
-    }
-  }
-};
 
 // Sizes out for num_bags bags of at most max_ids ids; within capacity this never allocates.
 void size_output(int64_t num_bags, int64_t max_ids, bool weighted, CsrFeature& out) {
@@ -295,51 +330,95 @@ void keep_ids(int64_t size, CsrFeature& out) {
   if (!out.weights.empty()) out.weights.resize(static_cast<size_t>(size));
 }
 
+// Writes bag_scales from the written offsets and weights. A bag's weights are summed in double, in
+// storage order; unweighted bags use their id count.
+void write_scales(Combiner combiner, CsrFeature& out) {
+  const int64_t num_bags = out.num_bags();
+  const int64_t* offsets = out.offsets.data();
+  float* scales = out.bag_scales.data();
+  if (combiner == Combiner::kSum) {
+    std::fill_n(scales, num_bags, 1.0f);
+  } else if (out.weights.empty()) {
+    // Neighbouring bags mostly hold as many ids, so a scale is recomputed only when the count
+    // changes (a division, and a square root for sqrtn, per bag otherwise).
+    int64_t count = 0;
+    float scale = bag_scale(combiner, 0.0, 0.0);
+    for (int64_t b = 0; b < num_bags; ++b) {
+      const int64_t bag_count = offsets[b + 1] - offsets[b];
+      if (bag_count != count) {
+        count = bag_count;
+        scale = bag_scale(combiner, static_cast<double>(count), static_cast<double>(count));
+      }
+      scales[b] = scale;
+    }
+  } else {
+    const float* weights = out.weights.data();
+    for (int64_t b = 0; b < num_bags; ++b) {
+      double sum = 0.0;
+      double sum_squares = 0.0;
+      for (int64_t j = offsets[b]; j < offsets[b + 1]; ++j) {
+        sum += weights[j];
+        sum_squares += static_cast<double>(weights[j]) * weights[j];
+      }
+      scales[b] = bag_scale(combiner, sum, sum_squares);
+    }
+  }
+}
+
+// Inputs that are not sequences, where bag r is row r, holding entries [row_begin(r),
+// row_begin(r + 1)): the rows cover the entries in storage order, so the ids and weights are
+// copied whole and the offsets are the row starts. bag_size is the ids per row when every row has
+// as many (dense ids), so unweighted bags share one scale; else nullopt.
+template <typename EntriesT, typename RowBegin>
+void fill_plain(const EntriesT& entries, int64_t num_rows, RowBegin row_begin,
+                std::optional<int64_t> bag_size, CsrFeature& out) {
+  constexpr bool kWeighted = EntriesT::kHasWeights;
+  check_entries(entries);
+  const int64_t size = entries.size();
+  size_output(num_rows, size, kWeighted, out);
+  std::copy_n(entries.ids(), size, out.ids.data());  // converts int32 ids
+  if constexpr (kWeighted) std::copy_n(entries.weights(), size, out.weights.data());
+  int64_t* offsets = out.offsets.data();
+  for (int64_t row = 1; row <= num_rows; ++row) offsets[row] = row_begin(row);
+  const Combiner combiner = entries.context().table.combiner;
+  if (!kWeighted && bag_size) {
+    const auto count = static_cast<double>(*bag_size);
+    std::fill_n(out.bag_scales.data(), num_rows, bag_scale(combiner, count, count));
+  } else {
+    write_scales(combiner, out);
+  }
+}
+
+// A sequence (layout.sequence_length L > 0) of rows as fill_plain reads them: row r gives the L
+// bags r * L + p, position p of the row or padding, and drops the positions from L on.
 // The fills keep their cursors in locals rather than in a writer object: a member counter is
 // reloaded after every store through the int64_t output pointers (measured 1.5-2x slower).
 template <typename EntriesT, typename RowBegin>
-void fill_rows(const EntriesT& entries, Layout layout, RowBegin row_begin, CsrFeature& out) {
+void fill_sequence(const EntriesT& entries, Layout layout, RowBegin row_begin, CsrFeature& out) {
   constexpr bool kWeighted = EntriesT::kHasWeights;
-  const Combiner combiner = entries.context().table.combiner;
+  check_entries(entries);  // positions a sequence drops are validated too
   const int64_t length = layout.sequence_length;
-  size_output(length > 0 ? layout.num_rows * length : layout.num_rows, entries.size(), kWeighted,
-              out);
+  size_output(layout.num_bags(), entries.size(), kWeighted, out);
   int64_t* offsets = out.offsets.data();
-  float* scales = out.bag_scales.data();
   int64_t* ids = out.ids.data();
   float* weights = out.weights.data();
+  const auto* entry_ids = entries.ids();
+  const float* entry_weights = entries.weights();
   int64_t size = 0;
-  int64_t begin = row_begin(0);
   for (int64_t row = 0; row < layout.num_rows; ++row) {
-    const int64_t end = row_begin(row + 1);
-    const int64_t kept = length > 0 ? std::min(end - begin, length) : end - begin;
-    BagSums sums;
-    for (int64_t i = begin; i < end; ++i) {
-      const Entry entry = entries.load(i);  // positions a sequence drops are validated too
-      if (i - begin < kept) {
-        ids[size] = entry.id;
-        if constexpr (kWeighted) {
-          weights[size] = entry.weight;
-          sums.add(entry.weight);
-        }
+    const int64_t begin = row_begin(row);
+    const int64_t kept = std::min(row_begin(row + 1) - begin, length);
+    for (int64_t p = 0; p < length; ++p) {
+      if (p < kept) {
+        ids[size] = static_cast<int64_t>(entry_ids[begin + p]);
+        if constexpr (kWeighted) weights[size] = entry_weights[begin + p];
         ++size;
       }
+      offsets[row * length + p + 1] = size;
     }
-    if (length == 0) {
-      offsets[row + 1] = size;
-      scales[row] = sums.scale<kWeighted>(combiner, kept);
-    } else {
-      // Bag row * L + p holds position p when the row has one; the others are padding.
-      const int64_t row_start = size - kept;
-      for (int64_t p = 0; p < length; ++p) {
-        const double weight = p >= kept ? 0.0 : kWeighted ? weights[row_start + p] : 1.0;
-        offsets[row * length + p + 1] = row_start + std::min(p + 1, kept);
-        scales[row * length + p] = bag_scale(combiner, weight, weight * weight);
-      }
-    }
-    begin = end;
   }
   keep_ids(size, out);
+  write_scales(entries.context().table.combiner, out);
 }
 
 template <typename Split>
@@ -366,23 +445,16 @@ template <size_t kRank, typename EntriesT>
 void fill_sparse(const EntriesT& entries, const SparseIds& sparse, Layout layout, CsrFeature& out) {
   constexpr bool kWeighted = EntriesT::kHasWeights;
   const Context& context = entries.context();
-  const Combiner combiner = context.table.combiner;
   const int64_t length = layout.sequence_length;
-  const int64_t num_bags = length > 0 ? layout.num_rows * length : layout.num_rows;
+  const int64_t num_bags = layout.num_bags();
   size_output(num_bags, entries.size(), kWeighted, out);
   int64_t* offsets = out.offsets.data();
-  float* scales = out.bag_scales.data();
   int64_t* ids = out.ids.data();
   float* weights = out.weights.data();
   int64_t size = 0;
   int64_t open_bag = 0;  // the bag being written; the ones before it are complete
-  BagSums sums;
   const auto close_bags_before = [&](int64_t bag) {
-    for (; open_bag < bag; ++open_bag) {
-      offsets[open_bag + 1] = size;
-      scales[open_bag] = sums.scale<kWeighted>(combiner, size - offsets[open_bag]);
-      sums = BagSums();
-    }
+    for (; open_bag < bag; ++open_bag) offsets[open_bag + 1] = size;
   };
   const std::vector<int64_t>& dense_shape = sparse.dense_shape;
   const size_t rank = kRank > 0 ? kRank : dense_shape.size();
@@ -411,15 +483,13 @@ void fill_sparse(const EntriesT& entries, const SparseIds& sparse, Layout layout
     if (length == 0 || position < length) {
       close_bags_before(length == 0 ? bag : bag * length + position);
       ids[size] = entry.id;
-      if constexpr (kWeighted) {
-        weights[size] = entry.weight;
-        sums.add(entry.weight);
-      }
+      if constexpr (kWeighted) weights[size] = entry.weight;
       ++size;
     }
   }
   close_bags_before(num_bags);
   keep_ids(size, out);
+  write_scales(context.table.combiner, out);
 }
 
 // Calls fill(entries) with the Entries view matching the id type and the presence of weights.
@@ -451,16 +521,14 @@ std::string shape_string(std::span<const int64_t> dims) {
 std::vector<int64_t> activation_shape(const FeatureConfig& feature, const TableConfig& table,
                                       const FeatureInput& input) {
   std::vector<int64_t> shape;
-  resolve_layout(Context{feature, table, input}, shape);
-  shape.push_back(table.dim);
+  write_shape(resolve_layout(Context{feature, table, input}), table.dim, shape);
   return shape;
 }
 
 void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
                        const FeatureInput& input, CsrFeature& out) {
   const Context context{feature, table, input};
-  const Layout layout = resolve_layout(context, out.activation_shape);
-  out.activation_shape.push_back(table.dim);
+  const Layout layout = resolve_layout(context);
 
   const IdSpan& ids =
       std::visit([](const auto& typed) -> const IdSpan& { return ids_of(typed); }, input);
@@ -473,21 +541,27 @@ void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
 
   if (const auto* dense = std::get_if<DenseIds>(&input)) {
     const int64_t bag_size = dense->shape.size() == 1 ? 1 : dense->shape.back();
+    const auto row_begin = [bag_size](int64_t row) { return row * bag_size; };
     with_entries(context, ids, weights, [&](const auto& entries) {
-      fill_rows(
-          entries, layout, [bag_size](int64_t row) { return row * bag_size; }, out);
+      if (layout.sequence_length == 0) {
+        fill_plain(entries, layout.num_rows, row_begin, bag_size, out);
+      } else {
+        fill_sequence(entries, layout, row_begin, out);
+      }
     });
   } else if (const auto* ragged = std::get_if<RaggedIds>(&input)) {
     std::visit(
         [&](auto splits) {
           check_row_splits(context, splits, num_values(ids));
+          const auto row_begin = [splits](int64_t row) {
+            return static_cast<int64_t>(splits[static_cast<size_t>(row)]);
+          };
           with_entries(context, ids, weights, [&](const auto& entries) {
-            fill_rows(
-                entries, layout,
-                [splits](int64_t row) {
-                  return static_cast<int64_t>(splits[static_cast<size_t>(row)]);
-                },
-                out);
+            if (layout.sequence_length == 0) {
+              fill_plain(entries, layout.num_rows, row_begin, std::nullopt, out);
+            } else {
+              fill_sequence(entries, layout, row_begin, out);
+            }
           });
         },
         ragged->row_splits);
@@ -501,6 +575,7 @@ void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
       }
     });
   }
+  write_shape(layout, table.dim, out.activation_shape);
 }
 
 }  // namespace recemb::internal

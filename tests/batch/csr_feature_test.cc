@@ -1,10 +1,12 @@
 #include "batch/csr_feature.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <tuple>
@@ -254,6 +256,176 @@ INSTANTIATE_TEST_SUITE_P(AllInputs, CsrFeatureCrossTest,
                                             ::testing::Values(Combiner::kSum, Combiner::kMean,
                                                               Combiner::kSqrtn)),
                          cross_name);
+
+// The fast paths (dense [B], [B, 1] and [B, L] ids, and ragged ids, which check every entry before
+// writing) on larger batches than the cross test, with ids at both ends of the vocabulary.
+enum class FastShape { kRank1, kColumn, kMatrix, kRagged };
+
+Kind kind_of(FastShape shape) {
+  switch (shape) {
+    case FastShape::kRank1:
+      return Kind::kDenseRank1;
+    case FastShape::kColumn:
+    case FastShape::kMatrix:
+      return Kind::kDense;
+    case FastShape::kRagged:
+      break;
+  }
+  return Kind::kRagged;
+}
+
+Model fast_model(std::mt19937_64& rng, FastShape shape, int64_t vocabulary_size) {
+  const auto uniform = [&rng](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  Model model{.bag_dims = {uniform(0, 300)},
+              .width = shape == FastShape::kMatrix ? uniform(0, 8) : 1};
+  int64_t widest = 0;
+  for (int64_t row = 0; row < model.bag_dims[0]; ++row) {
+    const int64_t length = shape == FastShape::kRagged ? uniform(0, 6) : model.width;
+    widest = std::max(widest, length);
+    model.rows.emplace_back();
+    for (int64_t p = 0; p < length; ++p) {
+      const int64_t pick = uniform(0, 7);
+      const int64_t id = pick == 0   ? 0
+                         : pick == 1 ? vocabulary_size - 1
+                                     : uniform(0, vocabulary_size - 1);
+      model.rows.back().push_back({p, id, static_cast<float>(uniform(-8, 8)) / 4.0f});
+    }
+  }
+  if (shape == FastShape::kRagged) model.width = widest;
+  return model;
+}
+
+void expect_same(const CsrFeature& actual, const CsrFeature& expected) {
+  EXPECT_EQ(actual.activation_shape, expected.activation_shape);
+  EXPECT_EQ(actual.offsets, expected.offsets);
+  EXPECT_EQ(actual.ids, expected.ids);
+  EXPECT_EQ(actual.weights, expected.weights);
+  EXPECT_EQ(actual.bag_scales, expected.bag_scales);
+}
+
+using FastParam = std::tuple<FastShape, IdWidth, Weights, Combiner>;
+
+class CsrFeatureFastPathTest : public ::testing::TestWithParam<FastParam> {};
+
+TEST_P(CsrFeatureFastPathTest, MatchesReferenceOnRandomInputs) {
+  const auto [shape, width, with_weights, combiner] = GetParam();
+  const TableConfig table{.name = "t", .vocabulary_size = 100'003, .dim = 8, .combiner = combiner};
+  const FeatureConfig feature{.name = "f", .table = "t"};
+  CsrFeature out;
+  for (uint64_t seed = 100; seed < 120; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    const Model model = fast_model(rng, shape, table.vocabulary_size);
+    normalize_feature(feature, table, make_input(model, kind_of(shape), width, with_weights).view(),
+                      out);
+    expect_csr(out, expected_csr(model, combiner, with_weights, 0, table.dim));
+    if (combiner == Combiner::kSum) {
+      EXPECT_THAT(out.bag_scales, ::testing::Each(1.0f));
+    } else if (with_weights == Weights::kNone) {
+      // The scale depends on the id count only: bags of one count share it bit for bit.
+      std::map<size_t, float> scale_of_count;
+      for (size_t b = 0; b < model.rows.size(); ++b) {
+        const auto [known, added] = scale_of_count.emplace(model.rows[b].size(), out.bag_scales[b]);
+        EXPECT_EQ(out.bag_scales[b], known->second) << "bag " << b;
+      }
+    }
+  }
+}
+
+// A bad id (too large, or negative) or a non-finite weight at a random entry, sometimes followed
+// by a second bad id: the error names the first, and `out` keeps what the previous call wrote.
+TEST_P(CsrFeatureFastPathTest, ErrorsNameTheFirstBadEntryAndLeaveTheOutputUnchanged) {
+  const auto [shape, width, with_weights, combiner] = GetParam();
+  const TableConfig table{.name = "t", .vocabulary_size = 1000, .dim = 4, .combiner = combiner};
+  const std::vector<int64_t> previous_ids = {3, 1, 4, 1, 5};
+  const std::vector<int64_t> previous_splits = {0, 2, 2, 5};
+  const std::vector<float> previous_weights = {1.0f, 2.0f, 0.5f, 0.25f, 3.0f};
+  const RaggedIds previous{.values = previous_ids,
+                           .row_splits = std::span<const int64_t>(previous_splits),
+                           .weights = previous_weights};
+  int num_checked = 0;
+  for (uint64_t seed = 200; seed < 240; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    const auto uniform = [&rng](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    Model model = fast_model(rng, shape, table.vocabulary_size);
+    std::vector<Entry*> entries;  // storage order
+    std::vector<int64_t> rows;
+    for (size_t row = 0; row < model.rows.size(); ++row) {
+      for (Entry& entry : model.rows[row]) {
+        entries.push_back(&entry);
+        rows.push_back(static_cast<int64_t>(row));
+      }
+    }
+    if (entries.empty()) continue;
+    const auto bad = static_cast<size_t>(uniform(0, static_cast<int64_t>(entries.size()) - 1));
+    const int64_t what = uniform(0, with_weights == Weights::kGiven ? 3 : 1);
+    std::string detail;
+    if (what == 0) {
+      entries[bad]->id = table.vocabulary_size + uniform(0, 5);
+    } else if (what == 1) {
+      entries[bad]->id = -uniform(1, 3);
+    } else {
+      entries[bad]->weight = what == 2 ? std::numeric_limits<float>::quiet_NaN()
+                                       : -std::numeric_limits<float>::infinity();
+      detail = what == 2 ? "weight nan" : "weight -inf";
+      detail += " is not finite (validate_weights_and_indices is set)";
+    }
+    if (what <= 1) {
+      detail = "id " + std::to_string(entries[bad]->id) + " is out of range [0, 1000)";
+    }
+    if (bad + 1 < entries.size() && uniform(0, 1) == 1) {
+      entries[static_cast<size_t>(
+                  uniform(static_cast<int64_t>(bad) + 1, static_cast<int64_t>(entries.size()) - 1))]
+          ->id = -1;
+    }
+    const std::string location = shape == FastShape::kRank1
+                                     ? "example " + std::to_string(rows[bad])
+                                     : "example " + std::to_string(rows[bad]) + ", position " +
+                                           std::to_string(entries[bad]->position);
+    const Input input = make_input(model, kind_of(shape), width, with_weights);
+    // Dense [B, N] and ragged sequences check the same way, positions they drop included.
+    for (const int64_t length : {0, 1}) {
+      if (shape == FastShape::kRank1 && length > 0) continue;
+      SCOPED_TRACE("max_sequence_length " + std::to_string(length));
+      const FeatureConfig feature{.name = "f", .table = "t", .max_sequence_length = length};
+      CsrFeature out;
+      normalize_feature(feature, table, previous, out);
+      const CsrFeature before = out;
+      try {
+        normalize_feature(feature, table, input.view(), out);
+        ADD_FAILURE() << "normalize_feature did not throw";
+      } catch (const InvalidArgument& error) {
+        EXPECT_EQ(std::string(error.what()),
+                  "feature 'f' (table 't'): " + location + ": " + detail);
+      }
+      expect_same(out, before);
+      ++num_checked;
+    }
+  }
+  EXPECT_GE(num_checked, 30);
+}
+
+std::string fast_name(const ::testing::TestParamInfo<FastParam>& param_info) {
+  const auto [shape, width, with_weights, combiner] = param_info.param;
+  const char* shape_names[] = {"Rank1", "Column", "Matrix", "Ragged"};
+  return shape_names[static_cast<int>(shape)] +
+         std::string(width == IdWidth::k64 ? "Int64" : "Int32") +
+         (with_weights == Weights::kGiven ? "Weighted" : "Unweighted") + combiner_label(combiner);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    FastPaths, CsrFeatureFastPathTest,
+    ::testing::Combine(::testing::Values(FastShape::kRank1, FastShape::kColumn, FastShape::kMatrix,
+                                         FastShape::kRagged),
+                       ::testing::Values(IdWidth::k32, IdWidth::k64),
+                       ::testing::Values(Weights::kNone, Weights::kGiven),
+                       ::testing::Values(Combiner::kSum, Combiner::kMean, Combiner::kSqrtn)),
+    fast_name);
 
 // Table of TF's fixture: row r of a dim-d table is [d*r, d*r + 1, ..., d*r + d - 1].
 std::vector<std::vector<double>> fixture_activations(const CsrFeature& csr, int64_t dim) {
