@@ -22,6 +22,7 @@
 #include "kernels/table_update.h"
 #include "optimizers/slot_spec.h"
 #include "storage/initializer.h"
+#include "util/finite.h"
 
 namespace recemb {
 namespace {
@@ -305,14 +306,13 @@ void Embedding::Impl::check_gradients(const std::vector<CsrFeature>& batch,
                             internal::shape_string(shape) + " = " + std::to_string(expected));
     }
     if (options.non_finite_gradients != NonFiniteGradients::kReject) continue;
-    const int64_t per_example = shape.empty() || shape[0] == 0 ? 1 : expected / shape[0];
-    for (int64_t i = 0; i < size; ++i) {
-      const float value = gradients[f][static_cast<size_t>(i)];
-      if (!std::isfinite(value)) {
-        throw InvalidArgument("feature '" + features[f].name + "': example " +
-                              std::to_string(i / per_example) + ": gradient value " +
-                              std::to_string(value) + " is not finite");
-      }
+    const int64_t i = internal::first_non_finite(gradients[f]);
+    if (i >= 0) {
+      const int64_t per_example = shape.empty() || shape[0] == 0 ? 1 : expected / shape[0];
+      throw InvalidArgument("feature '" + features[f].name + "': example " +
+                            std::to_string(i / per_example) + ": gradient value " +
+                            std::to_string(gradients[f][static_cast<size_t>(i)]) +
+                            " is not finite");
     }
   }
   for (size_t t = 0; t < tables.size(); ++t) {
@@ -356,9 +356,7 @@ void Embedding::Impl::apply_gradients(LookupBatch::Impl& batch,
       pool.parallel_for(static_cast<int64_t>(states.size()),
                         [&](int64_t t, int) { gather(static_cast<size_t>(t), nullptr); });
     }
-    for (size_t t = 0; t < states.size(); ++t) {
-      if (states[t].optimizer()) update_table(states[t], learning_rates[t]);
-    }
+    update_tables(learning_rates);  // states[t] holds tables[t]
   } else {
     apply_routed(batch, gradients);
   }
@@ -366,39 +364,51 @@ void Embedding::Impl::apply_gradients(LookupBatch::Impl& batch,
   ++step;
 }
 
-void Embedding::Impl::update_table(TableState& state, float learning_rate) {
-  const CommonHyperparameters& common = std::visit(
-      [](const auto& o) -> const CommonHyperparameters& { return o.common; }, *state.optimizer());
-  const internal::TableUpdate update{
-      .optimizer = &*state.optimizer(),
-      .learning_rate = learning_rate,
-      .step = step,
-      .variables = state.variables(),
-      .grouping = &state.grouping(),
-      .contributions = state.contributions(),
-      .mode = {.accumulate = common.use_gradient_accumulation,
-               .skip_non_finite = options.non_finite_gradients == NonFiniteGradients::kSkipRows}};
-  const int64_t dim = state.config().dim;
-  auto scratch_of = [&](int thread) {
-    const size_t stride = thread_scratch.size() / static_cast<size_t>(pool.num_threads());
-    float* base = thread_scratch.data() + stride * static_cast<size_t>(thread);
-    return internal::UpdateScratch{base, base + internal::update_scratch_floats(dim) - dim};
+void Embedding::Impl::update_tables(std::span<const float> state_rates) {
+  table_updates.clear();
+  update_tasks.clear();
+  int64_t total_rows = 0;
+  for (size_t s = 0; s < states.size(); ++s) {
+    TableState& state = states[s];
+    if (!state.optimizer()) continue;
+    const CommonHyperparameters& common = std::visit(
+        [](const auto& o) -> const CommonHyperparameters& { return o.common; }, *state.optimizer());
+    table_updates.push_back({.optimizer = &*state.optimizer(),
+                             .learning_rate = state_rates[s],
+                             .step = step,
+                             .variables = state.variables(),
+                             .grouping = &state.grouping(),
+                             .contributions = state.contributions(),
+                             .mode = {.accumulate = common.use_gradient_accumulation,
+                                      .skip_non_finite = options.non_finite_gradients ==
+                                                         NonFiniteGradients::kSkipRows}});
+    const bool all_rows = state.updates_all_rows();
+    const int64_t rows = all_rows ? state.config().vocabulary_size
+                                  : static_cast<int64_t>(state.grouping().unique_rows().size());
+    const int64_t chunk = all_rows ? kRowsPerDenseUpdateTask : kRowsPerUpdateTask;
+    for (int64_t first = 0; first < rows; first += chunk) {
+      update_tasks.push_back(
+          {table_updates.size() - 1, first, std::min(rows, first + chunk), all_rows});
+    }
+    total_rows += rows;
+  }
+  const size_t stride = thread_scratch.size() / static_cast<size_t>(pool.num_threads());
+  auto run_task = [&](int64_t k, int thread) {
+    const internal::UpdateTask& task = update_tasks[static_cast<size_t>(k)];
+    const internal::TableUpdate& update = table_updates[task.update];
+    float* scratch = thread_scratch.data() + stride * static_cast<size_t>(thread);
+    const int64_t dim = update.variables.dim;
+    const internal::UpdateScratch view{scratch,
+                                       scratch + internal::update_scratch_floats(dim) - dim};
+    thread_skipped_rows[static_cast<size_t>(thread)] +=
+        task.all_rows ? internal::update_all_rows(update, task.first, task.last, view)
+                      : internal::update_touched_rows(update, task.first, task.last, view);
   };
-  auto& skipped = thread_skipped_rows;
-  if (state.updates_all_rows()) {
-    pool.parallel_for_ranges(state.config().vocabulary_size, kRowsPerDenseUpdateTask,
-                             [&](int64_t first, int64_t last, int thread) {
-                               skipped[static_cast<size_t>(thread)] += internal::update_all_rows(
-                                   update, first, last, scratch_of(thread));
-                             });
+  const auto num_tasks = static_cast<int64_t>(update_tasks.size());
+  if (total_rows < kMinRowsForThreads) {  // waking the pool would cost more than the work
+    for (int64_t k = 0; k < num_tasks; ++k) run_task(k, 0);
   } else {
-    const auto touched = static_cast<int64_t>(state.grouping().unique_rows().size());
-    pool.parallel_for_ranges(
-        touched, touched < kMinRowsForThreads ? std::max<int64_t>(touched, 1) : kRowsPerUpdateTask,
-        [&](int64_t first, int64_t last, int thread) {
-          skipped[static_cast<size_t>(thread)] +=
-              internal::update_touched_rows(update, first, last, scratch_of(thread));
-        });
+    pool.parallel_for(num_tasks, run_task);
   }
 }
 

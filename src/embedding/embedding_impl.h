@@ -22,6 +22,7 @@
 #include "batch/csr_feature.h"
 #include "embedding/exchange.h"
 #include "embedding/table_state.h"
+#include "kernels/table_update.h"
 #include "placement/partition.h"
 #include "util/thread_pool.h"
 
@@ -36,6 +37,15 @@ struct RoutedMessage {
 };
 
 namespace internal {
+
+// One parallel update task: rows [first, last) of table_updates[update], the touched rows'
+// indices or, for a table that updates all its rows, row numbers.
+struct UpdateTask {
+  size_t update;
+  int64_t first;
+  int64_t last;
+  bool all_rows;
+};
 
 // One parallel pooling task: bags [first_bag, last_bag) of one pool input, bag b into
 // out + b * input.dim (pool_bags' contract).
@@ -112,11 +122,14 @@ struct Embedding::Impl {
   // Reused per-call buffers.
   std::vector<internal::PoolTask> pool_tasks;
   internal::RoutedScratch routed;
-  std::vector<uint64_t> lookup_table_ids;    // ids per table in the batch being validated
-  std::vector<float> learning_rates;         // per table, for the step being applied
-  std::vector<float> zeros;                  // max dim
-  std::vector<float> thread_scratch;         // max update_scratch_floats(dim) per thread
-  std::vector<int64_t> thread_skipped_rows;  // per thread
+  std::vector<uint64_t> lookup_table_ids;   // ids per table in the batch being validated
+  std::vector<float> learning_rates;        // per table, for the step being applied
+  std::vector<float> state_learning_rates;  // per state (routed path), for the step being applied
+  std::vector<internal::TableUpdate> table_updates;  // per trainable state, this step
+  std::vector<internal::UpdateTask> update_tasks;    // every trainable state's row ranges
+  std::vector<float> zeros;                          // max dim
+  std::vector<float> thread_scratch;                 // max update_scratch_floats(dim) per thread
+  std::vector<int64_t> thread_skipped_rows;          // per thread
   RoutedMessage responses_sent;
   RoutedMessage responses_received;
   RoutedMessage gradients_sent;
@@ -153,7 +166,9 @@ struct Embedding::Impl {
                        std::span<const std::span<const float>> gradients) const;
   void evaluate_learning_rates();
   float learning_rate_of(const Optimizer& optimizer, const std::string& owner) const;
-  void update_table(internal::TableState& state, float learning_rate);
+  // Updates every state that has an optimizer, state s at learning rate state_rates[s], in one
+  // parallel loop over all their row ranges (one wake-up of the pool per step, not one per table).
+  void update_tables(std::span<const float> state_rates);
 
   // The routed path (sharded_step.cc).
   void route_requests(LookupBatch::Impl& batch);

@@ -362,9 +362,10 @@ void Embedding::Impl::apply_routed(LookupBatch::Impl& batch,
     }
     state.group_contributions();
   });
-  for (size_t s = 0; s < states.size(); ++s) {
-    if (states[s].optimizer()) update_table(states[s], learning_rates[part(s).table]);
-  }
+  state_learning_rates.resize(states.size());
+  for (size_t s = 0; s < states.size(); ++s)
+    state_learning_rates[s] = learning_rates[part(s).table];
+  update_tables(state_learning_rates);
 }
 
 namespace {
