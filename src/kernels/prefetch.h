@@ -10,14 +10,14 @@
 namespace recemb::internal {
 
 // Rows ahead for the update kernels (kernels/sparse_update.h). 16 was best among 2..32 on the
-// baseline's Zen 3.
+// baseline's Zen 3; on this project's Xeon, 32 and 64 were no better (2026-12-03, noisy).
 inline constexpr int64_t kPrefetchDistance = 16;
 
 // The forward kernel (kernels/pool.h) asks for the row kForwardPrefetchBytes of rows ahead of the
 // one it sums, so that about the same number of cache lines is in flight whatever the row width
-// (dim 64: 64 rows), within [kMinForwardPrefetchRows, kMaxForwardPrefetchRows] rows. On this
-// machine's Zen 5 the 1 GiB gather was flat from 16 to 128 rows ahead at dims 16 and 64 and
-// slightly better at 64 than 16 at dim 128 (docs/performance.md, "Lookup").
+// (dim 64: 64 rows), within [kMinForwardPrefetchRows, kMaxForwardPrefetchRows] rows. On the
+// first engine's Zen 5 the 1 GiB gather was flat from 16 to 128 rows ahead at dims 16 and 64 and
+// slightly better at 64 than 16 at dim 128 (docs/performance.md's history).
 inline constexpr int64_t kForwardPrefetchBytes = 16384;
 inline constexpr int64_t kMinForwardPrefetchRows = 16;
 inline constexpr int64_t kMaxForwardPrefetchRows = 128;
@@ -28,8 +28,8 @@ inline int64_t forward_prefetch_rows(int64_t row_bytes) {
 }
 
 // Prefetches the 64-byte line holding `address`. On x86 an asm statement: GCC 12 deletes a loop
-// whose body is only __builtin_prefetch when it is inlined into the update kernels
-// (docs/performance.md), and the asm cannot be deleted.
+// whose body is only __builtin_prefetch when it is inlined into the update kernels (found with
+// objdump; docs/performance.md's history), and the asm cannot be deleted.
 inline void prefetch_line(const void* address) {
 #if defined(__x86_64__) || defined(__i386__)
   asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(address)));
