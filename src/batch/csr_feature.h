@@ -42,7 +42,8 @@ std::string shape_string(std::span<const int64_t> dims);
 // feature, the example (index, or index tuple for sparse inputs) and the bad value: ids outside
 // [0, vocabulary_size), weights whose count differs from the ids' (or non-finite weights when
 // validate_weights_and_indices), malformed row_splits / sparse indices / shapes. On a throw, `out`
-// holds unspecified contents (callers normalise into staging buffers).
+// is unchanged for dense and ragged ids and holds unspecified contents for sparse ones, which are
+// checked as they are written (callers normalise into staging buffers either way).
 void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
                        const FeatureInput& input, CsrFeature& out);
 
