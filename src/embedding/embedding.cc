@@ -388,7 +388,7 @@ void Embedding::Impl::update_tables(std::span<const float> state_rates) {
     const int64_t chunk = all_rows ? kRowsPerDenseUpdateTask : kRowsPerUpdateTask;
     for (int64_t first = 0; first < rows; first += chunk) {
       update_tasks.push_back(
-          {table_updates.size() - 1, first, std::min(rows, first + chunk), all_rows});
+          {table_updates.size() - 1, {first, std::min(rows, first + chunk), all_rows}});
     }
     total_rows += rows;
   }
@@ -401,8 +401,7 @@ void Embedding::Impl::update_tables(std::span<const float> state_rates) {
     const internal::UpdateScratch view{scratch,
                                        scratch + internal::update_scratch_floats(dim) - dim};
     thread_skipped_rows[static_cast<size_t>(thread)] +=
-        task.all_rows ? internal::update_all_rows(update, task.first, task.last, view)
-                      : internal::update_touched_rows(update, task.first, task.last, view);
+        internal::update_rows(update, task.rows, view);
   };
   const auto num_tasks = static_cast<int64_t>(update_tasks.size());
   if (total_rows < kMinRowsForThreads) {  // waking the pool would cost more than the work

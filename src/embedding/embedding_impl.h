@@ -38,13 +38,10 @@ struct RoutedMessage {
 
 namespace internal {
 
-// One parallel update task: rows [first, last) of table_updates[update], the touched rows'
-// indices or, for a table that updates all its rows, row numbers.
+// One parallel update task: a range of rows of table_updates[update].
 struct UpdateTask {
   size_t update;
-  int64_t first;
-  int64_t last;
-  bool all_rows;
+  UpdateRange rows;
 };
 
 // One parallel pooling task: bags [first_bag, last_bag) of one pool input, bag b into

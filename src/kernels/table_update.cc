@@ -28,23 +28,14 @@ template <class Pipeline>
                                    update.contributions, update.mode, first_row, last_row, scratch);
 }
 
-int64_t touched_rows(const TableUpdate& update, int64_t first, int64_t last,
-                     UpdateScratch scratch) {
+int64_t update_rows(const TableUpdate& update, UpdateRange range, UpdateScratch scratch) {
   int64_t skipped = 0;
-  visit_row_pipeline(*update.optimizer, update.learning_rate, update.step,
-                     [&](const auto& pipeline) {
-                       skipped = touched_rows_with(pipeline, update, first, last, scratch);
-                     });
-  return skipped;
-}
-
-int64_t all_rows(const TableUpdate& update, int64_t first_row, int64_t last_row,
-                 UpdateScratch scratch) {
-  int64_t skipped = 0;
-  visit_row_pipeline(*update.optimizer, update.learning_rate, update.step,
-                     [&](const auto& pipeline) {
-                       skipped = all_rows_with(pipeline, update, first_row, last_row, scratch);
-                     });
+  visit_row_pipeline(
+      *update.optimizer, update.learning_rate, update.step, [&](const auto& pipeline) {
+        skipped = range.all_rows
+                      ? all_rows_with(pipeline, update, range.first, range.last, scratch)
+                      : touched_rows_with(pipeline, update, range.first, range.last, scratch);
+      });
   return skipped;
 }
 
@@ -54,17 +45,10 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace recemb::internal {
 
-HWY_EXPORT(touched_rows);
-HWY_EXPORT(all_rows);
+HWY_EXPORT(update_rows);
 
-int64_t update_touched_rows(const TableUpdate& update, int64_t first, int64_t last,
-                            UpdateScratch scratch) {
-  return HWY_DYNAMIC_DISPATCH(touched_rows)(update, first, last, scratch);
-}
-
-int64_t update_all_rows(const TableUpdate& update, int64_t first_row, int64_t last_row,
-                        UpdateScratch scratch) {
-  return HWY_DYNAMIC_DISPATCH(all_rows)(update, first_row, last_row, scratch);
+int64_t update_rows(const TableUpdate& update, UpdateRange range, UpdateScratch scratch) {
+  return HWY_DYNAMIC_DISPATCH(update_rows)(update, range, scratch);
 }
 
 }  // namespace recemb::internal

@@ -30,13 +30,18 @@ struct TableUpdate {
   UpdateMode mode;
 };
 
-// update_touched_rows and update_all_rows of kernels/sparse_update.h with the RowPipeline of
-// update.optimizer: the same contract (disjoint ranges may run on different threads; returns the
-// rows skipped; never throws, never allocates).
-int64_t update_touched_rows(const TableUpdate& update, int64_t first, int64_t last,
-                            UpdateScratch scratch);
-int64_t update_all_rows(const TableUpdate& update, int64_t first_row, int64_t last_row,
-                        UpdateScratch scratch);
+// Rows [first, last) of one table's update: indices of touched rows (grouping.unique_rows()), or,
+// with all_rows, row numbers of a table that updates every row (non-lazy Adam).
+struct UpdateRange {
+  int64_t first = 0;
+  int64_t last = 0;
+  bool all_rows = false;
+};
+
+// update_touched_rows, or with range.all_rows update_all_rows, of kernels/sparse_update.h with the
+// RowPipeline of update.optimizer: the same contract (disjoint ranges may run on different
+// threads; returns the rows skipped; never throws, never allocates).
+int64_t update_rows(const TableUpdate& update, UpdateRange range, UpdateScratch scratch);
 
 }  // namespace recemb::internal
 

@@ -138,8 +138,7 @@ std::vector<std::vector<float>> dispatched_step(const Case& c, const Problem& p,
   const int64_t n = rows_to_update(c, p);
   for (int64_t first = 0; first < n; first += kRange) {
     const int64_t last = std::min(n, first + kRange);
-    *skipped += updates_all_rows(c.optimizer) ? update_all_rows(update, first, last, view)
-                                              : update_touched_rows(update, first, last, view);
+    *skipped += update_rows(update, {first, last, updates_all_rows(c.optimizer)}, view);
   }
   return state;
 }
