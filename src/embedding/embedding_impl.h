@@ -1,7 +1,7 @@
 // The state behind recemb::Embedding and recemb::LookupBatch, shared by the engine's two paths:
 // embedding.cc (construction, the public calls, and the direct path of a process that holds
-// every table whole) and sharded_step.cc (the routed path: ids and activations exchanged with the
-// parts' owners, placement/partition.h).
+// every table whole), apply_gradients.cc (its backward step) and sharded_step.cc (the routed path:
+// ids and activations exchanged with the parts' owners, placement/partition.h).
 #ifndef RECEMB_EMBEDDING_EMBEDDING_IMPL_H_
 #define RECEMB_EMBEDDING_EMBEDDING_IMPL_H_
 
@@ -42,6 +42,15 @@ namespace internal {
 struct UpdateTask {
   size_t update;
   UpdateRange rows;
+};
+
+// One parallel task of the gradient finiteness check: values [first, last) of one feature's
+// gradient, and the index in it of the first non-finite one found there (-1 if none).
+struct GradientCheckTask {
+  size_t feature;
+  int64_t first;
+  int64_t last;
+  int64_t first_non_finite;
 };
 
 // One parallel pooling task: bags [first_bag, last_bag) of one pool input, bag b into
@@ -124,9 +133,10 @@ struct Embedding::Impl {
   std::vector<float> state_learning_rates;  // per state (routed path), for the step being applied
   std::vector<internal::TableUpdate> table_updates;  // per trainable state, this step
   std::vector<internal::UpdateTask> update_tasks;    // every trainable state's row ranges
-  std::vector<float> zeros;                          // max dim
-  std::vector<float> thread_scratch;                 // max update_scratch_floats(dim) per thread
-  std::vector<int64_t> thread_skipped_rows;          // per thread
+  std::vector<internal::GradientCheckTask> gradient_check_tasks;  // every feature's value ranges
+  std::vector<float> zeros;                                       // max dim
+  std::vector<float> thread_scratch;         // max update_scratch_floats(dim) per thread
+  std::vector<int64_t> thread_skipped_rows;  // per thread
   RoutedMessage responses_sent;
   RoutedMessage responses_received;
   RoutedMessage gradients_sent;
@@ -159,8 +169,10 @@ struct Embedding::Impl {
                         std::span<const std::span<float>> activations, LookupBatch::Impl& batch);
   void pool_direct(std::span<const std::span<float>> activations, LookupBatch::Impl& batch);
   void apply_gradients(LookupBatch::Impl& batch, std::span<const std::span<const float>> gradients);
+  // Throws for a wrong number or size of gradients or, unless non-finite gradients are allowed, for
+  // a NaN or infinity (naming the first, in feature order); reads the gradients on the pool.
   void check_gradients(const std::vector<internal::CsrFeature>& batch,
-                       std::span<const std::span<const float>> gradients) const;
+                       std::span<const std::span<const float>> gradients);
   void evaluate_learning_rates();
   float learning_rate_of(const Optimizer& optimizer, const std::string& owner) const;
   // Updates every state that has an optimizer, state s at learning rate state_rates[s], in one

@@ -1,6 +1,6 @@
 // End-to-end tests of recemb::Embedding (src/embedding/embedding.cc) against the independent
-// float64 reference in tests/reference/, TF's golden fixtures (spec §8), learning-rate schedules,
-// error handling and the variable API.
+// float64 reference in tests/reference/, TF's golden fixtures (spec §8), error handling and the
+// variable API. The backward step's own tests are in apply_gradients_test.cc.
 #include "recemb/embedding.h"
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "recemb/recemb.h"
 
 #include "reference/reference_embedding.h"
+#include "testing/embedding_calls.h"
 #include "testing/error_of.h"
 #include "testing/random_batches.h"
 
@@ -28,9 +29,17 @@ namespace {
 
 using reference::ReferenceEmbedding;
 using test::Bag;
+using test::bitwise_equal;
 using test::error_of;
 using test::IdWidth;
+using test::look_up;
 using test::OwnedInput;
+using test::product;
+using test::read;
+using test::Snapshot;
+using test::snapshot_of;
+using test::train;
+using test::unchanged;
 using ::testing::HasSubstr;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -75,57 +84,6 @@ constexpr double kTolerance = 1e-5;
          << std::setprecision(10) << mismatches << " of " << actual.size()
          << " values differ; first at flat index " << first << ": library " << actual[first]
          << ", reference " << expected[first] << "; worst scaled error " << worst;
-}
-
-int64_t product(const std::vector<int64_t>& shape) {
-  int64_t result = 1;
-  for (int64_t value : shape) result *= value;
-  return result;
-}
-
-std::vector<float> read(const Embedding& layer, const std::string& table, const std::string& name) {
-  std::vector<float> values(static_cast<size_t>(product(layer.variable_shape(table, name))));
-  layer.read_variable(table, name, values);
-  return values;
-}
-
-// Every variable of every table, the step and the skipped-row count.
-struct Snapshot {
-  std::map<std::string, std::vector<float>> variables;  // "table/variable"
-  int64_t step = 0;
-  int64_t skipped_rows = 0;
-};
-
-Snapshot snapshot_of(const Embedding& layer) {
-  Snapshot snapshot;
-  for (const TableConfig& table : layer.tables()) {
-    for (const std::string& name : layer.variable_names(table.name)) {
-      snapshot.variables[table.name + "/" + name] = read(layer, table.name, name);
-    }
-  }
-  snapshot.step = layer.step();
-  snapshot.skipped_rows = layer.skipped_rows();
-  return snapshot;
-}
-
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-::testing::AssertionResult unchanged(const Snapshot& before, const Embedding& layer) {
-  const Snapshot after = snapshot_of(layer);
-  if (before.step != after.step) {
-    return ::testing::AssertionFailure() << "step " << before.step << " -> " << after.step;
-  }
-  if (before.skipped_rows != after.skipped_rows) {
-    return ::testing::AssertionFailure() << "skipped_rows changed";
-  }
-  for (const auto& [name, values] : before.variables) {
-    if (!bitwise_equal(values, after.variables.at(name))) {
-      return ::testing::AssertionFailure() << name << " changed";
-    }
-  }
-  return ::testing::AssertionSuccess();
 }
 
 void expect_matches_reference(const Embedding& layer, const ReferenceEmbedding& reference,
@@ -600,33 +558,6 @@ std::vector<OwnedInput> fixture_inputs(size_t batch, bool sparse, float weight =
   return inputs;
 }
 
-// Looks `inputs` up in `layer`: a training lookup into `batch`, or (null) a pure lookup.
-std::vector<std::vector<float>> look_up(Embedding& layer, const std::vector<OwnedInput>& inputs,
-                                        LookupBatch* batch = nullptr) {
-  const std::vector<FeatureInput> views = test::views_of(inputs);
-  std::vector<std::vector<float>> activations;
-  for (size_t f = 0; f < views.size(); ++f) {
-    activations.emplace_back(static_cast<size_t>(product(layer.activation_shape(f, views[f]))));
-  }
-  std::vector<std::span<float>> spans(activations.begin(), activations.end());
-  if (batch != nullptr) {
-    layer.lookup(views, spans, *batch);
-  } else {
-    layer.lookup(views, spans);
-  }
-  return activations;
-}
-
-std::vector<std::vector<float>> look_up(Embedding& layer, const std::vector<OwnedInput>& inputs,
-                                        LookupBatch& batch) {
-  return look_up(layer, inputs, &batch);
-}
-
-void train(Embedding& layer, LookupBatch& batch, const std::vector<std::vector<float>>& gradients) {
-  const std::vector<std::span<const float>> spans(gradients.begin(), gradients.end());
-  layer.apply_gradients(batch, spans);
-}
-
 // Goldens are small exact numbers; 1e-5 absorbs the float32 rounding of mean gains (1/3).
 void expect_floats_eq(const std::vector<float>& actual, const std::vector<float>& expected,
                       const std::string& what) {
@@ -903,126 +834,6 @@ INSTANTIATE_TEST_SUITE_P(SparseAndRagged, EmbeddingTfFixtureTest, ::testing::Boo
                          [](const ::testing::TestParamInfo<bool>& param_info) {
                            return param_info.param ? std::string("sparse") : std::string("ragged");
                          });
-
-// ------------------------------------------------------------------------------------------------
-// Learning-rate schedules and callbacks: tables of zeros, SGD, gradient 1 on row 1 of two tables
-// sharing the global optimizer, so after k steps row 1 = -sum_{j<k} lr(j) (TF optimizer_test).
-
-Embedding zero_tables(const LearningRate& learning_rate) {
-  return Embedding({{.name = "a", .vocabulary_size = 4, .dim = 3, .initializer = Constant{0.0f}},
-                    {.name = "b", .vocabulary_size = 5, .dim = 2, .initializer = Constant{0.0f}}},
-                   {{.name = "fa", .table = "a"}, {.name = "fb", .table = "b"}},
-                   {.optimizer = Sgd{.learning_rate = learning_rate}, .num_threads = 2});
-}
-
-std::vector<OwnedInput> row_one_inputs() {
-  std::vector<OwnedInput> inputs;
-  inputs.push_back(OwnedInput::dense({1}, {1}));
-  inputs.push_back(OwnedInput::dense({1}, {1}, {}, IdWidth::kInt32));
-  return inputs;
-}
-
-void step_with_ones(Embedding& layer) {
-  LookupBatch batch;
-  look_up(layer, row_one_inputs(), batch);
-  train(layer, batch, {std::vector<float>(3, 1.0f), std::vector<float>(2, 1.0f)});
-}
-
-struct ScheduleCase {
-  std::string name;
-  LearningRate learning_rate;
-  std::function<double(int64_t)> expected;
-};
-
-class EmbeddingLearningRateScheduleTest : public ::testing::TestWithParam<ScheduleCase> {};
-
-TEST_P(EmbeddingLearningRateScheduleTest, RowIsMinusTheSumOfLearningRates) {
-  Embedding layer = zero_tables(GetParam().learning_rate);
-  double sum = 0.0;
-  for (int64_t k = 0; k < 12; ++k) {
-    step_with_ones(layer);
-    sum += GetParam().expected(k);
-    for (const char* table : {"a", "b"}) {
-      const std::vector<float> values = read(layer, table, "parameters");
-      const int64_t dim = table[0] == 'a' ? 3 : 2;
-      for (size_t i = 0; i < values.size(); ++i) {
-        const double expected = i / static_cast<size_t>(dim) == 1 ? -sum : 0.0;
-        EXPECT_NEAR(values[i], expected, 1e-5) << table << " after step " << k << " [" << i << "]";
-      }
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Schedules, EmbeddingLearningRateScheduleTest,
-    ::testing::Values(
-        ScheduleCase{"constant", 0.25f, [](int64_t) { return 0.25; }},
-        ScheduleCase{"exponential", ExponentialDecay{0.5f, 4, 0.5f, false},
-                     [](int64_t j) { return 0.5 * std::pow(0.5, static_cast<double>(j) / 4.0); }},
-        ScheduleCase{"exponential_staircase", ExponentialDecay{0.5f, 4, 0.5f, true},
-                     [](int64_t j) { return 0.5 * std::pow(0.5, static_cast<double>(j / 4)); }},
-        ScheduleCase{"piecewise", PiecewiseConstant{{3, 7}, {0.3f, 0.2f, 0.1f}},
-                     [](int64_t j) { return j <= 3   ? 0.3
-                                            : j <= 7 ? 0.2
-                                                     : 0.1; }},
-        ScheduleCase{
-            "warmup", LinearWarmup{0.4f, 5, 0.1f},
-            [](int64_t j) { return j >= 5 ? 0.4 : 0.1 + 0.3 * static_cast<double>(j) / 5.0; }},
-        ScheduleCase{"tf_callback", LearningRateCallback([](int64_t step) {
-                       return std::max(0.5f, 1.0f - 0.05f * static_cast<float>(step));
-                     }),
-                     [](int64_t j) { return std::max(0.5, 1.0 - 0.05 * static_cast<double>(j)); }}),
-    [](const ::testing::TestParamInfo<ScheduleCase>& param_info) { return param_info.param.name; });
-
-TEST(EmbeddingLearningRateCallback, CalledExactlyOncePerStepWithTheStep) {
-  std::vector<int64_t> calls;
-  Embedding layer = zero_tables(LearningRateCallback([&calls](int64_t step) {
-    calls.push_back(step);
-    return std::max(0.5f, 1.0f - 0.05f * static_cast<float>(step));
-  }));
-  for (int64_t k = 0; k < 15; ++k) {
-    step_with_ones(layer);
-    std::vector<int64_t> expected(static_cast<size_t>(k + 1));
-    for (int64_t j = 0; j <= k; ++j) expected[static_cast<size_t>(j)] = j;
-    ASSERT_EQ(calls, expected) << "after step " << k << " (two tables share the optimizer)";
-  }
-}
-
-TEST(EmbeddingLearningRateCallback, SetStepMovesTheScheduleAndRejectsNegativeSteps) {
-  std::vector<int64_t> calls;
-  Embedding layer = zero_tables(LearningRateCallback([&calls](int64_t step) {
-    calls.push_back(step);
-    return 0.5f;
-  }));
-  EXPECT_THROW(layer.set_step(-1), InvalidArgument);
-  EXPECT_EQ(layer.step(), 0);
-  layer.set_step(40);
-  step_with_ones(layer);
-  EXPECT_EQ(layer.step(), 41);
-  EXPECT_EQ(calls, (std::vector<int64_t>{40}));
-}
-
-TEST(EmbeddingLearningRateCallback, InvalidValueRejectsTheStepAndKeepsTheLookup) {
-  std::vector<float> returns = {-1.0f, kNaN, kInf, 0.5f};
-  size_t call = 0;
-  Embedding layer = zero_tables(
-      LearningRateCallback([&](int64_t) { return returns[std::min(call++, returns.size() - 1)]; }));
-  LookupBatch batch;
-  look_up(layer, row_one_inputs(), batch);
-  const Snapshot before = snapshot_of(layer);
-  const std::vector<std::vector<float>> ones = {std::vector<float>(3, 1.0f),
-                                                std::vector<float>(2, 1.0f)};
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    SCOPED_TRACE("attempt " + std::to_string(attempt));
-    error_of<InvalidArgument>([&] { train(layer, batch, ones); });
-    EXPECT_TRUE(unchanged(before, layer));
-    EXPECT_TRUE(batch.applicable());
-  }
-  train(layer, batch, ones);  // the batch is still applicable; lr 0.5
-  EXPECT_FALSE(batch.applicable());
-  EXPECT_EQ(layer.step(), 1);
-  EXPECT_FLOAT_EQ(read(layer, "a", "parameters")[3], -0.5f);
-}
 
 // ------------------------------------------------------------------------------------------------
 // Bad input: the right exception, a message naming feature / example / value, no state change.

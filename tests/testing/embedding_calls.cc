@@ -1,0 +1,78 @@
+#include "testing/embedding_calls.h"
+
+#include <cstring>
+#include <span>
+
+namespace recemb::test {
+
+int64_t product(const std::vector<int64_t>& shape) {
+  int64_t result = 1;
+  for (int64_t value : shape) result *= value;
+  return result;
+}
+
+std::vector<float> read(const Embedding& layer, const std::string& table, const std::string& name) {
+  std::vector<float> values(static_cast<size_t>(product(layer.variable_shape(table, name))));
+  layer.read_variable(table, name, values);
+  return values;
+}
+
+std::vector<std::vector<float>> look_up(Embedding& layer, const std::vector<OwnedInput>& inputs,
+                                        LookupBatch* batch) {
+  const std::vector<FeatureInput> views = views_of(inputs);
+  std::vector<std::vector<float>> activations;
+  for (size_t f = 0; f < views.size(); ++f) {
+    activations.emplace_back(static_cast<size_t>(product(layer.activation_shape(f, views[f]))));
+  }
+  std::vector<std::span<float>> spans(activations.begin(), activations.end());
+  if (batch != nullptr) {
+    layer.lookup(views, spans, *batch);
+  } else {
+    layer.lookup(views, spans);
+  }
+  return activations;
+}
+
+std::vector<std::vector<float>> look_up(Embedding& layer, const std::vector<OwnedInput>& inputs,
+                                        LookupBatch& batch) {
+  return look_up(layer, inputs, &batch);
+}
+
+void train(Embedding& layer, LookupBatch& batch, const std::vector<std::vector<float>>& gradients) {
+  const std::vector<std::span<const float>> spans(gradients.begin(), gradients.end());
+  layer.apply_gradients(batch, spans);
+}
+
+Snapshot snapshot_of(const Embedding& layer) {
+  Snapshot snapshot;
+  for (const TableConfig& table : layer.tables()) {
+    for (const std::string& name : layer.variable_names(table.name)) {
+      snapshot.variables[table.name + "/" + name] = read(layer, table.name, name);
+    }
+  }
+  snapshot.step = layer.step();
+  snapshot.skipped_rows = layer.skipped_rows();
+  return snapshot;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+::testing::AssertionResult unchanged(const Snapshot& before, const Embedding& layer) {
+  const Snapshot after = snapshot_of(layer);
+  if (before.step != after.step) {
+    return ::testing::AssertionFailure() << "step " << before.step << " -> " << after.step;
+  }
+  if (before.skipped_rows != after.skipped_rows) {
+    return ::testing::AssertionFailure() << "skipped_rows changed";
+  }
+  for (const auto& [name, values] : before.variables) {
+    if (!bitwise_equal(values, after.variables.at(name))) {
+      return ::testing::AssertionFailure() << name << " changed";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace recemb::test

@@ -1,0 +1,51 @@
+// An Embedding driven from owned test inputs and read back whole: lookups and training steps from
+// OwnedInput (testing/random_batches.h), every variable as a vector, and a snapshot of the whole
+// state to show that a rejected call changed nothing.
+#ifndef RECEMB_TESTS_TESTING_EMBEDDING_CALLS_H_
+#define RECEMB_TESTS_TESTING_EMBEDDING_CALLS_H_
+
+#include <cstdint>
+#include <gtest/gtest.h>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "recemb/embedding.h"
+
+#include "testing/random_batches.h"
+
+namespace recemb::test {
+
+// The number of values of an array of this shape.
+int64_t product(const std::vector<int64_t>& shape);
+
+// The whole variable `name` of `table` (read_variable).
+std::vector<float> read(const Embedding& layer, const std::string& table, const std::string& name);
+
+// Looks `inputs` up in `layer` and returns each feature's activations: a training lookup into
+// `batch`, or (null) a pure lookup.
+std::vector<std::vector<float>> look_up(Embedding& layer, const std::vector<OwnedInput>& inputs,
+                                        LookupBatch* batch = nullptr);
+std::vector<std::vector<float>> look_up(Embedding& layer, const std::vector<OwnedInput>& inputs,
+                                        LookupBatch& batch);
+
+// Applies one gradient per feature to the lookup in `batch`.
+void train(Embedding& layer, LookupBatch& batch, const std::vector<std::vector<float>>& gradients);
+
+// Every variable of every table, the step and the skipped-row count.
+struct Snapshot {
+  std::map<std::string, std::vector<float>> variables;  // "table/variable"
+  int64_t step = 0;
+  int64_t skipped_rows = 0;
+};
+
+Snapshot snapshot_of(const Embedding& layer);
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b);
+
+// Success when `layer` still holds `before` bit for bit; otherwise names what changed.
+::testing::AssertionResult unchanged(const Snapshot& before, const Embedding& layer);
+
+}  // namespace recemb::test
+
+#endif  // RECEMB_TESTS_TESTING_EMBEDDING_CALLS_H_
