@@ -545,12 +545,28 @@ void BM_GatherUpdate(benchmark::State& state, Workload workload, std::string opt
   const UpdateArrays arrays = tables.arrays();
   const float* gradient = gradient_for(workload.bags_per_step(), workload.dim).data();
   std::vector<float> out(static_cast<size_t>(workload.bags_per_step() * workload.dim));
-  // With several threads, thread t first collects the (row, bag) pairs of its rows.
-  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(workload.threads));
-  std::vector<std::vector<int64_t>> bags(static_cast<size_t>(workload.threads));
-  for (int t = 0; t < workload.threads; ++t) {
-    rows[static_cast<size_t>(t)].reserve(static_cast<size_t>(workload.ids_per_step()));
-    bags[static_cast<size_t>(t)].reserve(static_cast<size_t>(workload.ids_per_step()));
+  // With several threads, thread t updates the ids of its 1/T of the rows: its (row, bag) pairs
+  // of every step are listed here, before the timing, so the loop is the update alone.
+  struct ThreadItems {
+    std::vector<int64_t> rows;
+    std::vector<int64_t> bags;
+  };
+  std::vector<std::vector<ThreadItems>> items(step_ids.steps.size());
+  if (workload.threads > 1) {
+    for (size_t s = 0; s < step_ids.steps.size(); ++s) {
+      items[s].resize(static_cast<size_t>(workload.threads));
+      for (int t = 0; t < workload.threads; ++t) {
+        const auto [first_row, last_row] = split(workload.total_rows(), t, workload.threads);
+        ThreadItems& mine = items[s][static_cast<size_t>(t)];
+        for (int64_t j = 0; j < workload.ids_per_step(); ++j) {
+          const int64_t row = step_ids.steps[s][static_cast<size_t>(j)];
+          if (row >= first_row && row < last_row) {
+            mine.rows.push_back(row);
+            mine.bags.push_back(j / workload.bag_size);
+          }
+        }
+      }
+    }
   }
   Workers workers(workload.threads);
   size_t next = 0;
@@ -560,25 +576,14 @@ void BM_GatherUpdate(benchmark::State& state, Workload workload, std::string opt
            last, distance, interleave, out.data());
   };
   const std::function<void(int)> update_task = [&](int t) {
-    const int64_t* ids = step_ids.steps[next].data();
     if (workload.threads == 1) {
-      update(kind, workload.dim, arrays, gradient, ids, nullptr, workload.bag_size,
-             workload.ids_per_step(), distance);
+      update(kind, workload.dim, arrays, gradient, step_ids.steps[next].data(), nullptr,
+             workload.bag_size, workload.ids_per_step(), distance);
       return;
     }
-    const auto [first_row, last_row] = split(workload.total_rows(), t, workload.threads);
-    std::vector<int64_t>& my_rows = rows[static_cast<size_t>(t)];
-    std::vector<int64_t>& my_bags = bags[static_cast<size_t>(t)];
-    my_rows.clear();
-    my_bags.clear();
-    for (int64_t j = 0; j < workload.ids_per_step(); ++j) {
-      if (ids[j] >= first_row && ids[j] < last_row) {
-        my_rows.push_back(ids[j]);
-        my_bags.push_back(j / workload.bag_size);
-      }
-    }
-    update(kind, workload.dim, arrays, gradient, my_rows.data(), my_bags.data(), workload.bag_size,
-           static_cast<int64_t>(my_rows.size()), distance);
+    const ThreadItems& mine = items[next][static_cast<size_t>(t)];
+    update(kind, workload.dim, arrays, gradient, mine.rows.data(), mine.bags.data(),
+           workload.bag_size, static_cast<int64_t>(mine.rows.size()), distance);
   };
   for (auto _ : state) {
     workers.run(gather_task);
