@@ -35,6 +35,8 @@ seed = 0                # initialisation of the tables and the dense layers
 optimizer = "adagrad"   # sgd | adagrad | adagrad_momentum | adam | ftrl | rowwise_adagrad
 learning_rate = 1.0     # Adagrad scales it per coordinate: large rates are safe
 threads = 0             # worker threads of the embedding engine; 0 = one per core
+sharding = "auto"       # how tables are split over the ranks of an mpirun job: auto | table_wise |
+                        # row_wise | column_wise | replicated (one process keeps tables whole)
 
 [dense]
 optimizer = "adam"      # adam | adagrad
@@ -239,6 +241,7 @@ void validate(const TrainConfig& c) {
   check_optimizer_name(c.embedding.optimizer, "embedding.optimizer");
   require(c.embedding.learning_rate > 0.0, "embedding.learning_rate must be > 0");
   require(c.embedding.threads >= 0, "embedding.threads must be >= 0");
+  sharding_strategy(c.embedding.sharding);
   require(c.dense.optimizer == "adam" || c.dense.optimizer == "adagrad",
           "dense.optimizer must be adam or adagrad, not '" + c.dense.optimizer + "'");
   require(c.dense.learning_rate > 0.0, "dense.learning_rate must be > 0");
@@ -295,6 +298,7 @@ TrainConfig load_train_config(const std::string& config_path,
   c.embedding.optimizer = get<std::string>(config, "embedding.optimizer");
   c.embedding.learning_rate = get<double>(config, "embedding.learning_rate");
   c.embedding.threads = get<int>(config, "embedding.threads");
+  c.embedding.sharding = get<std::string>(config, "embedding.sharding");
   c.dense.optimizer = get<std::string>(config, "dense.optimizer");
   c.dense.learning_rate = get<double>(config, "dense.learning_rate");
   c.train.steps = get<int64_t>(config, "train.steps");
@@ -308,6 +312,17 @@ TrainConfig load_train_config(const std::string& config_path,
   c.tables = std::move(tables);
   validate(c);
   return c;
+}
+
+ShardingStrategy sharding_strategy(std::string_view name) {
+  constexpr ShardingStrategy kStrategies[] = {
+      ShardingStrategy::kAuto, ShardingStrategy::kTableWise, ShardingStrategy::kRowWise,
+      ShardingStrategy::kColumnWise, ShardingStrategy::kReplicated};
+  for (ShardingStrategy strategy : kStrategies) {
+    if (sharding_strategy_name(strategy) == name) return strategy;
+  }
+  throw InvalidArgument("embedding.sharding: unknown strategy '" + std::string(name) +
+                        "' (valid: auto, table_wise, row_wise, column_wise, replicated)");
 }
 
 std::string to_toml(const TrainConfig& c) {
@@ -338,7 +353,8 @@ std::string to_toml(const TrainConfig& c) {
                             {"seed", static_cast<int64_t>(c.model.seed)}}},
       {"embedding", toml::table{{"optimizer", c.embedding.optimizer},
                                 {"learning_rate", c.embedding.learning_rate},
-                                {"threads", c.embedding.threads}}},
+                                {"threads", c.embedding.threads},
+                                {"sharding", c.embedding.sharding}}},
       {"dense",
        toml::table{{"optimizer", c.dense.optimizer}, {"learning_rate", c.dense.learning_rate}}},
       {"train", toml::table{{"steps", c.train.steps},

@@ -5,7 +5,7 @@
 //   [data]       path, eval_path, preset, table_budget_mib, eval_examples, max_malformed,
 //                synthetic_seed
 //   [model]      embedding_dim, bottom_mlp, top_mlp, seed
-//   [embedding]  optimizer, learning_rate, threads
+//   [embedding]  optimizer, learning_rate, threads, sharding
 //   [dense]      optimizer, learning_rate
 //   [train]      steps, batch_size, eval_every, log_every
 //   [checkpoint] dir, every, keep
@@ -22,6 +22,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "recemb/placement.h"
 
 namespace recemb::train {
 
@@ -51,6 +53,10 @@ struct TrainConfig {
     std::string optimizer = {};  // sgd | adagrad | rowwise_adagrad | adam | ftrl | ...
     double learning_rate = 0.0;
     int threads = 0;  // 0: one per core
+    // How the tables are split over the ranks of a run on several processes (mpirun): a
+    // ShardingStrategy's name (auto, table_wise, row_wise, column_wise, replicated). One process
+    // keeps every table whole.
+    std::string sharding = {};
   } embedding;
   struct DenseOptimizer {
     std::string optimizer = {};  // adam | adagrad
@@ -84,6 +90,10 @@ TrainConfig load_train_config(const std::string& config_path,
 
 // The effective configuration as TOML (written beside the run's metrics).
 std::string to_toml(const TrainConfig& config);
+
+// The strategy embedding.sharding names: the ShardingStrategy whose sharding_strategy_name is
+// `name`. InvalidArgument naming the value and the valid ones otherwise.
+ShardingStrategy sharding_strategy(std::string_view name);
 
 }  // namespace recemb::train
 

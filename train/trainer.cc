@@ -1,12 +1,15 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sys/resource.h>
@@ -16,9 +19,11 @@
 #include "recemb/checkpoint.h"
 #include "recemb/embedding.h"
 #include "recemb/error.h"
+#include "recemb/placement.h"
 
 #include "train/criteo_profile.h"
 #include "train/criteo_reader.h"
+#include "train/data_parallel.h"
 #include "train/dense_optimizer.h"
 #include "train/dlrm_dense_model.h"
 #include "train/embedding_model.h"
@@ -45,11 +50,25 @@ constexpr char kDenseOptimizerStep[] = "dense_optimizer_step";
 constexpr char kExamples[] = "examples";
 constexpr char kLossWindow[] = "loss_window";  // "<sum> <count>" of the unrecorded steps
 
-Embedding make_embedding(const TrainConfig& config, EmbeddingModel model) {
-  return Embedding(std::move(model.tables), std::move(model.features),
-                   {.optimizer = std::move(model.optimizer),
-                    .num_threads = config.embedding.threads,
-                    .seed = config.model.seed});
+// The Embedding of every rank of `group`: with several ranks, its tables placed over them as
+// embedding.sharding says; alone, whole tables exactly as without a communicator.
+Embedding make_embedding(const TrainConfig& config, EmbeddingModel model, const RankGroup& group) {
+  // Checked here, before the Embedding's constructor (the first collective), from what every rank
+  // knows alike: every rank throws the same error.
+  if (config.train.batch_size < group.size()) {
+    throw InvalidArgument("train.batch_size " + std::to_string(config.train.batch_size) +
+                          " is smaller than the number of ranks (" + std::to_string(group.size()) +
+                          "): every rank trains on its share of each batch");
+  }
+  EmbeddingOptions options{.optimizer = std::move(model.optimizer),
+                           .num_threads = config.embedding.threads,
+                           .seed = config.model.seed,
+                           .communicator = group.embedding_communicator()};
+  if (group.size() > 1) {
+    options.placement = PlacementOptions{.num_shards = group.size(),
+                                         .strategy = sharding_strategy(config.embedding.sharding)};
+  }
+  return Embedding(std::move(model.tables), std::move(model.features), std::move(options));
 }
 
 DenseOptimizerConfig dense_optimizer_config(const TrainConfig::DenseOptimizer& dense) {
@@ -65,14 +84,33 @@ std::vector<int64_t> vocabulary_sizes(const Embedding& embedding) {
   return sizes;
 }
 
+// Of the whole tables and slots, wherever they lie.
 int64_t embedding_bytes(const Embedding& embedding) {
   int64_t bytes = 0;
   for (const TableConfig& table : embedding.tables()) {
     for (const std::string& variable : embedding.variable_names(table.name)) {
-      bytes += static_cast<int64_t>(embedding.variable_data(table.name, variable).size_bytes());
+      int64_t floats = 1;
+      for (int64_t extent : embedding.variable_shape(table.name, variable)) floats *= extent;
+      bytes += floats * static_cast<int64_t>(sizeof(float));
     }
   }
   return bytes;
+}
+
+// "20 table-wise, 6 row-wise": how many tables follow each strategy.
+std::string strategy_counts(const Placement& placement) {
+  std::map<std::string, int> counts;
+  for (const TablePlacement& table : placement.tables) {
+    ++counts[sharding_strategy_name(table.strategy)];
+  }
+  std::string text;
+  for (const auto& [name, count] : counts) {
+    if (!text.empty()) text += ", ";
+    std::string words = name;
+    std::replace(words.begin(), words.end(), '_', '-');
+    text += std::to_string(count) + " " + words;
+  }
+  return text;
 }
 
 int64_t peak_resident_bytes() {
@@ -137,9 +175,12 @@ class Trainer {
   Trainer(const TrainConfig& config, const RunOptions& options)
       : config_(config),
         options_(options),
-        log_(options.log != nullptr ? *options.log : std::cerr),
+        group_(options.communicator),
+        log_(group_.rank() != 0       ? null_log_
+             : options.log != nullptr ? *options.log
+                                      : std::cerr),
         progress_(log_, options.progress),
-        embedding_(make_embedding(config, embedding_model(config))),
+        embedding_(make_embedding(config, embedding_model(config), group_)),
         sizes_(vocabulary_sizes(embedding_)),
         model_(DlrmDenseConfig{.num_dense_features = kNumDenseFeatures,
                                .num_sparse_features = kNumCategoricalFeatures,
@@ -153,26 +194,44 @@ class Trainer {
         checkpoint_dir_(config.checkpoint.dir.empty()
                             ? output_dir_ / "checkpoints"
                             : std::filesystem::path(config.checkpoint.dir)) {
-    open_data();
+    locally([&] { open_data(); });
+    sync();
+    if (group_.size() > 1) expect_same_on_every_rank(eval_set_.size, "held-out examples");
     prefetching_.emplace(*train_source_, config.train.batch_size);
   }
 
   TrainSummary run() {
-    std::filesystem::create_directories(output_dir_);
+    // Rank 0 alone writes output.dir and looks into the checkpoint directory; the other ranks
+    // learn of its errors at sync() and of its findings by broadcast.
+    locally([&] {
+      if (root()) std::filesystem::create_directories(output_dir_);
+    });
     if (options_.resume) {
       resume();
-    } else if (const auto earlier = latest_checkpoint(checkpoint_dir_)) {
-      throw InvalidArgument(checkpoint_dir_.string() + " holds checkpoints of an earlier run (" +
-                            earlier->filename().string() +
-                            "): continue it with --resume, or choose another output.dir or "
-                            "checkpoint.dir");
+    } else {
+      locally([&] {
+        if (!root()) return;
+        if (const auto earlier = latest_checkpoint(checkpoint_dir_)) {
+          throw InvalidArgument(checkpoint_dir_.string() +
+                                " holds checkpoints of an earlier run (" +
+                                earlier->filename().string() +
+                                "): continue it with --resume, or choose another output.dir or "
+                                "checkpoint.dir");
+        }
+      });
     }
-    std::ofstream(output_dir_ / "config.toml") << to_toml(config_);
     const bool resumed = embedding_.step() > 0;
-    metrics_.emplace(output_dir_ / "metrics.jsonl",
-                     KeptRecords{.step = resumed ? embedding_.step() : -1,
-                                 .train_every = config_.train.log_every,
-                                 .eval_every = config_.train.eval_every});
+    locally([&] {
+      if (!root()) return;
+      std::ofstream(output_dir_ / "config.toml") << to_toml(config_);
+      metrics_.emplace(output_dir_ / "metrics.jsonl",
+                       KeptRecords{.step = resumed ? embedding_.step() : -1,
+                                   .train_every = config_.train.log_every,
+                                   .eval_every = config_.train.eval_every});
+    });
+    sync();
+    summary_.rank = group_.rank();
+    summary_.ranks = group_.size();
     summary_.first_step = embedding_.step();
     summary_.embedding_bytes = embedding_bytes(embedding_);
     describe_run();
@@ -180,7 +239,7 @@ class Trainer {
     const Clock::time_point start = Clock::now();
     if (!resumed) {
       summary_.initial_auc = evaluate().auc;
-    } else if (!metrics_->eval_records().empty()) {
+    } else if (metrics_ && !metrics_->eval_records().empty()) {
       summary_.initial_auc = metrics_->eval_records().front().auc;
     }
     // The progress line's rate counts the training steps only (evaluations and checkpoints
@@ -189,8 +248,14 @@ class Trainer {
     ExampleBatch batch;
     while (embedding_.step() < config_.train.steps) {
       Clock::time_point t = Clock::now();
-      const int64_t count = prefetching_->next(batch, config_.train.batch_size);
-      summary_.data_seconds += seconds_since(t);
+      int64_t count = 0;
+      locally([&] { count = prefetching_->next(batch, config_.train.batch_size); });
+      summary_.data_seconds += seconds_since(t);  // not the wait for the other ranks below
+      if (group_.size() > 1) {
+        sync();
+        expect_same_on_every_rank(
+            count, "examples in the batch of step " + std::to_string(embedding_.step() + 1));
+      }
       if (count == 0) {
         progress_.message("the training data ended at step " + std::to_string(embedding_.step()));
         break;
@@ -228,11 +293,53 @@ class Trainer {
     summary_.final_log_loss = final_eval.log_loss;
     summary_.peak_resident_bytes = peak_resident_bytes();
     collect_malformed_lines();
-    write_outputs();
+    locally([&] {
+      if (root()) write_outputs();
+    });
+    sync();
     return summary_;
   }
 
  private:
+  bool root() const { return group_.rank() == 0; }
+
+  // Runs rank-local work (no collective inside). Alone, its exceptions propagate as they come.
+  // With several ranks, an exception is kept until the next sync() instead: a rank that threw
+  // here alone would leave the others waiting in their next collective. Once a rank keeps an
+  // error, its local work is skipped until then (collectives still run, on valid inputs).
+  template <class Work>
+  void locally(Work&& work) {
+    if (group_.size() == 1) {
+      work();
+      return;
+    }
+    if (error_) return;
+    try {
+      work();
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  }
+
+  // Collective: when some rank keeps an error from locally(), every rank throws it ("rank R:
+  // <message>"). Called before anything relies on the results of local work.
+  void sync() { group_.agree(std::exchange(error_, nullptr)); }
+
+  // Collective: throws InvalidArgument on every rank when the ranks' values differ (every rank
+  // must read the same data).
+  void expect_same_on_every_rank(int64_t value, const std::string& what) {
+    const std::vector<int64_t> values = group_.all_gather(value);
+    for (int q = 1; q < group_.size(); ++q) {
+      if (values[static_cast<size_t>(q)] != values[0]) {
+        throw InvalidArgument("rank " + std::to_string(q) + " has " +
+                              std::to_string(values[static_cast<size_t>(q)]) + " " + what +
+                              ", rank 0 has " + std::to_string(values[0]) +
+                              ": every rank must read the same data (data.path and "
+                              "data.eval_path on a file system that every rank sees)");
+      }
+    }
+  }
+
   void open_data() {
     if (config_.data.path.empty()) {
       train_source_ = std::make_unique<SyntheticCriteo>(
@@ -294,18 +401,54 @@ class Trainer {
                   model_.parameters().size(),
                   config_.data.path.empty() ? "synthetic Criteo-like" : config_.data.path.c_str());
     progress_.message(line);
+    if (group_.size() > 1) {
+      const Slice largest = rank_slice(config_.train.batch_size, group_.size() - 1, group_.size());
+      progress_.message("data-parallel on " + std::to_string(group_.size()) +
+                        " ranks: each trains on its share of every batch of " +
+                        std::to_string(config_.train.batch_size) + " examples (up to " +
+                        std::to_string(largest.count) + "); tables placed " +
+                        strategy_counts(embedding_.placement()) +
+                        " (embedding.sharding = " + config_.embedding.sharding + ")");
+    }
   }
 
+  // One step on the global batch `batch`, of which this rank trains on its slice.
   void train_step(const ExampleBatch& batch) {
-    buffers_.bind(batch, 0, batch.size);
+    const Slice mine = group_.slice(batch.size);
+    buffers_.bind(batch, mine.begin, mine.count);
     Clock::time_point t = Clock::now();
     embedding_.lookup(buffers_.inputs(), buffers_.activations(), lookup_batch_);
     summary_.lookup_seconds += seconds_since(t);
 
     t = Clock::now();
-    const float loss = model_.train_step(batch.dense, batch.labels, buffers_.activation_views(),
-                                         buffers_.gradients());
-    dense_optimizer_.apply(model_.parameters(), model_.gradients());
+    float local_loss = 0.0f;
+    if (mine.count > 0) {
+      locally([&] {
+        local_loss = model_.train_step(
+            std::span(batch.dense)
+                .subspan(static_cast<size_t>(mine.begin * kNumDenseFeatures),
+                         static_cast<size_t>(mine.count * kNumDenseFeatures)),
+            std::span(batch.labels)
+                .subspan(static_cast<size_t>(mine.begin), static_cast<size_t>(mine.count)),
+            buffers_.activation_views(), buffers_.gradients());
+      });
+    }
+    double loss = local_loss;
+    std::span<const float> dense_gradients = model_.gradients();
+    if (group_.size() > 1) {
+      // The model's gradients are of the mean loss over this rank's slice; the step's are of the
+      // mean over the global batch: the slices' means weighted by their shares of it.
+      sync();
+      dense_gradients_.resize(model_.gradients().size());
+      loss = group_.average(batch.size, local_loss, model_.gradients(), dense_gradients_);
+      dense_gradients = dense_gradients_;
+      const auto share =
+          static_cast<float>(static_cast<double>(mine.count) / static_cast<double>(batch.size));
+      for (std::span<float> gradient : buffers_.gradients()) {
+        for (float& value : gradient) value *= share;
+      }
+    }
+    dense_optimizer_.apply(model_.parameters(), dense_gradients);
     summary_.dense_seconds += seconds_since(t);
 
     t = Clock::now();
@@ -320,27 +463,52 @@ class Trainer {
   }
 
   void record_loss(int64_t step) {
-    metrics_->add(
-        TrainRecord{.step = step, .examples = examples_total_, .train_loss = recent_loss_});
+    locally([&] {
+      if (metrics_) {
+        metrics_->add(
+            TrainRecord{.step = step, .examples = examples_total_, .train_loss = recent_loss_});
+      }
+    });
     loss_window_sum_ = 0;
     loss_window_count_ = 0;
   }
 
+  // Each rank predicts its slice of the held-out set, in batches of up to train.batch_size; the
+  // predictions are then gathered, so every rank computes the metrics of the whole set.
   EvalRecord evaluate() {
     const Clock::time_point t = Clock::now();
-    probabilities_.resize(static_cast<size_t>(eval_set_.size));
-    for (int64_t begin = 0; begin < eval_set_.size; begin += config_.train.batch_size) {
-      const int64_t count = std::min(config_.train.batch_size, eval_set_.size - begin);
-      buffers_.bind(eval_set_, begin, count);
+    const Slice mine = group_.slice(eval_set_.size);
+    // Lookups are collective: every rank makes as many as the largest slice needs (a rank whose
+    // slice is shorter looks up empty batches).
+    const int64_t largest = (eval_set_.size + group_.size() - 1) / group_.size();
+    const int64_t batches = (largest + config_.train.batch_size - 1) / config_.train.batch_size;
+    std::vector<float>& mine_predicted = group_.size() == 1 ? probabilities_ : local_probabilities_;
+    mine_predicted.resize(static_cast<size_t>(mine.count));
+    for (int64_t b = 0; b < batches; ++b) {
+      const int64_t begin = std::min(b * config_.train.batch_size, mine.count);
+      const int64_t count = std::min(config_.train.batch_size, mine.count - begin);
+      buffers_.bind(eval_set_, mine.begin + begin, count);
       embedding_.lookup(buffers_.inputs(), buffers_.activations());
-      model_.predict(
-          std::span(eval_set_.dense).subspan(begin * kNumDenseFeatures, count * kNumDenseFeatures),
-          buffers_.activation_views(), std::span(probabilities_).subspan(begin, count));
+      if (count == 0) continue;
+      locally([&] {
+        model_.predict(std::span(eval_set_.dense)
+                           .subspan(static_cast<size_t>((mine.begin + begin) * kNumDenseFeatures),
+                                    static_cast<size_t>(count * kNumDenseFeatures)),
+                       buffers_.activation_views(),
+                       std::span(mine_predicted)
+                           .subspan(static_cast<size_t>(begin), static_cast<size_t>(count)));
+      });
+    }
+    if (group_.size() > 1) {
+      sync();
+      group_.all_gather(local_probabilities_, probabilities_);
     }
     const EvalRecord record{.step = embedding_.step(),
                             .auc = roc_auc(probabilities_, eval_set_.labels),
                             .log_loss = log_loss(probabilities_, eval_set_.labels)};
-    if (metrics_) metrics_->add(record);
+    locally([&] {
+      if (metrics_) metrics_->add(record);
+    });
     char line[160];
     std::snprintf(line, sizeof line,
                   "eval at step %" PRId64 ": AUC %.4f, log loss %.4f (%" PRId64
@@ -370,12 +538,20 @@ class Trainer {
   }
 
   void resume() {
-    const std::optional<std::filesystem::path> latest = latest_checkpoint(checkpoint_dir_);
-    if (!latest) {
+    // Rank 0's choice, so that every rank restores the same checkpoint.
+    std::string newest;
+    locally([&] {
+      if (!root()) return;
+      if (const auto found = latest_checkpoint(checkpoint_dir_)) newest = found->string();
+    });
+    sync();
+    newest = group_.broadcast(newest);
+    if (newest.empty()) {
       progress_.message("--resume: no checkpoint in " + checkpoint_dir_.string() +
                         "; starting from step 0");
       return;
     }
+    const std::optional<std::filesystem::path> latest = std::filesystem::path(newest);
     RestoredState state = restore_checkpoint(embedding_, *latest);
     last_saved_step_ = embedding_.step();
     const auto array = [&](const char* name, std::span<float> into) {
@@ -433,6 +609,7 @@ class Trainer {
     std::ofstream summary(output_dir_ / "summary.json");
     const TrainSummary& s = summary_;
     summary << "{\n"
+            << "  \"ranks\": " << s.ranks << ",\n"
             << "  \"first_step\": " << s.first_step << ",\n"
             << "  \"steps\": " << s.steps << ",\n"
             << "  \"examples\": " << s.examples << ",\n"
@@ -457,6 +634,8 @@ class Trainer {
 
   const TrainConfig& config_;
   const RunOptions& options_;
+  RankGroup group_;
+  std::ostream null_log_{nullptr};  // where the ranks other than 0 write (nowhere)
   std::ostream& log_;
   ProgressDisplay progress_;
   Embedding embedding_;
@@ -472,7 +651,10 @@ class Trainer {
   std::optional<PrefetchingSource> prefetching_;
   std::unique_ptr<CriteoReader> eval_reader_;
   ExampleBatch eval_set_;
-  std::vector<float> probabilities_;
+  std::vector<float> probabilities_;        // of the whole held-out set
+  std::vector<float> local_probabilities_;  // of this rank's slice (several ranks)
+  std::vector<float> dense_gradients_;      // averaged over the ranks (several ranks)
+  std::exception_ptr error_;                // kept by locally() until sync()
   std::optional<MetricsLog> metrics_;
   TrainSummary summary_;
   int64_t examples_total_ = 0;  // over all runs (restored on resume)
@@ -516,6 +698,10 @@ std::string format_summary(const TrainSummary& s) {
       static_cast<double>(s.embedding_bytes) / (1 << 20),
       static_cast<double>(s.peak_resident_bytes) / (1 << 20));
   std::string summary = text;
+  if (s.ranks > 1) {
+    summary += "data-parallel on " + std::to_string(s.ranks) + " ranks (time and memory: rank " +
+               std::to_string(s.rank) + "'s)\n";
+  }
   if (s.malformed_lines > 0) {
     summary += "skipped " + std::to_string(s.malformed_lines) + " malformed input lines";
     summary += s.malformed_messages.empty() ? "\n" : ", the first ones:\n";

@@ -12,13 +12,31 @@
 // Files in output.dir: config.toml (effective configuration), metrics.jsonl (one JSON object per
 // line: {"step","examples","train_loss"} every train.log_every steps, {"step","eval_auc",
 // "eval_log_loss"} at evaluations), summary.json and training.svg (loss and AUC over steps).
+//
+// Several ranks (RunOptions::communicator, e.g. under `mpirun -np K`): every rank calls
+// run_training with the same config. The tables are sharded over the ranks (embedding.sharding,
+// placement.h) and the dense layers are data-parallel (data_parallel.h): every rank reads the
+// same global batches of train.batch_size examples and trains on its slice of each (rank_slice);
+// the dense gradients are averaged over the global batch and every rank applies the same dense
+// update, so the dense parameters stay identical on every rank; the embedding gradients are
+// those of the global batch's mean loss. The run thus matches a one-process run with the same
+// config up to float summation order. Evaluations split the held-out set over the ranks and
+// gather the predictions: the AUC is that of the whole set. Only rank 0 writes output.dir and
+// prints progress; checkpoints are collective (checkpoint.h), hold rank 0's dense state, and
+// restore under any number of ranks (the data position counts global batches). Errors: an error
+// one rank meets alone (reading data, writing outputs, a non-finite value in its slice) is agreed
+// on at the next exchange, and every rank then throws it as "rank R: <message>", so that no rank
+// is left waiting in a collective.
 #ifndef RECEMB_TRAIN_TRAINER_H_
 #define RECEMB_TRAIN_TRAINER_H_
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
+
+#include "recemb/communicator.h"
 
 #include "train/progress.h"
 #include "train/train_config.h"
@@ -30,14 +48,22 @@ struct RunOptions {
   // start from scratch). Without it, an existing checkpoint directory is left alone and new
   // checkpoints are added to it.
   bool resume = false;
-  std::ostream* log = nullptr;  // progress and messages; nullptr: std::cerr
+  std::ostream* log = nullptr;  // progress and messages (rank 0's only); nullptr: std::cerr
   ProgressMode progress = ProgressMode::kLines;
+  // The ranks training together, each calling run_training with the same config (collective:
+  // see the top of this file). Null: this process alone, as a group of one.
+  std::shared_ptr<Communicator> communicator = nullptr;
 };
 
+// The figures are this rank's view of the run: the same on every rank, except the times and the
+// memory (this process's) and, for a resumed run, initial_auc (read back from metrics.jsonl by
+// rank 0 alone; 0 on the other ranks).
 struct TrainSummary {
+  int rank = 0;            // this process's rank; rank 0 writes the outputs and prints
+  int ranks = 1;           // processes that trained together
   int64_t first_step = 0;  // 0, or the step resumed from
   int64_t steps = 0;       // step counter at the end
-  int64_t examples = 0;    // training examples consumed by this run
+  int64_t examples = 0;    // training examples consumed by this run (all ranks together)
   double seconds = 0;      // wall time of this run's training loop (evaluations included)
   double examples_per_second = 0;
   double initial_auc = 0;  // of the model before this run's first step
@@ -57,7 +83,9 @@ struct TrainSummary {
 };
 
 // Trains as `config` says. Throws InvalidArgument for bad configs or data (too many malformed
-// lines, an unreadable file), naming the cause; files written before an error stay.
+// lines, an unreadable file), naming the cause; files written before an error stay. With several
+// ranks, also InvalidArgument when train.batch_size is smaller than the number of ranks or the
+// ranks read different data, and every rank throws every error (see the top of this file).
 TrainSummary run_training(const TrainConfig& config, const RunOptions& options = {});
 
 // The summary as the lines printed at the end of a run.

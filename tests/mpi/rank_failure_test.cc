@@ -1,38 +1,23 @@
 // A rank that dies or fails must end the whole MPI job quickly, with a message that says which
 // rank and why, and never leave the other ranks waiting in a collective. Runs
 // tests/mpi/training_job.cc under mpirun with 2 ranks and one failure each.
-#include <chrono>
-#include <cstdio>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <string>
-#include <sys/wait.h>
+
+#include "testing/shell_command.h"
 
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Outcome {
-  int status = 0;  // the job's exit status (-1 if it did not exit normally)
-  double seconds = 0;
-  std::string output;  // stdout and stderr
-};
+using Outcome = recemb::test::CommandOutcome;
 
 Outcome run_job(const std::string& arguments) {
   // `timeout` ends the test rather than CI if the job ever hangs.
-  const std::string command = std::string("timeout 120 ") + RECEMB_MPIEXEC +
-                              " --allow-run-as-root --oversubscribe -np 2 " + RECEMB_TRAINING_JOB +
-                              " " + arguments + " 2>&1";
-  const auto start = std::chrono::steady_clock::now();
-  FILE* pipe = popen(command.c_str(), "r");
-  Outcome outcome;
-  if (pipe == nullptr) return outcome;
-  char buffer[4096];
-  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) outcome.output += buffer;
-  const int status = pclose(pipe);
-  outcome.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return outcome;
+  return recemb::test::run_shell_command(std::string("timeout 120 ") + RECEMB_MPIEXEC +
+                                         " --allow-run-as-root --oversubscribe -np 2 " +
+                                         RECEMB_TRAINING_JOB + " " + arguments);
 }
 
 TEST(RankFailure, AHealthyJobFinishes) {

@@ -39,6 +39,7 @@ TEST(TrainConfig, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.model.bottom_mlp, (std::vector<int64_t>{64, 16}));
   EXPECT_EQ(c.model.top_mlp, (std::vector<int64_t>{64, 32}));
   EXPECT_EQ(c.embedding.optimizer, "adagrad");
+  EXPECT_EQ(c.embedding.sharding, "auto");
   EXPECT_DOUBLE_EQ(c.embedding.learning_rate, 1.0);
   EXPECT_EQ(c.train.steps, 2500);
   EXPECT_EQ(c.dense.optimizer, "adam");
@@ -88,6 +89,19 @@ TEST(TrainConfig, ToTomlRoundTrips) {
   EXPECT_EQ(again.tables.at("C26").vocabulary_size, 77);
   EXPECT_EQ(again.data.synthetic_seed, 12345u);
   EXPECT_DOUBLE_EQ(again.embedding.learning_rate, 0.3);
+}
+
+TEST(TrainConfig, ShardingNamesAStrategy) {
+  EXPECT_EQ(sharding_strategy("auto"), ShardingStrategy::kAuto);
+  EXPECT_EQ(sharding_strategy("table_wise"), ShardingStrategy::kTableWise);
+  EXPECT_EQ(sharding_strategy("row_wise"), ShardingStrategy::kRowWise);
+  EXPECT_EQ(sharding_strategy("column_wise"), ShardingStrategy::kColumnWise);
+  EXPECT_EQ(sharding_strategy("replicated"), ShardingStrategy::kReplicated);
+  const TrainConfig c = load_train_config("", {"embedding.sharding=\"row_wise\""});
+  EXPECT_EQ(c.embedding.sharding, "row_wise");
+  EXPECT_THAT(to_toml(c), HasSubstr("sharding = 'row_wise'"));
+  EXPECT_THAT(error_of([] { load_train_config("", {"embedding.sharding=\"rows\""}); }),
+              AllOf(HasSubstr("embedding.sharding"), HasSubstr("'rows'"), HasSubstr("row_wise")));
 }
 
 TEST(TrainConfig, UnknownKeysNameTheKeyAndTheValidOnes) {

@@ -1,10 +1,51 @@
 #include "tools/recemb/train_command.h"
 
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "recemb/communicator.h"
+#include "recemb/error.h"
+
 #include "train/train_config.h"
 #include "train/trainer.h"
 
 namespace recemb::tools {
 namespace {
+
+// Whether an MPI launcher (mpirun or mpiexec of OpenMPI, MPICH or Intel MPI; srun with PMI or
+// PMIx) started this process, from the environment it gives its processes.
+bool started_by_mpi_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+// How many processes the launcher started, when its environment says (else 0).
+int launched_processes() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  }
+  return 0;
+}
+
+// The ranks of this run. Under an MPI launcher, MPI's (recemb::mpi_communicator(); a group of
+// one under `mpirun -np 1`). Otherwise this process alone, without initialising MPI: a plain
+// `recemb train` stays the single-process program it was, with nothing of MPI loaded.
+std::shared_ptr<Communicator> run_communicator() {
+  if (!started_by_mpi_launcher()) return nullptr;
+  if (!mpi_available()) {
+    const int processes = launched_processes();
+    if (processes <= 1) return nullptr;
+    throw FailedPrecondition(
+        "started as one of " + std::to_string(processes) +
+        " processes, but this recemb was built without MPI (RECEMB_WITH_MPI=OFF): each would "
+        "train alone and write the same files; rebuild with MPI (libopenmpi-dev) or run one "
+        "process");
+  }
+  return mpi_communicator();
+}
 
 // A TOML basic string holding `text`.
 std::string toml_string(const std::string& text) {
@@ -47,7 +88,11 @@ int run_train_command(const TrainArguments& args, std::ostream& out, std::ostrea
     return 0;
   }
   const train::TrainSummary summary =
-      train::run_training(config, {.resume = args.resume, .log = &log, .progress = progress});
+      train::run_training(config, {.resume = args.resume,
+                                   .log = &log,
+                                   .progress = progress,
+                                   .communicator = run_communicator()});
+  if (summary.rank != 0) return 0;  // rank 0 reports for all
   out << train::format_summary(summary);
   out << "wrote " << config.output.dir
       << "/{config.toml,metrics.jsonl,summary.json,training.svg}\n";

@@ -28,7 +28,10 @@ struct TrainArguments {
 std::vector<std::string> train_overrides(const TrainArguments& args);
 
 // Runs the command: progress on `log`, the summary on `out`. Returns the exit status (0); bad
-// settings or data throw InvalidArgument, as run_training does.
+// settings or data throw InvalidArgument, as run_training does. Started by an MPI launcher
+// (`mpirun -np K recemb train ...`), the K processes train together through
+// recemb::mpi_communicator() (train/trainer.h) and only rank 0 prints; otherwise MPI is not
+// initialised. Settings are checked before any exchange, so a bad one fails on every rank alike.
 int run_train_command(const TrainArguments& args, std::ostream& out, std::ostream& log,
                       train::ProgressMode progress);
 
