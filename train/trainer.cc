@@ -21,16 +21,17 @@
 #include "recemb/error.h"
 #include "recemb/placement.h"
 
+#include "train/batch_buffers.h"
 #include "train/criteo_profile.h"
 #include "train/criteo_reader.h"
 #include "train/data_parallel.h"
 #include "train/dense_optimizer.h"
 #include "train/dlrm_dense_model.h"
 #include "train/embedding_model.h"
+#include "train/float_text.h"
 #include "train/metrics.h"
 #include "train/metrics_log.h"
 #include "train/prefetching_source.h"
-#include "train/svg_plot.h"
 #include "train/synthetic_criteo.h"
 
 namespace recemb::train {
@@ -118,57 +119,6 @@ int64_t peak_resident_bytes() {
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
-
-std::string format_double(double value) {
-  char text[40];
-  std::snprintf(text, sizeof text, "%.17g", value);
-  return text;
-}
-
-// JSON has no NaN: unknown values are null.
-std::string json_number(double value) {
-  return std::isfinite(value) ? format_double(value) : "null";
-}
-
-// The buffers one batch flows through: recemb's inputs (views of an ExampleBatch's ids),
-// activations and their gradients. Grown once to the largest batch.
-class BatchBuffers {
- public:
-  explicit BatchBuffers(int64_t dim) : dim_(dim) {
-    inputs_.resize(kNumCategoricalFeatures, DenseIds{.shape = {0}});
-    activations_.resize(kNumCategoricalFeatures);
-    gradients_.resize(kNumCategoricalFeatures);
-  }
-
-  // Points the inputs at examples [begin, begin + count) of `batch`.
-  void bind(const ExampleBatch& batch, int64_t begin, int64_t count) {
-    for (int f = 0; f < kNumCategoricalFeatures; ++f) {
-      // In place: a new DenseIds would allocate its shape vector on every step.
-      DenseIds& input = std::get<DenseIds>(inputs_[f]);
-      input.ids = batch.categorical_ids(f).subspan(begin, count);
-      input.shape[0] = count;
-      activations_[f].resize(static_cast<size_t>(count * dim_));
-      gradients_[f].resize(static_cast<size_t>(count * dim_));
-    }
-    activation_spans_.assign(activations_.begin(), activations_.end());
-    activation_views_.assign(activations_.begin(), activations_.end());
-    gradient_spans_.assign(gradients_.begin(), gradients_.end());
-    gradient_views_.assign(gradients_.begin(), gradients_.end());
-  }
-
-  std::span<const FeatureInput> inputs() const { return inputs_; }
-  std::span<const std::span<float>> activations() const { return activation_spans_; }
-  std::span<const std::span<const float>> activation_views() const { return activation_views_; }
-  std::span<const std::span<float>> gradients() const { return gradient_spans_; }
-  std::span<const std::span<const float>> gradient_views() const { return gradient_views_; }
-
- private:
-  int64_t dim_;
-  std::vector<FeatureInput> inputs_;
-  std::vector<std::vector<float>> activations_, gradients_;
-  std::vector<std::span<float>> activation_spans_, gradient_spans_;
-  std::vector<std::span<const float>> activation_views_, gradient_views_;
-};
 
 class Trainer {
  public:
@@ -294,7 +244,9 @@ class Trainer {
     summary_.peak_resident_bytes = peak_resident_bytes();
     collect_malformed_lines();
     locally([&] {
-      if (root()) write_outputs();
+      if (!root()) return;
+      write_training_svg(*metrics_, config_.train.log_every, output_dir_ / "training.svg");
+      write_summary_json(summary_, output_dir_ / "summary.json");
     });
     sync();
     return summary_;
@@ -531,8 +483,8 @@ class Trainer {
          .metadata = {{kDataPosition, prefetching_->position()},
                       {kDenseOptimizerStep, std::to_string(dense_optimizer_.step())},
                       {kExamples, std::to_string(examples_total_)},
-                      {kLossWindow, format_double(loss_window_sum_) + " " +
-                                        std::to_string(loss_window_count_)}}});
+                      {kLossWindow,
+                       double_text(loss_window_sum_) + " " + std::to_string(loss_window_count_)}}});
     summary_.checkpoint_seconds += seconds_since(t);
     progress_.message("checkpoint " + path.string());
   }
@@ -582,56 +534,6 @@ class Trainer {
                       std::to_string(embedding_.step()));
   }
 
-  void write_outputs() {
-    std::vector<double> loss_steps, losses, eval_steps, aucs;
-    for (const TrainRecord& r : metrics_->train_records()) {
-      loss_steps.push_back(static_cast<double>(r.step));
-      losses.push_back(r.train_loss);
-    }
-    for (const EvalRecord& r : metrics_->eval_records()) {
-      eval_steps.push_back(static_cast<double>(r.step));
-      aucs.push_back(r.auc);
-    }
-    const std::vector<Chart> charts{
-        {.title = "Training loss",
-         .x_label = "step",
-         .y_label = "log loss",
-         .series = {{.label =
-                         "train (mean over " + std::to_string(config_.train.log_every) + " steps)",
-                     .x = loss_steps,
-                     .y = losses}}},
-        {.title = "Held-out AUC",
-         .x_label = "step",
-         .y_label = "AUC",
-         .series = {{.label = "eval", .x = eval_steps, .y = aucs, .color = "#d62728"}}}};
-    std::ofstream(output_dir_ / "training.svg") << render_svg(charts);
-
-    std::ofstream summary(output_dir_ / "summary.json");
-    const TrainSummary& s = summary_;
-    summary << "{\n"
-            << "  \"ranks\": " << s.ranks << ",\n"
-            << "  \"first_step\": " << s.first_step << ",\n"
-            << "  \"steps\": " << s.steps << ",\n"
-            << "  \"examples\": " << s.examples << ",\n"
-            << "  \"seconds\": " << format_double(s.seconds) << ",\n"
-            << "  \"examples_per_second\": " << format_double(s.examples_per_second) << ",\n"
-            << "  \"initial_auc\": " << format_double(s.initial_auc) << ",\n"
-            << "  \"final_auc\": " << format_double(s.final_auc) << ",\n"
-            << "  \"final_log_loss\": " << format_double(s.final_log_loss) << ",\n"
-            << "  \"best_auc\": " << json_number(s.best_auc) << ",\n"
-            << "  \"best_log_loss\": " << json_number(s.best_log_loss) << ",\n"
-            << "  \"data_seconds\": " << format_double(s.data_seconds) << ",\n"
-            << "  \"lookup_seconds\": " << format_double(s.lookup_seconds) << ",\n"
-            << "  \"dense_seconds\": " << format_double(s.dense_seconds) << ",\n"
-            << "  \"update_seconds\": " << format_double(s.update_seconds) << ",\n"
-            << "  \"eval_seconds\": " << format_double(s.eval_seconds) << ",\n"
-            << "  \"checkpoint_seconds\": " << format_double(s.checkpoint_seconds) << ",\n"
-            << "  \"embedding_bytes\": " << s.embedding_bytes << ",\n"
-            << "  \"peak_resident_bytes\": " << s.peak_resident_bytes << ",\n"
-            << "  \"malformed_lines\": " << s.malformed_lines << "\n"
-            << "}\n";
-  }
-
   const TrainConfig& config_;
   const RunOptions& options_;
   RankGroup group_;
@@ -668,46 +570,6 @@ class Trainer {
 
 TrainSummary run_training(const TrainConfig& config, const RunOptions& options) {
   return Trainer(config, options).run();
-}
-
-std::string format_summary(const TrainSummary& s) {
-  const double accounted = s.lookup_seconds + s.dense_seconds + s.update_seconds;
-  const auto share = [&](double seconds) {
-    return accounted > 0 ? 100 * seconds / accounted : 0.0;
-  };
-  char best[160] = "";
-  if (std::isfinite(s.best_auc)) {
-    std::snprintf(best, sizeof best,
-                  "best possible on these synthetic data (the planted model): AUC %.4f, log loss "
-                  "%.4f\n",
-                  s.best_auc, s.best_log_loss);
-  }
-  char text[1024];
-  std::snprintf(
-      text, sizeof text,
-      "trained steps %" PRId64 "..%" PRId64 ": %" PRId64
-      " examples in %.1f s (%.0f examples/s)\n"
-      "held-out AUC %.4f (before: %.4f), log loss %.4f\n%s"
-      "time: embedding lookup %.2f s (%.0f%%), dense forward+backward+update %.2f s (%.0f%%), "
-      "embedding update %.2f s (%.0f%%); data %.2f s, evaluation %.2f s, checkpoints %.2f s\n"
-      "memory: tables + slots %.1f MiB, peak resident %.1f MiB\n",
-      s.first_step, s.steps, s.examples, s.seconds, s.examples_per_second, s.final_auc,
-      s.initial_auc, s.final_log_loss, best, s.lookup_seconds, share(s.lookup_seconds),
-      s.dense_seconds, share(s.dense_seconds), s.update_seconds, share(s.update_seconds),
-      s.data_seconds, s.eval_seconds, s.checkpoint_seconds,
-      static_cast<double>(s.embedding_bytes) / (1 << 20),
-      static_cast<double>(s.peak_resident_bytes) / (1 << 20));
-  std::string summary = text;
-  if (s.ranks > 1) {
-    summary += "data-parallel on " + std::to_string(s.ranks) + " ranks (time and memory: rank " +
-               std::to_string(s.rank) + "'s)\n";
-  }
-  if (s.malformed_lines > 0) {
-    summary += "skipped " + std::to_string(s.malformed_lines) + " malformed input lines";
-    summary += s.malformed_messages.empty() ? "\n" : ", the first ones:\n";
-    for (const std::string& message : s.malformed_messages) summary += "  " + message + "\n";
-  }
-  return summary;
 }
 
 }  // namespace recemb::train

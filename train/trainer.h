@@ -33,12 +33,11 @@
 #include <cstdint>
 #include <memory>
 #include <ostream>
-#include <string>
-#include <vector>
 
 #include "recemb/communicator.h"
 
 #include "train/progress.h"
+#include "train/run_report.h"
 #include "train/train_config.h"
 
 namespace recemb::train {
@@ -55,41 +54,11 @@ struct RunOptions {
   std::shared_ptr<Communicator> communicator = nullptr;
 };
 
-// The figures are this rank's view of the run: the same on every rank, except the times and the
-// memory (this process's) and, for a resumed run, initial_auc (read back from metrics.jsonl by
-// rank 0 alone; 0 on the other ranks).
-struct TrainSummary {
-  int rank = 0;            // this process's rank; rank 0 writes the outputs and prints
-  int ranks = 1;           // processes that trained together
-  int64_t first_step = 0;  // 0, or the step resumed from
-  int64_t steps = 0;       // step counter at the end
-  int64_t examples = 0;    // training examples consumed by this run (all ranks together)
-  double seconds = 0;      // wall time of this run's training loop (evaluations included)
-  double examples_per_second = 0;
-  double initial_auc = 0;  // of the model before this run's first step
-  double final_auc = 0;
-  double final_log_loss = 0;
-  // Synthetic data: AUC and log loss of the planted model on the held-out set (the Bayes-optimal
-  // ceiling of any model); NaN for Criteo files.
-  double best_auc = 0;
-  double best_log_loss = 0;
-  // Where the time went (seconds, this run).
-  double data_seconds = 0, lookup_seconds = 0, dense_seconds = 0, update_seconds = 0;
-  double eval_seconds = 0, checkpoint_seconds = 0;
-  int64_t embedding_bytes = 0;  // tables + slots
-  int64_t peak_resident_bytes = 0;
-  int64_t malformed_lines = 0;                       // input lines skipped (Criteo data)
-  std::vector<std::string> malformed_messages = {};  // the first: "<file>:<line>: <reason>"
-};
-
 // Trains as `config` says. Throws InvalidArgument for bad configs or data (too many malformed
 // lines, an unreadable file), naming the cause; files written before an error stay. With several
 // ranks, also InvalidArgument when train.batch_size is smaller than the number of ranks or the
 // ranks read different data, and every rank throws every error (see the top of this file).
 TrainSummary run_training(const TrainConfig& config, const RunOptions& options = {});
-
-// The summary as the lines printed at the end of a run.
-std::string format_summary(const TrainSummary& summary);
 
 }  // namespace recemb::train
 

@@ -17,22 +17,18 @@
 #include "recemb/communicator.h"
 #include "recemb/error.h"
 
+#include "testing/files.h"
+
 namespace recemb::train {
 namespace {
 
+using test::read_text;
 using ::testing::HasSubstr;
 
 std::filesystem::path fresh_dir(const std::string& name) {
   const auto dir = std::filesystem::path(::testing::TempDir()) / ("trainer_" + name);
   std::filesystem::remove_all(dir);
   return dir;
-}
-
-std::string read(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // A small model on small tables: trains in a few seconds even under the sanitizers.
@@ -69,13 +65,13 @@ TEST(Trainer, LearnsThePlantedSignalAndWritesItsOutputs) {
   EXPECT_GT(summary.update_seconds, 0);
   EXPECT_GT(summary.peak_resident_bytes, summary.embedding_bytes);
 
-  const std::string metrics = read(dir / "metrics.jsonl");
+  const std::string metrics = read_text(dir / "metrics.jsonl");
   EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 12 + 4);  // 12 losses, 4 evals
   EXPECT_THAT(metrics, HasSubstr("{\"step\": 0, \"eval_auc\": "));
   EXPECT_THAT(metrics, HasSubstr("{\"step\": 120, \"eval_auc\": "));
-  EXPECT_THAT(read(dir / "training.svg"), HasSubstr("<polyline"));
-  EXPECT_THAT(read(dir / "summary.json"), HasSubstr("\"final_auc\": "));
-  EXPECT_THAT(read(dir / "config.toml"), HasSubstr("table_budget_mib = 1"));
+  EXPECT_THAT(read_text(dir / "training.svg"), HasSubstr("<polyline"));
+  EXPECT_THAT(read_text(dir / "summary.json"), HasSubstr("\"final_auc\": "));
+  EXPECT_THAT(read_text(dir / "config.toml"), HasSubstr("table_budget_mib = 1"));
   EXPECT_TRUE(std::filesystem::exists(dir / "checkpoints"));
   EXPECT_THAT(log.str(), HasSubstr("eval at step 120"));
   EXPECT_THAT(format_summary(summary), HasSubstr("held-out AUC"));
@@ -100,7 +96,7 @@ TEST(Trainer, ResumeContinuesExactlyAsAnUninterruptedRun) {
   EXPECT_EQ(resumed.steps, 120);
   EXPECT_EQ(resumed.final_auc, straight.final_auc);  // bitwise: the same computation
   EXPECT_EQ(resumed.final_log_loss, straight.final_log_loss);
-  EXPECT_EQ(read(resumed_dir / "metrics.jsonl"), read(straight_dir / "metrics.jsonl"));
+  EXPECT_EQ(read_text(resumed_dir / "metrics.jsonl"), read_text(straight_dir / "metrics.jsonl"));
   EXPECT_THAT(log.str(), HasSubstr("resumed from "));
 }
 
@@ -114,14 +110,14 @@ TEST(Trainer, ResumeWithoutACheckpointStartsFromScratch) {
   EXPECT_THAT(log.str(), HasSubstr("no checkpoint"));
 
   // A new run never overwrites an earlier run's checkpoints.
-  const std::string metrics = read(dir / "metrics.jsonl");
+  const std::string metrics = read_text(dir / "metrics.jsonl");
   try {
     run_training(small_config(dir, {"train.steps=5"}), {.log = &log});
     FAIL() << "no error";
   } catch (const InvalidArgument& error) {
     EXPECT_THAT(error.what(), AllOf(HasSubstr("ckpt-000000000005"), HasSubstr("--resume")));
   }
-  EXPECT_EQ(read(dir / "metrics.jsonl"), metrics);
+  EXPECT_EQ(read_text(dir / "metrics.jsonl"), metrics);
   // Resuming a finished run with the same steps does nothing new and saves nothing twice.
   const TrainSummary again =
       run_training(small_config(dir, {"train.steps=5"}), {.resume = true, .log = &log});
@@ -332,8 +328,8 @@ TEST(Trainer, RanksTrainAsOneProcessUpToRounding) {
   EXPECT_NEAR(ranks[0].summary.final_log_loss, alone.final_log_loss,
               kRankTolerance * alone.final_log_loss);
   expect_close_metrics(ranks_dir, alone_dir);
-  EXPECT_THAT(read(ranks_dir / "summary.json"), HasSubstr("\"ranks\": 3,"));
-  EXPECT_THAT(read(ranks_dir / "config.toml"), HasSubstr("sharding = 'row_wise'"));
+  EXPECT_THAT(read_text(ranks_dir / "summary.json"), HasSubstr("\"ranks\": 3,"));
+  EXPECT_THAT(read_text(ranks_dir / "config.toml"), HasSubstr("sharding = 'row_wise'"));
 }
 
 TEST(Trainer, ResumeOnTwoRanksContinuesExactlyAsAnUninterruptedRun) {
@@ -351,7 +347,7 @@ TEST(Trainer, ResumeOnTwoRanksContinuesExactlyAsAnUninterruptedRun) {
     EXPECT_EQ(outcome.summary.final_auc, straight[0].summary.final_auc);  // bitwise
     EXPECT_EQ(outcome.summary.final_log_loss, straight[0].summary.final_log_loss);
   }
-  EXPECT_EQ(read(resumed_dir / "metrics.jsonl"), read(straight_dir / "metrics.jsonl"));
+  EXPECT_EQ(read_text(resumed_dir / "metrics.jsonl"), read_text(straight_dir / "metrics.jsonl"));
   EXPECT_THAT(resumed[0].log, HasSubstr("resumed from "));
 }
 

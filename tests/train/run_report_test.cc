@@ -1,0 +1,156 @@
+#include "train/run_report.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "testing/files.h"
+#include "testing/temporary_directory.h"
+
+namespace recemb::train {
+namespace {
+
+using test::read_text;
+using test::TemporaryDirectory;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A summary whose every figure differs, with values that %.4g-style rounding would change.
+TrainSummary sample_summary() {
+  TrainSummary s;
+  s.rank = 1;
+  s.ranks = 3;
+  s.first_step = 40;
+  s.steps = 140;
+  s.examples = 204800;
+  s.seconds = 12.345678901234567;
+  s.examples_per_second = 16589.123456789;
+  s.initial_auc = 0.5012345678;
+  s.final_auc = 0.7410000001;
+  s.final_log_loss = 0.49341234;
+  s.best_auc = 0.78;
+  s.best_log_loss = 0.4648;
+  s.data_seconds = 0.05;
+  s.lookup_seconds = 1.5;
+  s.dense_seconds = 6.0;
+  s.update_seconds = 2.5;
+  s.eval_seconds = 0.7;
+  s.checkpoint_seconds = 1.25;
+  s.embedding_bytes = 134217728;
+  s.peak_resident_bytes = 182714368;
+  s.malformed_lines = 2;
+  s.malformed_messages = {"day_0.tsv:7: 12 fields, expected 40", "day_0.tsv:9: bad hex"};
+  return s;
+}
+
+// "name": value pairs of a flat JSON object, one per line, values as text.
+std::map<std::string, std::string> json_fields(const std::string& text) {
+  std::map<std::string, std::string> fields;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t open = line.find('"');
+    if (open == std::string::npos) continue;
+    const size_t close = line.find('"', open + 1);
+    std::string value = line.substr(line.find(':', close) + 2);
+    if (!value.empty() && value.back() == ',') value.pop_back();
+    fields[line.substr(open + 1, close - open - 1)] = value;
+  }
+  return fields;
+}
+
+TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
+  const TemporaryDirectory dir;
+  const TrainSummary s = sample_summary();
+  write_summary_json(s, dir / "summary.json");
+  const std::string text = read_text(dir / "summary.json");
+  EXPECT_EQ(text.front(), '{');
+  EXPECT_EQ(text.substr(text.size() - 2), "}\n");
+  const auto fields = json_fields(text);
+  EXPECT_EQ(fields.size(), 20u);
+  const auto number = [&](const std::string& name) {
+    return std::strtod(fields.at(name).c_str(), nullptr);
+  };
+  // Doubles read back bit for bit; integers as written.
+  EXPECT_EQ(number("seconds"), s.seconds);
+  EXPECT_EQ(number("examples_per_second"), s.examples_per_second);
+  EXPECT_EQ(number("initial_auc"), s.initial_auc);
+  EXPECT_EQ(number("final_auc"), s.final_auc);
+  EXPECT_EQ(number("final_log_loss"), s.final_log_loss);
+  EXPECT_EQ(number("best_auc"), s.best_auc);
+  EXPECT_EQ(number("best_log_loss"), s.best_log_loss);
+  EXPECT_EQ(number("data_seconds"), s.data_seconds);
+  EXPECT_EQ(number("lookup_seconds"), s.lookup_seconds);
+  EXPECT_EQ(number("dense_seconds"), s.dense_seconds);
+  EXPECT_EQ(number("update_seconds"), s.update_seconds);
+  EXPECT_EQ(number("eval_seconds"), s.eval_seconds);
+  EXPECT_EQ(number("checkpoint_seconds"), s.checkpoint_seconds);
+  EXPECT_EQ(fields.at("ranks"), "3");
+  EXPECT_EQ(fields.at("first_step"), "40");
+  EXPECT_EQ(fields.at("steps"), "140");
+  EXPECT_EQ(fields.at("examples"), "204800");
+  EXPECT_EQ(fields.at("embedding_bytes"), "134217728");
+  EXPECT_EQ(fields.at("peak_resident_bytes"), "182714368");
+  EXPECT_EQ(fields.at("malformed_lines"), "2");
+}
+
+TEST(RunReport, UnknownBestFiguresAreNullInJsonAndLeftOutOfTheText) {
+  const TemporaryDirectory dir;
+  TrainSummary s = sample_summary();
+  s.best_auc = std::nan("");
+  s.best_log_loss = std::nan("");
+  write_summary_json(s, dir / "summary.json");
+  const auto fields = json_fields(read_text(dir / "summary.json"));
+  EXPECT_EQ(fields.at("best_auc"), "null");
+  EXPECT_EQ(fields.at("best_log_loss"), "null");
+  EXPECT_THAT(format_summary(s), Not(HasSubstr("best possible")));
+}
+
+TEST(RunReport, TextSummaryNamesTheFiguresAndTheTimeShares) {
+  const std::string text = format_summary(sample_summary());
+  EXPECT_THAT(text,
+              HasSubstr("trained steps 40..140: 204800 examples in 12.3 s (16589 examples/s)"));
+  EXPECT_THAT(text, HasSubstr("held-out AUC 0.7410 (before: 0.5012), log loss 0.4934"));
+  EXPECT_THAT(text, HasSubstr("(the planted model): AUC 0.7800, log loss 0.4648"));
+  // Shares of lookup + dense + update = 10 s.
+  EXPECT_THAT(text, HasSubstr("embedding lookup 1.50 s (15%), dense forward+backward+update 6.00 s "
+                              "(60%), embedding update 2.50 s (25%)"));
+  EXPECT_THAT(text, HasSubstr("tables + slots 128.0 MiB, peak resident 174.2 MiB"));
+  EXPECT_THAT(text, HasSubstr("data-parallel on 3 ranks (time and memory: rank 1's)"));
+  EXPECT_THAT(text, HasSubstr("skipped 2 malformed input lines, the first ones:\n"
+                              "  day_0.tsv:7: 12 fields, expected 40\n  day_0.tsv:9: bad hex\n"));
+}
+
+TEST(RunReport, TrainingSvgDrawsTheLossAndTheAuc) {
+  const TemporaryDirectory dir;
+  {
+    MetricsLog metrics(dir / "metrics.jsonl", KeptRecords{});
+    for (int64_t step = 10; step <= 50; step += 10) {
+      metrics.add(TrainRecord{.step = step,
+                              .examples = step * 8,
+                              .train_loss = 0.7 - 0.001 * static_cast<double>(step)});
+    }
+    metrics.add(EvalRecord{.step = 0, .auc = 0.5, .log_loss = 0.7});
+    metrics.add(EvalRecord{.step = 50, .auc = 0.7, .log_loss = 0.6});
+    write_training_svg(metrics, 10, dir / "training.svg");
+  }
+  const std::string svg = read_text(dir / "training.svg");
+  EXPECT_THAT(svg, HasSubstr("<svg"));
+  EXPECT_THAT(svg, HasSubstr("Training loss"));
+  EXPECT_THAT(svg, HasSubstr("train (mean over 10 steps)"));
+  EXPECT_THAT(svg, HasSubstr("Held-out AUC"));
+  size_t polylines = 0;
+  for (size_t at = svg.find("<polyline"); at != std::string::npos;
+       at = svg.find("<polyline", at + 1)) {
+    ++polylines;
+  }
+  EXPECT_EQ(polylines, 2u);
+}
+
+}  // namespace
+}  // namespace recemb::train

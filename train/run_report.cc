@@ -1,0 +1,110 @@
+#include "train/run_report.h"
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "train/float_text.h"
+#include "train/svg_plot.h"
+
+namespace recemb::train {
+namespace {
+
+// JSON has no NaN: unknown values are null.
+std::string json_number(double value) { return std::isfinite(value) ? double_text(value) : "null"; }
+
+}  // namespace
+
+std::string format_summary(const TrainSummary& s) {
+  const double accounted = s.lookup_seconds + s.dense_seconds + s.update_seconds;
+  const auto share = [&](double seconds) {
+    return accounted > 0 ? 100 * seconds / accounted : 0.0;
+  };
+  char best[160] = "";
+  if (std::isfinite(s.best_auc)) {
+    std::snprintf(best, sizeof best,
+                  "best possible on these synthetic data (the planted model): AUC %.4f, log loss "
+                  "%.4f\n",
+                  s.best_auc, s.best_log_loss);
+  }
+  char text[1024];
+  std::snprintf(
+      text, sizeof text,
+      "trained steps %" PRId64 "..%" PRId64 ": %" PRId64
+      " examples in %.1f s (%.0f examples/s)\n"
+      "held-out AUC %.4f (before: %.4f), log loss %.4f\n%s"
+      "time: embedding lookup %.2f s (%.0f%%), dense forward+backward+update %.2f s (%.0f%%), "
+      "embedding update %.2f s (%.0f%%); data %.2f s, evaluation %.2f s, checkpoints %.2f s\n"
+      "memory: tables + slots %.1f MiB, peak resident %.1f MiB\n",
+      s.first_step, s.steps, s.examples, s.seconds, s.examples_per_second, s.final_auc,
+      s.initial_auc, s.final_log_loss, best, s.lookup_seconds, share(s.lookup_seconds),
+      s.dense_seconds, share(s.dense_seconds), s.update_seconds, share(s.update_seconds),
+      s.data_seconds, s.eval_seconds, s.checkpoint_seconds,
+      static_cast<double>(s.embedding_bytes) / (1 << 20),
+      static_cast<double>(s.peak_resident_bytes) / (1 << 20));
+  std::string summary = text;
+  if (s.ranks > 1) {
+    summary += "data-parallel on " + std::to_string(s.ranks) + " ranks (time and memory: rank " +
+               std::to_string(s.rank) + "'s)\n";
+  }
+  if (s.malformed_lines > 0) {
+    summary += "skipped " + std::to_string(s.malformed_lines) + " malformed input lines";
+    summary += s.malformed_messages.empty() ? "\n" : ", the first ones:\n";
+    for (const std::string& message : s.malformed_messages) summary += "  " + message + "\n";
+  }
+  return summary;
+}
+
+void write_summary_json(const TrainSummary& s, const std::filesystem::path& path) {
+  std::ofstream out(path);
+  out << "{\n"
+      << "  \"ranks\": " << s.ranks << ",\n"
+      << "  \"first_step\": " << s.first_step << ",\n"
+      << "  \"steps\": " << s.steps << ",\n"
+      << "  \"examples\": " << s.examples << ",\n"
+      << "  \"seconds\": " << double_text(s.seconds) << ",\n"
+      << "  \"examples_per_second\": " << double_text(s.examples_per_second) << ",\n"
+      << "  \"initial_auc\": " << double_text(s.initial_auc) << ",\n"
+      << "  \"final_auc\": " << double_text(s.final_auc) << ",\n"
+      << "  \"final_log_loss\": " << double_text(s.final_log_loss) << ",\n"
+      << "  \"best_auc\": " << json_number(s.best_auc) << ",\n"
+      << "  \"best_log_loss\": " << json_number(s.best_log_loss) << ",\n"
+      << "  \"data_seconds\": " << double_text(s.data_seconds) << ",\n"
+      << "  \"lookup_seconds\": " << double_text(s.lookup_seconds) << ",\n"
+      << "  \"dense_seconds\": " << double_text(s.dense_seconds) << ",\n"
+      << "  \"update_seconds\": " << double_text(s.update_seconds) << ",\n"
+      << "  \"eval_seconds\": " << double_text(s.eval_seconds) << ",\n"
+      << "  \"checkpoint_seconds\": " << double_text(s.checkpoint_seconds) << ",\n"
+      << "  \"embedding_bytes\": " << s.embedding_bytes << ",\n"
+      << "  \"peak_resident_bytes\": " << s.peak_resident_bytes << ",\n"
+      << "  \"malformed_lines\": " << s.malformed_lines << "\n"
+      << "}\n";
+}
+
+void write_training_svg(const MetricsLog& metrics, int64_t log_every,
+                        const std::filesystem::path& path) {
+  std::vector<double> loss_steps, losses, eval_steps, aucs;
+  for (const TrainRecord& r : metrics.train_records()) {
+    loss_steps.push_back(static_cast<double>(r.step));
+    losses.push_back(r.train_loss);
+  }
+  for (const EvalRecord& r : metrics.eval_records()) {
+    eval_steps.push_back(static_cast<double>(r.step));
+    aucs.push_back(r.auc);
+  }
+  const std::vector<Chart> charts{
+      {.title = "Training loss",
+       .x_label = "step",
+       .y_label = "log loss",
+       .series = {{.label = "train (mean over " + std::to_string(log_every) + " steps)",
+                   .x = loss_steps,
+                   .y = losses}}},
+      {.title = "Held-out AUC",
+       .x_label = "step",
+       .y_label = "AUC",
+       .series = {{.label = "eval", .x = eval_steps, .y = aucs, .color = "#d62728"}}}};
+  std::ofstream(path) << render_svg(charts);
+}
+
+}  // namespace recemb::train

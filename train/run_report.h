@@ -1,0 +1,57 @@
+// What a finished `recemb train` run reports: its figures (TrainSummary), the lines printed at the
+// end (format_summary), and the files written beside metrics.jsonl: summary.json (every figure)
+// and training.svg (training loss and held-out AUC over the steps).
+#ifndef RECEMB_TRAIN_RUN_REPORT_H_
+#define RECEMB_TRAIN_RUN_REPORT_H_
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "train/metrics_log.h"
+
+namespace recemb::train {
+
+// The figures are this rank's view of the run: the same on every rank, except the times and the
+// memory (this process's) and, for a resumed run, initial_auc (read back from metrics.jsonl by
+// rank 0 alone; 0 on the other ranks).
+struct TrainSummary {
+  int rank = 0;            // this process's rank; rank 0 writes the outputs and prints
+  int ranks = 1;           // processes that trained together
+  int64_t first_step = 0;  // 0, or the step resumed from
+  int64_t steps = 0;       // step counter at the end
+  int64_t examples = 0;    // training examples consumed by this run (all ranks together)
+  double seconds = 0;      // wall time of this run's training loop (evaluations included)
+  double examples_per_second = 0;
+  double initial_auc = 0;  // of the model before this run's first step
+  double final_auc = 0;
+  double final_log_loss = 0;
+  // Synthetic data: AUC and log loss of the planted model on the held-out set (the Bayes-optimal
+  // ceiling of any model); NaN for Criteo files.
+  double best_auc = 0;
+  double best_log_loss = 0;
+  // Where the time went (seconds, this run).
+  double data_seconds = 0, lookup_seconds = 0, dense_seconds = 0, update_seconds = 0;
+  double eval_seconds = 0, checkpoint_seconds = 0;
+  int64_t embedding_bytes = 0;  // tables + slots
+  int64_t peak_resident_bytes = 0;
+  int64_t malformed_lines = 0;                       // input lines skipped (Criteo data)
+  std::vector<std::string> malformed_messages = {};  // the first: "<file>:<line>: <reason>"
+};
+
+// The summary as the lines printed at the end of a run.
+std::string format_summary(const TrainSummary& summary);
+
+// Writes every figure of `summary` but the malformed lines' messages as one JSON object to `path`
+// (unknown values, NaN, as null).
+void write_summary_json(const TrainSummary& summary, const std::filesystem::path& path);
+
+// Writes an SVG of two charts to `path`: the training loss records of `metrics` (each the mean
+// over `log_every` steps) and its held-out AUC records, against the step.
+void write_training_svg(const MetricsLog& metrics, int64_t log_every,
+                        const std::filesystem::path& path);
+
+}  // namespace recemb::train
+
+#endif  // RECEMB_TRAIN_RUN_REPORT_H_
