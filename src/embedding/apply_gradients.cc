@@ -172,15 +172,23 @@ void Embedding::Impl::update_tables(std::span<const float> state_rates) {
                              .mode = {.accumulate = common.use_gradient_accumulation,
                                       .skip_non_finite = options.non_finite_gradients ==
                                                          NonFiniteGradients::kSkipRows}});
-    const bool all_rows = state.updates_all_rows();
-    const int64_t rows = all_rows ? state.config().vocabulary_size
-                                  : static_cast<int64_t>(state.grouping().unique_rows().size());
-    const int64_t chunk = all_rows ? kRowsPerDenseUpdateTask : kRowsPerUpdateTask;
-    for (int64_t first = 0; first < rows; first += chunk) {
-      update_tasks.push_back(
-          {table_updates.size() - 1, {first, std::min(rows, first + chunk), all_rows}});
+    const auto add_tasks = [&](internal::UpdateRows kind, int64_t rows, int64_t chunk) {
+      for (int64_t first = 0; first < rows; first += chunk) {
+        update_tasks.push_back(
+            {table_updates.size() - 1, {kind, first, std::min(rows, first + chunk)}});
+      }
+      total_rows += rows;
+    };
+    const internal::RowGrouping& grouping = state.grouping();
+    if (state.updates_all_rows()) {
+      add_tasks(internal::UpdateRows::kAll, state.config().vocabulary_size,
+                kRowsPerDenseUpdateTask);
+    } else {
+      add_tasks(internal::UpdateRows::kShared, static_cast<int64_t>(grouping.shared_rows().size()),
+                kRowsPerUpdateTask);
+      add_tasks(internal::UpdateRows::kSingle,
+                static_cast<int64_t>(grouping.single_contributions().size()), kRowsPerUpdateTask);
     }
-    total_rows += rows;
   }
   const size_t stride = thread_scratch.size() / static_cast<size_t>(pool.num_threads());
   auto run_task = [&](int64_t k, int thread) {

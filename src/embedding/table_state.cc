@@ -10,6 +10,7 @@ namespace recemb::internal {
 namespace {
 
 constexpr int64_t kContributionsPerTask = 16384;
+constexpr int64_t kSharedRowsPerTask = 4096;
 
 }  // namespace
 
@@ -19,6 +20,9 @@ TableState::TableState(TableConfig config, std::optional<Optimizer> optimizer)
       storage_(config_.vocabulary_size, config_.dim,
                optimizer_ ? slot_specs(*optimizer_, config_.dim) : std::vector<SlotSpec>{}) {
   RECEMB_CHECK(storage_.slot_specs().size() <= RowVariables{}.slot_bases.size());
+  row_bytes_ = config_.dim;
+  for (const SlotSpec& spec : storage_.slot_specs()) row_bytes_ += spec.width;
+  row_bytes_ *= static_cast<int64_t>(sizeof(float));
 }
 
 bool TableState::updates_all_rows() const {
@@ -69,21 +73,35 @@ TableState::ContributionArrays TableState::resize_contributions(size_t count) {
 }
 
 void TableState::group_contributions(ThreadPool* pool) {
-  grouping_.build(contribution_rows_, config_.vocabulary_size, pool);
+  grouping_.build(contribution_rows_, config_.vocabulary_size, row_bytes_, pool);
   const std::span<const uint32_t> order = grouping_.order();
   sorted_gains_.resize(order.size());
   sorted_sources_.resize(order.size());
-  const auto permute = [&](int64_t first, int64_t last, int) {
-    for (auto i = static_cast<size_t>(first); i < static_cast<size_t>(last); ++i) {
+  const auto permute = [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
       sorted_gains_[i] = contribution_gains_[order[i]];
       sorted_sources_[i] = contribution_sources_[order[i]];
     }
   };
-  const auto n = static_cast<int64_t>(order.size());
+  // Only update_all_rows reads the sorted contributions of rows with one (Contributions).
+  const bool every_row = updates_all_rows();
+  const std::span<const uint32_t> starts = grouping_.segment_starts();
+  const std::span<const uint32_t> shared = grouping_.shared_rows();
+  const auto permute_range = [&](int64_t first, int64_t last, int) {
+    if (every_row) {
+      permute(static_cast<size_t>(first), static_cast<size_t>(last));
+      return;
+    }
+    for (auto j = static_cast<size_t>(first); j < static_cast<size_t>(last); ++j) {
+      permute(starts[shared[j]], starts[shared[j] + 1]);
+    }
+  };
+  const auto n = static_cast<int64_t>(every_row ? order.size() : shared.size());
   if (pool == nullptr) {
-    permute(0, n, 0);
+    permute_range(0, n, 0);
   } else {
-    pool->parallel_for_ranges(n, kContributionsPerTask, permute);
+    pool->parallel_for_ranges(n, every_row ? kContributionsPerTask : kSharedRowsPerTask,
+                              permute_range);
   }
 }
 

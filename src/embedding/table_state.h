@@ -54,14 +54,23 @@ class TableState {
   void group_contributions(ThreadPool* pool = nullptr);
 
   const RowGrouping& grouping() const { return grouping_; }
-  // The contributions in the grouping's order (kernels/sparse_update.h).
-  Contributions contributions() const { return {sorted_gains_.data(), sorted_sources_.data()}; }
+  // The contributions as listed, and in the grouping's order for the rows the update reads them
+  // for: those with several, or every row when the table updates all rows
+  // (kernels/sparse_update.h).
+  Contributions contributions() const {
+    return {.rows = contribution_rows_.data(),
+            .gains = contribution_gains_.data(),
+            .sources = contribution_sources_.data(),
+            .sorted_gains = sorted_gains_.data(),
+            .sorted_sources = sorted_sources_.data()};
+  }
   RowVariables variables();
 
  private:
   TableConfig config_;
   std::optional<Optimizer> optimizer_;
   TableStorage storage_;
+  int64_t row_bytes_ = 0;  // of a row's parameters and slots
   std::vector<int64_t> contribution_rows_;
   std::vector<float> contribution_gains_;
   std::vector<const float*> contribution_sources_;

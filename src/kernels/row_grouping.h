@@ -19,7 +19,14 @@ class RowGrouping {
   // with their index in one 64-bit item. With a pool (not inside one of its loops), large inputs
   // are sorted on all its threads; the result is the same. Reuses its buffers (no allocation once
   // grown).
-  void build(std::span<const int64_t> rows, int64_t vocabulary_size, ThreadPool* pool = nullptr);
+  //
+  // row_bytes is the size of a row's variables: the rows with one contribution are listed apart
+  // (single_contributions()) only when the touched rows lie more than kMinSingleRowGapBytes apart
+  // on average. In a denser table every row goes with the shared ones, whose sorted order then
+  // streams through memory.
+  void build(std::span<const int64_t> rows, int64_t vocabulary_size, int64_t row_bytes,
+             ThreadPool* pool = nullptr);
+  static constexpr int64_t kMinSingleRowGapBytes = 4096;
 
   // The distinct rows, increasing.
   std::span<const int64_t> unique_rows() const { return unique_rows_; }
@@ -28,19 +35,34 @@ class RowGrouping {
   std::span<const uint32_t> order() const { return order_; }
   std::span<const uint32_t> segment_starts() const { return segment_starts_; }
 
+  // The same rows split by how many contributions they have. single_contributions(): the
+  // indices of the contributions whose row has no other, increasing (their rows in the order the
+  // batch lists them); empty in a dense table (build). shared_rows(): the k of every other
+  // unique_rows()[k], increasing.
+  std::span<const uint32_t> single_contributions() const { return single_contributions_; }
+  std::span<const uint32_t> shared_rows() const { return shared_rows_; }
+
  private:
   template <bool kPacked>
-  void sort_and_group(std::span<const int64_t> rows, int key_bits, ThreadPool* pool);
+  void sort_and_group(std::span<const int64_t> rows, int key_bits, int64_t table_bytes,
+                      ThreadPool* pool);
+  template <class KeyOfItem>
+  void group_sorted(const KeyOfItem& key_of, size_t chunks, int64_t table_bytes, ThreadPool* pool);
 
   std::vector<int64_t> unique_rows_;
   std::vector<uint32_t> order_;
   std::vector<uint32_t> segment_starts_;
+  std::vector<uint32_t> single_contributions_;
+  std::vector<uint32_t> shared_rows_;
   // Sort scratch: items (row << 32 | index, or the index alone for wider rows), the counts of each
-  // chunk's digits, and each chunk's first unique row.
+  // chunk's digits, each chunk's number of unique rows (then of single contributions) and of
+  // shared rows, and bitmaps of the single contributions.
   std::vector<uint64_t> items_;
   std::vector<uint64_t> items_scratch_;
   std::vector<uint32_t> counts_;
   std::vector<uint32_t> chunk_uniques_;
+  std::vector<uint32_t> chunk_shared_;
+  std::vector<uint64_t> single_bits_;
 };
 
 }  // namespace recemb::internal

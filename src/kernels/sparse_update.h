@@ -2,12 +2,16 @@
 // run the table's fused optimizer pipeline (optimizers/row_update.h) once, in one pass over the
 // row.
 //
-// Rows are updated in chunks of update_chunk_rows(dim), in two passes per chunk: first the
-// gradients of the chunk's rows are reduced into the thread's scratch (random reads of the batch's
-// gradient, which is small and mostly in cache), then the rows are updated from the scratch (reads
-// in order) while the variables of the rows kPrefetchDistance ahead are prefetched for writing.
-// Kept apart, the second pass has only the table's rows in flight, so the memory-level parallelism
-// goes to the random rows of the table, as in the plain gather + update of roofline_bench.
+// Rows come in two kinds (RowGrouping): rows with one contribution (most rows of a large table)
+// are updated in the order the batch lists them, straight from their bag's gradient, which the
+// contributions of one bag share, so it stays in L1 as the plain gather + update of
+// roofline_bench does. Rows with several are updated in sorted order, in chunks of
+// update_chunk_rows(dim), in two passes per chunk: first the gradients of the chunk's rows are
+// reduced into the thread's scratch (random reads of the batch's gradient, which is small and
+// mostly in cache), then the rows are updated from the scratch (reads in order) while the
+// variables of the rows kPrefetchDistance ahead are prefetched for writing. Kept apart, the second
+// pass has only the table's rows in flight, so the memory-level parallelism goes to the random
+// rows of the table.
 #ifndef RECEMB_KERNELS_SPARSE_UPDATE_H_
 #define RECEMB_KERNELS_SPARSE_UPDATE_H_
 
@@ -30,13 +34,19 @@ struct RowVariables {
   std::array<int64_t, 2> slot_widths{};
 };
 
-// The gradient contributions of one table for one step, in the order of a RowGrouping (sorted by
-// row; within a row in summation order): contribution i adds gains[i] * sources[i][0 .. dim) to
-// the gradient of its row, and those of grouping.unique_rows()[k] are
-// [segment_starts()[k], segment_starts()[k+1]). Sorted, so the update reads them sequentially.
+// The gradient contributions of one table for one step. Contribution i (in summation order) adds
+// gains[i] * sources[i][0 .. dim) to the gradient of row rows[i]. The same in the order of the
+// RowGrouping (sorted by row; within a row in summation order) in sorted_gains and
+// sorted_sources: those of grouping.unique_rows()[k] are [segment_starts()[k],
+// segment_starts()[k+1]), so the update of a row with several reads them sequentially. The
+// sorted arrays need to hold only what is read: the rows with several contributions for
+// update_shared_rows, every row for update_all_rows; update_single_rows reads the others.
 struct Contributions {
+  const int64_t* rows = nullptr;
   const float* gains = nullptr;
   const float* const* sources = nullptr;
+  const float* sorted_gains = nullptr;
+  const float* const* sorted_sources = nullptr;
 };
 
 struct UpdateMode {
@@ -83,8 +93,8 @@ inline void reduce_unique_row(const RowGrouping& grouping, const Contributions& 
                               int64_t k, float* __restrict g) {
   std::fill_n(g, dim, 0.0f);
   for (uint32_t i = grouping.segment_starts()[k]; i < grouping.segment_starts()[k + 1]; ++i) {
-    const float gain = c.gains[i];
-    const float* __restrict source = c.sources[i];
+    const float gain = c.sorted_gains[i];
+    const float* __restrict source = c.sorted_sources[i];
     for (int64_t d = 0; d < dim; ++d) g[d] += gain * source[d];
   }
 }
@@ -107,21 +117,20 @@ bool update_unique_row(const Pipeline& pipeline, const RowVariables& v, const Ro
   const uint32_t end = grouping.segment_starts()[k + 1];
   if (mode.skip_non_finite) {
     for (uint32_t i = begin; i < end; ++i) {
-      if (!all_finite(c.sources[i], dim)) return false;
+      if (!all_finite(c.sorted_sources[i], dim)) return false;
     }
   }
   for (uint32_t i = begin; i < end; ++i) {
-    const float gain = c.gains[i];
-    const float* __restrict source = c.sources[i];
+    const float gain = c.sorted_gains[i];
+    const float* __restrict source = c.sorted_sources[i];
     for (int64_t d = 0; d < dim; ++d) g[d] = gain * source[d];
     update_row(pipeline, v, row, g, scratch.pipeline);
   }
   return true;
 }
 
-// Prefetches the variables of unique row k (random rows of the table and its slots), to write.
-inline void prefetch_variables(const RowVariables& v, const RowGrouping& grouping, int64_t k) {
-  const int64_t row = grouping.unique_rows()[k];
+// Prefetches the variables of a row (random rows of the table and its slots), to write.
+inline void prefetch_variables(const RowVariables& v, int64_t row) {
   prefetch_row_for_write(v.parameters + row * v.dim, v.dim);
   for (int i = 0; i < v.num_slots; ++i) {
     prefetch_row_for_write(v.slot_bases[i] + row * v.slot_widths[i], v.slot_widths[i]);
@@ -133,30 +142,72 @@ inline void prefetch_sources(const RowGrouping& grouping, const Contributions& c
                              int64_t k) {
   const uint32_t begin = grouping.segment_starts()[k];
   const uint32_t end = std::min(grouping.segment_starts()[k + 1], begin + kMaxPrefetchedSources);
-  for (uint32_t i = begin; i < end; ++i) prefetch_row(c.sources[i], dim);
+  for (uint32_t i = begin; i < end; ++i) prefetch_row(c.sorted_sources[i], dim);
 }
 
 }  // namespace detail
 
-// Updates the touched rows grouping.unique_rows()[first .. last). Each row is written by exactly
-// one call, so disjoint ranges may run on different threads. Returns the number of rows skipped
-// for a non-finite gradient. Never throws, never allocates.
+// Updates the rows of the single contributions grouping.single_contributions()[first .. last),
+// each from its one contribution, in that order. Each row is written by exactly one call, so
+// disjoint ranges may run on different threads, and alongside update_shared_rows. Returns the
+// number of rows skipped for a non-finite gradient. Never throws, never allocates.
 template <class Pipeline>
-int64_t update_touched_rows(const Pipeline& pipeline, const RowVariables& variables,
-                            const RowGrouping& grouping, const Contributions& contributions,
-                            UpdateMode mode, int64_t first, int64_t last, UpdateScratch scratch) {
+int64_t update_single_rows(const Pipeline& pipeline, const RowVariables& variables,
+                           const RowGrouping& grouping, const Contributions& contributions,
+                           UpdateMode mode, int64_t first, int64_t last, UpdateScratch scratch) {
   const int64_t dim = variables.dim;
+  const uint32_t* singles = grouping.single_contributions().data();
+  const int64_t* rows = contributions.rows;
+  for (int64_t j = first; j < std::min(last, first + kPrefetchDistance); ++j) {
+    detail::prefetch_variables(variables, rows[singles[j]]);
+  }
+  float* __restrict g = scratch.gradients;
   int64_t skipped = 0;
-  for (int64_t k = first; k < std::min(last, first + kPrefetchDistance); ++k) {
-    detail::prefetch_variables(variables, grouping, k);
+  for (int64_t j = first; j < last; ++j) {
+    if (j + kPrefetchDistance < last) {
+      detail::prefetch_variables(variables, rows[singles[j + kPrefetchDistance]]);
+    }
+    const uint32_t i = singles[j];
+    const float gain = contributions.gains[i];
+    const float* __restrict source = contributions.sources[i];
+    // As the sum from 0 (update_unique_row) or the one update (accumulate false) would be.
+    if (mode.accumulate) {
+      for (int64_t d = 0; d < dim; ++d) g[d] = 0.0f + gain * source[d];
+    } else {
+      for (int64_t d = 0; d < dim; ++d) g[d] = gain * source[d];
+    }
+    if (mode.skip_non_finite && !detail::all_finite(mode.accumulate ? g : source, dim)) {
+      ++skipped;
+      continue;
+    }
+    detail::update_row(pipeline, variables, rows[i], g, scratch.pipeline);
+  }
+  return skipped;
+}
+
+// Updates the rows with several contributions grouping.unique_rows()[grouping.shared_rows()[first
+// .. last)]. Each row is written by exactly one call, so disjoint ranges may run on different
+// threads, and alongside update_single_rows. Returns the number of rows skipped for a non-finite
+// gradient. Never throws, never allocates.
+template <class Pipeline>
+int64_t update_shared_rows(const Pipeline& pipeline, const RowVariables& variables,
+                           const RowGrouping& grouping, const Contributions& contributions,
+                           UpdateMode mode, int64_t first, int64_t last, UpdateScratch scratch) {
+  const int64_t dim = variables.dim;
+  const uint32_t* shared = grouping.shared_rows().data();
+  const int64_t* unique_rows = grouping.unique_rows().data();
+  int64_t skipped = 0;
+  for (int64_t j = first; j < std::min(last, first + kPrefetchDistance); ++j) {
+    detail::prefetch_variables(variables, unique_rows[shared[j]]);
   }
   if (!mode.accumulate) {  // rare: the contributions of a row go one by one anyway
-    for (int64_t k = first; k < last; ++k) {
-      if (k + kPrefetchDistance < last) {
-        detail::prefetch_variables(variables, grouping, k + kPrefetchDistance);
-        detail::prefetch_sources(grouping, contributions, dim, k + kPrefetchDistance);
+    for (int64_t j = first; j < last; ++j) {
+      if (j + kPrefetchDistance < last) {
+        const uint32_t ahead = shared[j + kPrefetchDistance];
+        detail::prefetch_variables(variables, unique_rows[ahead]);
+        detail::prefetch_sources(grouping, contributions, dim, ahead);
       }
-      if (!detail::update_unique_row(pipeline, variables, grouping, contributions, mode, k,
+      if (!detail::update_unique_row(pipeline, variables, grouping, contributions, mode, shared[j],
                                      scratch)) {
         ++skipped;
       }
@@ -167,31 +218,32 @@ int64_t update_touched_rows(const Pipeline& pipeline, const RowVariables& variab
   std::array<bool, kMaxUpdateChunkRows> finite{};
   for (int64_t chunk = first; chunk < last; chunk += chunk_rows) {
     const int64_t chunk_end = std::min(last, chunk + chunk_rows);
-    for (int64_t k = chunk; k < chunk_end; ++k) {
-      if (k + kPrefetchDistance < chunk_end) {
-        detail::prefetch_sources(grouping, contributions, dim, k + kPrefetchDistance);
+    for (int64_t j = chunk; j < chunk_end; ++j) {
+      if (j + kPrefetchDistance < chunk_end) {
+        detail::prefetch_sources(grouping, contributions, dim, shared[j + kPrefetchDistance]);
       }
-      float* g = scratch.gradients + (k - chunk) * dim;
-      detail::reduce_unique_row(grouping, contributions, dim, k, g);
-      finite[static_cast<size_t>(k - chunk)] = !mode.skip_non_finite || detail::all_finite(g, dim);
+      float* g = scratch.gradients + (j - chunk) * dim;
+      detail::reduce_unique_row(grouping, contributions, dim, shared[j], g);
+      finite[static_cast<size_t>(j - chunk)] = !mode.skip_non_finite || detail::all_finite(g, dim);
     }
-    for (int64_t k = chunk; k < chunk_end; ++k) {
-      if (k + kPrefetchDistance < last) {
-        detail::prefetch_variables(variables, grouping, k + kPrefetchDistance);
+    for (int64_t j = chunk; j < chunk_end; ++j) {
+      if (j + kPrefetchDistance < last) {
+        detail::prefetch_variables(variables, unique_rows[shared[j + kPrefetchDistance]]);
       }
-      if (!finite[static_cast<size_t>(k - chunk)]) {
+      if (!finite[static_cast<size_t>(j - chunk)]) {
         ++skipped;
         continue;
       }
-      detail::update_row(pipeline, variables, grouping.unique_rows()[k],
-                         scratch.gradients + (k - chunk) * dim, scratch.pipeline);
+      detail::update_row(pipeline, variables, unique_rows[shared[j]],
+                         scratch.gradients + (j - chunk) * dim, scratch.pipeline);
     }
   }
   return skipped;
 }
 
-// Updates every row in [first_row, last_row): touched rows as update_touched_rows does, the others
-// with a zero gradient (non-lazy Adam). Returns the number of rows skipped.
+// Updates every row in [first_row, last_row): touched rows as update_shared_rows does, the others
+// with a zero gradient (non-lazy Adam), all from the sorted contributions. Returns the number of
+// rows skipped.
 template <class Pipeline>
 int64_t update_all_rows(const Pipeline& pipeline, const RowVariables& variables,
                         const RowGrouping& grouping, const Contributions& contributions,

@@ -15,27 +15,30 @@ HWY_BEFORE_NAMESPACE();
 namespace recemb::internal::HWY_NAMESPACE {
 
 template <class Pipeline>
-[[gnu::flatten]] int64_t touched_rows_with(const Pipeline& pipeline, const TableUpdate& update,
-                                           int64_t first, int64_t last, UpdateScratch scratch) {
-  return internal::update_touched_rows(pipeline, update.variables, *update.grouping,
-                                       update.contributions, update.mode, first, last, scratch);
-}
-
-template <class Pipeline>
-[[gnu::flatten]] int64_t all_rows_with(const Pipeline& pipeline, const TableUpdate& update,
-                                       int64_t first_row, int64_t last_row, UpdateScratch scratch) {
-  return internal::update_all_rows(pipeline, update.variables, *update.grouping,
-                                   update.contributions, update.mode, first_row, last_row, scratch);
+[[gnu::flatten]] int64_t rows_with(const Pipeline& pipeline, const TableUpdate& update,
+                                   UpdateRange range, UpdateScratch scratch) {
+  switch (range.rows) {
+    case UpdateRows::kSingle:
+      return internal::update_single_rows(pipeline, update.variables, *update.grouping,
+                                          update.contributions, update.mode, range.first,
+                                          range.last, scratch);
+    case UpdateRows::kShared:
+      return internal::update_shared_rows(pipeline, update.variables, *update.grouping,
+                                          update.contributions, update.mode, range.first,
+                                          range.last, scratch);
+    case UpdateRows::kAll:
+      return internal::update_all_rows(pipeline, update.variables, *update.grouping,
+                                       update.contributions, update.mode, range.first, range.last,
+                                       scratch);
+  }
+  return 0;
 }
 
 int64_t update_rows(const TableUpdate& update, UpdateRange range, UpdateScratch scratch) {
   int64_t skipped = 0;
   visit_row_pipeline(
-      *update.optimizer, update.learning_rate, update.step, [&](const auto& pipeline) {
-        skipped = range.all_rows
-                      ? all_rows_with(pipeline, update, range.first, range.last, scratch)
-                      : touched_rows_with(pipeline, update, range.first, range.last, scratch);
-      });
+      *update.optimizer, update.learning_rate, update.step,
+      [&](const auto& pipeline) { skipped = rows_with(pipeline, update, range, scratch); });
   return skipped;
 }
 

@@ -30,17 +30,23 @@ struct TableUpdate {
   UpdateMode mode;
 };
 
-// Rows [first, last) of one table's update: indices of touched rows (grouping.unique_rows()), or,
-// with all_rows, row numbers of a table that updates every row (non-lazy Adam).
-struct UpdateRange {
-  int64_t first = 0;
-  int64_t last = 0;
-  bool all_rows = false;
+// Which rows an UpdateRange indexes.
+enum class UpdateRows {
+  kSingle,  // grouping.single_contributions(): the rows with one contribution
+  kShared,  // grouping.shared_rows(): the rows with several
+  kAll,     // row numbers of a table that updates every row, touched or not (non-lazy Adam)
 };
 
-// update_touched_rows, or with range.all_rows update_all_rows, of kernels/sparse_update.h with the
-// RowPipeline of update.optimizer: the same contract (disjoint ranges may run on different
-// threads; returns the rows skipped; never throws, never allocates).
+// Rows [first, last) of one table's update, in the numbering of `rows`.
+struct UpdateRange {
+  UpdateRows rows = UpdateRows::kShared;
+  int64_t first = 0;
+  int64_t last = 0;
+};
+
+// update_single_rows, update_shared_rows or update_all_rows of kernels/sparse_update.h, as
+// range.rows says, with the RowPipeline of update.optimizer: the same contract (disjoint ranges
+// may run on different threads; returns the rows skipped; never throws, never allocates).
 int64_t update_rows(const TableUpdate& update, UpdateRange range, UpdateScratch scratch);
 
 }  // namespace recemb::internal

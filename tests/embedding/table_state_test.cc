@@ -31,36 +31,60 @@ TEST(TableStateTest, OnlyNonLazyAdamUpdatesAllRows) {
 }
 
 TEST(TableStateTest, ContributionsCarryGainsSourcesAndOrder) {
-  TableState state(video(), Sgd{});
-  // Feature 0: bags {3, 1} (weights 2, 4, scale 0.5) and {} ; feature 1 (unused by this table);
-  // feature 2: one bag {3}, no weights, scale 1, gradient given as empty (zeros).
-  std::vector<CsrFeature> batch(3);
-  batch[0] = {.activation_shape = {2, 2},
-              .offsets = {0, 2, 2},
-              .ids = {3, 1},
-              .weights = {2.0f, 4.0f},
-              .bag_scales = {0.5f, 1.0f}};
-  batch[2] = {.activation_shape = {1, 2}, .offsets = {0, 1}, .ids = {3}, .bag_scales = {1.0f}};
-  const std::vector<float> gradient0{1, 2, 3, 4};
-  const std::vector<float> zeros(2, 0.0f);
-  const std::vector<std::span<const float>> gradients{gradient0, {}, {}};
-  state.gather_contributions({0, 2}, batch, gradients, zeros.data());
-  const RowGrouping& grouping = state.grouping();
-  ASSERT_EQ(grouping.unique_rows().size(), 2u);
-  EXPECT_EQ(grouping.unique_rows()[0], 1);
-  EXPECT_EQ(grouping.unique_rows()[1], 3);
-  // Row 3: feature 0's contribution before feature 2's.
-  EXPECT_EQ(grouping.order()[1], 0u);
-  EXPECT_EQ(grouping.order()[2], 2u);
-  // The contributions in grouping order: row 1 (id 1 of feature 0), then row 3 (id 3 of feature 0,
-  // id 3 of feature 2).
-  const Contributions c = state.contributions();
-  EXPECT_EQ(c.gains[0], 2.0f);  // 4 * 0.5
-  EXPECT_EQ(c.gains[1], 1.0f);  // 2 * 0.5
-  EXPECT_EQ(c.gains[2], 1.0f);
-  EXPECT_EQ(c.sources[0], gradient0.data());
-  EXPECT_EQ(c.sources[1], gradient0.data());
-  EXPECT_EQ(c.sources[2], zeros.data());
+  for (const bool every_row : {false, true}) {
+    SCOPED_TRACE(every_row ? "every row" : "lazy");
+    // A table large enough that its 2 touched rows are sparse (RowGrouping::build).
+    TableConfig large = video();
+    large.vocabulary_size = 1 << 20;
+    TableState state(large, every_row ? Optimizer{Adam{.lazy_adam = false}} : Optimizer{Sgd{}});
+    // Feature 0: bags {3, 1} (weights 2, 4, scale 0.5) and {} ; feature 1 (unused by this table);
+    // feature 2: one bag {3}, no weights, scale 1, gradient given as empty (zeros).
+    std::vector<CsrFeature> batch(3);
+    batch[0] = {.activation_shape = {2, 2},
+                .offsets = {0, 2, 2},
+                .ids = {3, 1},
+                .weights = {2.0f, 4.0f},
+                .bag_scales = {0.5f, 1.0f}};
+    batch[2] = {.activation_shape = {1, 2}, .offsets = {0, 1}, .ids = {3}, .bag_scales = {1.0f}};
+    const std::vector<float> gradient0{1, 2, 3, 4};
+    const std::vector<float> zeros(2, 0.0f);
+    const std::vector<std::span<const float>> gradients{gradient0, {}, {}};
+    state.gather_contributions({0, 2}, batch, gradients, zeros.data());
+    const RowGrouping& grouping = state.grouping();
+    ASSERT_EQ(grouping.unique_rows().size(), 2u);
+    EXPECT_EQ(grouping.unique_rows()[0], 1);
+    EXPECT_EQ(grouping.unique_rows()[1], 3);
+    // Row 3: feature 0's contribution before feature 2's.
+    EXPECT_EQ(grouping.order()[1], 0u);
+    EXPECT_EQ(grouping.order()[2], 2u);
+    // As listed: id 3 and id 1 of feature 0, then id 3 of feature 2.
+    const Contributions c = state.contributions();
+    EXPECT_EQ(c.rows[0], 3);
+    EXPECT_EQ(c.rows[1], 1);
+    EXPECT_EQ(c.rows[2], 3);
+    EXPECT_EQ(c.gains[0], 1.0f);  // 2 * 0.5
+    EXPECT_EQ(c.gains[1], 2.0f);  // 4 * 0.5
+    EXPECT_EQ(c.gains[2], 1.0f);
+    EXPECT_EQ(c.sources[0], gradient0.data());
+    EXPECT_EQ(c.sources[1], gradient0.data());
+    EXPECT_EQ(c.sources[2], zeros.data());
+    // In grouping order: row 1 (id 1 of feature 0), then row 3 (id 3 of feature 0, id 3 of
+    // feature 2). Row 1 is single, so sorted only for a table that updates every row.
+    // (In a dense table every row is shared: sparse_update_test and row_grouping_test.)
+    if (every_row) {
+      EXPECT_EQ(c.sorted_gains[0], 2.0f);
+      EXPECT_EQ(c.sorted_sources[0], gradient0.data());
+    }
+    EXPECT_EQ(c.sorted_gains[1], 1.0f);
+    EXPECT_EQ(c.sorted_gains[2], 1.0f);
+    EXPECT_EQ(c.sorted_sources[1], gradient0.data());
+    EXPECT_EQ(c.sorted_sources[2], zeros.data());
+    EXPECT_EQ(std::vector<uint32_t>(grouping.single_contributions().begin(),
+                                    grouping.single_contributions().end()),
+              std::vector<uint32_t>{1});
+    EXPECT_EQ(std::vector<uint32_t>(grouping.shared_rows().begin(), grouping.shared_rows().end()),
+              std::vector<uint32_t>{1});
+  }
 }
 
 }  // namespace

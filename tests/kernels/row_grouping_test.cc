@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <gtest/gtest.h>
+#include <map>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -9,11 +10,14 @@
 namespace recemb::internal {
 namespace {
 
+// A row size that makes RowGrouping::build list the single contributions apart at any density.
+constexpr int64_t kSinglesApart = int64_t{1} << 30;
+
 // Checks the grouping against std::stable_sort of the contribution indices by row.
 void expect_grouping_matches_stable_sort(const std::vector<int64_t>& rows, int64_t vocabulary,
                                          ThreadPool* pool = nullptr) {
   RowGrouping grouping;
-  grouping.build(rows, vocabulary, pool);
+  grouping.build(rows, vocabulary, kSinglesApart, pool);
   std::vector<uint32_t> expected(rows.size());
   std::iota(expected.begin(), expected.end(), 0u);
   std::stable_sort(expected.begin(), expected.end(),
@@ -32,6 +36,22 @@ void expect_grouping_matches_stable_sort(const std::vector<int64_t>& rows, int64
     }
   }
   EXPECT_EQ(grouping.segment_starts().back(), rows.size());
+  // Single contributions and shared rows, counted with a plain map.
+  std::map<int64_t, int> count;
+  for (const int64_t r : rows) ++count[r];
+  std::vector<uint32_t> expected_singles;
+  for (uint32_t i = 0; i < rows.size(); ++i) {
+    if (count[rows[i]] == 1) expected_singles.push_back(i);
+  }
+  std::vector<uint32_t> expected_shared;
+  for (uint32_t k = 0; k < unique.size(); ++k) {
+    if (count[unique[k]] > 1) expected_shared.push_back(k);
+  }
+  EXPECT_TRUE(std::equal(expected_singles.begin(), expected_singles.end(),
+                         grouping.single_contributions().begin(),
+                         grouping.single_contributions().end()));
+  EXPECT_TRUE(std::equal(expected_shared.begin(), expected_shared.end(),
+                         grouping.shared_rows().begin(), grouping.shared_rows().end()));
 }
 
 TEST(RowGroupingTest, MatchesStableSortAcrossKeyWidths) {
@@ -64,17 +84,42 @@ TEST(RowGroupingTest, PoolGivesTheSameGrouping) {
   }
 }
 
+// Rows closer than kMinSingleRowGapBytes on average: every row is listed as shared, in order.
+TEST(RowGroupingTest, DenseTableListsEveryRowAsShared) {
+  const std::vector<int64_t> rows{4, 4, 1, 9, 4, 1, 7};
+  const int64_t vocabulary = 10;
+  for (const int64_t row_bytes :
+       {int64_t{0}, int64_t{256}, RowGrouping::kMinSingleRowGapBytes * 4 / vocabulary}) {
+    RowGrouping grouping;
+    grouping.build(rows, vocabulary, row_bytes);
+    EXPECT_TRUE(grouping.single_contributions().empty()) << "row bytes " << row_bytes;
+    EXPECT_EQ(std::vector<uint32_t>(grouping.shared_rows().begin(), grouping.shared_rows().end()),
+              (std::vector<uint32_t>{0, 1, 2, 3}));
+  }
+  // Just sparse enough: 4 unique rows, more than 4 * kMinSingleRowGapBytes in the table.
+  RowGrouping grouping;
+  grouping.build(rows, vocabulary, RowGrouping::kMinSingleRowGapBytes * 4 / vocabulary + 1);
+  EXPECT_EQ(std::vector<uint32_t>(grouping.single_contributions().begin(),
+                                  grouping.single_contributions().end()),
+            (std::vector<uint32_t>{3, 6}));
+}
+
 TEST(RowGroupingTest, EmptyAndReuse) {
   RowGrouping grouping;
-  grouping.build({}, 10);
+  grouping.build({}, 10, kSinglesApart);
   EXPECT_TRUE(grouping.unique_rows().empty());
   ASSERT_EQ(grouping.segment_starts().size(), 1u);
   const std::vector<int64_t> rows{4, 4, 1, 9, 4, 1};
-  grouping.build(rows, 10);
+  grouping.build(rows, 10, kSinglesApart);
   EXPECT_EQ(std::vector<int64_t>(grouping.unique_rows().begin(), grouping.unique_rows().end()),
             (std::vector<int64_t>{1, 4, 9}));
   EXPECT_EQ(std::vector<uint32_t>(grouping.order().begin(), grouping.order().end()),
             (std::vector<uint32_t>{2, 5, 0, 1, 4, 3}));
+  EXPECT_EQ(std::vector<uint32_t>(grouping.shared_rows().begin(), grouping.shared_rows().end()),
+            (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(std::vector<uint32_t>(grouping.single_contributions().begin(),
+                                  grouping.single_contributions().end()),
+            (std::vector<uint32_t>{3}));
   expect_grouping_matches_stable_sort({3, 2, 1}, 4);
 }
 

@@ -1,5 +1,6 @@
 #include "kernels/sparse_update.h"
 
+#include <algorithm>
 #include <cmath>
 #include <gtest/gtest.h>
 #include <limits>
@@ -11,6 +12,9 @@
 namespace recemb::internal {
 namespace {
 
+// A row size that makes RowGrouping::build list the single contributions apart at any density.
+constexpr int64_t kSinglesApart = int64_t{1} << 30;
+
 // An order-sensitive stand-in for an optimizer pipeline: w = 0.5 * w - g, and slot 0 (width 1)
 // counts the updates. Applying g1 then g2 differs from applying g1 + g2, so the test sees whether
 // contributions were accumulated and in which order.
@@ -21,6 +25,15 @@ struct CountingPipeline {
       w[d] = 0.5f * w[d] - g[d];
     }
     slots[0][0] += 1.0f;
+  }
+};
+
+// A thread's scratch for the kernels.
+struct Scratch {
+  std::vector<float> floats;
+  explicit Scratch(int64_t dim) : floats(static_cast<size_t>(update_scratch_floats(dim))) {}
+  UpdateScratch view(int64_t dim) {
+    return {floats.data(), floats.data() + floats.size() - static_cast<size_t>(dim)};
   }
 };
 
@@ -39,7 +52,8 @@ struct Fixture {
 
   // 300 contributions over 40 rows fit one chunk of update_touched_rows; 3000 over 1000 rows take
   // several.
-  explicit Fixture(uint64_t seed, int64_t vocabulary_size = 40, int contributions = 300)
+  explicit Fixture(uint64_t seed, int64_t vocabulary_size = 40, int contributions = 300,
+                   int64_t row_bytes = kSinglesApart)
       : vocabulary(vocabulary_size) {
     std::mt19937_64 random(seed);
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
@@ -54,14 +68,40 @@ struct Fixture {
       for (float& x : gradients.back()) x = value(random);
     }
     for (const auto& g : gradients) sources.push_back(g.data());
-    grouping.build(rows, vocabulary);
+    grouping.build(rows, vocabulary, row_bytes);
     for (const uint32_t i : grouping.order()) {
       sorted_gains.push_back(gains[i]);
       sorted_sources.push_back(sources[i]);
     }
   }
 
-  Contributions contributions() const { return {sorted_gains.data(), sorted_sources.data()}; }
+  Contributions contributions() const {
+    return {.rows = rows.data(),
+            .gains = gains.data(),
+            .sources = sources.data(),
+            .sorted_gains = sorted_gains.data(),
+            .sorted_sources = sorted_sources.data()};
+  }
+
+  // The shared rows, then the single ones, in calls of `range` rows each as the engine's tasks
+  // split them; returns the rows skipped.
+  int64_t update_touched_rows(UpdateMode mode, int64_t range) {
+    Scratch scratch(dim);
+    int64_t skipped = 0;
+    const auto shared = static_cast<int64_t>(grouping.shared_rows().size());
+    for (int64_t first = 0; first < shared; first += range) {
+      skipped +=
+          update_shared_rows(CountingPipeline{}, variables(), grouping, contributions(), mode,
+                             first, std::min(shared, first + range), scratch.view(dim));
+    }
+    const auto singles = static_cast<int64_t>(grouping.single_contributions().size());
+    for (int64_t first = 0; first < singles; first += range) {
+      skipped +=
+          update_single_rows(CountingPipeline{}, variables(), grouping, contributions(), mode,
+                             first, std::min(singles, first + range), scratch.view(dim));
+    }
+    return skipped;
+  }
 
   RowVariables variables() {
     RowVariables v{.parameters = parameters.data(), .dim = dim, .num_slots = 1};
@@ -104,15 +144,6 @@ struct Fixture {
   }
 };
 
-// A thread's scratch for the kernels.
-struct Scratch {
-  std::vector<float> floats;
-  explicit Scratch(int64_t dim) : floats(static_cast<size_t>(update_scratch_floats(dim))) {}
-  UpdateScratch view(int64_t dim) {
-    return {floats.data(), floats.data() + floats.size() - static_cast<size_t>(dim)};
-  }
-};
-
 void expect_near(const std::vector<float>& actual, const std::vector<double>& expected) {
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < actual.size(); ++i) {
@@ -122,27 +153,28 @@ void expect_near(const std::vector<float>& actual, const std::vector<double>& ex
 
 class SparseUpdateTest : public ::testing::TestWithParam<bool> {};
 
+// With the single rows apart, and in a dense table (row_bytes 0) with every row shared.
 TEST_P(SparseUpdateTest, TouchedRowsMatchReferenceInRanges) {
   const bool accumulate = GetParam();
-  for (const auto& [vocabulary, contributions, range] :
-       {std::tuple{40, 300, 6}, std::tuple{1000, 3000, 300}}) {
-    Fixture f(7, vocabulary, contributions);
-    const auto [w, count] = f.reference(accumulate, false);
-    Scratch scratch(f.dim);
-    const auto touched = static_cast<int64_t>(f.grouping.unique_rows().size());
-    if (vocabulary == 1000) {
-      ASSERT_GT(range, update_chunk_rows(f.dim));  // ranges of several chunks
+  for (const int64_t row_bytes : {kSinglesApart, int64_t{0}}) {
+    for (const auto& [vocabulary, contributions, range] :
+         {std::tuple{40, 300, 6}, std::tuple{1000, 3000, 300}, std::tuple{5000, 3000, 70}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "row bytes " << row_bytes << " vocabulary " << vocabulary);
+      Fixture f(7, vocabulary, contributions, row_bytes);
+      const auto [w, count] = f.reference(accumulate, false);
+      if (vocabulary == 1000) {
+        ASSERT_GT(range, update_chunk_rows(f.dim));  // ranges of several chunks
+      }
+      if (row_bytes == 0) {
+        ASSERT_TRUE(f.grouping.single_contributions().empty());
+      } else if (vocabulary == 5000) {  // mostly rows with one contribution
+        ASSERT_GT(f.grouping.single_contributions().size(), 2 * f.grouping.shared_rows().size());
+      }
+      EXPECT_EQ(f.update_touched_rows({.accumulate = accumulate}, range), 0);
+      expect_near(f.parameters, w);
+      expect_near(f.counters, count);
     }
-    int64_t skipped = 0;
-    for (int64_t first = 0; first < touched; first += range) {
-      skipped +=
-          update_touched_rows(CountingPipeline{}, f.variables(), f.grouping, f.contributions(),
-                              {.accumulate = accumulate}, first,
-                              std::min<int64_t>(touched, first + range), scratch.view(f.dim));
-    }
-    EXPECT_EQ(skipped, 0);
-    expect_near(f.parameters, w);
-    expect_near(f.counters, count);
   }
 }
 
@@ -162,19 +194,20 @@ TEST_P(SparseUpdateTest, AllRowsUpdatesUntouchedRowsWithZeroGradient) {
 
 INSTANTIATE_TEST_SUITE_P(Accumulate, SparseUpdateTest, ::testing::Bool());
 
+// The bad row has several contributions at 40 and 1000 rows, one at 100000.
 TEST(SparseUpdateTest, SkipsRowsWithNonFiniteGradient) {
   for (const bool accumulate : {true, false}) {
-    for (const int64_t vocabulary : {40, 1000}) {
+    for (const int64_t vocabulary : {40, 1000, 100000}) {
       Fixture f(9, vocabulary, 3000);
       const int64_t bad_row = f.rows[5];
+      const auto singles = f.grouping.single_contributions();
+      ASSERT_EQ(std::find(singles.begin(), singles.end(), 5u) != singles.end(),
+                vocabulary == 100000);
       f.gradients[5][2] = std::numeric_limits<float>::quiet_NaN();
       const std::vector<float> before = f.parameters;
       const auto [w, count] = f.reference(accumulate, false);
-      Scratch scratch(f.dim);
-      const auto touched = static_cast<int64_t>(f.grouping.unique_rows().size());
-      const int64_t skipped = update_touched_rows(
-          CountingPipeline{}, f.variables(), f.grouping, f.contributions(),
-          {.accumulate = accumulate, .skip_non_finite = true}, 0, touched, scratch.view(f.dim));
+      const int64_t skipped =
+          f.update_touched_rows({.accumulate = accumulate, .skip_non_finite = true}, 1000);
       EXPECT_EQ(skipped, 1);
       EXPECT_EQ(f.counters[static_cast<size_t>(bad_row)], 0.0f);
       for (int64_t r = 0; r < f.vocabulary; ++r) {

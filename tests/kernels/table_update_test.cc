@@ -20,6 +20,9 @@
 namespace recemb::internal {
 namespace {
 
+// A row size that makes RowGrouping::build list the single contributions apart at any density.
+constexpr int64_t kSinglesApart = int64_t{1} << 30;
+
 struct Case {
   std::string name;
   Optimizer optimizer;
@@ -58,8 +61,8 @@ std::vector<Case> cases() {
           {"rowwise_adagrad", RowwiseAdagrad{}, {}}};
 }
 
-// One table's step: random variables, 600 contributions over 150 rows (many repeated), one of
-// them non-finite when the mode skips such rows.
+// One table's step: random variables, 600 contributions over 150 rows (many repeated, some
+// single), one of them non-finite when the mode skips such rows.
 struct Problem {
   int64_t vocabulary = 150;
   int64_t dim;
@@ -67,6 +70,7 @@ struct Problem {
   std::vector<int64_t> rows;
   std::vector<float> gains;
   std::vector<float> gradients;  // one row of dim per contribution
+  std::vector<const float*> sources;
   RowGrouping grouping;
   std::vector<float> sorted_gains;
   std::vector<const float*> sorted_sources;
@@ -89,10 +93,13 @@ struct Problem {
     gradients.resize(rows.size() * static_cast<size_t>(dim));
     for (float& x : gradients) x = value(random);
     if (c.mode.skip_non_finite) gradients[7 * static_cast<size_t>(dim)] = INFINITY;
-    grouping.build(rows, vocabulary);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      sources.push_back(gradients.data() + i * static_cast<size_t>(dim));
+    }
+    grouping.build(rows, vocabulary, kSinglesApart);
     for (const uint32_t i : grouping.order()) {
       sorted_gains.push_back(gains[i]);
-      sorted_sources.push_back(gradients.data() + i * static_cast<size_t>(dim));
+      sorted_sources.push_back(sources[i]);
     }
   }
 
@@ -117,12 +124,23 @@ bool updates_all_rows(const Optimizer& optimizer) {
   return adam != nullptr && !adam->lazy_adam;
 }
 
-int64_t rows_to_update(const Case& c, const Problem& p) {
-  return updates_all_rows(c.optimizer) ? p.vocabulary
-                                       : static_cast<int64_t>(p.grouping.unique_rows().size());
+// The rows of the step, whole: every row for non-lazy Adam, else the shared and the single rows.
+std::vector<UpdateRange> whole_ranges(const Case& c, const Problem& p) {
+  if (updates_all_rows(c.optimizer)) return {{UpdateRows::kAll, 0, p.vocabulary}};
+  return {{UpdateRows::kShared, 0, static_cast<int64_t>(p.grouping.shared_rows().size())},
+          {UpdateRows::kSingle, 0, static_cast<int64_t>(p.grouping.single_contributions().size())}};
 }
 
-// The step through the dispatched entry points; returns the variables after it.
+Contributions contributions_of(const Problem& p) {
+  return {.rows = p.rows.data(),
+          .gains = p.gains.data(),
+          .sources = p.sources.data(),
+          .sorted_gains = p.sorted_gains.data(),
+          .sorted_sources = p.sorted_sources.data()};
+}
+
+// The step through the dispatched entry points, in ranges of kRange rows; returns the variables
+// after it.
 std::vector<std::vector<float>> dispatched_step(const Case& c, const Problem& p, int64_t* skipped) {
   std::vector<std::vector<float>> state = p.variables;
   const TableUpdate update{.optimizer = &c.optimizer,
@@ -130,15 +148,16 @@ std::vector<std::vector<float>> dispatched_step(const Case& c, const Problem& p,
                            .step = kStep,
                            .variables = p.row_variables(state),
                            .grouping = &p.grouping,
-                           .contributions = {p.sorted_gains.data(), p.sorted_sources.data()},
+                           .contributions = contributions_of(p),
                            .mode = c.mode};
   std::vector<float> scratch(static_cast<size_t>(update_scratch_floats(p.dim)));
   const UpdateScratch view{scratch.data(), scratch.data() + scratch.size() - p.dim};
   *skipped = 0;
-  const int64_t n = rows_to_update(c, p);
-  for (int64_t first = 0; first < n; first += kRange) {
-    const int64_t last = std::min(n, first + kRange);
-    *skipped += update_rows(update, {first, last, updates_all_rows(c.optimizer)}, view);
+  for (const UpdateRange whole : whole_ranges(c, p)) {
+    for (int64_t first = 0; first < whole.last; first += kRange) {
+      *skipped +=
+          update_rows(update, {whole.rows, first, std::min(whole.last, first + kRange)}, view);
+    }
   }
   return state;
 }
@@ -147,15 +166,25 @@ std::vector<std::vector<float>> dispatched_step(const Case& c, const Problem& p,
 std::vector<std::vector<float>> template_step(const Case& c, const Problem& p) {
   std::vector<std::vector<float>> state = p.variables;
   const RowVariables variables = p.row_variables(state);
-  const Contributions contributions{p.sorted_gains.data(), p.sorted_sources.data()};
+  const Contributions contributions = contributions_of(p);
   std::vector<float> scratch(static_cast<size_t>(update_scratch_floats(p.dim)));
   const UpdateScratch view{scratch.data(), scratch.data() + scratch.size() - p.dim};
   visit_row_pipeline(c.optimizer, kLearningRate, kStep, [&](const auto& pipeline) {
-    const int64_t n = rows_to_update(c, p);
-    if (updates_all_rows(c.optimizer)) {
-      update_all_rows(pipeline, variables, p.grouping, contributions, c.mode, 0, n, view);
-    } else {
-      update_touched_rows(pipeline, variables, p.grouping, contributions, c.mode, 0, n, view);
+    for (const UpdateRange whole : whole_ranges(c, p)) {
+      switch (whole.rows) {
+        case UpdateRows::kAll:
+          update_all_rows(pipeline, variables, p.grouping, contributions, c.mode, 0, whole.last,
+                          view);
+          break;
+        case UpdateRows::kShared:
+          update_shared_rows(pipeline, variables, p.grouping, contributions, c.mode, 0, whole.last,
+                             view);
+          break;
+        case UpdateRows::kSingle:
+          update_single_rows(pipeline, variables, p.grouping, contributions, c.mode, 0, whole.last,
+                             view);
+          break;
+      }
     }
   });
   return state;
@@ -167,6 +196,8 @@ TEST_P(TableUpdateTest, EveryTargetGivesTheSameBitsAsTheTemplates) {
   const Case& c = GetParam();
   for (const int64_t dim : {1, 7, 16, 64, 129}) {
     const Problem p(c, dim, 17 + static_cast<uint64_t>(dim));
+    ASSERT_FALSE(p.grouping.shared_rows().empty());
+    ASSERT_FALSE(p.grouping.single_contributions().empty());
     const std::vector<std::vector<float>> expected = template_step(c, p);
     std::vector<std::vector<float>> first_target;
     for (const SimdTarget target : supported_simd_targets()) {
