@@ -8,25 +8,6 @@
 #include "recemb/error.h"
 
 namespace recemb::train {
-namespace {
-
-// What agree() sends first: whether (and how) the rank failed.
-enum class ErrorKind : char { kNone = 0, kInvalidArgument = 1, kOther = 2 };
-
-// The kind and message of `error`, which is not null.
-std::pair<ErrorKind, std::string> describe(std::exception_ptr error) {
-  try {
-    std::rethrow_exception(std::move(error));
-  } catch (const InvalidArgument& e) {
-    return {ErrorKind::kInvalidArgument, e.what()};
-  } catch (const std::exception& e) {
-    return {ErrorKind::kOther, e.what()};
-  } catch (...) {
-    return {ErrorKind::kOther, "an exception that is not a std::exception"};
-  }
-}
-
-}  // namespace
 
 Slice rank_slice(int64_t count, int rank, int num_ranks) {
   if (count < 0 || num_ranks < 1 || rank < 0 || rank >= num_ranks) {
@@ -49,35 +30,7 @@ std::shared_ptr<Communicator> RankGroup::embedding_communicator() const {
 }
 
 void RankGroup::agree(std::exception_ptr error) {
-  if (size() == 1) {
-    if (error) std::rethrow_exception(error);
-    return;
-  }
-  // Each rank sends its kind, followed by its message when it failed.
-  ErrorKind kind = ErrorKind::kNone;
-  std::string message;
-  if (error) {
-    auto [error_kind, error_message] = describe(error);
-    kind = error_kind;
-    message = std::move(error_message);
-  }
-  send_.resize(1 + message.size());
-  send_[0] = static_cast<std::byte>(kind);
-  std::memcpy(send_.data() + 1, message.data(), message.size());
-  communicator_->all_gather(send_, received_, counts_);
-  size_t offset = 0;
-  for (int q = 0; q < size(); ++q) {
-    const auto count = static_cast<size_t>(counts_[static_cast<size_t>(q)]);
-    const auto reported = static_cast<ErrorKind>(received_[offset]);
-    if (reported != ErrorKind::kNone) {
-      const std::string text =
-          "rank " + std::to_string(q) + ": " +
-          std::string(reinterpret_cast<const char*>(received_.data() + offset + 1), count - 1);
-      if (reported == ErrorKind::kInvalidArgument) throw InvalidArgument(text);
-      throw FailedPrecondition(text);
-    }
-    offset += count;
-  }
+  agree_on_error(*communicator_, std::move(error));
 }
 
 std::vector<int64_t> RankGroup::all_gather(int64_t value) {

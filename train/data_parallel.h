@@ -56,11 +56,8 @@ class RankGroup {
   // This rank's share of `count` items: rank_slice(count, rank(), size()).
   Slice slice(int64_t count) const { return rank_slice(count, rank(), size()); }
 
-  // Every rank passes the error it met since the last agreement (null: none). When some rank
-  // passed one, every rank throws the error of the lowest such rank R, with the message
-  // "rank R: <its message>": InvalidArgument if it was an InvalidArgument, else
-  // FailedPrecondition. Returns when no rank passed an error. A group of one rethrows `error`
-  // itself (its type and message unchanged).
+  // agree_on_error (recemb/communicator.h) over this group's ranks: every rank passes the error it
+  // met since the last agreement (null: none), and every rank throws the lowest failing rank's.
   void agree(std::exception_ptr error);
 
   // Every rank's `value`, in rank order (size() entries).

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -55,6 +56,14 @@ RECEMB_EXPORT std::shared_ptr<Communicator> local_communicator();
 // acts as one rank and is used by its own thread (tests; one process simulating a group). A
 // collective waits until every rank has entered it. Throws InvalidArgument if size < 1.
 RECEMB_EXPORT std::vector<std::shared_ptr<Communicator>> in_process_communicators(int size);
+
+// Collective: how the ranks agree on whether a step of theirs failed, so that an error on one rank
+// makes every rank throw instead of leaving the others waiting in the next collective. Every rank
+// passes the error it met (null: none). When some rank passed one, every rank throws the error of
+// the lowest such rank R, with the message "rank R: <its message>" ("rank R: failed" if empty):
+// InvalidArgument if it was an InvalidArgument, else FailedPrecondition. Returns when no rank
+// passed an error. With one rank, rethrows `error` itself (its type and message unchanged).
+RECEMB_EXPORT void agree_on_error(Communicator& communicator, std::exception_ptr error);
 
 // Whether this build of recemb can talk MPI (built with an MPI library).
 RECEMB_EXPORT bool mpi_available();

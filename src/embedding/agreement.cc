@@ -1,15 +1,45 @@
 #include "embedding/agreement.h"
 
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
-namespace recemb::internal {
+#include "recemb/error.h"
 
-void agree_on_outcome(Communicator& communicator, ErrorKind kind, const std::string& message) {
+namespace recemb {
+namespace {
+
+// What agree_on_error sends first: whether (and how) the rank failed.
+enum class ErrorKind : char { kNone = 0, kInvalidArgument = 1, kOther = 2 };
+
+std::pair<ErrorKind, std::string> describe(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(std::move(error));
+  } catch (const InvalidArgument& e) {
+    return {ErrorKind::kInvalidArgument, e.what()};
+  } catch (const std::exception& e) {
+    return {ErrorKind::kOther, e.what()};
+  } catch (...) {
+    return {ErrorKind::kOther, "an exception that is not a std::exception"};
+  }
+}
+
+}  // namespace
+
+void agree_on_error(Communicator& communicator, std::exception_ptr error) {
+  if (communicator.size() == 1) {
+    if (error) std::rethrow_exception(error);
+    return;
+  }
   // Each rank sends its kind, followed by its message when it failed.
-  std::vector<std::byte> mine(1 + (kind == ErrorKind::kNone ? 0 : message.size()));
-  mine[0] = static_cast<std::byte>(kind);
-  if (mine.size() > 1) std::memcpy(mine.data() + 1, message.data(), message.size());
+  std::vector<std::byte> mine{static_cast<std::byte>(ErrorKind::kNone)};
+  if (error) {
+    const auto [kind, message] = describe(error);
+    mine.resize(1 + message.size());
+    mine[0] = static_cast<std::byte>(kind);
+    std::memcpy(mine.data() + 1, message.data(), message.size());
+  }
   std::vector<std::byte> all;
   std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
   communicator.all_gather(mine, all, counts);
@@ -30,6 +60,8 @@ void agree_on_outcome(Communicator& communicator, ErrorKind kind, const std::str
   }
 }
 
+namespace internal {
+
 void agree_on_value(Communicator& communicator, uint64_t value, const std::string& what,
                     const std::string& why) {
   std::vector<std::byte> all;
@@ -47,4 +79,5 @@ void agree_on_value(Communicator& communicator, uint64_t value, const std::strin
   }
 }
 
-}  // namespace recemb::internal
+}  // namespace internal
+}  // namespace recemb

@@ -1,8 +1,8 @@
-// agree / agree_on_outcome (src/embedding/agreement.h): ranks are threads connected by
-// in_process_communicators. Every rank passes -> every rank returns; some rank fails -> every rank
-// throws the lowest failing rank's error as "rank R: <message>" (InvalidArgument stays
-// InvalidArgument, anything else becomes FailedPrecondition); one rank alone -> the validation's
-// own exception, untouched. These tests also run under ThreadSanitizer.
+// agree (src/embedding/agreement.h) and agree_on_error (recemb/communicator.h): ranks are threads
+// connected by in_process_communicators. Every rank passes -> every rank returns; some rank fails
+// -> every rank throws the lowest failing rank's error as "rank R: <message>" (InvalidArgument
+// stays InvalidArgument, anything else becomes FailedPrecondition); one rank alone -> the
+// validation's own exception, untouched. These tests also run under ThreadSanitizer.
 #include "embedding/agreement.h"
 
 #include <cstdint>
@@ -124,11 +124,24 @@ TEST_P(AgreementTest, ReturnsOnEveryRankWhenEveryRankPasses) {
   for (const Outcome& outcome : agree_with(communicators_, none, messages_)) {
     EXPECT_EQ(outcome, Outcome{});
   }
-  // agree_on_outcome itself, with kNone and a message that must be ignored.
+  // agree_on_error itself, with no error anywhere.
   for (const Outcome& outcome : on_ranks(communicators_, [](int, Communicator& communicator) {
-         agree_on_outcome(communicator, ErrorKind::kNone, "ignored");
+         agree_on_error(communicator, nullptr);
        })) {
     EXPECT_EQ(outcome, Outcome{});
+  }
+}
+
+// agree_on_error itself: the last rank's error (an empty message) reaches every rank.
+TEST_P(AgreementTest, AgreeOnErrorNamesTheRankOfAnEmptyMessage) {
+  const int last = size() - 1;
+  for (const Outcome& outcome :
+       on_ranks(communicators_, [last](int rank, Communicator&communicator) {
+         agree_on_error(communicator,
+                        rank == last ? std::make_exception_ptr(std::runtime_error("")) : nullptr);
+       })) {
+    EXPECT_EQ(outcome,
+              (Outcome{Outcome::kFailedPrecondition, "rank " + std::to_string(last) + ": failed"}));
   }
 }
 
@@ -272,15 +285,20 @@ TEST(Agreement, OneRankPropagatesTheOriginalException) {
   }
 }
 
-TEST(Agreement, OneRankAgreeOnOutcomeThrowsWithTheRankPrefix) {
-  // agree_on_outcome itself is the collective: with one rank it reports rank 0's outcome.
+// agree_on_error with one rank: no exchange; the error itself is rethrown.
+TEST(Agreement, OneRankAgreeOnErrorRethrowsTheErrorItself) {
   const std::shared_ptr<Communicator> communicator = local_communicator();
-  EXPECT_EQ(outcome_of([&] { agree_on_outcome(*communicator, ErrorKind::kNone, ""); }), Outcome{});
-  EXPECT_EQ(
-      outcome_of([&] { agree_on_outcome(*communicator, ErrorKind::kInvalidArgument, "bad"); }),
-      (Outcome{Outcome::kInvalidArgument, "rank 0: bad"}));
-  EXPECT_EQ(outcome_of([&] { agree_on_outcome(*communicator, ErrorKind::kOther, "broken"); }),
-            (Outcome{Outcome::kFailedPrecondition, "rank 0: broken"}));
+  EXPECT_EQ(outcome_of([&] { agree_on_error(*communicator, nullptr); }), Outcome{});
+  EXPECT_EQ(outcome_of([&] {
+              agree_on_error(*communicator, std::make_exception_ptr(InvalidArgument("bad")));
+            }),
+            (Outcome{Outcome::kInvalidArgument, "bad"}));
+  try {
+    agree_on_error(*communicator, std::make_exception_ptr(std::out_of_range("index 9")));
+    ADD_FAILURE() << "no exception";
+  } catch (const std::out_of_range& error) {
+    EXPECT_STREQ(error.what(), "index 9");
+  }
 }
 
 }  // namespace
