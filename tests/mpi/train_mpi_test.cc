@@ -154,7 +154,7 @@ TEST(TrainMpi, AnErrorOfRankZeroEndsEveryRank) {
   EXPECT_EQ(outcome.status, 0) << "the job hung until timeout killed it:\n" << outcome.output;
   EXPECT_EQ(occurrences(outcome.output, "recemb: error: "), 2) << outcome.output;
   EXPECT_EQ(occurrences(outcome.output, "rank 0: "), 2) << outcome.output;
-  EXPECT_EQ(occurrences(outcome.output, blocked + "]\n"), 2) << outcome.output;  // the path
+  EXPECT_EQ(occurrences(outcome.output, blocked + "]"), 2) << outcome.output;  // the path
   EXPECT_EQ(occurrences(outcome.output, "exit status 1\n"), 2) << outcome.output;
 }
 

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <iostream>
+#include <string>
 #include <unistd.h>
 
 #include "recemb/error.h"
@@ -98,6 +99,12 @@ CLI::App* add_plan(CLI::App& app, PlanArguments& args) {
   return plan;
 }
 
+// "recemb: error: <what>" as one line in one write: under mpirun every rank may report the same
+// error at once, and a line written in pieces would interleave with another rank's.
+void report_error(const std::exception& error) {
+  std::cerr << std::string("recemb: error: ") + error.what() + "\n" << std::flush;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,10 +139,10 @@ int main(int argc, char** argv) {
       return recemb::tools::run_lookup_command(lookup_args, std::cin, std::cout, std::cerr);
     }
   } catch (const recemb::InvalidArgument& error) {
-    std::cerr << "recemb: error: " << error.what() << "\n";
+    report_error(error);
     return 2;
   } catch (const std::exception& error) {
-    std::cerr << "recemb: error: " << error.what() << "\n";
+    report_error(error);
     return 1;
   }
   return 0;
