@@ -20,9 +20,12 @@ TableState::TableState(TableConfig config, std::optional<Optimizer> optimizer)
       storage_(config_.vocabulary_size, config_.dim,
                optimizer_ ? slot_specs(*optimizer_, config_.dim) : std::vector<SlotSpec>{}) {
   RECEMB_CHECK(storage_.slot_specs().size() <= RowVariables{}.slot_bases.size());
-  row_bytes_ = config_.dim;
-  for (const SlotSpec& spec : storage_.slot_specs()) row_bytes_ += spec.width;
-  row_bytes_ *= static_cast<int64_t>(sizeof(float));
+}
+
+int64_t TableState::row_bytes() const {
+  int64_t floats = config_.dim;
+  for (const SlotSpec& spec : storage_.slot_specs()) floats += spec.width;
+  return floats * static_cast<int64_t>(sizeof(float));
 }
 
 bool TableState::updates_all_rows() const {
@@ -73,7 +76,7 @@ TableState::ContributionArrays TableState::resize_contributions(size_t count) {
 }
 
 void TableState::group_contributions(ThreadPool* pool) {
-  grouping_.build(contribution_rows_, config_.vocabulary_size, row_bytes_, pool);
+  grouping_.build(contribution_rows_, config_.vocabulary_size, row_bytes(), pool);
   const std::span<const uint32_t> order = grouping_.order();
   sorted_gains_.resize(order.size());
   sorted_sources_.resize(order.size());

@@ -67,10 +67,12 @@ class TableState {
   RowVariables variables();
 
  private:
+  // The bytes of a row's parameters and slots.
+  int64_t row_bytes() const;
+
   TableConfig config_;
   std::optional<Optimizer> optimizer_;
   TableStorage storage_;
-  int64_t row_bytes_ = 0;  // of a row's parameters and slots
   std::vector<int64_t> contribution_rows_;
   std::vector<float> contribution_gains_;
   std::vector<const float*> contribution_sources_;
