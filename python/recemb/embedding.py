@@ -22,6 +22,7 @@ import threading
 import numpy as np
 
 from recemb import _nest, _recemb, optimizers
+from recemb._activations import ActivationArrays
 from recemb.config import Resolved, TableConfig
 from recemb.inputs import Ragged, Sparse, feature_input, float32_array
 from recemb.placement import Placement, _cpp_communicator
@@ -203,9 +204,11 @@ def _out_arrays(resolved, out, shapes, flat_ids, flat_weights):
     return flat
 
 
-def _lookup(engine, resolved, features, weights, batch, on_error=None, out=None):
-    """Looks up every feature; returns the flat list of float32 activations: new arrays, or the
-    arrays of `out` (the feature config's structure, checked by _out_arrays) written in place.
+def _lookup(engine, resolved, features, weights, batch, on_error=None, out=None,
+            new_arrays=None):
+    """Looks up every feature; returns the flat list of float32 activations: new arrays (from
+    new_arrays, an ActivationArrays, when given), or the arrays of `out` (the feature config's
+    structure, checked by _out_arrays) written in place.
 
     engine: a C++ Embedding, or anything with its activation_shape(feature, input) and
     lookup(inputs, activations) (a serving model); batch: a LookupBatch to fill, or None;
@@ -226,7 +229,8 @@ def _lookup(engine, resolved, features, weights, batch, on_error=None, out=None)
             on_error()
         raise
     if activations is None:
-        activations = [np.empty(shape, dtype=np.float32) for shape in shapes]
+        activations = (new_arrays.new(shapes) if new_arrays is not None else
+                       [np.empty(shape, dtype=np.float32) for shape in shapes])
     if batch is None:
         engine.lookup(views, activations)
     else:
@@ -278,6 +282,7 @@ class Embedding:
         self._engine = _build_engine(self._resolved, self._optimizer, self._options)
         self._views = _viewable_tables(self._engine, self._resolved)
         self._batch = LookupBatch()
+        self._new_arrays = ActivationArrays()
 
     @property
     def feature_config(self):
@@ -331,10 +336,12 @@ class Embedding:
         in the same structure: [batch, dim] per combined feature, [batch, L, dim] per sequence
         feature, output_shape + [dim] when set.
 
-        out: None (new arrays), or arrays to write the activations into, returned as given (the
-        same object): the structure of the feature config (one array for a single feature),
-        each a numpy float32 array of exactly its activation's shape, C-contiguous, aligned and
-        writeable, sharing memory with no other out array and no input array. Otherwise raises
+        out: None (arrays of the layer's: new ones, or those of its last two lookups that
+        nothing refers to any more, recemb/_activations.py), or arrays to write the activations
+        into, returned as given (the same object): the structure of the feature config (one
+        array for a single feature), each a numpy float32 array of exactly its activation's
+        shape, C-contiguous, aligned and writeable, sharing memory with no other out array and
+        no input array. Otherwise raises
         ValueError naming the feature, before anything is written; inputs the engine rejects
         leave the arrays unchanged too. A training lookup keeps no reference to them."""
         return self.lookup(features, weights, batch=self._batch, out=out)
@@ -347,7 +354,7 @@ class Embedding:
             activations = _lookup(self._engine, self._resolved, features, weights, batch,
                                   on_error=lambda: self._fail_everywhere(
                                       lambda: self._engine.lookup([], [])),
-                                  out=out)
+                                  out=out, new_arrays=self._new_arrays)
         if out is not None:
             return out
         return _nest.pack_sequence_as(self._resolved.structure, activations)

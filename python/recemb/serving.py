@@ -11,6 +11,7 @@ is checked against the file), or use the default, a dict keyed by feature name.
 """
 
 from recemb import _nest, _recemb
+from recemb._activations import ActivationArrays
 from recemb.config import FeatureConfig, QuantizationConfig, Resolved, TableConfig
 from recemb.embedding import _lookup
 
@@ -97,7 +98,7 @@ class ServingModel:
     released). The mapping lives as long as this object, so the file may be replaced (by a new
     export to the same path) or deleted meanwhile: the model keeps reading the file it opened."""
 
-    __slots__ = ("_model", "_resolved", "_engine", "_tables")
+    __slots__ = ("_model", "_resolved", "_engine", "_tables", "_new_arrays")
 
     def __init__(self, model, feature_config):
         """Use ServingModel.open."""
@@ -111,6 +112,7 @@ class ServingModel:
                 for feature in model.features()}
         self._resolved = Resolved(feature_config)
         self._engine = _Reordered(model, _feature_order(self._resolved, model))
+        self._new_arrays = ActivationArrays()
 
     @classmethod
     def open(cls, path, feature_config=None, *, verify=True):
@@ -162,7 +164,8 @@ class ServingModel:
         naming the feature, example and value. out: as Embedding.lookup's (arrays in the
         structure of feature_config written in place and returned as given); concurrent lookups
         need out arrays of their own."""
-        activations = _lookup(self._engine, self._resolved, features, weights, None, out=out)
+        activations = _lookup(self._engine, self._resolved, features, weights, None, out=out,
+                              new_arrays=self._new_arrays)
         if out is not None:
             return out
         return _nest.pack_sequence_as(self._resolved.structure, activations)
