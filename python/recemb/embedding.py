@@ -204,11 +204,10 @@ def _out_arrays(resolved, out, shapes, flat_ids, flat_weights):
     return flat
 
 
-def _lookup(engine, resolved, features, weights, batch, on_error=None, out=None,
-            new_arrays=None):
-    """Looks up every feature; returns the flat list of float32 activations: new arrays (from
-    new_arrays, an ActivationArrays, when given), or the arrays of `out` (the feature config's
-    structure, checked by _out_arrays) written in place.
+def _lookup(engine, resolved, features, weights, batch, new_arrays, on_error=None, out=None):
+    """Looks up every feature; returns the flat list of float32 activations: arrays from
+    new_arrays (an ActivationArrays), or the arrays of `out` (the feature config's structure,
+    checked by _out_arrays) written in place.
 
     engine: a C++ Embedding, or anything with its activation_shape(feature, input) and
     lookup(inputs, activations) (a serving model); batch: a LookupBatch to fill, or None;
@@ -229,8 +228,7 @@ def _lookup(engine, resolved, features, weights, batch, on_error=None, out=None,
             on_error()
         raise
     if activations is None:
-        activations = (new_arrays.new(shapes) if new_arrays is not None else
-                       [np.empty(shape, dtype=np.float32) for shape in shapes])
+        activations = new_arrays.new(shapes)
     if batch is None:
         engine.lookup(views, activations)
     else:
@@ -352,9 +350,10 @@ class Embedding:
         calling the layer."""
         with self._lock:
             activations = _lookup(self._engine, self._resolved, features, weights, batch,
+                                  self._new_arrays,
                                   on_error=lambda: self._fail_everywhere(
                                       lambda: self._engine.lookup([], [])),
-                                  out=out, new_arrays=self._new_arrays)
+                                  out=out)
         if out is not None:
             return out
         return _nest.pack_sequence_as(self._resolved.structure, activations)
@@ -569,4 +568,5 @@ def serving_embedding_lookup(inputs, weights, tables, feature_config, *, num_thr
                              f"{(table.vocabulary_size, table.dim)}")
         engine.write_variable(name, "parameters", array)
     return _nest.pack_sequence_as(resolved.structure,
-                                  _lookup(engine, resolved, inputs, weights, None))
+                                  _lookup(engine, resolved, inputs, weights, None,
+                                          ActivationArrays()))

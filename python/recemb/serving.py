@@ -164,8 +164,8 @@ class ServingModel:
         naming the feature, example and value. out: as Embedding.lookup's (arrays in the
         structure of feature_config written in place and returned as given); concurrent lookups
         need out arrays of their own."""
-        activations = _lookup(self._engine, self._resolved, features, weights, None, out=out,
-                              new_arrays=self._new_arrays)
+        activations = _lookup(self._engine, self._resolved, features, weights, None,
+                              self._new_arrays, out=out)
         if out is not None:
             return out
         return _nest.pack_sequence_as(self._resolved.structure, activations)
