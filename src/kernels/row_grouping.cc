@@ -64,112 +64,150 @@ void RowGrouping::sort_and_group(std::span<const int64_t> rows, int key_bits, in
           ? 1
           : std::clamp<size_t>(n / kMinItemsPerChunk, 1, static_cast<size_t>(pool->num_threads()));
   const KeyOf<kPacked> key_of{rows};
-  items_.resize(n);
-  items_scratch_.resize(n);
+  items_.resize(n + chunks);
+  items_scratch_.resize(n + chunks);
   order_.resize(n);
-  const int passes = (key_bits + kMaxDigitBits - 1) / kMaxDigitBits;
-  const int digit_bits = passes == 0 ? 0 : (key_bits + passes - 1) / passes;
-  const size_t buckets = size_t{1} << digit_bits;
-  counts_.resize(chunks * buckets);
-  // Each chunk counts the digits of its items for a pass; the first pass's counts are taken while
-  // the items are made. Locals, not captures: the compiler cannot keep a captured int in a
-  // register across stores through uint32_t*.
-  const auto count_digits = [&](size_t chunk, size_t first, size_t last, int shift) {
-    uint32_t* const counts = counts_.data() + chunk * buckets;
-    const uint64_t* const items = items_.data();
-    const uint64_t mask = buckets - 1;
-    std::fill_n(counts, buckets, 0u);
-    for (size_t i = first; i < last; ++i) ++counts[(key_of(items[i]) >> shift) & mask];
-  };
-  for_each_chunk(pool, n, chunks, [&](size_t chunk, size_t first, size_t last) {
-    uint64_t* const items = items_.data();
-    for (size_t i = first; i < last; ++i) {
-      items[i] = kPacked ? (static_cast<uint64_t>(rows[i]) << 32) | i : i;
-    }
-    if (passes > 0) count_digits(chunk, first, last, 0);
-  });
-  for (int pass = 0; pass < passes; ++pass) {
-    const int shift = pass * digit_bits;
-    if (pass > 0) {
-      for_each_chunk(pool, n, chunks, [&](size_t chunk, size_t first, size_t last) {
-        count_digits(chunk, first, last, shift);
-      });
-    }
-    // Each chunk's first slot for each digit: digits in order, and within a digit the chunks in
-    // order, so the pass is stable.
-    uint32_t next = 0;
-    for (size_t digit = 0; digit < buckets; ++digit) {
-      for (size_t chunk = 0; chunk < chunks; ++chunk) {
-        const uint32_t count = counts_[chunk * buckets + digit];
-        counts_[chunk * buckets + digit] = next;
-        next += count;
-      }
-    }
-    for_each_chunk(pool, n, chunks, [&](size_t chunk, size_t first, size_t last) {
-      uint32_t* const heads = counts_.data() + chunk * buckets;
-      const uint64_t* const items = items_.data();
-      uint64_t* const sorted = items_scratch_.data();
-      const int digit_shift = shift;
-      const uint64_t mask = buckets - 1;
-      for (size_t i = first; i < last; ++i) {
-        sorted[heads[(key_of(items[i]) >> digit_shift) & mask]++] = items[i];
-      }
-    });
-    items_.swap(items_scratch_);
-  }
-  group_sorted(key_of, chunks, table_bytes, pool);
-}
-
-// From the sorted items: the order, the groups and the shared rows in one pass, then the single
-// contributions in index order in another. Each pass lets chunk c write from the position of its
-// first item (no group or single can come before it), and moves the chunks' parts together after.
-template <class KeyOfItem>
-void RowGrouping::group_sorted(const KeyOfItem& key_of, size_t chunks, int64_t table_bytes,
-                               ThreadPool* pool) {
-  const size_t n = items_.size();
   unique_rows_.resize(n);
   segment_starts_.resize(n + 1);
   shared_rows_.resize(n);
-  // Each chunk marks the single contributions it finds in its own bitmap (small enough for L1);
-  // the bitmaps are OR-ed when the singles are listed.
   const size_t words = (n + 63) / 64;
   single_bits_.assign(chunks * words, 0);
   chunk_uniques_.resize(chunks + 1);
   chunk_shared_.resize(chunks + 1);
-  for_each_chunk(pool, n, chunks, [&](size_t chunk, size_t first, size_t last) {
-    // Raw pointers in locals, which stores through other pointers cannot change.
-    const uint64_t* const items = items_.data();
-    uint32_t* const order = order_.data();
-    uint64_t* const single_bits = single_bits_.data() + chunk * words;
-    int64_t* const unique_rows = unique_rows_.data();
-    uint32_t* const segment_starts = segment_starts_.data();
-    uint32_t* const shared_rows = shared_rows_.data();
-    // Unique row k of this chunk is written at first + k: as many groups as items at most.
-    auto k = static_cast<uint32_t>(first);
-    auto s = static_cast<uint32_t>(first);
-    for (size_t i = first; i < last; ++i) {
-      const uint64_t key = key_of(items[i]);
-      const bool starts = i == 0 || key != key_of(items[i - 1]);
-      const bool ends = i + 1 == n || key != key_of(items[i + 1]);
-      const auto index = static_cast<uint32_t>(items[i]);
-      order[i] = index;
-      single_bits[index / 64] |= static_cast<uint64_t>(starts && ends ? 1 : 0) << (index % 64);
-      if (starts) {
-        unique_rows[k] = static_cast<int64_t>(key);
-        segment_starts[k] = static_cast<uint32_t>(i);
-        if (!ends) shared_rows[s++] = k;  // this chunk's numbering; fixed below
-        ++k;
-      }
+  split_by_top_digit(rows, key_bits, chunks);
+  const int passes = (key_bits + kMaxDigitBits - 1) / kMaxDigitBits;
+  const int digit_bits = passes == 0 ? 0 : (key_bits + passes - 1) / passes;
+  const size_t buckets = size_t{1} << digit_bits;
+  counts_.resize(chunks * buckets);
+  for_each_chunk(pool, chunks, chunks, [&](size_t chunk, size_t, size_t) {
+    // Locals, not captures: the compiler cannot keep a captured int or size_t in a register across
+    // stores through uint32_t* or uint64_t*.
+    const size_t num_rows = n;
+    const int64_t* const row_of = rows.data();
+    const KeyOf<kPacked> key = key_of;
+    const int num_passes = passes;
+    const int shift_bits = digit_bits;
+    const size_t num_buckets = buckets;
+    const uint64_t mask = buckets - 1;
+    const int top_shift = top_shift_;
+    const uint64_t low_digit = split_digits_[chunk];
+    const uint64_t digit_span = split_digits_[chunk + 1] - low_digit;
+    const size_t first = chunk_first_[chunk];
+    const size_t last = chunk_first_[chunk + 1];
+    // The chunk's part of both buffers is [first + chunk, last + chunk]: one spare slot after it,
+    // where the rows of other chunks are written (and overwritten), so the loop has no branch to
+    // mispredict.
+    // The first pass's digits are counted on the way.
+    uint64_t* const part = items_.data() + chunk;
+    uint32_t* const heads = counts_.data() + chunk * buckets;
+    std::fill_n(heads, num_buckets, 0u);
+    size_t out = first;
+    for (size_t i = 0; i < num_rows; ++i) {
+      const auto row = static_cast<uint64_t>(row_of[i]);
+      const uint32_t mine = (row >> top_shift) - low_digit < digit_span ? 1 : 0;
+      part[out] = kPacked ? (row << 32) | i : i;
+      out += mine;
+      heads[row & mask] += mine;
     }
-    chunk_uniques_[chunk] = k - static_cast<uint32_t>(first);
-    chunk_shared_[chunk] = s - static_cast<uint32_t>(first);
+    // Stable LSD passes over the part, between the two buffers.
+    uint64_t* source = part;
+    uint64_t* target = items_scratch_.data() + chunk;
+    for (int pass = 0; pass < num_passes; ++pass) {
+      const int shift = pass * shift_bits;
+      if (pass > 0) {
+        std::fill_n(heads, num_buckets, 0u);
+        for (size_t i = first; i < last; ++i) ++heads[(key(source[i]) >> shift) & mask];
+      }
+      auto next = static_cast<uint32_t>(first);
+      for (size_t digit = 0; digit < num_buckets; ++digit) {
+        const uint32_t count = heads[digit];
+        heads[digit] = next;
+        next += count;
+      }
+      for (size_t i = first; i < last; ++i) {
+        target[heads[(key(source[i]) >> shift) & mask]++] = source[i];
+      }
+      std::swap(source, target);
+    }
+    group_chunk(key, source, chunk, first, last, words);
   });
+  finish_grouping(chunks, table_bytes, pool);
+}
+
+// Chunk c takes the rows whose top digit (the key's top kMaxDigitBits bits) lies in
+// [split_digits_[c], split_digits_[c + 1]): about n / chunks rows each, at
+// [chunk_first_[c], chunk_first_[c + 1]) of the sorted order.
+void RowGrouping::split_by_top_digit(std::span<const int64_t> rows, int key_bits, size_t chunks) {
+  const size_t n = rows.size();
+  const int top_bits = std::min(key_bits, kMaxDigitBits);
+  top_shift_ = key_bits - top_bits;
+  const uint64_t digits = uint64_t{1} << top_bits;
+  split_digits_.assign(chunks + 1, digits);
+  chunk_first_.assign(chunks + 1, n);
+  split_digits_[0] = 0;
+  chunk_first_[0] = 0;
+  if (chunks == 1) return;
+  top_counts_.assign(digits, 0);
+  for (const int64_t row : rows) ++top_counts_[static_cast<uint64_t>(row) >> top_shift_];
+  size_t chunk = 1;
+  size_t before = 0;  // rows whose top digit is below `digit`
+  for (uint64_t digit = 0; digit < digits && chunk < chunks; ++digit) {
+    while (chunk < chunks && before >= n * chunk / chunks) {
+      split_digits_[chunk] = digit;
+      chunk_first_[chunk] = before;
+      ++chunk;
+    }
+    before += top_counts_[digit];
+  }
+}
+
+// From chunk c's sorted items items[first, last): its part of the order, its groups at first +
+// k (no chunk has more groups than items) and its shared rows in its own numbering, and its single
+// contributions marked in its own bitmap (small enough for L1). Chunks hold disjoint rows, so a
+// group never spans two.
+template <class KeyOfItem>
+void RowGrouping::group_chunk(const KeyOfItem& key_of, const uint64_t* items, size_t chunk,
+                              size_t first, size_t last, size_t words) {
+  uint32_t* const order = order_.data();
+  uint64_t* const single_bits = single_bits_.data() + chunk * words;
+  int64_t* const unique_rows = unique_rows_.data();
+  uint32_t* const segment_starts = segment_starts_.data();
+  uint32_t* const shared_rows = shared_rows_.data();
+  auto k = static_cast<uint32_t>(first);
+  auto s = static_cast<uint32_t>(first);
+  // The keys of items i and i + 1 travel in registers; a group ends where the next one starts.
+  uint64_t key = first < last ? key_of(items[first]) : 0;
+  bool starts = true;
+  for (size_t i = first; i < last; ++i) {
+    const auto index = static_cast<uint32_t>(items[i]);
+    const bool has_next = i + 1 < last;
+    const uint64_t next_key = has_next ? key_of(items[i + 1]) : 0;
+    const bool ends = !has_next || next_key != key;
+    order[i] = index;
+    single_bits[index / 64] |= static_cast<uint64_t>(starts && ends ? 1 : 0) << (index % 64);
+    if (starts) {
+      unique_rows[k] = static_cast<int64_t>(key);
+      segment_starts[k] = static_cast<uint32_t>(i);
+      if (!ends) shared_rows[s++] = k;  // this chunk's numbering; fixed by finish_grouping
+      ++k;
+    }
+    starts = ends;
+    key = next_key;
+  }
+  chunk_uniques_[chunk] = k - static_cast<uint32_t>(first);
+  chunk_shared_[chunk] = s - static_cast<uint32_t>(first);
+}
+
+// Moves the chunks' groups together and lists the single contributions in index order.
+void RowGrouping::finish_grouping(size_t chunks, int64_t table_bytes, ThreadPool* pool) {
+  const size_t n = order_.size();
+  const size_t words = (n + 63) / 64;
   // Move each chunk's groups down to follow the previous chunk's; renumber its shared rows.
   uint32_t uniques = 0;
   uint32_t shared = 0;
   for (size_t chunk = 0; chunk < chunks; ++chunk) {
-    const size_t first = n * chunk / chunks;
-    const uint32_t chunk_first = static_cast<uint32_t>(first);
+    const size_t first = chunk_first_[chunk];
+    const auto chunk_first = static_cast<uint32_t>(first);
     std::copy_n(unique_rows_.begin() + static_cast<ptrdiff_t>(first), chunk_uniques_[chunk],
                 unique_rows_.begin() + uniques);
     std::copy_n(segment_starts_.begin() + static_cast<ptrdiff_t>(first), chunk_uniques_[chunk],

@@ -84,6 +84,31 @@ TEST(RowGroupingTest, PoolGivesTheSameGrouping) {
   }
 }
 
+// The pool splits the rows by their top bits into one part per thread: parts of very different
+// sizes (one digit holding most rows, every row the same, rows only in the lowest and highest
+// digits) still give the stable order.
+TEST(RowGroupingTest, PoolGivesTheSameGroupingForSkewedRows) {
+  ThreadPool pool(2);
+  const int64_t vocabulary = int64_t{1} << 24;
+  std::mt19937_64 random(2024);
+  std::uniform_int_distribution<int64_t> low_row(0, 4095);  // one top digit
+  std::uniform_int_distribution<int64_t> any_row(0, vocabulary - 1);
+  std::vector<int64_t> mostly_one_digit(100000);
+  for (size_t i = 0; i < mostly_one_digit.size(); ++i) {
+    mostly_one_digit[i] = i % 10 == 0 ? any_row(random) : low_row(random);
+  }
+  const std::vector<int64_t> all_same(70000, 12345);
+  std::vector<int64_t> ends(90000);
+  for (size_t i = 0; i < ends.size(); ++i) {
+    ends[i] = i % 3 == 0 ? vocabulary - 1 - low_row(random) : low_row(random);
+  }
+  for (const std::vector<int64_t>* rows :
+       std::vector<const std::vector<int64_t>*>{&mostly_one_digit, &all_same, &ends}) {
+    SCOPED_TRACE(::testing::Message() << "first row " << rows->front());
+    expect_grouping_matches_stable_sort(*rows, vocabulary, &pool);
+  }
+}
+
 // Rows closer than kMinSingleRowGapBytes on average: every row is listed as shared, in order.
 TEST(RowGroupingTest, DenseTableListsEveryRowAsShared) {
   const std::vector<int64_t> rows{4, 4, 1, 9, 4, 1, 7};
