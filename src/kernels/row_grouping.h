@@ -58,10 +58,10 @@ class RowGrouping {
   std::vector<uint32_t> segment_starts_;
   std::vector<uint32_t> single_contributions_;
   std::vector<uint32_t> shared_rows_;
-  // Sort scratch: items (row << 32 | index, or the index alone for wider rows); the split into
-  // chunks (split_by_top_digit); the counts of each chunk's digits for every pass, each chunk's
-  // number of unique rows (then of single contributions) and of shared rows, and bitmaps of the
-  // single contributions.
+  // Sort scratch: items (row << 32 | index, or the index alone for wider rows; chunk c's part
+  // starts c slots late, after the spare slot of each chunk before it); the split into chunks
+  // (split_by_top_digit); each chunk's digit counts for the current pass, its number of unique rows
+  // (then of single contributions) and of shared rows, and its bitmap of single contributions.
   std::vector<uint64_t> items_;
   std::vector<uint64_t> items_scratch_;
   int top_shift_ = 0;
