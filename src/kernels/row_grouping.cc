@@ -148,7 +148,9 @@ void RowGrouping::split_by_top_digit(std::span<const int64_t> rows, int key_bits
   chunk_first_[0] = 0;
   if (chunks == 1) return;
   top_counts_.assign(digits, 0);
-  for (const int64_t row : rows) ++top_counts_[static_cast<uint64_t>(row) >> top_shift_];
+  uint32_t* const counts = top_counts_.data();
+  const int shift = top_shift_;  // a local: stores through uint32_t* may alias a member int
+  for (const int64_t row : rows) ++counts[static_cast<uint64_t>(row) >> shift];
   size_t chunk = 1;
   size_t before = 0;  // rows whose top digit is below `digit`
   for (uint64_t digit = 0; digit < digits && chunk < chunks; ++digit) {
