@@ -74,7 +74,9 @@ void RowGrouping::sort_and_group(std::span<const int64_t> rows, int key_bits, in
   single_bits_.assign(chunks * words, 0);
   chunk_uniques_.resize(chunks + 1);
   chunk_shared_.resize(chunks + 1);
-  split_by_top_digit(rows, key_bits, chunks);
+  // Chunks are split by the key's top digit: its top kMaxDigitBits bits.
+  const int top_shift = key_bits - std::min(key_bits, kMaxDigitBits);
+  split_by_top_digit(rows, top_shift, key_bits - top_shift, chunks);
   const int passes = (key_bits + kMaxDigitBits - 1) / kMaxDigitBits;
   const int digit_bits = passes == 0 ? 0 : (key_bits + passes - 1) / passes;
   const size_t buckets = size_t{1} << digit_bits;
@@ -89,22 +91,21 @@ void RowGrouping::sort_and_group(std::span<const int64_t> rows, int key_bits, in
     const int shift_bits = digit_bits;
     const size_t num_buckets = buckets;
     const uint64_t mask = buckets - 1;
-    const int top_shift = top_shift_;
+    const int part_shift = top_shift;
     const uint64_t low_digit = split_digits_[chunk];
     const uint64_t digit_span = split_digits_[chunk + 1] - low_digit;
     const size_t first = chunk_first_[chunk];
     const size_t last = chunk_first_[chunk + 1];
     // The chunk's part of both buffers is [first + chunk, last + chunk]: one spare slot after it,
     // where the rows of other chunks are written (and overwritten), so the loop has no branch to
-    // mispredict.
-    // The first pass's digits are counted on the way.
+    // mispredict. The first pass's digits are counted on the way.
     uint64_t* const part = items_.data() + chunk;
     uint32_t* const heads = counts_.data() + chunk * buckets;
     std::fill_n(heads, num_buckets, 0u);
     size_t out = first;
     for (size_t i = 0; i < num_rows; ++i) {
       const auto row = static_cast<uint64_t>(row_of[i]);
-      const uint32_t mine = (row >> top_shift) - low_digit < digit_span ? 1 : 0;
+      const uint32_t mine = (row >> part_shift) - low_digit < digit_span ? 1 : 0;
       part[out] = kPacked ? (row << 32) | i : i;
       out += mine;
       heads[row & mask] += mine;
@@ -131,16 +132,15 @@ void RowGrouping::sort_and_group(std::span<const int64_t> rows, int key_bits, in
     }
     group_chunk(key, source, chunk, first, last, words);
   });
-  finish_grouping(chunks, table_bytes, pool);
+  finish_grouping(chunks, words, table_bytes, pool);
 }
 
-// Chunk c takes the rows whose top digit (the key's top kMaxDigitBits bits) lies in
+// Chunk c takes the rows whose top digit (row >> top_shift, top_bits wide) lies in
 // [split_digits_[c], split_digits_[c + 1]): about n / chunks rows each, at
 // [chunk_first_[c], chunk_first_[c + 1]) of the sorted order.
-void RowGrouping::split_by_top_digit(std::span<const int64_t> rows, int key_bits, size_t chunks) {
+void RowGrouping::split_by_top_digit(std::span<const int64_t> rows, int top_shift, int top_bits,
+                                     size_t chunks) {
   const size_t n = rows.size();
-  const int top_bits = std::min(key_bits, kMaxDigitBits);
-  top_shift_ = key_bits - top_bits;
   const uint64_t digits = uint64_t{1} << top_bits;
   split_digits_.assign(chunks + 1, digits);
   chunk_first_.assign(chunks + 1, n);
@@ -149,8 +149,7 @@ void RowGrouping::split_by_top_digit(std::span<const int64_t> rows, int key_bits
   if (chunks == 1) return;
   top_counts_.assign(digits, 0);
   uint32_t* const counts = top_counts_.data();
-  const int shift = top_shift_;  // a local: stores through uint32_t* may alias a member int
-  for (const int64_t row : rows) ++counts[static_cast<uint64_t>(row) >> shift];
+  for (const int64_t row : rows) ++counts[static_cast<uint64_t>(row) >> top_shift];
   size_t chunk = 1;
   size_t before = 0;  // rows whose top digit is below `digit`
   for (uint64_t digit = 0; digit < digits && chunk < chunks; ++digit) {
@@ -201,9 +200,9 @@ void RowGrouping::group_chunk(const KeyOfItem& key_of, const uint64_t* items, si
 }
 
 // Moves the chunks' groups together and lists the single contributions in index order.
-void RowGrouping::finish_grouping(size_t chunks, int64_t table_bytes, ThreadPool* pool) {
+void RowGrouping::finish_grouping(size_t chunks, size_t words, int64_t table_bytes,
+                                  ThreadPool* pool) {
   const size_t n = order_.size();
-  const size_t words = (n + 63) / 64;
   // Move each chunk's groups down to follow the previous chunk's; renumber its shared rows.
   uint32_t uniques = 0;
   uint32_t shared = 0;

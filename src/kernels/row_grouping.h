@@ -47,11 +47,12 @@ class RowGrouping {
   template <bool kPacked>
   void sort_and_group(std::span<const int64_t> rows, int key_bits, int64_t table_bytes,
                       ThreadPool* pool);
-  void split_by_top_digit(std::span<const int64_t> rows, int key_bits, size_t chunks);
+  void split_by_top_digit(std::span<const int64_t> rows, int top_shift, int top_bits,
+                          size_t chunks);
   template <class KeyOfItem>
   void group_chunk(const KeyOfItem& key_of, const uint64_t* items, size_t chunk, size_t first,
                    size_t last, size_t words);
-  void finish_grouping(size_t chunks, int64_t table_bytes, ThreadPool* pool);
+  void finish_grouping(size_t chunks, size_t words, int64_t table_bytes, ThreadPool* pool);
 
   std::vector<int64_t> unique_rows_;
   std::vector<uint32_t> order_;
@@ -64,7 +65,6 @@ class RowGrouping {
   // (then of single contributions) and of shared rows, and its bitmap of single contributions.
   std::vector<uint64_t> items_;
   std::vector<uint64_t> items_scratch_;
-  int top_shift_ = 0;
   std::vector<uint64_t> split_digits_;
   std::vector<size_t> chunk_first_;
   std::vector<uint32_t> top_counts_;
