@@ -12,6 +12,12 @@
 // variables of the rows kPrefetchDistance ahead are prefetched for writing. Kept apart, the second
 // pass has only the table's rows in flight, so the memory-level parallelism goes to the random
 // rows of the table.
+//
+// Each kernel takes the row width as a template argument kDim: 0 for variables.dim at run time,
+// or variables.dim itself, which makes every per-row loop (gradient, optimizer, prefetch) one of
+// constant length, fully unrolled. That is worth 15-20% of a memory-bound update step: the loop
+// overhead of a run-time width sits between the row's memory accesses (docs/performance.md,
+// seventh round).
 #ifndef RECEMB_KERNELS_SPARSE_UPDATE_H_
 #define RECEMB_KERNELS_SPARSE_UPDATE_H_
 
@@ -81,11 +87,11 @@ inline bool all_finite(const float* values, int64_t dim) {
 }
 
 template <class Pipeline>
-void update_row(const Pipeline& pipeline, const RowVariables& v, int64_t row, float* gradient,
-                float* scratch) {
+void update_row(const Pipeline& pipeline, const RowVariables& v, int64_t dim, int64_t row,
+                float* gradient, float* scratch) {
   std::array<float*, 2> slots{};
   for (int i = 0; i < v.num_slots; ++i) slots[i] = v.slot_bases[i] + row * v.slot_widths[i];
-  pipeline.apply(v.parameters + row * v.dim, slots.data(), gradient, scratch, v.dim);
+  pipeline.apply(v.parameters + row * dim, slots.data(), gradient, scratch, dim);
 }
 
 // g = the sum of unique row k's contributions, in their order, from 0.
@@ -102,15 +108,15 @@ inline void reduce_unique_row(const RowGrouping& grouping, const Contributions& 
 // Reduces and applies the contributions of unique row k: summed into one update, or one update
 // each (UpdateMode::accumulate false). Returns false if the row was skipped.
 template <class Pipeline>
-bool update_unique_row(const Pipeline& pipeline, const RowVariables& v, const RowGrouping& grouping,
-                       const Contributions& c, UpdateMode mode, int64_t k, UpdateScratch scratch) {
-  const int64_t dim = v.dim;
+bool update_unique_row(const Pipeline& pipeline, const RowVariables& v, int64_t dim,
+                       const RowGrouping& grouping, const Contributions& c, UpdateMode mode,
+                       int64_t k, UpdateScratch scratch) {
   const int64_t row = grouping.unique_rows()[k];
   float* __restrict g = scratch.gradients;
   if (mode.accumulate) {
     reduce_unique_row(grouping, c, dim, k, g);
     if (mode.skip_non_finite && !all_finite(g, dim)) return false;
-    update_row(pipeline, v, row, g, scratch.pipeline);
+    update_row(pipeline, v, dim, row, g, scratch.pipeline);
     return true;
   }
   const uint32_t begin = grouping.segment_starts()[k];
@@ -124,16 +130,17 @@ bool update_unique_row(const Pipeline& pipeline, const RowVariables& v, const Ro
     const float gain = c.sorted_gains[i];
     const float* __restrict source = c.sorted_sources[i];
     for (int64_t d = 0; d < dim; ++d) g[d] = gain * source[d];
-    update_row(pipeline, v, row, g, scratch.pipeline);
+    update_row(pipeline, v, dim, row, g, scratch.pipeline);
   }
   return true;
 }
 
 // Prefetches the variables of a row (random rows of the table and its slots), to write.
-inline void prefetch_variables(const RowVariables& v, int64_t row) {
-  prefetch_row_for_write(v.parameters + row * v.dim, v.dim);
+inline void prefetch_variables(const RowVariables& v, int64_t dim, int64_t row) {
+  prefetch_row_for_write(v.parameters + row * dim, dim);
   for (int i = 0; i < v.num_slots; ++i) {
-    prefetch_row_for_write(v.slot_bases[i] + row * v.slot_widths[i], v.slot_widths[i]);
+    const int64_t width = v.slot_widths[i] == dim ? dim : v.slot_widths[i];
+    prefetch_row_for_write(v.slot_bases[i] + row * width, width);
   }
 }
 
@@ -151,21 +158,21 @@ inline void prefetch_sources(const RowGrouping& grouping, const Contributions& c
 // each from its one contribution, in that order. Each row is written by exactly one call, so
 // disjoint ranges may run on different threads, and alongside update_shared_rows. Returns the
 // number of rows skipped for a non-finite gradient. Never throws, never allocates.
-template <class Pipeline>
+template <int64_t kDim = 0, class Pipeline>
 int64_t update_single_rows(const Pipeline& pipeline, const RowVariables& variables,
                            const RowGrouping& grouping, const Contributions& contributions,
                            UpdateMode mode, int64_t first, int64_t last, UpdateScratch scratch) {
-  const int64_t dim = variables.dim;
+  const int64_t dim = kDim > 0 ? kDim : variables.dim;
   const uint32_t* singles = grouping.single_contributions().data();
   const int64_t* rows = contributions.rows;
   for (int64_t j = first; j < std::min(last, first + kPrefetchDistance); ++j) {
-    detail::prefetch_variables(variables, rows[singles[j]]);
+    detail::prefetch_variables(variables, dim, rows[singles[j]]);
   }
   float* __restrict g = scratch.gradients;
   int64_t skipped = 0;
   for (int64_t j = first; j < last; ++j) {
     if (j + kPrefetchDistance < last) {
-      detail::prefetch_variables(variables, rows[singles[j + kPrefetchDistance]]);
+      detail::prefetch_variables(variables, dim, rows[singles[j + kPrefetchDistance]]);
     }
     const uint32_t i = singles[j];
     const float gain = contributions.gains[i];
@@ -180,7 +187,7 @@ int64_t update_single_rows(const Pipeline& pipeline, const RowVariables& variabl
       ++skipped;
       continue;
     }
-    detail::update_row(pipeline, variables, rows[i], g, scratch.pipeline);
+    detail::update_row(pipeline, variables, dim, rows[i], g, scratch.pipeline);
   }
   return skipped;
 }
@@ -189,26 +196,26 @@ int64_t update_single_rows(const Pipeline& pipeline, const RowVariables& variabl
 // .. last)]. Each row is written by exactly one call, so disjoint ranges may run on different
 // threads, and alongside update_single_rows. Returns the number of rows skipped for a non-finite
 // gradient. Never throws, never allocates.
-template <class Pipeline>
+template <int64_t kDim = 0, class Pipeline>
 int64_t update_shared_rows(const Pipeline& pipeline, const RowVariables& variables,
                            const RowGrouping& grouping, const Contributions& contributions,
                            UpdateMode mode, int64_t first, int64_t last, UpdateScratch scratch) {
-  const int64_t dim = variables.dim;
+  const int64_t dim = kDim > 0 ? kDim : variables.dim;
   const uint32_t* shared = grouping.shared_rows().data();
   const int64_t* unique_rows = grouping.unique_rows().data();
   int64_t skipped = 0;
   for (int64_t j = first; j < std::min(last, first + kPrefetchDistance); ++j) {
-    detail::prefetch_variables(variables, unique_rows[shared[j]]);
+    detail::prefetch_variables(variables, dim, unique_rows[shared[j]]);
   }
   if (!mode.accumulate) {  // rare: the contributions of a row go one by one anyway
     for (int64_t j = first; j < last; ++j) {
       if (j + kPrefetchDistance < last) {
         const uint32_t ahead = shared[j + kPrefetchDistance];
-        detail::prefetch_variables(variables, unique_rows[ahead]);
+        detail::prefetch_variables(variables, dim, unique_rows[ahead]);
         detail::prefetch_sources(grouping, contributions, dim, ahead);
       }
-      if (!detail::update_unique_row(pipeline, variables, grouping, contributions, mode, shared[j],
-                                     scratch)) {
+      if (!detail::update_unique_row(pipeline, variables, dim, grouping, contributions, mode,
+                                     shared[j], scratch)) {
         ++skipped;
       }
     }
@@ -228,13 +235,13 @@ int64_t update_shared_rows(const Pipeline& pipeline, const RowVariables& variabl
     }
     for (int64_t j = chunk; j < chunk_end; ++j) {
       if (j + kPrefetchDistance < last) {
-        detail::prefetch_variables(variables, unique_rows[shared[j + kPrefetchDistance]]);
+        detail::prefetch_variables(variables, dim, unique_rows[shared[j + kPrefetchDistance]]);
       }
       if (!finite[static_cast<size_t>(j - chunk)]) {
         ++skipped;
         continue;
       }
-      detail::update_row(pipeline, variables, unique_rows[shared[j]],
+      detail::update_row(pipeline, variables, dim, unique_rows[shared[j]],
                          scratch.gradients + (j - chunk) * dim, scratch.pipeline);
     }
   }
@@ -244,11 +251,12 @@ int64_t update_shared_rows(const Pipeline& pipeline, const RowVariables& variabl
 // Updates every row in [first_row, last_row): touched rows as update_shared_rows does, the others
 // with a zero gradient (non-lazy Adam), all from the sorted contributions. Returns the number of
 // rows skipped.
-template <class Pipeline>
+template <int64_t kDim = 0, class Pipeline>
 int64_t update_all_rows(const Pipeline& pipeline, const RowVariables& variables,
                         const RowGrouping& grouping, const Contributions& contributions,
                         UpdateMode mode, int64_t first_row, int64_t last_row,
                         UpdateScratch scratch) {
+  const int64_t dim = kDim > 0 ? kDim : variables.dim;
   int64_t skipped = 0;
   const auto unique_rows = grouping.unique_rows();
   int64_t k =
@@ -256,14 +264,14 @@ int64_t update_all_rows(const Pipeline& pipeline, const RowVariables& variables,
   const int64_t num_unique = static_cast<int64_t>(unique_rows.size());
   for (int64_t row = first_row; row < last_row; ++row) {
     if (k < num_unique && unique_rows[k] == row) {
-      if (!detail::update_unique_row(pipeline, variables, grouping, contributions, mode, k,
+      if (!detail::update_unique_row(pipeline, variables, dim, grouping, contributions, mode, k,
                                      scratch)) {
         ++skipped;
       }
       ++k;
     } else {
-      std::fill_n(scratch.gradients, variables.dim, 0.0f);
-      detail::update_row(pipeline, variables, row, scratch.gradients, scratch.pipeline);
+      std::fill_n(scratch.gradients, dim, 0.0f);
+      detail::update_row(pipeline, variables, dim, row, scratch.gradients, scratch.pipeline);
     }
   }
   return skipped;
