@@ -1,5 +1,6 @@
 #include "embedding/table_state.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "optimizers/slot_spec.h"
@@ -10,6 +11,7 @@ namespace recemb::internal {
 namespace {
 
 constexpr int64_t kContributionsPerTask = 16384;
+constexpr int64_t kContributionsPerListingTask = 8192;
 constexpr int64_t kSharedRowsPerTask = 4096;
 
 }  // namespace
@@ -48,11 +50,11 @@ void TableState::gather_contributions(const std::vector<size_t>& features,
   for (const size_t f : features) total += batch[f].ids.size();
   resize_contributions(total);
   const int64_t dim = config_.dim;
-  size_t next = 0;
-  for (const size_t f : features) {
-    const CsrFeature& csr = batch[f];
-    const float* gradient = gradients[f].empty() ? nullptr : gradients[f].data();
-    for (int64_t b = 0; b < csr.num_bags(); ++b) {
+  // Bags [first_bag, last_bag) of one feature, its contributions from `first` on.
+  const auto list_bags = [&](const CsrFeature& csr, const float* gradient, size_t first,
+                             int64_t first_bag, int64_t last_bag) {
+    size_t next = first + static_cast<size_t>(csr.offsets[static_cast<size_t>(first_bag)]);
+    for (int64_t b = first_bag; b < last_bag; ++b) {
       const float scale = csr.bag_scales[static_cast<size_t>(b)];
       const float* source = gradient != nullptr ? gradient + b * dim : zeros;
       for (int64_t j = csr.offsets[static_cast<size_t>(b)];
@@ -64,6 +66,23 @@ void TableState::gather_contributions(const std::vector<size_t>& features,
         ++next;
       }
     }
+  };
+  size_t first = 0;
+  for (const size_t f : features) {
+    const CsrFeature& csr = batch[f];
+    const float* gradient = gradients[f].empty() ? nullptr : gradients[f].data();
+    const auto ids = static_cast<int64_t>(csr.ids.size());
+    if (pool == nullptr || ids < 2 * kContributionsPerListingTask) {
+      list_bags(csr, gradient, first, 0, csr.num_bags());
+    } else {
+      const int64_t bags_per_task =
+          std::max<int64_t>(1, kContributionsPerListingTask * csr.num_bags() / ids);
+      pool->parallel_for_ranges(csr.num_bags(), bags_per_task,
+                                [&](int64_t first_bag, int64_t last_bag, int) {
+                                  list_bags(csr, gradient, first, first_bag, last_bag);
+                                });
+    }
+    first += csr.ids.size();
   }
   group_contributions(pool);
 }

@@ -36,7 +36,7 @@ class TableState {
   // Lists this step's gradient contributions of `features` (the features looked up in this table,
   // in feature order) and groups them by row. gradients[f] is feature f's gradient or empty for
   // zeros, in which case `zeros` (dim floats of 0) is the source. With a pool (not inside one of
-  // its loops), the grouping runs on its threads.
+  // its loops), the listing of large features and the grouping run on its threads.
   void gather_contributions(const std::vector<size_t>& features,
                             const std::vector<CsrFeature>& batch,
                             std::span<const std::span<const float>> gradients, const float* zeros,

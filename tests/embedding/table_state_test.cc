@@ -1,7 +1,10 @@
 #include "embedding/table_state.h"
 
 #include <gtest/gtest.h>
+#include <random>
 #include <vector>
+
+#include "util/thread_pool.h"
 
 namespace recemb::internal {
 namespace {
@@ -84,6 +87,66 @@ TEST(TableStateTest, ContributionsCarryGainsSourcesAndOrder) {
               std::vector<uint32_t>{1});
     EXPECT_EQ(std::vector<uint32_t>(grouping.shared_rows().begin(), grouping.shared_rows().end()),
               std::vector<uint32_t>{1});
+  }
+}
+
+// Features large enough that a pool lists their bags in parallel tasks: every contribution in
+// (feature, bag, position) order with its weight times its bag's scale and its bag's gradient row
+// (or the zeros for a feature without a gradient), checked against a plain loop.
+TEST(TableStateTest, PoolListsLargeFeaturesInOrder) {
+  constexpr int64_t kDim = 3;
+  std::mt19937_64 random(29);
+  std::vector<CsrFeature> batch(3);
+  std::vector<std::vector<float>> gradient_values(3);
+  for (size_t f = 0; f < batch.size(); ++f) {
+    CsrFeature& csr = batch[f];
+    csr.offsets = {0};
+    const int64_t num_bags = 5000 + 1000 * static_cast<int64_t>(f);
+    for (int64_t b = 0; b < num_bags; ++b) {
+      const int64_t size = static_cast<int64_t>(random() % 9);  // 0 to 8 ids, 4 on average
+      for (int64_t j = 0; j < size; ++j) {
+        csr.ids.push_back(static_cast<int64_t>(random() % 100000));
+        if (f != 1) csr.weights.push_back(static_cast<float>(random() % 1000) / 100.0f);
+      }
+      csr.offsets.push_back(static_cast<int64_t>(csr.ids.size()));
+      csr.bag_scales.push_back(1.0f / static_cast<float>(1 + random() % 5));
+    }
+    csr.activation_shape = {num_bags, kDim};
+    if (f != 2) {
+      gradient_values[f].resize(static_cast<size_t>(num_bags * kDim));
+      for (float& g : gradient_values[f]) g = static_cast<float>(random() % 100) - 50.0f;
+    }
+  }
+  const std::vector<std::span<const float>> gradients{gradient_values[0], gradient_values[1], {}};
+  const std::vector<float> zeros(kDim, 0.0f);
+  TableConfig config{.name = "large", .vocabulary_size = 100000, .dim = kDim};
+  TableState state(config, Sgd{});
+  ThreadPool pool(2);
+  state.gather_contributions({0, 1, 2}, batch, gradients, zeros.data(), &pool);
+
+  std::vector<int64_t> rows;
+  std::vector<float> gains;
+  std::vector<const float*> sources;
+  for (size_t f = 0; f < batch.size(); ++f) {
+    const CsrFeature& csr = batch[f];
+    ASSERT_GT(csr.ids.size(), 16384u);  // at least two listing tasks
+    for (int64_t b = 0; b < csr.num_bags(); ++b) {
+      for (int64_t j = csr.offsets[static_cast<size_t>(b)];
+           j < csr.offsets[static_cast<size_t>(b) + 1]; ++j) {
+        const auto index = static_cast<size_t>(j);
+        rows.push_back(csr.ids[index]);
+        const float weight = csr.weights.empty() ? 1.0f : csr.weights[index];
+        gains.push_back(weight * csr.bag_scales[static_cast<size_t>(b)]);
+        sources.push_back(gradients[f].empty() ? zeros.data() : gradients[f].data() + b * kDim);
+      }
+    }
+  }
+  const Contributions c = state.contributions();
+  ASSERT_EQ(state.grouping().order().size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ASSERT_EQ(c.rows[i], rows[i]) << "contribution " << i;
+    ASSERT_EQ(c.gains[i], gains[i]) << "contribution " << i;
+    ASSERT_EQ(c.sources[i], sources[i]) << "contribution " << i;
   }
 }
 
