@@ -86,6 +86,7 @@ inline bool all_finite(const float* values, int64_t dim) {
   return sum == 0.0f;
 }
 
+// The detail functions take the row width as `dim`: v.dim, or the kernel's constant kDim.
 template <class Pipeline>
 void update_row(const Pipeline& pipeline, const RowVariables& v, int64_t dim, int64_t row,
                 float* gradient, float* scratch) {
@@ -139,6 +140,7 @@ bool update_unique_row(const Pipeline& pipeline, const RowVariables& v, int64_t 
 inline void prefetch_variables(const RowVariables& v, int64_t dim, int64_t row) {
   prefetch_row_for_write(v.parameters + row * dim, dim);
   for (int i = 0; i < v.num_slots; ++i) {
+    // A slot as wide as the row (Adagrad's, Adam's) takes the row's width: a constant with kDim.
     const int64_t width = v.slot_widths[i] == dim ? dim : v.slot_widths[i];
     prefetch_row_for_write(v.slot_bases[i] + row * width, width);
   }
