@@ -67,22 +67,22 @@ void TableState::gather_contributions(const std::vector<size_t>& features,
       }
     }
   };
-  size_t first = 0;
+  size_t listed = 0;  // contributions of the features before f
   for (const size_t f : features) {
     const CsrFeature& csr = batch[f];
     const float* gradient = gradients[f].empty() ? nullptr : gradients[f].data();
     const auto ids = static_cast<int64_t>(csr.ids.size());
     if (pool == nullptr || ids < 2 * kContributionsPerListingTask) {
-      list_bags(csr, gradient, first, 0, csr.num_bags());
+      list_bags(csr, gradient, listed, 0, csr.num_bags());
     } else {
       const int64_t bags_per_task =
           std::max<int64_t>(1, kContributionsPerListingTask * csr.num_bags() / ids);
       pool->parallel_for_ranges(csr.num_bags(), bags_per_task,
                                 [&](int64_t first_bag, int64_t last_bag, int) {
-                                  list_bags(csr, gradient, first, first_bag, last_bag);
+                                  list_bags(csr, gradient, listed, first_bag, last_bag);
                                 });
     }
-    first += csr.ids.size();
+    listed += csr.ids.size();
   }
   group_contributions(pool);
 }
