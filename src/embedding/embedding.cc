@@ -241,9 +241,7 @@ void Embedding::Impl::pool_direct(std::span<const std::span<float>> activations,
     const int64_t num_bags = normalized[f].num_bags();
     const auto num_ids = static_cast<int64_t>(normalized[f].ids.size());
     total_ids += num_ids;
-    const int64_t bags_per_task =
-        num_ids == 0 ? std::max<int64_t>(num_bags, 1)
-                     : std::max<int64_t>(1, kIdsPerLookupTask * num_bags / num_ids);
+    const int64_t bags_per_task = internal::bags_per_task(num_bags, num_ids, kIdsPerLookupTask);
     const TableState& state = states[feature_table[f]];
     const internal::PoolInput input =
         internal::pool_input(normalized[f], state.config(), state.storage().parameters());

@@ -226,8 +226,8 @@ void Embedding::Impl::pool_routed(std::span<const std::span<float>> activations,
       const internal::PoolInput input =
           internal::pool_input(section, state.storage().parameters(), config.dim,
                                config.quantization_config ? &*config.quantization_config : nullptr);
-      const int64_t bags_per_task = std::max<int64_t>(
-          1, kIdsPerPoolTask * section.num_bags / std::max<int64_t>(section.num_ids, 1));
+      const int64_t bags_per_task =
+          internal::bags_per_task(section.num_bags, section.num_ids, kIdsPerPoolTask);
       for (int64_t first = 0; first < section.num_bags; first += bags_per_task) {
         tasks.push_back({input, first, std::min(section.num_bags, first + bags_per_task), out});
       }

@@ -1,6 +1,5 @@
 #include "embedding/table_state.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "optimizers/slot_spec.h"
@@ -75,9 +74,8 @@ void TableState::gather_contributions(const std::vector<size_t>& features,
     if (pool == nullptr || ids < 2 * kContributionsPerListingTask) {
       list_bags(csr, gradient, listed, 0, csr.num_bags());
     } else {
-      const int64_t bags_per_task =
-          std::max<int64_t>(1, kContributionsPerListingTask * csr.num_bags() / ids);
-      pool->parallel_for_ranges(csr.num_bags(), bags_per_task,
+      pool->parallel_for_ranges(csr.num_bags(),
+                                bags_per_task(csr.num_bags(), ids, kContributionsPerListingTask),
                                 [&](int64_t first_bag, int64_t last_bag, int) {
                                   list_bags(csr, gradient, listed, first_bag, last_bag);
                                 });
