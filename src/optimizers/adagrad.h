@@ -17,8 +17,9 @@ class AdagradUpdate {
   AdagradUpdate(const Adagrad& /*hyperparameters*/, float learning_rate, int64_t /*step*/)
       : learning_rate_(learning_rate) {}
 
-  void operator()(float* w, float* const* slots, const float* g, int64_t dim) const {
-    float* a = slots[0];
+  void operator()(float* __restrict w, float* const* slots, const float* __restrict g,
+                  int64_t dim) const {
+    float* __restrict a = slots[0];
     for (int64_t d = 0; d < dim; ++d) {
       a[d] += g[d] * g[d];
       w[d] -= learning_rate_ * g[d] / std::sqrt(a[d]);

@@ -42,10 +42,10 @@ class AdagradMomentumUpdate {
 
  private:
   template <class Preconditioner>
-  void update(float* w, float* const* slots, const float* g, int64_t dim,
+  void update(float* __restrict w, float* const* slots, const float* __restrict g, int64_t dim,
               Preconditioner preconditioner) const {
-    float* a = slots[0];
-    float* m = slots[1];
+    float* __restrict a = slots[0];
+    float* __restrict m = slots[1];
     for (int64_t d = 0; d < dim; ++d) {
       a[d] = accumulator_decay_ * a[d] + gradient_weight_ * g[d] * g[d];
       const float s = preconditioner(a[d] + epsilon_) * g[d];

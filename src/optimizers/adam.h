@@ -51,10 +51,10 @@ class AdamUpdate {
   }
 
   template <class Denominator>
-  void update(float* w, float* const* slots, const float* g, int64_t dim,
+  void update(float* __restrict w, float* const* slots, const float* __restrict g, int64_t dim,
               Denominator denominator) const {
-    float* m = slots[0];
-    float* v = slots[1];
+    float* __restrict m = slots[0];
+    float* __restrict v = slots[1];
     for (int64_t d = 0; d < dim; ++d) {
       m[d] = beta_1_ * m[d] + one_minus_beta_1_ * g[d];
       v[d] = beta_2_ * v[d] + one_minus_beta_2_ * g[d] * g[d];

@@ -49,9 +49,10 @@ class FtrlUpdate {
 
  private:
   template <class Power>
-  void update(float* w, float* const* slots, const float* g, int64_t dim, Power power) const {
-    float* n = slots[0];
-    float* linear = slots[1];
+  void update(float* __restrict w, float* const* slots, const float* __restrict g, int64_t dim,
+              Power power) const {
+    float* __restrict n = slots[0];
+    float* __restrict linear = slots[1];
     if (multiply_linear_by_learning_rate_) {
       for (int64_t d = 0; d < dim; ++d) {
         const float n_new = n[d] + g[d] * g[d];

@@ -5,7 +5,9 @@
 //    public:
 //     XUpdate(const X& hyperparameters, float learning_rate, int64_t step);
 //     // w: the row (dim floats); slots[i]: row i of slot i (SlotSpec::width floats);
-//     // g: the row's accumulated, clipped gradient (dim floats). Never throws, never allocates.
+//     // g: the row's accumulated, clipped gradient (dim floats). None of them overlap: the
+//     // pointers are __restrict, without which a loop of a constant width of 16 or less (fully
+//     // unrolled before vectorisation) is left scalar. Never throws, never allocates.
 //     void operator()(float* w, float* const* slots, const float* g, int64_t dim) const;
 //   };
 // RowPipeline wraps one of them with the steps every optimizer shares (optimizer.h).
@@ -43,6 +45,16 @@ class RowPipeline {
   // Updates row w and its slots with gradient g (clipped in place). scratch: dim floats the
   // pipeline may overwrite. Never throws, never allocates.
   void apply(float* w, float* const* slots, float* g, float* scratch, int64_t dim) const {
+    // On a local copy: as far as the compiler knows, a store through w could change a member of
+    // *this, which it would then reload after every store, and a loop of a constant width of 16
+    // or less (fully unrolled before vectorisation) would stay scalar.
+    const RowPipeline local = *this;
+    local.apply_to_row(w, slots, g, scratch, dim);
+  }
+
+ private:
+  void apply_to_row(float* __restrict w, float* const* slots, float* __restrict g,
+                    float* __restrict scratch, int64_t dim) const {
     if (clips_gradients_) {
       for (int64_t d = 0; d < dim; ++d) {
         g[d] = std::clamp(g[d], clip_gradient_min_, clip_gradient_max_);
@@ -60,7 +72,6 @@ class RowPipeline {
     }
   }
 
- private:
   Update update_;
   float clip_gradient_min_;
   float clip_gradient_max_;

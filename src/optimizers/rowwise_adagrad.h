@@ -16,7 +16,8 @@ class RowwiseAdagradUpdate {
   RowwiseAdagradUpdate(const RowwiseAdagrad& hyperparameters, float learning_rate, int64_t /*step*/)
       : learning_rate_(learning_rate), epsilon_(hyperparameters.epsilon) {}
 
-  void operator()(float* w, float* const* slots, const float* g, int64_t dim) const {
+  void operator()(float* __restrict w, float* const* slots, const float* __restrict g,
+                  int64_t dim) const {
     float& a = *slots[0];
     a += sum_of_squares(g, dim) / static_cast<float>(dim);
     // One division per row, as FBGEMM; then the d loop is a plain multiply-add.

@@ -14,7 +14,8 @@ class SgdUpdate {
   SgdUpdate(const Sgd& /*hyperparameters*/, float learning_rate, int64_t /*step*/)
       : learning_rate_(learning_rate) {}
 
-  void operator()(float* w, float* const* /*slots*/, const float* g, int64_t dim) const {
+  void operator()(float* __restrict w, float* const* /*slots*/, const float* __restrict g,
+                  int64_t dim) const {
     for (int64_t d = 0; d < dim; ++d) w[d] -= learning_rate_ * g[d];
   }
 
