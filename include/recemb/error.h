@@ -1,7 +1,20 @@
 // The exceptions recemb throws.
 //
+//   InvalidArgument     bad input, configuration or arguments              Python ValueError
+//   FailedPrecondition  a call in the wrong state (e.g. a batch applied    Python RuntimeError
+//                       twice)
+//   DataLoss            a file that is damaged, truncated, or of another   Python recemb.DataLoss
+//                       format or version                                  (a ValueError)
+//   std::system_error   a failing file-system call, with its errno         Python OSError (and its
+//                                                                          errno subclasses)
+//
+// The type is the same whatever the number of ranks: in a collective call, the ranks that did not
+// fail themselves throw the failing rank's type, with the message prefixed "rank R: ".
+//
 // Every public entry point validates all of its input before it changes any state; when it throws
-// InvalidArgument, tables, slots, the step counter and any pending batch are exactly as before.
+// InvalidArgument or FailedPrecondition, tables, slots, the step counter and any pending batch are
+// exactly as before. What remains after DataLoss or a system_error is stated by each call (most
+// verify everything before changing anything; see recemb/checkpoint.h for the one exception).
 // Internal invariant violations (bugs) abort instead of throwing.
 #ifndef RECEMB_ERROR_H_
 #define RECEMB_ERROR_H_
@@ -25,6 +38,14 @@ class RECEMB_EXPORT InvalidArgument : public std::invalid_argument {
 class RECEMB_EXPORT FailedPrecondition : public std::logic_error {
  public:
   explicit FailedPrecondition(const std::string& message) : std::logic_error(message) {}
+};
+
+// A file recemb reads is damaged (a checksum does not match), truncated, or of another format or
+// version than the reader understands. The message names the file and what was wrong. Python:
+// recemb.DataLoss, a subclass of ValueError.
+class RECEMB_EXPORT DataLoss : public std::runtime_error {
+ public:
+  explicit DataLoss(const std::string& message) : std::runtime_error(message) {}
 };
 
 }  // namespace recemb

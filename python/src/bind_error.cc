@@ -1,4 +1,5 @@
-// recemb/error.h: InvalidArgument is a ValueError, FailedPrecondition a RuntimeError. And the
+// recemb/error.h: InvalidArgument is a ValueError, FailedPrecondition a RuntimeError, DataLoss a
+// ValueError subclass (recemb.DataLoss). And the
 // std::system_error of a failing system call (checkpoint and serving files) is an OSError with its
 // errno, so that Python raises the matching subclass (FileNotFoundError, PermissionError, ...).
 #include <system_error>
@@ -37,6 +38,9 @@ void bind_error(py::module_& module) {
       .doc() =
       "A call that is valid in itself but not in the object's current state (for example "
       "apply_gradients with a batch already applied). Nothing was changed.";
+  py::register_exception<DataLoss>(module, "DataLoss", PyExc_ValueError).doc() =
+      "A file that is damaged (a checksum does not match), truncated, or of another format or "
+      "version; the message names the file and what was wrong. A ValueError.";
 }
 
 }  // namespace recemb::python
