@@ -2,6 +2,7 @@
 #ifndef RECEMB_CONFIG_VALIDATE_H_
 #define RECEMB_CONFIG_VALIDATE_H_
 
+#include <optional>
 #include <vector>
 
 #include "recemb/config.h"
@@ -19,6 +20,13 @@ namespace recemb::internal {
 //   - options.num_threads < 0 or options.optimizer fails validate_optimizer.
 void validate_configs(const std::vector<TableConfig>& tables,
                       const std::vector<FeatureConfig>& features, const EmbeddingOptions& options);
+
+// The optimizer that trains `table`: its own, else the global one (EmbeddingOptions::optimizer);
+// none when it has neither (the table is not trainable). The one place that rule is written.
+inline const std::optional<Optimizer>& effective_optimizer(
+    const TableConfig& table, const std::optional<Optimizer>& global_optimizer) {
+  return table.optimizer ? table.optimizer : global_optimizer;
+}
 
 }  // namespace recemb::internal
 
