@@ -61,7 +61,7 @@ recemb::Embedding make_embedding(const Workload& workload, const std::string& op
   }
   return recemb::Embedding(std::move(tables), std::move(features),
                            recemb::EmbeddingOptions{
-                               .optimizer = recemb::optimizer_from_name(optimizer),
+                               .optimizer = recemb::parse_optimizer(optimizer),
                                .num_threads = workload.threads,
                                .seed = 1,
                            });

@@ -103,14 +103,11 @@ int64_t parse_int(std::string_view flag, const std::string& text, int64_t min,
 }
 
 recemb::ShardingStrategy parse_strategy(const std::string& text) {
-  for (const recemb::ShardingStrategy strategy :
-       {recemb::ShardingStrategy::kAuto, recemb::ShardingStrategy::kTableWise,
-        recemb::ShardingStrategy::kRowWise, recemb::ShardingStrategy::kColumnWise,
-        recemb::ShardingStrategy::kReplicated}) {
-    if (recemb::sharding_strategy_name(strategy) == text) return strategy;
+  try {
+    return recemb::parse_sharding_strategy(text);
+  } catch (const recemb::InvalidArgument& error) {
+    usage_error(std::string("--strategy: ") + error.what());
   }
-  usage_error("--strategy: '" + text +
-              "' is not one of auto, table_wise, row_wise, column_wise, replicated");
 }
 
 Flags parse_flags(int argc, char** argv) {
@@ -379,7 +376,7 @@ void print_header(const Flags& flags) {
       "global batch %lld x %lld ids per feature, uniform; %d warm-up + %d x %d timed steps, "
       "median of %d\n",
       w.num_tables, static_cast<long long>(w.rows), static_cast<long long>(w.dim), gib, gib,
-      recemb::sharding_strategy_name(flags.strategy).c_str(),
+      std::string(recemb::sharding_strategy_name(flags.strategy)).c_str(),
       static_cast<long long>(w.global_batch), static_cast<long long>(w.bag), flags.warmup,
       flags.repetitions, flags.steps, flags.repetitions);
   std::printf("%-10s %6s %-11s %5s %12s %8s %8s %11s %8s %10s %11s %12s %8s\n", "mode", "shards",
@@ -397,7 +394,7 @@ void print_result(const Flags& flags, const Result& result, int ranks, int threa
   if (reference) std::snprintf(ratio, sizeof(ratio), "%.2f", steps_per_second / *reference);
   std::printf("%-10s %6d %-11s %5d %12d %8.2f %8.3f %11.0f %8.2f %10s %11.2f %12.2f %8.1f\n",
               flags.mpi ? "mpi" : "in-process", result.shards,
-              recemb::sharding_strategy_name(result.strategy).c_str(), ranks, threads,
+              std::string(recemb::sharding_strategy_name(result.strategy)).c_str(), ranks, threads,
               1e3 * result.seconds_per_step, steps_per_second, examples, rows / 1e6, ratio,
               result.bytes_sent_per_step / 1e6, 1e3 * result.communication_seconds_per_step,
               result.build_seconds);

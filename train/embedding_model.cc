@@ -10,7 +10,7 @@ namespace recemb::train {
 namespace {
 
 Optimizer optimizer_with_rate(const std::string& name, double learning_rate) {
-  Optimizer optimizer = optimizer_from_name(name);
+  Optimizer optimizer = parse_optimizer(name);
   std::visit([&](auto& o) { o.learning_rate = static_cast<float>(learning_rate); }, optimizer);
   return optimizer;
 }

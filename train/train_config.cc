@@ -222,7 +222,7 @@ void require(bool condition, const std::string& message) {
 
 void check_optimizer_name(const std::string& name, const std::string& key) {
   try {
-    optimizer_from_name(name);
+    parse_optimizer(name);
   } catch (const InvalidArgument& error) {
     throw InvalidArgument(key + ": " + error.what());
   }
@@ -315,14 +315,11 @@ TrainConfig load_train_config(const std::string& config_path,
 }
 
 ShardingStrategy sharding_strategy(std::string_view name) {
-  constexpr ShardingStrategy kStrategies[] = {
-      ShardingStrategy::kAuto, ShardingStrategy::kTableWise, ShardingStrategy::kRowWise,
-      ShardingStrategy::kColumnWise, ShardingStrategy::kReplicated};
-  for (ShardingStrategy strategy : kStrategies) {
-    if (sharding_strategy_name(strategy) == name) return strategy;
+  try {
+    return parse_sharding_strategy(name);
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(std::string("embedding.sharding: ") + error.what());
   }
-  throw InvalidArgument("embedding.sharding: unknown strategy '" + std::string(name) +
-                        "' (valid: auto, table_wise, row_wise, column_wise, replicated)");
 }
 
 std::string to_toml(const TrainConfig& c) {

@@ -102,7 +102,7 @@ int64_t embedding_bytes(const Embedding& embedding) {
 std::string strategy_counts(const Placement& placement) {
   std::map<std::string, int> counts;
   for (const TablePlacement& table : placement.tables) {
-    ++counts[sharding_strategy_name(table.strategy)];
+    ++counts[std::string(sharding_strategy_name(table.strategy))];
   }
   std::string text;
   for (const auto& [name, count] : counts) {

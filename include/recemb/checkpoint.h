@@ -30,6 +30,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "recemb/embedding.h"
@@ -89,15 +90,21 @@ RECEMB_EXPORT std::optional<std::filesystem::path> latest_checkpoint(
     const std::filesystem::path& root);
 
 // What restore_checkpoint does when a table's vocabulary_size differs from the checkpoint's.
-enum class Resize {
+enum class VocabularyResize {
   kError,         // a different vocabulary_size is an error
   kGrow,          // a larger vocabulary is allowed: rows (and their slots) beyond the
                   // checkpoint's keep their freshly initialized values; smaller is an error
   kGrowOrShrink,  // also a smaller vocabulary: the checkpoint's rows beyond it are dropped
 };
 
+// "error", "grow", "grow_or_shrink"; InvalidArgument for a value that is none of the enumerators.
+RECEMB_EXPORT std::string_view vocabulary_resize_name(VocabularyResize resize);
+// The inverse of vocabulary_resize_name; anything else throws InvalidArgument listing the valid
+// names.
+RECEMB_EXPORT VocabularyResize parse_vocabulary_resize(std::string_view name);
+
 struct RestoreOptions {
-  Resize resize = Resize::kError;
+  VocabularyResize resize = VocabularyResize::kError;
 };
 
 struct RestoredState {

@@ -27,6 +27,7 @@
 #define RECEMB_EMBEDDING_H_
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
@@ -50,6 +51,27 @@ enum class NonFiniteGradients {
               // they are; update all other rows. skipped_rows() counts them.
 };
 
+// "reject", "skip_rows".
+RECEMB_EXPORT std::string_view non_finite_gradients_name(NonFiniteGradients value);
+// The inverse of non_finite_gradients_name; anything else throws InvalidArgument listing the
+// valid names.
+RECEMB_EXPORT NonFiniteGradients parse_non_finite_gradients(std::string_view name);
+
+// What Embedding::prefetch does ahead of finish_lookup.
+enum class PipelineStaleness {
+  kNone,     // everything but reading the tables: the results equal a lookup made at
+             // finish_lookup time, bitwise
+  kOneStep,  // everything, rows included, so the activations may miss the updates of
+             // apply_gradients calls made between prefetch and finish_lookup (one step old in
+             // the usual loop; TF's pipeline_execution_with_tensor_core)
+};
+
+// "none", "one_step".
+RECEMB_EXPORT std::string_view pipeline_staleness_name(PipelineStaleness value);
+// The inverse of pipeline_staleness_name; anything else throws InvalidArgument listing the valid
+// names.
+RECEMB_EXPORT PipelineStaleness parse_pipeline_staleness(std::string_view name);
+
 struct EmbeddingOptions {
   // The optimizer of every table without its own. Unset: tables without an optimizer have no
   // slots and cannot be trained (lookup only, as TF's optimizer=None for serving).
@@ -64,11 +86,8 @@ struct EmbeddingOptions {
   std::optional<PlacementOptions> placement = {};
   // The ranks sharing the tables; null: this process alone (local_communicator()).
   std::shared_ptr<Communicator> communicator = {};
-  // What prefetch does ahead of finish_lookup: 0 = everything but reading the tables (results
-  // exactly as a lookup at finish_lookup time); 1 = everything, so the activations may miss the
-  // updates of apply_gradients calls made between prefetch and finish_lookup (one step old in the
-  // usual loop; TF's pipeline_execution_with_tensor_core). 0 or 1.
-  int pipeline_staleness = 0;
+  // What prefetch does ahead of finish_lookup.
+  PipelineStaleness pipeline_staleness = PipelineStaleness::kNone;
 };
 
 class Embedding;
@@ -155,10 +174,10 @@ class RECEMB_EXPORT Embedding {
   //   for t: prefetch(inputs[t+1], activations[t+1], batch[t+1]);  // ids validated, exchanged
   //          ... dense step t ...;  apply_gradients(batch[t], gradients[t]);
   //          finish_lookup(batch[t+1]);
-  // What runs ahead depends on EmbeddingOptions::pipeline_staleness: with 0, the validation,
+  // What runs ahead depends on EmbeddingOptions::pipeline_staleness: with kNone, the validation,
   // normalisation and the id exchange (no table is read: the results equal a lookup made when
-  // finish_lookup is called, bitwise); with 1, the whole lookup, rows included (the rows read are
-  // those before any apply_gradients made after prefetch).
+  // finish_lookup is called, bitwise); with kOneStep, the whole lookup, rows included (the rows
+  // read are those before any apply_gradients made after prefetch).
   // `inputs`' arrays and `activations` must stay valid until finish_lookup returns; `inputs` and
   // `activations` themselves (the spans) are copied. Every other non-const call on the Embedding
   // (and read_variable) first waits for the background work to end; collectives keep their order
@@ -167,6 +186,13 @@ class RECEMB_EXPORT Embedding {
   void prefetch(std::span<const FeatureInput> inputs, std::span<const std::span<float>> activations,
                 LookupBatch& batch);
   void finish_lookup(LookupBatch& batch);
+
+  // Collective: agrees with every rank on the outcome of checks made before a collective call
+  // outside this class (a binding validating arguments in its own language). Waits for the
+  // background work of prefetch, then calls recemb::agree_on_error (communicator.h) with `error`
+  // (null: none on this rank) on the Embedding's communicator: returns when no rank passed an
+  // error, else throws on every rank as agree_on_error does. Changes nothing.
+  void agree_on_error(std::exception_ptr error);
 
   // Applies d(loss)/d(activations) of the lookup recorded in `batch`, marks the batch applied and
   // increments step(). Several batches may be looked up before they are applied, in any order.

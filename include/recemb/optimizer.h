@@ -17,6 +17,7 @@
 
 #include <limits>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -94,8 +95,8 @@ struct Ftrl {
   float beta = 0.0f;                        // >= 0
   float initial_accumulator_value = 0.1f;   // > 0
   bool multiply_linear_by_learning_rate = false;
-  bool allow_zero_accumulator =
-      false;  // accepted for TF compatibility; deprecated and ignored by TF
+  // Accepted for TF compatibility; deprecated and ignored by TF.
+  bool allow_zero_accumulator = false;
   CommonHyperparameters common = {};
 };
 
@@ -113,11 +114,11 @@ using Optimizer = std::variant<Sgd, Adagrad, AdagradMomentum, Adam, Ftrl, Rowwis
 
 // TF's name of the optimizer: "sgd", "adagrad", "adagrad_momentum", "adam", "ftrl",
 // "rowwise_adagrad".
-RECEMB_EXPORT std::string optimizer_name(const Optimizer& optimizer);
+RECEMB_EXPORT std::string_view optimizer_name(const Optimizer& optimizer);
 
-// The optimizer with TF's defaults for one of the names above; anything else throws
-// InvalidArgument listing the valid names.
-RECEMB_EXPORT Optimizer optimizer_from_name(std::string_view name);
+// The inverse of optimizer_name: the optimizer with TF's defaults of one of the names above;
+// anything else throws InvalidArgument listing the valid names.
+RECEMB_EXPORT Optimizer parse_optimizer(std::string_view name);
 
 // Slot names in TF's order: Sgd {}, Adagrad {"accumulators"}, AdagradMomentum {"accumulators",
 // "momenta"}, Adam {"momenta", "velocities"}, Ftrl {"accumulators", "linears"}, RowwiseAdagrad

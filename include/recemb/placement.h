@@ -23,6 +23,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "recemb/config.h"
@@ -45,7 +46,10 @@ enum class ShardingStrategy {
 
 // "auto", "table_wise", "row_wise", "column_wise" or "replicated"; InvalidArgument for a value
 // that is none of the enumerators.
-RECEMB_EXPORT std::string sharding_strategy_name(ShardingStrategy strategy);
+RECEMB_EXPORT std::string_view sharding_strategy_name(ShardingStrategy strategy);
+// The inverse of sharding_strategy_name; anything else throws InvalidArgument listing the valid
+// names.
+RECEMB_EXPORT ShardingStrategy parse_sharding_strategy(std::string_view name);
 
 struct PlacementOptions {
   int num_shards = 1;  // K, >= 1

@@ -59,20 +59,14 @@ RECEMB_EXPORT void export_serving_model(const Embedding& embedding,
                                         const std::filesystem::path& path,
                                         const ExportOptions& options = {});
 
-// What ServingModel::open checks.
-enum class Verify {
-  // The header, the manifest (checksummed, parsed, configs validated) and that every table blob
-  // lies inside the file, then the checksum of every table blob: reads the whole file once, at
-  // the speed of memory (or of the disk, for a file not in the page cache).
-  kChecksums,
-  // The same without the table checksums: opens in milliseconds whatever the size, and pages are
-  // read from the file on first use. Damaged table bytes then go undetected and give wrong
-  // activations (never an access outside the file).
-  kHeaderOnly,
-};
-
 struct OpenOptions {
-  Verify verify = Verify::kChecksums;
+  // What ServingModel::open checks, as InspectOptions::verify for checkpoints. Always the header,
+  // the manifest (checksummed, parsed, configs validated) and that every table blob lies inside
+  // the file. true: also the checksum of every table blob, which reads the whole file once, at
+  // the speed of memory (or of the disk, for a file not in the page cache). false: opens in
+  // milliseconds whatever the size, and pages are read from the file on first use; damaged table
+  // bytes then go undetected and give wrong activations (never an access outside the file).
+  bool verify = true;
 };
 
 // A serving model opened read-only: the file is memory-mapped (shared, read-only) and its tables
@@ -83,8 +77,8 @@ struct OpenOptions {
 // file. A moved-from ServingModel may only be assigned to or destroyed.
 class RECEMB_EXPORT ServingModel {
  public:
-  // Maps and checks `path` (see Verify). Throws InvalidArgument naming the file when it is
-  // missing, not a regular file, not a serving model, of an unsupported format version,
+  // Maps and checks `path` (see OpenOptions::verify). Throws InvalidArgument naming the file when
+  // it is missing, not a regular file, not a serving model, of an unsupported format version,
   // truncated, or damaged (a checksum mismatch, naming the header, the manifest or the table), or
   // when its manifest or configs are invalid (naming the field, table or feature).
   // std::system_error for other failing system calls (open, mmap), naming the file.

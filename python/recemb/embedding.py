@@ -29,8 +29,8 @@ from recemb.placement import Placement, _cpp_communicator
 
 _NON_FINITE = {"reject": _recemb.NonFiniteGradients.kReject,
                "skip_rows": _recemb.NonFiniteGradients.kSkipRows}
-_RESIZE = {"error": _recemb.Resize.kError, "grow": _recemb.Resize.kGrow,
-           "grow_or_shrink": _recemb.Resize.kGrowOrShrink}
+_RESIZE = {"error": _recemb.VocabularyResize.kError, "grow": _recemb.VocabularyResize.kGrow,
+           "grow_or_shrink": _recemb.VocabularyResize.kGrowOrShrink}
 _NO_GRADIENT = np.empty(0, dtype=np.float32)
 _FLOAT32 = np.dtype(np.float32)
 try:

@@ -128,9 +128,8 @@ class ServingModel:
         Raises ValueError naming the file when it is missing, not a serving model, of another
         format version, truncated or damaged, or when feature_config does not match it.
         """
-        options = _recemb.OpenOptions(
-            verify=_recemb.Verify.kChecksums if verify else _recemb.Verify.kHeaderOnly)
-        return cls(_recemb.ServingModel.open(path, options), feature_config)
+        return cls(_recemb.ServingModel.open(path, _recemb.OpenOptions(verify=bool(verify))),
+                   feature_config)
 
     @property
     def path(self):

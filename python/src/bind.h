@@ -99,10 +99,12 @@ struct Field {
 };
 
 // Binds T's constructor taking every listed field (keyword or positional, in the order given)
-// with the default of a value-initialized T, and a read-write attribute per field. The defaults
-// thus come from the C++ declaration and are never restated here.
+// with the default of a value-initialized T, a read-write attribute per field, and the class
+// attribute _fields, the fields' names in that order (as a namedtuple's). The defaults thus come
+// from the C++ declaration and are never restated here or in the Python package.
 template <typename T, typename... Values>
 void bind_fields(py::class_<T>& cls, Field<T, Values>... fields) {
+  cls.attr("_fields") = py::make_tuple(fields.name...);
   const T defaults{};
   cls.def(py::init([fields...](Values... values) {
             T result{};

@@ -59,12 +59,17 @@ void bind_checkpoint(py::module_& module) {
   module.def("latest_checkpoint", &latest_checkpoint, py::arg("root"), Release(),
              "The complete checkpoint under `root` with the largest step, or None.");
 
-  py::enum_<Resize>(module, "Resize",
-                    "What restore_checkpoint does when a table's vocabulary_size differs from the "
-                    "checkpoint's.")
-      .value("kError", Resize::kError)
-      .value("kGrow", Resize::kGrow)
-      .value("kGrowOrShrink", Resize::kGrowOrShrink);
+  py::enum_<VocabularyResize>(module, "VocabularyResize",
+                              "What restore_checkpoint does when a table's vocabulary_size "
+                              "differs from the checkpoint's.")
+      .value("kError", VocabularyResize::kError)
+      .value("kGrow", VocabularyResize::kGrow)
+      .value("kGrowOrShrink", VocabularyResize::kGrowOrShrink);
+  module.def("vocabulary_resize_name", &vocabulary_resize_name, py::arg("resize"),
+             "'error', 'grow' or 'grow_or_shrink'.");
+  module.def("parse_vocabulary_resize", &parse_vocabulary_resize, py::arg("name"),
+             "The inverse of vocabulary_resize_name; anything else raises InvalidArgument "
+             "listing the valid names.");
 
   py::class_<RestoreOptions> restore_options(module, "RestoreOptions");
   bind_fields(restore_options, Field{"resize", &RestoreOptions::resize});

@@ -3,7 +3,11 @@
 // these calls are collective: ranks that are threads of this process must run meanwhile); Python
 // callbacks (initializers, learning rates) take it back when they are called. variable_data returns
 // a numpy view of the variable whose base is the Embedding object.
+#include <exception>
+#include <string>
+
 #include "recemb/embedding.h"
+#include "recemb/error.h"
 
 #include "bind.h"
 
@@ -14,6 +18,22 @@ void bind_embedding(py::module_& module) {
                                 "What apply_gradients does with a NaN or infinite gradient.")
       .value("kReject", NonFiniteGradients::kReject)
       .value("kSkipRows", NonFiniteGradients::kSkipRows);
+  module.def("non_finite_gradients_name", &non_finite_gradients_name, py::arg("value"),
+             "'reject' or 'skip_rows'.");
+  module.def("parse_non_finite_gradients", &parse_non_finite_gradients, py::arg("name"),
+             "The inverse of non_finite_gradients_name; anything else raises InvalidArgument "
+             "listing the valid names.");
+
+  py::enum_<PipelineStaleness>(module, "PipelineStaleness",
+                               "What prefetch does ahead of finish_lookup: kNone (everything but "
+                               "reading the tables), kOneStep (everything).")
+      .value("kNone", PipelineStaleness::kNone)
+      .value("kOneStep", PipelineStaleness::kOneStep);
+  module.def("pipeline_staleness_name", &pipeline_staleness_name, py::arg("value"),
+             "'none' or 'one_step'.");
+  module.def("parse_pipeline_staleness", &parse_pipeline_staleness, py::arg("name"),
+             "The inverse of pipeline_staleness_name; anything else raises InvalidArgument "
+             "listing the valid names.");
 
   py::class_<EmbeddingOptions> options(module, "EmbeddingOptions");
   bind_fields(options, Field{"optimizer", &EmbeddingOptions::optimizer},
@@ -21,7 +41,8 @@ void bind_embedding(py::module_& module) {
               Field{"seed", &EmbeddingOptions::seed},
               Field{"non_finite_gradients", &EmbeddingOptions::non_finite_gradients},
               Field{"placement", &EmbeddingOptions::placement},
-              Field{"communicator", &EmbeddingOptions::communicator});
+              Field{"communicator", &EmbeddingOptions::communicator},
+              Field{"pipeline_staleness", &EmbeddingOptions::pipeline_staleness});
 
   py::class_<LookupBatch>(module, "LookupBatch",
                           "The validated ids of one training lookup: what apply_gradients needs. "
@@ -57,6 +78,33 @@ void bind_embedding(py::module_& module) {
       .def("lookup", py::overload_cast<Inputs, Activations, LookupBatch&>(&Embedding::lookup),
            py::arg("inputs"), py::arg("activations"), py::arg("batch"), Release(),
            "Training lookup: also keeps in `batch` what apply_gradients needs.")
+      .def("prefetch", &Embedding::prefetch, py::arg("inputs"), py::arg("activations"),
+           py::arg("batch"), Release(),
+           "Starts the training lookup of `inputs` on a background thread and returns at once; "
+           "finish_lookup(batch) completes it. The arrays of `inputs` and `activations` must stay "
+           "alive until then.")
+      .def("finish_lookup", &Embedding::finish_lookup, py::arg("batch"), Release(),
+           "Completes the prefetch into `batch`: its activations hold the results and `batch` is "
+           "applicable, as after lookup(inputs, activations, batch). Raises the lookup's "
+           "validation errors.")
+      .def(
+          "agree_on_error",
+          [](Embedding& embedding, const py::object& error) {
+            std::exception_ptr cpp_error;
+            if (!error.is_none()) {
+              const std::string message = py::str(error);
+              cpp_error = PyErr_GivenExceptionMatches(error.ptr(), PyExc_ValueError)
+                              ? std::make_exception_ptr(InvalidArgument(message))
+                              : std::make_exception_ptr(FailedPrecondition(message));
+            }
+            py::gil_scoped_release release;
+            embedding.agree_on_error(cpp_error);
+          },
+          py::arg("error"),
+          "Collective: agrees with every rank on the checks made before a collective call. "
+          "`error` is None or this rank's exception: a ValueError travels as InvalidArgument, any "
+          "other as FailedPrecondition. Returns when no rank passed one, else raises on every "
+          "rank ('rank R: <message>').")
       .def("apply_gradients", &Embedding::apply_gradients, py::arg("batch"), py::arg("gradients"),
            Release(),
            "Applies d(loss)/d(activations) of the lookup in `batch` (one float32 array per "

@@ -68,8 +68,12 @@ void bind_optimizer(py::module_& module) {
               Field{"initial_accumulator_value", &RowwiseAdagrad::initial_accumulator_value},
               Field{"epsilon", &RowwiseAdagrad::epsilon}, Field{"common", &RowwiseAdagrad::common});
 
-  module.def("optimizer_name", &optimizer_name, py::arg("optimizer"));
-  module.def("optimizer_from_name", &optimizer_from_name, py::arg("name"));
+  module.def("optimizer_name", &optimizer_name, py::arg("optimizer"),
+             "TF's name of the optimizer: 'sgd', 'adagrad', 'adagrad_momentum', 'adam', 'ftrl', "
+             "'rowwise_adagrad'.");
+  module.def("parse_optimizer", &parse_optimizer, py::arg("name"),
+             "The optimizer with TF's defaults of one of optimizer_name's names; anything else "
+             "raises InvalidArgument listing the valid names.");
   module.def("slot_names", &slot_names, py::arg("optimizer"));
   module.def("validate_optimizer", &validate_optimizer, py::arg("optimizer"), py::arg("owner"));
 }

@@ -20,6 +20,9 @@ void bind_placement(py::module_& module) {
       .value("kReplicated", ShardingStrategy::kReplicated);
   module.def("sharding_strategy_name", &sharding_strategy_name, py::arg("strategy"),
              "'auto', 'table_wise', 'row_wise', 'column_wise' or 'replicated'.");
+  module.def("parse_sharding_strategy", &parse_sharding_strategy, py::arg("name"),
+             "The inverse of sharding_strategy_name; anything else raises InvalidArgument "
+             "listing the valid names.");
 
   py::class_<PlacementOptions> options(module, "PlacementOptions");
   bind_fields(options, Field{"num_shards", &PlacementOptions::num_shards},

@@ -28,9 +28,6 @@ void bind_serving(py::module_& module) {
              "Writes the embedding's tables (no slots) and configs to the file `path`, "
              "atomically.");
 
-  py::enum_<Verify>(module, "Verify", "What ServingModel.open checks.")
-      .value("kChecksums", Verify::kChecksums)
-      .value("kHeaderOnly", Verify::kHeaderOnly);
   py::class_<OpenOptions> open_options(module, "OpenOptions");
   bind_fields(open_options, Field{"verify", &OpenOptions::verify});
 

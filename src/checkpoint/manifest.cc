@@ -123,10 +123,6 @@ bool is_plain_file_name(std::string_view name) {
          name != kManifestChecksumFile;
 }
 
-std::string_view non_finite_gradients_name(NonFiniteGradients policy) {
-  return policy == NonFiniteGradients::kSkipRows ? "skip_rows" : "reject";
-}
-
 // ---------------------------------------------------------------------------------------------
 // Writing.
 
@@ -160,7 +156,7 @@ void check_optimizer_name(const Json& optimizer, const std::string& path) {
   if (optimizer.is_null()) return;
   const std::string name = string_at(member(optimizer, "name", path), child(path, "name"));
   try {
-    optimizer_from_name(name);
+    parse_optimizer(name);
   } catch (const InvalidArgument& error) {
     fail(child(path, "name"), error.what());
   }
@@ -275,7 +271,7 @@ std::vector<ArrayEntry> expected_variables(const TableConfig& table,
   std::vector<ArrayEntry> variables = {
       {.name = "parameters", .shape = {table.vocabulary_size, table.dim}}};
   if (optimizer_name) {
-    for (SlotSpec& slot : slot_specs(optimizer_from_name(*optimizer_name), table.dim)) {
+    for (SlotSpec& slot : slot_specs(parse_optimizer(*optimizer_name), table.dim)) {
       variables.push_back({.name = std::move(slot.name),
                            .shape = slot.width == 1
                                         ? std::vector<int64_t>{table.vocabulary_size}
@@ -346,13 +342,11 @@ Manifest manifest_from_json(const Json& json) {
   manifest.seed = unsigned_at(member(embedding, "seed", "embedding"), "embedding.seed");
   const std::string policy = string_at(member(embedding, "non_finite_gradients", "embedding"),
                                        "embedding.non_finite_gradients");
-  if (policy != non_finite_gradients_name(NonFiniteGradients::kReject) &&
-      policy != non_finite_gradients_name(NonFiniteGradients::kSkipRows)) {
-    fail("embedding.non_finite_gradients",
-         "expected \"reject\" or \"skip_rows\", got \"" + policy + "\"");
+  try {
+    manifest.non_finite_gradients = parse_non_finite_gradients(policy);
+  } catch (const InvalidArgument& error) {
+    fail("embedding.non_finite_gradients", error.what());
   }
-  manifest.non_finite_gradients =
-      policy == "reject" ? NonFiniteGradients::kReject : NonFiniteGradients::kSkipRows;
 
   const Json& tables = array_at(member(json, "tables", ""), "tables");
   if (tables.empty()) fail("tables", "a checkpoint has at least one table");

@@ -84,8 +84,10 @@ std::map<std::string, std::vector<float>> verify_files(const fs::path& directory
 }
 
 std::optional<std::string> optimizer_name_of(const Embedding& embedding, const TableConfig& table) {
-  if (table.optimizer) return optimizer_name(*table.optimizer);
-  if (embedding.options().optimizer) return optimizer_name(*embedding.options().optimizer);
+  if (table.optimizer) return std::string(optimizer_name(*table.optimizer));
+  if (embedding.options().optimizer) {
+    return std::string(optimizer_name(*embedding.options().optimizer));
+  }
   return std::nullopt;
 }
 
@@ -128,14 +130,14 @@ std::vector<VariableLoad> plan_loads(const Embedding& embedding, const Manifest&
     const int64_t saved_rows = saved.config.vocabulary_size;
     const int64_t rows = config.vocabulary_size;
     const bool allowed = rows == saved_rows ||
-                         (rows > saved_rows && options.resize != Resize::kError) ||
-                         (rows < saved_rows && options.resize == Resize::kGrowOrShrink);
+                         (rows > saved_rows && options.resize != VocabularyResize::kError) ||
+                         (rows < saved_rows && options.resize == VocabularyResize::kGrowOrShrink);
     if (!allowed) {
       throw InvalidArgument(
           owner + "the checkpoint has vocabulary_size " + std::to_string(saved_rows) +
           ", the embedding " + std::to_string(rows) + "; resizing " +
-          (rows > saved_rows ? "(grow: Resize::kGrow)"
-                             : "(grow_or_shrink: Resize::kGrowOrShrink)") +
+          (rows > saved_rows ? "(grow: VocabularyResize::kGrow)"
+                             : "(grow_or_shrink: VocabularyResize::kGrowOrShrink)") +
           " restores the first " + std::to_string(std::min(rows, saved_rows)) + " rows");
     }
     const std::optional<std::string> optimizer = optimizer_name_of(embedding, config);
@@ -250,7 +252,7 @@ RestoredState restore_by_parts(Embedding& embedding, const fs::path& checkpoint,
           .metadata = manifest.metadata};
 }
 
-Optimizer parse_optimizer(const format::Json& json, const std::string& prefix) {
+Optimizer parse_saved_optimizer(const format::Json& json, const std::string& prefix) {
   try {
     return format::optimizer_from_json(json);
   } catch (const InvalidArgument& error) {
@@ -285,14 +287,14 @@ Embedding load_checkpoint(const fs::path& checkpoint, const LoadOptions& options
     tables.push_back(table.config);
     if (!options.tables_only && !table.optimizer.is_null()) {
       tables.back().optimizer =
-          parse_optimizer(table.optimizer, prefix + "table '" + table.config.name + "': ");
+          parse_saved_optimizer(table.optimizer, prefix + "table '" + table.config.name + "': ");
     }
   }
   EmbeddingOptions embedding_options{.num_threads = options.num_threads,
                                      .seed = manifest.seed,
                                      .non_finite_gradients = manifest.non_finite_gradients};
   if (!options.tables_only && !manifest.optimizer.is_null()) {
-    embedding_options.optimizer = parse_optimizer(manifest.optimizer, prefix + "embedding: ");
+    embedding_options.optimizer = parse_saved_optimizer(manifest.optimizer, prefix + "embedding: ");
   }
   // Verified before the Embedding allocates tables of the sizes the manifest claims.
   verify_files(directory, manifest);

@@ -53,10 +53,7 @@ Placement agreed_placement(Communicator& communicator, const std::vector<TableCo
   Placement placement;
   internal::agree(communicator, [&] {
     internal::validate_configs(tables, features, options);
-    if (options.pipeline_staleness != 0 && options.pipeline_staleness != 1) {
-      throw InvalidArgument("EmbeddingOptions.pipeline_staleness must be 0 or 1, got " +
-                            std::to_string(options.pipeline_staleness));
-    }
+    pipeline_staleness_name(options.pipeline_staleness);  // throws for a non-enumerator
     PlacementOptions placement_options =
         options.placement.value_or(PlacementOptions{.num_shards = communicator.size()});
     placement = plan_placement(tables, features, options.optimizer, placement_options);
@@ -365,7 +362,7 @@ void Embedding::prefetch(std::span<const FeatureInput> inputs,
   kept.prefetched = true;
   kept.prefetch_inputs.assign(inputs.begin(), inputs.end());
   kept.prefetch_activations.assign(activations.begin(), activations.end());
-  const bool pool_now = impl_->options.pipeline_staleness == 1;
+  const bool pool_now = impl_->options.pipeline_staleness == PipelineStaleness::kOneStep;
   Impl* impl = impl_.get();  // stays put when the Embedding is moved
   impl->prefetch_thread = std::thread([impl, &kept, pool_now] {
     try {
@@ -387,6 +384,11 @@ void Embedding::finish_lookup(LookupBatch& batch) {
   if (kept->prefetch_error) std::rethrow_exception(std::exchange(kept->prefetch_error, nullptr));
   if (!kept->pooled) impl_->pool_activations(kept->prefetch_activations, *kept);
   kept->applicable = true;
+}
+
+void Embedding::agree_on_error(std::exception_ptr error) {
+  impl_->join_prefetch();
+  recemb::agree_on_error(*impl_->communicator, std::move(error));
 }
 
 std::vector<std::string> Embedding::variable_names(std::string_view table) const {
@@ -446,10 +448,11 @@ std::span<const float> Embedding::variable_data(std::string_view table,
   impl_->variable_width(table, variable);  // throws for unknown names
   const TableState* state = impl_->whole_state(impl_->table_index(table));
   if (state == nullptr) {
-    throw FailedPrecondition(
-        "table '" + std::string(table) + "' is not held whole by this rank (placement: " +
-        sharding_strategy_name(impl_->placement.tables[impl_->table_index(table)].strategy) +
-        "); read it with read_variable");
+    throw FailedPrecondition("table '" + std::string(table) +
+                             "' is not held whole by this rank (placement: " +
+                             std::string(sharding_strategy_name(
+                                 impl_->placement.tables[impl_->table_index(table)].strategy)) +
+                             "); read it with read_variable");
   }
   return state->storage().variable(variable)->span();
 }

@@ -470,7 +470,7 @@ void read_value(const Json& json, Optimizer& optimizer, const Location& at) {
   ObjectReader reader(json, at);
   const std::string name = reader.tag("name");
   try {
-    optimizer = optimizer_from_name(name);
+    optimizer = parse_optimizer(name);
   } catch (const InvalidArgument& error) {
     fail(at.child("name"), error.what());
   }

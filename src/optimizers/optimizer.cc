@@ -7,7 +7,9 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "recemb/learning_rate.h"
 
 #include "optimizers/slot_spec.h"
+#include "util/enum_names.h"
 
 namespace recemb {
 namespace {
@@ -182,19 +185,14 @@ void validate(const RowwiseAdagrad& rowwise_adagrad, const FieldChecker& check) 
 
 }  // namespace
 
-std::string optimizer_name(const Optimizer& optimizer) {
-  return std::string(std::visit([](const auto& o) { return name_of(o); }, optimizer));
+std::string_view optimizer_name(const Optimizer& optimizer) {
+  return std::visit([](const auto& o) { return name_of(o); }, optimizer);
 }
 
-Optimizer optimizer_from_name(std::string_view name) {
-  std::string valid_names;
-  for (Optimizer& candidate : default_optimizers()) {
-    const std::string candidate_name = optimizer_name(candidate);
-    if (candidate_name == name) return std::move(candidate);
-    valid_names += (valid_names.empty() ? "\"" : ", \"") + candidate_name + "\"";
-  }
-  throw InvalidArgument("unknown optimizer name \"" + std::string(name) + "\"; valid names are " +
-                        valid_names);
+Optimizer parse_optimizer(std::string_view name) {
+  const std::vector<Optimizer> optimizers = default_optimizers();
+  return internal::parse_by_name(name, std::span<const Optimizer>(optimizers), optimizer_name,
+                                 "optimizer name");
 }
 
 std::vector<std::string> slot_names(const Optimizer& optimizer) {

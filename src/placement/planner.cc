@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "config/validate.h"
 #include "optimizers/slot_spec.h"
 #include "util/check.h"
+#include "util/enum_names.h"
 
 namespace recemb {
 namespace {
@@ -186,7 +188,7 @@ std::vector<TableShard> spread_parts(const TableFacts& f, int num_shards) {
 
 }  // namespace
 
-std::string sharding_strategy_name(ShardingStrategy strategy) {
+std::string_view sharding_strategy_name(ShardingStrategy strategy) {
   switch (strategy) {
     case ShardingStrategy::kAuto:
       return "auto";
@@ -201,6 +203,14 @@ std::string sharding_strategy_name(ShardingStrategy strategy) {
   }
   throw InvalidArgument("not a ShardingStrategy value: " +
                         std::to_string(static_cast<int>(strategy)));
+}
+
+ShardingStrategy parse_sharding_strategy(std::string_view name) {
+  constexpr ShardingStrategy kStrategies[] = {
+      ShardingStrategy::kAuto, ShardingStrategy::kTableWise, ShardingStrategy::kRowWise,
+      ShardingStrategy::kColumnWise, ShardingStrategy::kReplicated};
+  return internal::parse_by_name(name, std::span<const ShardingStrategy>(kStrategies),
+                                 sharding_strategy_name, "sharding strategy");
 }
 
 Placement plan_placement(const std::vector<TableConfig>& tables,

@@ -170,10 +170,11 @@ TEST_F(ManifestTest, StructureErrorsNameTheField) {
       {[](Json& j) { j["checksum_block_bytes"] = 6; },
        "field 'checksum_block_bytes': expected a multiple of 4 up to 2^40, got 6"},
       {[](Json& j) { j["embedding"]["optimizer"]["name"] = "lamb"; },
-       "field 'embedding.optimizer.name': unknown optimizer name \"lamb\""},
+       "field 'embedding.optimizer.name': unknown optimizer name 'lamb'"},
       {[](Json& j) { j["embedding"]["seed"] = -3; }, "field 'embedding.seed': expected an integer"},
       {[](Json& j) { j["embedding"]["non_finite_gradients"] = "ignore"; },
-       "field 'embedding.non_finite_gradients': expected \"reject\" or \"skip_rows\""},
+       "field 'embedding.non_finite_gradients': unknown non_finite_gradients 'ignore'; valid "
+       "names are 'reject', 'skip_rows'"},
       {[](Json& j) { j["tables"] = Json::array(); },
        "field 'tables': a checkpoint has at least one table"},
       {[](Json& j) { j["tables"][1]["config"]["dim"] = "4"; },

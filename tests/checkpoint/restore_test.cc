@@ -140,15 +140,15 @@ TEST(RestoreCheckpointTest, ReadsTheCheckedInVersion1Checkpoint) {
 struct ResizeCase {
   test::FixtureSizes saved;
   test::FixtureSizes restored;
-  Resize resize;
+  VocabularyResize resize;
 };
 
 TEST(RestoreCheckpointTest, GrowingKeepsTheNewRowsInitializedAndShrinkingDropsRows) {
   const std::vector<ResizeCase> cases = {
-      {{40, 30, 20}, {55, 30, 27}, Resize::kGrow},
-      {{40, 30, 20}, {55, 30, 27}, Resize::kGrowOrShrink},
-      {{40, 30, 20}, {25, 30, 9}, Resize::kGrowOrShrink},
-      {{40, 30, 20}, {41, 29, 20}, Resize::kGrowOrShrink},
+      {{40, 30, 20}, {55, 30, 27}, VocabularyResize::kGrow},
+      {{40, 30, 20}, {55, 30, 27}, VocabularyResize::kGrowOrShrink},
+      {{40, 30, 20}, {25, 30, 9}, VocabularyResize::kGrowOrShrink},
+      {{40, 30, 20}, {41, 29, 20}, VocabularyResize::kGrowOrShrink},
   };
   for (const ResizeCase& c : cases) {
     TemporaryDirectory directory;
@@ -190,15 +190,15 @@ TEST(RestoreCheckpointTest, ResizingWithoutPermissionIsAnErrorThatChangesNothing
   EXPECT_THAT(error_of<InvalidArgument>([&] { restore_checkpoint(larger, saved); }),
               HasSubstr("checkpoint '" + saved.string() +
                         "': table 'video': the checkpoint has vocabulary_size 40, the embedding "
-                        "50; resizing (grow: Resize::kGrow) restores the first 40 rows"));
+                        "50; resizing (grow: VocabularyResize::kGrow) restores the first 40 rows"));
   EXPECT_TRUE(bitwise_equal(snapshot(larger), larger_before));
 
   Embedding smaller = make_fixture(12, {.tag_rows = 19});
   const Snapshot smaller_before = snapshot(smaller);
   EXPECT_THAT(error_of<InvalidArgument>(
-                  [&] { restore_checkpoint(smaller, saved, {.resize = Resize::kGrow}); }),
+                  [&] { restore_checkpoint(smaller, saved, {.resize = VocabularyResize::kGrow}); }),
               HasSubstr("table 'tags': the checkpoint has vocabulary_size 20, the embedding 19; "
-                        "resizing (grow_or_shrink: Resize::kGrowOrShrink)"));
+                        "resizing (grow_or_shrink: VocabularyResize::kGrowOrShrink)"));
   EXPECT_TRUE(bitwise_equal(snapshot(smaller), smaller_before));
 }
 

@@ -366,7 +366,7 @@ TEST(ShardedCheckpointTest, KeepsTheLastKAndGrowsTablesAsOneProcessDoes) {
             (std::vector<std::string>{"ckpt-000000000003", "ckpt-000000000004"}));
   const test::FixtureSizes grown{.video_rows = 45, .word_rows = 31, .tag_rows = 29};
   Embedding single = make_layer(kWhole, 5, nullptr, grown);
-  restore_checkpoint(single, directory.path(), {.resize = Resize::kGrow});
+  restore_checkpoint(single, directory.path(), {.resize = VocabularyResize::kGrow});
   const Snapshot sharded = agreed(on_ranks(3, [&](auto communicator) {
     Embedding layer = make_layer(setup, 5, communicator, grown);
     const std::string error = [&] {
@@ -378,7 +378,7 @@ TEST(ShardedCheckpointTest, KeepsTheLastKAndGrowsTablesAsOneProcessDoes) {
       return std::string();
     }();
     EXPECT_THAT(error, HasSubstr("vocabulary_size 40, the embedding 45"));
-    restore_checkpoint(layer, directory.path(), {.resize = Resize::kGrow});
+    restore_checkpoint(layer, directory.path(), {.resize = VocabularyResize::kGrow});
     return snapshot(layer);
   }));
   EXPECT_TRUE(bitwise_equal(sharded, snapshot(single)));

@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -149,7 +151,7 @@ struct RunSetup {
   Optimizer optimizer;
   PlacementOptions placement;
   Schedule schedule = Schedule::kSerial;
-  int pipeline_staleness = 0;
+  PipelineStaleness pipeline_staleness = PipelineStaleness::kNone;
   int ranks = 1;
   int threads = 1;
   int steps = 4;
@@ -464,7 +466,7 @@ TEST_P(Pipelining, OneStepStaleReadsTheRowsBeforeTheCurrentUpdate) {
   setup.schedule = Schedule::kLookupBeforeApply;
   const RunResult reference = run_sharded(p, setup, data);
   setup.schedule = Schedule::kPipelined;
-  setup.pipeline_staleness = 1;
+  setup.pipeline_staleness = PipelineStaleness::kOneStep;
   const RunResult stale = run_sharded(p, setup, data);
   EXPECT_EQ(stale.activations, reference.activations);
   EXPECT_NE(stale.activations, serial.activations);  // stale rows do show
@@ -502,13 +504,56 @@ TEST(Pipelining, APrefetchOfABadInputThrowsAtFinishAndChangesNothing) {
               ::testing::HasSubstr("prefetch"));
 }
 
-TEST(Pipelining, RejectsAStalenessOtherThanZeroOrOne) {
+// Embedding::agree_on_error with a prefetch in flight on every rank: it waits for the prefetch's
+// exchange, then agrees; an error on one rank throws "rank 1: ..." on both, and the prefetched
+// lookups still complete, equal to plain lookups.
+TEST(Pipelining, AgreeOnErrorWaitsForThePrefetchAndThrowsOnEveryRank) {
+  if (under_mpi()) GTEST_SKIP() << "in-process ranks only";
+  const Problem p = make_problem(Sgd{});
+  constexpr int kRanks = 2;
+  std::vector<std::shared_ptr<Communicator>> communicators = in_process_communicators(kRanks);
+  std::vector<std::string> messages(kRanks);
+  std::vector<Arrays> prefetched(kRanks), looked_up(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      Embedding layer(
+          p.tables, p.features,
+          {.optimizer = Sgd{},
+           .num_threads = 1,
+           .placement = PlacementOptions{.num_shards = 2, .strategy = ShardingStrategy::kRowWise},
+           .communicator = communicators[r]});
+      std::mt19937_64 rng(static_cast<uint64_t>(90 + r));
+      const std::vector<OwnedInput> owned = inputs_of(random_batch(rng, p, 4));
+      const std::vector<FeatureInput> inputs = test::views_of(owned);
+      prefetched[r] = activation_arrays(layer, inputs);
+      LookupBatch batch;
+      layer.prefetch(inputs, spans_of<float>(prefetched[r]), batch);
+      layer.agree_on_error(nullptr);  // no error anywhere: returns
+      messages[r] = test::error_of<InvalidArgument>([&] {
+        layer.agree_on_error(r == 1 ? std::make_exception_ptr(InvalidArgument("bad shape"))
+                                    : nullptr);
+      });
+      layer.finish_lookup(batch);
+      looked_up[r] = activation_arrays(layer, inputs);
+      layer.lookup(inputs, spans_of<float>(looked_up[r]));
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(messages[r], "rank 1: bad shape") << "rank " << r;
+    EXPECT_EQ(prefetched[r], looked_up[r]) << "rank " << r;
+  }
+}
+
+TEST(Pipelining, RejectsAStalenessThatIsNoEnumerator) {
   const Problem p = make_problem(Sgd{});
   EXPECT_THAT(test::error_of<InvalidArgument>([&] {
-                Embedding layer(p.tables, p.features,
-                                {.optimizer = Sgd{}, .pipeline_staleness = 2});
+                Embedding layer(
+                    p.tables, p.features,
+                    {.optimizer = Sgd{}, .pipeline_staleness = static_cast<PipelineStaleness>(2)});
               }),
-              ::testing::HasSubstr("pipeline_staleness"));
+              ::testing::HasSubstr("PipelineStaleness value 2"));
 }
 
 TEST(ShardedStep, ReportsTheRankAndPlacement) {

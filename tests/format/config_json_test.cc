@@ -454,7 +454,7 @@ TEST(ConfigJsonTest, ErrorsNameTheOwnerAndTheField) {
            "initializer": {"kind": "constant", "mean": 1}})",
        "table 't': field 'initializer.mean': not a known field (known: kind, value)"},
       {R"({"name": "t", "vocabulary_size": 5, "dim": 2, "optimizer": {"name": "lamb"}})",
-       "table 't': field 'optimizer.name': unknown optimizer name \"lamb\""},
+       "table 't': field 'optimizer.name': unknown optimizer name 'lamb'"},
       {R"({"name": "t", "vocabulary_size": 5, "dim": 2,
            "optimizer": {"name": "sgd", "common": {"clip_weight_min": true}}})",
        "table 't': field 'optimizer.common.clip_weight_min': expected a number or \"inf\", "

@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     recemb::restore_checkpoint(fixture.target, fixture.checkpoint,
-                               {.resize = recemb::Resize::kGrowOrShrink});
+                               {.resize = recemb::VocabularyResize::kGrowOrShrink});
   } catch (const std::exception&) {
   }
   for (const bool tables_only : {false, true}) {

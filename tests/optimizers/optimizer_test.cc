@@ -1,4 +1,4 @@
-// optimizer_name, optimizer_from_name, slot_names, validate_optimizer (recemb/optimizer.h) and
+// optimizer_name, parse_optimizer, slot_names, validate_optimizer (recemb/optimizer.h) and
 // slot_specs (optimizers/slot_spec.h).
 #include "recemb/optimizer.h"
 
@@ -49,7 +49,7 @@ Optimizer changed(const std::function<void(T&)>& change) {
 TEST(OptimizerNameTest, NamesInVariantOrderRoundTrip) {
   ASSERT_EQ(kNames.size(), std::variant_size_v<Optimizer>);
   for (size_t i = 0; i < kNames.size(); ++i) {
-    const Optimizer optimizer = optimizer_from_name(kNames[i]);
+    const Optimizer optimizer = parse_optimizer(kNames[i]);
     EXPECT_EQ(optimizer.index(), i) << kNames[i];
     EXPECT_EQ(optimizer_name(optimizer), kNames[i]);
   }
@@ -58,31 +58,31 @@ TEST(OptimizerNameTest, NamesInVariantOrderRoundTrip) {
 
 // TF's defaults (reference §2.2-2.6).
 TEST(OptimizerNameTest, FromNameHasTfDefaults) {
-  EXPECT_EQ(std::get<float>(std::get<Sgd>(optimizer_from_name("sgd")).learning_rate), 0.01f);
-  const auto adagrad = std::get<Adagrad>(optimizer_from_name("adagrad"));
+  EXPECT_EQ(std::get<float>(std::get<Sgd>(parse_optimizer("sgd")).learning_rate), 0.01f);
+  const auto adagrad = std::get<Adagrad>(parse_optimizer("adagrad"));
   EXPECT_EQ(std::get<float>(adagrad.learning_rate), 0.001f);
   EXPECT_EQ(adagrad.initial_accumulator_value, 0.1f);
-  const auto adagrad_momentum = std::get<AdagradMomentum>(optimizer_from_name("adagrad_momentum"));
+  const auto adagrad_momentum = std::get<AdagradMomentum>(parse_optimizer("adagrad_momentum"));
   EXPECT_EQ(adagrad_momentum.momentum, 0.0f);
   EXPECT_FALSE(adagrad_momentum.use_nesterov);
   EXPECT_EQ(adagrad_momentum.exponent, 2.0f);
   EXPECT_EQ(adagrad_momentum.beta2, 1.0f);
   EXPECT_EQ(adagrad_momentum.epsilon, 1e-10f);
-  const auto adam = std::get<Adam>(optimizer_from_name("adam"));
+  const auto adam = std::get<Adam>(parse_optimizer("adam"));
   EXPECT_EQ(adam.beta_1, 0.9f);
   EXPECT_EQ(adam.beta_2, 0.999f);
   EXPECT_EQ(adam.epsilon, 1e-7f);
   EXPECT_TRUE(adam.lazy_adam);
   EXPECT_TRUE(adam.sum_inside_sqrt);
   EXPECT_FALSE(adam.bias_correction);
-  const auto ftrl = std::get<Ftrl>(optimizer_from_name("ftrl"));
+  const auto ftrl = std::get<Ftrl>(parse_optimizer("ftrl"));
   EXPECT_EQ(ftrl.learning_rate_power, -0.5f);
   EXPECT_EQ(ftrl.initial_accumulator_value, 0.1f);
   EXPECT_FALSE(ftrl.multiply_linear_by_learning_rate);
-  const auto rowwise_adagrad = std::get<RowwiseAdagrad>(optimizer_from_name("rowwise_adagrad"));
+  const auto rowwise_adagrad = std::get<RowwiseAdagrad>(parse_optimizer("rowwise_adagrad"));
   EXPECT_EQ(rowwise_adagrad.initial_accumulator_value, 0.0f);
   EXPECT_EQ(rowwise_adagrad.epsilon, 1e-8f);
-  const CommonHyperparameters common = std::get<Sgd>(optimizer_from_name("sgd")).common;
+  const CommonHyperparameters common = std::get<Sgd>(parse_optimizer("sgd")).common;
   EXPECT_TRUE(common.use_gradient_accumulation);
   EXPECT_EQ(common.clip_weight_min, -kInfinity);
   EXPECT_EQ(common.clip_gradient_max, kInfinity);
@@ -93,13 +93,12 @@ TEST(OptimizerNameTest, UnknownNameListsValidNames) {
   for (const char* name : {"adamw", "Adam", "", "sgd "}) {
     SCOPED_TRACE(name);
     try {
-      optimizer_from_name(name);
+      parse_optimizer(name);
       FAIL() << "expected InvalidArgument";
     } catch (const InvalidArgument& error) {
-      EXPECT_THAT(error.what(), HasSubstr("unknown optimizer name \"" + std::string(name) + "\""));
-      EXPECT_THAT(error.what(),
-                  HasSubstr("valid names are \"sgd\", \"adagrad\", \"adagrad_momentum\", "
-                            "\"adam\", \"ftrl\", \"rowwise_adagrad\""));
+      EXPECT_THAT(error.what(), HasSubstr("unknown optimizer name '" + std::string(name) + "'"));
+      EXPECT_THAT(error.what(), HasSubstr("valid names are 'sgd', 'adagrad', 'adagrad_momentum', "
+                                          "'adam', 'ftrl', 'rowwise_adagrad'"));
     }
   }
 }
@@ -134,7 +133,7 @@ TEST(SlotSpecsTest, WidthsAndInitialValues) {
 
 TEST(SlotSpecsTest, NamesMatchSlotNames) {
   for (const std::string& name : kNames) {
-    const Optimizer optimizer = optimizer_from_name(name);
+    const Optimizer optimizer = parse_optimizer(name);
     std::vector<std::string> spec_names;
     for (const internal::SlotSpec& spec : internal::slot_specs(optimizer, 4)) {
       spec_names.push_back(spec.name);
@@ -145,7 +144,7 @@ TEST(SlotSpecsTest, NamesMatchSlotNames) {
 
 TEST(ValidateOptimizerTest, AcceptsDefaultsAndBoundaryValues) {
   for (const std::string& name : kNames) {
-    EXPECT_EQ(validation_error(optimizer_from_name(name)), "") << name;
+    EXPECT_EQ(validation_error(parse_optimizer(name)), "") << name;
   }
   const std::vector<Optimizer> boundary = {
       Sgd{.learning_rate = 0.0f, .common = {}},
@@ -260,7 +259,7 @@ TEST(ValidateOptimizerTest, RejectsBadCommonHyperparameters) {
   };
   for (const std::string& name : kNames) {
     for (const auto& [change, message] : cases) {
-      Optimizer optimizer = optimizer_from_name(name);
+      Optimizer optimizer = parse_optimizer(name);
       std::visit([&change](auto& o) { change(o.common); }, optimizer);
       const std::string error = validation_error(optimizer);
       EXPECT_THAT(error, HasSubstr("table 'video': ")) << name;
@@ -298,7 +297,7 @@ TEST(ValidateOptimizerTest, RejectsNaNInEveryField) {
       {RowwiseAdagrad{.epsilon = kNaN, .common = {}}, "RowwiseAdagrad.epsilon"}};
   for (const std::string& name : kNames) {
     for (const auto& [field, field_name] : common_fields) {
-      Optimizer optimizer = optimizer_from_name(name);
+      Optimizer optimizer = parse_optimizer(name);
       std::visit([field = field](auto& o) { o.common.*field = kNaN; }, optimizer);
       cases.emplace_back(optimizer, field_name);
     }

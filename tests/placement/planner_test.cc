@@ -79,7 +79,7 @@ void expect_consistent(const Problem& p, const Placement& plan) {
     const int64_t rows = p.tables[t].vocabulary_size;
     const int64_t dim = p.tables[t].dim;
     const double rate = p.rate_of(t);
-    SCOPED_TRACE(table.table + " " + sharding_strategy_name(table.strategy));
+    SCOPED_TRACE(table.table + " " + std::string(sharding_strategy_name(table.strategy)));
     EXPECT_EQ(table.table, p.tables[t].name);
     EXPECT_NE(table.strategy, ShardingStrategy::kAuto);
     const bool by_row = table.strategy == ShardingStrategy::kRowWise;
@@ -471,6 +471,18 @@ TEST(PlanPlacementTest, ErrorsNameTheItem) {
   EXPECT_THAT(
       error_of<InvalidArgument>([] { sharding_strategy_name(static_cast<ShardingStrategy>(9)); }),
       HasSubstr("9"));
+}
+
+TEST(ShardingStrategyName, ParsesEveryNameBackAndListsTheValidOnes) {
+  for (const ShardingStrategy strategy :
+       {ShardingStrategy::kAuto, ShardingStrategy::kTableWise, ShardingStrategy::kRowWise,
+        ShardingStrategy::kColumnWise, ShardingStrategy::kReplicated}) {
+    EXPECT_EQ(parse_sharding_strategy(sharding_strategy_name(strategy)), strategy);
+  }
+  EXPECT_EQ(sharding_strategy_name(ShardingStrategy::kColumnWise), "column_wise");
+  EXPECT_THAT(error_of<InvalidArgument>([] { parse_sharding_strategy("rows"); }),
+              AllOf(HasSubstr("unknown sharding strategy 'rows'"),
+                    HasSubstr("'auto', 'table_wise', 'row_wise', 'column_wise', 'replicated'")));
 }
 
 // The numbers of the lines of `text` after the line starting with `header`, up to an empty line.

@@ -284,7 +284,7 @@ def test_bindings_extra_arrays_metadata_and_load_checkpoint(tmp_path):
 
     target = make_layer((random_table(rng, VIDEO), random_table(rng, USER)), "adagrad")
     restored = cpp.restore_checkpoint(target._engine, path,
-                                      cpp.RestoreOptions(resize=cpp.Resize.kError))
+                                      cpp.RestoreOptions(resize=cpp.VocabularyResize.kError))
     assert restored.step == 2 and restored.metadata == {"position": "42"}
     arrays = restored.extra_arrays
     del restored  # the arrays keep the state alive

@@ -491,7 +491,7 @@ TEST_F(ServingSharingTest, CopiesAndMovesShareTheMappingAndOutliveTheOriginal) {
   original.reset();
   EXPECT_EQ(lookup_activations(copy, views), expected);
   EXPECT_EQ(lookup_activations(moved, views), expected);
-  ServingModel assigned = ServingModel::open(path_, {.verify = Verify::kHeaderOnly});
+  ServingModel assigned = ServingModel::open(path_, {.verify = false});
   assigned = copy;
   EXPECT_EQ(lookup_activations(assigned, views), expected);
   EXPECT_EQ(&assigned.tables(), &copy.tables()) << "copies share one state";
@@ -524,7 +524,7 @@ TEST_F(ServingSharingTest, ConcurrentLookupsEqualSerialOnes) {
 TEST_F(ServingSharingTest, ReplacingTheFileKeepsOpenModelsOnTheOldOne) {
   const auto inputs = batches(3, 1)[0];
   const std::vector<FeatureInput> views = test::views_of(inputs);
-  const ServingModel old_model = ServingModel::open(path_, {.verify = Verify::kHeaderOnly});
+  const ServingModel old_model = ServingModel::open(path_, {.verify = false});
   const auto before = lookup_activations(old_model, views);
   Embedding other = make_layer(scenario_, 78);
   export_serving_model(other, path_, {.dtype = ServingDtype::kFloat32});
@@ -548,7 +548,7 @@ class ServingFileErrorTest : public ::testing::TestWithParam<ServingDtype> {
 
   // Opening `bytes` (written to damaged_) throws InvalidArgument naming the file and containing
   // `fragment`.
-  void expect_rejected(const std::vector<std::byte>& bytes, Verify verify,
+  void expect_rejected(const std::vector<std::byte>& bytes, bool verify,
                        const std::string& fragment, const std::string& trace) {
     test::write_bytes(damaged_, bytes);
     const std::string message =
@@ -562,7 +562,7 @@ class ServingFileErrorTest : public ::testing::TestWithParam<ServingDtype> {
   void expect_opens_and_looks_up(const std::vector<std::byte>& bytes, const std::string& trace) {
     test::write_bytes(damaged_, bytes);
     try {
-      const ServingModel model = ServingModel::open(damaged_, {.verify = Verify::kHeaderOnly});
+      const ServingModel model = ServingModel::open(damaged_, {.verify = false});
       std::mt19937_64 rng(1);
       lookup_activations(model, test::views_of(random_inputs(rng, scenario_)));
     } catch (const std::exception& error) {
@@ -579,7 +579,7 @@ class ServingFileErrorTest : public ::testing::TestWithParam<ServingDtype> {
 };
 
 // Flipping any byte is detected: sampled positions in the header (all of it), the manifest and
-// every table blob (first, last, padding and random bytes). With Verify::kHeaderOnly, damage to
+// every table blob (first, last, padding and random bytes). With verify = false, damage to
 // the header or manifest is still detected; damage to a blob is not, and the model still opens
 // and looks up.
 TEST_P(ServingFileErrorTest, FlippedBytesAreDetectedInEverySection) {
@@ -592,15 +592,15 @@ TEST_P(ServingFileErrorTest, FlippedBytesAreDetectedInEverySection) {
   for (size_t position = 0; position < 64; ++position) {
     const std::string fragment = position < 8 ? "not a recemb serving model" : "header";
     const std::string trace = "header byte " + std::to_string(position);
-    expect_rejected(flip(position), Verify::kChecksums, fragment, trace);
-    expect_rejected(flip(position), Verify::kHeaderOnly, fragment, trace);
+    expect_rejected(flip(position), /*verify=*/true, fragment, trace);
+    expect_rejected(flip(position), /*verify=*/false, fragment, trace);
   }
   std::vector<size_t> manifest_positions{64, 64 + file_.manifest_size - 1};
   for (int i = 0; i < 40; ++i) manifest_positions.push_back(64 + rng() % file_.manifest_size);
   for (const size_t position : manifest_positions) {
     const std::string trace = "manifest byte " + std::to_string(position);
-    expect_rejected(flip(position), Verify::kChecksums, "the manifest checksum", trace);
-    expect_rejected(flip(position), Verify::kHeaderOnly, "the manifest checksum", trace);
+    expect_rejected(flip(position), /*verify=*/true, "the manifest checksum", trace);
+    expect_rejected(flip(position), /*verify=*/false, "the manifest checksum", trace);
   }
   for (const ModelFile::Blob& blob : file_.blobs) {
     const uint64_t padded = ModelFile::padded(blob.size);
@@ -608,7 +608,7 @@ TEST_P(ServingFileErrorTest, FlippedBytesAreDetectedInEverySection) {
     for (int i = 0; i < 20; ++i) offsets.push_back(rng() % padded);
     for (const uint64_t offset : offsets) {
       const std::string trace = "table " + blob.table + " byte " + std::to_string(offset);
-      expect_rejected(flip(blob.offset + offset), Verify::kChecksums,
+      expect_rejected(flip(blob.offset + offset), /*verify=*/true,
                       "table '" + blob.table + "': the checksum does not match", trace);
       expect_opens_and_looks_up(flip(blob.offset + offset), trace);
     }
@@ -623,13 +623,13 @@ TEST_P(ServingFileErrorTest, TruncatedAndExtendedFilesAreRejected) {
                                 data / 2, data, data + 1, in_blob, size - 64, size - 1}) {
     const std::vector<std::byte> bytes(file_.bytes.begin(),
                                        file_.bytes.begin() + static_cast<std::ptrdiff_t>(length));
-    for (const Verify verify : {Verify::kChecksums, Verify::kHeaderOnly}) {
+    for (const bool verify : {true, false}) {
       expect_rejected(bytes, verify, "truncated", "length " + std::to_string(length));
     }
   }
   std::vector<std::byte> extended = file_.bytes;
   extended.resize(size + 64);
-  expect_rejected(extended, Verify::kHeaderOnly, "bytes were appended", "extended");
+  expect_rejected(extended, /*verify=*/false, "bytes were appended", "extended");
 }
 
 // A manifest edited consistently (its checksums recomputed, so only validation can catch it).
@@ -644,22 +644,22 @@ TEST_P(ServingFileErrorTest, EditedManifestsAreValidated) {
   test::write_bytes(damaged_, rebuilt([](format::Json&) {}));
   EXPECT_EQ(ServingModel::open(damaged_).tables().size(), 3u);
 
-  expect_rejected(test::build_model_file(file_.manifest.dump(), data, 2), Verify::kHeaderOnly,
+  expect_rejected(test::build_model_file(file_.manifest.dump(), data, 2), /*verify=*/false,
                   "format version 2 is not supported", "version");
   expect_rejected(rebuilt([](auto& m) { m["tables"][1]["config"]["dim"] = 16; }),
-                  Verify::kHeaderOnly, "table 'other': blob size", "dim");
+                  /*verify=*/false, "table 'other': blob size", "dim");
   expect_rejected(rebuilt([](auto& m) { m["features"][3]["table"] = "missing"; }),
-                  Verify::kHeaderOnly, "feature 'bags_c': table 'missing'", "feature");
+                  /*verify=*/false, "feature 'bags_c': table 'missing'", "feature");
   expect_rejected(rebuilt([](auto& m) { m["tables"][0]["config"]["combiner"] = "max"; }),
-                  Verify::kHeaderOnly, "combiner", "combiner");
-  expect_rejected(rebuilt([](auto& m) { m["dtype"] = "bfloat16"; }), Verify::kHeaderOnly,
-                  "'bfloat16'", "dtype");
+                  /*verify=*/false, "combiner", "combiner");
+  expect_rejected(rebuilt([](auto& m) { m["dtype"] = "bfloat16"; }), /*verify=*/false, "'bfloat16'",
+                  "dtype");
   const auto wrong_checksum =
       rebuilt([](auto& m) { m["tables"][2]["checksum"] = "0123456789abcdef"; });
-  expect_rejected(wrong_checksum, Verify::kChecksums,
-                  "table 'quantized': the checksum does not match", "checksum");
+  expect_rejected(wrong_checksum, /*verify=*/true, "table 'quantized': the checksum does not match",
+                  "checksum");
   test::write_bytes(damaged_, wrong_checksum);
-  EXPECT_NO_THROW(ServingModel::open(damaged_, {.verify = Verify::kHeaderOnly}));
+  EXPECT_NO_THROW(ServingModel::open(damaged_, {.verify = false}));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDtypes, ServingFileErrorTest, ::testing::ValuesIn(kDtypes),
@@ -759,9 +759,6 @@ TEST(ServingOpenTest, MissingDirectoriesForeignFilesAndBadOptions) {
   test::write_bytes(text, std::vector<std::byte>(100, std::byte{'x'}));
   EXPECT_THAT(error_of<InvalidArgument>([&] { ServingModel::open(text); }),
               AllOf(HasSubstr("notes.txt"), HasSubstr("not a recemb serving model")));
-  EXPECT_THAT(error_of<InvalidArgument>(
-                  [&] { ServingModel::open(text, {.verify = static_cast<Verify>(7)}); }),
-              HasSubstr("OpenOptions.verify: value 7"));
 }
 
 }  // namespace

@@ -114,8 +114,7 @@ void print_values(std::span<const float> values, std::span<const int64_t> shape,
 
 int run_lookup_command(const LookupArguments& args, std::istream& in, std::ostream& out,
                        std::ostream& err) {
-  const ServingModel model = ServingModel::open(
-      args.model, {.verify = args.verify ? Verify::kChecksums : Verify::kHeaderOnly});
+  const ServingModel model = ServingModel::open(args.model, {.verify = args.verify});
   const auto& features = model.features();
   ExampleInputs example;
   std::vector<std::vector<float>> activations(features.size());

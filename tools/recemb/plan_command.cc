@@ -1,6 +1,5 @@
 #include "tools/recemb/plan_command.h"
 
-#include "recemb/error.h"
 #include "recemb/placement.h"
 
 #include "tools/recemb/train_command.h"
@@ -8,19 +7,6 @@
 #include "train/train_config.h"
 
 namespace recemb::tools {
-namespace {
-
-ShardingStrategy parse_strategy(const std::string& name) {
-  for (ShardingStrategy strategy :
-       {ShardingStrategy::kAuto, ShardingStrategy::kTableWise, ShardingStrategy::kRowWise,
-        ShardingStrategy::kColumnWise, ShardingStrategy::kReplicated}) {
-    if (sharding_strategy_name(strategy) == name) return strategy;
-  }
-  throw InvalidArgument("unknown strategy '" + name +
-                        "' (valid: auto, table_wise, row_wise, column_wise, replicated)");
-}
-
-}  // namespace
 
 int run_plan_command(const PlanArguments& args, std::ostream& out) {
   const train::TrainConfig config = train::load_train_config(
@@ -28,9 +14,9 @@ int run_plan_command(const PlanArguments& args, std::ostream& out) {
       train_overrides(
           {.config_path = args.config_path, .overrides = args.overrides, .preset = args.preset}));
   const train::EmbeddingModel model = train::embedding_model(config);
-  const Placement placement =
-      plan_placement(model.tables, model.features, model.optimizer,
-                     {.num_shards = args.shards, .strategy = parse_strategy(args.strategy)});
+  const Placement placement = plan_placement(
+      model.tables, model.features, model.optimizer,
+      {.num_shards = args.shards, .strategy = parse_sharding_strategy(args.strategy)});
   out << format_placement(placement);
   return 0;
 }
