@@ -14,9 +14,11 @@ _NAMED_INITIALIZERS = {"zeros": 0.0, "ones": 1.0}
 _CPP_INITIALIZERS = (_recemb.TruncatedNormal, _recemb.Constant, _recemb.RowId)
 
 
-def _check_int(owner, field, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{owner}: {field} must be an int >= {minimum}, got {value!r}")
+def _int(owner, field, value):
+    """`value` as an int, or ValueError naming the field; its range is checked by the C++ library
+    when the Embedding is built."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{owner}: {field} must be an int, got {value!r}")
     return int(value)
 
 
@@ -25,7 +27,7 @@ class QuantizationConfig:
     straight-through): x = clip(x, lower, upper), snapped to num_buckets evenly spaced values."""
 
     def __init__(self, num_buckets, lower, upper):
-        self.num_buckets = _check_int("QuantizationConfig", "num_buckets", num_buckets, 2)
+        self.num_buckets = _int("QuantizationConfig", "num_buckets", num_buckets)
         self.lower = float(lower)
         self.upper = float(upper)
 
@@ -51,8 +53,8 @@ class TableConfig:
     def __init__(self, vocabulary_size, dim, initializer=None, optimizer=None, combiner="mean",
                  name=None, quantization_config=None):
         owner = f"TableConfig '{name}'" if name is not None else "TableConfig"
-        self.vocabulary_size = _check_int(owner, "vocabulary_size", vocabulary_size, 1)
-        self.dim = _check_int(owner, "dim", dim, 1)
+        self.vocabulary_size = _int(owner, "vocabulary_size", vocabulary_size)
+        self.dim = _int(owner, "dim", dim)
         try:
             _recemb.parse_combiner(combiner)
         except (ValueError, TypeError) as error:
@@ -98,13 +100,12 @@ class FeatureConfig:
         if not isinstance(table, TableConfig):
             raise ValueError(f"{owner}: table must be a TableConfig, got {type(table).__name__}")
         self.table = table
-        self.max_sequence_length = _check_int(owner, "max_sequence_length",
-                                              max_sequence_length, 0)
+        self.max_sequence_length = _int(owner, "max_sequence_length", max_sequence_length)
         if not isinstance(validate_weights_and_indices, bool):
             raise ValueError(f"{owner}: validate_weights_and_indices must be a bool")
         self.validate_weights_and_indices = validate_weights_and_indices
         self.output_shape = None if output_shape is None else [
-            _check_int(owner, "output_shape entries", d, 1) for d in output_shape]
+            _int(owner, "output_shape entries", d) for d in output_shape]
         self.name = name
 
     def __repr__(self):

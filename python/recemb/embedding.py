@@ -25,12 +25,8 @@ from recemb import _nest, _recemb, optimizers
 from recemb._activations import ActivationArrays
 from recemb.config import Resolved, TableConfig
 from recemb.inputs import Ragged, Sparse, feature_input, float32_array
-from recemb.placement import Placement, _cpp_communicator
+from recemb.placement import Placement, _cpp_communicator, _enum
 
-_NON_FINITE = {"reject": _recemb.NonFiniteGradients.kReject,
-               "skip_rows": _recemb.NonFiniteGradients.kSkipRows}
-_RESIZE = {"error": _recemb.VocabularyResize.kError, "grow": _recemb.VocabularyResize.kGrow,
-           "grow_or_shrink": _recemb.VocabularyResize.kGrowOrShrink}
 _NO_GRADIENT = np.empty(0, dtype=np.float32)
 _FLOAT32 = np.dtype(np.float32)
 try:
@@ -79,19 +75,20 @@ class _Tables(dict):
 
 def _build_engine(resolved, optimizer, options, zero_tables=False):
     """The C++ Embedding of a resolved config, its tables initialized (zeros if zero_tables).
-    options: num_threads, seed, non_finite_gradients, and optionally placement (a Placement) and
-    communicator (a C++ Communicator)."""
+    options: num_threads, seed, and optionally non_finite_gradients (a C++ enumerator), placement
+    (a Placement) and communicator (a C++ Communicator); the C++ defaults otherwise. The engine
+    validates the configs (before any initializer callable is called)."""
     placement = options.get("placement")
     cpp_options = _recemb.EmbeddingOptions(
         optimizer=None if optimizer is None else optimizer._to_cpp(),
         num_threads=options["num_threads"], seed=options["seed"],
-        non_finite_gradients=options["non_finite_gradients"],
         placement=None if placement is None else placement._to_cpp(resolved),
         communicator=options.get("communicator"))
-    initial_values = [] if zero_tables else resolved.initial_values()
+    if "non_finite_gradients" in options:
+        cpp_options.non_finite_gradients = options["non_finite_gradients"]
     engine = _recemb.Embedding(resolved.cpp_tables(zero_tables),
                                resolved.cpp_features(), cpp_options)
-    for name, values in initial_values:
+    for name, values in ([] if zero_tables else resolved.initial_values()):
         engine.write_variable(name, "parameters", values)  # validates: finite values
     return engine
 
@@ -265,15 +262,14 @@ class Embedding:
 
     def __init__(self, feature_config, optimizer=None, *, num_threads=0, seed=0,
                  non_finite_gradients="reject", placement=None, communicator=None):
-        if non_finite_gradients not in _NON_FINITE:
-            raise ValueError(f"non_finite_gradients must be one of {list(_NON_FINITE)}, got "
-                             f"{non_finite_gradients!r}")
+        non_finite_gradients = _enum(_recemb.parse_non_finite_gradients, "non_finite_gradients",
+                                     non_finite_gradients)
         if placement is not None and not isinstance(placement, Placement):
             raise ValueError(f"placement must be None or a recemb.Placement, got {placement!r}")
         self._resolved = Resolved(feature_config)
         self._optimizer = optimizers.get(optimizer)
         self._options = {"num_threads": int(num_threads), "seed": int(seed),
-                         "non_finite_gradients": _NON_FINITE[non_finite_gradients],
+                         "non_finite_gradients": non_finite_gradients,
                          "placement": placement,
                          "communicator": _cpp_communicator(communicator)}
         self._lock = threading.RLock()
@@ -503,11 +499,10 @@ class Embedding:
         collective, as save: the ranks verify the files together, then each reads only its own
         shards' rows; an error on any rank raises the same error on every rank.
         """
-        if resize not in _RESIZE:
-            raise ValueError(f"resize must be one of {list(_RESIZE)}, got {resize!r}")
+        options = _recemb.RestoreOptions(
+            resize=_enum(_recemb.parse_vocabulary_resize, "resize", resize))
         with self._lock:
-            return _recemb.restore_checkpoint(self._engine, checkpoint,
-                                              _recemb.RestoreOptions(resize=_RESIZE[resize])).step
+            return _recemb.restore_checkpoint(self._engine, checkpoint, options).step
 
     def export(self, path, dtype="float32"):
         """Writes the tables (no slots) and the configs as the serving model file `path` (see
@@ -551,8 +546,7 @@ def serving_embedding_lookup(inputs, weights, tables, feature_config, *, num_thr
     it: O(total table size) per call, fine for tests and small models.
     """
     resolved = Resolved(feature_config)
-    engine = _build_engine(resolved, None, {"num_threads": num_threads, "seed": 0,
-                                            "non_finite_gradients": _NON_FINITE["reject"]},
+    engine = _build_engine(resolved, None, {"num_threads": num_threads, "seed": 0},
                            zero_tables=True)
     for table, name in zip(resolved.tables, resolved.table_names):
         if table in tables:

@@ -19,12 +19,16 @@ Hyperparameters every optimizer takes (TF's `_Optimizer` base):
 import math
 import numbers
 
+import numpy as np
+
 from recemb import _recemb
 
 _SCHEDULES = (_recemb.ExponentialDecay, _recemb.PiecewiseConstant, _recemb.LinearWarmup)
 
+# TF's common keywords (its _Optimizer base) and their defaults: None means unset, which _to_cpp
+# turns into the C++ default (clip bounds +-inf, weight_decay_factor 0, no multiplication).
 _COMMON = {
-    "use_gradient_accumulation": True,
+    "use_gradient_accumulation": _recemb.CommonHyperparameters().use_gradient_accumulation,
     "clip_weight_min": None,
     "clip_weight_max": None,
     "weight_decay_factor": None,
@@ -32,6 +36,14 @@ _COMMON = {
     "clipvalue": None,
     "low_dimensional_packing_status": False,
 }
+
+
+def _python_value(value):
+    """A C++ default as Python shows it: a float32 as the shortest decimal that rounds to it
+    (0.001, not 0.0010000000474974513), so repr and comparisons read as TF's."""
+    if isinstance(value, float):
+        return float(str(np.float32(value)))
+    return value
 
 
 def _cpp_learning_rate(value, owner):
@@ -62,13 +74,24 @@ def _clip_range(clipvalue, owner):
 
 
 class _Optimizer:
-    """Base of the optimizers: hyperparameters as attributes, conversion to the C++ struct."""
+    """Base of the optimizers: hyperparameters as attributes, conversion to the C++ struct.
+
+    A subclass names its bound C++ struct (_CPP); its TF name, learning rate default and own
+    hyperparameters with their defaults (_OWN, in declaration order, which is TF's) are read from
+    a default-constructed struct, so the C++ declarations are the one statement of them."""
 
     _CPP = None  # the bound C++ struct
     _NAME = ""  # TF's name (recemb.optimizers.get)
-    # Hyperparameters after learning_rate, in TF's order, with TF's defaults.
     _OWN = {}
-    _LEARNING_RATE = 0.01
+    _LEARNING_RATE = None
+
+    def __init_subclass__(cls):
+        super().__init_subclass__()
+        defaults = cls._CPP()
+        cls._NAME = _recemb.optimizer_name(defaults)
+        cls._LEARNING_RATE = _python_value(defaults.learning_rate)
+        cls._OWN = {name: _python_value(getattr(defaults, name)) for name in cls._CPP._fields
+                    if name not in ("learning_rate", "common")}
 
     def __init__(self, learning_rate=None, **kwargs):
         names = dict(self._OWN)
@@ -119,17 +142,12 @@ class SGD(_Optimizer):
     """w -= lr * g. No slots."""
 
     _CPP = _recemb.Sgd
-    _NAME = "sgd"
-    _LEARNING_RATE = 0.01
 
 
 class Adagrad(_Optimizer):
     """a += g^2; w -= lr * g / sqrt(a) (no epsilon, as TF). Slot "accumulators"."""
 
     _CPP = _recemb.Adagrad
-    _NAME = "adagrad"
-    _LEARNING_RATE = 0.001
-    _OWN = {"initial_accumulator_value": 0.1}
 
 
 class AdagradMomentum(_Optimizer):
@@ -137,10 +155,6 @@ class AdagradMomentum(_Optimizer):
     Slots "accumulators", "momenta"."""
 
     _CPP = _recemb.AdagradMomentum
-    _NAME = "adagrad_momentum"
-    _LEARNING_RATE = 0.001
-    _OWN = {"momentum": 0.0, "use_nesterov": False, "exponent": 2.0, "beta2": 1.0,
-            "epsilon": 1e-10}
 
 
 class Adam(_Optimizer):
@@ -148,21 +162,12 @@ class Adam(_Optimizer):
     lazy_adam=False updates every row each step. Slots "momenta", "velocities"."""
 
     _CPP = _recemb.Adam
-    _NAME = "adam"
-    _LEARNING_RATE = 0.001
-    _OWN = {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7, "lazy_adam": True,
-            "sum_inside_sqrt": True, "bias_correction": False}
 
 
 class FTRL(_Optimizer):
     """FTRL-proximal as TF's TPU embedding FTRL. Slots "accumulators", "linears"."""
 
     _CPP = _recemb.Ftrl
-    _NAME = "ftrl"
-    _LEARNING_RATE = 0.001
-    _OWN = {"learning_rate_power": -0.5, "l1_regularization_strength": 0.0,
-            "l2_regularization_strength": 0.0, "beta": 0.0, "initial_accumulator_value": 0.1,
-            "multiply_linear_by_learning_rate": False, "allow_zero_accumulator": False}
 
 
 class RowWiseAdagrad(_Optimizer):
@@ -170,9 +175,6 @@ class RowWiseAdagrad(_Optimizer):
     w -= lr * g / (sqrt(a) + epsilon). Slot "accumulators" of shape [vocabulary_size]."""
 
     _CPP = _recemb.RowwiseAdagrad
-    _NAME = "rowwise_adagrad"
-    _LEARNING_RATE = 0.001
-    _OWN = {"initial_accumulator_value": 0.0, "epsilon": 1e-8}
 
 
 _BY_NAME = {cls._NAME: cls for cls in (SGD, Adagrad, AdagradMomentum, Adam, FTRL, RowWiseAdagrad)}
@@ -184,9 +186,7 @@ def get(identifier):
     if identifier is None or isinstance(identifier, _Optimizer):
         return identifier
     if isinstance(identifier, str):
-        if identifier not in _BY_NAME:
-            raise ValueError(f"unknown optimizer name '{identifier}'; valid: {list(_BY_NAME)}")
-        return _BY_NAME[identifier]()
+        return _BY_NAME[_recemb.optimizer_name(_recemb.parse_optimizer(identifier))]()
     raise ValueError(f"unknown optimizer {identifier!r}: pass a recemb.optimizers object, one of "
                      f"the names {list(_BY_NAME)} or None (recemb.torch.translate_optimizer "
                      "converts torch optimizers)")

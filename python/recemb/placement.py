@@ -14,20 +14,24 @@ shard), "row_wise" (row r on shard r % num_shards), "column_wise" (contiguous co
 or hotter than a fair share are row-wise, the others table-wise, balanced over the shards).
 """
 
-import math
 import numbers
 
 from recemb import _recemb
 
-# "auto" -> ShardingStrategy.kAuto, ...: the names are the C++ library's own.
-_STRATEGIES = {_recemb.sharding_strategy_name(value): value
-               for value in _recemb.ShardingStrategy.__members__.values()}
+
+def _enum(parse, owner, name):
+    """The C++ enumerator that `parse` (a bound parse_X function) finds for the name `name`;
+    ValueError starting with `owner` for anything else (the C++ message lists the valid names)."""
+    if not isinstance(name, str):
+        raise ValueError(f"{owner}: expected a name (a str), got {name!r}")
+    try:
+        return parse(name)
+    except ValueError as error:
+        raise ValueError(f"{owner}: {error}") from None
 
 
 def _strategy(owner, name):
-    if not isinstance(name, str) or name not in _STRATEGIES:
-        raise ValueError(f"{owner} must be one of {list(_STRATEGIES)}, got {name!r}")
-    return _STRATEGIES[name]
+    return _enum(_recemb.parse_sharding_strategy, owner, name)
 
 
 class Placement:
@@ -41,25 +45,24 @@ class Placement:
     expected_lookups: {feature name: ids per example}, finite and >= 0 (features not named: 1);
         the planner balances the shards' lookups with them.
 
-    Bad values raise ValueError: strategy names and num_shards here, table and feature names
-    (checked against the feature config) when the Embedding is built.
+    Raises ValueError here for a value of the wrong type or an unknown strategy name, and when
+    the Embedding is built for the others (num_shards < 1, a negative or non-finite rate, a table
+    or feature the feature config does not have), naming the field.
     """
 
     def __init__(self, num_shards=1, strategy="auto", table_strategies=None,
                  expected_lookups=None):
-        if (isinstance(num_shards, bool) or not isinstance(num_shards, numbers.Integral) or
-                num_shards < 1):
-            raise ValueError(f"Placement: num_shards must be an int >= 1, got {num_shards!r}")
+        if isinstance(num_shards, bool) or not isinstance(num_shards, numbers.Integral):
+            raise ValueError(f"Placement: num_shards must be an int, got {num_shards!r}")
         _strategy("Placement: strategy", strategy)
         table_strategies = dict(table_strategies or {})
         for table, name in table_strategies.items():
             _strategy(f"Placement: table_strategies[{table!r}]", name)
         expected_lookups = dict(expected_lookups or {})
         for feature, rate in expected_lookups.items():
-            if (isinstance(rate, bool) or not isinstance(rate, numbers.Real) or
-                    not math.isfinite(rate) or rate < 0):
-                raise ValueError(f"Placement: expected_lookups[{feature!r}] must be a finite "
-                                 f"number >= 0, got {rate!r}")
+            if isinstance(rate, bool) or not isinstance(rate, numbers.Real):
+                raise ValueError(f"Placement: expected_lookups[{feature!r}] must be a number, "
+                                 f"got {rate!r}")
         self.num_shards = int(num_shards)
         self.strategy = strategy
         self.table_strategies = table_strategies
@@ -74,12 +77,12 @@ class Placement:
     def _to_cpp(self, resolved):
         """The C++ PlacementOptions, table keys resolved to names by `resolved` (a Resolved)."""
         try:
-            table_strategies = {resolved.table_name(table): _STRATEGIES[name]
+            table_strategies = {resolved.table_name(table): _recemb.parse_sharding_strategy(name)
                                 for table, name in self.table_strategies.items()}
         except ValueError as error:
             raise ValueError(f"Placement: table_strategies: {error}") from None
         return _recemb.PlacementOptions(
-            num_shards=self.num_shards, strategy=_STRATEGIES[self.strategy],
+            num_shards=self.num_shards, strategy=_strategy("Placement: strategy", self.strategy),
             table_strategies=table_strategies, expected_lookups=dict(self.expected_lookups))
 
 

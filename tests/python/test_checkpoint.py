@@ -217,7 +217,8 @@ def test_mismatched_configs_raise_naming_the_table_and_change_nothing(saved, tmp
                            "adagrad")
     with pytest.raises(ValueError, match=r"table 'video'.*dim 4, the embedding 5"):
         dim.restore(path)
-    with pytest.raises(ValueError, match="resize must be one of"):
+    with pytest.raises(ValueError, match="resize: unknown resize 'shrink'; valid names are "
+                                         "'error', 'grow', 'grow_or_shrink'"):
         target.restore(path, resize="shrink")
     with pytest.raises(ValueError, match="no checkpoint at"):
         target.restore(tmp_path / "nothing")

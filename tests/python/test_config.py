@@ -14,19 +14,26 @@ def test_table_config_fields_and_validation():
             table.name, table.quantization_config) == (10, 4, None, None, "mean", None, None)
     assert isinstance(recemb.TableConfig(10, 4, optimizer="adam").optimizer,
                       recemb.optimizers.Adam)
-    for bad in (0, -1, 2.5, True, "10"):
-        with pytest.raises(ValueError, match="vocabulary_size"):
+    for bad in (2.5, True, "10"):
+        with pytest.raises(ValueError, match="vocabulary_size must be an int"):
             recemb.TableConfig(bad, 4)
-        with pytest.raises(ValueError, match="dim"):
+        with pytest.raises(ValueError, match="dim must be an int"):
             recemb.TableConfig(10, bad)
+    for bad in (0, -1):  # ranges are the C++ library's, checked when the layer is built
+        with pytest.raises(ValueError, match=f"table 'table_0': vocabulary_size must be >= 1, "
+                                             f"got {bad}"):
+            recemb.Embedding(recemb.FeatureConfig(recemb.TableConfig(bad, 4)))
+        with pytest.raises(ValueError, match=f"table 't': dim must be >= 1, got {bad}"):
+            recemb.Embedding(recemb.FeatureConfig(recemb.TableConfig(10, bad, name="t")))
     with pytest.raises(ValueError, match="initializer names"):
         recemb.TableConfig(10, 4, initializer="glorot")
     with pytest.raises(ValueError, match="initializer must be"):
         recemb.TableConfig(10, 4, initializer=object())
     with pytest.raises(ValueError, match="quantization_config"):
         recemb.TableConfig(10, 4, quantization_config=(2, 0, 1))
-    with pytest.raises(ValueError, match="num_buckets"):
-        recemb.QuantizationConfig(1, 0.0, 1.0)
+    with pytest.raises(ValueError, match="num_buckets must be >= 2, got 1"):
+        recemb.Embedding(recemb.FeatureConfig(recemb.TableConfig(
+            10, 4, quantization_config=recemb.QuantizationConfig(1, 0.0, 1.0))))
     assert "array of shape (10, 4)" in repr(recemb.TableConfig(10, 4,
                                                                initializer=np.zeros((10, 4))))
 
@@ -35,12 +42,14 @@ def test_feature_config_fields_and_validation():
     table = recemb.TableConfig(10, 4)
     feature = recemb.FeatureConfig(table, output_shape=(2, 3))
     assert feature.output_shape == [2, 3] and feature.max_sequence_length == 0
-    with pytest.raises(ValueError, match="max_sequence_length"):
-        recemb.FeatureConfig(table, max_sequence_length=-1)
+    with pytest.raises(ValueError, match="max_sequence_length must be an int"):
+        recemb.FeatureConfig(table, max_sequence_length=1.5)
+    with pytest.raises(ValueError, match="max_sequence_length must be >= 0, got -1"):
+        recemb.Embedding(recemb.FeatureConfig(table, max_sequence_length=-1))
     with pytest.raises(ValueError, match="validate_weights_and_indices"):
         recemb.FeatureConfig(table, validate_weights_and_indices=1)
-    with pytest.raises(ValueError, match="output_shape"):
-        recemb.FeatureConfig(table, output_shape=[0])
+    with pytest.raises(ValueError, match="output_shape entries must be >= 1, got 0"):
+        recemb.Embedding(recemb.FeatureConfig(table, output_shape=[0]))
 
 
 def test_resolution_into_cpp_configs():

@@ -473,8 +473,10 @@ def test_assign_variable_validates(trained_layer):
 
 def test_config_errors():
     table = recemb.TableConfig(4, 2, name="t")
-    with pytest.raises(ValueError, match="vocabulary_size must be an int >= 1"):
-        recemb.TableConfig(0, 2)
+    with pytest.raises(ValueError, match="vocabulary_size must be an int"):
+        recemb.TableConfig(4.5, 2)
+    with pytest.raises(ValueError, match="table 'table_0': vocabulary_size must be >= 1, got 0"):
+        recemb.Embedding(recemb.FeatureConfig(recemb.TableConfig(0, 2)))
     with pytest.raises(ValueError, match="combiner"):
         recemb.TableConfig(4, 2, combiner="max")
     with pytest.raises(ValueError, match="table must be a TableConfig"):
@@ -486,7 +488,8 @@ def test_config_errors():
     with pytest.raises(ValueError, match="duplicate|unique"):
         recemb.Embedding([recemb.FeatureConfig(table, name="a"),
                           recemb.FeatureConfig(recemb.TableConfig(4, 2, name="t"))])
-    with pytest.raises(ValueError, match="non_finite_gradients"):
+    with pytest.raises(ValueError, match="non_finite_gradients: unknown non_finite_gradients "
+                                         "'ignore'; valid names are 'reject', 'skip_rows'"):
         recemb.Embedding([recemb.FeatureConfig(table)], non_finite_gradients="ignore")
 
 

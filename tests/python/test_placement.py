@@ -81,18 +81,29 @@ def test_in_process_ranks_train_as_the_unsharded_layer(reference, strategy, worl
 
 
 def test_placement_checks_its_arguments():
-    valid = "'auto', 'table_wise', 'row_wise', 'column_wise', 'replicated'"
-    for bad in ["rows", "RowWise", "kRowWise", None, 1]:
-        with pytest.raises(ValueError, match=f"strategy must be one of \\[{valid}\\], got"):
+    valid = "valid names are 'auto', 'table_wise', 'row_wise', 'column_wise', 'replicated'"
+    for bad in ["rows", "RowWise", "kRowWise"]:
+        with pytest.raises(ValueError, match=f"strategy: unknown sharding strategy '{bad}'; "
+                                             f"{valid}"):
             recemb.Placement(strategy=bad)
-    with pytest.raises(ValueError, match=r"table_strategies\['video'\] must be one of"):
+    for bad in [None, 1]:
+        with pytest.raises(ValueError, match="strategy: expected a name"):
+            recemb.Placement(strategy=bad)
+    with pytest.raises(ValueError, match=r"table_strategies\['video'\]: unknown sharding"):
         recemb.Placement(table_strategies={"video": "by_row"})
-    for bad in [0, -1, True, 2.0, "2"]:
-        with pytest.raises(ValueError, match="num_shards must be an int >= 1"):
+    for bad in [True, 2.0, "2"]:
+        with pytest.raises(ValueError, match="num_shards must be an int"):
             recemb.Placement(num_shards=bad)
-    for bad in [-1.0, float("nan"), float("inf"), "1", None]:
-        with pytest.raises(ValueError, match=r"expected_lookups\['watched'\] must be a finite"):
+    for bad in [0, -1]:  # the C++ planner checks the range when the layer is built
+        with pytest.raises(ValueError, match=f"num_shards must be >= 1, got {bad}"):
+            make_layer(placement=recemb.Placement(num_shards=bad))
+    for bad in ["1", None]:
+        with pytest.raises(ValueError, match=r"expected_lookups\['watched'\] must be a number"):
             recemb.Placement(expected_lookups={"watched": bad})
+    for bad in [-1.0, float("nan"), float("inf")]:
+        with pytest.raises(ValueError, match=r"expected_lookups\['watched'\]: must be finite "
+                                             r"and >= 0"):
+            make_layer(placement=recemb.Placement(expected_lookups={"watched": bad}))
     placement = recemb.Placement(num_shards=3, strategy="row_wise",
                                  table_strategies={"video": "replicated"},
                                  expected_lookups={"watched": 2})
