@@ -40,11 +40,15 @@ class LookupBatch:
     input arrays may be released after the lookup. It belongs to the layer that filled it and is
     applied at most once; several may be pending at a time."""
 
-    __slots__ = ("_cpp", "_shapes")
+    __slots__ = ("_cpp", "_shapes", "_prefetched")
 
     def __init__(self):
         self._cpp = _recemb.LookupBatch()
         self._shapes = None  # the activation shapes of its lookup
+        # Between prefetch and finish_lookup: (input views, activations, shapes, what
+        # finish_lookup returns); the views and arrays stay referenced while the engine fills
+        # them on its background thread.
+        self._prefetched = None
 
     @property
     def applicable(self):
@@ -75,17 +79,18 @@ class _Tables(dict):
 
 def _build_engine(resolved, optimizer, options, zero_tables=False):
     """The C++ Embedding of a resolved config, its tables initialized (zeros if zero_tables).
-    options: num_threads, seed, and optionally non_finite_gradients (a C++ enumerator), placement
-    (a Placement) and communicator (a C++ Communicator); the C++ defaults otherwise. The engine
-    validates the configs (before any initializer callable is called)."""
+    options: num_threads, seed, and optionally non_finite_gradients and pipeline_staleness (C++
+    enumerators), placement (a Placement) and communicator (a C++ Communicator); the C++ defaults
+    otherwise. The engine validates the configs (before any initializer callable is called)."""
     placement = options.get("placement")
     cpp_options = _recemb.EmbeddingOptions(
         optimizer=None if optimizer is None else optimizer._to_cpp(),
         num_threads=options["num_threads"], seed=options["seed"],
         placement=None if placement is None else placement._to_cpp(resolved),
         communicator=options.get("communicator"))
-    if "non_finite_gradients" in options:
-        cpp_options.non_finite_gradients = options["non_finite_gradients"]
+    for name in ("non_finite_gradients", "pipeline_staleness"):
+        if name in options:
+            setattr(cpp_options, name, options[name])
     engine = _recemb.Embedding(resolved.cpp_tables(zero_tables),
                                resolved.cpp_features(), cpp_options)
     for name, values in ([] if zero_tables else resolved.initial_values()):
@@ -201,37 +206,33 @@ def _out_arrays(resolved, out, shapes, flat_ids, flat_weights):
     return flat
 
 
-def _lookup(engine, resolved, features, weights, batch, new_arrays, on_error=None, out=None):
-    """Looks up every feature; returns the flat list of float32 activations: arrays from
-    new_arrays (an ActivationArrays), or the arrays of `out` (the feature config's structure,
-    checked by _out_arrays) written in place.
+def _lookup_arguments(engine, resolved, features, weights, new_arrays, out=None):
+    """The engine's lookup arguments for `features` and `weights` (the feature config's
+    structure): (views, shapes, activations), the C++ input view, the activation shape and the
+    float32 array of each feature in flattening order. The arrays are new_arrays' (an
+    ActivationArrays), or those of `out` (the feature config's structure, checked by
+    _out_arrays). Raises ValueError naming the feature for inputs or `out` that fail a check made
+    here (the engine checks the ids themselves when it looks them up).
 
-    engine: a C++ Embedding, or anything with its activation_shape(feature, input) and
-    lookup(inputs, activations) (a serving model); batch: a LookupBatch to fill, or None;
-    on_error: called when the inputs or `out` fail a check made here, before the engine's
-    lookup (which checks the ids and changes nothing when it rejects them)."""
+    engine: a C++ Embedding, or anything with its activation_shape(feature, input) (a serving
+    model)."""
     names = resolved.feature_names
-    try:
-        flat_ids = _nest.flatten_up_to(resolved.structure, features, "features")
-        flat_weights = ([None] * len(names) if weights is None else
-                        _nest.flatten_up_to(resolved.structure, weights, "weights"))
-        views = [feature_input(name, ids, w)
-                 for name, ids, w in zip(names, flat_ids, flat_weights)]
-        shapes = [engine.activation_shape(f, view) for f, view in enumerate(views)]
-        activations = None if out is None else _out_arrays(resolved, out, shapes, flat_ids,
-                                                           flat_weights)
-    except Exception:
-        if on_error is not None:
-            on_error()
-        raise
-    if activations is None:
-        activations = new_arrays.new(shapes)
-    if batch is None:
-        engine.lookup(views, activations)
-    else:
-        batch._shapes = None
-        engine.lookup(views, activations, batch._cpp)
-        batch._shapes = [tuple(shape) for shape in shapes]
+    flat_ids = _nest.flatten_up_to(resolved.structure, features, "features")
+    flat_weights = ([None] * len(names) if weights is None else
+                    _nest.flatten_up_to(resolved.structure, weights, "weights"))
+    views = [feature_input(name, ids, w) for name, ids, w in zip(names, flat_ids, flat_weights)]
+    shapes = [engine.activation_shape(f, view) for f, view in enumerate(views)]
+    activations = (new_arrays.new(shapes) if out is None else
+                   _out_arrays(resolved, out, shapes, flat_ids, flat_weights))
+    return views, shapes, activations
+
+
+def _pure_lookup(engine, resolved, features, weights, new_arrays, out=None):
+    """The flat activations of a lookup that keeps nothing for training (as _lookup_arguments;
+    engine: a C++ Embedding or a serving model)."""
+    views, _, activations = _lookup_arguments(engine, resolved, features, weights, new_arrays,
+                                              out)
+    engine.lookup(views, activations)
     return activations
 
 
@@ -246,6 +247,10 @@ class Embedding:
     non_finite_gradients: "reject" (a NaN or infinite gradient fails apply_gradients, changing
         nothing) or "skip_rows" (rows with a non-finite gradient are left as they are; counted by
         skipped_rows).
+    pipeline_staleness: what prefetch does ahead of finish_lookup: "none" (everything but reading
+        the tables: finish_lookup gives what a lookup at that time would, bitwise) or "one_step"
+        (everything, so the rows read may miss the apply_gradients calls made in between: one
+        step old in the usual loop, as TF's pipeline_execution_with_tensor_core).
     placement: a recemb.Placement (how the tables are split into shards), or None: the automatic
         planner over one shard per rank (one process alone keeps every table whole).
     communicator: None (this process alone), "mpi" (the ranks of mpirun; RuntimeError if recemb
@@ -261,15 +266,19 @@ class Embedding:
     """
 
     def __init__(self, feature_config, optimizer=None, *, num_threads=0, seed=0,
-                 non_finite_gradients="reject", placement=None, communicator=None):
+                 non_finite_gradients="reject", pipeline_staleness="none", placement=None,
+                 communicator=None):
         non_finite_gradients = _enum(_recemb.parse_non_finite_gradients, "non_finite_gradients",
                                      non_finite_gradients)
+        pipeline_staleness = _enum(_recemb.parse_pipeline_staleness, "pipeline_staleness",
+                                   pipeline_staleness)
         if placement is not None and not isinstance(placement, Placement):
             raise ValueError(f"placement must be None or a recemb.Placement, got {placement!r}")
         self._resolved = Resolved(feature_config)
         self._optimizer = optimizers.get(optimizer)
         self._options = {"num_threads": int(num_threads), "seed": int(seed),
                          "non_finite_gradients": non_finite_gradients,
+                         "pipeline_staleness": pipeline_staleness,
                          "placement": placement,
                          "communicator": _cpp_communicator(communicator)}
         self._lock = threading.RLock()
@@ -313,16 +322,26 @@ class Embedding:
         """The number of ranks sharing the tables (1 without a communicator)."""
         return self._engine.world_size()
 
-    def _fail_everywhere(self, collective):
-        """After a check made here failed on this rank, makes the other ranks (waiting in the
-        same call) fail too: runs `collective`, the engine's call with arguments its validation
-        rejects, which it agrees on with every rank. Nothing to do with one rank."""
-        if self._engine.world_size() > 1:
-            try:
-                with self._lock:
-                    collective()
-            except (ValueError, RuntimeError):
-                pass
+    def _checked(self, check):
+        """check() (the checks and argument shaping this layer does before a collective call of
+        the engine), then, with several ranks, agreement on its outcome with the other ranks,
+        which make the same call: if check() raised on any rank, every rank raises, this rank its
+        own error, the others ValueError (or RuntimeError, for an error not a ValueError) "rank
+        R: <its message>". Returns check()'s result. Call it holding self._lock, so that
+        collectives keep their order."""
+        agree = self._engine.world_size() > 1
+        try:
+            result = check()
+        except Exception as error:
+            if agree:
+                try:
+                    self._engine.agree_on_error(error)
+                except (ValueError, RuntimeError):
+                    pass  # this rank raises its own error
+            raise
+        if agree:
+            self._engine.agree_on_error(None)
+        return result
 
     def __call__(self, features, weights=None, *, out=None):
         """Looks up `features` (the structure of the feature config; see recemb.inputs for the
@@ -345,14 +364,59 @@ class Embedding:
         nothing when batch is None (a pure lookup, for evaluation and serving). out: as for
         calling the layer."""
         with self._lock:
-            activations = _lookup(self._engine, self._resolved, features, weights, batch,
-                                  self._new_arrays,
-                                  on_error=lambda: self._fail_everywhere(
-                                      lambda: self._engine.lookup([], [])),
-                                  out=out)
+            views, shapes, activations = self._checked(lambda: _lookup_arguments(
+                self._engine, self._resolved, features, weights, self._new_arrays, out))
+            if batch is None:
+                self._engine.lookup(views, activations)
+            else:
+                batch._shapes = None
+                self._engine.lookup(views, activations, batch._cpp)
+                batch._shapes = [tuple(shape) for shape in shapes]
         if out is not None:
             return out
         return _nest.pack_sequence_as(self._resolved.structure, activations)
+
+    def prefetch(self, features, weights=None, batch=None, *, out=None):
+        """Starts the training lookup of `features` on the engine's background thread and returns
+        at once the LookupBatch it fills (`batch`, or a new one); finish_lookup(batch) completes
+        it and returns the activations. Meanwhile the caller may run the dense step of the
+        previous batch and apply its gradients:
+
+            batch = layer.prefetch(inputs[0]); activations = layer.finish_lookup(batch)
+            for t: next_batch = layer.prefetch(inputs[t + 1])
+                   ... dense step t ...; layer.apply_gradients(gradients, batch)
+                   activations = layer.finish_lookup(next_batch); batch = next_batch
+
+        What runs ahead is set by the layer's pipeline_staleness: with "none" the results equal
+        those of a lookup made when finish_lookup is called, bitwise. Inputs and out: as
+        lookup's; the input arrays must not change until finish_lookup. Checks made here raise
+        ValueError at once; the engine's (ids out of range, ...) are raised by finish_lookup, as
+        lookup raises them, with nothing changed. Every other call on the layer first waits for
+        the background work to end. With several ranks it is collective, as lookup."""
+        batch = LookupBatch() if batch is None else batch
+        with self._lock:
+            views, shapes, activations = self._checked(lambda: _lookup_arguments(
+                self._engine, self._resolved, features, weights, self._new_arrays, out))
+            batch._shapes = None
+            batch._prefetched = None
+            self._engine.prefetch(views, activations, batch._cpp)
+            result = out if out is not None else _nest.pack_sequence_as(
+                self._resolved.structure, activations)
+            batch._prefetched = (views, activations, [tuple(shape) for shape in shapes], result)
+        return batch
+
+    def finish_lookup(self, batch):
+        """Completes the prefetch that filled `batch` and returns its activations (as calling the
+        layer: the feature config's structure, or `out` as given); `batch` can then be applied
+        with apply_gradients(gradients, batch). Raises the engine's validation errors of the
+        prefetched inputs (ValueError, with nothing changed), and RuntimeError
+        (recemb.FailedPrecondition) for a batch not given to prefetch."""
+        with self._lock:
+            pending, batch._prefetched = batch._prefetched, None
+            self._engine.finish_lookup(batch._cpp)
+            _, _, shapes, result = pending
+            batch._shapes = shapes
+        return result
 
     def apply_gradients(self, gradients, batch=None):
         """Applies d(loss)/d(activations) of the last layer call (or of `batch`): `gradients` has
@@ -360,12 +424,8 @@ class Embedding:
         the feature's rows still count as touched, as TF's None). Then step increases by 1.
         Raises RuntimeError (recemb.FailedPrecondition) if the batch was applied already."""
         batch = self._batch if batch is None else batch
-        try:
-            arrays = self._gradient_arrays(gradients, batch)
-        except Exception:
-            self._fail_everywhere(lambda: self._engine.apply_gradients(batch._cpp, []))
-            raise
         with self._lock:
+            arrays = self._checked(lambda: self._gradient_arrays(gradients, batch))
             self._engine.apply_gradients(batch._cpp, arrays)
 
     def _gradient_arrays(self, gradients, batch):
@@ -450,18 +510,17 @@ class Embedding:
         ValueError (changing nothing) on a wrong shape or a non-finite value. The whole variable,
         whatever the placement: with several ranks every rank passes the whole variable (each
         keeps the parts it holds), and the call is collective."""
-        try:
+        def checked_arguments():
             name = self._resolved.table_name(table)
             array = float32_array(values)
             shape = tuple(self._engine.variable_shape(name, variable))
             if array.shape != shape:
                 raise ValueError(f"table '{name}' variable '{variable}': shape {array.shape}, "
                                  f"expected {shape}")
-        except Exception:
-            self._fail_everywhere(lambda: self._engine.write_variable(
-                self._resolved.table_names[0], "parameters", _NO_GRADIENT))
-            raise
+            return name, array
+
         with self._lock:
+            name, array = self._checked(checked_arguments)
             if self._views[name] and np.may_share_memory(
                     array, self._engine.variable_data(name, variable)):
                 if self._engine.world_size() == 1:
@@ -562,5 +621,5 @@ def serving_embedding_lookup(inputs, weights, tables, feature_config, *, num_thr
                              f"{(table.vocabulary_size, table.dim)}")
         engine.write_variable(name, "parameters", array)
     return _nest.pack_sequence_as(resolved.structure,
-                                  _lookup(engine, resolved, inputs, weights, None,
-                                          ActivationArrays()))
+                                  _pure_lookup(engine, resolved, inputs, weights,
+                                               ActivationArrays()))

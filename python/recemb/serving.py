@@ -13,7 +13,7 @@ is checked against the file), or use the default, a dict keyed by feature name.
 from recemb import _nest, _recemb
 from recemb._activations import ActivationArrays
 from recemb.config import FeatureConfig, QuantizationConfig, Resolved, TableConfig
-from recemb.embedding import _lookup
+from recemb.embedding import _pure_lookup
 
 
 def _file_tables(model):
@@ -163,8 +163,8 @@ class ServingModel:
         naming the feature, example and value. out: as Embedding.lookup's (arrays in the
         structure of feature_config written in place and returned as given); concurrent lookups
         need out arrays of their own."""
-        activations = _lookup(self._engine, self._resolved, features, weights, None,
-                              self._new_arrays, out=out)
+        activations = _pure_lookup(self._engine, self._resolved, features, weights,
+                                   self._new_arrays, out)
         if out is not None:
             return out
         return _nest.pack_sequence_as(self._resolved.structure, activations)

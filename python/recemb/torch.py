@@ -71,8 +71,20 @@ class Embedding(torch.nn.Module):
     SGD / Adagrad / Adam / SparseAdam, translated by translate_optimizer).
 
     placement and communicator: as recemb.Embedding's (sharding; with several ranks forward,
-    backward, state_dict and the table properties are collective: every rank calls them in the
-    same order).
+    prefetch, backward, state_dict and the table properties are collective: every rank calls
+    them in the same order).
+
+    Pipelining: prefetch(features) starts the training lookup of the next forward on a
+    background thread, so that it overlaps the backward pass of the current step; the next
+    forward of the same objects completes it. pipeline_staleness: as recemb.Embedding's ("none":
+    the same results as without prefetch, bitwise; "one_step": the rows are read at prefetch).
+
+        emb.prefetch(batches[0])
+        for t, ids in enumerate(batches):
+            out = emb(ids)                                  # completes the prefetch of ids
+            if t + 1 < len(batches):
+                emb.prefetch(batches[t + 1])                # overlaps what follows
+            loss_fn(dense(out["watched"]), labels[t]).backward()
 
     state_dict() holds "<table>.<variable>" (the table as "parameters", and its slots) as tensors
     sharing memory with the engine (copies for tables split into shards, as
@@ -83,27 +95,55 @@ class Embedding(torch.nn.Module):
     """
 
     def __init__(self, feature_config, optimizer=None, *, num_threads=0, seed=0,
-                 non_finite_gradients="reject", placement=None, communicator=None):
+                 non_finite_gradients="reject", pipeline_staleness="none", placement=None,
+                 communicator=None):
         super().__init__()
         if isinstance(optimizer, torch.optim.Optimizer):
             optimizer = translate_optimizer(optimizer)
         self.layer = _Layer(feature_config, optimizer, num_threads=num_threads, seed=seed,
-                            non_finite_gradients=non_finite_gradients, placement=placement,
+                            non_finite_gradients=non_finite_gradients,
+                            pipeline_staleness=pipeline_staleness, placement=placement,
                             communicator=communicator)
+        self._prefetched = None  # (features, weights, LookupBatch) of the pending prefetch
 
     def _flat_inputs(self, values, what):
         structure = self.layer.feature_config
         return _nest.pack_sequence_as(structure, [
             _numpy(value) for value in _nest.flatten_up_to(structure, values, what)])
 
+    def prefetch(self, features, weights=None):
+        """Starts the training lookup of `features` (and `weights`) on the engine's background
+        thread; the next forward(features, weights) of these same objects completes it instead
+        of looking them up (a forward of other inputs completes and drops it). The inputs must
+        not change in between. Errors the engine finds in the ids are raised by that forward."""
+        self._finish_prefetch()
+        batch = self.layer.prefetch(self._numpy_inputs(features, "features"),
+                                    self._numpy_inputs(weights, "weights"))
+        self._prefetched = (features, weights, batch)
+
+    def _finish_prefetch(self):
+        """The (features, weights, LookupBatch, activations) of the pending prefetch, completed,
+        or None."""
+        if self._prefetched is None:
+            return None
+        features, weights, batch = self._prefetched
+        self._prefetched = None
+        return features, weights, batch, self.layer.finish_lookup(batch)
+
+    def _numpy_inputs(self, values, what):
+        return None if values is None else self._flat_inputs(values, what)
+
     def forward(self, features, weights=None):
-        features = self._flat_inputs(features, "features")
-        if weights is not None:
-            weights = self._flat_inputs(weights, "weights")
+        prefetched = self._finish_prefetch()
+        if prefetched is not None and prefetched[0] is features and prefetched[1] is weights:
+            batch, activations = prefetched[2:]
+        else:
+            batch = LookupBatch() if torch.is_grad_enabled() else None
+            activations = self.layer.lookup(self._numpy_inputs(features, "features"),
+                                            self._numpy_inputs(weights, "weights"), batch=batch)
         if not torch.is_grad_enabled():
-            return _nest.map_structure(torch.from_numpy, self.layer.lookup(features, weights))
-        batch = LookupBatch()
-        activations = _nest.flatten(self.layer.lookup(features, weights, batch=batch))
+            return _nest.map_structure(torch.from_numpy, activations)
+        activations = _nest.flatten(activations)
         trigger = torch.empty(0, requires_grad=True)
         outputs = _Lookup.apply(trigger, self.layer, batch, activations)
         if isinstance(outputs, torch.Tensor):

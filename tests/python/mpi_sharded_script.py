@@ -13,6 +13,8 @@ import os
 import sys
 import traceback
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import recemb  # noqa: E402
@@ -34,6 +36,36 @@ def placements(world_size):
         table_strategies={"video": "row_wise", "query": "column_wise", "user": "replicated"})
 
 
+def error_agreement(features, optimizer):
+    """Failures of a check made in Python on the last rank only, while a prefetch is pending:
+    every rank must raise (the others "rank W-1: ..."), and the prefetch completes after."""
+    layer = recemb.Embedding(features, optimizer, seed=SEED, num_threads=1, communicator="mpi")
+    rank, world_size = layer.rank, layer.world_size
+    first, last = problem.example_range(rank, world_size)
+    ids, weights = problem.global_batch(SEED, 0)
+    ids, weights = problem.take_all(ids, first, last), problem.take_all(weights, first, last)
+    batch = layer.prefetch(ids, weights)
+    activations = layer.finish_lookup(batch)
+    pending = layer.prefetch(ids, weights)
+    gradients = {name: np.ones_like(value) for name, value in activations.items()}
+    if rank == world_size - 1:
+        gradients["item"] = np.ones((1, 4), np.float32)
+    failures = []
+    try:
+        layer.apply_gradients(gradients, batch)
+        failures.append("error agreement: apply_gradients did not raise")
+    except ValueError as error:
+        prefix = "" if rank == world_size - 1 else f"rank {world_size - 1}: "
+        if not str(error).startswith(prefix) or "gradient of shape (1, 4)" not in str(error):
+            failures.append(f"error agreement: unexpected message {error}")
+    layer.finish_lookup(pending)
+    layer.apply_gradients({name: np.ones_like(value) for name, value in activations.items()},
+                          pending)
+    if layer.step != 1:
+        failures.append(f"error agreement: step {layer.step} after one apply_gradients")
+    return failures
+
+
 def main():
     if not recemb.mpi_available():
         print("recemb was built without MPI", flush=True)
@@ -49,6 +81,7 @@ def main():
         history = problem.train_shard(layer, SEED, STEPS, rank, world_size)
         failures += [f"{description}: {message}" for message in problem.mismatches(
             layer, reference, history, reference_history, rank, world_size)]
+    failures += error_agreement(features, optimizer)
     for failure in failures:
         print(f"rank {rank} of {world_size}: {failure}", flush=True)
     if failures:
