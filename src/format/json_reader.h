@@ -89,7 +89,7 @@ class JsonReader {
 
   // Arrays. Each throws unless the value is an array.
   size_t size() const;
-  JsonReader element(size_t index) const;
+  JsonReader element(size_t index) const;  // index < size()
 
   // Scalars. Each throws "<path>: expected ..., got <value>" for another type or range.
   std::string string() const;
