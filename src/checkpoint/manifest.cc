@@ -1,7 +1,6 @@
 #include "checkpoint/manifest.h"
 
 #include <algorithm>
-#include <limits>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -20,6 +19,7 @@ namespace recemb::internal {
 namespace {
 
 using format::Json;
+using format::JsonReader;
 
 constexpr std::string_view kFormatName = "recemb-checkpoint";
 // A manifest lists configs and one checksum per 64 MiB block: far below this even for
@@ -27,81 +27,6 @@ constexpr std::string_view kFormatName = "recemb-checkpoint";
 constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 30;
 constexpr int64_t kMaxBlockBytes = int64_t{1} << 40;
 constexpr int64_t kFloatBytes = 4;
-
-// ---------------------------------------------------------------------------------------------
-// Typed access to the parsed JSON; every error names the field's path.
-
-[[noreturn]] void fail(const std::string& path, const std::string& problem) {
-  throw InvalidArgument(path.empty() ? problem : "field '" + path + "': " + problem);
-}
-
-std::string child(const std::string& path, std::string_view key) {
-  return path.empty() ? std::string(key) : path + "." + std::string(key);
-}
-
-std::string element(const std::string& path, size_t index) {
-  return path + "[" + std::to_string(index) + "]";
-}
-
-std::string describe(const Json& json) {
-  constexpr size_t kMaxLength = 40;
-  std::string text = json.dump();
-  return text.size() > kMaxLength ? text.substr(0, kMaxLength) + "..." : text;
-}
-
-const Json& object_at(const Json& json, const std::string& path) {
-  if (!json.is_object()) fail(path, "expected an object, got " + describe(json));
-  return json;
-}
-
-const Json& array_at(const Json& json, const std::string& path) {
-  if (!json.is_array()) fail(path, "expected an array, got " + describe(json));
-  return json;
-}
-
-const Json& member(const Json& object, std::string_view key, const std::string& path) {
-  object_at(object, path);
-  const auto found = object.find(key);
-  if (found == object.end()) fail(child(path, key), "required but missing");
-  return *found;
-}
-
-std::string string_at(const Json& json, const std::string& path) {
-  if (!json.is_string()) fail(path, "expected a string, got " + describe(json));
-  return json.get<std::string>();
-}
-
-// An integer in [minimum, int64 max].
-int64_t integer_at(const Json& json, const std::string& path, int64_t minimum) {
-  if (!json.is_number_integer() ||
-      (json.is_number_unsigned() &&
-       json.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) ||
-      json.get<int64_t>() < minimum) {
-    fail(path, "expected an integer >= " + std::to_string(minimum) + ", got " + describe(json));
-  }
-  return json.get<int64_t>();
-}
-
-uint64_t unsigned_at(const Json& json, const std::string& path) {
-  if (!json.is_number_unsigned()) fail(path, "expected an integer >= 0, got " + describe(json));
-  return json.get<uint64_t>();
-}
-
-uint64_t checksum_at(const Json& json, const std::string& path) {
-  uint64_t checksum = 0;
-  if (!json.is_string() || !format::parse_checksum(json.get<std::string>(), checksum)) {
-    fail(path, "expected 16 lowercase hex digits, got " + describe(json));
-  }
-  return checksum;
-}
-
-void expect_string(const Json& object, std::string_view key, const std::string& path,
-                   std::string_view expected) {
-  const std::string value = string_at(member(object, key, path), child(path, key));
-  if (value != expected) {
-    fail(child(path, key), "expected \"" + std::string(expected) + "\", got \"" + value + "\"");
-  }
-}
 
 // a * b, or nullopt if it overflows int64.
 std::optional<int64_t> checked_multiply(int64_t a, int64_t b) {
@@ -152,13 +77,13 @@ Json arrays_to_json(const std::vector<ArrayEntry>& arrays) {
 // Reading.
 
 // Checks an optimizer JSON enough to name its slots (the rest is read by load_checkpoint).
-void check_optimizer_name(const Json& optimizer, const std::string& path) {
-  if (optimizer.is_null()) return;
-  const std::string name = string_at(member(optimizer, "name", path), child(path, "name"));
+void check_optimizer_name(const JsonReader& optimizer) {
+  if (optimizer.json().is_null()) return;
+  const JsonReader name = optimizer.member("name");
   try {
-    parse_optimizer(name);
+    parse_optimizer(format::truncated(name.string()));
   } catch (const InvalidArgument& error) {
-    fail(child(path, "name"), error.what());
+    name.fail(error.what());
   }
 }
 
@@ -170,90 +95,86 @@ std::optional<std::string> training_optimizer_name(const Json& own, const Json& 
   return optimizer["name"].get<std::string>();
 }
 
-ArrayEntry array_from_json(const Json& json, const std::string& path, int64_t block_bytes) {
-  object_at(json, path);
+ArrayEntry array_from_json(const JsonReader& json, int64_t block_bytes) {
   ArrayEntry array;
-  array.name = string_at(member(json, "name", path), child(path, "name"));
-  expect_string(json, "dtype", path, "float32");
-  const Json& shape = array_at(member(json, "shape", path), child(path, "shape"));
+  array.name = json.member("name").string();
+  json.member("dtype").expect_string("float32");
+  const JsonReader shape = json.member("shape");
   int64_t elements = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
-    const int64_t extent = integer_at(shape[i], element(child(path, "shape"), i), 0);
+    const int64_t extent = shape.element(i).integer(0);
     const std::optional<int64_t> product = checked_multiply(elements, extent);
-    if (!product) fail(child(path, "shape"), "the number of elements overflows");
+    if (!product) shape.fail("the number of elements overflows");
     elements = *product;
     array.shape.push_back(extent);
   }
-  array.data.file = string_at(member(json, "file", path), child(path, "file"));
+  const JsonReader file = json.member("file");
+  array.data.file = file.string();
   if (!is_plain_file_name(array.data.file)) {
-    fail(child(path, "file"), "\"" + array.data.file + "\" is not a plain data file name");
+    file.fail(format::describe(file.json()) + " is not a plain data file name");
   }
-  const int64_t bytes = integer_at(member(json, "bytes", path), child(path, "bytes"), 0);
+  const JsonReader bytes_json = json.member("bytes");
+  const int64_t bytes = bytes_json.integer(0);
   if (checked_multiply(elements, kFloatBytes) != bytes) {
-    fail(child(path, "bytes"), std::to_string(bytes) + " bytes do not hold the " +
-                                   std::to_string(elements) + " floats of the shape");
+    bytes_json.fail(std::to_string(bytes) + " bytes do not hold the " + std::to_string(elements) +
+                    " floats of the shape");
   }
   array.data.bytes = static_cast<uint64_t>(bytes);
-  array.data.checksum = checksum_at(member(json, "checksum", path), child(path, "checksum"));
-  const std::string blocks_path = child(path, "block_checksums");
-  const Json& blocks = array_at(member(json, "block_checksums", path), blocks_path);
+  array.data.checksum = format::checksum_from_json(json.member("checksum"));
+  const JsonReader blocks = json.member("block_checksums");
   const int64_t expected_blocks = bytes / block_bytes + (bytes % block_bytes != 0 ? 1 : 0);
   if (static_cast<int64_t>(blocks.size()) != expected_blocks) {
-    fail(blocks_path, "expected " + std::to_string(expected_blocks) + " checksums for " +
-                          std::to_string(bytes) + " bytes in blocks of " +
-                          std::to_string(block_bytes) + ", got " + std::to_string(blocks.size()));
+    blocks.fail("expected " + std::to_string(expected_blocks) + " checksums for " +
+                std::to_string(bytes) + " bytes in blocks of " + std::to_string(block_bytes) +
+                ", got " + std::to_string(blocks.size()));
   }
   for (size_t i = 0; i < blocks.size(); ++i) {
-    array.data.block_checksums.push_back(checksum_at(blocks[i], element(blocks_path, i)));
+    array.data.block_checksums.push_back(format::checksum_from_json(blocks.element(i)));
   }
   return array;
 }
 
-std::vector<ArrayEntry> arrays_from_json(const Json& json, const std::string& path,
-                                         int64_t block_bytes) {
-  array_at(json, path);
+std::vector<ArrayEntry> arrays_from_json(const JsonReader& json, int64_t block_bytes) {
   std::vector<ArrayEntry> arrays;
   for (size_t i = 0; i < json.size(); ++i) {
-    arrays.push_back(array_from_json(json[i], element(path, i), block_bytes));
+    arrays.push_back(array_from_json(json.element(i), block_bytes));
   }
   return arrays;
 }
 
-TableEntry table_from_json(const Json& json, const std::string& path, const Json& global_optimizer,
+TableEntry table_from_json(const JsonReader& json, const Json& global_optimizer,
                            int64_t block_bytes) {
-  const std::string config_path = child(path, "config");
-  Json config = object_at(member(json, "config", path), config_path);
+  const JsonReader config = json.member("config");
   TableEntry table;
-  if (const auto found = config.find("optimizer"); found != config.end()) {
-    table.optimizer = *found;
-    config.erase(found);
-    check_optimizer_name(table.optimizer, child(config_path, "optimizer"));
+  // The table's optimizer stays JSON (see Manifest); the rest of the config is read as such.
+  if (const std::optional<JsonReader> optimizer = config.find("optimizer")) {
+    check_optimizer_name(*optimizer);
+    table.optimizer = optimizer->json();
   }
-  try {
-    table.config = format::table_from_json(config);
-  } catch (const InvalidArgument& error) {
-    fail(config_path, error.what());
-  }
+  Json config_without_optimizer = config.json();
+  config_without_optimizer.erase("optimizer");
+  table.config = format::table_from_json(config.at_same_path(config_without_optimizer));
   // Validated again when an Embedding is built; here because the reader divides by them.
   if (table.config.vocabulary_size < 1 || table.config.dim < 1) {
-    fail(config_path, "vocabulary_size and dim must be >= 1");
+    config.fail("vocabulary_size and dim must be >= 1");
   }
-  const std::string variables_path = child(path, "variables");
-  table.variables = arrays_from_json(member(json, "variables", path), variables_path, block_bytes);
+  const JsonReader variables = json.member("variables");
+  table.variables = arrays_from_json(variables, block_bytes);
   const std::optional<std::string> optimizer =
       training_optimizer_name(table.optimizer, global_optimizer);
   const std::vector<ArrayEntry> expected = expected_variables(table.config, optimizer);
   if (table.variables.size() != expected.size()) {
-    fail(variables_path, "expected " + std::to_string(expected.size()) + " variables for table '" +
-                             table.config.name + "' (optimizer " + optimizer.value_or("none") +
-                             "), got " + std::to_string(table.variables.size()));
+    variables.fail("expected " + std::to_string(expected.size()) + " variables for table '" +
+                   format::truncated(table.config.name) + "' (optimizer " +
+                   optimizer.value_or("none") + "), got " + std::to_string(table.variables.size()));
   }
   for (size_t v = 0; v < expected.size(); ++v) {
     const ArrayEntry& variable = table.variables[v];
     if (variable.name != expected[v].name || variable.shape != expected[v].shape) {
-      fail(element(variables_path, v), "expected variable '" + expected[v].name + "' " +
-                                           shape_string(expected[v].shape) + ", got '" +
-                                           variable.name + "' " + shape_string(variable.shape));
+      variables.element(v).fail("expected variable '" + expected[v].name + "' " +
+                                shape_string(expected[v].shape) + ", got '" +
+                                format::truncated(variable.name) + "' " +
+                                format::truncated(shape_string(variable.shape)));
     }
   }
   return table;
@@ -313,90 +234,88 @@ Json manifest_to_json(const Manifest& manifest) {
   return json;
 }
 
-Manifest manifest_from_json(const Json& json) {
+Manifest manifest_from_json(const JsonReader& json) {
   Manifest manifest;
   // The format and version first: a newer version may have changed anything else.
-  expect_string(json, "format", "", kFormatName);
-  const int64_t version = integer_at(member(json, "format_version", ""), "format_version", 1);
+  json.member("format").expect_string(kFormatName);
+  const JsonReader version_json = json.member("format_version");
+  const int64_t version = version_json.integer(1);
   if (version > kCheckpointFormatVersion) {
-    fail("format_version", "checkpoint format version " + std::to_string(version) +
-                               " is newer than this recemb reads (" +
-                               std::to_string(kCheckpointFormatVersion) +
-                               "); read it with a newer recemb");
+    version_json.fail("checkpoint format version " + std::to_string(version) +
+                      " is newer than this recemb reads (" +
+                      std::to_string(kCheckpointFormatVersion) + "); read it with a newer recemb");
   }
   manifest.format_version = static_cast<int>(version);
-  manifest.step = integer_at(member(json, "step", ""), "step", 0);
-  expect_string(member(json, "placement", ""), "kind", "placement", "single");
-  expect_string(json, "byte_order", "", "little");
-  expect_string(json, "checksum", "", "xxh3-64");
-  manifest.checksum_block_bytes =
-      integer_at(member(json, "checksum_block_bytes", ""), "checksum_block_bytes", 4);
+  manifest.step = json.member("step").integer(0);
+  json.member("placement").member("kind").expect_string("single");
+  json.member("byte_order").expect_string("little");
+  json.member("checksum").expect_string("xxh3-64");
+  const JsonReader block_bytes = json.member("checksum_block_bytes");
+  manifest.checksum_block_bytes = block_bytes.integer(4);
   if (manifest.checksum_block_bytes % 4 != 0 || manifest.checksum_block_bytes > kMaxBlockBytes) {
-    fail("checksum_block_bytes", "expected a multiple of 4 up to 2^40, got " +
-                                     std::to_string(manifest.checksum_block_bytes));
+    block_bytes.fail("expected a multiple of 4 up to 2^40, got " +
+                     std::to_string(manifest.checksum_block_bytes));
   }
 
-  const Json& embedding = member(json, "embedding", "");
-  manifest.optimizer = member(embedding, "optimizer", "embedding");
-  check_optimizer_name(manifest.optimizer, "embedding.optimizer");
-  manifest.seed = unsigned_at(member(embedding, "seed", "embedding"), "embedding.seed");
-  const std::string policy = string_at(member(embedding, "non_finite_gradients", "embedding"),
-                                       "embedding.non_finite_gradients");
+  const JsonReader embedding = json.member("embedding");
+  const JsonReader optimizer = embedding.member("optimizer");
+  check_optimizer_name(optimizer);
+  manifest.optimizer = optimizer.json();
+  manifest.seed = embedding.member("seed").unsigned_integer();
+  const JsonReader policy = embedding.member("non_finite_gradients");
   try {
-    manifest.non_finite_gradients = parse_non_finite_gradients(policy);
+    manifest.non_finite_gradients = parse_non_finite_gradients(format::truncated(policy.string()));
   } catch (const InvalidArgument& error) {
-    fail("embedding.non_finite_gradients", error.what());
+    policy.fail(error.what());
   }
 
-  const Json& tables = array_at(member(json, "tables", ""), "tables");
-  if (tables.empty()) fail("tables", "a checkpoint has at least one table");
+  const JsonReader tables = json.member("tables");
+  if (tables.size() == 0) tables.fail("a checkpoint has at least one table");
   std::set<std::string> table_names;
   for (size_t t = 0; t < tables.size(); ++t) {
-    manifest.tables.push_back(table_from_json(tables[t], element("tables", t), manifest.optimizer,
-                                              manifest.checksum_block_bytes));
+    manifest.tables.push_back(
+        table_from_json(tables.element(t), manifest.optimizer, manifest.checksum_block_bytes));
     if (!table_names.insert(manifest.tables.back().config.name).second) {
-      fail(element("tables", t),
-           "table name '" + manifest.tables.back().config.name + "' appears twice");
+      tables.element(t).fail("table name '" +
+                             format::truncated(manifest.tables.back().config.name) +
+                             "' appears twice");
     }
   }
-  const Json& features = array_at(member(json, "features", ""), "features");
+  const JsonReader features = json.member("features");
   for (size_t f = 0; f < features.size(); ++f) {
-    try {
-      manifest.features.push_back(format::feature_from_json(features[f]));
-    } catch (const InvalidArgument& error) {
-      fail(element("features", f), error.what());
-    }
+    manifest.features.push_back(format::feature_from_json(features.element(f)));
   }
-  manifest.extra_arrays = arrays_from_json(member(json, "extra_arrays", ""), "extra_arrays",
-                                           manifest.checksum_block_bytes);
+  const JsonReader extra_arrays = json.member("extra_arrays");
+  manifest.extra_arrays = arrays_from_json(extra_arrays, manifest.checksum_block_bytes);
   std::set<std::string> extra_names;
   for (size_t i = 0; i < manifest.extra_arrays.size(); ++i) {
     if (manifest.extra_arrays[i].name.empty() ||
         !extra_names.insert(manifest.extra_arrays[i].name).second) {
-      fail(element("extra_arrays", i),
-           "extra array name '" + manifest.extra_arrays[i].name + "' is empty or appears twice");
+      extra_arrays.element(i).fail("extra array name '" +
+                                   format::truncated(manifest.extra_arrays[i].name) +
+                                   "' is empty or appears twice");
     }
   }
-  const Json& metadata = object_at(member(json, "metadata", ""), "metadata");
-  for (auto item = metadata.begin(); item != metadata.end(); ++item) {
-    manifest.metadata[item.key()] = string_at(item.value(), child("metadata", item.key()));
-  }
+  json.member("metadata")
+      .for_each_member([&manifest](const std::string& key, const JsonReader& value) {
+        manifest.metadata[key] = value.string();
+      });
 
   // Two records of one file would let a damaged file pass as another's.
   std::set<std::string> files;
-  const auto add_file = [&files](const ArrayEntry& array, const std::string& path) {
+  const auto add_file = [&files](const ArrayEntry& array, const JsonReader& entry) {
     if (!files.insert(array.data.file).second) {
-      fail(child(path, "file"), "file \"" + array.data.file + "\" is listed twice");
+      entry.member("file").fail("file \"" + array.data.file + "\" is listed twice");
     }
   };
   for (size_t t = 0; t < manifest.tables.size(); ++t) {
+    const JsonReader variables = tables.element(t).member("variables");
     for (size_t v = 0; v < manifest.tables[t].variables.size(); ++v) {
-      add_file(manifest.tables[t].variables[v],
-               element(child(element("tables", t), "variables"), v));
+      add_file(manifest.tables[t].variables[v], variables.element(v));
     }
   }
   for (size_t i = 0; i < manifest.extra_arrays.size(); ++i) {
-    add_file(manifest.extra_arrays[i], element("extra_arrays", i));
+    add_file(manifest.extra_arrays[i], extra_arrays.element(i));
   }
   return manifest;
 }
@@ -417,28 +336,19 @@ ManifestFile read_manifest(const std::filesystem::path& directory) {
   uint64_t expected = 0;
   if (checksum_text.size() != kChecksumFileBytes || checksum_text.back() != '\n' ||
       !format::parse_checksum(std::string_view(checksum_text).substr(0, 16), expected)) {
-    throw InvalidArgument(prefix + std::string(kManifestChecksumFile) +
-                          " is damaged: expected 16 lowercase hex digits and a newline");
+    throw DataLoss(prefix + std::string(kManifestChecksumFile) +
+                   " is damaged: expected 16 lowercase hex digits and a newline");
   }
   ManifestFile file;
   file.text = format::read_file(directory / kManifestFile, kMaxManifestBytes);
   if (format::checksum(std::as_bytes(std::span(file.text))) != expected) {
-    throw InvalidArgument(prefix + std::string(kManifestFile) + " does not match its checksum in " +
-                          std::string(kManifestChecksumFile) +
-                          ": one of them is damaged or truncated");
+    throw DataLoss(prefix + std::string(kManifestFile) + " does not match its checksum in " +
+                   std::string(kManifestChecksumFile) + ": one of them is damaged or truncated");
   }
-  Json json;
-  try {
-    json = Json::parse(file.text);
-  } catch (const format::JsonError& error) {
-    throw InvalidArgument(prefix + std::string(kManifestFile) +
-                          " is not valid JSON: " + error.what());
-  }
-  try {
-    file.manifest = manifest_from_json(json);
-  } catch (const InvalidArgument& error) {
-    throw InvalidArgument(prefix + std::string(kManifestFile) + ": " + error.what());
-  }
+  const format::JsonDocument manifest_file{.name = prefix + std::string(kManifestFile),
+                                           .source = format::JsonSource::kFile};
+  const Json json = format::parse_json(file.text, manifest_file);
+  file.manifest = manifest_from_json(JsonReader(json, manifest_file));
   return file;
 }
 

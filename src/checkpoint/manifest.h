@@ -29,6 +29,7 @@
 
 #include "checkpoint/data_file.h"
 #include "format/json.h"
+#include "format/json_reader.h"
 
 namespace recemb::internal {
 
@@ -77,15 +78,17 @@ format::Json manifest_to_json(const Manifest& manifest);
 
 // Parses and checks the manifest's structure and consistency: format and version, field types,
 // variables matching each table's shape and optimizer, file names that stay inside the
-// checkpoint directory and are unique, sizes matching shapes, one checksum per block. Throws
-// InvalidArgument "<field path>: <problem>". Configs are checked for form, not validated.
-Manifest manifest_from_json(const format::Json& json);
+// checkpoint directory and are unique, sizes matching shapes, one checksum per block. Throws the
+// document's exception, "<document>: <path>: <problem>". Configs are checked for form, not
+// validated.
+Manifest manifest_from_json(const format::JsonReader& json);
 
 // Writes manifest.json and manifest.xxh3 into `directory`, each fsynced.
 void write_manifest(const std::filesystem::path& directory, const Manifest& manifest);
 
 // Reads manifest.json of the checkpoint `directory`, checks it against manifest.xxh3 and parses
-// it. Every error is an InvalidArgument naming the checkpoint and the file.
+// it. A damaged, foreign or newer manifest (or one nested deeper than format::kMaxJsonDepth) is a
+// DataLoss naming the checkpoint, the file and the field's path.
 struct ManifestFile {
   std::string text;
   Manifest manifest;

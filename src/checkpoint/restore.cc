@@ -254,7 +254,7 @@ RestoredState restore_by_parts(Embedding& embedding, const fs::path& checkpoint,
 
 Optimizer parse_saved_optimizer(const format::Json& json, const std::string& prefix) {
   try {
-    return format::optimizer_from_json(json);
+    return format::optimizer_from_json(format::JsonReader(json, {.name = "optimizer"}));
   } catch (const InvalidArgument& error) {
     throw InvalidArgument(prefix + error.what());
   }

@@ -1,6 +1,5 @@
 #include "format/config_json.h"
 
-#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <concepts>
@@ -244,103 +243,60 @@ Json value_to_json(const Optimizer& optimizer) {
 // ---------------------------------------------------------------------------------------------
 // Reading.
 
-// Where a value sits: the config that owns it ("table 'video'") and its field path inside it
-// ("optimizer.common.clip_weight_min"; empty for the config itself).
-struct Location {
-  std::string_view owner;
-  std::string path;
-
-  Location child(std::string_view key) const {
-    return {owner, path.empty() ? std::string(key) : path + "." + std::string(key)};
-  }
-  Location element(size_t index) const { return {owner, path + "[" + std::to_string(index) + "]"}; }
-};
-
-[[noreturn]] void fail(const Location& at, const std::string& problem) {
-  throw InvalidArgument(std::string(at.owner) +
-                        (at.path.empty() ? "" : ": field '" + at.path + "'") + ": " + problem);
-}
-
-// A short rendering of a JSON value for messages.
-std::string describe(const Json& json) {
-  constexpr size_t kMaxLength = 40;
-  std::string text = json.dump();
-  if (text.size() > kMaxLength) text = text.substr(0, kMaxLength) + "...";
-  return text;
-}
-
-void read_value(const Json& json, float& value, const Location& at);
-void read_value(const Json& json, bool& value, const Location& at);
-void read_value(const Json& json, int64_t& value, const Location& at);
-void read_value(const Json& json, std::string& value, const Location& at);
-void read_value(const Json& json, Combiner& combiner, const Location& at);
+void read_value(const JsonReader& json, float& value);
+void read_value(const JsonReader& json, bool& value);
+void read_value(const JsonReader& json, int64_t& value);
+void read_value(const JsonReader& json, std::string& value);
+void read_value(const JsonReader& json, Combiner& combiner);
 template <class T>
-void read_value(const Json& json, std::vector<T>& values, const Location& at);
+void read_value(const JsonReader& json, std::vector<T>& values);
 template <class T>
-void read_value(const Json& json, std::optional<T>& value, const Location& at);
-void read_value(const Json& json, LearningRate& learning_rate, const Location& at);
-void read_value(const Json& json, Initializer& initializer, const Location& at);
-void read_value(const Json& json, Optimizer& optimizer, const Location& at);
+void read_value(const JsonReader& json, std::optional<T>& value);
+void read_value(const JsonReader& json, LearningRate& learning_rate);
+void read_value(const JsonReader& json, Initializer& initializer);
+void read_value(const JsonReader& json, Optimizer& optimizer);
 template <HasFields T>
-void read_value(const Json& json, T& value, const Location& at);
+void read_value(const JsonReader& json, T& value);
 
 // Reads the visited fields of one JSON object; absent keys leave the field as it is (its default).
 class ObjectReader {
  public:
-  ObjectReader(const Json& json, Location at) : json_(json), at_(std::move(at)) {
-    if (!json.is_object()) fail(at_, "expected an object, got " + describe(json));
-  }
+  explicit ObjectReader(JsonReader json) : json_(std::move(json)) { json_.expect_object(); }
 
   template <class T>
   void operator()(std::string_view key, T& value) {
     known_keys_.push_back(key);
-    const auto found = json_.find(key);
-    if (found != json_.end()) read_value(*found, value, at_.child(key));
+    if (const std::optional<JsonReader> found = json_.find(key)) read_value(*found, value);
   }
 
   // The string under `key`, which must be present (the "kind" or "name" that selects a type).
   std::string tag(std::string_view key) {
     known_keys_.push_back(key);
-    require(key);
-    std::string value;
-    read_value(json_[std::string(key)], value, at_.child(key));
-    return value;
+    return json_.member(key).string();
   }
 
-  void require(std::string_view key) const {
-    if (!json_.contains(key)) fail(at_.child(key), "required but missing");
-  }
+  void require(std::string_view key) const { json_.member(key); }
 
   // A misspelt field would otherwise be silently replaced by its default.
-  void reject_unknown_keys() const {
-    for (auto item = json_.begin(); item != json_.end(); ++item) {
-      if (std::find(known_keys_.begin(), known_keys_.end(), item.key()) == known_keys_.end()) {
-        std::string known;
-        for (std::string_view key : known_keys_)
-          known += (known.empty() ? "" : ", ") + std::string(key);
-        fail(at_.child(item.key()), "not a known field (known: " + known + ")");
-      }
-    }
-  }
+  void reject_unknown_keys() const { json_.expect_only(known_keys_); }
 
  private:
-  const Json& json_;
-  Location at_;
+  JsonReader json_;
   std::vector<std::string_view> known_keys_;
 };
 
-void read_value(const Json& json, float& value, const Location& at) {
-  if (json.is_number()) {
-    const auto number = json.get<double>();
+void read_value(const JsonReader& json, float& value) {
+  if (json.json().is_number()) {
+    const double number = json.number();
     // Converting a double beyond the float range to float is undefined behaviour.
     if (std::abs(number) > static_cast<double>(std::numeric_limits<float>::max())) {
-      fail(at, "value " + describe(json) + " is outside the float range");
+      json.fail("value " + describe(json.json()) + " is outside the float range");
     }
     value = static_cast<float>(number);
     return;
   }
-  if (json.is_string()) {
-    const auto& text = json.get_ref<const std::string&>();
+  if (json.json().is_string()) {
+    const std::string text = json.string();
     if (text == "inf" || text == "-inf" || text == "nan") {
       value = text == "nan"
                   ? std::numeric_limits<float>::quiet_NaN()
@@ -348,60 +304,45 @@ void read_value(const Json& json, float& value, const Location& at) {
       return;
     }
   }
-  fail(at, "expected a number or \"inf\", \"-inf\", \"nan\", got " + describe(json));
+  json.fail("expected a number or \"inf\", \"-inf\", \"nan\", got " + describe(json.json()));
 }
 
-void read_value(const Json& json, bool& value, const Location& at) {
-  if (!json.is_boolean()) fail(at, "expected true or false, got " + describe(json));
-  value = json.get<bool>();
-}
+void read_value(const JsonReader& json, bool& value) { value = json.boolean(); }
 
-void read_value(const Json& json, int64_t& value, const Location& at) {
-  const bool fits =
-      json.is_number_integer() &&
-      !(json.is_number_unsigned() &&
-        json.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
-  if (!fits) fail(at, "expected a 64-bit integer, got " + describe(json));
-  value = json.get<int64_t>();
-}
+void read_value(const JsonReader& json, int64_t& value) { value = json.integer(); }
 
-void read_value(const Json& json, std::string& value, const Location& at) {
-  if (!json.is_string()) fail(at, "expected a string, got " + describe(json));
-  value = json.get<std::string>();
-}
+void read_value(const JsonReader& json, std::string& value) { value = json.string(); }
 
-void read_value(const Json& json, Combiner& combiner, const Location& at) {
-  std::string name;
-  read_value(json, name, at);
+void read_value(const JsonReader& json, Combiner& combiner) {
   try {
-    combiner = parse_combiner(name);
+    // A long name is cut, so that the message quotes a few dozen characters; it stays invalid.
+    combiner = parse_combiner(truncated(json.string()));
   } catch (const InvalidArgument& error) {
-    fail(at, error.what());
+    json.fail(error.what());
   }
 }
 
 template <class T>
-void read_value(const Json& json, std::vector<T>& values, const Location& at) {
-  if (!json.is_array()) fail(at, "expected an array, got " + describe(json));
+void read_value(const JsonReader& json, std::vector<T>& values) {
   std::vector<T> read(json.size());
-  for (size_t i = 0; i < read.size(); ++i) read_value(json[i], read[i], at.element(i));
+  for (size_t i = 0; i < read.size(); ++i) read_value(json.element(i), read[i]);
   values = std::move(read);
 }
 
 template <class T>
-void read_value(const Json& json, std::optional<T>& value, const Location& at) {
-  if (json.is_null()) {
+void read_value(const JsonReader& json, std::optional<T>& value) {
+  if (json.json().is_null()) {
     value.reset();
     return;
   }
   T read{};
-  read_value(json, read, at);
+  read_value(json, read);
   value = std::move(read);
 }
 
 template <HasFields T>
-void read_value(const Json& json, T& value, const Location& at) {
-  ObjectReader reader(json, at);
+void read_value(const JsonReader& json, T& value) {
+  ObjectReader reader(json);
   fields(value, reader);
   reader.reject_unknown_keys();
 }
@@ -414,8 +355,8 @@ std::vector<Variant> default_alternatives(std::index_sequence<kIndex...>) {
 
 // Reads {"kind": ..., <fields>} into the alternative of that kind.
 template <class Variant>
-void read_kind(const Json& json, Variant& variant, const Location& at, std::string_view what) {
-  ObjectReader reader(json, at);
+void read_kind(const JsonReader& json, Variant& variant, std::string_view what) {
+  ObjectReader reader(json);
   const std::string kind = reader.tag("kind");
   std::string valid_kinds;
   bool found = false;
@@ -435,8 +376,8 @@ void read_kind(const Json& json, Variant& variant, const Location& at, std::stri
     }
   }
   if (!found) {
-    fail(at.child("kind"),
-         "unknown " + std::string(what) + " kind \"" + kind + "\"; expected one of " + valid_kinds);
+    json.member("kind").fail("unknown " + std::string(what) + " kind \"" + truncated(kind) +
+                             "\"; expected one of " + valid_kinds);
   }
   std::visit(
       [&reader](auto& alternative) {
@@ -446,52 +387,43 @@ void read_kind(const Json& json, Variant& variant, const Location& at, std::stri
   reader.reject_unknown_keys();
 }
 
-void read_value(const Json& json, LearningRate& learning_rate, const Location& at) {
-  if (json.is_number() || json.is_string()) {
+void read_value(const JsonReader& json, LearningRate& learning_rate) {
+  if (json.json().is_number() || json.json().is_string()) {
     float constant = 0.0f;
-    read_value(json, constant, at);
+    read_value(json, constant);
     learning_rate = constant;
     return;
   }
-  read_kind(json, learning_rate, at, "learning rate");
+  read_kind(json, learning_rate, "learning rate");
   if (std::holds_alternative<LearningRateCallback>(learning_rate)) {
-    fail(at,
-         "a callback learning rate cannot be rebuilt from JSON; construct the optimizer in code "
-         "(or restore into an Embedding built with it)");
+    json.fail(
+        "a callback learning rate cannot be rebuilt from JSON; construct the optimizer in code "
+        "(or restore into an Embedding built with it)");
   }
 }
 
-void read_value(const Json& json, Initializer& initializer, const Location& at) {
-  read_kind(json, initializer, at, "initializer");
+void read_value(const JsonReader& json, Initializer& initializer) {
+  read_kind(json, initializer, "initializer");
   if (std::holds_alternative<InitializerCallback>(initializer)) initializer = TruncatedNormal{};
 }
 
-void read_value(const Json& json, Optimizer& optimizer, const Location& at) {
-  ObjectReader reader(json, at);
-  const std::string name = reader.tag("name");
+void read_value(const JsonReader& json, Optimizer& optimizer) {
+  ObjectReader reader(json);
+  // A long name is cut, so that the message quotes a few dozen characters; it stays invalid.
+  const std::string name = truncated(reader.tag("name"));
   try {
     optimizer = parse_optimizer(name);
   } catch (const InvalidArgument& error) {
-    fail(at.child("name"), error.what());
+    json.member("name").fail(error.what());
   }
   std::visit([&reader](auto& alternative) { fields(alternative, reader); }, optimizer);
   reader.reject_unknown_keys();
 }
 
-// "table 'video'" when the object has a string name, else "table".
-std::string owner_of(std::string_view kind, const Json& json) {
-  if (json.is_object() && json.contains("name") && json["name"].is_string()) {
-    return std::string(kind) + " '" + json["name"].get<std::string>() + "'";
-  }
-  return std::string(kind);
-}
-
 template <class T>
-T read_config(const Json& json, std::string_view kind,
-              std::initializer_list<std::string_view> required) {
-  const std::string owner = owner_of(kind, json);
+T read_config(const JsonReader& json, std::initializer_list<std::string_view> required) {
   T config;
-  ObjectReader reader(json, Location{owner, ""});
+  ObjectReader reader(json);
   fields(config, reader);
   // Unknown keys first: a misspelt required key is reported as the typo it is.
   reader.reject_unknown_keys();
@@ -503,21 +435,21 @@ T read_config(const Json& json, std::string_view kind,
 
 Json table_to_json(const TableConfig& table) { return value_to_json(table); }
 
-TableConfig table_from_json(const Json& json) {
-  return read_config<TableConfig>(json, "table", {"name", "vocabulary_size", "dim"});
+TableConfig table_from_json(const JsonReader& json) {
+  return read_config<TableConfig>(json, {"name", "vocabulary_size", "dim"});
 }
 
 Json feature_to_json(const FeatureConfig& feature) { return value_to_json(feature); }
 
-FeatureConfig feature_from_json(const Json& json) {
-  return read_config<FeatureConfig>(json, "feature", {"name", "table"});
+FeatureConfig feature_from_json(const JsonReader& json) {
+  return read_config<FeatureConfig>(json, {"name", "table"});
 }
 
 Json optimizer_to_json(const Optimizer& optimizer) { return value_to_json(optimizer); }
 
-Optimizer optimizer_from_json(const Json& json) {
+Optimizer optimizer_from_json(const JsonReader& json) {
   Optimizer optimizer;
-  read_value(json, optimizer, Location{"optimizer", ""});
+  read_value(json, optimizer);
   return optimizer;
 }
 

@@ -2,7 +2,6 @@
 
 #include <bit>
 #include <cstring>
-#include <initializer_list>
 #include <optional>
 
 #include "recemb/embedding.h"
@@ -12,6 +11,7 @@
 #include "format/checksum.h"
 #include "format/config_json.h"
 #include "format/json.h"
+#include "format/json_reader.h"
 #include "kernels/quantized_rows.h"
 
 namespace recemb {
@@ -55,9 +55,11 @@ namespace recemb::internal {
 namespace {
 
 using format::Json;
+using format::JsonReader;
 
+// The file is damaged, truncated or not a serving model.
 [[noreturn]] void fail(const std::string& context, const std::string& problem) {
-  throw InvalidArgument(context + ": " + problem);
+  throw DataLoss(context + ": " + problem);
 }
 
 template <typename T>
@@ -70,57 +72,6 @@ T load(std::span<const std::byte> bytes, size_t offset) {
 template <typename T>
 void store(std::span<std::byte> bytes, size_t offset, T value) {
   std::memcpy(bytes.data() + offset, &value, sizeof(T));
-}
-
-Json parse_json(std::string_view text, const std::string& context) {
-  try {
-    return Json::parse(text);
-  } catch (const format::JsonError& error) {
-    fail(context, std::string("the manifest is not valid JSON: ") + error.what());
-  }
-}
-
-// The JSON member `key` of `object`, whose location is `where`.
-const Json& member(const Json& object, const char* key, const std::string& context,
-                   const std::string& where) {
-  const auto found = object.find(key);
-  if (found == object.end()) fail(context, where + " has no '" + key + "'");
-  return *found;
-}
-
-// Checks that `value` (at `where`) is an object with exactly `keys`.
-void check_object(const Json& value, std::initializer_list<const char*> keys,
-                  const std::string& context, const std::string& where) {
-  if (!value.is_object()) fail(context, where + " is not a JSON object");
-  for (const auto& item : value.items()) {
-    bool known = false;
-    for (const char* key : keys) known = known || item.key() == key;
-    if (!known) fail(context, where + " has an unknown key '" + item.key() + "'");
-  }
-  for (const char* key : keys) member(value, key, context, where);
-}
-
-uint64_t read_size(const Json& value, const std::string& context, const std::string& where) {
-  if (!value.is_number_unsigned()) {
-    fail(context, where + " must be an integer >= 0, got " + value.dump());
-  }
-  return value.get<uint64_t>();
-}
-
-// Calls read() (a config reader or validator, whose messages name the table, feature and field)
-// and prefixes what it throws with the file and the manifest location.
-template <typename Read>
-auto with_context(const std::string& context, const std::string& where, Read&& read) {
-  try {
-    return read();
-  } catch (const InvalidArgument& error) {
-    fail(context, where + ": " + error.what());
-  }
-}
-
-const Json& read_array(const Json& value, const std::string& context, const std::string& where) {
-  if (!value.is_array()) fail(context, where + " is not a JSON array");
-  return value;
 }
 
 }  // namespace
@@ -221,37 +172,37 @@ std::string encode_manifest(const ServingManifest& manifest) {
 
 ServingManifest decode_manifest(std::string_view text, uint64_t data_size,
                                 const std::string& context) {
-  const Json json = parse_json(text, context);
-  check_object(json, {"dtype", "tables", "features"}, context, "the manifest");
+  const format::JsonDocument document{.name = context + ": manifest",
+                                      .source = format::JsonSource::kFile};
+  const Json json = format::parse_json(text, document);
+  const JsonReader root(json, document);
+  root.expect_only({"dtype", "tables", "features"});
   ServingManifest manifest;
-  const Json& dtype = json["dtype"];
-  if (!dtype.is_string()) fail(context, "manifest field 'dtype' is not a string");
-  manifest.dtype = with_context(context, "manifest field 'dtype'",
-                                [&] { return parse_serving_dtype(dtype.get<std::string>()); });
-  const Json& tables = read_array(json["tables"], context, "manifest field 'tables'");
+  const JsonReader dtype = root.member("dtype");
+  try {
+    // A long name is cut, so that the message quotes a few dozen characters; it stays invalid.
+    manifest.dtype = parse_serving_dtype(format::truncated(dtype.string()));
+  } catch (const InvalidArgument& error) {
+    dtype.fail(error.what());
+  }
+  const JsonReader tables = root.member("tables");
   for (size_t t = 0; t < tables.size(); ++t) {
-    const std::string where = "manifest tables[" + std::to_string(t) + "]";
-    const Json& entry = tables[t];
-    check_object(entry, {"config", "offset", "size", "checksum"}, context, where);
-    manifest.tables.push_back(
-        with_context(context, where, [&] { return format::table_from_json(entry["config"]); }));
-    TableBlob blob{.offset = read_size(entry["offset"], context, where + ".offset"),
-                   .size = read_size(entry["size"], context, where + ".size")};
-    const Json& checksum = entry["checksum"];
-    if (!checksum.is_string() ||
-        !format::parse_checksum(checksum.get<std::string>(), blob.checksum)) {
-      fail(context, where + ".checksum must be 16 lowercase hex digits, got " + checksum.dump());
-    }
-    manifest.blobs.push_back(blob);
+    const JsonReader entry = tables.element(t);
+    entry.expect_only({"config", "offset", "size", "checksum"});
+    manifest.tables.push_back(format::table_from_json(entry.member("config")));
+    manifest.blobs.push_back({.offset = entry.member("offset").unsigned_integer(),
+                              .size = entry.member("size").unsigned_integer(),
+                              .checksum = format::checksum_from_json(entry.member("checksum"))});
   }
-  const Json& features = read_array(json["features"], context, "manifest field 'features'");
+  const JsonReader features = root.member("features");
   for (size_t f = 0; f < features.size(); ++f) {
-    manifest.features.push_back(
-        with_context(context, "manifest features[" + std::to_string(f) + "]",
-                     [&] { return format::feature_from_json(features[f]); }));
+    manifest.features.push_back(format::feature_from_json(features.element(f)));
   }
-  with_context(context, "manifest",
-               [&] { validate_configs(manifest.tables, manifest.features, EmbeddingOptions{}); });
+  try {
+    validate_configs(manifest.tables, manifest.features, EmbeddingOptions{});
+  } catch (const InvalidArgument& error) {
+    format::fail(document, error.what());
+  }
 
   uint64_t end = 0;  // of the blobs so far, padding included
   for (size_t t = 0; t < manifest.tables.size(); ++t) {

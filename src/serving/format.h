@@ -65,7 +65,7 @@ struct ServingHeader {
 
 std::array<std::byte, kServingHeaderSize> encode_header(const ServingHeader& header);
 
-// Reads the header at the start of `file` (the whole file). Throws InvalidArgument starting with
+// Reads the header at the start of `file` (the whole file). Throws DataLoss starting with
 // `context` (e.g. "serving model 'm.recemb'") when the file is shorter than a header, lacks the
 // magic, fails the header checksum, has another format version, is not file_size bytes long
 // (truncated or extended) or its manifest_size is not a multiple of 64 inside the file.
@@ -89,9 +89,10 @@ struct ServingManifest {
 std::string encode_manifest(const ServingManifest& manifest);
 
 // Parses and validates a manifest for a data section of `data_size` bytes: JSON structure
-// (unknown keys are errors), the configs (as an Embedding validates them) and the layout (each
-// blob of exactly vocabulary_size * row_bytes bytes, the blobs contiguous from 0 to data_size).
-// Throws InvalidArgument starting with `context` and naming the field, table or feature.
+// (unknown keys are errors, nesting bounded by format::kMaxJsonDepth), the configs (as an
+// Embedding validates them) and the layout (each blob of exactly vocabulary_size * row_bytes
+// bytes, the blobs contiguous from 0 to data_size). Throws DataLoss starting with `context` and
+// naming the field's path ("<context>: manifest: tables[1].size: ..."), the table or the feature.
 ServingManifest decode_manifest(std::string_view text, uint64_t data_size,
                                 const std::string& context);
 

@@ -114,7 +114,7 @@ TEST_F(InspectCheckpointTest, ThrowsForAnUnreadableManifest) {
   try {
     inspect_checkpoint(checkpoint_);
     FAIL() << "inspected a damaged manifest";
-  } catch (const InvalidArgument& error) {
+  } catch (const DataLoss& error) {
     EXPECT_THAT(error.what(), HasSubstr("manifest.json does not match its checksum"));
   }
   fs::remove(checkpoint_ / "manifest.json");

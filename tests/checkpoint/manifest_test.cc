@@ -126,19 +126,19 @@ TEST_F(ManifestTest, ANewerVersionIsRefusedBeforeAnythingElse) {
   json["format_version"] = 2;
   json["tables"] = "changed in version 2";
   rewrite(json);
-  EXPECT_EQ(error_of<InvalidArgument>([&] { read_manifest(checkpoint_); }),
+  EXPECT_EQ(error_of<DataLoss>([&] { read_manifest(checkpoint_); }),
             "checkpoint '" + checkpoint_.string() +
-                "': manifest.json: field 'format_version': checkpoint format version 2 is newer "
+                "': manifest.json: format_version: checkpoint format version 2 is newer "
                 "than this recemb reads (1); read it with a newer recemb");
 }
 
 TEST_F(ManifestTest, ChecksumFileErrors) {
   const std::string prefix = "checkpoint '" + checkpoint_.string() + "': ";
   std::ofstream(checkpoint_ / kManifestChecksumFile, std::ios::trunc) << "0123456789ABCDEF\n";
-  EXPECT_EQ(error_of<InvalidArgument>([&] { read_manifest(checkpoint_); }),
+  EXPECT_EQ(error_of<DataLoss>([&] { read_manifest(checkpoint_); }),
             prefix + "manifest.xxh3 is damaged: expected 16 lowercase hex digits and a newline");
   std::ofstream(checkpoint_ / kManifestChecksumFile, std::ios::trunc) << "0123456789abcdef\n";
-  EXPECT_EQ(error_of<InvalidArgument>([&] { read_manifest(checkpoint_); }),
+  EXPECT_EQ(error_of<DataLoss>([&] { read_manifest(checkpoint_); }),
             prefix +
                 "manifest.json does not match its checksum in manifest.xxh3: one of them is "
                 "damaged or truncated");
@@ -147,8 +147,8 @@ TEST_F(ManifestTest, ChecksumFileErrors) {
   std::ofstream(checkpoint_ / kManifestFile, std::ios::trunc) << text;
   std::ofstream(checkpoint_ / kManifestChecksumFile, std::ios::trunc)
       << format::checksum_to_hex(format::checksum(std::as_bytes(std::span(text)))) << "\n";
-  EXPECT_THAT(error_of<InvalidArgument>([&] { read_manifest(checkpoint_); }),
-              HasSubstr(prefix + "manifest.json is not valid JSON: "));
+  EXPECT_THAT(error_of<DataLoss>([&] { read_manifest(checkpoint_); }),
+              HasSubstr(prefix + "manifest.json: not valid JSON: "));
 }
 
 // Each change, with a valid checksum, is refused with the field's path.
@@ -159,77 +159,94 @@ TEST_F(ManifestTest, StructureErrorsNameTheField) {
   };
   const std::vector<Case> cases = {
       {[](Json& j) { j["format"] = "gguf"; },
-       "manifest.json: field 'format': expected \"recemb-checkpoint\", got \"gguf\""},
-      {[](Json& j) { j.erase("step"); }, "field 'step': required but missing"},
-      {[](Json& j) { j["step"] = -1; }, "field 'step': expected an integer >= 0, got -1"},
-      {[](Json& j) { j["format_version"] = 0; },
-       "field 'format_version': expected an integer >= 1"},
+       "manifest.json: format: expected \"recemb-checkpoint\", got \"gguf\""},
+      {[](Json& j) { j.erase("step"); }, "step: required but missing"},
+      {[](Json& j) { j["step"] = -1; }, "step: expected an integer >= 0, got -1"},
+      {[](Json& j) { j["format_version"] = 0; }, "format_version: expected an integer >= 1"},
       {[](Json& j) { j["placement"]["kind"] = "row_wise"; },
-       "field 'placement.kind': expected \"single\", got \"row_wise\""},
-      {[](Json& j) { j["byte_order"] = "big"; }, "field 'byte_order': expected \"little\""},
+       "placement.kind: expected \"single\", got \"row_wise\""},
+      {[](Json& j) { j["byte_order"] = "big"; }, "byte_order: expected \"little\""},
       {[](Json& j) { j["checksum_block_bytes"] = 6; },
-       "field 'checksum_block_bytes': expected a multiple of 4 up to 2^40, got 6"},
+       "checksum_block_bytes: expected a multiple of 4 up to 2^40, got 6"},
       {[](Json& j) { j["embedding"]["optimizer"]["name"] = "lamb"; },
-       "field 'embedding.optimizer.name': unknown optimizer name 'lamb'"},
-      {[](Json& j) { j["embedding"]["seed"] = -3; }, "field 'embedding.seed': expected an integer"},
+       "embedding.optimizer.name: unknown optimizer name 'lamb'"},
+      {[](Json& j) { j["embedding"]["seed"] = -3; }, "embedding.seed: expected an integer"},
       {[](Json& j) { j["embedding"]["non_finite_gradients"] = "ignore"; },
-       "field 'embedding.non_finite_gradients': unknown non_finite_gradients 'ignore'; valid "
-       "names are 'reject', 'skip_rows'"},
-      {[](Json& j) { j["tables"] = Json::array(); },
-       "field 'tables': a checkpoint has at least one table"},
+       "embedding.non_finite_gradients: unknown non_finite_gradients 'ignore'; valid names are "
+       "'reject', 'skip_rows'"},
+      {[](Json& j) { j["tables"] = Json::array(); }, "tables: a checkpoint has at least one table"},
       {[](Json& j) { j["tables"][1]["config"]["dim"] = "4"; },
-       "field 'tables[1].config': table 'words': field 'dim': expected a 64-bit integer"},
+       "tables[1].config.dim: expected a 64-bit integer, got \"4\""},
       {[](Json& j) { j["tables"][1]["config"]["dim"] = 0; },
-       "field 'tables[1].config': vocabulary_size and dim must be >= 1"},
+       "tables[1].config: vocabulary_size and dim must be >= 1"},
       {[](Json& j) { j["tables"][2]["config"]["name"] = "video"; },
-       "field 'tables[2]': table name 'video' appears twice"},
+       "tables[2]: table name 'video' appears twice"},
       {[](Json& j) { j["tables"][1]["config"]["optimizer"]["name"] = "sgd"; },
-       "field 'tables[1].variables': expected 1 variables for table 'words' (optimizer sgd), got "
+       "tables[1].variables: expected 1 variables for table 'words' (optimizer sgd), got "
        "3"},
       {[](Json& j) { j["tables"][0]["variables"][1]["name"] = "momenta"; },
-       "field 'tables[0].variables[1]': expected variable 'accumulators' [40, 8], got 'momenta' "
+       "tables[0].variables[1]: expected variable 'accumulators' [40, 8], got 'momenta' "
        "[40, 8]"},
       {[](Json& j) {
          j["tables"][0]["variables"][0]["shape"] = {40, 4};
        },
-       "field 'tables[0].variables[0].bytes': 1280 bytes do not hold the 160 floats of the shape"},
+       "tables[0].variables[0].bytes: 1280 bytes do not hold the 160 floats of the shape"},
       {[](Json& j) {
          j["tables"][0]["variables"][0]["shape"] = {int64_t{1} << 62, 8};
        },
-       "field 'tables[0].variables[0].shape': the number of elements overflows"},
+       "tables[0].variables[0].shape: the number of elements overflows"},
       {[](Json& j) { j["tables"][0]["variables"][0]["dtype"] = "float16"; },
-       "field 'tables[0].variables[0].dtype': expected \"float32\", got \"float16\""},
+       "tables[0].variables[0].dtype: expected \"float32\", got \"float16\""},
       {[](Json& j) { j["tables"][0]["variables"][0]["file"] = "../../etc/passwd"; },
-       "field 'tables[0].variables[0].file': \"../../etc/passwd\" is not a plain data file name"},
+       "tables[0].variables[0].file: \"../../etc/passwd\" is not a plain data file name"},
       {[](Json& j) { j["tables"][0]["variables"][0]["file"] = "manifest.json"; },
        "\"manifest.json\" is not a plain data file name"},
       {[](Json& j) { j["tables"][0]["variables"][0]["file"] = ".hidden"; },
        "\".hidden\" is not a plain data file name"},
       {[](Json& j) { j["tables"][0]["variables"][1]["file"] = "t0.parameters.f32"; },
-       "field 'tables[0].variables[1].file': file \"t0.parameters.f32\" is listed twice"},
+       "tables[0].variables[1].file: file \"t0.parameters.f32\" is listed twice"},
       {[](Json& j) { j["tables"][0]["variables"][0]["block_checksums"].erase(0); },
-       "field 'tables[0].variables[0].block_checksums': expected 13 checksums for 1280 bytes in "
+       "tables[0].variables[0].block_checksums: expected 13 checksums for 1280 bytes in "
        "blocks of 100, got 12"},
       {[](Json& j) { j["tables"][0]["variables"][0]["checksum"] = "xyz"; },
-       "field 'tables[0].variables[0].checksum': expected 16 lowercase hex digits, got \"xyz\""},
+       "tables[0].variables[0].checksum: expected 16 lowercase hex digits, got \"xyz\""},
       {[](Json& j) { j["features"][0]["table"] = 5; },
-       "field 'features[0]': feature 'watched': field 'table': expected a string, got 5"},
+       "features[0].table: expected a string, got 5"},
       {[](Json& j) { j["extra_arrays"][0]["name"] = ""; },
-       "field 'extra_arrays[0]': extra array name '' is empty or appears twice"},
-      {[](Json& j) { j["metadata"]["epoch"] = 3; },
-       "field 'metadata.epoch': expected a string, got 3"},
+       "extra_arrays[0]: extra array name '' is empty or appears twice"},
+      {[](Json& j) { j["metadata"]["epoch"] = 3; }, "metadata.epoch: expected a string, got 3"},
       {[](Json& j) { j = Json::array(); }, "manifest.json: expected an object, got []"},
   };
   for (const Case& c : cases) {
     Json json = json_;
     c.change(json);
     rewrite(json);
-    const std::string error = error_of<InvalidArgument>([&] { read_manifest(checkpoint_); });
+    const std::string error = error_of<DataLoss>([&] { read_manifest(checkpoint_); });
     EXPECT_THAT(error, HasSubstr("checkpoint '" + checkpoint_.string() + "': manifest.json: "));
     EXPECT_THAT(error, HasSubstr(c.expected)) << json.dump().substr(0, 200);
   }
   rewrite(json_);
   EXPECT_EQ(read_manifest(checkpoint_).manifest.step, 5);
+}
+
+// A manifest with a value nested 100,000 arrays deep (and a matching checksum) is refused at
+// parse by every reader, without walking it (a recursive walk would overflow the stack).
+TEST_F(ManifestTest, DeepNestingIsRefusedByEveryReader) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  std::string text = json_.dump();
+  text.insert(text.rfind('}'), ", \"deep\": " + deep);
+  std::ofstream(checkpoint_ / kManifestFile, std::ios::trunc) << text;
+  std::ofstream(checkpoint_ / kManifestChecksumFile, std::ios::trunc)
+      << format::checksum_to_hex(format::checksum(std::as_bytes(std::span(text)))) << "\n";
+  const std::string expected = "checkpoint '" + checkpoint_.string() +
+                               "': manifest.json: arrays and objects nest deeper than " +
+                               std::to_string(format::kMaxJsonDepth) + " levels";
+  EXPECT_EQ(error_of<DataLoss>([&] { read_manifest(checkpoint_); }), expected);
+  EXPECT_EQ(error_of<DataLoss>([&] { inspect_checkpoint(checkpoint_); }), expected);
+  EXPECT_EQ(error_of<DataLoss>([&] { load_checkpoint(checkpoint_); }), expected);
+  Embedding target(test::fixture_tables(), test::fixture_features(),
+                   {.optimizer = Adagrad{.learning_rate = 0.2f}, .num_threads = 1});
+  EXPECT_EQ(error_of<DataLoss>([&] { restore_checkpoint(target, checkpoint_); }), expected);
 }
 
 }  // namespace

@@ -34,6 +34,21 @@ using test::TemporaryDirectory;
 using test::train_steps;
 using ::testing::HasSubstr;
 
+// The message of the DataLoss or InvalidArgument that `call` throws: a damaged manifest or header
+// is DataLoss, other damaged files are still InvalidArgument.
+template <class Call>
+std::string damaged_file_error(Call call) {
+  try {
+    call();
+  } catch (const DataLoss& error) {
+    return error.what();
+  } catch (const InvalidArgument& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "no exception";
+  return "";
+}
+
 using Snapshot = std::map<std::string, std::vector<float>>;
 
 TEST(RestoreCheckpointTest, TrainingResumesExactlyAsIfUninterrupted) {
@@ -314,7 +329,7 @@ TEST(LoadCheckpointTest, ACallbackLearningRateLoadsOnlyAsTables) {
   const fs::path saved = save_checkpoint(original, directory.path());
   EXPECT_THAT(error_of<InvalidArgument>([&] { load_checkpoint(saved); }),
               HasSubstr("checkpoint '" + saved.string() +
-                        "': table 'tags': optimizer: field 'learning_rate': a callback"));
+                        "': table 'tags': optimizer: learning_rate: a callback"));
   const Embedding loaded = load_checkpoint(saved, {.tables_only = true, .num_threads = 1});
   Snapshot expected = snapshot(original);
   std::erase_if(expected, [](const auto& item) {
@@ -356,12 +371,11 @@ class DamagedCheckpointTest : public ::testing::Test {
   // restore_checkpoint throws InvalidArgument naming `file`, and changes nothing.
   void expect_refused(const fs::path& file, const std::string& what) {
     SCOPED_TRACE(what);
-    const std::string error =
-        error_of<InvalidArgument>([&] { restore_checkpoint(target_, checkpoint_); });
+    const std::string error = damaged_file_error([&] { restore_checkpoint(target_, checkpoint_); });
     EXPECT_THAT(error, HasSubstr(file.filename().string()));
     EXPECT_THAT(error, HasSubstr(checkpoint_.string()));
     EXPECT_TRUE(bitwise_equal(snapshot(target_), before_));
-    EXPECT_THAT(error_of<InvalidArgument>([&] { load_checkpoint(checkpoint_); }),
+    EXPECT_THAT(damaged_file_error([&] { load_checkpoint(checkpoint_); }),
                 HasSubstr(file.filename().string()));
   }
 

@@ -18,6 +18,8 @@
 
 #include "recemb/error.h"
 
+#include "testing/error_of.h"
+
 namespace recemb::format {
 namespace {
 
@@ -229,16 +231,22 @@ class RandomValues {
   std::mt19937_64 rng_;
 };
 
-// The message of the InvalidArgument that `read` throws ("" if none).
-template <class Read>
-std::string error_of(Read read) {
-  try {
-    read();
-  } catch (const InvalidArgument& error) {
-    return error.what();
-  }
-  return "";
+// The readers on a whole document, a caller's input named after what it holds.
+const JsonDocument kTableDocument{.name = "table", .source = JsonSource::kInput};
+const JsonDocument kFeatureDocument{.name = "feature", .source = JsonSource::kInput};
+const JsonDocument kOptimizerDocument{.name = "optimizer", .source = JsonSource::kInput};
+
+TableConfig read_table(const Json& json) {
+  return table_from_json(JsonReader(json, kTableDocument));
 }
+FeatureConfig read_feature(const Json& json) {
+  return feature_from_json(JsonReader(json, kFeatureDocument));
+}
+Optimizer read_optimizer(const Json& json) {
+  return optimizer_from_json(JsonReader(json, kOptimizerDocument));
+}
+
+using test::error_of;
 
 TEST(ConfigJsonTest, EveryOptimizerAndScheduleRoundTrips) {
   for (uint64_t seed : {1u, 2u, 3u}) {
@@ -251,7 +259,7 @@ TEST(ConfigJsonTest, EveryOptimizerAndScheduleRoundTrips) {
         const Json json = optimizer_to_json(optimizer);
         EXPECT_EQ(json["name"], optimizer_name(optimizer));
         // Through text, as a manifest is stored.
-        expect_same(optimizer, optimizer_from_json(Json::parse(json.dump())));
+        expect_same(optimizer, read_optimizer(Json::parse(json.dump())));
       }
     }
   }
@@ -270,7 +278,7 @@ TEST(ConfigJsonTest, EveryFloatReadsBackBitForBit) {
     if (!std::isfinite(value)) continue;
     const TableConfig table{
         .name = "t", .vocabulary_size = 1, .dim = 1, .initializer = Constant{.value = value}};
-    const TableConfig read = table_from_json(Json::parse(table_to_json(table).dump()));
+    const TableConfig read = read_table(Json::parse(table_to_json(table).dump()));
     ASSERT_EQ(std::bit_cast<uint32_t>(std::get<Constant>(read.initializer).value), bits) << value;
   }
   EXPECT_EQ(table_to_json({.name = "t", .initializer = Constant{.value = 0.001f}}).dump(),
@@ -283,14 +291,14 @@ TEST(ConfigJsonTest, InfiniteAndNanFloatsAreStrings) {
   const Json json = optimizer_to_json(sgd);
   EXPECT_EQ(json["common"]["clip_weight_min"], "-inf");
   EXPECT_EQ(json["common"]["clip_weight_max"], "inf");
-  expect_same(sgd, optimizer_from_json(Json::parse(json.dump())));
+  expect_same(sgd, read_optimizer(Json::parse(json.dump())));
 
   const Optimizer nan_decay =
       Sgd{.learning_rate = 0.5f,
           .common = {.weight_decay_factor = std::numeric_limits<float>::quiet_NaN()}};
   const Json nan_json = optimizer_to_json(nan_decay);
   EXPECT_EQ(nan_json["common"]["weight_decay_factor"], "nan");
-  const Optimizer read = optimizer_from_json(nan_json);
+  const Optimizer read = read_optimizer(nan_json);
   EXPECT_TRUE(std::isnan(std::get<Sgd>(read).common.weight_decay_factor));
 }
 
@@ -352,7 +360,7 @@ TEST(ConfigJsonTest, TablesRoundTripWithEveryInitializerAndCombiner) {
         const Json json = table_to_json(table);
         EXPECT_EQ(json.contains("optimizer"), with_optionals);
         EXPECT_EQ(json.contains("quantization_config"), with_optionals);
-        expect_same(table, table_from_json(Json::parse(json.dump())));
+        expect_same(table, read_table(Json::parse(json.dump())));
       }
     }
   }
@@ -366,7 +374,7 @@ TEST(ConfigJsonTest, CallbackInitializerIsWrittenAsCallbackAndReadAsTheDefault) 
       .initializer = InitializerCallback([](int64_t, int64_t, int64_t, std::span<float>) {})};
   const Json json = table_to_json(table);
   EXPECT_EQ(json["initializer"], Json::parse(R"({"kind":"callback"})"));
-  const TableConfig read = table_from_json(json);
+  const TableConfig read = read_table(json);
   ASSERT_TRUE(std::holds_alternative<TruncatedNormal>(read.initializer));
   expect_same(Initializer(TruncatedNormal{}), read.initializer);
 }
@@ -375,14 +383,14 @@ TEST(ConfigJsonTest, CallbackLearningRateIsWrittenButNotRead) {
   const Optimizer adam = Adam{.learning_rate = LearningRateCallback([](int64_t) { return 0.1f; })};
   const Json json = optimizer_to_json(adam);
   EXPECT_EQ(json["learning_rate"], Json::parse(R"({"kind":"callback"})"));
-  const std::string error = error_of([&] { optimizer_from_json(json); });
-  EXPECT_THAT(error, HasSubstr("optimizer: field 'learning_rate'"));
+  const std::string error = error_of<InvalidArgument>([&] { read_optimizer(json); });
+  EXPECT_THAT(error, HasSubstr("optimizer: learning_rate"));
   EXPECT_THAT(error, HasSubstr("callback"));
-  // Inside a table, the message names the table and the path.
+  // Inside a table, the path runs from the document's root.
   Json table = Json::parse(R"({"name": "video", "vocabulary_size": 4, "dim": 2})");
   table["optimizer"] = json;
-  EXPECT_THAT(error_of([&] { table_from_json(table); }),
-              HasSubstr("table 'video': field 'optimizer.learning_rate'"));
+  EXPECT_THAT(error_of<InvalidArgument>([&] { read_table(table); }),
+              HasSubstr("table: optimizer.learning_rate"));
 }
 
 TEST(ConfigJsonTest, FeaturesRoundTrip) {
@@ -393,7 +401,7 @@ TEST(ConfigJsonTest, FeaturesRoundTrip) {
                                 .max_sequence_length = random.integer(),
                                 .output_shape = {random.integer(), random.integer()},
                                 .validate_weights_and_indices = random.flip()};
-    const FeatureConfig read = feature_from_json(Json::parse(feature_to_json(feature).dump()));
+    const FeatureConfig read = read_feature(Json::parse(feature_to_json(feature).dump()));
     EXPECT_EQ(read.name, feature.name);
     EXPECT_EQ(read.table, feature.table);
     EXPECT_EQ(read.max_sequence_length, feature.max_sequence_length);
@@ -404,94 +412,106 @@ TEST(ConfigJsonTest, FeaturesRoundTrip) {
 
 TEST(ConfigJsonTest, AbsentKeysTakeTheDefaults) {
   const TableConfig table =
-      table_from_json(Json::parse(R"({"name": "t", "vocabulary_size": 5, "dim": 2})"));
+      read_table(Json::parse(R"({"name": "t", "vocabulary_size": 5, "dim": 2})"));
   expect_same(TableConfig{.name = "t", .vocabulary_size = 5, .dim = 2}, table);
-  const TableConfig with_nulls = table_from_json(Json::parse(
+  const TableConfig with_nulls = read_table(Json::parse(
       R"({"name": "t", "vocabulary_size": 5, "dim": 2, "optimizer": null,
           "quantization_config": null})"));
   EXPECT_FALSE(with_nulls.optimizer.has_value());
   EXPECT_FALSE(with_nulls.quantization_config.has_value());
 
-  expect_same(Optimizer(Adam{}), optimizer_from_json(Json::parse(R"({"name": "adam"})")));
+  expect_same(Optimizer(Adam{}), read_optimizer(Json::parse(R"({"name": "adam"})")));
   expect_same(Optimizer(Ftrl{.learning_rate = 0.5f, .common = {.clip_weight_max = 3.0f}}),
-              optimizer_from_json(Json::parse(
+              read_optimizer(Json::parse(
                   R"({"name": "ftrl", "learning_rate": 0.5, "common": {"clip_weight_max": 3}})")));
 
-  const FeatureConfig feature = feature_from_json(Json::parse(R"({"name": "f", "table": "t"})"));
+  const FeatureConfig feature = read_feature(Json::parse(R"({"name": "f", "table": "t"})"));
   EXPECT_EQ(feature.max_sequence_length, 0);
   EXPECT_TRUE(feature.output_shape.empty());
   EXPECT_TRUE(feature.validate_weights_and_indices);
 }
 
-TEST(ConfigJsonTest, ErrorsNameTheOwnerAndTheField) {
+TEST(ConfigJsonTest, ErrorsNameTheDocumentAndThePath) {
   struct Case {
     const char* json;
     const char* expected;
   };
   const std::vector<Case> table_cases = {
       {R"([1, 2])", "table: expected an object, got [1,2]"},
-      {R"({"vocabulary_size": 5, "dim": 2})", "table: field 'name': required but missing"},
-      {R"({"name": "t", "dim": 2})", "table 't': field 'vocabulary_size': required"},
-      {R"({"name": "t", "vocabulary_size": 5})", "table 't': field 'dim': required"},
-      {R"({"name": 3, "vocabulary_size": 5, "dim": 2})",
-       "table: field 'name': expected a string, got 3"},
+      {R"({"vocabulary_size": 5, "dim": 2})", "table: name: required but missing"},
+      {R"({"name": "t", "dim": 2})", "table: vocabulary_size: required"},
+      {R"({"name": "t", "vocabulary_size": 5})", "table: dim: required"},
+      {R"({"name": 3, "vocabulary_size": 5, "dim": 2})", "table: name: expected a string, got 3"},
       {R"({"name": "t", "vocabulary_size": 5, "dim": "2"})",
-       "table 't': field 'dim': expected a 64-bit integer, got \"2\""},
+       "table: dim: expected a 64-bit integer, got \"2\""},
       {R"({"name": "t", "vocabulary_size": 5.5, "dim": 2})",
-       "field 'vocabulary_size': expected a 64-bit integer, got 5.5"},
+       "vocabulary_size: expected a 64-bit integer, got 5.5"},
       {R"({"name": "t", "vocabulary_size": 9223372036854775808, "dim": 2})",
-       "field 'vocabulary_size': expected a 64-bit integer"},
+       "vocabulary_size: expected a 64-bit integer"},
       {R"({"name": "t", "vocabulary_sise": 5, "dim": 2})",
-       "table 't': field 'vocabulary_sise': not a known field"},
+       "table: vocabulary_sise: not a known field"},
       {R"({"name": "t", "vocabulary_size": 5, "dim": 2, "combiner": "max"})",
-       "table 't': field 'combiner': unknown combiner 'max'"},
+       "table: combiner: unknown combiner 'max'"},
       {R"({"name": "t", "vocabulary_size": 5, "dim": 2, "initializer": {"kind": "zeros"}})",
-       "table 't': field 'initializer.kind': unknown initializer kind \"zeros\"; expected one of "
+       "table: initializer.kind: unknown initializer kind \"zeros\"; expected one of "
        "\"truncated_normal\", \"constant\", \"row_id\", \"callback\""},
       {R"({"name": "t", "vocabulary_size": 5, "dim": 2, "initializer": {"value": 1}})",
-       "table 't': field 'initializer.kind': required but missing"},
+       "table: initializer.kind: required but missing"},
       {R"({"name": "t", "vocabulary_size": 5, "dim": 2,
            "initializer": {"kind": "constant", "mean": 1}})",
-       "table 't': field 'initializer.mean': not a known field (known: kind, value)"},
+       "table: initializer.mean: not a known field (known: kind, value)"},
       {R"({"name": "t", "vocabulary_size": 5, "dim": 2, "optimizer": {"name": "lamb"}})",
-       "table 't': field 'optimizer.name': unknown optimizer name 'lamb'"},
+       "table: optimizer.name: unknown optimizer name 'lamb'"},
       {R"({"name": "t", "vocabulary_size": 5, "dim": 2,
            "optimizer": {"name": "sgd", "common": {"clip_weight_min": true}}})",
-       "table 't': field 'optimizer.common.clip_weight_min': expected a number or \"inf\", "
+       "table: optimizer.common.clip_weight_min: expected a number or \"inf\", "
        "\"-inf\", \"nan\", got true"},
       {R"({"name": "t", "vocabulary_size": 5, "dim": 2,
            "optimizer": {"name": "sgd", "learning_rate": 1e40}})",
-       "table 't': field 'optimizer.learning_rate': value 1e+40 is outside the float range"},
+       "table: optimizer.learning_rate: value 1e+40 is outside the float range"},
       {R"({"name": "t", "vocabulary_size": 5, "dim": 2,
            "optimizer": {"name": "sgd", "learning_rate": "fast"}})",
-       "field 'optimizer.learning_rate': expected a number"},
+       "optimizer.learning_rate: expected a number"},
       {R"({"name": "t", "vocabulary_size": 5, "dim": 2,
            "optimizer": {"name": "sgd", "learning_rate": {"kind": "piecewise_constant",
                          "boundaries": [1, "x"], "values": [1, 2, 3]}}})",
-       "table 't': field 'optimizer.learning_rate.boundaries[1]': expected a 64-bit integer"},
+       "table: optimizer.learning_rate.boundaries[1]: expected a 64-bit integer"},
       {R"({"name": "t", "vocabulary_size": 5, "dim": 2,
            "quantization_config": {"num_buckets": 4, "lower": 0, "uper": 1}})",
-       "table 't': field 'quantization_config.uper': not a known field"},
+       "table: quantization_config.uper: not a known field"},
   };
   for (const Case& c : table_cases) {
-    EXPECT_THAT(error_of([&] { table_from_json(Json::parse(c.json)); }), HasSubstr(c.expected))
+    EXPECT_THAT(error_of<InvalidArgument>([&] { read_table(Json::parse(c.json)); }),
+                HasSubstr(c.expected))
         << c.json;
   }
   const std::vector<Case> feature_cases = {
-      {R"({"name": "f"})", "feature 'f': field 'table': required but missing"},
+      {R"({"name": "f"})", "feature: table: required but missing"},
       {R"({"name": "f", "table": "t", "output_shape": 3})",
-       "feature 'f': field 'output_shape': expected an array, got 3"},
+       "feature: output_shape: expected an array, got 3"},
       {R"({"name": "f", "table": "t", "validate_weights_and_indices": 1})",
-       "feature 'f': field 'validate_weights_and_indices': expected true or false, got 1"},
+       "feature: validate_weights_and_indices: expected true or false, got 1"},
   };
   for (const Case& c : feature_cases) {
-    EXPECT_THAT(error_of([&] { feature_from_json(Json::parse(c.json)); }), HasSubstr(c.expected))
+    EXPECT_THAT(error_of<InvalidArgument>([&] { read_feature(Json::parse(c.json)); }),
+                HasSubstr(c.expected))
         << c.json;
   }
-  EXPECT_EQ(error_of([] { optimizer_from_json(Json::parse(R"({"learning_rate": 1})")); }),
-            "optimizer: field 'name': required but missing");
-  EXPECT_EQ(error_of([] { optimizer_from_json(Json::parse(R"("adam")")); }),
+  EXPECT_EQ(
+      error_of<InvalidArgument>([] { read_optimizer(Json::parse(R"({"learning_rate": 1})")); }),
+      "optimizer: name: required but missing");
+  EXPECT_EQ(error_of<InvalidArgument>([] { read_optimizer(Json::parse(R"("adam")")); }),
             "optimizer: expected an object, got \"adam\"");
+}
+
+// In a file recemb wrote, the same errors are DataLoss, with the path from the file's root.
+TEST(ConfigJsonTest, ErrorsInAFileAreDataLoss) {
+  const JsonDocument file{.name = "manifest.json", .source = JsonSource::kFile};
+  const Json json = Json::parse(R"({"tables": [{"name": "t", "vocabulary_size": 5, "dim": 2,
+                                   "optimizer": {"name": "sgd", "learning_rate": [1]}}]})");
+  EXPECT_EQ(test::error_of<DataLoss>(
+                [&] { table_from_json(JsonReader(json, file).member("tables").element(0)); }),
+            "manifest.json: tables[0].optimizer.learning_rate: expected an object, got [1]");
 }
 
 }  // namespace

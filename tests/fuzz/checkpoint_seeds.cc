@@ -1,5 +1,6 @@
 // Writes the seed corpus of checkpoint_fuzz into the directory argv[1]: the manifest of
-// save_fuzz_checkpoint as written, compacted, and with its optional parts removed.
+// save_fuzz_checkpoint as written, compacted, with its optional parts removed, and with hostile
+// values added (an array nested 100,000 deep, a number beyond double's range).
 #include <filesystem>
 #include <string>
 
@@ -15,7 +16,17 @@ int main(int argc, char** argv) {
     const std::string text = recemb::fuzz::read_file(checkpoint / "manifest.json");
     Json json = Json::parse(text);
     recemb::fuzz::write_file(corpus / "manifest", text);
-    recemb::fuzz::write_file(corpus / "manifest-compact", json.dump());
+    const std::string compact = json.dump();
+    recemb::fuzz::write_file(corpus / "manifest-compact", compact);
+    const auto with_member = [&compact](const std::string& member) {
+      std::string hostile = compact;
+      hostile.insert(hostile.rfind('}'), ", " + member);
+      return hostile;
+    };
+    recemb::fuzz::write_file(
+        corpus / "manifest-deep",
+        with_member("\"deep\": " + std::string(100000, '[') + std::string(100000, ']')));
+    recemb::fuzz::write_file(corpus / "manifest-1e400", with_member("\"huge\": [1e400]"));
     json["extra_arrays"] = Json::array();
     json["metadata"] = Json::object();
     json["features"].erase(1);

@@ -1,6 +1,7 @@
 // Writes the seed corpus of serving_fuzz into the directory argv[1]: serving models of a small
 // Embedding (two tables, features of every kind) in each dtype, as whole files and in the
-// harness's manifest form ([uint64 data_size][manifest text]).
+// harness's manifest form ([uint64 data_size][manifest text]); and that form with hostile values
+// added to the manifest (an array nested 100,000 deep, a number beyond double's range).
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -41,6 +42,17 @@ int main(int argc, char** argv) {
       std::memcpy(manifest_form.data(), &data_size, sizeof data_size);
       manifest_form += bytes.substr(64, manifest_size);
       recemb::fuzz::write_file(corpus / ("manifest-" + dtype_name), manifest_form);
+      if (dtype == recemb::ServingDtype::kFloat32) {
+        const auto with_member = [&manifest_form](const std::string& member) {
+          std::string hostile = manifest_form;
+          hostile.insert(hostile.rfind('}'), ", " + member);
+          return hostile;
+        };
+        recemb::fuzz::write_file(
+            corpus / "manifest-deep",
+            with_member("\"deep\": " + std::string(100000, '[') + std::string(100000, ']')));
+        recemb::fuzz::write_file(corpus / "manifest-1e400", with_member("\"huge\": [1e400]"));
+      }
     }
   });
 }

@@ -14,6 +14,7 @@
 
 #include "format/checksum.h"
 #include "format/json.h"
+#include "format/json_reader.h"
 #include "testing/error_of.h"
 
 namespace recemb::internal {
@@ -89,7 +90,7 @@ TEST(ServingHeaderTest, EveryDamagedHeaderByteIsDetected) {
   for (size_t i = 0; i < 64; ++i) {
     std::vector<std::byte> file = good;
     file[i] ^= static_cast<std::byte>(1 + rng() % 255);
-    const std::string message = error_of<InvalidArgument>([&] { decode_header(file, kContext); });
+    const std::string message = error_of<DataLoss>([&] { decode_header(file, kContext); });
     EXPECT_THAT(message, HasSubstr(kContext)) << "byte " << i;
     EXPECT_THAT(message, i < 8 ? HasSubstr("not a recemb serving model") : HasSubstr("header"))
         << "byte " << i;
@@ -98,25 +99,24 @@ TEST(ServingHeaderTest, EveryDamagedHeaderByteIsDetected) {
 
 TEST(ServingHeaderTest, RejectsShortTruncatedExtendedAndOtherVersions) {
   const ServingHeader header{.manifest_size = 64, .file_size = 256};
-  EXPECT_THAT(error_of<InvalidArgument>([] { decode_header({}, kContext); }),
+  EXPECT_THAT(error_of<DataLoss>([] { decode_header({}, kContext); }),
               AllOf(HasSubstr(kContext), HasSubstr("0 bytes"), HasSubstr("truncated")));
   std::vector<std::byte> file = file_with_header(header, 256);
   file.resize(200);
-  EXPECT_THAT(error_of<InvalidArgument>([&] { decode_header(file, kContext); }),
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext); }),
               AllOf(HasSubstr("200 bytes"), HasSubstr("256"), HasSubstr("truncated")));
   file.resize(300);
-  EXPECT_THAT(error_of<InvalidArgument>([&] { decode_header(file, kContext); }),
-              HasSubstr("appended"));
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext); }), HasSubstr("appended"));
 
   // A valid header of another version (checksum recomputed): not supported, not "damaged".
   file = file_with_header(header, 256);
   const uint32_t version = 2;
   std::memcpy(file.data() + 8, &version, 4);
-  EXPECT_THAT(error_of<InvalidArgument>([&] { decode_header(file, kContext); }),
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext); }),
               AllOf(HasSubstr("version 2"), HasSubstr("or the header is damaged")));
   const uint64_t fixed = format::checksum(std::span(file).first(56));
   std::memcpy(file.data() + 56, &fixed, 8);
-  EXPECT_EQ(error_of<InvalidArgument>([&] { decode_header(file, kContext); }),
+  EXPECT_EQ(error_of<DataLoss>([&] { decode_header(file, kContext); }),
             kContext + ": format version 2 is not supported (this recemb reads version 1)");
 
   // Reserved bytes set by some other writer.
@@ -124,8 +124,7 @@ TEST(ServingHeaderTest, RejectsShortTruncatedExtendedAndOtherVersions) {
   file[44] = std::byte{1};
   const uint64_t rechecked = format::checksum(std::span(file).first(56));
   std::memcpy(file.data() + 56, &rechecked, 8);
-  EXPECT_THAT(error_of<InvalidArgument>([&] { decode_header(file, kContext); }),
-              HasSubstr("reserved"));
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext); }), HasSubstr("reserved"));
 }
 
 TEST(ServingHeaderTest, RejectsManifestSizesOutsideTheFile) {
@@ -133,7 +132,7 @@ TEST(ServingHeaderTest, RejectsManifestSizesOutsideTheFile) {
     const std::vector<std::byte> file =
         file_with_header({.manifest_size = manifest_size, .file_size = 256}, 256);
     EXPECT_THAT(
-        error_of<InvalidArgument>([&] { decode_header(file, kContext); }),
+        error_of<DataLoss>([&] { decode_header(file, kContext); }),
         AllOf(HasSubstr("manifest size " + std::to_string(manifest_size)), HasSubstr(kContext)));
   }
   const std::vector<std::byte> fits =
@@ -203,40 +202,46 @@ format::Json sample_json() {
 }
 
 std::string decode_error(const format::Json& json, uint64_t data_size) {
-  return error_of<InvalidArgument>([&] { decode_manifest(json.dump(), data_size, kContext); });
+  return error_of<DataLoss>([&] { decode_manifest(json.dump(), data_size, kContext); });
 }
 
 TEST(ServingManifestTest, RejectsBadStructureNamingTheField) {
   const uint64_t data_size = data_size_of(sample_manifest(ServingDtype::kFloat16));
-  EXPECT_THAT(
-      error_of<InvalidArgument>([&] { decode_manifest("{\"dtype\": ", data_size, kContext); }),
-      AllOf(HasSubstr(kContext), HasSubstr("not valid JSON")));
-  EXPECT_THAT(error_of<InvalidArgument>([&] { decode_manifest("[1, 2]", data_size, kContext); }),
-              HasSubstr("not a JSON object"));
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_manifest("{\"dtype\": ", data_size, kContext); }),
+              AllOf(HasSubstr(kContext), HasSubstr("not valid JSON")));
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_manifest("[1, 2]", data_size, kContext); }),
+              HasSubstr(kContext + ": manifest: expected an object, got [1,2]"));
 
   struct Edit {
     std::function<void(format::Json&)> apply;
     std::vector<std::string> fragments;
   };
   const std::vector<Edit> edits = {
-      {[](format::Json& j) { j["extra"] = 1; }, {"unknown key 'extra'"}},
-      {[](format::Json& j) { j.erase("features"); }, {"has no 'features'"}},
-      {[](format::Json& j) { j["dtype"] = 16; }, {"'dtype' is not a string"}},
-      {[](format::Json& j) { j["dtype"] = "bfloat16"; }, {"'dtype'", "'bfloat16'", "'int8'"}},
-      {[](format::Json& j) { j["tables"] = "video"; }, {"'tables' is not a JSON array"}},
-      {[](format::Json& j) { j["tables"][1]["offset"] = -64; }, {"tables[1].offset", "-64"}},
-      {[](format::Json& j) { j["tables"][0]["size"] = "60"; }, {"tables[0].size", "\"60\""}},
+      {[](format::Json& j) { j["extra"] = 1; },
+       {"manifest: extra: not a known field (known: dtype, tables, features)"}},
+      {[](format::Json& j) { j.erase("features"); }, {"manifest: features: required but missing"}},
+      {[](format::Json& j) { j["dtype"] = 16; }, {"manifest: dtype: expected a string, got 16"}},
+      {[](format::Json& j) { j["dtype"] = "bfloat16"; },
+       {"manifest: dtype: ", "'bfloat16'", "'int8'"}},
+      {[](format::Json& j) { j["tables"] = "video"; },
+       {"manifest: tables: expected an array, got \"video\""}},
+      {[](format::Json& j) { j["tables"][1]["offset"] = -64; },
+       {"manifest: tables[1].offset: expected an integer >= 0, got -64"}},
+      {[](format::Json& j) { j["tables"][0]["size"] = "60"; },
+       {"manifest: tables[0].size: expected an integer >= 0, got \"60\""}},
       {[](format::Json& j) { j["tables"][0]["checksum"] = "XYZ"; },
-       {"tables[0].checksum", "16 lowercase hex digits"}},
-      {[](format::Json& j) { j["tables"][0].erase("checksum"); }, {"tables[0] has no 'checksum'"}},
+       {"manifest: tables[0].checksum: expected 16 lowercase hex digits, got \"XYZ\""}},
+      {[](format::Json& j) { j["tables"][0].erase("checksum"); },
+       {"manifest: tables[0].checksum: required but missing"}},
       {[](format::Json& j) { j["tables"][1]["config"]["dim"] = "wide"; },
-       {"tables[1]", "'user'", "dim"}},
+       {"manifest: tables[1].config.dim: expected a 64-bit integer, got \"wide\""}},
       {[](format::Json& j) { j["tables"][1]["config"]["dim"] = 0; },
        {"table 'user'", "dim must be >= 1"}},
       {[](format::Json& j) { j["tables"][1]["config"]["name"] = "video"; },
        {"'video' is used more than once"}},
       {[](format::Json& j) { j["features"][0]["table"] = "movie"; }, {"'watched'", "'movie'"}},
-      {[](format::Json& j) { j["features"][1]["colour"] = 1; }, {"features[1]", "colour"}},
+      {[](format::Json& j) { j["features"][1]["colour"] = 1; },
+       {"manifest: features[1].colour: not a known field"}},
       {[](format::Json& j) { j["features"] = format::Json::array(); }, {"at least one feature"}},
   };
   for (const Edit& edit : edits) {
@@ -282,6 +287,17 @@ TEST(ServingManifestTest, RejectsBlobsThatDoNotTileTheDataSection) {
   json["tables"][0]["config"]["dim"] = 1;
   EXPECT_THAT(decode_error(json, data_size), HasSubstr("table 'video': blob size 60 is not"));
   EXPECT_EQ(decode_manifest(sample_json().dump(), data_size, kContext).tables.size(), 2u);
+}
+
+// Nesting is bounded at parse: a value 100,000 arrays deep is an error, not a stack overflow.
+TEST(ServingManifestTest, RejectsDeepNesting) {
+  const uint64_t data_size = data_size_of(sample_manifest(ServingDtype::kFloat16));
+  std::string text = sample_json().dump();
+  text.insert(text.rfind('}'),
+              ", \"deep\": " + std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_EQ(error_of<DataLoss>([&] { decode_manifest(text, data_size, kContext); }),
+            kContext + ": manifest: arrays and objects nest deeper than " +
+                std::to_string(format::kMaxJsonDepth) + " levels");
 }
 
 }  // namespace

@@ -2,8 +2,12 @@
 // wrapper, src/format/json.h, is private to the library; the command uses the public API only.)
 #include "tools/recemb/lookup_command.h"
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string_view>
 #include <vector>
 
 #include "recemb/error.h"
@@ -11,6 +15,26 @@
 
 namespace recemb::tools {
 namespace {
+
+// A request line nests at most 3 levels: {"a": {"ids": [1, 2]}}. Deeper lines are refused while
+// they are parsed, before anything walks them recursively.
+constexpr int kMaxRequestDepth = 3;
+// How much of a request's text (a key, a string, a parser message) an error message quotes.
+constexpr size_t kMaxQuotedLength = 40;
+constexpr size_t kMaxParserMessageLength = 160;
+
+std::string truncated(std::string_view text, size_t max_length = kMaxQuotedLength) {
+  if (text.size() <= max_length) return std::string(text);
+  return std::string(text.substr(0, max_length)) + "...";
+}
+
+// A short form of a request value for messages; never the whole of a long or nested value.
+std::string describe(const nlohmann::json& value) {
+  if (value.is_array()) return "[...]";
+  if (value.is_object()) return "{...}";
+  if (value.is_string()) return "\"" + truncated(value.get_ref<const std::string&>()) + "\"";
+  return value.dump();  // a number, true, false or null: short
+}
 
 // One example's ids and weights of every feature, and the views the lookup takes.
 struct ExampleInputs {
@@ -20,20 +44,73 @@ struct ExampleInputs {
   std::vector<FeatureInput> inputs;
 };
 
+// Parses one request line. Throws InvalidArgument for text that is not JSON (including numbers
+// beyond double's range, such as 1e400), nests deeper than kMaxRequestDepth, or repeats a key.
+nlohmann::json parse_request(const std::string& line) {
+  using Event = nlohmann::json::parse_event_t;
+  std::vector<std::set<std::string>> keys_of_open_objects;
+  // nlohmann's parser calls this at each event, with the number of enclosing arrays and objects.
+  const auto check = [&keys_of_open_objects](int depth, Event event, nlohmann::json& parsed) {
+    if ((event == Event::array_start || event == Event::object_start) &&
+        depth >= kMaxRequestDepth) {
+      throw InvalidArgument("arrays and objects nest deeper than " +
+                            std::to_string(kMaxRequestDepth) + " levels");
+    }
+    if (event == Event::object_start) keys_of_open_objects.emplace_back();
+    if (event == Event::object_end) keys_of_open_objects.pop_back();
+    if (event == Event::key) {
+      const auto& key = parsed.get_ref<const std::string&>();
+      if (!keys_of_open_objects.back().insert(key).second) {
+        throw InvalidArgument("key '" + truncated(key) + "' appears twice");
+      }
+    }
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(line, check);
+  } catch (const nlohmann::json::exception& error) {
+    throw InvalidArgument("not JSON: " + truncated(error.what(), kMaxParserMessageLength));
+  }
+}
+
+int64_t parse_id(const nlohmann::json& id, const std::string& name) {
+  if (!id.is_number_integer()) {
+    throw InvalidArgument("feature '" + name + "': id " + describe(id) + " is not an integer");
+  }
+  if (id.is_number_unsigned() &&
+      id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    throw InvalidArgument("feature '" + name + "': id " + id.dump() +
+                          " is beyond the 64-bit integer range");
+  }
+  return id.get<int64_t>();
+}
+
+float parse_weight(const nlohmann::json& weight, const std::string& name) {
+  if (!weight.is_number()) {
+    throw InvalidArgument("feature '" + name + "': weight " + describe(weight) +
+                          " is not a number");
+  }
+  const auto value = weight.get<double>();
+  // Converting a double beyond the float range to float is undefined behaviour.
+  if (std::abs(value) > static_cast<double>(std::numeric_limits<float>::max())) {
+    throw InvalidArgument("feature '" + name + "': weight " + weight.dump() +
+                          " is outside the float range");
+  }
+  return static_cast<float>(value);
+}
+
 void parse_feature(const nlohmann::json& value, const std::string& name, std::vector<int64_t>& ids,
                    std::vector<float>& weights) {
   const auto id_list = [&](const nlohmann::json& list) {
-    if (list.is_number_integer()) {
-      ids.push_back(list.get<int64_t>());
+    if (list.is_number()) {
+      ids.push_back(parse_id(list, name));
       return;
     }
-    if (!list.is_array()) throw InvalidArgument("feature '" + name + "': ids must be integers");
-    for (const nlohmann::json& id : list) {
-      if (!id.is_number_integer()) {
-        throw InvalidArgument("feature '" + name + "': id " + id.dump() + " is not an integer");
-      }
-      ids.push_back(id.get<int64_t>());
+    if (!list.is_array()) {
+      throw InvalidArgument("feature '" + name +
+                            "': ids must be an integer or an array of them, got " + describe(list));
     }
+    for (const nlohmann::json& id : list) ids.push_back(parse_id(id, name));
   };
   if (!value.is_object()) {
     id_list(value);
@@ -41,36 +118,32 @@ void parse_feature(const nlohmann::json& value, const std::string& name, std::ve
   }
   for (const auto& [key, field] : value.items()) {
     if (key != "ids" && key != "weights") {
-      throw InvalidArgument("feature '" + name + "': unknown field '" + key +
+      throw InvalidArgument("feature '" + name + "': unknown field '" + truncated(key) +
                             "' (expected ids, weights)");
     }
   }
   if (!value.contains("ids")) throw InvalidArgument("feature '" + name + "': no \"ids\"");
   id_list(value["ids"]);
   if (value.contains("weights")) {
-    for (const nlohmann::json& weight : value["weights"]) {
-      if (!weight.is_number()) {
-        throw InvalidArgument("feature '" + name + "': weight " + weight.dump() +
-                              " is not a number");
-      }
-      weights.push_back(weight.get<float>());
+    const nlohmann::json& list = value["weights"];
+    if (!list.is_array()) {
+      throw InvalidArgument("feature '" + name + "': weights must be an array of numbers, got " +
+                            describe(list));
     }
+    for (const nlohmann::json& weight : list) weights.push_back(parse_weight(weight, name));
   }
 }
 
 void parse_example(const std::string& line, const ServingModel& model, ExampleInputs& example) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& error) {
-    throw InvalidArgument(std::string("not JSON: ") + error.what());
+  const nlohmann::json json = parse_request(line);
+  if (!json.is_object()) {
+    throw InvalidArgument("expected an object of features, got " + describe(json));
   }
-  if (!json.is_object()) throw InvalidArgument("expected an object of features");
   const auto& features = model.features();
   for (const auto& [key, value] : json.items()) {
     bool known = false;
     for (const FeatureConfig& feature : features) known = known || feature.name == key;
-    if (!known) throw InvalidArgument("unknown feature '" + key + "'");
+    if (!known) throw InvalidArgument("unknown feature '" + truncated(key) + "'");
   }
   const size_t n = features.size();
   example.ids.resize(n);

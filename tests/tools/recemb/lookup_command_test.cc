@@ -108,5 +108,60 @@ TEST(LookupCommand, BadLinesAreReportedWithLineNumbersAndTheOthersAnswered) {
                InvalidArgument);
 }
 
+// Hostile lines (numbers beyond double's range, deep nesting, long keys, values of the wrong
+// shape) each get a short error naming the line, and the next line is still answered.
+TEST(LookupCommand, HostileLinesGetAShortErrorAndTheNextLineIsAnswered) {
+  const auto path = std::filesystem::path(::testing::TempDir()) / "lookup_command_hostile.model";
+  export_model(path);
+  const std::string deep = std::string(100000, '[') + "1" + std::string(100000, ']');
+  const std::string long_key(100000, 'k');
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"a": [1e400], "b": 1, "s": 1})", "not JSON: "},
+      {"{\"a\": " + deep + ", \"b\": 1, \"s\": 1}", "arrays and objects nest deeper than 3 levels"},
+      {"{\"a\": {\"ids\": [1], \"weights\": " + deep + "}, \"b\": 1, \"s\": 1}",
+       "arrays and objects nest deeper than 3 levels"},
+      {"{\"a\": [[1]], \"b\": 1, \"s\": 1}", "feature 'a': id [...] is not an integer"},
+      {"{\"" + long_key + "\": 1, \"a\": 1, \"b\": 1, \"s\": 1}",
+       "unknown feature '" + std::string(40, 'k') + "...'"},
+      {"{\"a\": \"" + long_key + "\", \"b\": 1, \"s\": 1}",
+       "feature 'a': ids must be an integer or an array of them, got \"" + std::string(40, 'k') +
+           "...\""},
+      {R"({"a": 18446744073709551615, "b": 1, "s": 1})",
+       "feature 'a': id 18446744073709551615 is beyond the 64-bit integer range"},
+      {R"({"a": {"ids": [1], "weights": 5}, "b": 1, "s": 1})",
+       "feature 'a': weights must be an array of numbers, got 5"},
+      {R"({"a": {"ids": [1], "weights": {"x": 2}}, "b": 1, "s": 1})",
+       "feature 'a': weights must be an array of numbers, got {...}"},
+      {R"({"a": {"ids": [1], "weights": [1e300]}, "b": 1, "s": 1})",
+       "feature 'a': weight 1e+300 is outside the float range"},
+      {R"({"a": 1, "b": 1, "s": 1, "a": 2})", "key 'a' appears twice"},
+  };
+  std::string input;
+  for (const auto& [line, expected] : cases) input += line + "\n{\"a\": 2, \"b\": 2, \"s\": 2}\n";
+  std::istringstream in(input);
+  std::ostringstream out, err;
+  EXPECT_EQ(run_lookup_command({.model = path.string(), .verify = false}, in, out, err), 1);
+  std::istringstream errors(err.str());
+  std::string error;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(std::getline(errors, error)) << i;
+    EXPECT_EQ(error.rfind("recemb lookup: line " + std::to_string(2 * i + 1) + ": ", 0), 0u)
+        << error;
+    EXPECT_THAT(error, HasSubstr(cases[i].second)) << i;
+    EXPECT_LT(error.size(), 250u) << i;
+  }
+  EXPECT_FALSE(std::getline(errors, error)) << error;
+  // Every good line is answered, all alike.
+  std::istringstream answers(out.str());
+  std::string first, answer;
+  ASSERT_TRUE(std::getline(answers, first));
+  size_t count = 1;
+  while (std::getline(answers, answer)) {
+    EXPECT_EQ(answer, first);
+    ++count;
+  }
+  EXPECT_EQ(count, cases.size());
+}
+
 }  // namespace
 }  // namespace recemb::tools

@@ -6,9 +6,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
+
+#include "recemb/checkpoint.h"
+#include "recemb/embedding.h"
+#include "recemb/serving.h"
+
+#include "format/checksum.h"
 
 namespace {
 
@@ -92,6 +99,37 @@ TEST(RecembCli, TrainRunsAndResumes) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_THAT(resumed.output, AllOf(HasSubstr("resumed from"), HasSubstr("steps 30..40")));
   EXPECT_THAT(resumed.output, Not(HasSubstr("error")));
+}
+
+// Hostile input ends neither `recemb lookup` (which answers the lines after it) nor
+// `recemb checkpoint inspect` in a crash: a number beyond double's range, and values nested
+// 100,000 arrays deep in a request line and in a checkpoint's manifest.
+TEST(RecembCli, HostileJsonIsAnErrorNotACrash) {
+  const std::string dir = fresh_dir("hostile_json");
+  std::filesystem::create_directories(dir);
+  recemb::Embedding embedding({{.name = "t", .vocabulary_size = 10, .dim = 2}},
+                              {{.name = "a", .table = "t"}}, {.optimizer = recemb::Sgd{}});
+  const std::string model = dir + "/model.recemb";
+  recemb::export_serving_model(embedding, model);
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const Result lookup =
+      run("lookup " + model, "{\"a\": [1e400]}\n{\"a\": " + deep + "}\n{\"a\": [3]}\n");
+  EXPECT_EQ(lookup.exit_code, 1) << lookup.output;
+  EXPECT_THAT(lookup.output, AllOf(HasSubstr("line 1: not JSON"), HasSubstr("line 2: arrays"),
+                                   HasSubstr("{\"a\": [")));
+
+  const std::filesystem::path checkpoint = recemb::save_checkpoint(embedding, dir + "/checkpoints");
+  std::string manifest;
+  std::getline(std::ifstream(checkpoint / "manifest.json"), manifest, '\0');
+  manifest.insert(manifest.rfind('}'), ", \"deep\": " + deep);
+  std::ofstream(checkpoint / "manifest.json", std::ios::trunc) << manifest;
+  std::ofstream(checkpoint / "manifest.xxh3", std::ios::trunc)
+      << recemb::format::checksum_to_hex(
+             recemb::format::checksum(std::as_bytes(std::span(manifest))))
+      << "\n";
+  const Result inspect = run("checkpoint inspect " + checkpoint.string());
+  EXPECT_GT(inspect.exit_code, 0) << inspect.output;  // an exit with an error, not a signal
+  EXPECT_THAT(inspect.output, HasSubstr("manifest.json: arrays and objects nest deeper than"));
 }
 
 }  // namespace
