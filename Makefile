@@ -4,15 +4,15 @@
 #   make build   Release build of everything in build/release
 #   make format  apply clang-format to every C++ file
 #   make clean   remove build/
-# Single phases of `make test`: check-format check-mirror test-release test-asan test-tsan
-# check-install bench-smoke fuzz-smoke test-python.
+# Single phases of `make test`: check-format check-mirror test-release check-tidy test-asan
+# test-tsan check-install bench-smoke fuzz-smoke test-python.
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .NOTPARALLEL:
 .DEFAULT_GOAL := build
 .PHONY: build run test deps format clean help release-build test-begin check-format check-mirror \
-        test-release test-asan test-tsan check-install bench-smoke fuzz-smoke test-python
+        test-release check-tidy test-asan test-tsan check-install bench-smoke fuzz-smoke test-python
 
 JOBS ?= $(shell nproc)
 # Ninja when it is installed (evaluated when a recipe runs, so after `deps`). A build tree keeps the
@@ -57,8 +57,8 @@ run: deps
 	rm -rf build/recemb-run
 	$(RECEMB) train --output build/recemb-run $(ARGS)
 
-test: test-begin deps check-format check-mirror test-release test-asan test-tsan check-install \
-      bench-smoke fuzz-smoke test-python
+test: test-begin deps check-format check-mirror test-release check-tidy test-asan test-tsan \
+      check-install bench-smoke fuzz-smoke test-python
 	@echo "==> make test passed; time per phase:"; cat $(TIMES); \
 	 awk '{ total += $$2 } END { printf "%-14s %5d s\n", "total", total }' $(TIMES); \
 	 awk '{ failed += $$1; total += $$2 } END { printf "tests: %d passed, %d failed\n", \
@@ -79,6 +79,10 @@ test-release:
 	 cmake --build --preset release -j $(JOBS); \
 	 $(call CTEST,release); \
 	 $(PHASE_END)
+
+# clang-tidy (.clang-tidy) over src/, with the compile commands test-release configured.
+check-tidy:
+	@$(PHASE_START); JOBS=$(JOBS) scripts/check-tidy build/release; $(PHASE_END)
 
 # Library and tests only (the preset turns benchmarks and examples off), Debug (-O0 -g).
 # TSan below: the same, RelWithDebInfo at -O1 -g.

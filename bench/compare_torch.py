@@ -1,5 +1,5 @@
 """recemb against torch.nn.EmbeddingBag, side by side: same table shapes, same id batches, same
-gradients, in one process, recemb and torch runs alternating (issue 7, item 3).
+gradients, in one process, recemb and torch runs alternating.
 
 For each workload and thread count it measures four steps on both sides:
 
@@ -90,7 +90,7 @@ HYPERPARAMETERS = {
     "adam": {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-8},
 }
 
-# What issue 7 asks of recemb / torch, per step.
+# The targets of recemb / torch, per step (docs/performance.md, "Known unmet targets").
 TARGETS = {"forward": 1.2, "sgd": 3.0, "adagrad": 5.0, "adam": 3.0}
 
 

@@ -41,6 +41,7 @@
 
 #include "recemb/recemb.h"
 
+#include "benchmark_main.h"
 #include "workload.h"
 
 namespace recemb_bench {
@@ -248,10 +249,5 @@ int main(int argc, char** argv) {
     return recemb_bench::peak_memory(optimizer, mib.empty() ? 1536 : std::stoll(mib),
                                      steps.empty() ? 50 : std::stoll(steps));
   }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  recemb_bench::register_all();
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return recemb_bench::run_benchmarks(argc, argv, recemb_bench::register_all);
 }

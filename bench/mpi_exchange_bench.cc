@@ -32,7 +32,12 @@
 #include "recemb/communicator.h"
 #include "recemb/error.h"
 
+#include "mpi_timing.h"
+
 namespace {
+
+using recemb_bench::slowest;
+using recemb_bench::synchronize;
 
 constexpr int64_t kKiB = int64_t{1} << 10;
 constexpr int64_t kMiB = int64_t{1} << 20;
@@ -83,27 +88,6 @@ Flags parse_flags(int argc, char** argv) {
 // The value of every byte `from` sends `to` in the exchange of parts of `bytes` bytes.
 std::byte pattern(int from, int to, int64_t bytes) {
   return static_cast<std::byte>((from * 31 + to * 7 + bytes / kKiB) & 0xff);
-}
-
-// Returns when every rank has called it.
-void synchronize(recemb::Communicator& communicator) {
-  std::vector<std::byte> recv;
-  std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
-  communicator.all_gather({}, recv, counts);
-}
-
-// The largest of every rank's `seconds`.
-double slowest(recemb::Communicator& communicator, double seconds) {
-  std::vector<std::byte> recv;
-  std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
-  communicator.all_gather(std::as_bytes(std::span(&seconds, 1)), recv, counts);
-  double result = 0;
-  for (size_t q = 0; q < counts.size(); ++q) {
-    double value = 0;
-    std::memcpy(&value, recv.data() + q * sizeof(double), sizeof(double));
-    result = std::max(result, value);
-  }
-  return result;
 }
 
 int run_main(int argc, char** argv) {

@@ -7,10 +7,6 @@
 //   BM_GatherUpdate/<optimizer>/<workload>/...  the training step's roofline: the same gather,
 //       then every looked-up row (every id: no de-duplication) updated with its bag's gradient by
 //       the plain per-row update of sgd, adagrad, rowwise_adagrad or adam (lazy; see update_row).
-//   BM_SlotLayout/rowwise_adagrad/<workload>/slots:S  the update alone, one thread, with row-wise
-//       Adagrad's accumulator in an array of its own (S = apart: the engine's layout,
-//       TableStorage) or right after the row's dim floats (S = beside: rows of dim + 1 floats).
-//       Whether keeping a slot next to its row saves memory time (issue 7 asks to measure it).
 //
 // The loops are built to be as fast as anyone here has made a gather: multi-versioned
 // (target_clones: the best ISA the CPU has is picked at load time, whatever the library was built
@@ -34,13 +30,13 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <optional>
 #include <string>
 #include <sys/mman.h>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "benchmark_main.h"
 #include "workload.h"
 
 namespace recemb_bench {
@@ -417,63 +413,6 @@ RECEMB_BENCH_BEST_ISA void update(Update kind, int64_t dim, const UpdateArrays& 
   }
 }
 
-// Row-wise Adagrad's update of rows[i] with gradient[i / bag_size] for i in [0, n), the row
-// `distance` ids ahead prefetched, in one of two layouts: accumulators[r] for row r (kBeside
-// false; rows of kDim floats), or the float after the row (kBeside true; rows of kDim + 1 floats,
-// accumulators unused).
-template <int64_t kDim, bool kBeside>
-[[gnu::always_inline]] inline void update_rowwise_in_layout(float* weights, float* accumulators,
-                                                            const float* gradient,
-                                                            const int64_t* rows, int64_t bag_size,
-                                                            int64_t n, int64_t distance) {
-  constexpr int64_t kStride = kBeside ? kDim + 1 : kDim;
-  const auto prefetch = [&](int64_t row) {
-    const float* first = weights + row * kStride;
-    for (int64_t d = 0; d < kDim; d += kCacheLineFloats) __builtin_prefetch(first + d, 1, 3);
-    __builtin_prefetch(kBeside ? first + kDim : accumulators + row, 1, 3);  // the accumulator
-  };
-  for (int64_t i = 0; i < std::min(distance, n); ++i) prefetch(rows[i]);
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + distance < n) prefetch(rows[i + distance]);
-    float* w = weights + rows[i] * kStride;
-    update_rowwise_adagrad<kDim>(w, kBeside ? w[kDim] : accumulators[rows[i]],
-                                 gradient + i / bag_size * kDim);
-  }
-}
-
-template <int64_t kDim>
-[[gnu::always_inline]] inline void update_rowwise_width(bool beside, float* weights,
-                                                        float* accumulators, const float* gradient,
-                                                        const int64_t* rows, int64_t bag_size,
-                                                        int64_t n, int64_t distance) {
-  if (beside) {
-    update_rowwise_in_layout<kDim, true>(weights, accumulators, gradient, rows, bag_size, n,
-                                         distance);
-  } else {
-    update_rowwise_in_layout<kDim, false>(weights, accumulators, gradient, rows, bag_size, n,
-                                          distance);
-  }
-}
-
-RECEMB_BENCH_BEST_ISA void update_rowwise(bool beside, int64_t dim, float* weights,
-                                          float* accumulators, const float* gradient,
-                                          const int64_t* rows, int64_t bag_size, int64_t n,
-                                          int64_t distance) {
-  switch (dim) {
-    case 16:
-      update_rowwise_width<16>(beside, weights, accumulators, gradient, rows, bag_size, n,
-                               distance);
-      break;
-    case 64:
-      update_rowwise_width<64>(beside, weights, accumulators, gradient, rows, bag_size, n,
-                               distance);
-      break;
-    default:
-      update_rowwise_width<128>(beside, weights, accumulators, gradient, rows, bag_size, n,
-                                distance);
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // The plain tables (one alive at a time: a new shape frees the previous one first) and the ids of
 // a step as row ids of the F tables laid end to end.
@@ -663,37 +602,6 @@ void BM_GatherUpdate(benchmark::State& state, Workload workload, std::string opt
   state.counters["thp"] = tables.huge_fraction;
 }
 
-void BM_SlotLayout(benchmark::State& state, Workload workload, bool beside) {
-  const IdStream stream(workload);
-  const StepIds& step_ids = step_ids_for(workload, stream);
-  const int64_t rows = workload.total_rows();
-  const int64_t stride = workload.dim + (beside ? 1 : 0);
-  HugeBuffer weights(rows * stride);
-  fill_table(weights.data(), weights.size());
-  // Every accumulator 0 (the row-wise default), every page touched.
-  std::optional<HugeBuffer> accumulators;
-  if (beside) {
-    for (int64_t r = 0; r < rows; ++r) weights.data()[r * stride + workload.dim] = 0.0f;
-  } else {
-    accumulators.emplace(rows);
-    std::fill_n(accumulators->data(), rows, 0.0f);
-  }
-  float* const accumulator_array = accumulators ? accumulators->data() : nullptr;
-  const float* gradient = gradient_for(workload.bags_per_step(), workload.dim).data();
-  size_t next = 0;
-  for (auto _ : state) {
-    update_rowwise(beside, workload.dim, weights.data(), accumulator_array, gradient,
-                   step_ids.steps[next].data(), workload.bag_size, workload.ids_per_step(),
-                   kBestPrefetch);
-    benchmark::ClobberMemory();
-    next = (next + 1) % step_ids.steps.size();
-  }
-  // The update's share of a training step's traffic: the row and its accumulator read and
-  // written.
-  report(state, workload.ids_per_step(), 2 * (workload.dim + 1) * 4, stream.unique_fraction());
-  state.counters["thp"] = huge_page_fraction(weights.data());
-}
-
 // ---------------------------------------------------------------------------------------------
 // Registration: the workloads of embedding_bench (workload.h), each shape's benchmarks together so
 // that a table is built once.
@@ -734,13 +642,6 @@ void register_all() {
         configure(benchmark::RegisterBenchmark(
             ("BM_GatherUpdate/" + optimizer + "/" + workload.name() + best).c_str(),
             BM_GatherUpdate, workload, optimizer, kBestPrefetch, kBestInterleave));
-        if (optimizer == "rowwise_adagrad" && workload.threads == 1 && workload.num_tables == 1) {
-          for (const bool beside : {false, true}) {
-            const std::string name = "BM_SlotLayout/" + optimizer + "/" + workload.name() +
-                                     (beside ? "/slots:beside" : "/slots:apart");
-            configure(benchmark::RegisterBenchmark(name.c_str(), BM_SlotLayout, workload, beside));
-          }
-        }
       });
 }
 
@@ -748,10 +649,5 @@ void register_all() {
 }  // namespace recemb_bench
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  recemb_bench::register_all();
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return recemb_bench::run_benchmarks(argc, argv, recemb_bench::register_all);
 }

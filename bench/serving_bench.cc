@@ -44,6 +44,8 @@
 #include "recemb/recemb.h"
 #include "recemb/serving.h"
 
+#include "benchmark_main.h"
+
 namespace {
 
 constexpr int64_t kMiB = int64_t{1} << 20;
@@ -295,10 +297,6 @@ void register_all(bool large) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  register_all(env_flag("RECEMB_BENCH_LARGE"));
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return recemb_bench::run_benchmarks(argc, argv,
+                                      [] { register_all(env_flag("RECEMB_BENCH_LARGE")); });
 }

@@ -50,7 +50,12 @@
 #include "recemb/error.h"
 #include "recemb/recemb.h"
 
+#include "mpi_timing.h"
+
 namespace {
+
+using recemb_bench::slowest;
+using recemb_bench::synchronize;
 
 constexpr int kNumBatches = 4;           // global batches generated in advance, used in turn
 constexpr float kGradientScale = 1e-3f;  // gradients are uniform in +-this
@@ -233,27 +238,6 @@ RankData make_rank_data(const Workload& w, int rank, int ranks) {
 // Timing.
 
 using Clock = std::chrono::steady_clock;
-
-// Returns when every rank has called it (an all-gather of nothing is enough).
-void synchronize(recemb::Communicator& communicator) {
-  std::vector<std::byte> recv;
-  std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
-  communicator.all_gather({}, recv, counts);
-}
-
-// The largest of every rank's `seconds`.
-double slowest(recemb::Communicator& communicator, double seconds) {
-  std::vector<std::byte> recv;
-  std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
-  communicator.all_gather(std::as_bytes(std::span(&seconds, 1)), recv, counts);
-  double result = 0;
-  for (size_t q = 0; q < counts.size(); ++q) {
-    double value = 0;
-    std::memcpy(&value, recv.data() + q * sizeof(double), sizeof(double));
-    result = std::max(result, value);
-  }
-  return result;
-}
 
 // The communicator the Embedding is given: `inner`, counting what passes through it. Bytes are
 // those sent to other ranks (a rank's part for itself is a copy in memory); seconds are the wall

@@ -234,10 +234,10 @@ inline const std::vector<float>& gradient_for(int64_t num_bags, int64_t dim) {
 // ---------------------------------------------------------------------------------------------
 // Reporting.
 
-// Nominal bytes of memory traffic per looked-up row (every id counts, no de-duplication, as
-// shared/reference/baseline-measurements.md): the gather reads the row once; an update then
-// reads and writes the row and each slot of width dim: SGD 3, Adagrad 5, Adam 7 times the row,
-// row-wise Adagrad 3 times plus its one-float slot read and written.
+// Nominal bytes of memory traffic per looked-up row (every id counts, no de-duplication): the
+// gather reads the row once; an update then reads and writes the row and each slot of width dim:
+// SGD 3, Adagrad 5, Adam 7 times the row, row-wise Adagrad 3 times plus its one-float slot read and
+// written.
 inline int64_t bytes_per_row(const std::string& step, int64_t dim) {
   const int64_t row = dim * 4;
   if (step == "sgd") return 3 * row;

@@ -2,8 +2,8 @@
 
 A lookup returns new float32 arrays. Made with np.empty each time, they cost a page fault per
 4 KiB on every step: glibc hands large freed blocks back to the system, so the next array of the
-same size is fresh memory again. For 26 features of 4096 x 64 floats that is about 2,000 faults,
-4.8 ms of a 21 ms training step on the project's machine (docs/performance.md, fifth round).
+same size is fresh memory again. For 26 features of 4096 x 64 floats that is about 2,000 faults a
+step (what they cost: docs/performance.md, "Decisions").
 
 ActivationArrays hands out the arrays of its recent calls again once nothing but itself refers to
 them, so a loop that drops each step's activations before (or right after) the next lookup

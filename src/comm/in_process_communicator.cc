@@ -151,6 +151,7 @@ std::vector<std::shared_ptr<Communicator>> in_process_communicators(int size) {
   }
   auto group = std::make_shared<Group>(size);
   std::vector<std::shared_ptr<Communicator>> communicators;
+  communicators.reserve(static_cast<size_t>(size));
   for (int rank = 0; rank < size; ++rank) {
     communicators.push_back(std::make_shared<InProcessCommunicator>(group, rank));
   }

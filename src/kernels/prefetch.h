@@ -1,6 +1,5 @@
 // Software prefetch of table rows. A random row gather is bound by memory latency; asking for
-// rows well ahead of their use keeps enough loads in flight (6-7x on this machine's 4 GiB tables,
-// reference/baseline-measurements.md).
+// rows well ahead of their use keeps enough loads in flight (docs/performance.md, "Decisions").
 #ifndef RECEMB_KERNELS_PREFETCH_H_
 #define RECEMB_KERNELS_PREFETCH_H_
 
@@ -9,15 +8,15 @@
 
 namespace recemb::internal {
 
-// Rows ahead for the update kernels (kernels/sparse_update.h). 16 was best among 2..32 on the
-// baseline's Zen 3; on this project's Xeon, 32 and 64 were no better (2026-12-03, noisy).
+// Rows ahead for the update kernels (kernels/sparse_update.h). 16 was best among 2..32 on an AMD
+// Zen 3; on the Xeon of docs/performance.md, 32 and 64 were no better.
 inline constexpr int64_t kPrefetchDistance = 16;
 
 // The forward kernel (kernels/pool.h) asks for the row kForwardPrefetchBytes of rows ahead of the
 // one it sums, so that about the same number of cache lines is in flight whatever the row width
 // (dim 64: 64 rows), within [kMinForwardPrefetchRows, kMaxForwardPrefetchRows] rows. On the
 // first engine's Zen 5 the 1 GiB gather was flat from 16 to 128 rows ahead at dims 16 and 64 and
-// slightly better at 64 than 16 at dim 128 (docs/performance.md's history).
+// slightly better at 64 than 16 at dim 128 (docs/performance-history.md).
 inline constexpr int64_t kForwardPrefetchBytes = 16384;
 inline constexpr int64_t kMinForwardPrefetchRows = 16;
 inline constexpr int64_t kMaxForwardPrefetchRows = 128;
@@ -29,7 +28,7 @@ inline int64_t forward_prefetch_rows(int64_t row_bytes) {
 
 // Prefetches the 64-byte line holding `address`. On x86 an asm statement: GCC 12 deletes a loop
 // whose body is only __builtin_prefetch when it is inlined into the update kernels (found with
-// objdump; docs/performance.md's history), and the asm cannot be deleted.
+// objdump; docs/performance.md, "Decisions"), and the asm cannot be deleted.
 inline void prefetch_line(const void* address) {
 #if defined(__x86_64__) || defined(__i386__)
   asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(address)));

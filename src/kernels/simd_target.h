@@ -1,7 +1,7 @@
 // The instruction sets of the SIMD kernels, for tests and benchmarks. The kernels in src/kernels
 // are written once with Highway and compiled for several targets (on x86-64: AVX-512, AVX2,
 // SSE4, SSSE3 and a portable fallback); each call runs the best one this CPU supports, unless a
-// ScopedSimdTarget forces another (STYLE G7: every dispatch path is forced in tests).
+// ScopedSimdTarget forces another (the tests force every dispatch path).
 #ifndef RECEMB_KERNELS_SIMD_TARGET_H_
 #define RECEMB_KERNELS_SIMD_TARGET_H_
 

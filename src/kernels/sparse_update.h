@@ -17,7 +17,7 @@
 // or variables.dim itself, which makes every per-row loop (gradient, optimizer, prefetch) one of
 // constant length, fully unrolled. That is worth 15-20% of a memory-bound update step: the loop
 // overhead of a run-time width sits between the row's memory accesses (docs/performance.md,
-// seventh round).
+// "Decisions").
 #ifndef RECEMB_KERNELS_SPARSE_UPDATE_H_
 #define RECEMB_KERNELS_SPARSE_UPDATE_H_
 

@@ -2,8 +2,8 @@
 // time (kernels/simd_target.h): the templates of kernels/sparse_update.h and
 // optimizers/row_update.h instantiated for the table's optimizer (and for row widths 16, 32, 64
 // and 128, for the width: sparse_update.h's kDim) and inlined whole into code for the best
-// instruction set this CPU has (AVX-512 on the project's machine, where it is as fast as building
-// the whole library with -march=skylake-avx512; docs/performance.md).
+// instruction set this CPU has, as fast as building the whole library for that instruction set
+// (docs/performance.md, "Decisions").
 //
 // Bitwise identical on every target: a row update is element-wise IEEE operations (add, multiply,
 // divide, sqrt, min, max), the same in every lane whatever its width; this file is built with

@@ -1,4 +1,4 @@
-// The Adagrad row update (reference §2.3).
+// The Adagrad row update (docs/semantics.md §5).
 #ifndef RECEMB_OPTIMIZERS_ADAGRAD_H_
 #define RECEMB_OPTIMIZERS_ADAGRAD_H_
 

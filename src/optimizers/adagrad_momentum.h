@@ -1,4 +1,4 @@
-// The Adagrad-with-momentum row update (reference §2.4; arXiv 2002.11803).
+// The Adagrad-with-momentum row update (docs/semantics.md §5; arXiv 2002.11803).
 #ifndef RECEMB_OPTIMIZERS_ADAGRAD_MOMENTUM_H_
 #define RECEMB_OPTIMIZERS_ADAGRAD_MOMENTUM_H_
 

@@ -1,4 +1,4 @@
-// The Adam row update (reference §2.5).
+// The Adam row update (docs/semantics.md §5).
 #ifndef RECEMB_OPTIMIZERS_ADAM_H_
 #define RECEMB_OPTIMIZERS_ADAM_H_
 

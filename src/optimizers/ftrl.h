@@ -1,4 +1,4 @@
-// The FTRL-proximal row update (reference §2.6).
+// The FTRL-proximal row update (docs/semantics.md §5).
 #ifndef RECEMB_OPTIMIZERS_FTRL_H_
 #define RECEMB_OPTIMIZERS_FTRL_H_
 

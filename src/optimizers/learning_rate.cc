@@ -92,6 +92,7 @@ double evaluate(float constant, int64_t /*step*/) { return constant; }
 double evaluate(const ExponentialDecay& schedule, int64_t step) {
   // Integer division for the staircase: a double quotient can round up to the next integer.
   const double exponent =
+      // NOLINTNEXTLINE(bugprone-integer-division): whole periods, as intended
       schedule.staircase ? static_cast<double>(step / schedule.decay_steps)
                          : static_cast<double>(step) / static_cast<double>(schedule.decay_steps);
   const double value =

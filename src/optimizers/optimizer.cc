@@ -129,7 +129,7 @@ void validate_common(const CommonHyperparameters& common, const FieldChecker& ch
   check.clip_range("common.clip_gradient_min", common.clip_gradient_min, "common.clip_gradient_max",
                    common.clip_gradient_max);
   check.at_least_zero("common.weight_decay_factor", common.weight_decay_factor);
-  // Clipping a single contribution would not clip the row's gradient (TF, §2.1 / §7 item 1).
+  // Clipping a single contribution would not clip the row's gradient (docs/semantics.md §4).
   const bool clips_gradient =
       common.clip_gradient_min != -kInfinity || common.clip_gradient_max != kInfinity;
   if (clips_gradient && !common.use_gradient_accumulation) {

@@ -1,4 +1,4 @@
-// The SGD row update (reference §2.2).
+// The SGD row update (docs/semantics.md §5).
 #ifndef RECEMB_OPTIMIZERS_SGD_H_
 #define RECEMB_OPTIMIZERS_SGD_H_
 

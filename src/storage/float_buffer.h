@@ -1,6 +1,6 @@
 // An owned, zero-initialised, 64-byte aligned array of floats. Large buffers (>= 2 MiB) are mapped
 // anonymously and advised to use transparent huge pages: a random row gather over a big table is
-// bound by TLB misses, and 2 MiB pages halve them (docs/performance.md).
+// bound by TLB misses, and 2 MiB pages halve them (docs/performance.md, "Decisions").
 #ifndef RECEMB_STORAGE_FLOAT_BUFFER_H_
 #define RECEMB_STORAGE_FLOAT_BUFFER_H_
 

@@ -14,6 +14,8 @@
 
 #include "recemb/error.h"
 
+#include "testing/error_of.h"
+
 namespace recemb::internal {
 namespace {
 
@@ -664,16 +666,11 @@ TEST(CsrFeatureTest, OutputShapeReshapesOrMakesASequence) {
   EXPECT_THAT(out.offsets, ElementsAre(0, 1, 1, 1, 2));
 }
 
-std::string error_of(const FeatureConfig& feature, const TableConfig& table,
-                     const FeatureInput& input) {
+// The message of the InvalidArgument normalize_feature throws for `input`.
+std::string normalize_error(const FeatureConfig& feature, const TableConfig& table,
+                            const FeatureInput& input) {
   CsrFeature out;
-  try {
-    normalize_feature(feature, table, input, out);
-  } catch (const InvalidArgument& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "normalize_feature did not throw";
-  return "";
+  return test::error_of<InvalidArgument>([&] { normalize_feature(feature, table, input, out); });
 }
 
 TEST(CsrFeatureErrorTest, IdsOutOfRangeNameFeatureExampleAndValue) {
@@ -682,32 +679,33 @@ TEST(CsrFeatureErrorTest, IdsOutOfRangeNameFeatureExampleAndValue) {
   for (const IdWidth width : {IdWidth::k32, IdWidth::k64}) {
     SCOPED_TRACE(width == IdWidth::k64 ? "int64 ids" : "int32 ids");
     const Model rows = fixture_model({{1}, {2}, {3}, {4, 1200}});
-    const std::string ragged =
-        error_of(watched, video, make_input(rows, Kind::kRagged, width, Weights::kNone).view());
+    const std::string ragged = normalize_error(
+        watched, video, make_input(rows, Kind::kRagged, width, Weights::kNone).view());
     EXPECT_THAT(ragged, HasSubstr("feature 'watched' (table 'video')"));
     EXPECT_THAT(ragged, HasSubstr("example 3, position 1: id 1200 is out of range [0, 1000)"));
-    EXPECT_THAT(
-        error_of(watched, video, make_input(rows, Kind::kSparse, width, Weights::kNone).view()),
-        HasSubstr("entry [3, 1]: id 1200 is out of range"));
+    EXPECT_THAT(normalize_error(watched, video,
+                                make_input(rows, Kind::kSparse, width, Weights::kNone).view()),
+                HasSubstr("entry [3, 1]: id 1200 is out of range"));
 
     Input dense =
         make_input(fixture_model({{1, 2, 3}, {4, 5, -1}}), Kind::kDense, width, Weights::kNone);
-    EXPECT_THAT(error_of(watched, video, dense.view()), HasSubstr("example 1, position 2: id -1 "));
+    EXPECT_THAT(normalize_error(watched, video, dense.view()),
+                HasSubstr("example 1, position 2: id -1 "));
     dense.shape = {1, 2, 3};
-    EXPECT_THAT(error_of(watched, video, dense.view()),
+    EXPECT_THAT(normalize_error(watched, video, dense.view()),
                 HasSubstr("example [0, 1], position 2: id -1 "));
     dense.shape = {6};
-    EXPECT_THAT(error_of(watched, video, dense.view()), HasSubstr("example 5: id -1 "));
+    EXPECT_THAT(normalize_error(watched, video, dense.view()), HasSubstr("example 5: id -1 "));
   }
   // Ids are checked even without weight validation and at positions a sequence drops.
   const Model truncated = fixture_model({{1, 2, 1000}});
-  EXPECT_THAT(
-      error_of({.name = "watched",
-                .table = "video",
-                .max_sequence_length = 2,
-                .validate_weights_and_indices = false},
-               video, make_input(truncated, Kind::kRagged, IdWidth::k64, Weights::kNone).view()),
-      HasSubstr("example 0, position 2: id 1000 is out of range"));
+  EXPECT_THAT(normalize_error(
+                  {.name = "watched",
+                   .table = "video",
+                   .max_sequence_length = 2,
+                   .validate_weights_and_indices = false},
+                  video, make_input(truncated, Kind::kRagged, IdWidth::k64, Weights::kNone).view()),
+              HasSubstr("example 0, position 2: id 1000 is out of range"));
 }
 
 TEST(CsrFeatureErrorTest, Weights) {
@@ -715,14 +713,14 @@ TEST(CsrFeatureErrorTest, Weights) {
   Input input = make_input(fixture_model({{1, 2, 3}, {4, 5, 6}}), Kind::kRagged, IdWidth::k64,
                            Weights::kGiven);
   input.weights.pop_back();
-  EXPECT_THAT(error_of({.name = "f", .table = "t"}, table, input.view()),
+  EXPECT_THAT(normalize_error({.name = "f", .table = "t"}, table, input.view()),
               HasSubstr("feature 'f' (table 't'): 5 weights for 6 ids"));
   input.weights = {1, 1, 1, 1, std::numeric_limits<float>::quiet_NaN(), 1};
   EXPECT_THAT(
-      error_of({.name = "f", .table = "t"}, table, input.view()),
+      normalize_error({.name = "f", .table = "t"}, table, input.view()),
       HasSubstr("feature 'f' (table 't'): example 1, position 1: weight nan is not finite"));
   input.weights[4] = -std::numeric_limits<float>::infinity();
-  EXPECT_THAT(error_of({.name = "f", .table = "t"}, table, input.view()),
+  EXPECT_THAT(normalize_error({.name = "f", .table = "t"}, table, input.view()),
               HasSubstr("example 1, position 1: weight -inf is not finite"));
   CsrFeature out;
   normalize_feature({.name = "f", .table = "t", .validate_weights_and_indices = false}, table,
@@ -734,26 +732,26 @@ TEST(CsrFeatureErrorTest, Shapes) {
   const TableConfig table{.name = "t", .vocabulary_size = 10, .dim = 4};
   const FeatureConfig feature{.name = "f", .table = "t"};
   const std::vector<int64_t> ids = {1, 2, 3, 4, 5, 6};
-  EXPECT_THAT(error_of(feature, table, DenseIds{.ids = ids, .shape = {}}),
+  EXPECT_THAT(normalize_error(feature, table, DenseIds{.ids = ids, .shape = {}}),
               HasSubstr("feature 'f' (table 't'): dense ids have an empty shape"));
-  EXPECT_THAT(error_of(feature, table, DenseIds{.ids = ids, .shape = {-2, -3}}),
+  EXPECT_THAT(normalize_error(feature, table, DenseIds{.ids = ids, .shape = {-2, -3}}),
               HasSubstr("dense shape [-2, -3] has a negative dimension"));
-  EXPECT_THAT(error_of(feature, table, DenseIds{.ids = ids, .shape = {2, 2}}),
+  EXPECT_THAT(normalize_error(feature, table, DenseIds{.ids = ids, .shape = {2, 2}}),
               HasSubstr("dense shape [2, 2] needs 4 ids but 6 were given"));
-  EXPECT_THAT(
-      error_of(feature, table,
-               DenseIds{.ids = std::span<const int64_t>(), .shape = {int64_t{1} << 62, 8, 0}}),
-      HasSubstr("dense shape [4611686018427387904, 8, 0] is too large"));
-  EXPECT_THAT(error_of({.name = "f", .table = "t", .max_sequence_length = 3}, table,
-                       DenseIds{.ids = ids, .shape = {6}}),
+  EXPECT_THAT(normalize_error(
+                  feature, table,
+                  DenseIds{.ids = std::span<const int64_t>(), .shape = {int64_t{1} << 62, 8, 0}}),
+              HasSubstr("dense shape [4611686018427387904, 8, 0] is too large"));
+  EXPECT_THAT(normalize_error({.name = "f", .table = "t", .max_sequence_length = 3}, table,
+                              DenseIds{.ids = ids, .shape = {6}}),
               HasSubstr("feature 'f' (table 't') is a sequence feature (max_sequence_length 3)"));
-  EXPECT_THAT(error_of({.name = "f", .table = "t", .max_sequence_length = -1}, table,
-                       DenseIds{.ids = ids, .shape = {6}}),
+  EXPECT_THAT(normalize_error({.name = "f", .table = "t", .max_sequence_length = -1}, table,
+                              DenseIds{.ids = ids, .shape = {6}}),
               HasSubstr("max_sequence_length -1 is negative"));
 
   const auto ragged_error = [&](std::vector<int32_t> splits) {
-    return error_of(feature, table,
-                    RaggedIds{.values = ids, .row_splits = std::span<const int32_t>(splits)});
+    return normalize_error(
+        feature, table, RaggedIds{.values = ids, .row_splits = std::span<const int32_t>(splits)});
   };
   EXPECT_THAT(ragged_error({}), HasSubstr("row_splits is empty"));
   EXPECT_THAT(ragged_error({1, 6}), HasSubstr("row_splits[0] = 1 must be 0"));
@@ -763,16 +761,17 @@ TEST(CsrFeatureErrorTest, Shapes) {
               HasSubstr("row_splits[2] = 5 must equal the number of values 6"));
 
   const auto sparse_error = [&](std::vector<int64_t> indices, std::vector<int64_t> dense_shape) {
-    return error_of(feature, table,
-                    SparseIds{.indices = indices,
-                              .values = std::span<const int64_t>(ids).first(indices.size() / 2),
-                              .dense_shape = dense_shape});
+    return normalize_error(
+        feature, table,
+        SparseIds{.indices = indices,
+                  .values = std::span<const int64_t>(ids).first(indices.size() / 2),
+                  .dense_shape = dense_shape});
   };
   EXPECT_THAT(sparse_error({0, 0}, {4}), HasSubstr("sparse dense_shape [4] has rank 1"));
   EXPECT_THAT(sparse_error({0, 0}, {4, -1}), HasSubstr("dense_shape [4, -1] has a negative"));
-  EXPECT_THAT(
-      error_of(feature, table, SparseIds{.indices = ids, .values = ids, .dense_shape = {4, 4}}),
-      HasSubstr("sparse indices hold 6 values but 6 entries of rank 2 need 12"));
+  EXPECT_THAT(normalize_error(feature, table,
+                              SparseIds{.indices = ids, .values = ids, .dense_shape = {4, 4}}),
+              HasSubstr("sparse indices hold 6 values but 6 entries of rank 2 need 12"));
   EXPECT_THAT(sparse_error({0, 0, 4, 0}, {4, 2}),
               HasSubstr("entry [4, 0] is outside dense_shape [4, 2]"));
   EXPECT_THAT(sparse_error({0, -1}, {4, 2}), HasSubstr("entry [0, -1] is outside dense_shape"));
@@ -789,22 +788,22 @@ TEST(CsrFeatureErrorTest, OutputShape) {
   const std::vector<int64_t> splits = {0, 1, 2, 3, 4};
   const RaggedIds ragged{.values = ids, .row_splits = std::span<const int64_t>(splits)};
   const std::string error =
-      error_of({.name = "f", .table = "t", .output_shape = {3}}, table, ragged);
+      normalize_error({.name = "f", .table = "t", .output_shape = {3}}, table, ragged);
   EXPECT_THAT(error, HasSubstr("feature 'f' (table 't'): output_shape [3] (3 bags)"));
   EXPECT_THAT(error, HasSubstr("the input's 4 bags nor a multiple of its batch size"));
-  EXPECT_THAT(error_of({.name = "f", .table = "t", .output_shape = {2, 0}}, table, ragged),
+  EXPECT_THAT(normalize_error({.name = "f", .table = "t", .output_shape = {2, 0}}, table, ragged),
               HasSubstr("output_shape [2, 0] has a dimension < 1"));
   EXPECT_THAT(activation_shape({.name = "f", .table = "t", .output_shape = {8}}, table, ragged),
               ElementsAre(8, 4));
   // Rank-1 dense and rank-3 sparse inputs cannot become sequences.
-  EXPECT_THAT(error_of({.name = "f", .table = "t", .output_shape = {8}}, table,
-                       DenseIds{.ids = ids, .shape = {4}}),
+  EXPECT_THAT(normalize_error({.name = "f", .table = "t", .output_shape = {8}}, table,
+                              DenseIds{.ids = ids, .shape = {4}}),
               HasSubstr("matches neither the input's 4 bags (only ragged and rank-2 inputs"));
   const std::vector<int64_t> indices = {0, 0, 0};
-  EXPECT_THAT(error_of({.name = "f", .table = "t", .output_shape = {4}}, table,
-                       SparseIds{.indices = indices,
-                                 .values = std::span<const int64_t>(ids).first(1),
-                                 .dense_shape = {1, 2, 3}}),
+  EXPECT_THAT(normalize_error({.name = "f", .table = "t", .output_shape = {4}}, table,
+                              SparseIds{.indices = indices,
+                                        .values = std::span<const int64_t>(ids).first(1),
+                                        .dense_shape = {1, 2, 3}}),
               HasSubstr("output_shape [4] (4 bags) matches neither the input's 2 bags"));
 }
 

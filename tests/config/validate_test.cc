@@ -8,6 +8,8 @@
 
 #include "recemb/error.h"
 
+#include "testing/error_of.h"
+
 namespace recemb::internal {
 namespace {
 
@@ -23,15 +25,13 @@ struct Configs {
   EmbeddingOptions options;
 };
 
-std::string error_of(const std::function<void(Configs&)>& change) {
+// The message of the InvalidArgument validate_configs throws once `change` is applied to valid
+// configs.
+std::string config_error(const std::function<void(Configs&)>& change) {
   Configs c;
   change(c);
-  try {
-    validate_configs(c.tables, c.features, c.options);
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::error_of<InvalidArgument>(
+      [&] { validate_configs(c.tables, c.features, c.options); });
 }
 
 TEST(ValidateConfigsTest, AcceptsValidConfigs) {
@@ -40,58 +40,62 @@ TEST(ValidateConfigsTest, AcceptsValidConfigs) {
 }
 
 TEST(ValidateConfigsTest, TableErrorsNameTheTableAndField) {
-  EXPECT_THAT(error_of([](Configs& c) { c.tables[1].dim = 0; }),
+  EXPECT_THAT(config_error([](Configs& c) { c.tables[1].dim = 0; }),
               AllOf(HasSubstr("table 'user'"), HasSubstr("dim"), HasSubstr("0")));
-  EXPECT_THAT(error_of([](Configs& c) { c.tables[0].vocabulary_size = -3; }),
+  EXPECT_THAT(config_error([](Configs& c) { c.tables[0].vocabulary_size = -3; }),
               AllOf(HasSubstr("table 'video'"), HasSubstr("vocabulary_size"), HasSubstr("-3")));
-  EXPECT_THAT(error_of([](Configs& c) { c.tables[1].name = "video"; }),
+  EXPECT_THAT(config_error([](Configs& c) { c.tables[1].name = "video"; }),
               AllOf(HasSubstr("unique"), HasSubstr("'video'")));
-  EXPECT_THAT(error_of([](Configs& c) { c.tables[0].name.clear(); }),
+  EXPECT_THAT(config_error([](Configs& c) { c.tables[0].name.clear(); }),
               AllOf(HasSubstr("table #0"), HasSubstr("name")));
-  EXPECT_THAT(error_of([](Configs& c) { c.tables[0].combiner = static_cast<Combiner>(9); }),
+  EXPECT_THAT(config_error([](Configs& c) { c.tables[0].combiner = static_cast<Combiner>(9); }),
               AllOf(HasSubstr("table 'video'"), HasSubstr("combiner")));
-  EXPECT_THAT(error_of([](Configs& c) {
+  EXPECT_THAT(config_error([](Configs& c) {
                 c.tables[0].quantization_config = QuantizationConfig{.num_buckets = 1};
               }),
               AllOf(HasSubstr("table 'video'"), HasSubstr("num_buckets")));
-  EXPECT_THAT(error_of([](Configs& c) {
+  EXPECT_THAT(config_error([](Configs& c) {
                 c.tables[0].quantization_config =
                     QuantizationConfig{.num_buckets = 4, .lower = 1.0f, .upper = 1.0f};
               }),
               AllOf(HasSubstr("table 'video'"), HasSubstr("lower < upper")));
-  EXPECT_THAT(error_of([](Configs& c) {
+  EXPECT_THAT(config_error([](Configs& c) {
                 c.tables[0].dim = int64_t{1} << 40;
                 c.tables[0].vocabulary_size = int64_t{1} << 40;
               }),
               HasSubstr("overflows"));
-  EXPECT_THAT(error_of([](Configs& c) { c.tables[1].initializer = InitializerCallback{}; }),
+  EXPECT_THAT(config_error([](Configs& c) { c.tables[1].initializer = InitializerCallback{}; }),
               AllOf(HasSubstr("table 'user'"), HasSubstr("initializer")));
-  EXPECT_THAT(error_of([](Configs& c) { c.tables[1].initializer = TruncatedNormal{.stddev = -1}; }),
-              AllOf(HasSubstr("table 'user'"), HasSubstr("stddev")));
+  EXPECT_THAT(
+      config_error([](Configs& c) { c.tables[1].initializer = TruncatedNormal{.stddev = -1}; }),
+      AllOf(HasSubstr("table 'user'"), HasSubstr("stddev")));
 }
 
 TEST(ValidateConfigsTest, OptimizerErrorsNameTheirOwner) {
-  EXPECT_THAT(
-      error_of([](Configs& c) { c.tables[1].optimizer = Adagrad{.initial_accumulator_value = 0}; }),
-      AllOf(HasSubstr("table 'user'"), HasSubstr("initial_accumulator_value")));
-  EXPECT_THAT(error_of([](Configs& c) { c.options.optimizer = Adam{.beta_1 = 1.5f}; }),
+  EXPECT_THAT(config_error([](Configs& c) {
+                c.tables[1].optimizer = Adagrad{.initial_accumulator_value = 0};
+              }),
+              AllOf(HasSubstr("table 'user'"), HasSubstr("initial_accumulator_value")));
+  EXPECT_THAT(config_error([](Configs& c) { c.options.optimizer = Adam{.beta_1 = 1.5f}; }),
               AllOf(HasSubstr("global optimizer"), HasSubstr("beta_1")));
-  EXPECT_THAT(error_of([](Configs& c) { c.options.num_threads = -1; }), HasSubstr("num_threads"));
+  EXPECT_THAT(config_error([](Configs& c) { c.options.num_threads = -1; }),
+              HasSubstr("num_threads"));
 }
 
 TEST(ValidateConfigsTest, FeatureErrorsNameTheFeatureAndField) {
-  EXPECT_THAT(error_of([](Configs& c) { c.features[2].table = "item"; }),
+  EXPECT_THAT(config_error([](Configs& c) { c.features[2].table = "item"; }),
               AllOf(HasSubstr("feature 'user_id'"), HasSubstr("'item'")));
-  EXPECT_THAT(error_of([](Configs& c) { c.features[1].name = "watched"; }),
+  EXPECT_THAT(config_error([](Configs& c) { c.features[1].name = "watched"; }),
               AllOf(HasSubstr("unique"), HasSubstr("'watched'")));
-  EXPECT_THAT(error_of([](Configs& c) { c.features[0].max_sequence_length = -1; }),
+  EXPECT_THAT(config_error([](Configs& c) { c.features[0].max_sequence_length = -1; }),
               AllOf(HasSubstr("feature 'watched'"), HasSubstr("max_sequence_length")));
-  EXPECT_THAT(error_of([](Configs& c) {
+  EXPECT_THAT(config_error([](Configs& c) {
                 c.features[0].output_shape = {2, 0};
               }),
               AllOf(HasSubstr("feature 'watched'"), HasSubstr("output_shape")));
-  EXPECT_THAT(error_of([](Configs& c) { c.features.clear(); }), HasSubstr("at least one feature"));
-  EXPECT_THAT(error_of([](Configs& c) { c.features[0].name.clear(); }),
+  EXPECT_THAT(config_error([](Configs& c) { c.features.clear(); }),
+              HasSubstr("at least one feature"));
+  EXPECT_THAT(config_error([](Configs& c) { c.features[0].name.clear(); }),
               AllOf(HasSubstr("feature #0"), HasSubstr("name")));
 }
 

@@ -1,4 +1,4 @@
-// AdagradMomentumUpdate against the reference's equations (tf_tpu_embedding.md §2.4):
+// AdagradMomentumUpdate against the equations of docs/semantics.md §5:
 //   a <- (beta2 == 1) ? a + g^2 : beta2 * a + (1 - beta2) * g^2
 //   s <- (a + epsilon)^(-1/exponent) * g;  m <- momentum * m + s
 //   w <- w - lr * (use_nesterov ? momentum * m + s : m)
@@ -75,8 +75,9 @@ INSTANTIATE_TEST_SUITE_P(Variants, AdagradMomentumUpdateTest,
                                             ::testing::Values(0.0f, 0.9f)),
                          variant_name);
 
-// §8.2's AdagradMomentum check (lr 0.1, momentum 0.9, nesterov, exponent 3, epsilon 0.1, beta2
-// 0.9, slots starting at 0) on video row 0 of the §8.1 fixture with one replica (w = [0, 1, 2, 3],
+// TF's correctness check of AdagradMomentum (lr 0.1, momentum 0.9, nesterov, exponent 3, epsilon
+// 0.1, beta2 0.9, slots starting at 0) on video row 0 of TF's fixture (embedding_fixtures_test.cc)
+// with one replica (w = [0, 1, 2, 3],
 // g = [8, 13, 18, 23]; see sgd_test.cc): a = 0.1 g^2, m = s = (a + 0.1)^(-1/3) g,
 // w -= 0.1 * 1.9 * s.
 TEST(AdagradMomentumUpdateTfTest, TfCorrectnessOneStep) {

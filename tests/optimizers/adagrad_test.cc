@@ -1,4 +1,4 @@
-// AdagradUpdate against the reference's equations (tf_tpu_embedding.md §2.3):
+// AdagradUpdate against the equations of docs/semantics.md §5:
 //   a <- a + g^2;  w <- w - lr * g / sqrt(a)
 #include "optimizers/adagrad.h"
 
@@ -33,8 +33,9 @@ TEST(AdagradUpdateTest, MatchesReferenceOverManySteps) {
                                               adagrad_reference, 2001);
 }
 
-// §8.2: a = 0.1 + (sum G)^2, w -= lr * sum(G) / sqrt(a), on video row 0 of the §8.1 fixture
-// with one replica (w = [0, 1, 2, 3], g = [8, 13, 18, 23]; see sgd_test.cc) and lr = 0.1.
+// TF's correctness check: a = 0.1 + (sum G)^2, w -= lr * sum(G) / sqrt(a), on video row 0 of TF's
+// fixture (embedding_fixtures_test.cc) with one replica (w = [0, 1, 2, 3], g = [8, 13, 18, 23]; see
+// sgd_test.cc) and lr = 0.1.
 TEST(AdagradUpdateTest, TfCorrectnessOneStep) {
   std::vector<float> w = {0.0f, 1.0f, 2.0f, 3.0f};
   std::vector<float> accumulator(4, Adagrad{}.initial_accumulator_value);

@@ -1,4 +1,4 @@
-// AdamUpdate against the reference's equations (tf_tpu_embedding.md §2.5):
+// AdamUpdate against the equations of docs/semantics.md §5:
 //   m <- beta_1 * m + (1 - beta_1) * g;  v <- beta_2 * v + (1 - beta_2) * g^2
 //   w <- w - lr_t * m / sqrt(v + epsilon^2)   (sum_inside_sqrt)
 //   w <- w - lr_t * m / (sqrt(v) + epsilon)   (otherwise)
@@ -133,11 +133,11 @@ TEST(AdamBiasCorrectionTest, ScalesLearningRateByStep) {
   }
 }
 
-// §8.2's Adam check: one step from zero slots, m = (1 - beta_1) g, v = (1 - beta_2) g^2,
-// w -= lr * m / (sqrt(v) + epsilon), no bias correction; TF defaults, lr = 0.1, video row 0 of
-// the §8.1 fixture with one replica (w = [0, 1, 2, 3], g = [8, 13, 18, 23]; see sgd_test.cc).
-// Expected values computed in float64 from the float32 hyperparameters (0.9f = 0.89999998,
-// 0.999f = 0.99900001, ...), which is what the update is given.
+// TF's correctness check of Adam: one step from zero slots, m = (1 - beta_1) g, v = (1 - beta_2)
+// g^2, w -= lr * m / (sqrt(v) + epsilon), no bias correction; TF defaults, lr = 0.1, video row 0 of
+// TF's fixture (embedding_fixtures_test.cc) with one replica (w = [0, 1, 2, 3], g = [8, 13, 18,
+// 23]; see sgd_test.cc). Expected values computed in float64 from the float32 hyperparameters (0.9f
+// = 0.89999998, 0.999f = 0.99900001, ...), which is what the update is given.
 TEST(AdamTfTest, TfCorrectnessOneStep) {
   const Adam hyperparameters{.sum_inside_sqrt = false, .common = {}};
   std::vector<float> w = {0.0f, 1.0f, 2.0f, 3.0f};

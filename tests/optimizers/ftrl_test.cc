@@ -1,4 +1,4 @@
-// FtrlUpdate against the reference's equations (tf_tpu_embedding.md §2.6), p = -lr_power:
+// FtrlUpdate against the equations of docs/semantics.md §5, p = -lr_power:
 //   n' = n + g^2;  z <- z + g - (n'^p - n^p) / lr * w
 //   w <- |z| <= l1 ? 0 : (sign(z) * l1 - z) / ((n'^p + beta) / lr + 2 * l2);  n <- n'
 // and, with multiply_linear_by_learning_rate (linears hold lr * z):
@@ -199,8 +199,9 @@ TEST(FtrlFormsTest, MultiplyLinearByLearningRateMatchesStandardForConstantLearni
   EXPECT_EQ(n_multiply, n_standard);
 }
 
-// §8.2's FTRL check (l1 = l2 = beta = 0: w = -z / (n'^p / lr)), one step from TF's initial slots
-// (n = 0.1, z = 0) with lr = 0.1, on video row 0 of the §8.1 fixture with one replica
+// TF's correctness check of FTRL (l1 = l2 = beta = 0: w = -z / (n'^p / lr)), one step from TF's
+// initial slots (n = 0.1, z = 0) with lr = 0.1, on video row 0 of TF's fixture
+// (embedding_fixtures_test.cc) with one replica
 // (w = [0, 1, 2, 3], g = [8, 13, 18, 23]; see sgd_test.cc).
 TEST(FtrlTfTest, TfCorrectnessOneStep) {
   std::vector<float> w = {0.0f, 1.0f, 2.0f, 3.0f};

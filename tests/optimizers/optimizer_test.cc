@@ -56,7 +56,7 @@ TEST(OptimizerNameTest, NamesInVariantOrderRoundTrip) {
   EXPECT_EQ(optimizer_name(Adam{.beta_1 = 0.5f, .common = {}}), "adam");
 }
 
-// TF's defaults (reference §2.2-2.6).
+// TF's defaults (docs/semantics.md §5, optimizer.h).
 TEST(OptimizerNameTest, FromNameHasTfDefaults) {
   EXPECT_EQ(std::get<float>(std::get<Sgd>(parse_optimizer("sgd")).learning_rate), 0.01f);
   const auto adagrad = std::get<Adagrad>(parse_optimizer("adagrad"));

@@ -47,7 +47,7 @@ TEST(RowPipelineTest, SlotsSeeClippedGradient) {
   EXPECT_FLOAT_EQ(accumulator[1], 0.35f);
 }
 
-// For SGD the decoupled decay is w (1 - wd_eff) - lr g (reference §2.1): w = 1, g = 0.5, lr =
+// For SGD the decoupled decay is w (1 - wd_eff) - lr g (docs/semantics.md §4): w = 1, g = 0.5, lr =
 // 0.1, wd = 0.2 gives 0.75, and 0.93 with wd_eff = wd * lr = 0.02.
 TEST(RowPipelineTest, SgdWeightDecay) {
   for (const bool multiply : {false, true}) {

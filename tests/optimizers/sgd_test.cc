@@ -1,4 +1,4 @@
-// SgdUpdate against the reference's equation (tf_tpu_embedding.md §2.2): w <- w - lr * g.
+// SgdUpdate against the equation of docs/semantics.md §5: w <- w - lr * g.
 #include "optimizers/sgd.h"
 
 #include <gtest/gtest.h>
@@ -24,9 +24,9 @@ TEST(SgdUpdateTest, MatchesReferenceOverManySteps) {
   expect_steps_match_reference<SgdUpdate>(Sgd{}, 0.05f, {}, sgd_reference, 1001);
 }
 
-// §8.2's check w -= lr * sum(G), on video row 0 of the §8.1 fixture with one replica: w = [0, 1,
-// 2, 3] and the summed gradient g = [0,1,2,3] + [4,6,8,10] + [4,6,8,10] (watched b0, watched b1,
-// favorited b0) = [8, 13, 18, 23].
+// TF's correctness check w -= lr * sum(G), on video row 0 of TF's fixture
+// (embedding_fixtures_test.cc) with one replica: w = [0, 1, 2, 3] and the summed gradient g =
+// [0,1,2,3] + [4,6,8,10] + [4,6,8,10] (watched b0, watched b1, favorited b0) = [8, 13, 18, 23].
 TEST(SgdUpdateTest, TfCorrectnessOneStep) {
   std::vector<float> w = {0.0f, 1.0f, 2.0f, 3.0f};
   const std::vector<float> g = {8.0f, 13.0f, 18.0f, 23.0f};

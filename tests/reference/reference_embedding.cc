@@ -113,7 +113,7 @@ Bags bags_of(const FeatureInput& input) {
 
 double clip(double x, double lower, double upper) { return std::min(std::max(x, lower), upper); }
 
-// Spec §1.3: simulated quantization of a gathered value.
+// docs/semantics.md §3 (Quantization): simulated quantization of a gathered value.
 double quantize(double x, const QuantizationConfig& config) {
   const double lower = config.lower;
   const double upper = config.upper;
@@ -188,7 +188,7 @@ ReferenceEmbedding::ReferenceEmbedding(std::vector<TableConfig> tables,
     }
     table.variables["parameters"].assign(initial_parameters[t].begin(),
                                          initial_parameters[t].end());
-    // Initial slot values, spec §2.3-§2.6 and optimizer.h.
+    // Initial slot values, docs/semantics.md §5 and optimizer.h.
     if (table.optimizer) {
       const Optimizer& optimizer = *table.optimizer;
       if (const auto* adagrad = std::get_if<Adagrad>(&optimizer)) {
@@ -268,7 +268,7 @@ void ReferenceEmbedding::set_variable(std::string_view table, std::string_view v
   it->second.assign(values.begin(), values.end());
 }
 
-// Spec §3.1, §3.3, §3.4 and FeatureConfig's contract: which ids make up each activation vector.
+// docs/semantics.md §2-§3 and FeatureConfig's contract: which ids make up each activation vector.
 ReferenceEmbedding::ExpandedFeature ReferenceEmbedding::expand(size_t feature,
                                                                const FeatureInput& input) const {
   const FeatureConfig& config = features_[feature];
@@ -318,8 +318,8 @@ ReferenceEmbedding::ExpandedFeature ReferenceEmbedding::expand(size_t feature,
   return as_bags(bags.shape);
 }
 
-// Spec §3.2: gain_j = c_j * r, r = 1 (sum), 1 / sum c (mean), 1 / sqrt(sum c^2) (sqrtn), and
-// r = 0 when the denominator is 0.
+// docs/semantics.md §3-§4: gain_j = c_j * r, r = 1 (sum), 1 / sum c (mean), 1 / sqrt(sum c^2)
+// (sqrtn), and r = 0 when the denominator is 0.
 std::vector<double> ReferenceEmbedding::gains(const Cell& cell, Combiner combiner) const {
   double sum = 0.0;
   double sum_of_squares = 0.0;
@@ -406,8 +406,9 @@ void ReferenceEmbedding::apply_gradients(Batch& batch,
   if (gradients.size() != features_.size() || batch.features_.size() != features_.size()) {
     throw std::logic_error("reference: one gradient per feature");
   }
-  // Spec §4: per table, per row, the contributions gain * gradient in (feature, example, position)
-  // order (the cells are row-major over (example, position) and a bag keeps its ids in order).
+  // docs/semantics.md §4: per table, per row, the contributions gain * gradient in (feature,
+  // example, position) order (the cells are row-major over (example, position) and a bag keeps its
+  // ids in order).
   std::vector<std::map<int64_t, std::vector<std::vector<double>>>> contributions(tables_.size());
   for (size_t f = 0; f < features_.size(); ++f) {
     const Batch::Feature& feature = batch.features_[f];
@@ -442,7 +443,7 @@ void ReferenceEmbedding::apply_gradients(Batch& batch,
   ++step_;
 }
 
-// Spec §2.1 pipeline and §2.2-§2.6 updates (+ RowwiseAdagrad and Adam's bias correction from
+// docs/semantics.md §4 pipeline and §5 updates (+ RowwiseAdagrad and Adam's bias correction from
 // optimizer.h), one row at a time, in double.
 void ReferenceEmbedding::update_table(
     Table& table, const std::map<int64_t, std::vector<std::vector<double>>>& contributions_by_row) {

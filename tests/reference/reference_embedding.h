@@ -1,6 +1,6 @@
 // An independent float64 model of the whole recemb::Embedding layer, for tests.
 //
-// Written from the specification (/work/shared/reference/tf_tpu_embedding.md §2-§4 and the
+// Written from the specification (docs/semantics.md §2-§5, TensorFlow's TPU embedding, and the
 // contracts in include/recemb/*.h), never from src/: plain loops over explicit bags of (id,
 // weight), double everywhere, its own learning-rate schedules and optimizer formulas. It shares
 // only the public config and input types with the library.
@@ -45,7 +45,7 @@ namespace recemb::reference {
 // Callbacks are called.
 double learning_rate_at(const LearningRate& learning_rate, int64_t step);
 
-// Slot names in TF's order (spec §2.8; RowwiseAdagrad: "accumulators").
+// Slot names in TF's order (docs/semantics.md §1; RowwiseAdagrad: "accumulators").
 std::vector<std::string> slot_names_of(const Optimizer& optimizer);
 
 class ReferenceEmbedding {

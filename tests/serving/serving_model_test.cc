@@ -1,8 +1,8 @@
-// ServingModel (src/serving/serving_model.cc): lookups of exported models against the Embedding
-// they came from (bitwise, over the values the file stores) and against the float64 reference of
-// its float32 tables (within the documented float16 / int8 bounds); input validation identical to
-// Embedding::lookup; sharing, threads; and files that are damaged, truncated, foreign, of another
-// version, or whose manifest was edited.
+// ServingModel (src/serving/serving_model.cc) lookups: exported models against the Embedding they
+// came from (bitwise, over the values the file stores) and against the float64 reference of its
+// float32 tables (within the documented float16 / int8 bounds); input validation identical to
+// Embedding::lookup; sharing and threads. Opening, verifying and damaged files are in
+// serving_model_files_test.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,6 +23,8 @@
 #include "batch/csr_feature.h"
 #include "reference/reference_embedding.h"
 #include "serving/model_file.h"
+#include "serving/serving_scenario.h"
+#include "testing/embedding_calls.h"
 #include "testing/error_of.h"
 #include "testing/files.h"
 #include "testing/random_batches.h"
@@ -31,127 +33,23 @@
 namespace recemb {
 namespace {
 
+using test::bitwise_equal;
 using test::error_of;
 using test::IdWidth;
+using test::kDtypes;
+using test::lookup_activations;
+using test::make_layer;
+using test::make_scenario;
 using test::ModelFile;
 using test::OwnedInput;
+using test::product;
+using test::random_inputs;
+using test::Scenario;
 using test::TemporaryDirectory;
-using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// The message of the DataLoss or InvalidArgument that `call` throws: a damaged manifest or header
-// is DataLoss, other damaged files are still InvalidArgument.
-template <class Call>
-std::string damaged_file_error(Call call) {
-  try {
-    call();
-  } catch (const DataLoss& error) {
-    return error.what();
-  } catch (const InvalidArgument& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
-}
-
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr ServingDtype kDtypes[] = {ServingDtype::kFloat32, ServingDtype::kFloat16,
-                                    ServingDtype::kInt8};
 constexpr Combiner kCombiners[] = {Combiner::kSum, Combiner::kMean, Combiner::kSqrtn};
-
-int64_t product(const std::vector<int64_t>& shape) {
-  int64_t result = 1;
-  for (const int64_t extent : shape) result *= extent;
-  return result;
-}
-
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-// ------------------------------------------------------------------------------------------------
-// A model with every kind of feature: three tables (dims 5, 17, 4) and nine features covering
-// dense [B], [B, N] / ragged / sparse bags, [B, 2, N] dense and sparse bags, sequence features
-// (by max_sequence_length and by output_shape), a reshaped output and, optionally, a table with
-// simulated quantization. batch_size must be even.
-
-struct Scenario {
-  std::vector<TableConfig> tables;
-  std::vector<FeatureConfig> features;
-  int64_t batch_size = 6;
-};
-
-Scenario make_scenario(Combiner combiner, bool quantized_table, int64_t batch_size = 6) {
-  const Combiner next = combiner == Combiner::kSum    ? Combiner::kMean
-                        : combiner == Combiner::kMean ? Combiner::kSqrtn
-                                                      : Combiner::kSum;
-  Scenario s;
-  s.batch_size = batch_size;
-  s.tables = {{.name = "shared",
-               .vocabulary_size = 64,
-               .dim = 5,
-               .optimizer = Adagrad{.learning_rate = 0.1f},  // dropped by the export
-               .combiner = combiner},
-              {.name = "other", .vocabulary_size = 50, .dim = 17, .combiner = next}};
-  s.features = {
-      {.name = "single", .table = "shared"},
-      {.name = "bags_a", .table = "shared"},
-      {.name = "sequence", .table = "shared", .max_sequence_length = 3},
-      {.name = "bags_c", .table = "other"},
-      {.name = "sparse_3d", .table = "other"},
-      {.name = "reshaped", .table = "other", .output_shape = {2, batch_size / 2}},
-      {.name = "sequence_by_shape", .table = "other", .output_shape = {batch_size / 2, 4}},
-      {.name = "dense_3d", .table = "shared"},
-  };
-  if (quantized_table) {
-    s.tables.push_back({.name = "quantized",
-                        .vocabulary_size = 30,
-                        .dim = 4,
-                        .combiner = combiner,
-                        .quantization_config =
-                            QuantizationConfig{.num_buckets = 11, .lower = -0.5f, .upper = 0.6f}});
-    s.features.push_back({.name = "snapped", .table = "quantized"});
-  }
-  return s;
-}
-
-Embedding make_layer(const Scenario& s, uint64_t seed) {
-  return Embedding(s.tables, s.features, EmbeddingOptions{.num_threads = 1, .seed = seed});
-}
-
-std::vector<OwnedInput> random_inputs(std::mt19937_64& rng, const Scenario& s) {
-  const int64_t batch = s.batch_size;
-  const int64_t shared_rows = s.tables[0].vocabulary_size;
-  const int64_t other_rows = s.tables[1].vocabulary_size;
-  std::vector<OwnedInput> inputs;
-  inputs.push_back(test::random_one_dim_input(rng, batch, shared_rows));
-  inputs.push_back(test::random_two_dim_input(rng, batch, shared_rows, 6));
-  inputs.push_back(test::random_two_dim_input(rng, batch, shared_rows, 5));  // L = 3: truncates
-  inputs.push_back(test::random_two_dim_input(rng, batch, other_rows, 6));
-  inputs.push_back(test::random_three_dim_sparse_input(rng, batch, other_rows));
-  inputs.push_back(test::random_two_dim_input(rng, batch, other_rows, 3));
-  inputs.push_back(test::random_two_dim_input(rng, batch, other_rows, 3));
-  inputs.push_back(test::random_three_dim_dense_input(rng, batch, shared_rows));
-  if (s.tables.size() == 3) {
-    inputs.push_back(test::random_two_dim_input(rng, batch, s.tables[2].vocabulary_size, 4));
-  }
-  return inputs;
-}
-
-// Activations of a lookup in `layer` (a ServingModel or an Embedding), allocated from its
-// activation shapes and filled with NaN first.
-template <class Layer>
-std::vector<std::vector<float>> lookup_activations(Layer& layer,
-                                                   const std::vector<FeatureInput>& views) {
-  std::vector<std::vector<float>> activations;
-  for (size_t f = 0; f < views.size(); ++f) {
-    activations.emplace_back(static_cast<size_t>(product(layer.activation_shape(f, views[f]))),
-                             kNaN);
-  }
-  const std::vector<std::span<float>> spans(activations.begin(), activations.end());
-  layer.lookup(views, spans);
-  return activations;
-}
 
 std::vector<float> parameters(const Embedding& layer, const std::string& table) {
   std::vector<float> values(
@@ -549,231 +447,6 @@ TEST_F(ServingSharingTest, ReplacingTheFileKeepsOpenModelsOnTheOldOne) {
   const auto after = lookup_activations(new_model, views);
   EXPECT_EQ(after, lookup_activations(other, views));
   EXPECT_NE(after, before);
-}
-
-// ------------------------------------------------------------------------------------------------
-// Damaged, truncated and foreign files.
-
-class ServingFileErrorTest : public ::testing::TestWithParam<ServingDtype> {
- protected:
-  void SetUp() override {
-    export_serving_model(layer_, good_, {.dtype = GetParam()});
-    file_ = ModelFile::read(good_);
-  }
-
-  // Opening `bytes` (written to damaged_) throws InvalidArgument naming the file and containing
-  // `fragment`.
-  void expect_rejected(const std::vector<std::byte>& bytes, bool verify,
-                       const std::string& fragment, const std::string& trace) {
-    test::write_bytes(damaged_, bytes);
-    const std::string message =
-        damaged_file_error([&] { ServingModel::open(damaged_, {.verify = verify}); });
-    EXPECT_THAT(message,
-                AllOf(HasSubstr("serving model '" + damaged_.string() + "'"), HasSubstr(fragment)))
-        << trace;
-  }
-
-  // Opening `bytes` succeeds and a lookup runs (it may give wrong values, never crash).
-  void expect_opens_and_looks_up(const std::vector<std::byte>& bytes, const std::string& trace) {
-    test::write_bytes(damaged_, bytes);
-    try {
-      const ServingModel model = ServingModel::open(damaged_, {.verify = false});
-      std::mt19937_64 rng(1);
-      lookup_activations(model, test::views_of(random_inputs(rng, scenario_)));
-    } catch (const std::exception& error) {
-      ADD_FAILURE() << trace << ": " << error.what();
-    }
-  }
-
-  Scenario scenario_ = make_scenario(Combiner::kSqrtn, true);
-  Embedding layer_ = make_layer(scenario_, 4);
-  TemporaryDirectory directory_;
-  std::filesystem::path good_ = directory_ / "good.recemb";
-  std::filesystem::path damaged_ = directory_ / "damaged.recemb";
-  ModelFile file_;
-};
-
-// Flipping any byte is detected: sampled positions in the header (all of it), the manifest and
-// every table blob (first, last, padding and random bytes). With verify = false, damage to
-// the header or manifest is still detected; damage to a blob is not, and the model still opens
-// and looks up.
-TEST_P(ServingFileErrorTest, FlippedBytesAreDetectedInEverySection) {
-  std::mt19937_64 rng(900 + static_cast<uint64_t>(GetParam()));
-  const auto flip = [&](size_t position) {
-    std::vector<std::byte> bytes = file_.bytes;
-    bytes[position] ^= static_cast<std::byte>(1 + rng() % 255);
-    return bytes;
-  };
-  for (size_t position = 0; position < 64; ++position) {
-    const std::string fragment = position < 8 ? "not a recemb serving model" : "header";
-    const std::string trace = "header byte " + std::to_string(position);
-    expect_rejected(flip(position), /*verify=*/true, fragment, trace);
-    expect_rejected(flip(position), /*verify=*/false, fragment, trace);
-  }
-  std::vector<size_t> manifest_positions{64, 64 + file_.manifest_size - 1};
-  for (int i = 0; i < 40; ++i) manifest_positions.push_back(64 + rng() % file_.manifest_size);
-  for (const size_t position : manifest_positions) {
-    const std::string trace = "manifest byte " + std::to_string(position);
-    expect_rejected(flip(position), /*verify=*/true, "the manifest checksum", trace);
-    expect_rejected(flip(position), /*verify=*/false, "the manifest checksum", trace);
-  }
-  for (const ModelFile::Blob& blob : file_.blobs) {
-    const uint64_t padded = ModelFile::padded(blob.size);
-    std::vector<uint64_t> offsets{0, blob.size - 1, padded - 1, blob.size / 2};
-    for (int i = 0; i < 20; ++i) offsets.push_back(rng() % padded);
-    for (const uint64_t offset : offsets) {
-      const std::string trace = "table " + blob.table + " byte " + std::to_string(offset);
-      expect_rejected(flip(blob.offset + offset), /*verify=*/true,
-                      "table '" + blob.table + "': the checksum does not match", trace);
-      expect_opens_and_looks_up(flip(blob.offset + offset), trace);
-    }
-  }
-}
-
-TEST_P(ServingFileErrorTest, TruncatedAndExtendedFilesAreRejected) {
-  const uint64_t size = file_.bytes.size();
-  const uint64_t data = file_.data_offset();
-  const uint64_t in_blob = file_.blobs[1].offset + file_.blobs[1].size / 2;
-  for (const uint64_t length : {uint64_t{0}, uint64_t{1}, uint64_t{63}, uint64_t{64}, uint64_t{65},
-                                data / 2, data, data + 1, in_blob, size - 64, size - 1}) {
-    const std::vector<std::byte> bytes(file_.bytes.begin(),
-                                       file_.bytes.begin() + static_cast<std::ptrdiff_t>(length));
-    for (const bool verify : {true, false}) {
-      expect_rejected(bytes, verify, "truncated", "length " + std::to_string(length));
-    }
-  }
-  std::vector<std::byte> extended = file_.bytes;
-  extended.resize(size + 64);
-  expect_rejected(extended, /*verify=*/false, "bytes were appended", "extended");
-}
-
-// A manifest edited consistently (its checksums recomputed, so only validation can catch it).
-TEST_P(ServingFileErrorTest, EditedManifestsAreValidated) {
-  const std::vector<std::byte> data = file_.data_section();
-  const auto rebuilt = [&](const std::function<void(format::Json&)>& edit) {
-    format::Json manifest = file_.manifest;
-    edit(manifest);
-    return test::build_model_file(manifest.dump(), data);
-  };
-  // The rebuilt file itself is good.
-  test::write_bytes(damaged_, rebuilt([](format::Json&) {}));
-  EXPECT_EQ(ServingModel::open(damaged_).tables().size(), 3u);
-
-  expect_rejected(test::build_model_file(file_.manifest.dump(), data, 2), /*verify=*/false,
-                  "format version 2 is not supported", "version");
-  expect_rejected(rebuilt([](auto& m) { m["tables"][1]["config"]["dim"] = 16; }),
-                  /*verify=*/false, "table 'other': blob size", "dim");
-  expect_rejected(rebuilt([](auto& m) { m["features"][3]["table"] = "missing"; }),
-                  /*verify=*/false, "feature 'bags_c': table 'missing'", "feature");
-  expect_rejected(rebuilt([](auto& m) { m["tables"][0]["config"]["combiner"] = "max"; }),
-                  /*verify=*/false, "combiner", "combiner");
-  expect_rejected(rebuilt([](auto& m) { m["dtype"] = "bfloat16"; }), /*verify=*/false, "'bfloat16'",
-                  "dtype");
-  const auto wrong_checksum =
-      rebuilt([](auto& m) { m["tables"][2]["checksum"] = "0123456789abcdef"; });
-  expect_rejected(wrong_checksum, /*verify=*/true, "table 'quantized': the checksum does not match",
-                  "checksum");
-  test::write_bytes(damaged_, wrong_checksum);
-  EXPECT_NO_THROW(ServingModel::open(damaged_, {.verify = false}));
-}
-
-INSTANTIATE_TEST_SUITE_P(AllDtypes, ServingFileErrorTest, ::testing::ValuesIn(kDtypes),
-                         [](const auto& test_info) {
-                           return std::string(serving_dtype_name(test_info.param));
-                         });
-
-// tests/data/serving-v1 holds a model of each dtype written by format version 1 (the first
-// release), which must keep loading. Tables: "items" [4, 3], mean, row r column c = (3 r + c) / 4 -
-// 1 (exact in float16); "users" [3, 2], sqrtn, simulated quantization with 5 buckets over [-1, 1],
-// rows
-// {-0.9, 0.6}, {0.1, 1.3}, {-0.4, 0.35} (none near a bucket midpoint). Features: "clicks" (items),
-// "history" (items, max_sequence_length 2), "friends" (users). The exported layer had optimizers.
-class ServingGoldenTest : public ::testing::TestWithParam<ServingDtype> {};
-
-TEST_P(ServingGoldenTest, ReadsTheCheckedInVersion1Model) {
-  const ServingDtype dtype = GetParam();
-  const std::filesystem::path path =
-      std::filesystem::path(__FILE__).parent_path().parent_path() / "data" / "serving-v1" /
-      ("model-" + std::string(serving_dtype_name(dtype)) + ".recemb");
-  EXPECT_EQ(ModelFile::read(path).format_version, 1u);
-  const ServingModel model = ServingModel::open(path);
-  EXPECT_EQ(model.dtype(), dtype);
-  ASSERT_EQ(model.tables().size(), 2u);
-  const auto expect_table = [](const TableConfig& table, const std::string& name, int64_t rows,
-                               int64_t dim, Combiner combiner) {
-    EXPECT_EQ(table.name, name);
-    EXPECT_EQ(table.vocabulary_size, rows) << name;
-    EXPECT_EQ(table.dim, dim) << name;
-    EXPECT_EQ(table.combiner, combiner) << name;
-    EXPECT_FALSE(table.optimizer) << name;
-  };
-  expect_table(model.tables()[0], "items", 4, 3, Combiner::kMean);
-  expect_table(model.tables()[1], "users", 3, 2, Combiner::kSqrtn);
-  EXPECT_FALSE(model.tables()[0].quantization_config);
-  const std::optional<QuantizationConfig>& quantization = model.tables()[1].quantization_config;
-  ASSERT_TRUE(quantization);
-  EXPECT_EQ(quantization->num_buckets, 5);
-  EXPECT_EQ(quantization->lower, -1.0f);
-  EXPECT_EQ(quantization->upper, 1.0f);
-  ASSERT_EQ(model.features().size(), 3u);
-  EXPECT_EQ(model.features()[0].name, "clicks");
-  EXPECT_EQ(model.features()[1].name, "history");
-  EXPECT_EQ(model.features()[1].table, "items");
-  EXPECT_EQ(model.features()[1].max_sequence_length, 2);
-  EXPECT_EQ(model.features()[2].table, "users");
-
-  // clicks {0, 3} {2}; history {1, 2, 3} (truncated to 2 positions) {}; friends {0: 3, 2: 4} {1:
-  // 1}.
-  const std::vector<OwnedInput> inputs = {
-      OwnedInput::ragged({{{0, 3}, {}}, {{2}, {}}}, false),
-      OwnedInput::ragged({{{1, 2, 3}, {}}, {{}, {}}}, false),
-      OwnedInput::ragged({{{0, 2}, {3.0f, 4.0f}}, {{1}, {1.0f}}}, true)};
-  const std::vector<FeatureInput> views = test::views_of(inputs);
-  EXPECT_EQ(model.activation_shape(1, views[1]), (std::vector<int64_t>{2, 2, 3}));
-  const auto actual = lookup_activations(model, views);
-
-  const auto item = [](int c, int r) { return (3.0 * r + c) / 4 - 1; };
-  const double user_rows[3][2] = {{-0.9, 0.6}, {0.1, 1.3}, {-0.4, 0.35}};
-  // Snapped to the bucket grid: clamped to [-1, 1], then the nearest multiple of 0.5.
-  const auto user = [&](int c, int r) {
-    return std::round(std::clamp(user_rows[r][c], -1.0, 1.0) * 2) / 2;
-  };
-  std::vector<std::vector<double>> expected(3);
-  for (int c = 0; c < 3; ++c) expected[0].push_back((item(c, 0) + item(c, 3)) / 2);
-  for (int c = 0; c < 3; ++c) expected[0].push_back(item(c, 2));
-  for (int c = 0; c < 3; ++c) expected[1].push_back(item(c, 1));
-  for (int c = 0; c < 3; ++c) expected[1].push_back(item(c, 2));
-  expected[1].resize(12, 0.0);
-  for (int c = 0; c < 2; ++c) expected[2].push_back((3 * user(c, 0) + 4 * user(c, 2)) / 5);
-  for (int c = 0; c < 2; ++c) expected[2].push_back(user(c, 1));
-  // float32 and float16 hold the items values exactly; int8 within half a code step of its row's
-  // range (0.5 / 255 / 2, docs/serving.md). The users values all snap to the expected grid points.
-  const double tolerance = dtype == ServingDtype::kInt8 ? 0.5 / 255 / 2 + 1e-5 : 1e-6;
-  for (size_t f = 0; f < expected.size(); ++f) {
-    ASSERT_EQ(actual[f].size(), expected[f].size()) << model.features()[f].name;
-    for (size_t i = 0; i < expected[f].size(); ++i) {
-      EXPECT_NEAR(actual[f][i], expected[f][i], tolerance)
-          << model.features()[f].name << " value " << i;
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(AllDtypes, ServingGoldenTest, ::testing::ValuesIn(kDtypes),
-                         [](const auto& test_info) {
-                           return std::string(serving_dtype_name(test_info.param));
-                         });
-
-TEST(ServingOpenTest, MissingDirectoriesForeignFilesAndBadOptions) {
-  const TemporaryDirectory directory;
-  const std::filesystem::path missing = directory / "missing.recemb";
-  EXPECT_EQ(error_of<InvalidArgument>([&] { ServingModel::open(missing); }),
-            "serving model '" + missing.string() + "': the file does not exist");
-  EXPECT_THAT(error_of<InvalidArgument>([&] { ServingModel::open(directory.path()); }),
-              HasSubstr("not a regular file"));
-  const std::filesystem::path text = directory / "notes.txt";
-  test::write_bytes(text, std::vector<std::byte>(100, std::byte{'x'}));
-  EXPECT_THAT(error_of<DataLoss>([&] { ServingModel::open(text); }),
-              AllOf(HasSubstr("notes.txt"), HasSubstr("not a recemb serving model")));
 }
 
 }  // namespace

@@ -17,6 +17,14 @@ std::vector<float> read(const Embedding& layer, const std::string& table, const 
   return values;
 }
 
+void expect_floats_eq(const std::vector<float>& actual, const std::vector<float>& expected,
+                      const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    EXPECT_NEAR(actual[i], expected[i], 1e-5) << what << " [" << i << "]";
+  }
+}
+
 std::vector<std::vector<float>> look_up(Embedding& layer, const std::vector<OwnedInput>& inputs,
                                         LookupBatch* batch) {
   const std::vector<FeatureInput> views = views_of(inputs);

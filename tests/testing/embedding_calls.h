@@ -29,6 +29,11 @@ std::vector<std::vector<float>> look_up(Embedding& layer, const std::vector<Owne
 std::vector<std::vector<float>> look_up(Embedding& layer, const std::vector<OwnedInput>& inputs,
                                         LookupBatch& batch);
 
+// Expects `actual` to hold `expected`, each value within 1e-5: for goldens that are small exact
+// numbers, where 1e-5 absorbs the float32 rounding of mean gains (1/3). `what` names the array.
+void expect_floats_eq(const std::vector<float>& actual, const std::vector<float>& expected,
+                      const std::string& what);
+
 // Applies one gradient per feature to the lookup in `batch`.
 void train(Embedding& layer, LookupBatch& batch, const std::vector<std::vector<float>>& gradients);
 
