@@ -44,8 +44,9 @@ void Embedding::Impl::evaluate_learning_rates() {
     if (tables[t].optimizer) {
       learning_rates[t] = learning_rate_of(*tables[t].optimizer, "table '" + tables[t].name + "'");
     } else if (model.optimizers[t]) {
-      if (!global_rate)
+      if (!global_rate) {
         global_rate = learning_rate_of(*model.optimizers[t], "the global optimizer");
+      }
       learning_rates[t] = *global_rate;
     }
   }
@@ -134,6 +135,7 @@ void Embedding::Impl::apply_gradients(LookupBatch::Impl& batch,
   // Validated: commit.
   batch.applicable = false;
   exchange_gradients(batch, gradients);
+  list_contributions(batch, gradients);
   group_contributions();
   std::fill(scratch.thread_skipped_rows.begin(), scratch.thread_skipped_rows.end(), 0);
   update_tables();
@@ -177,7 +179,7 @@ void Embedding::Impl::exchange_gradients(const LookupBatch::Impl& batch,
   }
   exchange.all_to_all(exchange.gradients_sent, exchange.gradients_received);
 
-  // Where each received section's gradient rows start, and their stride.
+  // Where each received section's gradient rows start.
   const std::span<const internal::Section> mine = partition.sections(rank());
   std::vector<std::vector<const float*>>& received = scratch.section_rows;
   received.resize(static_cast<size_t>(ranks));
@@ -192,7 +194,14 @@ void Embedding::Impl::exchange_gradients(const LookupBatch::Impl& batch,
             model.states[mine[k].part].columns();
     }
   }
-  // Each state's segments in (feature, rank) order.
+}
+
+void Embedding::Impl::list_contributions(const LookupBatch::Impl& batch,
+                                         std::span<const std::span<const float>> gradients) {
+  const internal::Partition& partition = model.partition;
+  // Each state's segments in (feature, rank) order: the received sections with the gradient rows
+  // exchange_gradients located, this rank's local views with the caller's gradients.
+  const std::vector<std::vector<const float*>>& received = scratch.section_rows;
   scratch.segments.resize(model.states.size());
   for (size_t s = 0; s < model.states.size(); ++s) {
     const TableState& state = model.states[s];
@@ -201,7 +210,7 @@ void Embedding::Impl::exchange_gradients(const LookupBatch::Impl& batch,
     if (!state.optimizer()) continue;
     for (const size_t f : model.table_features[state.part().table]) {
       const size_t k = partition.section_index(state.part(), f);
-      for (int q = 0; q < ranks; ++q) {
+      for (int q = 0; q < world_size(); ++q) {
         const RequestSection& section = batch.received.sections[static_cast<size_t>(q)][k];
         if (q == rank() && router.is_local_view(state.part())) {
           const bool zeros = gradients[f].empty();

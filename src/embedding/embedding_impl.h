@@ -180,9 +180,12 @@ struct Embedding::Impl {
                        std::span<const std::span<const float>> gradients);
   void evaluate_learning_rates();
   float learning_rate_of(const Optimizer& optimizer, const std::string& owner) const;
-  // Sends each part's owner the gradient rows of the bags sent there and lists, per state, the
-  // segments of its contributions (scratch.segments).
+  // Sends each part's owner the gradient rows of the bags sent there; locates the rows received
+  // (scratch.section_rows).
   void exchange_gradients(const LookupBatch::Impl& batch,
+                          std::span<const std::span<const float>> gradients);
+  // Lists, per state, the segments of its contributions (scratch.segments).
+  void list_contributions(const LookupBatch::Impl& batch,
                           std::span<const std::span<const float>> gradients);
   // Lists and groups every trainable state's contributions.
   void group_contributions();
