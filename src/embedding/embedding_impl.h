@@ -171,6 +171,14 @@ struct Embedding::Impl {
                         std::span<const std::span<float>> activations, LookupBatch::Impl& batch);
   // Pools what every rank asked of this rank's parts, exchanges the pooled rows and combines them.
   void pool_activations(std::span<const std::span<float>> activations, LookupBatch::Impl& batch);
+  // Where this rank pools the section rank `from` sent part `part`: into the activations (a local
+  // view), into the responses, or nowhere (another rank's request of a replicated table, pooled by
+  // that rank's own copy).
+  enum class Pooled { kIntoActivations, kIntoResponses, kNot };
+  Pooled pooled(int from, const internal::TablePart& part) const;
+  void pool_requests(std::span<const std::span<float>> activations, const LookupBatch::Impl& batch);
+  // Sums (row-wise parts, in shard order) or places (column-wise) the pooled rows received.
+  void combine(std::span<const std::span<float>> activations, const LookupBatch::Impl& batch);
 
   // Apply (apply_gradients.cc).
   void apply_gradients(LookupBatch::Impl& batch, std::span<const std::span<const float>> gradients);

@@ -70,40 +70,44 @@ void Embedding::Impl::lookup_ahead(std::span<const FeatureInput> inputs,
 
 void Embedding::Impl::pool_activations(std::span<const std::span<float>> activations,
                                        LookupBatch::Impl& batch) {
+  pool_requests(activations, batch);
+  exchange.all_to_all(exchange.responses_sent, exchange.responses_received);
+  combine(activations, batch);
+  batch.pooled = true;
+}
+
+Embedding::Impl::Pooled Embedding::Impl::pooled(int from, const TablePart& part) const {
+  if (from == rank() && router.is_local_view(part)) return Pooled::kIntoActivations;
+  return is_replicated(part) && from != rank() ? Pooled::kNot : Pooled::kIntoResponses;
+}
+
+void Embedding::Impl::pool_requests(std::span<const std::span<float>> activations,
+                                    const LookupBatch::Impl& batch) {
   const int ranks = world_size();
   const std::span<const internal::Section> mine = model.partition.sections(rank());
-  // What this rank pools of section k from rank q: into the activations (a local view), into the
-  // responses (num_bags rows of the part's columns), or nothing (another rank's request of its
-  // replicated table, pooled by that rank's own copy).
-  enum class Pooled { kIntoActivations, kIntoResponses, kNot };
-  auto pooled = [&](int q, size_t k) {
-    const TablePart& held = model.states[mine[k].part].part();
-    if (q == rank() && router.is_local_view(held)) return Pooled::kIntoActivations;
-    return is_replicated(held) && q != rank() ? Pooled::kNot : Pooled::kIntoResponses;
-  };
   std::vector<int64_t>& response_bytes = scratch.rank_bytes;
   response_bytes.assign(static_cast<size_t>(ranks), 0);
   for (int q = 0; q < ranks; ++q) {
     for (size_t k = 0; k < mine.size(); ++k) {
-      if (pooled(q, k) != Pooled::kIntoResponses) continue;
+      const TableState& state = model.states[mine[k].part];
+      if (pooled(q, state.part()) != Pooled::kIntoResponses) continue;
       response_bytes[static_cast<size_t>(q)] +=
-          batch.received.sections[static_cast<size_t>(q)][k].num_bags *
-          model.states[mine[k].part].columns() * static_cast<int64_t>(sizeof(float));
+          batch.received.sections[static_cast<size_t>(q)][k].num_bags * state.columns() *
+          static_cast<int64_t>(sizeof(float));
     }
   }
   exchange.responses_sent.resize(response_bytes);
-
-  // Pool, every section in parallel tasks of about kIdsPerPoolTask ids.
+  // Every section in parallel tasks of about kIdsPerPoolTask ids.
   std::vector<internal::PoolTask>& tasks = scratch.pool_tasks;
   tasks.clear();
   auto* response = reinterpret_cast<float*>(exchange.responses_sent.bytes.data());
   int64_t total_ids = 0;
   for (int q = 0; q < ranks; ++q) {
     for (size_t k = 0; k < mine.size(); ++k) {
-      const Pooled where = pooled(q, k);
+      const TableState& state = model.states[mine[k].part];
+      const Pooled where = pooled(q, state.part());
       if (where == Pooled::kNot) continue;
       const RequestSection& section = batch.received.sections[static_cast<size_t>(q)][k];
-      const TableState& state = model.states[mine[k].part];
       const std::optional<QuantizationConfig>& quantization = state.table().quantization_config;
       const internal::PoolInput input =
           internal::pool_input(section, state.storage().parameters(), state.columns(),
@@ -126,8 +130,11 @@ void Embedding::Impl::pool_activations(std::span<const std::span<float>> activat
         internal::pool_bags(task.input, task.first_bag, task.last_bag, task.out);
       },
       {.work = total_ids, .min_work_for_threads = internal::kMinIdsForThreads});
-  exchange.all_to_all(exchange.responses_sent, exchange.responses_received);
+}
 
+void Embedding::Impl::combine(std::span<const std::span<float>> activations,
+                              const LookupBatch::Impl& batch) {
+  const int ranks = world_size();
   // Where each section's pooled rows start in the responses this rank received.
   std::vector<std::vector<const float*>>& rows = scratch.section_rows;
   rows.resize(static_cast<size_t>(ranks));
@@ -139,13 +146,14 @@ void Embedding::Impl::pool_activations(std::span<const std::span<float>> activat
     for (size_t k = 0; k < sections.size(); ++k) {
       const TablePart& held = model.partition.rank_parts(q)[sections[k].part];
       rows[static_cast<size_t>(q)][k] = at;
+      // What rank q pooled of this rank's requests into its responses (pooled()).
       if ((!is_replicated(held) || q == rank()) && !router.is_local_view(held)) {
         at += batch.sent.sections[static_cast<size_t>(q)][k].num_bags * held.num_columns;
       }
     }
   }
-  // Combine, feature by feature: parts in shard order, so sums run in a fixed order. The features
-  // of a table this rank holds whole have their activations already.
+  // Feature by feature: parts in shard order, so sums run in a fixed order. The features of a
+  // table this rank holds whole have their activations already.
   std::vector<size_t>& combined = scratch.combined_features;
   combined.clear();
   for (size_t f = 0; f < model.features.size(); ++f) {
@@ -171,7 +179,6 @@ void Embedding::Impl::pool_activations(std::span<const std::span<float>> activat
       }
     }
   });
-  batch.pooled = true;
 }
 
 }  // namespace recemb
