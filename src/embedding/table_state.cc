@@ -58,14 +58,19 @@ void TableState::gather_contributions(std::span<const ContributionSegment> segme
   // Bags [first_bag, last_bag) of one segment, whose contributions start at `first`.
   const auto list_bags = [&](const ContributionSegment& segment, size_t first, int64_t first_bag,
                              int64_t last_bag) {
-    const RequestSection& section = *segment.section;
+    // Copies, not references: a store through int64_t*, float* or const float** could otherwise
+    // make the compiler reload the section's pointers and the arrays' for every contribution.
+    const RequestSection section = *segment.section;
+    int64_t* const rows = contribution_rows_.data();
+    float* const gains = contribution_gains_.data();
+    const float** const sources = contribution_sources_.data();
     size_t next = first + static_cast<size_t>(section.offsets[first_bag]);
     for (int64_t i = first_bag; i < last_bag; ++i) {
       const float* source = segment.gradient + i * segment.gradient_stride;
       for (int64_t j = section.offsets[i]; j < section.offsets[i + 1]; ++j) {
-        contribution_rows_[next] = section.ids[j];
-        contribution_gains_[next] = section.gain(i, j);
-        contribution_sources_[next] = source;
+        rows[next] = section.ids[j];
+        gains[next] = section.gain(i, j);
+        sources[next] = source;
         ++next;
       }
     }
