@@ -226,20 +226,17 @@ LookupBatch::Impl& Embedding::Impl::reset_batch(std::unique_ptr<LookupBatch::Imp
 void Embedding::Impl::read_variable(size_t table, std::string_view variable, std::span<float> out) {
   const TableConfig& config = model.tables[table];
   const int64_t width = model.variable_width(config.name, variable);
-  const TableState* whole = model.whole_state(table);
   const std::span<const TablePart> parts = model.partition.table_parts(table);
-  const bool everywhere = world_size() == 1 || parts[0].strategy == ShardingStrategy::kReplicated;
-  if (whole != nullptr && everywhere) {
-    const std::span<const float> values = whole->storage().variable(variable)->span();
-    std::copy(values.begin(), values.end(), out.begin());
-    return;
-  }
-  // Every part's values: this rank's from its states, the others' from an all-gather of each rank's
-  // parts of the table, in order.
+  // The parts copied out: every part of the table, or this rank's copy of a replicated one. Their
+  // values come from this rank's states when it holds them all (one rank, or a replicated table),
+  // else from an all-gather of each rank's parts of the table, in rank order: the same choice on
+  // every rank, as the all-gather is collective.
+  const bool replicated = parts[0].strategy == ShardingStrategy::kReplicated;
   std::vector<const float*> sources(parts.size(), nullptr);
   std::vector<std::byte> gathered;
-  if (world_size() == 1) {
+  if (world_size() == 1 || replicated) {
     for (const TablePart& held : parts) {
+      if (held.rank != rank()) continue;
       sources[held.index_in_table] =
           model.states[held.index_on_rank].storage().variable(variable)->data();
     }
@@ -268,7 +265,12 @@ void Embedding::Impl::read_variable(size_t table, std::string_view variable, std
   }
   for (const TablePart& held : parts) {
     const float* source = sources[held.index_in_table];
+    if (source == nullptr) continue;  // another rank's copy of a replicated table
     const int64_t columns = part_width(held, width, config.dim);
+    if (held.row_stride == 1 && columns == width) {  // whole rows, in order: one copy
+      std::copy_n(source, held.rows * width, out.data());
+      continue;
+    }
     const int64_t first = width == config.dim ? held.first_column : 0;
     for (int64_t local = 0; local < held.rows; ++local) {
       std::copy_n(source + local * columns, columns,
