@@ -578,9 +578,4 @@ void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
   write_shape(layout, table.dim, out.activation_shape);
 }
 
-int64_t bags_per_task(int64_t num_bags, int64_t num_ids, int64_t ids_per_task) {
-  if (num_ids == 0) return std::max<int64_t>(num_bags, 1);
-  return std::max<int64_t>(1, ids_per_task * num_bags / num_ids);
-}
-
 }  // namespace recemb::internal

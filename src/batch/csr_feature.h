@@ -29,11 +29,6 @@ struct CsrFeature {
   int64_t num_bags() const { return static_cast<int64_t>(offsets.size()) - 1; }
 };
 
-// How many consecutive bags one parallel task takes so that it holds about ids_per_task of the
-// num_ids ids of num_bags bags (bags of average size): at least 1; all of them when there are no
-// ids. ids_per_task >= 1.
-int64_t bags_per_task(int64_t num_bags, int64_t num_ids, int64_t ids_per_task);
-
 // The activation shape of `feature` for `input`. Throws InvalidArgument (naming the feature) if the
 // input's shape does not fit the config.
 std::vector<int64_t> activation_shape(const FeatureConfig& feature, const TableConfig& table,

@@ -1,7 +1,13 @@
-// The backward step of the direct path (every table whole on this process): validate the
-// gradients and the learning rates, then group each table's contributions by row and update the
-// touched rows of every table in one parallel loop. The routed path (sharded_step.cc) shares the
-// validation and the update.
+// The apply half of the step pipeline (embedding_impl.h), for every placement and rank count:
+//
+//   validate the gradients and the learning rates -> the requester sends each part's owner the
+//   gradient rows of the bags it sent there (one all-to-all) -> the owner lists each part's
+//   contributions in (feature, rank, bag, position) order, which is (feature, example, position)
+//   of the global batch -> groups them by row -> updates the touched rows of every part in one
+//   parallel loop.
+//
+// The gradient rows of a local view (a part this rank holds whole) are the caller's gradients
+// themselves: nothing is packed or exchanged for them.
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -16,32 +22,31 @@
 #include "embedding/embedding_impl.h"
 #include "kernels/table_update.h"
 #include "util/finite.h"
+#include "util/work_split.h"
 
 namespace recemb {
 namespace {
 
 using internal::CsrFeature;
+using internal::RequestSection;
+using internal::TablePart;
 using internal::TableState;
-
-// Waking a worker costs tens of microseconds on a VM (docs/performance.md): steps with fewer
-// touched rows, or fewer gradient values, run on the calling thread.
-constexpr int64_t kMinRowsForThreads = 1024;
-constexpr int64_t kMinGradientValuesForThreads = int64_t{1} << 18;  // 1 MiB
-// Work split: big enough that a task amortises its scheduling, small enough to balance two cores.
-constexpr int64_t kRowsPerUpdateTask = 256;
-constexpr int64_t kRowsPerDenseUpdateTask = 4096;
-constexpr int64_t kGradientValuesPerCheckTask = int64_t{1} << 16;  // 256 KiB
 
 }  // namespace
 
 void Embedding::Impl::evaluate_learning_rates() {
+  const std::vector<TableConfig>& tables = model.tables;
+  std::vector<float>& learning_rates = scratch.learning_rates;
   learning_rates.assign(tables.size(), 0.0f);
+  // The global optimizer's rate is evaluated once, for every table that has it.
   std::optional<float> global_rate;
   for (size_t t = 0; t < tables.size(); ++t) {
     if (tables[t].optimizer) {
       learning_rates[t] = learning_rate_of(*tables[t].optimizer, "table '" + tables[t].name + "'");
-    } else if (options.optimizer) {
-      if (!global_rate) global_rate = learning_rate_of(*options.optimizer, "the global optimizer");
+    } else if (model.optimizers[t]) {
+      if (!global_rate) {
+        global_rate = learning_rate_of(*model.optimizers[t], "the global optimizer");
+      }
       learning_rates[t] = *global_rate;
     }
   }
@@ -52,16 +57,18 @@ float Embedding::Impl::learning_rate_of(const Optimizer& optimizer,
   const LearningRate& rate =
       std::visit([](const auto& o) -> const LearningRate& { return o.learning_rate; }, optimizer);
   try {
-    return learning_rate_at(rate, step);
+    return learning_rate_at(rate, model.step);
   } catch (const InvalidArgument& error) {
-    throw InvalidArgument(owner + ": step " + std::to_string(step) + ": " + error.what());
+    throw InvalidArgument(owner + ": step " + std::to_string(model.step) + ": " + error.what());
   }
 }
 
 void Embedding::Impl::check_gradients(const std::vector<CsrFeature>& batch,
                                       std::span<const std::span<const float>> gradients) {
+  const std::vector<FeatureConfig>& features = model.features;
   internal::check_feature_count(features.size(), gradients.size(), "apply_gradients gradients");
-  const bool reject_non_finite = options.non_finite_gradients == NonFiniteGradients::kReject;
+  const bool reject_non_finite = model.options.non_finite_gradients == NonFiniteGradients::kReject;
+  std::vector<internal::GradientCheckTask>& gradient_check_tasks = scratch.gradient_check_tasks;
   gradient_check_tasks.clear();
   int64_t total_values = 0;
   for (size_t f = 0; f < features.size(); ++f) {
@@ -74,9 +81,9 @@ void Embedding::Impl::check_gradients(const std::vector<CsrFeature>& batch,
                             internal::shape_string(shape) + " = " + std::to_string(expected));
     }
     if (!reject_non_finite) continue;
-    for (int64_t first = 0; first < size; first += kGradientValuesPerCheckTask) {
+    for (int64_t first = 0; first < size; first += internal::kGradientValuesPerCheckTask) {
       gradient_check_tasks.push_back(
-          {f, first, std::min(size, first + kGradientValuesPerCheckTask), -1});
+          {f, first, std::min(size, first + internal::kGradientValuesPerCheckTask), -1});
     }
     total_values += size;
   }
@@ -87,12 +94,9 @@ void Embedding::Impl::check_gradients(const std::vector<CsrFeature>& batch,
     const int64_t i = internal::first_non_finite(values);
     task.first_non_finite = i < 0 ? -1 : task.first + i;
   };
-  const auto num_tasks = static_cast<int64_t>(gradient_check_tasks.size());
-  if (total_values < kMinGradientValuesForThreads) {
-    for (int64_t k = 0; k < num_tasks; ++k) check_task(k, 0);
-  } else {
-    pool.parallel_for(num_tasks, check_task);
-  }
+  execution.pool.parallel_for(
+      static_cast<int64_t>(gradient_check_tasks.size()), check_task,
+      {.work = total_values, .min_work_for_threads = internal::kMinGradientValuesForThreads});
   // Tasks are in (feature, position) order: the first that found one names the first culprit.
   for (const internal::GradientCheckTask& task : gradient_check_tasks) {
     if (task.first_non_finite < 0) continue;
@@ -105,11 +109,11 @@ void Embedding::Impl::check_gradients(const std::vector<CsrFeature>& batch,
         std::to_string(gradients[task.feature][static_cast<size_t>(task.first_non_finite)]) +
         " is not finite");
   }
-  for (size_t t = 0; t < tables.size(); ++t) {
-    if (tables[t].optimizer || options.optimizer) continue;
-    for (const size_t f : table_features[t]) {
+  for (size_t t = 0; t < model.tables.size(); ++t) {
+    if (model.optimizers[t]) continue;
+    for (const size_t f : model.table_features[t]) {
       if (!batch[f].ids.empty()) {
-        throw FailedPrecondition("table '" + tables[t].name +
+        throw FailedPrecondition("table '" + model.tables[t].name +
                                  "' has no optimizer (neither its own nor a global one), so "
                                  "apply_gradients cannot update it");
       }
@@ -119,8 +123,8 @@ void Embedding::Impl::check_gradients(const std::vector<CsrFeature>& batch,
 
 void Embedding::Impl::apply_gradients(LookupBatch::Impl& batch,
                                       std::span<const std::span<const float>> gradients) {
-  internal::agree(*communicator, [&] {
-    if (batch.owner != id || !batch.applicable || batch.features.size() != features.size()) {
+  internal::agree(exchange.communicator(), [&] {
+    if (batch.owner != id || !batch.applicable || batch.features.size() != model.features.size()) {
       throw FailedPrecondition(
           "apply_gradients needs a LookupBatch filled by this Embedding's lookup and not applied "
           "yet (each lookup is applied at most once)");
@@ -130,47 +134,133 @@ void Embedding::Impl::apply_gradients(LookupBatch::Impl& batch,
   });
   // Validated: commit.
   batch.applicable = false;
-  std::fill(thread_skipped_rows.begin(), thread_skipped_rows.end(), 0);
-  if (partition.trivial()) {
-    // Tables are grouped side by side; fewer tables than threads are grouped one by one, each on
-    // all the threads.
-    auto gather = [&](size_t table, internal::ThreadPool* table_pool) {
-      if (states[table].optimizer()) {
-        states[table].gather_contributions(table_features[table], batch.features, gradients,
-                                           zeros.data(), table_pool);
-      }
-    };
-    if (states.size() < static_cast<size_t>(pool.num_threads())) {
-      for (size_t t = 0; t < states.size(); ++t) gather(t, &pool);
-    } else {
-      pool.parallel_for(static_cast<int64_t>(states.size()),
-                        [&](int64_t t, int) { gather(static_cast<size_t>(t), nullptr); });
-    }
-    update_tables(learning_rates);  // states[t] holds tables[t]
-  } else {
-    apply_routed(batch, gradients);
-  }
-  for (const int64_t skipped : thread_skipped_rows) skipped_rows += skipped;
-  ++step;
+  exchange_gradients(batch, gradients);
+  list_contributions(batch, gradients);
+  group_contributions();
+  std::fill(scratch.thread_skipped_rows.begin(), scratch.thread_skipped_rows.end(), 0);
+  update_tables();
+  for (const int64_t skipped : scratch.thread_skipped_rows) model.skipped_rows += skipped;
+  ++model.step;
 }
 
-void Embedding::Impl::update_tables(std::span<const float> state_rates) {
+void Embedding::Impl::exchange_gradients(const LookupBatch::Impl& batch,
+                                         std::span<const std::span<const float>> gradients) {
+  const int ranks = world_size();
+  const internal::Partition& partition = model.partition;
+  // The gradient rows (or columns) of every bag sent to each part; none for a local view.
+  std::vector<int64_t>& bytes = scratch.rank_bytes;
+  bytes.assign(static_cast<size_t>(ranks), 0);
+  for (int q = 0; q < ranks; ++q) {
+    const std::span<const internal::Section> sections = partition.sections(q);
+    for (size_t k = 0; k < sections.size(); ++k) {
+      const TablePart& held = partition.rank_parts(q)[sections[k].part];
+      if (router.is_local_view(held)) continue;
+      bytes[static_cast<size_t>(q)] += batch.sent.sections[static_cast<size_t>(q)][k].num_bags *
+                                       held.num_columns * static_cast<int64_t>(sizeof(float));
+    }
+  }
+  exchange.gradients_sent.resize(bytes);
+  auto* out = reinterpret_cast<float*>(exchange.gradients_sent.bytes.data());
+  for (int q = 0; q < ranks; ++q) {
+    const std::span<const internal::Section> sections = partition.sections(q);
+    for (size_t k = 0; k < sections.size(); ++k) {
+      const TablePart& held = partition.rank_parts(q)[sections[k].part];
+      if (router.is_local_view(held)) continue;
+      const size_t f = sections[k].feature;
+      const int64_t dim = model.tables[held.table].dim;
+      const RequestSection& section = batch.sent.sections[static_cast<size_t>(q)][k];
+      for (int64_t i = 0; i < section.num_bags; ++i) {
+        const float* source = gradients[f].empty()
+                                  ? scratch.zeros.data()
+                                  : gradients[f].data() + section.bags[i] * dim + held.first_column;
+        out = std::copy_n(source, held.num_columns, out);
+      }
+    }
+  }
+  exchange.all_to_all(exchange.gradients_sent, exchange.gradients_received);
+
+  // Where each received section's gradient rows start.
+  const std::span<const internal::Section> mine = partition.sections(rank());
+  std::vector<std::vector<const float*>>& received = scratch.section_rows;
+  received.resize(static_cast<size_t>(ranks));
+  for (int q = 0; q < ranks; ++q) {
+    const auto* at = reinterpret_cast<const float*>(exchange.gradients_received.bytes.data() +
+                                                    exchange.gradients_received.offset(q));
+    received[static_cast<size_t>(q)].resize(mine.size());
+    for (size_t k = 0; k < mine.size(); ++k) {
+      received[static_cast<size_t>(q)][k] = at;
+      if (q == rank() && router.is_local_view(model.states[mine[k].part].part())) continue;
+      at += batch.received.sections[static_cast<size_t>(q)][k].num_bags *
+            model.states[mine[k].part].columns();
+    }
+  }
+}
+
+void Embedding::Impl::list_contributions(const LookupBatch::Impl& batch,
+                                         std::span<const std::span<const float>> gradients) {
+  const internal::Partition& partition = model.partition;
+  // Each state's segments in (feature, rank) order: the received sections with the gradient rows
+  // exchange_gradients located, this rank's local views with the caller's gradients.
+  const std::vector<std::vector<const float*>>& received = scratch.section_rows;
+  scratch.segments.resize(model.states.size());
+  for (size_t s = 0; s < model.states.size(); ++s) {
+    const TableState& state = model.states[s];
+    std::vector<internal::ContributionSegment>& segments = scratch.segments[s];
+    segments.clear();
+    if (!state.optimizer()) continue;
+    for (const size_t f : model.table_features[state.part().table]) {
+      const size_t k = partition.section_index(state.part(), f);
+      for (int q = 0; q < world_size(); ++q) {
+        const RequestSection& section = batch.received.sections[static_cast<size_t>(q)][k];
+        if (q == rank() && router.is_local_view(state.part())) {
+          const bool zeros = gradients[f].empty();
+          segments.push_back({.section = &section,
+                              .gradient = zeros ? scratch.zeros.data() : gradients[f].data(),
+                              .gradient_stride = zeros ? 0 : state.columns()});
+        } else {
+          segments.push_back({.section = &section,
+                              .gradient = received[static_cast<size_t>(q)][k],
+                              .gradient_stride = state.columns()});
+        }
+      }
+    }
+  }
+}
+
+void Embedding::Impl::group_contributions() {
+  std::vector<TableState>& states = model.states;
+  internal::ThreadPool& pool = execution.pool;
+  auto gather = [&](size_t s, internal::ThreadPool* state_pool) {
+    if (states[s].optimizer()) states[s].gather_contributions(scratch.segments[s], state_pool);
+  };
+  // Parts are grouped side by side; fewer parts than threads are grouped one by one, each on all
+  // the threads.
+  if (states.size() < static_cast<size_t>(pool.num_threads())) {
+    for (size_t s = 0; s < states.size(); ++s) gather(s, &pool);
+  } else {
+    pool.parallel_for(static_cast<int64_t>(states.size()),
+                      [&](int64_t s, int) { gather(static_cast<size_t>(s), nullptr); });
+  }
+}
+
+void Embedding::Impl::update_tables() {
+  std::vector<internal::TableUpdate>& table_updates = scratch.table_updates;
+  std::vector<internal::UpdateTask>& update_tasks = scratch.update_tasks;
   table_updates.clear();
   update_tasks.clear();
   int64_t total_rows = 0;
-  for (size_t s = 0; s < states.size(); ++s) {
-    TableState& state = states[s];
+  for (TableState& state : model.states) {
     if (!state.optimizer()) continue;
     const CommonHyperparameters& common = std::visit(
         [](const auto& o) -> const CommonHyperparameters& { return o.common; }, *state.optimizer());
     table_updates.push_back({.optimizer = &*state.optimizer(),
-                             .learning_rate = state_rates[s],
-                             .step = step,
+                             .learning_rate = scratch.learning_rates[state.part().table],
+                             .step = model.step,
                              .variables = state.variables(),
                              .grouping = &state.grouping(),
                              .contributions = state.contributions(),
                              .mode = {.accumulate = common.use_gradient_accumulation,
-                                      .skip_non_finite = options.non_finite_gradients ==
+                                      .skip_non_finite = model.options.non_finite_gradients ==
                                                          NonFiniteGradients::kSkipRows}});
     const auto add_tasks = [&](internal::UpdateRows kind, int64_t rows, int64_t chunk) {
       for (int64_t first = 0; first < rows; first += chunk) {
@@ -181,37 +271,36 @@ void Embedding::Impl::update_tables(std::span<const float> state_rates) {
     };
     const internal::RowGrouping& grouping = state.grouping();
     if (state.updates_all_rows()) {
-      add_tasks(internal::UpdateRows::kAll, state.config().vocabulary_size,
-                kRowsPerDenseUpdateTask);
+      add_tasks(internal::UpdateRows::kAll, state.rows(), internal::kRowsPerDenseUpdateTask);
     } else {
       add_tasks(internal::UpdateRows::kShared, static_cast<int64_t>(grouping.shared_rows().size()),
-                kRowsPerUpdateTask);
+                internal::kRowsPerUpdateTask);
       add_tasks(internal::UpdateRows::kSingle,
-                static_cast<int64_t>(grouping.single_contributions().size()), kRowsPerUpdateTask);
+                static_cast<int64_t>(grouping.single_contributions().size()),
+                internal::kRowsPerUpdateTask);
     }
   }
-  const size_t stride = thread_scratch.size() / static_cast<size_t>(pool.num_threads());
-  auto run_task = [&](int64_t k, int thread) {
-    const internal::UpdateTask& task = update_tasks[static_cast<size_t>(k)];
-    const internal::TableUpdate& update = table_updates[task.update];
-    float* scratch = thread_scratch.data() + stride * static_cast<size_t>(thread);
-    const int64_t dim = update.variables.dim;
-    const internal::UpdateScratch view{scratch,
-                                       scratch + internal::update_scratch_floats(dim) - dim};
-    thread_skipped_rows[static_cast<size_t>(thread)] +=
-        internal::update_rows(update, task.rows, view);
-  };
-  const auto num_tasks = static_cast<int64_t>(update_tasks.size());
-  if (total_rows < kMinRowsForThreads) {  // waking the pool would cost more than the work
-    for (int64_t k = 0; k < num_tasks; ++k) run_task(k, 0);
-  } else {
-    pool.parallel_for(num_tasks, run_task);
-  }
+  const size_t stride =
+      scratch.thread_scratch.size() / static_cast<size_t>(execution.pool.num_threads());
+  execution.pool.parallel_for(
+      static_cast<int64_t>(update_tasks.size()),
+      [&](int64_t k, int thread) {
+        const internal::UpdateTask& task = update_tasks[static_cast<size_t>(k)];
+        const internal::TableUpdate& update = table_updates[task.update];
+        float* thread_scratch =
+            scratch.thread_scratch.data() + stride * static_cast<size_t>(thread);
+        const int64_t dim = update.variables.dim;
+        const internal::UpdateScratch view{
+            thread_scratch, thread_scratch + internal::update_scratch_floats(dim) - dim};
+        scratch.thread_skipped_rows[static_cast<size_t>(thread)] +=
+            internal::update_rows(update, task.rows, view);
+      },
+      {.work = total_rows, .min_work_for_threads = internal::kMinRowsForThreads});
 }
 
 void Embedding::apply_gradients(LookupBatch& batch,
                                 std::span<const std::span<const float>> gradients) {
-  impl_->join_prefetch();
+  impl_->execution.join_prefetch();
   if (batch.impl_ == nullptr) batch.impl_ = std::make_unique<LookupBatch::Impl>();
   impl_->apply_gradients(*batch.impl_, gradients);
 }

@@ -1,6 +1,7 @@
 #include "embedding/exchange.h"
 
 #include <cstring>
+#include <utility>
 
 #include "util/check.h"
 
@@ -73,6 +74,44 @@ PoolInput pool_input(const RequestSection& section, const float* rows, int64_t n
           .weights = section.weights,
           .bag_scales = section.scales,
           .quantization = quantization};
+}
+
+RequestSection local_view(CsrFeature& csr) {
+  return {.num_bags = csr.num_bags(),
+          .num_ids = static_cast<int64_t>(csr.ids.size()),
+          .bags = nullptr,
+          .offsets = csr.offsets.data(),
+          .ids = csr.ids.data(),
+          .weights = csr.weights.empty() ? nullptr : csr.weights.data(),
+          .scales = csr.bag_scales.data()};
+}
+
+void Message::resize(const std::vector<int64_t>& rank_bytes) {
+  counts = rank_bytes;
+  int64_t total = 0;
+  for (const int64_t count : counts) total += count;
+  bytes.resize(static_cast<size_t>(total));
+}
+
+size_t Message::offset(int rank) const {
+  int64_t sum = 0;
+  for (int q = 0; q < rank; ++q) sum += counts[static_cast<size_t>(q)];
+  return static_cast<size_t>(sum);
+}
+
+Exchange::Exchange(std::shared_ptr<Communicator> communicator)
+    : communicator_(std::move(communicator)),
+      rank_(communicator_->rank()),
+      world_size_(communicator_->size()) {}
+
+void Exchange::all_to_all(const Message& send, Message& received) {
+  received.counts.resize(send.counts.size());
+  if (world_size_ == 1 && send.bytes.empty()) {
+    received.counts[0] = 0;
+    received.bytes.clear();
+    return;
+  }
+  communicator_->all_to_all(send.bytes, send.counts, received.bytes, received.counts);
 }
 
 }  // namespace recemb::internal

@@ -7,16 +7,17 @@ namespace recemb::internal {
 template <class Float>
 std::vector<LocalPart<Float>> PartAccess::parts_of(const Embedding& embedding) {
   Embedding::Impl& impl = *embedding.impl_;
-  impl.join_prefetch();
+  impl.execution.join_prefetch();
+  const Model& model = impl.model;
   std::vector<LocalPart<Float>> parts;
-  parts.reserve(impl.states.size());
-  for (size_t s = 0; s < impl.states.size(); ++s) {
-    const TablePart& held = impl.part(s);
-    const TableConfig& config = impl.tables[held.table];
+  parts.reserve(model.states.size());
+  for (TableState& state : impl.model.states) {
+    const TablePart& held = state.part();
+    const TableConfig& config = state.table();
     LocalPart<Float>& local = parts.emplace_back(LocalPart<Float>{.part = held});
-    for (std::string& name : impl.variable_names(config.name)) {
-      TableStorage& storage = impl.states[s].storage();
-      const int64_t width = impl.variable_width(config.name, name);
+    for (std::string& name : model.variable_names(config.name)) {
+      TableStorage& storage = state.storage();
+      const int64_t width = model.variable_width(config.name, name);
       // A variable as wide as the table is split with the columns; a narrower one (a row-wise
       // slot) is kept whole by every part (the planner splits no such table by columns).
       const bool split = width == config.dim;
@@ -40,7 +41,7 @@ std::vector<LocalPart<float>> PartAccess::local_parts(Embedding& embedding) {
 }
 
 Communicator& PartAccess::communicator(const Embedding& embedding) {
-  return *embedding.impl_->communicator;
+  return embedding.impl_->exchange.communicator();
 }
 
 }  // namespace recemb::internal

@@ -1,30 +1,26 @@
 #include "embedding/table_state.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "optimizers/slot_spec.h"
 #include "storage/initializer.h"
 #include "util/check.h"
+#include "util/work_split.h"
 
 namespace recemb::internal {
-namespace {
 
-constexpr int64_t kContributionsPerTask = 16384;
-constexpr int64_t kContributionsPerListingTask = 8192;
-constexpr int64_t kSharedRowsPerTask = 4096;
-
-}  // namespace
-
-TableState::TableState(TableConfig config, std::optional<Optimizer> optimizer)
-    : config_(std::move(config)),
+TableState::TableState(TableConfig table, TablePart part, std::optional<Optimizer> optimizer)
+    : table_(std::move(table)),
+      part_(part),
       optimizer_(std::move(optimizer)),
-      storage_(config_.vocabulary_size, config_.dim,
-               optimizer_ ? slot_specs(*optimizer_, config_.dim) : std::vector<SlotSpec>{}) {
+      storage_(part_.rows, part_.num_columns,
+               optimizer_ ? slot_specs(*optimizer_, part_.num_columns) : std::vector<SlotSpec>{}) {
   RECEMB_CHECK(storage_.slot_specs().size() <= RowVariables{}.slot_bases.size());
 }
 
 int64_t TableState::row_bytes() const {
-  int64_t floats = config_.dim;
+  int64_t floats = columns();
   for (const SlotSpec& spec : storage_.slot_specs()) floats += spec.width;
   return floats * static_cast<int64_t>(sizeof(float));
 }
@@ -34,66 +30,71 @@ bool TableState::updates_all_rows() const {
   return adam != nullptr && !adam->lazy_adam;
 }
 
-void TableState::initialize_block(uint64_t table_seed, int64_t first_row, int64_t num_rows) {
-  const int64_t dim = config_.dim;
-  initialize_rows(config_.initializer, table_seed, first_row, num_rows, dim,
-                  std::span<float>(storage_.row(first_row), static_cast<size_t>(num_rows * dim)));
+void TableState::initialize(uint64_t table_seed, int64_t first_row, int64_t num_rows) {
+  if (part_.whole()) {
+    initialize_rows(
+        table_.initializer, table_seed, first_row, num_rows, table_.dim,
+        std::span<float>(storage_.row(first_row), static_cast<size_t>(num_rows * table_.dim)));
+  } else {
+    // A row at a time: the part's rows (row-wise) or columns (column-wise) of the table's rows.
+    std::vector<float> row(static_cast<size_t>(table_.dim));
+    for (int64_t local = first_row; local < first_row + num_rows; ++local) {
+      initialize_rows(table_.initializer, table_seed, part_.global_row(local), 1, table_.dim, row);
+      std::copy_n(row.begin() + part_.first_column, part_.num_columns, storage_.row(local));
+    }
+  }
   storage_.initialize_slots(first_row, num_rows);
 }
 
-void TableState::gather_contributions(const std::vector<size_t>& features,
-                                      const std::vector<CsrFeature>& batch,
-                                      std::span<const std::span<const float>> gradients,
-                                      const float* zeros, ThreadPool* pool) {
+void TableState::gather_contributions(std::span<const ContributionSegment> segments,
+                                      ThreadPool* pool) {
   size_t total = 0;
-  for (const size_t f : features) total += batch[f].ids.size();
-  resize_contributions(total);
-  const int64_t dim = config_.dim;
-  // Bags [first_bag, last_bag) of one feature, its contributions from `first` on.
-  const auto list_bags = [&](const CsrFeature& csr, const float* gradient, size_t first,
-                             int64_t first_bag, int64_t last_bag) {
-    size_t next = first + static_cast<size_t>(csr.offsets[static_cast<size_t>(first_bag)]);
-    for (int64_t b = first_bag; b < last_bag; ++b) {
-      const float scale = csr.bag_scales[static_cast<size_t>(b)];
-      const float* source = gradient != nullptr ? gradient + b * dim : zeros;
-      for (int64_t j = csr.offsets[static_cast<size_t>(b)];
-           j < csr.offsets[static_cast<size_t>(b) + 1]; ++j) {
-        const auto index = static_cast<size_t>(j);
-        contribution_rows_[next] = csr.ids[index];
-        contribution_gains_[next] = csr.weights.empty() ? scale : csr.weights[index] * scale;
-        contribution_sources_[next] = source;
+  for (const ContributionSegment& segment : segments) {
+    total += static_cast<size_t>(segment.section->num_ids);
+  }
+  contribution_rows_.resize(total);
+  contribution_gains_.resize(total);
+  contribution_sources_.resize(total);
+  // Bags [first_bag, last_bag) of one segment, whose contributions start at `first`.
+  const auto list_bags = [&](const ContributionSegment& segment, size_t first, int64_t first_bag,
+                             int64_t last_bag) {
+    // Copies, not references: a store through int64_t*, float* or const float** could otherwise
+    // make the compiler reload the section's pointers and the arrays' for every contribution.
+    const RequestSection section = *segment.section;
+    int64_t* const rows = contribution_rows_.data();
+    float* const gains = contribution_gains_.data();
+    const float** const sources = contribution_sources_.data();
+    size_t next = first + static_cast<size_t>(section.offsets[first_bag]);
+    for (int64_t i = first_bag; i < last_bag; ++i) {
+      const float* source = segment.gradient + i * segment.gradient_stride;
+      for (int64_t j = section.offsets[i]; j < section.offsets[i + 1]; ++j) {
+        rows[next] = section.ids[j];
+        gains[next] = section.gain(i, j);
+        sources[next] = source;
         ++next;
       }
     }
   };
-  size_t listed = 0;  // contributions of the features before f
-  for (const size_t f : features) {
-    const CsrFeature& csr = batch[f];
-    const float* gradient = gradients[f].empty() ? nullptr : gradients[f].data();
-    const auto ids = static_cast<int64_t>(csr.ids.size());
-    if (pool == nullptr || ids < 2 * kContributionsPerListingTask) {
-      list_bags(csr, gradient, listed, 0, csr.num_bags());
+  size_t listed = 0;  // contributions of the segments before this one
+  for (const ContributionSegment& segment : segments) {
+    const RequestSection& section = *segment.section;
+    if (pool == nullptr || section.num_ids < 2 * kContributionsPerListingTask) {
+      list_bags(segment, listed, 0, section.num_bags);
     } else {
-      pool->parallel_for_ranges(csr.num_bags(),
-                                bags_per_task(csr.num_bags(), ids, kContributionsPerListingTask),
-                                [&](int64_t first_bag, int64_t last_bag, int) {
-                                  list_bags(csr, gradient, listed, first_bag, last_bag);
-                                });
+      pool->parallel_for_ranges(
+          section.num_bags,
+          bags_per_task(section.num_bags, section.num_ids, kContributionsPerListingTask),
+          [&](int64_t first_bag, int64_t last_bag, int) {
+            list_bags(segment, listed, first_bag, last_bag);
+          });
     }
-    listed += csr.ids.size();
+    listed += static_cast<size_t>(section.num_ids);
   }
   group_contributions(pool);
 }
 
-TableState::ContributionArrays TableState::resize_contributions(size_t count) {
-  contribution_rows_.resize(count);
-  contribution_gains_.resize(count);
-  contribution_sources_.resize(count);
-  return {contribution_rows_.data(), contribution_gains_.data(), contribution_sources_.data()};
-}
-
 void TableState::group_contributions(ThreadPool* pool) {
-  grouping_.build(contribution_rows_, config_.vocabulary_size, row_bytes(), pool);
+  grouping_.build(contribution_rows_, rows(), row_bytes(), pool);
   const std::span<const uint32_t> order = grouping_.order();
   sorted_gains_.resize(order.size());
   sorted_sources_.resize(order.size());
@@ -120,13 +121,13 @@ void TableState::group_contributions(ThreadPool* pool) {
   if (pool == nullptr) {
     permute_range(0, n, 0);
   } else {
-    pool->parallel_for_ranges(n, every_row ? kContributionsPerTask : kSharedRowsPerTask,
-                              permute_range);
+    pool->parallel_for_ranges(
+        n, every_row ? kContributionsPerPermuteTask : kSharedRowsPerPermuteTask, permute_range);
   }
 }
 
 RowVariables TableState::variables() {
-  RowVariables variables{.parameters = storage_.row(0), .dim = config_.dim};
+  RowVariables variables{.parameters = storage_.row(0), .dim = columns()};
   const auto& specs = storage_.slot_specs();
   variables.num_slots = static_cast<int>(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {

@@ -1,57 +1,62 @@
-// Everything an Embedding keeps per table: its config, resolved optimizer, storage and the reusable
-// buffers of the backward pass.
+// Everything an Embedding keeps per part of a table it holds (placement/partition.h): the part, its
+// table's config, its resolved optimizer, its storage and the reusable buffers of the backward
+// pass.
 #ifndef RECEMB_EMBEDDING_TABLE_STATE_H_
 #define RECEMB_EMBEDDING_TABLE_STATE_H_
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "recemb/config.h"
 
-#include "batch/csr_feature.h"
+#include "embedding/exchange.h"
 #include "kernels/row_grouping.h"
 #include "kernels/sparse_update.h"
+#include "placement/partition.h"
 #include "storage/table_storage.h"
 #include "util/thread_pool.h"
 
 namespace recemb::internal {
 
+// A run of a part's gradient contributions: the ids of one request section (one feature's bags
+// from one rank) with their gradient rows, bag i's at gradient + i * gradient_stride (stride 0: one
+// row for every bag, as the zeros of an empty gradient).
+struct ContributionSegment {
+  const RequestSection* section = nullptr;
+  const float* gradient = nullptr;
+  int64_t gradient_stride = 0;
+};
+
 class TableState {
  public:
-  // Allocates the table and the slots of `optimizer` (the table's own or the global one; none:
-  // no slots, not trainable). Does not initialise the values (initialize_block does).
-  TableState(TableConfig config, std::optional<Optimizer> optimizer);
+  // Allocates part `part` of `table` (part.rows rows of part.num_columns floats) and the slots of
+  // `optimizer` (the table's effective one; none: no slots, not trainable). Does not initialise
+  // the values (initialize does).
+  TableState(TableConfig table, TablePart part, std::optional<Optimizer> optimizer);
 
-  const TableConfig& config() const { return config_; }
+  // The whole table's config (its vocabulary_size and dim, not the part's).
+  const TableConfig& table() const { return table_; }
+  const TablePart& part() const { return part_; }
+  int64_t rows() const { return part_.rows; }
+  int64_t columns() const { return part_.num_columns; }
   const std::optional<Optimizer>& optimizer() const { return optimizer_; }
   TableStorage& storage() { return storage_; }
   const TableStorage& storage() const { return storage_; }
   // Whether every row is updated each step (non-lazy Adam), touched or not.
   bool updates_all_rows() const;
 
-  // Sets rows [first_row, first_row + num_rows) and their slots to their initial values.
-  void initialize_block(uint64_t table_seed, int64_t first_row, int64_t num_rows);
+  // Sets local rows [first_row, first_row + num_rows) and their slots to their initial values:
+  // those of the table's rows part().global_row(local), its columns of them.
+  void initialize(uint64_t table_seed, int64_t first_row, int64_t num_rows);
 
-  // Lists this step's gradient contributions of `features` (the features looked up in this table,
-  // in feature order) and groups them by row. gradients[f] is feature f's gradient or empty for
-  // zeros, in which case `zeros` (dim floats of 0) is the source. With a pool (not inside one of
-  // its loops), the listing of large features and the grouping run on its threads.
-  void gather_contributions(const std::vector<size_t>& features,
-                            const std::vector<CsrFeature>& batch,
-                            std::span<const std::span<const float>> gradients, const float* zeros,
+  // Lists this step's gradient contributions, segment by segment, bag by bag, id by id (their
+  // summation order), and groups them by row. Segment ids are local rows of the part; gradient
+  // rows are columns() floats. With a pool (not inside one of its loops), large segments are
+  // listed, and the grouping runs, on its threads.
+  void gather_contributions(std::span<const ContributionSegment> segments,
                             ThreadPool* pool = nullptr);
-
-  // The same for contributions listed by the caller: resize_contributions(n), fill contribution i
-  // (its row, gain and gradient source of dim floats) for i in [0, n) in their summation order,
-  // then group_contributions().
-  struct ContributionArrays {
-    int64_t* rows;
-    float* gains;
-    const float** sources;
-  };
-  ContributionArrays resize_contributions(size_t count);
-  void group_contributions(ThreadPool* pool = nullptr);
 
   const RowGrouping& grouping() const { return grouping_; }
   // The contributions as listed, and in the grouping's order for the rows the update reads them
@@ -69,8 +74,10 @@ class TableState {
  private:
   // The bytes of a row's parameters and slots.
   int64_t row_bytes() const;
+  void group_contributions(ThreadPool* pool);
 
-  TableConfig config_;
+  TableConfig table_;
+  TablePart part_;
   std::optional<Optimizer> optimizer_;
   TableStorage storage_;
   std::vector<int64_t> contribution_rows_;

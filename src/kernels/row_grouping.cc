@@ -5,11 +5,12 @@
 #include <limits>
 #include <numeric>
 
+#include "util/work_split.h"
+
 namespace recemb::internal {
 namespace {
 
 constexpr int kMaxDigitBits = 11;  // 2048 counters per chunk: they and the write heads stay in L1
-constexpr size_t kMinItemsPerChunk = 16384;  // smaller inputs sort on the calling thread
 
 // The key of an item: packed items carry the row in their high 32 bits, others are an index.
 template <bool kPacked>
@@ -59,10 +60,10 @@ template <bool kPacked>
 void RowGrouping::sort_and_group(std::span<const int64_t> rows, int key_bits, int64_t table_bytes,
                                  ThreadPool* pool) {
   const size_t n = rows.size();
-  const size_t chunks =
-      pool == nullptr
-          ? 1
-          : std::clamp<size_t>(n / kMinItemsPerChunk, 1, static_cast<size_t>(pool->num_threads()));
+  const size_t chunks = pool == nullptr
+                            ? 1
+                            : std::clamp<size_t>(n / kMinContributionsPerGroupingChunk, 1,
+                                                 static_cast<size_t>(pool->num_threads()));
   const KeyOf<kPacked> key_of{rows};
   items_.resize(n + chunks);
   items_scratch_.resize(n + chunks);

@@ -65,14 +65,6 @@ Partition::Partition(const Placement& placement, const std::vector<TableConfig>&
   }
 }
 
-bool Partition::trivial() const {
-  if (world_size_ != 1) return false;
-  for (const std::vector<TablePart>& parts : by_table_) {
-    if (parts.size() != 1 || !parts[0].whole()) return false;
-  }
-  return true;
-}
-
 size_t Partition::section_index(const TablePart& part, size_t feature) const {
   return first_section_[static_cast<size_t>(part.rank)][part.index_on_rank] +
          position_in_table_[feature];

@@ -56,8 +56,6 @@ class Partition {
             const std::vector<FeatureConfig>& features, int world_size);
 
   int world_size() const { return world_size_; }
-  // Whether one rank holds every table whole: the engine needs no exchange at all.
-  bool trivial() const;
 
   // The parts of table t: in shard order; kReplicated: one per rank, in rank order.
   std::span<const TablePart> table_parts(size_t table) const { return by_table_[table]; }

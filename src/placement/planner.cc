@@ -1,3 +1,5 @@
+#include "placement/planner.h"
+
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
@@ -85,7 +87,7 @@ std::vector<TableFacts> table_facts(const std::vector<TableConfig>& tables,
                  .bytes = 0,
                  .strategy = options.strategy};
     const std::optional<Optimizer>& optimizer =
-        table.optimizer ? table.optimizer : global_optimizer;
+        internal::effective_optimizer(table, global_optimizer);
     if (optimizer) {
       for (const internal::SlotSpec& slot : internal::slot_specs(*optimizer, table.dim)) {
         // A width-1 slot of a dim-1 table is the same size either way.
@@ -220,6 +222,13 @@ Placement plan_placement(const std::vector<TableConfig>& tables,
   EmbeddingOptions embedding_options;
   embedding_options.optimizer = global_optimizer;
   internal::validate_configs(tables, features, embedding_options);
+  return internal::plan_valid_placement(tables, features, global_optimizer, options);
+}
+
+Placement internal::plan_valid_placement(const std::vector<TableConfig>& tables,
+                                         const std::vector<FeatureConfig>& features,
+                                         const std::optional<Optimizer>& global_optimizer,
+                                         const PlacementOptions& options) {
   validate_options(tables, features, options);
   std::vector<TableFacts> facts = table_facts(tables, features, global_optimizer, options);
 

@@ -43,6 +43,21 @@ class ThreadPool {
         const_cast<void*>(static_cast<const void*>(&task)));
   }
 
+  // The same loop, run on the calling thread alone (thread_index 0) when the loop's `work` is below
+  // `min_work_for_threads` (util/work_split.h's cutoffs): waking the workers would cost more.
+  struct SerialCutoff {
+    int64_t work = 0;
+    int64_t min_work_for_threads = 0;
+  };
+  template <class Task>
+  void parallel_for(int64_t num_tasks, Task&& task, SerialCutoff cutoff) {
+    if (cutoff.work < cutoff.min_work_for_threads) {
+      for (int64_t task_index = 0; task_index < num_tasks; ++task_index) task(task_index, 0);
+    } else {
+      parallel_for(num_tasks, task);
+    }
+  }
+
   // Splits [0, count) into ranges of `chunk` items (the last may be shorter) and runs
   // fn(first, last, thread_index) for each, as parallel_for does.
   template <class Fn>

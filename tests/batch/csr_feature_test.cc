@@ -456,14 +456,6 @@ Model fixture_model(const std::vector<std::vector<int64_t>>& rows) {
   return model;
 }
 
-TEST(CsrFeatureTest, BagsPerTaskHoldAboutTheAskedIds) {
-  EXPECT_EQ(bags_per_task(4096, 81920, 2048), 102);  // 20 ids a bag: 2,040 ids a task
-  EXPECT_EQ(bags_per_task(4096, 4096, 2048), 2048);
-  EXPECT_EQ(bags_per_task(10, 100000, 2048), 1);  // a bag larger than a task: one bag each
-  EXPECT_EQ(bags_per_task(7, 0, 2048), 7);        // no ids: one task
-  EXPECT_EQ(bags_per_task(0, 0, 2048), 1);
-}
-
 TEST(CsrFeatureTest, ShapeStringListsTheExtents) {
   EXPECT_EQ(shape_string(std::vector<int64_t>{}), "[]");
   EXPECT_EQ(shape_string(std::vector<int64_t>{7}), "[7]");

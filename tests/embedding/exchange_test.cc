@@ -1,17 +1,23 @@
 // The request sections of the id exchange (src/embedding/exchange.h): their size and layout, a
-// round trip of random sections packed back to back in one buffer, gain(), and pooling a received
-// section against a float64 plain-loop reference. A malformed section aborts (RECEMB_CHECK); the
-// project has no death tests, so that path is not exercised here.
+// round trip of random sections packed back to back in one buffer, gain(), pooling a received
+// section against a float64 plain-loop reference, local views, messages and the exchange. A
+// malformed section aborts (RECEMB_CHECK); the project has no death tests, so that path is not
+// exercised here.
 #include "embedding/exchange.h"
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <gtest/gtest.h>
+#include <memory>
 #include <random>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "recemb/communicator.h"
+
+#include "batch/csr_feature.h"
 #include "kernels/pool.h"
 
 namespace recemb::internal {
@@ -325,6 +331,77 @@ TEST(PoolInput, PassesTheQuantizationConfigThrough) {
       EXPECT_NEAR(out[b * 2 + c], expected, 1e-5 * (1.0 + std::abs(expected))) << "bag " << b;
     }
   }
+}
+
+TEST(LocalView, BorrowsEveryBagOfTheFeatureWithItsIdsUnchanged) {
+  CsrFeature csr{.activation_shape = {3, 2},
+                 .offsets = {0, 2, 2, 3},
+                 .ids = {4, 1, 7},
+                 .weights = {0.5f, 2.0f, 3.0f},
+                 .bag_scales = {1.0f, 0.25f, 0.5f}};
+  const RequestSection view = local_view(csr);
+  EXPECT_EQ(view.num_bags, 3);
+  EXPECT_EQ(view.num_ids, 3);
+  EXPECT_EQ(view.bags, nullptr);
+  EXPECT_EQ(view.offsets, csr.offsets.data());
+  EXPECT_EQ(view.ids, csr.ids.data());
+  EXPECT_EQ(view.weights, csr.weights.data());
+  EXPECT_EQ(view.scales, csr.bag_scales.data());
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(view.bag(i), i);
+  EXPECT_EQ(view.gain(2, 2), 1.5f);
+  csr.weights.clear();
+  EXPECT_EQ(local_view(csr).weights, nullptr);
+  EXPECT_EQ(local_view(csr).gain(0, 1), 1.0f);
+}
+
+TEST(Message, ResizeKeepsTheCountsAndOffsetSumsThePartsBefore) {
+  Message message;
+  message.resize({16, 0, 40});
+  EXPECT_EQ(message.bytes.size(), 56u);
+  EXPECT_EQ(message.offset(0), 0u);
+  EXPECT_EQ(message.offset(1), 16u);
+  EXPECT_EQ(message.offset(2), 16u);
+  EXPECT_EQ(message.offset(3), 56u);
+}
+
+TEST(Exchange, DeliversEachRanksPartAndSkipsNothingToSendAlone) {
+  // Two ranks in one process: rank q receives part q of each rank's message, in rank order.
+  const std::vector<std::shared_ptr<Communicator>> communicators = in_process_communicators(2);
+  std::vector<Message> received(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      Exchange exchange(communicators[static_cast<size_t>(rank)]);
+      Message send;
+      send.resize({8, 16});
+      for (size_t i = 0; i < send.bytes.size(); ++i) {
+        send.bytes[i] = static_cast<std::byte>(100 * rank + static_cast<int>(i));
+      }
+      exchange.all_to_all(send, received[static_cast<size_t>(rank)]);
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  EXPECT_EQ(received[0].counts, (std::vector<int64_t>{8, 8}));
+  EXPECT_EQ(received[1].counts, (std::vector<int64_t>{16, 16}));
+  EXPECT_EQ(received[0].bytes[8], static_cast<std::byte>(100));  // rank 1's byte 0
+  EXPECT_EQ(received[1].bytes[0], static_cast<std::byte>(8));    // rank 0's byte 8
+  EXPECT_EQ(received[1].bytes[16], static_cast<std::byte>(108));
+
+  // Alone with nothing to send: an empty message, whatever was there before.
+  Exchange alone(local_communicator());
+  Message empty;
+  empty.resize({0});
+  Message stale;
+  stale.resize({24});
+  alone.all_to_all(empty, stale);
+  EXPECT_EQ(stale.counts, (std::vector<int64_t>{0}));
+  EXPECT_TRUE(stale.bytes.empty());
+  Message send;
+  send.resize({8});
+  send.bytes[3] = std::byte{42};
+  alone.all_to_all(send, stale);
+  EXPECT_EQ(stale.counts, (std::vector<int64_t>{8}));
+  EXPECT_EQ(stale.bytes[3], std::byte{42});
 }
 
 }  // namespace

@@ -14,7 +14,9 @@
 #include <gtest/gtest.h>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -410,6 +412,67 @@ TEST(ShardedStep, TableAndColumnWiseAreBitwiseEqualToTheSingleShardEngine) {
     const Data data = make_data(p, setup, 99);
     EXPECT_EQ(run_sharded(p, setup, data).variables, run_single(p, setup, data).variables)
         << sharding_strategy_name(strategy);
+  }
+}
+
+// One rank that counts the all-to-alls it is asked for and the bytes they send.
+class CountingCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string_view name() const override { return "counting"; }
+  void all_to_all(std::span<const std::byte> send, std::span<const int64_t> send_counts,
+                  std::vector<std::byte>& recv, std::span<int64_t> recv_counts) override {
+    ++all_to_alls;
+    bytes += static_cast<int64_t>(send.size());
+    local_->all_to_all(send, send_counts, recv, recv_counts);
+  }
+  void all_gather(std::span<const std::byte> send, std::vector<std::byte>& recv,
+                  std::span<int64_t> recv_counts) override {
+    local_->all_gather(send, recv, recv_counts);
+  }
+
+  int64_t all_to_alls = 0;
+  int64_t bytes = 0;
+
+ private:
+  std::shared_ptr<Communicator> local_ = local_communicator();
+};
+
+TEST(ShardedStep, OneProcessHoldingItsTablesWholeExchangesNothingAndMatchesBitwise) {
+  const Optimizer optimizer = Adagrad{.learning_rate = 0.1f};
+  const Problem p = make_problem(optimizer);
+  const RunSetup single{.optimizer = optimizer, .steps = 3};
+  const Data data = make_data(p, single, 17);
+  const RunResult expected = run_single(p, single, data);
+  struct Plan {
+    PlacementOptions placement;
+    bool whole;  // every table whole on the one rank
+  };
+  for (const Plan& plan :
+       {Plan{{.num_shards = 1}, true},
+        Plan{{.num_shards = 3, .strategy = ShardingStrategy::kTableWise}, true},
+        Plan{{.num_shards = 2, .strategy = ShardingStrategy::kReplicated}, true},
+        Plan{{.num_shards = 1, .strategy = ShardingStrategy::kColumnWise}, true},
+        Plan{{.num_shards = 2, .strategy = ShardingStrategy::kRowWise}, false}}) {
+    SCOPED_TRACE(sharding_strategy_name(plan.placement.strategy) + " over " +
+                 std::to_string(plan.placement.num_shards));
+    RunSetup setup = single;
+    setup.placement = plan.placement;
+    const auto counting = std::make_shared<CountingCommunicator>();
+    RunResult run;
+    run.activations.assign(setup.steps, std::vector<Arrays>(1));
+    run_rank(p, setup, data, counting, run);
+    if (plan.whole) {
+      EXPECT_EQ(counting->all_to_alls, 0);
+      EXPECT_EQ(run.activations, expected.activations);
+      EXPECT_EQ(run.variables, expected.variables);
+    } else {
+      // Ids, pooled rows and gradient rows: three all-to-alls a step, all sending bytes.
+      EXPECT_EQ(counting->all_to_alls, 3 * setup.steps);
+      EXPECT_GT(counting->bytes, 0);
+      EXPECT_EQ(run.variables.size(), expected.variables.size());
+    }
   }
 }
 

@@ -307,20 +307,6 @@ TEST_P(PartitionTest, SectionIndexFindsEverySection) {
   EXPECT_EQ(found, total);  // every section is some (part, feature)'s
 }
 
-TEST_P(PartitionTest, TrivialExactlyWhenOneRankHoldsEveryTableInOneWholePart) {
-  const Partition partition(placement_, tables_, features_, world_size());
-  bool expected = world_size() == 1;
-  for (size_t t = 0; t < placement_.tables.size(); ++t) {
-    const TablePlacement& table = placement_.tables[t];
-    const bool one_whole_part = table.shards.size() == 1 &&
-                                table.shards[0].rows == tables_[t].vocabulary_size &&
-                                table.shards[0].num_columns == tables_[t].dim;
-    expected = expected && (table.strategy == ShardingStrategy::kTableWise ||
-                            table.strategy == ShardingStrategy::kReplicated || one_whole_part);
-  }
-  EXPECT_EQ(partition.trivial(), expected);
-}
-
 INSTANTIATE_TEST_SUITE_P(AllStrategiesAndCounts, PartitionTest,
                          ::testing::Combine(::testing::ValuesIn(strategy_cases()),
                                             ::testing::ValuesIn(counts_cases())),
@@ -330,25 +316,6 @@ INSTANTIATE_TEST_SUITE_P(AllStrategiesAndCounts, PartitionTest,
                                   std::to_string(counts.num_shards) + "shards_" +
                                   std::to_string(counts.world_size) + "ranks";
                          });
-
-TEST(Partition, TableWiseTablesOnOneRankAreTrivialAndOthersAreNot) {
-  const std::vector<TableConfig> tables = make_tables();
-  const std::vector<FeatureConfig> features = make_features();
-  const auto partition_of = [&](int num_shards, ShardingStrategy strategy, int world_size) {
-    return Partition(
-        plan_placement(tables, features, Sgd{}, {.num_shards = num_shards, .strategy = strategy}),
-        tables, features, world_size);
-  };
-  EXPECT_TRUE(partition_of(1, ShardingStrategy::kTableWise, 1).trivial());
-  EXPECT_TRUE(partition_of(4, ShardingStrategy::kTableWise, 1).trivial());
-  EXPECT_TRUE(partition_of(3, ShardingStrategy::kReplicated, 1).trivial());
-  EXPECT_FALSE(partition_of(1, ShardingStrategy::kTableWise, 2).trivial());
-  EXPECT_FALSE(partition_of(4, ShardingStrategy::kRowWise, 1).trivial());
-  EXPECT_FALSE(partition_of(4, ShardingStrategy::kColumnWise, 1).trivial());
-  // One shard of any strategy holds every table whole.
-  EXPECT_TRUE(partition_of(1, ShardingStrategy::kRowWise, 1).trivial());
-  EXPECT_TRUE(partition_of(1, ShardingStrategy::kColumnWise, 1).trivial());
-}
 
 TEST(Partition, RankWithoutPartsHasNoSections) {
   // One table-wise table over 2 shards, 4 ranks: ranks 2 and 3 hold nothing.

@@ -1,3 +1,5 @@
+#include "placement/planner.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -483,6 +485,29 @@ TEST(ShardingStrategyName, ParsesEveryNameBackAndListsTheValidOnes) {
   EXPECT_THAT(error_of<InvalidArgument>([] { parse_sharding_strategy("rows"); }),
               AllOf(HasSubstr("unknown sharding strategy 'rows'"),
                     HasSubstr("'auto', 'table_wise', 'row_wise', 'column_wise', 'replicated'")));
+}
+
+TEST(PlanValidPlacementTest, PlansAsPlanPlacementAndValidatesOnlyTheOptions) {
+  std::mt19937_64 random(41);
+  for (int trial = 0; trial < 20; ++trial) {
+    Problem p = small_problem(1 + static_cast<int>(random() % 4));
+    // Not column-wise: it rejects the RowwiseAdagrad table.
+    const ShardingStrategy strategies[] = {ShardingStrategy::kAuto, ShardingStrategy::kTableWise,
+                                           ShardingStrategy::kRowWise,
+                                           ShardingStrategy::kReplicated};
+    p.options.strategy = strategies[random() % 4];
+    p.options.expected_lookups["liked"] = static_cast<double>(random() % 50) / 10.0;
+    const Placement expected = p.plan();
+    const Placement actual =
+        internal::plan_valid_placement(p.tables, p.features, p.global_optimizer, p.options);
+    EXPECT_EQ(format_placement(actual), format_placement(expected)) << "trial " << trial;
+  }
+  Problem p = small_problem(2);
+  p.options.num_shards = 0;
+  EXPECT_THAT(error_of<InvalidArgument>([&] {
+                internal::plan_valid_placement(p.tables, p.features, p.global_optimizer, p.options);
+              }),
+              HasSubstr("num_shards"));
 }
 
 // The numbers of the lines of `text` after the line starting with `header`, up to an empty line.

@@ -59,6 +59,26 @@ TEST(ThreadPoolTest, RangesCoverEveryItemOnce) {
   }
 }
 
+TEST(ThreadPoolTest, BelowTheCutoffEveryTaskRunsOnTheCallingThreadInOrder) {
+  ThreadPool pool(3);
+  for (const int64_t work : {int64_t{0}, int64_t{99}, int64_t{100}, int64_t{5000}}) {
+    SCOPED_TRACE(work);
+    std::vector<std::atomic<int>> runs(64);
+    std::atomic<bool> serial{true};
+    std::atomic<int64_t> previous{-1};
+    pool.parallel_for(64,
+                      [&](int64_t task, int thread) {
+                        if (thread != 0 || previous.exchange(task) != task - 1) serial = false;
+                        runs[static_cast<size_t>(task)].fetch_add(1);
+                      },
+                      {.work = work, .min_work_for_threads = 100});
+    for (const std::atomic<int>& count : runs) EXPECT_EQ(count.load(), 1);
+    if (work < 100) {
+      EXPECT_TRUE(serial.load());
+    }
+  }
+}
+
 TEST(ThreadPoolTest, ZeroMeansOnePerCore) {
   ThreadPool pool(0);
   EXPECT_GE(pool.num_threads(), 1);
