@@ -176,10 +176,10 @@ void load(Embedding& embedding, const fs::path& directory, const Manifest& manif
                                variable_load.saved->data, manifest.checksum_block_bytes,
                                variable_description(variable_load.table, variable_load.variable),
                                destination, scratch);
-    } catch (const InvalidArgument& error) {
-      throw InvalidArgument(std::string(error.what()) +
-                            "; the file changed after it was verified, and the embedding is now "
-                            "partially restored");
+    } catch (const DataLoss& error) {
+      throw DataLoss(std::string(error.what()) +
+                     "; the file changed after it was verified, and the embedding is now "
+                     "partially restored");
     } catch (const std::system_error& error) {
       throw std::system_error(
           error.code(), std::string(error.what()) + "; the embedding is now partially restored");
@@ -208,11 +208,11 @@ void load_parts(Embedding& embedding, const fs::path& directory,
         internal::read_part_rows(
             format::InputFile::open(directory / variable_load.saved->data.file), local.part,
             variable, variable_load.rows);
-      } catch (const InvalidArgument& error) {
-        throw InvalidArgument(std::string(error.what()) + " (" +
-                              variable_description(table, variable.name) +
-                              "); the file changed after it was verified, and the embedding is "
-                              "now partially restored");
+      } catch (const DataLoss& error) {
+        throw DataLoss(std::string(error.what()) + " (" +
+                       variable_description(table, variable.name) +
+                       "); the file changed after it was verified, and the embedding is now "
+                       "partially restored");
       } catch (const std::system_error& error) {
         throw std::system_error(
             error.code(), std::string(error.what()) + "; the embedding is now partially restored");

@@ -147,8 +147,8 @@ void create_directories_durably(const fs::path& directory) {
     missing.push_back(path);
   }
   for (auto path = missing.rbegin(); path != missing.rend(); ++path) {
-    fs::create_directory(*path);
-    format::sync_directory(path->parent_path());
+    format::file_system().create_directory(*path);
+    format::file_system().sync_directory(path->parent_path());
   }
 }
 
@@ -161,15 +161,23 @@ void prune(const fs::path& root, int keep_last) {
   // A rename first, so that a deletion interrupted half way leaves a .tmp-* name, not a damaged
   // checkpoint under a ckpt-* name.
   for (size_t i = 0; i < excess; ++i) {
-    fs::rename(checkpoints[i].path, root / internal::temporary_name("delete"));
+    format::file_system().rename(checkpoints[i].path, root / internal::temporary_name("delete"));
   }
-  std::vector<fs::path> temporaries;  // collected first: removing while listing may skip entries
-  for (const fs::directory_entry& entry : fs::directory_iterator(root)) {
-    if (entry.path().filename().string().starts_with(internal::kTemporaryPrefix)) {
-      temporaries.push_back(entry.path());
+  // Listed first: removing while listing may skip entries.
+  for (const fs::path& entry : format::file_system().list(root)) {
+    if (entry.filename().string().starts_with(internal::kTemporaryPrefix)) {
+      format::file_system().remove_all(entry);
     }
   }
-  for (const fs::path& temporary : temporaries) fs::remove_all(temporary);
+}
+
+// Removes the temporary directory of a failed save; a failure to remove it is ignored (the error
+// of the save matters, and the next save removes the leftover).
+void remove_quietly(const fs::path& temporary) {
+  try {
+    format::file_system().remove_all(temporary);
+  } catch (...) {
+  }
 }
 
 // Throws FailedPrecondition unless `destination` is free.
@@ -237,9 +245,9 @@ void checksum_files(Communicator& communicator, const fs::path& directory, int64
       const internal::DataFile record =
           internal::checksum_data_file(directory / files[i]->file, block_bytes);
       if (record.bytes != files[i]->bytes) {
-        throw FailedPrecondition("checkpoint file '" + (directory / files[i]->file).string() +
-                                 "' has " + std::to_string(record.bytes) +
-                                 " bytes after writing, not " + std::to_string(files[i]->bytes));
+        throw DataLoss("checkpoint file '" + (directory / files[i]->file).string() + "' has " +
+                       std::to_string(record.bytes) + " bytes after writing, not " +
+                       std::to_string(files[i]->bytes));
       }
       append_u64(mine, i);
       append_u64(mine, record.checksum);
@@ -281,11 +289,11 @@ fs::path save_by_parts(const Embedding& embedding, const fs::path& root,
       check_destination(destination, step);
       create_directories_durably(root);
       temporary = root / internal::temporary_name(internal::checkpoint_directory_name(step));
-      fs::create_directory(temporary);
+      format::file_system().create_directory(temporary);
       for (const internal::DataFile* file : files) {
         internal::create_sized_file(temporary / file->file, file->bytes);
       }
-      format::sync_directory(temporary);
+      format::file_system().sync_directory(temporary);
     });
     const fs::path directory = broadcast_from_rank0(communicator, temporary.string());
 
@@ -307,15 +315,12 @@ fs::path save_by_parts(const Embedding& embedding, const fs::path& root,
     internal::agree(communicator, [&] {  // phase d
       if (!first) return;
       internal::write_manifest(directory, manifest);
-      format::sync_directory(directory);
+      format::file_system().sync_directory(directory);
       format::publish(directory, destination);
       published = true;
     });
   } catch (...) {
-    if (!temporary.empty() && !published) {
-      std::error_code ignored;
-      fs::remove_all(temporary, ignored);
-    }
+    if (!temporary.empty() && !published) remove_quietly(temporary);
     throw;
   }
   internal::agree(communicator, [&] {
@@ -344,14 +349,13 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
   create_directories_durably(root);
   const fs::path temporary =
       root / internal::temporary_name(internal::checkpoint_directory_name(embedding.step()));
-  fs::create_directory(temporary);
+  format::file_system().create_directory(temporary);
   try {
     internal::write_manifest(temporary, write_data(embedding, options, temporary));
-    format::sync_directory(temporary);
+    format::file_system().sync_directory(temporary);
     format::publish(temporary, destination);
   } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(temporary, ignored);
+    remove_quietly(temporary);
     throw;
   }
   prune_after_publishing(root, destination, options.keep_last);
