@@ -148,14 +148,15 @@ CriteoReader::CriteoReader(std::vector<std::string> paths, ReaderOptions options
   }
   if (paths_.empty()) throw InvalidArgument("CriteoReader: no input files");
   for (const std::string& path : paths_) {
+    // The type first: opening a FIFO would wait for a writer.
+    std::error_code error;
+    if (std::filesystem::exists(path, error) && !std::filesystem::is_regular_file(path, error)) {
+      throw InvalidArgument("CriteoReader: '" + path +
+                            "' is not a regular file (decompress or copy it first)");
+    }
     const std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
     if (file == nullptr) {
       throw InvalidArgument("CriteoReader: cannot open '" + path + "': " + std::strerror(errno));
-    }
-    std::error_code error;
-    if (!std::filesystem::is_regular_file(path, error)) {
-      throw InvalidArgument("CriteoReader: '" + path +
-                            "' is not a regular file (decompress or copy it first)");
     }
   }
   buffer_.resize(kBufferBytes);

@@ -67,19 +67,24 @@ struct SaveOptions {
 // loadable, and no partial directory under a ckpt-* name. Data is written straight from the
 // tables' memory, in blocks, without a copy.
 //
-// Throws InvalidArgument for bad options (keep_last < 1, an empty or repeated extra-array name,
-// a bad checksum_block_bytes) and FailedPrecondition if a checkpoint of this step already exists
-// under root; in both cases before writing anything. File-system failures throw
-// std::system_error naming the path (the temporary directory is then removed). The embedding is
-// never modified.
+// Errors (recemb/error.h); the embedding is never modified, whatever the error:
+//   InvalidArgument     bad options (keep_last < 1, an empty or repeated extra-array name, a bad
+//                       checksum_block_bytes); nothing was written;
+//   FailedPrecondition  a checkpoint of this step already exists under root; nothing was written;
+//   std::system_error   a failing file-system call (ENOSPC, EIO, ...), naming the call and the
+//                       path, with its errno. Before the publishing rename: the temporary
+//                       directory is removed (as far as the file system lets it; the next save
+//                       removes what remains) and no checkpoint is published, so the root's latest
+//                       checkpoint is the previous one. After it (the root's fsync, or deleting
+//                       older checkpoints): the new checkpoint is published and complete.
 //
 // With several ranks: collective (see the top of this file). Rank 0 checks and creates the
 // directories and sizes the files; every rank writes its parts (a replicated table: rank 0's
 // copy) and fsyncs them; the ranks then checksum the files, each a share of them, and rank 0
 // writes the manifest, publishes and prunes. Extra arrays and metadata are rank 0's (the other
-// ranks' are not saved). An error on any rank throws on every rank: "rank R: <message>", as an
-// InvalidArgument for bad options, else (an existing step, a file-system failure) as a
-// FailedPrecondition; the temporary directory is then removed and no checkpoint is published.
+// ranks' are not saved). An error on any rank throws on every rank, of the same type (a
+// std::system_error with the same errno) and with the message "rank R: <message>"; what remains
+// is as above.
 RECEMB_EXPORT std::filesystem::path save_checkpoint(const Embedding& embedding,
                                                     const std::filesystem::path& root,
                                                     const SaveOptions& options = {});
@@ -123,20 +128,24 @@ struct RestoredState {
 // difference; the same optimizer (name, hence the same slots), except that a table without an
 // optimizer (lookup only) takes the parameters alone.
 //
-// Verifies the manifest and every checksum of every file before changing anything: a missing,
-// truncated or damaged file, a damaged manifest or a newer format version throws InvalidArgument
-// naming the file (and the table and variable), and the embedding stays bitwise unchanged. The
-// data is then read a second time, straight into the tables, and verified again; only a file that
-// changes between the two passes, or an I/O error in the second, can leave the embedding partially
-// restored (the message says so). I/O failures throw std::system_error naming the file.
+// Verifies the manifest and every checksum of every file before changing anything, then reads
+// the rows a second time, straight into the tables (each rank only its parts' rows and columns),
+// without verifying them again. Errors (recemb/error.h), and what remains after each:
+//   InvalidArgument     the requirements above are not met; the embedding is unchanged;
+//   DataLoss            a truncated or damaged data file or manifest, or a format version this
+//                       build does not read, naming the file (and the table and variable, or
+//                       block); found in the verification: the embedding is unchanged;
+//   std::system_error   a failing file-system call, with its errno (ENOENT: no such checkpoint,
+//                       or a missing file); in the verification: the embedding is unchanged.
+// The one exception is the second read: a file-system error in it, or a file that changed or
+// shrank since it was verified (DataLoss), leaves the embedding partially restored (some rows
+// and slots read, the step unchanged), and the message says so. Restore again after fixing the
+// cause.
 //
-// With several ranks (or tables split into parts in one process): collective. The ranks verify
-// every file first, each a share of them, and agree: a damaged file throws the same
-// InvalidArgument ("rank R: ... <file> ... is damaged ...") on every rank, and no rank has
-// changed anything. Each rank then reads only its parts' rows and columns, straight into them,
-// without a second verification (a rank reads single rows, not whole checksum blocks); an I/O
-// error there leaves the embedding partially restored and throws on every rank (FailedPrecondition
-// "rank R: ..."). Every rank returns the same RestoredState (extra arrays read by every rank).
+// With several ranks: collective. The ranks verify the files, each a share of them, and agree
+// after each phase, so every rank throws the same error, of the same type, as "rank R: ...", and
+// in the verification no rank has changed anything. Every rank returns the same RestoredState
+// (extra arrays read by every rank).
 RECEMB_EXPORT RestoredState restore_checkpoint(Embedding& embedding,
                                                const std::filesystem::path& checkpoint,
                                                const RestoreOptions& options = {});
@@ -152,7 +161,8 @@ struct LoadOptions {
 // non-finite-gradient policy), with everything restore_checkpoint restores. Unless tables_only,
 // a checkpoint saved with a learning-rate callback cannot be loaded (InvalidArgument naming the
 // table: build the Embedding in code and use restore_checkpoint). An initializer callback becomes
-// the default initializer (the values are restored anyway). Errors as restore_checkpoint.
+// the default initializer (the values are restored anyway). Errors as restore_checkpoint; after
+// any error there is no new Embedding.
 // Single-process: the new Embedding is this process's alone (whole tables); to resume a job of
 // several ranks, build its Embedding and call restore_checkpoint on every rank.
 RECEMB_EXPORT Embedding load_checkpoint(const std::filesystem::path& checkpoint,
@@ -192,8 +202,9 @@ struct InspectOptions {
 };
 
 // Describes the checkpoint `checkpoint` (a ckpt-* directory or a root, as restore_checkpoint).
-// Damage to data files is reported in the result, not thrown; throws InvalidArgument only when
-// the manifest itself is missing, damaged or unreadable, and std::system_error for I/O failures.
+// Damage to data files (or a missing one) is reported in the result, not thrown; throws only when
+// the manifest itself is damaged (DataLoss) or missing, or for other I/O failures
+// (std::system_error).
 RECEMB_EXPORT CheckpointInfo inspect_checkpoint(const std::filesystem::path& checkpoint,
                                                 const InspectOptions& options = {});
 

@@ -51,9 +51,10 @@ struct ExportOptions {
 // Throws, before creating any file, InvalidArgument for an options.dtype that is not a
 // ServingDtype or a table value that the dtype cannot hold (any non-finite value; |x| >= 65520
 // for kFloat16; a row whose max - min overflows float for kInt8), naming the table, row, column
-// and value. A failing write throws std::system_error naming the call and the file (an existing
-// directory is needed). On any throw nothing is left behind: `path` is as it was (absent, or the
-// previous file), and the temporary file is removed.
+// and value. A failing file-system call throws std::system_error with its errno, naming the call
+// and the file (an existing directory is needed). On any throw `path` is as it was (absent, or
+// the previous file) and the temporary file is removed, except when only the fsync of the
+// directory after the rename failed: `path` then holds the new, complete model.
 // Reads the tables while it runs: no call that changes `embedding` may run concurrently.
 RECEMB_EXPORT void export_serving_model(const Embedding& embedding,
                                         const std::filesystem::path& path,
@@ -77,11 +78,12 @@ struct OpenOptions {
 // file. A moved-from ServingModel may only be assigned to or destroyed.
 class RECEMB_EXPORT ServingModel {
  public:
-  // Maps and checks `path` (see OpenOptions::verify). Throws InvalidArgument naming the file when
-  // it is missing, not a regular file, not a serving model, of an unsupported format version,
-  // truncated, or damaged (a checksum mismatch, naming the header, the manifest or the table), or
-  // when its manifest or configs are invalid (naming the field, table or feature).
-  // std::system_error for other failing system calls (open, mmap), naming the file.
+  // Maps and checks `path` (see OpenOptions::verify). Throws, naming the file: DataLoss when it is
+  // not a serving model, of an unsupported format version, truncated, or damaged (a checksum
+  // mismatch, naming the header, the manifest or the table), or when its manifest or configs are
+  // invalid (naming the field, table or feature); InvalidArgument when it is not a regular file (a
+  // directory, a FIFO: found without blocking); std::system_error with the errno for a failing
+  // system call (open, mmap; ENOENT: a missing file).
   static ServingModel open(const std::filesystem::path& path, const OpenOptions& options = {});
 
   ServingModel(const ServingModel&);

@@ -16,5 +16,5 @@ def inspect_checkpoint(checkpoint, verify=True):
     format_version, step, manifest_json (the manifest's text), files (path, bytes, checksum, ok,
     error; the manifest first) and ok. verify=True reads every data file and checks its
     checksums; False only checks that each file is present with its size. Damage to data files is
-    reported in the result; a missing or damaged manifest raises ValueError naming the file."""
+    reported in the result; a damaged manifest raises recemb.DataLoss, a missing one OSError."""
     return _recemb.inspect_checkpoint(checkpoint, _recemb.InspectOptions(verify=bool(verify)))

@@ -552,8 +552,9 @@ class Embedding:
         vocabulary_size is an error), "grow" (a larger vocabulary: the rows beyond the
         checkpoint's keep their current values, for a new layer its initial ones) or
         "grow_or_shrink" (also smaller: the checkpoint's extra rows are dropped).
-        Every file is verified before anything changes: a mismatch, a missing, truncated or
-        damaged file raises ValueError naming the table or the file, and the layer is unchanged.
+        Every file is verified before anything changes: a mismatch raises ValueError, a truncated
+        or damaged file recemb.DataLoss, a missing one FileNotFoundError, naming the table or the
+        file, and the layer is unchanged (see the module's errors in docs/python.md).
         Any checkpoint restores into any placement and rank count. With several ranks it is
         collective, as save: the ranks verify the files together, then each reads only its own
         shards' rows; an error on any rank raises the same error on every rank.

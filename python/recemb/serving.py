@@ -125,8 +125,9 @@ class ServingModel:
             named by their keys).
         verify: True checks every checksum (reads the whole file once); False only the header
             and manifest (milliseconds whatever the size; damaged table bytes then go unnoticed).
-        Raises ValueError naming the file when it is missing, not a serving model, of another
-        format version, truncated or damaged, or when feature_config does not match it.
+        Raises recemb.DataLoss (a ValueError) naming the file when it is not a serving model, of
+        another format version, truncated or damaged; FileNotFoundError when it is missing;
+        ValueError when feature_config does not match it.
         """
         return cls(_recemb.ServingModel.open(path, _recemb.OpenOptions(verify=bool(verify))),
                    feature_config)

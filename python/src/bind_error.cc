@@ -2,6 +2,9 @@
 // ValueError subclass (recemb.DataLoss). And the
 // std::system_error of a failing system call (checkpoint and serving files) is an OSError with its
 // errno, so that Python raises the matching subclass (FileNotFoundError, PermissionError, ...).
+// The same types on one rank and on several (recemb/communicator.h, agree_on_error). An OSError
+// leaves the layer unchanged, except from restore when the read after the verification fails: it
+// is then partially restored (the message says so).
 #include <system_error>
 
 #include "recemb/error.h"
@@ -37,10 +40,13 @@ void bind_error(py::module_& module) {
   py::register_exception<FailedPrecondition>(module, "FailedPrecondition", PyExc_RuntimeError)
       .doc() =
       "A call that is valid in itself but not in the object's current state (for example "
-      "apply_gradients with a batch already applied). Nothing was changed.";
+      "apply_gradients with a batch already applied, or saving a step that exists already). "
+      "Nothing was changed.";
   py::register_exception<DataLoss>(module, "DataLoss", PyExc_ValueError).doc() =
       "A file that is damaged (a checksum does not match), truncated, or of another format or "
-      "version; the message names the file and what was wrong. A ValueError.";
+      "version; the message names the file and what was wrong. A ValueError. Found before "
+      "anything changes, except by restore when a file changes after it was verified: the "
+      "layer is then partially restored, and the message says so.";
 }
 
 }  // namespace recemb::python

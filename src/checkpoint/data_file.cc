@@ -66,9 +66,9 @@ DataFile checksum_data_file(const std::filesystem::path& path, int64_t block_byt
 void check_data_file_size(const format::InputFile& file, const DataFile& entry,
                           std::string_view what) {
   if (file.size() != entry.bytes) {
-    throw InvalidArgument(describe(file, what) + " has " + std::to_string(file.size()) +
-                          " bytes, the manifest records " + std::to_string(entry.bytes) +
-                          (file.size() < entry.bytes ? " (truncated)" : " (damaged)"));
+    throw DataLoss(describe(file, what) + " has " + std::to_string(file.size()) +
+                   " bytes, the manifest records " + std::to_string(entry.bytes) +
+                   (file.size() < entry.bytes ? " (truncated)" : " (damaged)"));
   }
 }
 
@@ -100,15 +100,15 @@ void read_data_file(const format::InputFile& file, const DataFile& entry, int64_
       offset += target.size();
     }
     if (block_checksum.digest() != entry.block_checksums[block]) {
-      throw InvalidArgument(name + " is damaged: block " + std::to_string(block) + " of " +
-                            std::to_string(num_blocks) + " (bytes " + std::to_string(begin) + ".." +
-                            std::to_string(end) + ") does not match its checksum");
+      throw DataLoss(name + " is damaged: block " + std::to_string(block) + " of " +
+                     std::to_string(num_blocks) + " (bytes " + std::to_string(begin) + ".." +
+                     std::to_string(end) + ") does not match its checksum");
     }
   }
   if (whole.digest() != entry.checksum) {
-    throw InvalidArgument(name + " is damaged: its blocks match but the whole-file checksum " +
-                          format::checksum_to_hex(whole.digest()) + " differs from the recorded " +
-                          format::checksum_to_hex(entry.checksum));
+    throw DataLoss(name + " is damaged: its blocks match but the whole-file checksum " +
+                   format::checksum_to_hex(whole.digest()) + " differs from the recorded " +
+                   format::checksum_to_hex(entry.checksum));
   }
 }
 

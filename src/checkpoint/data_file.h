@@ -35,7 +35,7 @@ DataFile write_data_file(const std::filesystem::path& path, std::span<const std:
 // reads it in blocks of block_bytes (> 0) and checksums them. std::system_error on I/O failure.
 DataFile checksum_data_file(const std::filesystem::path& path, int64_t block_bytes);
 
-// Throws InvalidArgument naming the file and `what` (e.g. "table 'video' variable 'parameters'")
+// Throws DataLoss naming the file and `what` (e.g. "table 'video' variable 'parameters'")
 // unless `file` has the size `entry` records.
 void check_data_file_size(const format::InputFile& file, const DataFile& entry,
                           std::string_view what);
@@ -43,7 +43,7 @@ void check_data_file_size(const format::InputFile& file, const DataFile& entry,
 // Reads the data file `entry` from `file` and checks its size, every block checksum and the
 // whole-file checksum. Bytes [0, destination.size()) are read into `destination`
 // (destination.size() <= entry.bytes), the rest only through `scratch` (resized as needed), so an
-// empty destination just verifies. On a mismatch throws InvalidArgument naming the file, `what` and
+// empty destination just verifies. On a mismatch throws DataLoss naming the file, `what` and
 // the damaged block; `destination` may then hold
 // part of the file.
 void read_data_file(const format::InputFile& file, const DataFile& entry, int64_t block_bytes,

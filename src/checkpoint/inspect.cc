@@ -1,6 +1,7 @@
 // inspect_checkpoint (recemb/checkpoint.h).
 #include <algorithm>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "recemb/checkpoint.h"
@@ -48,8 +49,11 @@ CheckpointInfo inspect_checkpoint(const std::filesystem::path& checkpoint,
         internal::check_data_file_size(input, data, what);
       }
       file.ok = true;
-    } catch (const InvalidArgument& error) {
+    } catch (const DataLoss& error) {
       file.error = error.what();
+    } catch (const std::system_error& error) {
+      if (error.code() != std::errc::no_such_file_or_directory) throw;
+      file.error = error.what();  // a missing file is damage to the checkpoint
     }
     info.files.push_back(std::move(file));
   };

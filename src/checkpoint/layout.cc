@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <system_error>
@@ -75,6 +76,10 @@ std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
     return path;
   }
   if (std::optional<std::filesystem::path> latest = latest_checkpoint(path)) return *latest;
+  if (!std::filesystem::exists(path)) {
+    throw std::system_error(ENOENT, std::generic_category(),
+                            "no checkpoint at '" + path.string() + "'");
+  }
   throw InvalidArgument("no checkpoint at '" + path.string() +
                         "': it is neither a checkpoint (no " + std::string(kManifestFile) +
                         ") nor a root holding ckpt-* checkpoints");

@@ -48,7 +48,8 @@ struct CheckpointDirectory {
 std::vector<CheckpointDirectory> list_checkpoints(const std::filesystem::path& root);
 
 // `path` itself if it is a checkpoint directory (it holds a manifest file), else the latest
-// checkpoint under it; InvalidArgument naming `path` if it is neither.
+// checkpoint under it; std::system_error ENOENT if `path` does not exist, InvalidArgument naming
+// `path` if it is neither.
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& path);
 
 }  // namespace recemb::internal

@@ -1,52 +1,10 @@
 #include "checkpoint/part_io.h"
 
-#include <cerrno>
-#include <fcntl.h>
 #include <limits>
-#include <string>
-#include <system_error>
-#include <unistd.h>
-#include <utility>
+#include <memory>
 
 namespace recemb::internal {
 namespace {
-
-[[noreturn]] void throw_system_error(int error, const char* call,
-                                     const std::filesystem::path& path) {
-  throw std::system_error(error, std::generic_category(),
-                          std::string(call) + " '" + path.string() + "'");
-}
-
-// An open file descriptor, closed by the destructor (errors ignored: close() reports them).
-class Descriptor {
- public:
-  Descriptor(const std::filesystem::path& path, int flags) : path_(path) {
-    do {
-      fd_ = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
-    } while (fd_ < 0 && errno == EINTR);
-    if (fd_ < 0) throw_system_error(errno, (flags & O_CREAT) != 0 ? "create" : "open", path);
-  }
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-  ~Descriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
-  int fd() const { return fd_; }
-  void sync_and_close() {
-    int result;
-    do {
-      result = ::fsync(fd_);
-    } while (result != 0 && errno == EINTR);
-    if (result != 0) throw_system_error(errno, "fsync", path_);
-    // Not retried on EINTR: on Linux the descriptor is released either way.
-    if (::close(std::exchange(fd_, -1)) != 0) throw_system_error(errno, "close", path_);
-  }
-
- private:
-  std::filesystem::path path_;
-  int fd_ = -1;
-};
 
 // Calls run(file_offset, first_local_row, num_local_rows) for the byte ranges of the local rows
 // of `variable` whose table row is below num_rows, in local row order; consecutive rows whose
@@ -77,36 +35,24 @@ void for_each_run(const TablePart& part, const PartVariable<Float>& variable, in
 }  // namespace
 
 void create_sized_file(const std::filesystem::path& path, uint64_t bytes) {
-  Descriptor file(path, O_WRONLY | O_CREAT | O_EXCL);
-  int result;
-  do {
-    result = ::ftruncate(file.fd(), static_cast<off_t>(bytes));
-  } while (result != 0 && errno == EINTR);
-  if (result != 0) throw_system_error(errno, "ftruncate", path);
-  file.sync_and_close();
+  const std::unique_ptr<format::WritableFile> file =
+      format::file_system().create(path, format::ExistingFile::kFail);
+  file->resize(bytes);
+  file->sync();
+  file->close();
 }
 
 void write_part_rows(const std::filesystem::path& path, const TablePart& part,
                      const PartVariable<const float>& variable) {
-  Descriptor file(path, O_WRONLY);
-  for_each_run(
-      part, variable, std::numeric_limits<int64_t>::max(),
-      [&](uint64_t offset, int64_t first, int64_t count) {
-        const auto* bytes =
-            reinterpret_cast<const char*>(variable.values.data() + first * variable.columns);
-        size_t remaining = static_cast<size_t>(count * variable.columns) * sizeof(float);
-        while (remaining > 0) {
-          const ssize_t written = ::pwrite(file.fd(), bytes, remaining, static_cast<off_t>(offset));
-          if (written < 0) {
-            if (errno == EINTR) continue;
-            throw_system_error(errno, "write", path);
-          }
-          bytes += written;
-          offset += static_cast<uint64_t>(written);
-          remaining -= static_cast<size_t>(written);
-        }
-      });
-  file.sync_and_close();
+  const std::unique_ptr<format::WritableFile> file = format::file_system().open_for_writing(path);
+  for_each_run(part, variable, std::numeric_limits<int64_t>::max(),
+               [&](uint64_t offset, int64_t first, int64_t count) {
+                 file->write_at(offset, std::as_bytes(variable.values.subspan(
+                                            static_cast<size_t>(first * variable.columns),
+                                            static_cast<size_t>(count * variable.columns))));
+               });
+  file->sync();
+  file->close();
 }
 
 void read_part_rows(const format::InputFile& file, const TablePart& part,

@@ -32,7 +32,7 @@ void write_part_rows(const std::filesystem::path& path, const TablePart& part,
 
 // Reads from `file` (a whole variable, as above) the local rows of `variable` (of `part`) whose
 // table row is below `num_rows` (the rows the file and the table share), straight into the part's
-// memory; the other local rows are left as they are. InvalidArgument if the file is too short;
+// memory; the other local rows are left as they are. DataLoss if the file is too short;
 // std::system_error for I/O failures.
 void read_part_rows(const format::InputFile& file, const TablePart& part,
                     const PartVariable<float>& variable, int64_t num_rows);

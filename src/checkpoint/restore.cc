@@ -1,18 +1,20 @@
 // restore_checkpoint and load_checkpoint (recemb/checkpoint.h).
 //
-// A restore runs in three phases, so that every error in the checkpoint or in the request is
-// found before the embedding changes:
-//   1. plan: match tables and variables, check shapes, optimizers and the resize policy;
-//   2. verify: read every data file once and check every block checksum;
-//   3. load: read the rows straight into the tables' memory, checking the checksums again (which
-//      also catches a file changed in between; files are not kept open, as a model may have more
-//      variables than a process may open files).
-// Several ranks (or tables split into parts) run the same phases collectively, agreeing on the
-// outcome of each (embedding/agreement.h) so that an error on one rank throws on all: every rank
-// plans; the data files are verified in parallel, dealt round-robin to the ranks (every rank reads
-// the small extra arrays); then each rank reads only its parts' rows and columns, at their places
-// in the files (checkpoint/part_io.h). That last read is not verified again: a rank reads a few
-// rows of a block, not the block.
+// One implementation for every rank count and placement (one process with whole tables is one
+// rank whose parts are whole), in three phases, so that every error in the checkpoint or in the
+// request is found before the embedding changes:
+//   1. plan: read the manifest, match tables and variables, check shapes, optimizers and the
+//      resize policy;
+//   2. verify: read every data file once and check its size and every checksum; the table
+//      variables' files are dealt round-robin to the ranks, and every rank reads the small extra
+//      arrays (which it returns);
+//   3. load: each rank reads its parts' rows and columns straight into them, at their places in
+//      the files (checkpoint/part_io.h; a whole part is one read of the whole file).
+// The ranks agree on the outcome of each phase (embedding/agreement.h), so an error on one rank
+// throws on all. Phase 3 is not verified again (a rank reads rows, not whole checksum blocks): an
+// I/O error in it, or a file changed or truncated since phase 2, leaves the embedding partially
+// restored (the message says so). Files are not kept open between the phases, as a model may have
+// more variables than a process may open files.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -45,14 +47,13 @@ std::string variable_description(const std::string& table, const std::string& va
   return "table '" + table + "' variable '" + variable + "'";
 }
 
-// One variable to load: the first `bytes` bytes of its file into the first `bytes` bytes of the
-// embedding's variable (rows are row-major, so a prefix of bytes is a prefix of rows).
+// One variable to load: the first `rows` rows of its file into the same rows of the embedding's
+// variable (the rows both have).
 struct VariableLoad {
   const ArrayEntry* saved;  // the manifest's record of the variable
   std::string table;
   std::string variable;
-  uint64_t bytes;
-  int64_t rows;  // the rows to load: bytes / the variable's row bytes
+  int64_t rows;
 };
 
 // Phase 2: verifies every data file; returns the extra arrays, read on the way (they are not
@@ -154,44 +155,16 @@ std::vector<VariableLoad> plan_loads(const Embedding& embedding, const Manifest&
           std::find_if(saved.variables.begin(), saved.variables.end(),
                        [&variable](const ArrayEntry& entry) { return entry.name == variable; });
       RECEMB_CHECK(position != saved.variables.end());  // same optimizer: same slots
-      const uint64_t row_bytes = position->data.bytes / static_cast<uint64_t>(saved_rows);
       loads.push_back({.saved = &*position,
                        .table = config.name,
                        .variable = variable,
-                       .bytes = row_bytes * static_cast<uint64_t>(std::min(rows, saved_rows)),
                        .rows = std::min(rows, saved_rows)});
     }
   }
   return loads;
 }
 
-// Phase 3.
-void load(Embedding& embedding, const fs::path& directory, const Manifest& manifest,
-          const std::vector<VariableLoad>& loads) {
-  std::vector<std::byte> scratch;
-  for (const VariableLoad& variable_load : loads) {
-    const std::span<std::byte> destination =
-        std::as_writable_bytes(embedding.variable_data(variable_load.table, variable_load.variable))
-            .first(variable_load.bytes);
-    try {
-      internal::read_data_file(format::InputFile::open(directory / variable_load.saved->data.file),
-                               variable_load.saved->data, manifest.checksum_block_bytes,
-                               variable_description(variable_load.table, variable_load.variable),
-                               destination, scratch);
-    } catch (const InvalidArgument& error) {
-      throw InvalidArgument(std::string(error.what()) +
-                            "; the file changed after it was verified, and the embedding is now "
-                            "partially restored");
-    } catch (const std::system_error& error) {
-      throw std::system_error(
-          error.code(), std::string(error.what()) + "; the embedding is now partially restored");
-    }
-  }
-  embedding.set_step(manifest.step);
-}
-
-// Phase 3 of every rank of the embedding's group together, or of one process whose tables are
-// split into parts: each part's rows straight from the files.
+// Phase 3: each of this rank's parts' rows straight from the files.
 void load_parts(Embedding& embedding, const fs::path& directory,
                 const std::vector<VariableLoad>& loads) {
   std::map<std::pair<std::string_view, std::string_view>, const VariableLoad*> by_name;
@@ -210,11 +183,11 @@ void load_parts(Embedding& embedding, const fs::path& directory,
         internal::read_part_rows(
             format::InputFile::open(directory / variable_load.saved->data.file), local.part,
             variable, variable_load.rows);
-      } catch (const InvalidArgument& error) {
-        throw InvalidArgument(std::string(error.what()) + " (" +
-                              variable_description(table, variable.name) +
-                              "); the file changed after it was verified, and the embedding is "
-                              "now partially restored");
+      } catch (const DataLoss& error) {
+        throw DataLoss(std::string(error.what()) + " (" +
+                       variable_description(table, variable.name) +
+                       "); the file changed after it was verified, and the embedding is now "
+                       "partially restored");
       } catch (const std::system_error& error) {
         throw std::system_error(
             error.code(), std::string(error.what()) + "; the embedding is now partially restored");
@@ -223,15 +196,17 @@ void load_parts(Embedding& embedding, const fs::path& directory,
   }
 }
 
-bool holds_every_table_whole(const Embedding& embedding) {
-  for (const TableConfig& table : embedding.tables()) {
-    if (!embedding.has_whole_table(table.name)) return false;
-  }
-  return true;
+// An optimizer the manifest records (its embedding's or a table's); prefix names the checkpoint and
+// the owner. One that cannot be rebuilt (a learning-rate callback) is InvalidArgument: load with
+// tables_only.
+Optimizer parse_saved_optimizer(const format::Json& json, const std::string& prefix) {
+  return format::optimizer_from_json(format::JsonReader(json, {.name = prefix + "optimizer"}));
 }
 
-RestoredState restore_by_parts(Embedding& embedding, const fs::path& checkpoint,
-                               const RestoreOptions& options) {
+}  // namespace
+
+RestoredState restore_checkpoint(Embedding& embedding, const fs::path& checkpoint,
+                                 const RestoreOptions& options) {
   Communicator& communicator = internal::PartAccess::communicator(embedding);
   fs::path directory;
   Manifest manifest;
@@ -247,32 +222,6 @@ RestoredState restore_by_parts(Embedding& embedding, const fs::path& checkpoint,
   });
   internal::agree(communicator, [&] { load_parts(embedding, directory, loads); });
   embedding.set_step(manifest.step);
-  return {.step = manifest.step,
-          .extra_arrays = std::move(extra_arrays),
-          .metadata = manifest.metadata};
-}
-
-Optimizer parse_saved_optimizer(const format::Json& json, const std::string& prefix) {
-  try {
-    return format::optimizer_from_json(format::JsonReader(json, {.name = "optimizer"}));
-  } catch (const InvalidArgument& error) {
-    throw InvalidArgument(prefix + error.what());
-  }
-}
-
-}  // namespace
-
-RestoredState restore_checkpoint(Embedding& embedding, const fs::path& checkpoint,
-                                 const RestoreOptions& options) {
-  if (embedding.world_size() > 1 || !holds_every_table_whole(embedding)) {
-    return restore_by_parts(embedding, checkpoint, options);
-  }
-  const fs::path directory = internal::resolve_checkpoint(checkpoint);
-  const Manifest manifest = internal::read_manifest(directory).manifest;
-  const std::vector<VariableLoad> loads =
-      plan_loads(embedding, manifest, options, "checkpoint '" + directory.string() + "': ");
-  std::map<std::string, std::vector<float>> extra_arrays = verify_files(directory, manifest);
-  load(embedding, directory, manifest, loads);
   return {.step = manifest.step,
           .extra_arrays = std::move(extra_arrays),
           .metadata = manifest.metadata};
@@ -304,7 +253,8 @@ Embedding load_checkpoint(const fs::path& checkpoint, const LoadOptions& options
   } catch (const InvalidArgument& error) {
     throw InvalidArgument(prefix + "its configs do not build an Embedding: " + error.what());
   }
-  load(*embedding, directory, manifest, plan_loads(*embedding, manifest, {}, prefix));
+  load_parts(*embedding, directory, plan_loads(*embedding, manifest, {}, prefix));
+  embedding->set_step(manifest.step);
   return std::move(*embedding);
 }
 

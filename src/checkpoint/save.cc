@@ -9,22 +9,27 @@
 // A ckpt-* name therefore only ever names a complete, synced directory; everything partial is a
 // .tmp-* name, which readers ignore and the next save removes.
 //
-// Several ranks (or a table split into parts) write the same files, each rank its own parts' rows
-// at their places (checkpoint/part_io.h), so no rank ever holds a whole table. Steps 1 to 3 then
-// run as phases, each ending with the ranks agreeing on the outcome (embedding/agreement.h), so
-// an error on one rank throws on all and nobody waits forever:
+// One implementation for every rank count and placement (one process with whole tables is one
+// rank whose parts are whole). Each rank writes its own parts' rows at their places in the files
+// (checkpoint/part_io.h), so no rank ever holds a whole table it does not own. Steps 1 to 3 run as
+// phases, each ending with the ranks agreeing on the outcome (embedding/agreement.h), so an error
+// on one rank throws on all, of its type, and nobody waits forever:
 //   a. every rank validates the options; rank 0 checks that the checkpoint does not exist,
 //      creates root and the temporary directory and every table variable's file at its full size;
-//   b. every rank writes and fsyncs its parts' rows (a replicated table: rank 0's copy); rank 0
-//      writes the extra arrays;
-//   c. the data files are dealt round-robin to the ranks, which read them back for their block and
-//      whole-file checksums; the records are all-gathered;
+//   b. every rank writes and fsyncs its parts' rows (a replicated table: rank 0's copy); a part
+//      holding its whole table is written as one stream, checksummed on the way; rank 0 writes
+//      the extra arrays (checksummed on the way too);
+//   c. the checksums of the wholly written files are all-gathered; the other files are dealt
+//      round-robin to the ranks, which read them back for their block and whole-file checksums,
+//      and those records are all-gathered too;
 //   d. rank 0 writes the manifest, syncs and publishes the directory; then it prunes.
 // Rank 0 removes the temporary directory when any phase fails on any rank.
 #include <bit>
 #include <cstring>
+#include <map>
 #include <set>
 #include <system_error>
+#include <utility>
 
 #include "recemb/checkpoint.h"
 #include "recemb/error.h"
@@ -121,23 +126,6 @@ void write_extra_arrays(const SaveOptions& options, const fs::path& directory, M
   }
 }
 
-// One process holding every table whole: writes every data file into `directory` straight from
-// the tables' memory, checksumming on the way, and returns the manifest that describes them.
-Manifest write_data(const Embedding& embedding, const SaveOptions& options,
-                    const fs::path& directory) {
-  Manifest manifest = describe(embedding, options);
-  for (internal::TableEntry& table : manifest.tables) {
-    for (internal::ArrayEntry& variable : table.variables) {
-      variable.data = internal::write_data_file(
-          directory / variable.data.file,
-          std::as_bytes(embedding.variable_data(table.config.name, variable.name)),
-          options.checksum_block_bytes);
-    }
-  }
-  write_extra_arrays(options, directory, manifest);
-  return manifest;
-}
-
 // Creates `directory` and its missing parents, each made durable in its parent directory.
 void create_directories_durably(const fs::path& directory) {
   const fs::path normal = fs::absolute(directory).lexically_normal();
@@ -147,8 +135,8 @@ void create_directories_durably(const fs::path& directory) {
     missing.push_back(path);
   }
   for (auto path = missing.rbegin(); path != missing.rend(); ++path) {
-    fs::create_directory(*path);
-    format::sync_directory(path->parent_path());
+    format::file_system().create_directory(*path);
+    format::file_system().sync_directory(path->parent_path());
   }
 }
 
@@ -161,15 +149,23 @@ void prune(const fs::path& root, int keep_last) {
   // A rename first, so that a deletion interrupted half way leaves a .tmp-* name, not a damaged
   // checkpoint under a ckpt-* name.
   for (size_t i = 0; i < excess; ++i) {
-    fs::rename(checkpoints[i].path, root / internal::temporary_name("delete"));
+    format::file_system().rename(checkpoints[i].path, root / internal::temporary_name("delete"));
   }
-  std::vector<fs::path> temporaries;  // collected first: removing while listing may skip entries
-  for (const fs::directory_entry& entry : fs::directory_iterator(root)) {
-    if (entry.path().filename().string().starts_with(internal::kTemporaryPrefix)) {
-      temporaries.push_back(entry.path());
+  // Listed first: removing while listing may skip entries.
+  for (const fs::path& entry : format::file_system().list(root)) {
+    if (entry.filename().string().starts_with(internal::kTemporaryPrefix)) {
+      format::file_system().remove_all(entry);
     }
   }
-  for (const fs::path& temporary : temporaries) fs::remove_all(temporary);
+}
+
+// Removes the temporary directory of a failed save; a failure to remove it is ignored (the error
+// of the save matters, and the next save removes the leftover).
+void remove_quietly(const fs::path& temporary) {
+  try {
+    format::file_system().remove_all(temporary);
+  } catch (...) {
+  }
 }
 
 // Throws FailedPrecondition unless `destination` is free.
@@ -225,52 +221,82 @@ uint64_t take_u64(std::span<const std::byte>& in) {
   return value;
 }
 
-// Phase c: the checksums of the table variables' files, each file read back by one rank
-// (round-robin) and the records all-gathered into `files` on every rank.
-void checksum_files(Communicator& communicator, const fs::path& directory, int64_t block_bytes,
-                    const std::vector<internal::DataFile*>& files) {
-  // Each record: file index, whole-file checksum, number of blocks, block checksums.
-  std::vector<std::byte> mine;
-  internal::agree(communicator, [&] {
-    for (size_t i = static_cast<size_t>(communicator.rank()); i < files.size();
-         i += static_cast<size_t>(communicator.size())) {
-      const internal::DataFile record =
-          internal::checksum_data_file(directory / files[i]->file, block_bytes);
-      if (record.bytes != files[i]->bytes) {
-        throw FailedPrecondition("checkpoint file '" + (directory / files[i]->file).string() +
-                                 "' has " + std::to_string(record.bytes) +
-                                 " bytes after writing, not " + std::to_string(files[i]->bytes));
-      }
-      append_u64(mine, i);
-      append_u64(mine, record.checksum);
-      append_u64(mine, record.block_checksums.size());
-      for (uint64_t block : record.block_checksums) append_u64(mine, block);
-    }
-  });
+// Appends the record of the file at `index` (in manifest order) to `out`: the index, the
+// whole-file checksum, the number of blocks and the block checksums.
+void append_record(std::vector<std::byte>& out, size_t index, const internal::DataFile& record) {
+  append_u64(out, index);
+  append_u64(out, record.checksum);
+  append_u64(out, record.block_checksums.size());
+  for (uint64_t block : record.block_checksums) append_u64(out, block);
+}
+
+// All-gathers every rank's records (append_record) into `files`; returns which files got one.
+std::vector<bool> gather_records(Communicator& communicator, std::span<const std::byte> mine,
+                                 const std::vector<internal::DataFile*>& files) {
   std::vector<std::byte> all;
   std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
   communicator.all_gather(mine, all, counts);
+  std::vector<bool> recorded(files.size(), false);
   std::span<const std::byte> records = all;
   while (!records.empty()) {
-    internal::DataFile& file = *files[take_u64(records)];
+    const auto index = static_cast<size_t>(take_u64(records));
+    internal::DataFile& file = *files[index];
     file.checksum = take_u64(records);
     file.block_checksums.resize(take_u64(records));
     for (uint64_t& block : file.block_checksums) block = take_u64(records);
+    recorded[index] = true;
   }
+  return recorded;
 }
 
-// Every rank of the embedding's group together, or one process whose tables are split into parts.
-fs::path save_by_parts(const Embedding& embedding, const fs::path& root,
-                       const SaveOptions& options) {
+// Phase c: the checksums of the table variables' files on every rank, in `files`. Those a rank
+// wrote whole in phase b (`written_whole`, checksummed while writing) are shared as they are; the
+// others are dealt round-robin to the ranks, which read them back, and shared in turn.
+void checksum_files(Communicator& communicator, const fs::path& directory, int64_t block_bytes,
+                    const std::vector<internal::DataFile*>& files,
+                    const std::vector<std::pair<size_t, internal::DataFile>>& written_whole) {
+  std::vector<std::byte> mine;
+  for (const auto& [index, record] : written_whole) append_record(mine, index, record);
+  const std::vector<bool> recorded = gather_records(communicator, mine, files);
+  std::vector<size_t> unrecorded;
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (!recorded[i]) unrecorded.push_back(i);
+  }
+  mine.clear();
+  internal::agree(communicator, [&] {
+    for (size_t k = static_cast<size_t>(communicator.rank()); k < unrecorded.size();
+         k += static_cast<size_t>(communicator.size())) {
+      const internal::DataFile& expected = *files[unrecorded[k]];
+      const internal::DataFile record =
+          internal::checksum_data_file(directory / expected.file, block_bytes);
+      if (record.bytes != expected.bytes) {
+        throw DataLoss("checkpoint file '" + (directory / expected.file).string() + "' has " +
+                       std::to_string(record.bytes) + " bytes after writing, not " +
+                       std::to_string(expected.bytes));
+      }
+      append_record(mine, unrecorded[k], record);
+    }
+  });
+  gather_records(communicator, mine, files);
+}
+
+}  // namespace
+
+fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
+                         const SaveOptions& options) {
   Communicator& communicator = internal::PartAccess::communicator(embedding);
   const bool first = communicator.rank() == 0;
   const int64_t step = embedding.step();
   const fs::path destination = root / internal::checkpoint_directory_name(step);
   internal::agree(communicator, [&] { validate_options(options); });
   Manifest manifest = describe(embedding, options);
-  std::vector<internal::DataFile*> files;  // the table variables', in manifest order
+  std::vector<internal::DataFile*> files;    // the table variables', in manifest order
+  std::map<std::string, size_t> file_index;  // by file name
   for (internal::TableEntry& table : manifest.tables) {
-    for (internal::ArrayEntry& variable : table.variables) files.push_back(&variable.data);
+    for (internal::ArrayEntry& variable : table.variables) {
+      file_index.emplace(variable.data.file, files.size());
+      files.push_back(&variable.data);
+    }
   }
 
   fs::path temporary;  // rank 0: the directory to remove if the save fails
@@ -281,80 +307,54 @@ fs::path save_by_parts(const Embedding& embedding, const fs::path& root,
       check_destination(destination, step);
       create_directories_durably(root);
       temporary = root / internal::temporary_name(internal::checkpoint_directory_name(step));
-      fs::create_directory(temporary);
+      format::file_system().create_directory(temporary);
       for (const internal::DataFile* file : files) {
         internal::create_sized_file(temporary / file->file, file->bytes);
       }
-      format::sync_directory(temporary);
+      format::file_system().sync_directory(temporary);
     });
     const fs::path directory = broadcast_from_rank0(communicator, temporary.string());
 
-    internal::agree(communicator, [&] {  // phase b
+    // Phase b. A part holding its whole table (always, for one process with whole tables) is
+    // written as one stream and checksummed on the way, so that phase c need not read it back.
+    std::vector<std::pair<size_t, internal::DataFile>> written_whole;
+    internal::agree(communicator, [&] {
       for (const auto& local : internal::PartAccess::local_parts(embedding)) {
         const int64_t dim = embedding.tables()[local.part.table].dim;
         for (const internal::PartVariable<const float>& variable : local.variables) {
           if (!writes(local.part, variable, dim) || local.part.rows == 0) continue;
-          internal::write_part_rows(
-              directory / internal::variable_file_name(local.part.table, variable.name), local.part,
-              variable);
+          const fs::path path =
+              directory / internal::variable_file_name(local.part.table, variable.name);
+          if (local.part.whole()) {
+            written_whole.emplace_back(
+                file_index.at(path.filename().string()),
+                internal::write_data_file(path, std::as_bytes(variable.values),
+                                          options.checksum_block_bytes));
+          } else {
+            internal::write_part_rows(path, local.part, variable);
+          }
         }
       }
       if (first) write_extra_arrays(options, directory, manifest);
     });
 
-    checksum_files(communicator, directory, options.checksum_block_bytes, files);  // phase c
+    checksum_files(communicator, directory, options.checksum_block_bytes, files,
+                   written_whole);  // phase c
 
     internal::agree(communicator, [&] {  // phase d
       if (!first) return;
       internal::write_manifest(directory, manifest);
-      format::sync_directory(directory);
+      format::file_system().sync_directory(directory);
       format::publish(directory, destination);
       published = true;
     });
   } catch (...) {
-    if (!temporary.empty() && !published) {
-      std::error_code ignored;
-      fs::remove_all(temporary, ignored);
-    }
+    if (!temporary.empty() && !published) remove_quietly(temporary);
     throw;
   }
   internal::agree(communicator, [&] {
     if (first) prune_after_publishing(root, destination, options.keep_last);
   });
-  return destination;
-}
-
-bool holds_every_table_whole(const Embedding& embedding) {
-  for (const TableConfig& table : embedding.tables()) {
-    if (!embedding.has_whole_table(table.name)) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
-fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
-                         const SaveOptions& options) {
-  if (embedding.world_size() > 1 || !holds_every_table_whole(embedding)) {
-    return save_by_parts(embedding, root, options);
-  }
-  validate_options(options);
-  const fs::path destination = root / internal::checkpoint_directory_name(embedding.step());
-  check_destination(destination, embedding.step());
-  create_directories_durably(root);
-  const fs::path temporary =
-      root / internal::temporary_name(internal::checkpoint_directory_name(embedding.step()));
-  fs::create_directory(temporary);
-  try {
-    internal::write_manifest(temporary, write_data(embedding, options, temporary));
-    format::sync_directory(temporary);
-    format::publish(temporary, destination);
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(temporary, ignored);
-    throw;
-  }
-  prune_after_publishing(root, destination, options.keep_last);
   return destination;
 }
 

@@ -1,7 +1,9 @@
 #include "embedding/agreement.h"
 
 #include <cstring>
+#include <span>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -10,18 +12,90 @@
 namespace recemb {
 namespace {
 
-// What agree_on_error sends first: whether (and how) the rank failed.
-enum class ErrorKind : char { kNone = 0, kInvalidArgument = 1, kOther = 2 };
+// What agree_on_error sends first: whether the rank failed, and with which type of error.
+enum class ErrorKind : char {
+  kNone,
+  kInvalidArgument,
+  kFailedPrecondition,
+  kDataLoss,
+  kSystemError,  // followed by the errno (int32_t)
+  kOther,        // any other exception: FailedPrecondition on every rank
+};
 
-std::pair<ErrorKind, std::string> describe(std::exception_ptr error) {
+// A failed rank's report: its kind, the errno of a system_error, and its message.
+struct Report {
+  ErrorKind kind = ErrorKind::kOther;
+  int32_t error_number = 0;
+  std::string message;
+};
+
+// The message of a system_error without the ": <strerror>" that its constructor appended, so that
+// the rethrown one (which appends it again) says it once.
+std::string without_error_text(const std::system_error& error) {
+  std::string message = error.what();
+  const std::string suffix = ": " + error.code().message();
+  if (message.ends_with(suffix)) message.resize(message.size() - suffix.size());
+  return message;
+}
+
+Report describe(std::exception_ptr error) {
   try {
     std::rethrow_exception(std::move(error));
   } catch (const InvalidArgument& e) {
-    return {ErrorKind::kInvalidArgument, e.what()};
+    return {ErrorKind::kInvalidArgument, 0, e.what()};
+  } catch (const FailedPrecondition& e) {
+    return {ErrorKind::kFailedPrecondition, 0, e.what()};
+  } catch (const DataLoss& e) {
+    return {ErrorKind::kDataLoss, 0, e.what()};
+  } catch (const std::system_error& e) {
+    const std::error_category& category = e.code().category();
+    if (category == std::generic_category() || category == std::system_category()) {
+      return {ErrorKind::kSystemError, e.code().value(), without_error_text(e)};
+    }
+    return {ErrorKind::kOther, 0, e.what()};
   } catch (const std::exception& e) {
-    return {ErrorKind::kOther, e.what()};
+    return {ErrorKind::kOther, 0, e.what()};
   } catch (...) {
-    return {ErrorKind::kOther, "an exception that is not a std::exception"};
+    return {ErrorKind::kOther, 0, "an exception that is not a std::exception"};
+  }
+}
+
+std::vector<std::byte> encode(const Report& report) {
+  std::vector<std::byte> bytes{static_cast<std::byte>(report.kind)};
+  if (report.kind == ErrorKind::kSystemError) {
+    bytes.resize(1 + sizeof report.error_number);
+    std::memcpy(bytes.data() + 1, &report.error_number, sizeof report.error_number);
+  }
+  const auto* text = reinterpret_cast<const std::byte*>(report.message.data());
+  bytes.insert(bytes.end(), text, text + report.message.size());
+  return bytes;
+}
+
+Report decode(std::span<const std::byte> bytes) {
+  Report report;
+  if (bytes.empty()) return report;
+  report.kind = static_cast<ErrorKind>(bytes[0]);
+  bytes = bytes.subspan(1);
+  if (report.kind == ErrorKind::kSystemError) {
+    std::memcpy(&report.error_number, bytes.data(), sizeof report.error_number);
+    bytes = bytes.subspan(sizeof report.error_number);
+  }
+  report.message.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  return report;
+}
+
+[[noreturn]] void throw_as(const Report& report, int rank) {
+  const std::string text = "rank " + std::to_string(rank) + ": " +
+                           (report.message.empty() ? std::string("failed") : report.message);
+  switch (report.kind) {
+    case ErrorKind::kInvalidArgument:
+      throw InvalidArgument(text);
+    case ErrorKind::kDataLoss:
+      throw DataLoss(text);
+    case ErrorKind::kSystemError:
+      throw std::system_error(report.error_number, std::generic_category(), text);
+    default:
+      throw FailedPrecondition(text);
   }
 }
 
@@ -32,34 +106,20 @@ void agree_on_error(Communicator& communicator, std::exception_ptr error) {
     if (error) std::rethrow_exception(error);
     return;
   }
-  // Each rank sends its kind, followed by its message when it failed.
-  std::vector<std::byte> mine{static_cast<std::byte>(ErrorKind::kNone)};
-  if (error) {
-    const auto [kind, message] = describe(error);
-    mine.resize(1 + message.size());
-    mine[0] = static_cast<std::byte>(kind);
-    std::memcpy(mine.data() + 1, message.data(), message.size());
-  }
+  const std::vector<std::byte> mine =
+      error ? encode(describe(error))
+            : std::vector<std::byte>{static_cast<std::byte>(ErrorKind::kNone)};
   std::vector<std::byte> all;
   std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
   communicator.all_gather(mine, all, counts);
   size_t offset = 0;
   for (int rank = 0; rank < communicator.size(); ++rank) {
     const auto count = static_cast<size_t>(counts[static_cast<size_t>(rank)]);
-    const auto reported = count == 0 ? ErrorKind::kOther : static_cast<ErrorKind>(all[offset]);
-    if (reported != ErrorKind::kNone) {
-      const std::string text =
-          "rank " + std::to_string(rank) + ": " +
-          (count > 1
-               ? std::string(reinterpret_cast<const char*>(all.data() + offset + 1), count - 1)
-               : std::string("failed"));
-      if (reported == ErrorKind::kInvalidArgument) throw InvalidArgument(text);
-      throw FailedPrecondition(text);
-    }
+    const Report report = decode(std::span(all).subspan(offset, count));
+    if (report.kind != ErrorKind::kNone) throw_as(report, rank);
     offset += count;
   }
 }
-
 namespace internal {
 
 void agree_on_value(Communicator& communicator, uint64_t value, const std::string& what,

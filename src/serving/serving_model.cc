@@ -19,8 +19,9 @@
 namespace recemb {
 namespace {
 
+// A damaged file (recemb/error.h: DataLoss).
 [[noreturn]] void fail(const std::string& context, const std::string& problem) {
-  throw InvalidArgument(context + ": " + problem);
+  throw DataLoss(context + ": " + problem);
 }
 
 // A whole file mapped read-only and shared (pages come from the page cache, no copy), unmapped
@@ -31,10 +32,10 @@ class Mapping {
   // (MAP_POPULATE), which beats taking the page faults during the checksums (1.3x for 256 MiB)
   // and leaves no fault for the first lookups; without, it maps lazily.
   Mapping(const std::filesystem::path& path, const std::string& context, bool verify) {
-    const Descriptor file(path, context);
+    const Descriptor file(path);
     struct stat status;
     if (::fstat(file.fd, &status) != 0) throw_system_error("fstat", path);
-    if (!S_ISREG(status.st_mode)) fail(context, "not a regular file");
+    if (!S_ISREG(status.st_mode)) throw InvalidArgument(context + ": not a regular file");
     size_ = static_cast<size_t>(status.st_size);
     if (size_ > 0) {
       const int flags = MAP_SHARED | (verify ? MAP_POPULATE : 0);
@@ -55,11 +56,12 @@ class Mapping {
  private:
   // Open for reading while the file is being mapped (the mapping outlives it).
   struct Descriptor {
-    Descriptor(const std::filesystem::path& path, const std::string& context) {
+    // O_NONBLOCK: opening a FIFO would otherwise wait for a writer (the file type is checked
+    // next); it does not change a regular file's reads or mapping.
+    explicit Descriptor(const std::filesystem::path& path) {
       do {
-        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
       } while (fd < 0 && errno == EINTR);
-      if (fd < 0 && errno == ENOENT) fail(context, "the file does not exist");
       if (fd < 0) throw_system_error("open", path);
     }
     ~Descriptor() { ::close(fd); }

@@ -110,21 +110,21 @@ TEST(DataFileTest, DamageIsReportedWithTheFileWhatAndBlock) {
     damaged[position] ^= std::byte{0x10};
     write_bytes(path, damaged);
     const size_t block = position / 64;
-    EXPECT_EQ(error_of<InvalidArgument>(read),
+    EXPECT_EQ(error_of<DataLoss>(read),
               name + " is damaged: block " + std::to_string(block) + " of 16 (bytes " +
                   std::to_string(block * 64) + ".." +
                   std::to_string(std::min<size_t>(1000, block * 64 + 64)) +
                   ") does not match its checksum");
   }
   write_bytes(path, std::span(data).first(999));
-  EXPECT_EQ(error_of<InvalidArgument>(read),
+  EXPECT_EQ(error_of<DataLoss>(read),
             name + " has 999 bytes, the manifest records 1000 (truncated)");
 
   // Blocks that match but a wrong whole-file record (as from a damaged manifest).
   write_bytes(path, data);
   DataFile wrong_whole = entry;
   wrong_whole.checksum ^= 1;
-  EXPECT_THAT(error_of<InvalidArgument>([&] {
+  EXPECT_THAT(error_of<DataLoss>([&] {
                 read_data_file(format::InputFile::open(path), wrong_whole, 64, "w", {}, scratch);
               }),
               HasSubstr("its blocks match but the whole-file checksum"));

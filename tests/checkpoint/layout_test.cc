@@ -2,12 +2,14 @@
 // (src/checkpoint/layout.cc).
 #include "checkpoint/layout.h"
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "recemb/checkpoint.h"
@@ -93,6 +95,15 @@ TEST(LayoutTest, ResolvesACheckpointOrARoot) {
   EXPECT_EQ(resolve_checkpoint(older), older);
   EXPECT_EQ(resolve_checkpoint(newer), newer);
   EXPECT_EQ(resolve_checkpoint(root), newer);
+  // A missing path is ENOENT; an existing directory without checkpoints a bad argument.
+  try {
+    resolve_checkpoint(root / "missing");
+    FAIL() << "resolved a missing path";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code().value(), ENOENT);
+    EXPECT_THAT(error.what(), HasSubstr("no checkpoint at '" + (root / "missing").string() + "'"));
+  }
+  fs::create_directory(root / "other");
   try {
     resolve_checkpoint(root / "other");
     FAIL() << "resolved a path without checkpoints";

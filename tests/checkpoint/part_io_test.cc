@@ -140,7 +140,7 @@ TEST(PartIoTest, ErrorsNameTheFile) {
               HasSubstr("open '" + (directory / "missing.f32").string() + "'"));
   // A file shorter than the rows: the read names it.
   std::vector<float> out(2 * kWidth);
-  EXPECT_THAT(test::error_of<InvalidArgument>([&] {
+  EXPECT_THAT(test::error_of<DataLoss>([&] {
                 read_part_rows(
                     format::InputFile::open(directory / "a.f32"), part,
                     {.name = "parameters", .width = kWidth, .columns = kWidth, .values = out}, 2);

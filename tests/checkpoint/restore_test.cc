@@ -34,21 +34,6 @@ using test::TemporaryDirectory;
 using test::train_steps;
 using ::testing::HasSubstr;
 
-// The message of the DataLoss or InvalidArgument that `call` throws: a damaged manifest or header
-// is DataLoss, other damaged files are still InvalidArgument.
-template <class Call>
-std::string damaged_file_error(Call call) {
-  try {
-    call();
-  } catch (const DataLoss& error) {
-    return error.what();
-  } catch (const InvalidArgument& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
-}
-
 using Snapshot = std::map<std::string, std::vector<float>>;
 
 TEST(RestoreCheckpointTest, TrainingResumesExactlyAsIfUninterrupted) {
@@ -85,7 +70,7 @@ TEST(RestoreCheckpointTest, ARootMeansItsLatestCheckpoint) {
   EXPECT_EQ(restore_checkpoint(restored, directory.path()).step, 2);
   EXPECT_TRUE(bitwise_equal(snapshot(restored), snapshot(embedding)));
 
-  const std::string error = error_of<InvalidArgument>(
+  const std::string error = error_of<std::system_error>(
       [&] { restore_checkpoint(restored, directory.path() / "nothing"); });
   EXPECT_THAT(error, HasSubstr("no checkpoint at '" + (directory.path() / "nothing").string()));
 }
@@ -368,14 +353,22 @@ class DamagedCheckpointTest : public ::testing::Test {
     return paths;
   }
 
-  // restore_checkpoint throws InvalidArgument naming `file`, and changes nothing.
+  // The message of the error that restoring the checkpoint throws: DataLoss for a damaged file (a
+  // data file or the manifest), a std::system_error ENOENT for a missing one.
+  template <class Call>
+  static std::string refusal_of(const fs::path& file, Call&& call) {
+    if (fs::exists(file)) return error_of<DataLoss>(call);
+    return error_of<std::system_error>(call);
+  }
+
+  // restore_checkpoint and load_checkpoint throw an error naming `file`, and change nothing.
   void expect_refused(const fs::path& file, const std::string& what) {
     SCOPED_TRACE(what);
-    const std::string error = damaged_file_error([&] { restore_checkpoint(target_, checkpoint_); });
+    const std::string error = refusal_of(file, [&] { restore_checkpoint(target_, checkpoint_); });
     EXPECT_THAT(error, HasSubstr(file.filename().string()));
     EXPECT_THAT(error, HasSubstr(checkpoint_.string()));
     EXPECT_TRUE(bitwise_equal(snapshot(target_), before_));
-    EXPECT_THAT(damaged_file_error([&] { load_checkpoint(checkpoint_); }),
+    EXPECT_THAT(refusal_of(file, [&] { load_checkpoint(checkpoint_); }),
                 HasSubstr(file.filename().string()));
   }
 
@@ -434,7 +427,7 @@ TEST_F(DamagedCheckpointTest, DataErrorsNameTheTableVariableAndBlock) {
   std::vector<std::byte> bytes = test::read_bytes(path);
   bytes[600] ^= std::byte{0x40};
   test::write_bytes(path, bytes);
-  EXPECT_THAT(error_of<InvalidArgument>([&] { restore_checkpoint(target_, checkpoint_); }),
+  EXPECT_THAT(error_of<DataLoss>([&] { restore_checkpoint(target_, checkpoint_); }),
               HasSubstr("checkpoint file '" + path.string() +
                         "' (table 'video' variable 'accumulators') is damaged: block 2 of 5 "
                         "(bytes 512..768) does not match its checksum"));

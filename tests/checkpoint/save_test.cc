@@ -1,5 +1,6 @@
 // save_checkpoint (src/checkpoint/save.cc): the files it writes, keep-last-K, refusals, cleanup of
 // interrupted saves, and a process killed (SIGKILL) at random points of many saves.
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
@@ -8,12 +9,14 @@
 #include <functional>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <optional>
 #include <random>
 #include <set>
 #include <signal.h>
 #include <span>
 #include <string>
 #include <sys/wait.h>
+#include <system_error>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -23,6 +26,7 @@
 
 #include "checkpoint/checkpoint_fixtures.h"
 #include "format/checksum.h"
+#include "testing/fault_file_system.h"
 #include "testing/files.h"
 #include "testing/temporary_directory.h"
 
@@ -31,6 +35,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::bitwise_equal;
+using test::FaultPoint;
 using test::make_fixture;
 using test::snapshot;
 using test::TemporaryDirectory;
@@ -278,6 +283,100 @@ TEST(SaveCheckpointTest, SigkillDuringSavesAlwaysLeavesTheLatestCompleteCheckpoi
   EXPECT_GE(previous_step, 4);
   std::printf("%d of %d kills interrupted a save; %lld checkpoints saved in all\n",
               interrupted_saves, kRounds, static_cast<long long>(previous_step));
+}
+
+// Every call of a save that can fail (each write, fsync, rename and directory fsync) fails in
+// turn, with ENOSPC, EIO, or a short write then ENOSPC: the save throws std::system_error with
+// that errno, the embedding is unchanged, and the root's latest checkpoint is a complete one (the
+// previous, or the new one when only the pruning after publication failed) that restores bitwise.
+TEST(SaveCheckpointFaultTest, EveryFailingCallLeavesACompleteLatestCheckpoint) {
+  struct Fault {
+    int error;
+    bool short_write;
+  };
+  int injected = 0;
+  for (const FaultPoint point : test::kFaultPoints) {
+    for (const Fault fault : {Fault{ENOSPC, false}, Fault{EIO, false}, Fault{ENOSPC, true}}) {
+      if (fault.short_write && point != FaultPoint::kWrite) continue;
+      for (int nth = 1;; ++nth) {
+        SCOPED_TRACE(test::fault_point_name(point) + " number " + std::to_string(nth) +
+                     " fails with errno " + std::to_string(fault.error) +
+                     (fault.short_write ? " after a short write" : ""));
+        TemporaryDirectory directory;
+        Embedding embedding = make_fixture(5);
+        test::train_steps(embedding, 0, 2);
+        const auto previous = snapshot(embedding);
+        save_checkpoint(embedding, directory.path(), {.checksum_block_bytes = 256});
+        test::train_steps(embedding, 2, 3);
+        const auto current = snapshot(embedding);
+
+        test::FaultFileSystem file_system;
+        file_system.fail(point, nth, fault.error, fault.short_write);
+        bool failed = false;
+        try {
+          save_checkpoint(embedding, directory.path(),
+                          {.keep_last = 1, .checksum_block_bytes = 256});
+        } catch (const std::system_error& error) {
+          failed = true;
+          EXPECT_EQ(error.code().value(), fault.error) << error.what();
+        }
+        if (!failed) {  // nth is past the last call of that kind
+          EXPECT_GT(nth, 1);
+          break;
+        }
+        ++injected;
+        EXPECT_TRUE(bitwise_equal(snapshot(embedding), current));
+        const std::optional<fs::path> latest = latest_checkpoint(directory.path());
+        ASSERT_TRUE(latest.has_value());
+        Embedding restored = make_fixture(9);
+        const int64_t step = restore_checkpoint(restored, *latest).step;
+        ASSERT_TRUE(step == 2 || step == 3) << step;
+        EXPECT_TRUE(bitwise_equal(snapshot(restored), step == 2 ? previous : current));
+      }
+    }
+  }
+  EXPECT_GT(injected, 20);
+}
+
+// The machine crashes at every call of a save that changes anything, in turn, and loses what was
+// not synced: the latest checkpoint is then the previous one or the new one, complete, and every
+// checkpoint directory under the root restores.
+TEST(SaveCheckpointFaultTest, ACrashAnywhereLeavesOnlyCompleteCheckpoints) {
+  bool saw_previous = false;
+  bool saw_new = false;
+  for (int nth = 1;; ++nth) {
+    SCOPED_TRACE("crash at change " + std::to_string(nth));
+    TemporaryDirectory directory;
+    Embedding embedding = make_fixture(5);
+    test::train_steps(embedding, 0, 2);
+    const auto previous = snapshot(embedding);
+    save_checkpoint(embedding, directory.path(), {.checksum_block_bytes = 256});
+    test::train_steps(embedding, 2, 3);
+    const auto current = snapshot(embedding);
+
+    test::FaultFileSystem file_system;
+    file_system.crash_at(nth);
+    bool crashed = false;
+    try {
+      save_checkpoint(embedding, directory.path(), {.keep_last = 1, .checksum_block_bytes = 256});
+    } catch (const test::SimulatedCrash&) {
+      crashed = true;
+    }
+    file_system.drop_unsynced();
+    const std::optional<fs::path> latest = latest_checkpoint(directory.path());
+    ASSERT_TRUE(latest.has_value());
+    for (const fs::directory_entry& entry : fs::directory_iterator(directory.path())) {
+      if (!entry.path().filename().string().starts_with("ckpt-")) continue;
+      Embedding restored = make_fixture(9);
+      const int64_t step = restore_checkpoint(restored, entry.path()).step;
+      ASSERT_TRUE(step == 2 || step == 3) << step;
+      EXPECT_TRUE(bitwise_equal(snapshot(restored), step == 2 ? previous : current));
+      if (entry.path() == *latest) (step == 2 ? saw_previous : saw_new) = true;
+    }
+    if (!crashed) break;  // nth is past the save's last change
+  }
+  EXPECT_TRUE(saw_previous);
+  EXPECT_TRUE(saw_new);
 }
 
 }  // namespace

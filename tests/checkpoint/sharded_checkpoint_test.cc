@@ -5,6 +5,7 @@
 // stopped. Ranks are threads connected by in_process_communicators, so these run under the
 // sanitizers. Errors (a damaged file, an existing step, bad options) fail every rank alike and
 // change nothing.
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -16,7 +17,9 @@
 #include <random>
 #include <span>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "recemb/checkpoint.h"
@@ -24,6 +27,7 @@
 #include "recemb/error.h"
 
 #include "checkpoint/checkpoint_fixtures.h"
+#include "testing/fault_file_system.h"
 #include "testing/files.h"
 #include "testing/random_batches.h"
 #include "testing/temporary_directory.h"
@@ -109,6 +113,7 @@ void train(Embedding& layer, int64_t first, int64_t last) {
 struct RankResult {
   Snapshot values;
   std::string error;
+  std::string error_type;  // "DataLoss", ..., "system_error <errno>"
 };
 std::vector<RankResult> on_ranks(
     int ranks, const std::function<Snapshot(std::shared_ptr<Communicator>)>& body) {
@@ -116,8 +121,16 @@ std::vector<RankResult> on_ranks(
   auto run = [&](size_t r, std::shared_ptr<Communicator> communicator) {
     try {
       results[r].values = body(std::move(communicator));
+    } catch (const InvalidArgument& error) {
+      results[r] = {{}, error.what(), "InvalidArgument"};
+    } catch (const FailedPrecondition& error) {
+      results[r] = {{}, error.what(), "FailedPrecondition"};
+    } catch (const DataLoss& error) {
+      results[r] = {{}, error.what(), "DataLoss"};
+    } catch (const std::system_error& error) {
+      results[r] = {{}, error.what(), "system_error " + std::to_string(error.code().value())};
     } catch (const std::exception& error) {
-      results[r].error = error.what();
+      results[r] = {{}, error.what(), "other"};
     }
   };
   if (ranks == 1) {
@@ -310,7 +323,7 @@ TEST(ShardedCheckpointTest, ADamagedFileFailsEveryRankNamingItAndChangesNothing)
       const Snapshot before = snapshot(layer);
       try {
         restore_checkpoint(layer, checkpoint);
-      } catch (const InvalidArgument&) {
+      } catch (const DataLoss&) {
         EXPECT_TRUE(bitwise_equal(snapshot(layer), before));
         throw;
       }
@@ -382,6 +395,66 @@ TEST(ShardedCheckpointTest, KeepsTheLastKAndGrowsTablesAsOneProcessDoes) {
     return snapshot(layer);
   }));
   EXPECT_TRUE(bitwise_equal(sharded, snapshot(single)));
+}
+
+// Each error has the same type on 1, 2 and 4 ranks (recemb/error.h), on every rank: a damaged
+// file DataLoss, a missing checkpoint std::system_error ENOENT, bad options InvalidArgument, an
+// existing step FailedPrecondition, a root that is a file ENOTDIR, and an injected EIO at a
+// file's fsync or ENOSPC at a write EIO/ENOSPC; a failed save leaves the previous checkpoint the
+// latest.
+TEST(ShardedCheckpointTest, ErrorTypesAreTheSameOnOneTwoAndFourRanks) {
+  TemporaryDirectory directory;
+  Embedding saved = make_layer(kWhole, 1, nullptr);
+  train(saved, 0, kSavedAt);
+  const fs::path damaged =
+      save_checkpoint(saved, directory / "damaged", {.checksum_block_bytes = 64});
+  std::vector<std::byte> bytes = test::read_bytes(damaged / "t1.momenta.f32");
+  bytes[bytes.size() / 3] ^= std::byte{0x04};
+  test::write_bytes(damaged / "t1.momenta.f32", bytes);
+  test::write_bytes(directory / "a_file", bytes);
+
+  for (const int ranks : {1, 2, 4}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    const RankSetup setup{"rows", ranks, plan(ranks, ShardingStrategy::kRowWise)};
+    const auto expect_on_every_rank = [&](const std::string& type, const std::string& fragment,
+                                          const std::function<void(Embedding&)>& call) {
+      SCOPED_TRACE(type);
+      const std::vector<RankResult> results = on_ranks(ranks, [&](auto communicator) {
+        Embedding layer = make_layer(setup, 2, communicator);
+        call(layer);
+        return Snapshot{};
+      });
+      for (const RankResult& result : results) {
+        EXPECT_EQ(result.error_type, type) << result.error;
+        EXPECT_THAT(result.error, HasSubstr(fragment));
+        EXPECT_EQ(result.error, results[0].error);
+      }
+    };
+    expect_on_every_rank("DataLoss", "is damaged",
+                         [&](Embedding& layer) { restore_checkpoint(layer, damaged); });
+    expect_on_every_rank("system_error " + std::to_string(ENOENT), "no checkpoint at",
+                         [&](Embedding& layer) { restore_checkpoint(layer, directory / "none"); });
+    const fs::path root = directory / ("root" + std::to_string(ranks));
+    expect_on_every_rank("InvalidArgument", "keep_last",
+                         [&](Embedding& layer) { save_checkpoint(layer, root, {.keep_last = 0}); });
+    expect_on_every_rank("FailedPrecondition", "already exists", [&](Embedding& layer) {
+      save_checkpoint(layer, root);
+      save_checkpoint(layer, root);
+    });
+    expect_on_every_rank("system_error " + std::to_string(ENOTDIR), "a_file",
+                         [&](Embedding& layer) { save_checkpoint(layer, directory / "a_file"); });
+    for (const auto& [point, error_number] : std::vector<std::pair<test::FaultPoint, int>>{
+             {test::FaultPoint::kSync, EIO}, {test::FaultPoint::kWrite, ENOSPC}}) {
+      test::FaultFileSystem file_system;
+      file_system.fail(point, 2, error_number);
+      expect_on_every_rank("system_error " + std::to_string(error_number), "(injected)",
+                           [&](Embedding& layer) {
+                             train(layer, 0, 1);
+                             save_checkpoint(layer, root);
+                           });
+      EXPECT_EQ(latest_checkpoint(root), root / "ckpt-000000000000");
+    }
+  }
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 // agree (src/embedding/agreement.h) and agree_on_error (recemb/communicator.h): ranks are threads
 // connected by in_process_communicators. Every rank passes -> every rank returns; some rank fails
-// -> every rank throws the lowest failing rank's error as "rank R: <message>" (InvalidArgument
-// stays InvalidArgument, anything else becomes FailedPrecondition); one rank alone -> the
-// validation's own exception, untouched. These tests also run under ThreadSanitizer.
+// -> every rank throws the lowest failing rank's error as "rank R: <message>", of its type
+// (InvalidArgument, FailedPrecondition, DataLoss, std::system_error with its errno; anything else
+// becomes FailedPrecondition); one rank alone -> the validation's own exception, untouched. These
+// tests also run under ThreadSanitizer.
 #include "embedding/agreement.h"
 
+#include <cerrno>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <gtest/gtest.h>
 #include <memory>
@@ -13,6 +16,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -25,16 +29,25 @@ namespace {
 
 // What one rank's call did.
 struct Outcome {
-  enum Kind { kReturned, kInvalidArgument, kFailedPrecondition, kOther } kind = kReturned;
+  enum Kind {
+    kReturned,
+    kInvalidArgument,
+    kFailedPrecondition,
+    kDataLoss,
+    kSystemError,
+    kOther
+  } kind = kReturned;
   std::string message;
+  int error_number = 0;  // of a kSystemError
 
   bool operator==(const Outcome&) const = default;
 };
 
 std::ostream& operator<<(std::ostream& out, const Outcome& outcome) {
   static const char* const kNames[] = {"returned", "InvalidArgument", "FailedPrecondition",
-                                       "other exception"};
-  return out << kNames[outcome.kind] << " \"" << outcome.message << "\"";
+                                       "DataLoss", "system_error",    "other exception"};
+  return out << kNames[outcome.kind] << " \"" << outcome.message << "\" errno "
+             << outcome.error_number;
 }
 
 Outcome outcome_of(const std::function<void()>& call) {
@@ -44,6 +57,10 @@ Outcome outcome_of(const std::function<void()>& call) {
     return {Outcome::kInvalidArgument, error.what()};
   } catch (const FailedPrecondition& error) {
     return {Outcome::kFailedPrecondition, error.what()};
+  } catch (const DataLoss& error) {
+    return {Outcome::kDataLoss, error.what()};
+  } catch (const std::system_error& error) {
+    return {Outcome::kSystemError, error.what(), error.code().value()};
   } catch (const std::exception& error) {
     return {Outcome::kOther, error.what()};
   }
@@ -65,7 +82,18 @@ std::vector<Outcome> on_ranks(const std::vector<std::shared_ptr<Communicator>>& 
 }
 
 // What a rank's validation does in one agreement.
-enum class Failure { kNone, kInvalidArgument, kFailedPrecondition, kRuntimeError };
+enum class Failure {
+  kNone,
+  kInvalidArgument,
+  kFailedPrecondition,
+  kDataLoss,
+  kNoSpace,  // std::system_error ENOSPC
+  kRuntimeError
+};
+
+// The errno and its text of Failure::kNoSpace.
+constexpr int kNoSpaceErrno = ENOSPC;
+std::string no_space_text() { return ": " + std::generic_category().message(kNoSpaceErrno); }
 
 void fail(Failure failure, const std::string& message) {
   switch (failure) {
@@ -75,6 +103,10 @@ void fail(Failure failure, const std::string& message) {
       throw InvalidArgument(message);
     case Failure::kFailedPrecondition:
       throw FailedPrecondition(message);
+    case Failure::kDataLoss:
+      throw DataLoss(message);
+    case Failure::kNoSpace:
+      throw std::system_error(kNoSpaceErrno, std::generic_category(), message);
     case Failure::kRuntimeError:
       throw std::runtime_error(message);
   }
@@ -86,9 +118,16 @@ Outcome expected_outcome(const std::vector<Failure>& failures,
   for (size_t r = 0; r < failures.size(); ++r) {
     if (failures[r] == Failure::kNone) continue;
     const std::string text = "rank " + std::to_string(r) + ": " + messages[r];
-    return {failures[r] == Failure::kInvalidArgument ? Outcome::kInvalidArgument
-                                                     : Outcome::kFailedPrecondition,
-            text};
+    switch (failures[r]) {
+      case Failure::kInvalidArgument:
+        return {Outcome::kInvalidArgument, text};
+      case Failure::kDataLoss:
+        return {Outcome::kDataLoss, text};
+      case Failure::kNoSpace:  // strerror once, as the failing rank's own error said it
+        return {Outcome::kSystemError, text + no_space_text(), kNoSpaceErrno};
+      default:
+        return {Outcome::kFailedPrecondition, text};
+    }
   }
   return {};
 }
@@ -159,16 +198,38 @@ TEST_P(AgreementTest, OneRanksInvalidArgumentIsThrownOnEveryRank) {
   }
 }
 
-TEST_P(AgreementTest, OtherExceptionsBecomeFailedPreconditionOnEveryRank) {
-  for (const Failure failure : {Failure::kRuntimeError, Failure::kFailedPrecondition}) {
-    const int failing = size() - 1;
+// Each type of recemb/error.h arrives as itself (a system_error with its errno); any other
+// exception as FailedPrecondition.
+TEST_P(AgreementTest, EveryRankThrowsTheFailingRanksType) {
+  const std::string failing_text = "rank " + std::to_string(size() - 1) + ": ";
+  const std::string& message = messages_.back();
+  for (const auto& [failure, expected] : std::vector<std::pair<Failure, Outcome>>{
+           {Failure::kFailedPrecondition, {Outcome::kFailedPrecondition, failing_text + message}},
+           {Failure::kDataLoss, {Outcome::kDataLoss, failing_text + message}},
+           {Failure::kNoSpace,
+            {Outcome::kSystemError, failing_text + message + no_space_text(), ENOSPC}},
+           {Failure::kRuntimeError, {Outcome::kFailedPrecondition, failing_text + message}}}) {
     std::vector<Failure> failures(static_cast<size_t>(size()), Failure::kNone);
-    failures[static_cast<size_t>(failing)] = failure;
-    const Outcome expected{
-        Outcome::kFailedPrecondition,
-        "rank " + std::to_string(failing) + ": " + messages_[static_cast<size_t>(failing)]};
+    failures.back() = failure;
     for (const Outcome& outcome : agree_with(communicators_, failures, messages_)) {
       EXPECT_EQ(outcome, expected);
+    }
+  }
+}
+
+// A system_error's errno arrives whatever its value, from a std::filesystem error too.
+TEST_P(AgreementTest, SystemErrorsKeepTheirErrno) {
+  for (const int error_number : {ENOENT, EIO, EACCES, ENOSPC}) {
+    const std::error_code code(error_number, std::generic_category());
+    for (const Outcome& outcome : on_ranks(communicators_, [&](int rank, Communicator&group) {
+           agree(group, [&] {
+             if (rank == 0) throw std::filesystem::filesystem_error("rename", "/a", "/b", code);
+           });
+         })) {
+      EXPECT_EQ(outcome.kind, Outcome::kSystemError);
+      EXPECT_EQ(outcome.error_number, error_number);
+      EXPECT_EQ(outcome.message.rfind("rank 0: ", 0), 0u) << outcome.message;
+      EXPECT_NE(outcome.message.find("rename"), std::string::npos) << outcome.message;
     }
   }
 }
@@ -180,6 +241,8 @@ TEST_P(AgreementTest, TheLowestFailingRanksErrorWinsOnEveryRank) {
   for (const auto& [low, high] : std::vector<std::pair<Failure, Failure>>{
            {Failure::kInvalidArgument, Failure::kRuntimeError},
            {Failure::kRuntimeError, Failure::kInvalidArgument},
+           {Failure::kNoSpace, Failure::kDataLoss},
+           {Failure::kDataLoss, Failure::kNoSpace},
            {Failure::kInvalidArgument, Failure::kInvalidArgument}}) {
     for (size_t first = 0; first < last; ++first) {
       std::vector<Failure> failures(static_cast<size_t>(size()), Failure::kNone);
@@ -220,14 +283,16 @@ TEST_P(AgreementTest, ManyAgreementsInARowReuseTheCommunicators) {
   const int rounds = 60;
   std::mt19937_64 rng(seed);
   std::vector<std::vector<Failure>> schedule(rounds);
-  std::uniform_int_distribution<int> pick(0, 9);
+  std::uniform_int_distribution<int> pick(0, 11);
   for (std::vector<Failure>& failures : schedule) {
     for (int r = 0; r < size(); ++r) {
       const int p = pick(rng);
-      failures.push_back(p < 7   ? Failure::kNone
-                         : p < 8 ? Failure::kInvalidArgument
-                         : p < 9 ? Failure::kRuntimeError
-                                 : Failure::kFailedPrecondition);
+      failures.push_back(p < 7    ? Failure::kNone
+                         : p < 8  ? Failure::kInvalidArgument
+                         : p < 9  ? Failure::kRuntimeError
+                         : p < 10 ? Failure::kDataLoss
+                         : p < 11 ? Failure::kNoSpace
+                                  : Failure::kFailedPrecondition);
     }
   }
   std::vector<std::vector<Outcome>> seen(static_cast<size_t>(size()));
@@ -258,7 +323,7 @@ TEST_P(AgreementTest, ManyAgreementsInARowReuseTheCommunicators) {
   EXPECT_LT(failed_rounds, rounds);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, AgreementTest, ::testing::Values(2, 3, 5),
+INSTANTIATE_TEST_SUITE_P(Ranks, AgreementTest, ::testing::Values(2, 3, 4, 5),
                          [](const auto& test_info) {
                            return std::to_string(test_info.param) + "ranks";
                          });

@@ -23,6 +23,7 @@
 
 #include "recemb/error.h"
 
+#include "testing/error_of.h"
 #include "testing/files.h"
 #include "testing/temporary_directory.h"
 
@@ -30,6 +31,7 @@ namespace recemb::format {
 namespace {
 
 namespace fs = std::filesystem;
+using test::error_of;
 using test::random_bytes;
 using test::read_bytes;
 using test::TemporaryDirectory;
@@ -133,24 +135,40 @@ TEST(FileIoTest, ReadPastTheEndNamesTheTruncatedFile) {
   try {
     file.read_at(60, read);
     FAIL() << "read past the end did not throw";
-  } catch (const InvalidArgument& error) {
+  } catch (const DataLoss& error) {
     EXPECT_THAT(error.what(), HasSubstr("file '" + path.string() + "' is truncated"));
     EXPECT_THAT(error.what(), HasSubstr("ends at byte 100, a read needs bytes up to 110"));
   }
 }
 
-TEST(FileIoTest, MissingFilesAreInvalidArguments) {
+TEST(FileIoTest, MissingFilesAreSystemErrorsWithEnoent) {
   TemporaryDirectory directory;
   const fs::path missing = directory.path() / "missing.bin";
-  for (const auto& open : std::vector<std::function<void()>>{[&] { InputFile::open(missing); },
-                                                             [&] { read_file(missing, 100); },
-                                                             [&] { sync_directory(missing); }}) {
+  for (const auto& open : std::vector<std::function<void()>>{
+           [&] { InputFile::open(missing); }, [&] { read_file(missing, 100); },
+           [&] { file_system().sync_directory(missing); }}) {
     try {
       open();
       FAIL() << "no error for a missing file";
-    } catch (const InvalidArgument& error) {
-      EXPECT_EQ(std::string(error.what()), "file '" + missing.string() + "' does not exist");
+    } catch (const std::system_error& error) {
+      EXPECT_EQ(error.code().value(), ENOENT);
+      EXPECT_THAT(error.what(), HasSubstr(" '" + missing.string() + "': No such file"));
     }
+  }
+}
+
+// A directory or a FIFO is refused when opened, without waiting for a writer of the FIFO.
+TEST(FileIoTest, OpeningAFileThatIsNotRegularThrowsWithoutBlocking) {
+  TemporaryDirectory directory;
+  const fs::path fifo = directory.path() / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const fs::path sub = directory.path() / "sub";
+  fs::create_directory(sub);
+  for (const fs::path& path : {fifo, sub}) {
+    EXPECT_EQ(error_of<InvalidArgument>([&] { InputFile::open(path); }),
+              "'" + path.string() + "' is not a regular file");
+    EXPECT_EQ(error_of<InvalidArgument>([&] { read_file(path, 100); }),
+              "'" + path.string() + "' is not a regular file");
   }
 }
 
@@ -165,17 +183,6 @@ TEST(FileIoTest, SystemErrorsNameTheCallThePathAndTheReason) {
     EXPECT_THAT(error.what(), HasSubstr("create '" + in_missing_directory.string() + "'"));
     EXPECT_THAT(error.what(), HasSubstr("No such file or directory"));
   }
-  std::vector<std::byte> bytes(4);
-  const fs::path sub = directory.path() / "sub";
-  fs::create_directory(sub);
-  try {
-    // A directory opens for reading, but reading it fails with EISDIR.
-    InputFile::open(sub).read_at(0, bytes);
-    FAIL() << "read a directory";
-  } catch (const std::system_error& error) {
-    EXPECT_EQ(error.code().value(), EISDIR);
-    EXPECT_THAT(error.what(), HasSubstr("read '" + sub.string() + "'"));
-  }
 }
 
 TEST(FileIoTest, ReadFileChecksTheSizeLimit) {
@@ -187,7 +194,7 @@ TEST(FileIoTest, ReadFileChecksTheSizeLimit) {
   try {
     read_file(path, text.size() - 1);
     FAIL() << "no error for a file above the limit";
-  } catch (const InvalidArgument& error) {
+  } catch (const DataLoss& error) {
     EXPECT_THAT(error.what(), HasSubstr("file '" + path.string() + "' has 13 bytes, more than"));
   }
 }
@@ -207,7 +214,7 @@ TEST(FileIoTest, PublishRenamesFilesAndDirectories) {
   const fs::path temporary = directory.path() / ".tmp-dir";
   fs::create_directory(temporary);
   write_file(temporary / "a", new_data);
-  sync_directory(temporary);
+  file_system().sync_directory(temporary);
   publish(temporary, directory.path() / "dir");
   EXPECT_FALSE(fs::exists(temporary));
   EXPECT_EQ(read_bytes(directory.path() / "dir" / "a"), new_data);

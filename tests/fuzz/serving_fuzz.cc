@@ -1,5 +1,6 @@
 // libFuzzer target for ServingModel::open (and a lookup of what it opens): any bytes must give
-// either a model, InvalidArgument or DataLoss, never a crash, a hang or a read outside the file.
+// either a model or DataLoss (a damaged file) or InvalidArgument (a bad lookup), never a crash, a
+// hang or a read outside the file.
 //
 // The input is tried twice:
 //   1. as a whole file;
@@ -74,7 +75,7 @@ void open_and_look_up(const ScratchFile& file) {
     } catch (const recemb::DataLoss&) {
       // Rejected as damaged: the expected outcome for almost every input.
     } catch (const recemb::InvalidArgument&) {
-      // Rejected (the lookup's own checks, and file errors not yet reported as DataLoss).
+      // Rejected by the lookup's own checks.
     }
   }
 }

@@ -1,11 +1,14 @@
 // A rank that dies or fails must end the whole MPI job quickly, with a message that says which
 // rank and why, and never leave the other ranks waiting in a collective. Runs
 // tests/mpi/training_job.cc under mpirun with 2 ranks and one failure each.
+#include <cerrno>
+#include <fstream>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <string>
 
 #include "testing/shell_command.h"
+#include "testing/temporary_directory.h"
 
 namespace {
 
@@ -53,6 +56,28 @@ TEST(RankFailure, ABadIdOnOneRankIsReportedByEveryRank) {
                                         "example 5: id 10001 is out of range"));
   EXPECT_THAT(outcome.output, HasSubstr("rank 1: rank 1: feature 'clicked' (table 'items'): "
                                         "example 5: id 10001 is out of range"));
+}
+
+// A checkpoint error has the same type (and errno) on every rank, whichever rank met it.
+TEST(RankFailure, CheckpointErrorsHaveTheSameTypeOnEveryRank) {
+  const recemb::test::TemporaryDirectory directory;
+  std::ofstream(directory / "a_file") << "not a directory";
+  Outcome outcome = run_job("--steps 3 --fail-at 1 --failure save-into-file --directory " +
+                            directory.path().string());
+  EXPECT_EQ(outcome.status, 4) << outcome.output;
+  const std::string not_a_directory = "system_error errno " + std::to_string(ENOTDIR) +
+                                      ": rank 0: mkdir '" + (directory / "a_file").string();
+  EXPECT_THAT(outcome.output, HasSubstr("rank 0: " + not_a_directory));
+  EXPECT_THAT(outcome.output, HasSubstr("rank 1: " + not_a_directory));
+
+  outcome = run_job("--steps 3 --fail-rank 1 --fail-at 1 --failure damaged-restore --directory " +
+                    directory.path().string());
+  EXPECT_EQ(outcome.status, 4) << outcome.output;
+  for (const std::string rank : {"rank 0: ", "rank 1: "}) {
+    EXPECT_THAT(outcome.output, HasSubstr(rank + "DataLoss errno 0: rank "));
+  }
+  EXPECT_THAT(outcome.output, HasSubstr("t0.accumulators.f32"));
+  EXPECT_THAT(outcome.output, HasSubstr("is damaged"));
 }
 
 }  // namespace

@@ -1,18 +1,25 @@
 // A small sharded training job for tests/mpi/rank_failure_test.cc, run under mpirun: every rank
 // trains a row-wise sharded Embedding through MPI, and one rank fails on purpose.
 //
-//   training_job --steps N [--fail-rank R --fail-at S --failure kill|throw|bad-id]
+//   training_job --steps N [--fail-rank R --fail-at S --failure F] [--directory D]
 //
-// kill: rank R sends itself SIGKILL before step S; throw: rank R throws an uncaught exception
+// F = kill: rank R sends itself SIGKILL before step S; throw: rank R throws an uncaught exception
 // (std::terminate); bad-id: rank R passes an id out of range at step S, which every rank reports
-// (the job then exits with status 3 on every rank). Prints "step S" on rank 0 after each step.
+// (the job then exits with status 3 on every rank). The checkpoint failures, at step S, report on
+// every rank "rank Q: <error type> errno <E>: <message>" and exit with status 4:
+// save-into-file: every rank saves into D/a_file (a file the caller made, not a directory);
+// damaged-restore: every rank saves into D, rank R damages a data file, every rank restores.
+// Prints "step S" on rank 0 after each step.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "recemb/recemb.h"
@@ -24,6 +31,7 @@ struct Arguments {
   int fail_rank = -1;
   int fail_at = 0;
   std::string failure = "kill";
+  std::filesystem::path directory;
 };
 
 Arguments parse(int argc, char** argv) {
@@ -39,11 +47,46 @@ Arguments parse(int argc, char** argv) {
       arguments.fail_at = std::stoi(value);
     } else if (flag == "--failure") {
       arguments.failure = value;
+    } else if (flag == "--directory") {
+      arguments.directory = value;
     } else {
       throw std::invalid_argument("unknown flag " + flag);
     }
   }
   return arguments;
+}
+
+// "<type> errno <E>: <message>" of the exception in flight.
+std::string describe_current_exception() {
+  try {
+    throw;
+  } catch (const recemb::InvalidArgument& error) {
+    return std::string("InvalidArgument errno 0: ") + error.what();
+  } catch (const recemb::FailedPrecondition& error) {
+    return std::string("FailedPrecondition errno 0: ") + error.what();
+  } catch (const recemb::DataLoss& error) {
+    return std::string("DataLoss errno 0: ") + error.what();
+  } catch (const std::system_error& error) {
+    return "system_error errno " + std::to_string(error.code().value()) + ": " + error.what();
+  } catch (const std::exception& error) {
+    return std::string("other errno 0: ") + error.what();
+  }
+}
+
+// The checkpoint failures (see the top of the file).
+void fail_in_checkpoint(recemb::Embedding& layer, const Arguments& arguments) {
+  if (arguments.failure == "save-into-file") {
+    recemb::save_checkpoint(layer, arguments.directory / "a_file");
+    return;
+  }
+  const std::filesystem::path checkpoint = recemb::save_checkpoint(layer, arguments.directory);
+  if (layer.rank() == arguments.fail_rank) {
+    std::fstream file(checkpoint / "t0.accumulators.f32",
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(100);
+    file.put('\x7f');
+  }
+  recemb::restore_checkpoint(layer, checkpoint);
 }
 
 }  // namespace
@@ -67,6 +110,15 @@ int main(int argc, char** argv) {
   std::vector<float> gradients(kBatch * 16, 0.01f);
   recemb::LookupBatch batch;
   for (int step = 0; step < arguments.steps; ++step) {
+    if (step == arguments.fail_at &&
+        (arguments.failure == "save-into-file" || arguments.failure == "damaged-restore")) {
+      try {
+        fail_in_checkpoint(layer, arguments);
+      } catch (...) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, describe_current_exception().c_str());
+        return 4;
+      }
+    }
     for (int64_t& value : ids) value = id(rng);
     if (rank == arguments.fail_rank && step == arguments.fail_at) {
       if (arguments.failure == "kill") {

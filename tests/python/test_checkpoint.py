@@ -2,6 +2,7 @@
 resumes exactly (against straight training and the float64 reference), resizing, and errors that
 name the table or the file and leave the layer unchanged."""
 
+import errno
 import json
 import os
 
@@ -179,18 +180,38 @@ def saved(tmp_path):
     return path, target
 
 
-@pytest.mark.parametrize("damage,message", [
-    (lambda path: flip_byte(path / "t0.parameters.f32", 77), r"t0\.parameters\.f32"),
-    (lambda path: flip_byte(path / "t1.accumulators.f32", 0), r"t1\.accumulators\.f32"),
-    (lambda path: os.truncate(path / "t0.accumulators.f32", 8), r"t0\.accumulators\.f32"),
-    (lambda path: os.remove(path / "t1.parameters.f32"), r"t1\.parameters\.f32"),
-    (lambda path: flip_byte(path / "manifest.json", 30), r"manifest\.json"),
+# A damaged or truncated data file is recemb.DataLoss (a ValueError), a missing one
+# FileNotFoundError; a damaged manifest a ValueError.
+@pytest.mark.parametrize("damage,error,message", [
+    (lambda path: flip_byte(path / "t0.parameters.f32", 77), recemb.DataLoss,
+     r"t0\.parameters\.f32"),
+    (lambda path: flip_byte(path / "t1.accumulators.f32", 0), recemb.DataLoss,
+     r"t1\.accumulators\.f32"),
+    (lambda path: os.truncate(path / "t0.accumulators.f32", 8), recemb.DataLoss,
+     r"t0\.accumulators\.f32"),
+    (lambda path: os.remove(path / "t1.parameters.f32"), FileNotFoundError,
+     r"t1\.parameters\.f32"),
+    (lambda path: flip_byte(path / "manifest.json", 30), ValueError, r"manifest\.json"),
 ])
-def test_damaged_checkpoint_raises_naming_the_file_and_changes_nothing(saved, damage, message):
+def test_damaged_checkpoint_raises_naming_the_file_and_changes_nothing(saved, damage, error,
+                                                                       message):
     path, target = saved
     damage(path)
     before = state(target)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(error, match=message):
+        target.restore(path)
+    assert_bitwise_equal(state(target), before)
+
+
+def test_data_loss_is_a_value_error_and_a_missing_checkpoint_file_not_found(saved, tmp_path):
+    assert issubclass(recemb.DataLoss, ValueError)
+    path, target = saved
+    with pytest.raises(FileNotFoundError, match="no checkpoint at") as missing:
+        target.restore(tmp_path / "nothing")
+    assert missing.value.errno == errno.ENOENT
+    before = state(target)
+    os.truncate(path / "t0.parameters.f32", 4)
+    with pytest.raises(recemb.DataLoss, match=r"t0\.parameters\.f32.*truncated"):
         target.restore(path)
     assert_bitwise_equal(state(target), before)
 
@@ -220,7 +241,7 @@ def test_mismatched_configs_raise_naming_the_table_and_change_nothing(saved, tmp
     with pytest.raises(ValueError, match="resize: unknown resize 'shrink'; valid names are "
                                          "'error', 'grow', 'grow_or_shrink'"):
         target.restore(path, resize="shrink")
-    with pytest.raises(ValueError, match="no checkpoint at"):
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         target.restore(tmp_path / "nothing")
 
 
@@ -265,8 +286,9 @@ def test_lookup_only_layer_takes_the_parameters(saved):
 def test_file_system_errors_are_os_errors(tmp_path):
     layer = make_layer((random_table(np.random.default_rng(0), VIDEO), "zeros"), "sgd")
     (tmp_path / "file").write_bytes(b"x")
-    with pytest.raises(NotADirectoryError, match="file"):
+    with pytest.raises(NotADirectoryError, match="file") as error:
         layer.save(tmp_path / "file" / "root")
+    assert error.value.errno == errno.ENOTDIR
 
 
 def test_bindings_extra_arrays_metadata_and_load_checkpoint(tmp_path):

@@ -3,6 +3,7 @@ under mpirun through mpi_checkpoint_script.py): a checkpoint saved at one placem
 count restores at another with tables, slots and step bit for bit, training then continues as the
 unsharded layer's (to 1e-5), and a damaged file fails every rank naming it."""
 
+import errno
 import os
 import shutil
 import signal
@@ -126,7 +127,7 @@ def test_a_damaged_file_fails_every_rank_naming_it(tmp_path):
     def restore(rank, communicator):
         other = make_layer(problem.placement("row_wise", 2), communicator, seed=SEED + 1)
         before = state_of(other)
-        with pytest.raises(ValueError) as error:
+        with pytest.raises(recemb.DataLoss) as error:
             other.restore(checkpoint)
         assert_bitwise(state_of(other), before)
         return str(error.value)
@@ -145,6 +146,19 @@ def test_saving_an_existing_step_fails_every_rank(tmp_path):
 
     values_of(run_ranks(2, save_twice))
     assert sorted(os.listdir(tmp_path)) == ["ckpt-000000000000"]
+
+
+def test_a_file_system_error_is_the_same_os_error_on_every_rank(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_bytes(b"x")
+
+    def save_into_a_file(rank, communicator):
+        layer = make_layer(problem.placement("row_wise", 2), communicator)
+        with pytest.raises(NotADirectoryError, match="rank 0: ") as error:
+            layer.save(a_file)
+        return error.value.errno
+
+    assert values_of(run_ranks(2, save_into_a_file)) == [errno.ENOTDIR, errno.ENOTDIR]
 
 
 def mpi_skip_reason():

@@ -252,11 +252,15 @@ def damage(path, offset, *, truncate=False):
 def test_open_errors_name_the_file(exported):
     _, paths = exported
     path = paths["float32"]
-    with pytest.raises(ValueError, match="missing"):
+    with pytest.raises(FileNotFoundError, match="missing"):
         recemb.ServingModel.open(path.with_name("missing"))
+    fifo = path.with_name("fifo")
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):  # at once, not waiting for a writer
+        recemb.ServingModel.open(fifo)
     size = path.stat().st_size
     damage(path, size - 100)  # a byte of the last table
-    with pytest.raises(ValueError, match=re.escape(f"{path}': table 'b'")):
+    with pytest.raises(recemb.DataLoss, match=re.escape(f"{path}': table 'b'")):
         recemb.ServingModel.open(path)
     recemb.ServingModel.open(path, verify=False)  # table checksums are skipped
     damage(path, size - 100)

@@ -3,6 +3,7 @@
 // hold; and atomicity: a failing export (bad value, missing directory, a write that fails midway)
 // leaves no file and no temporary behind, and an existing model untouched.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <string>
 #include <sys/resource.h>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "recemb/embedding.h"
@@ -22,6 +24,7 @@
 #include "format/checksum.h"
 #include "serving/model_file.h"
 #include "testing/error_of.h"
+#include "testing/fault_file_system.h"
 #include "testing/files.h"
 #include "testing/temporary_directory.h"
 
@@ -313,6 +316,47 @@ TEST_F(ExporterErrorTest, FailedWriteLeavesThePreviousModel) {
   export_serving_model(layer, path_);  // and without the limit it is written
   EXPECT_EQ(ServingModel::open(path_).tables()[0].vocabulary_size, 37 * 40);
   EXPECT_THAT(directory_.entries(), ElementsAre("model.recemb"));
+}
+
+// Every write, fsync, rename and directory fsync of an export fails in turn (ENOSPC, EIO, a short
+// write): std::system_error with that errno, the layer unchanged, and the path holds the previous
+// model, or the new one when only the directory fsync after the rename failed; nothing else is
+// left in the directory.
+TEST_F(ExporterErrorTest, EveryFailingCallLeavesTheOldOrTheNewModel) {
+  Embedding layer = make_layer();
+  const std::vector<float> before(layer.variable_data("user", "parameters").begin(),
+                                  layer.variable_data("user", "parameters").end());
+  const std::filesystem::path fresh = directory_ / "fresh.recemb";
+  export_serving_model(layer, fresh);
+  const std::vector<std::byte> exported = test::read_bytes(fresh);
+  std::filesystem::remove(fresh);
+  int injected = 0;
+  for (const test::FaultPoint point : test::kFaultPoints) {
+    for (const auto& [error_number, short_write] :
+         std::vector<std::pair<int, bool>>{{ENOSPC, false}, {EIO, false}, {ENOSPC, true}}) {
+      if (short_write && point != test::FaultPoint::kWrite) continue;
+      for (int nth = 1;; ++nth) {
+        SCOPED_TRACE(test::fault_point_name(point) + " number " + std::to_string(nth) +
+                     " fails with errno " + std::to_string(error_number));
+        test::FaultFileSystem file_system;
+        file_system.fail(point, nth, error_number, short_write);
+        try {
+          export_serving_model(layer, path_);
+          break;  // nth is past the last call of that kind
+        } catch (const std::system_error& error) {
+          EXPECT_EQ(error.code().value(), error_number) << error.what();
+        }
+        ++injected;
+        EXPECT_THAT(directory_.entries(), ElementsAre("model.recemb"));
+        const std::vector<std::byte> now = test::read_bytes(path_);
+        EXPECT_TRUE(now == previous_ || now == exported);
+        EXPECT_TRUE(std::equal(before.begin(), before.end(),
+                               layer.variable_data("user", "parameters").begin()));
+        test::write_bytes(path_, previous_);
+      }
+    }
+  }
+  EXPECT_GE(injected, 5);
 }
 
 }  // namespace

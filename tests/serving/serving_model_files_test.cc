@@ -2,6 +2,7 @@
 // foreign, of another version, or whose manifest was edited; the checked-in version-1 models;
 // missing directories and bad options. Lookups are tested in serving_model_test.cc.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -11,6 +12,8 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <sys/stat.h>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -44,21 +47,6 @@ using test::TemporaryDirectory;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// The message of the DataLoss or InvalidArgument that `call` throws: a damaged manifest or header
-// is DataLoss, other damaged files are still InvalidArgument.
-template <class Call>
-std::string damaged_file_error(Call call) {
-  try {
-    call();
-  } catch (const DataLoss& error) {
-    return error.what();
-  } catch (const InvalidArgument& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
-}
-
 // ------------------------------------------------------------------------------------------------
 // Damaged, truncated and foreign files.
 
@@ -69,13 +57,13 @@ class ServingFileErrorTest : public ::testing::TestWithParam<ServingDtype> {
     file_ = ModelFile::read(good_);
   }
 
-  // Opening `bytes` (written to damaged_) throws InvalidArgument naming the file and containing
+  // Opening `bytes` (written to damaged_) throws DataLoss naming the file and containing
   // `fragment`.
   void expect_rejected(const std::vector<std::byte>& bytes, bool verify,
                        const std::string& fragment, const std::string& trace) {
     test::write_bytes(damaged_, bytes);
     const std::string message =
-        damaged_file_error([&] { ServingModel::open(damaged_, {.verify = verify}); });
+        error_of<DataLoss>([&] { ServingModel::open(damaged_, {.verify = verify}); });
     EXPECT_THAT(message,
                 AllOf(HasSubstr("serving model '" + damaged_.string() + "'"), HasSubstr(fragment)))
         << trace;
@@ -175,12 +163,12 @@ TEST_P(ServingFileErrorTest, EditedManifestsAreValidated) {
                   /*verify=*/false, "feature 'bags_c': table 'missing'", "feature");
   expect_rejected(rebuilt([](auto& m) { m["tables"][0]["config"]["combiner"] = "max"; }),
                   /*verify=*/false, "combiner", "combiner");
-  expect_rejected(rebuilt([](auto& m) { m["dtype"] = "bfloat16"; }), /*verify=*/false,
-                  "'bfloat16'", "dtype");
+  expect_rejected(rebuilt([](auto& m) { m["dtype"] = "bfloat16"; }), /*verify=*/false, "'bfloat16'",
+                  "dtype");
   const auto wrong_checksum =
       rebuilt([](auto& m) { m["tables"][2]["checksum"] = "0123456789abcdef"; });
-  expect_rejected(wrong_checksum, /*verify=*/true,
-                  "table 'quantized': the checksum does not match", "checksum");
+  expect_rejected(wrong_checksum, /*verify=*/true, "table 'quantized': the checksum does not match",
+                  "checksum");
   test::write_bytes(damaged_, wrong_checksum);
   EXPECT_NO_THROW(ServingModel::open(damaged_, {.verify = false}));
 }
@@ -274,8 +262,18 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, ServingGoldenTest, ::testing::ValuesIn(kDtyp
 TEST(ServingOpenTest, MissingDirectoriesForeignFilesAndBadOptions) {
   const TemporaryDirectory directory;
   const std::filesystem::path missing = directory / "missing.recemb";
-  EXPECT_EQ(error_of<InvalidArgument>([&] { ServingModel::open(missing); }),
-            "serving model '" + missing.string() + "': the file does not exist");
+  try {
+    ServingModel::open(missing);
+    ADD_FAILURE() << "opened a missing file";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code().value(), ENOENT);
+    EXPECT_THAT(error.what(), HasSubstr("open '" + missing.string() + "'"));
+  }
+  // A FIFO is refused at once, without waiting for a writer.
+  const std::filesystem::path fifo = directory / "fifo.recemb";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(error_of<InvalidArgument>([&] { ServingModel::open(fifo); }),
+              HasSubstr("not a regular file"));
   EXPECT_THAT(error_of<InvalidArgument>([&] { ServingModel::open(directory.path()); }),
               HasSubstr("not a regular file"));
   const std::filesystem::path text = directory / "notes.txt";

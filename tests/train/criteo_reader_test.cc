@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <sys/stat.h>
 #include <vector>
 
 #include "recemb/error.h"
@@ -565,6 +566,10 @@ TEST(CriteoReaderTest, ConstructorValidates) {
   std::filesystem::create_directories(files.path("directory"));
   expect_error({files.path("directory")}, {.vocabulary_sizes = vocabulary},
                "'" + files.path("directory") + "' is not a regular file");
+  // A FIFO is refused at once, without waiting for a writer.
+  ASSERT_EQ(::mkfifo(files.path("fifo").c_str(), 0600), 0);
+  expect_error({files.path("fifo")}, {.vocabulary_sizes = vocabulary},
+               "'" + files.path("fifo") + "' is not a regular file");
   expect_error({}, {.vocabulary_sizes = vocabulary}, "no input files");
   expect_error({good}, {}, "CriteoReader: vocabulary_sizes has 0 sizes, expected 26");
   expect_error({good}, {.vocabulary_sizes = vocabulary, .max_malformed = -1},

@@ -1,6 +1,8 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -9,14 +11,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
+#include <system_error>
 #include <thread>
 #include <vector>
 
+#include "recemb/checkpoint.h"
 #include "recemb/communicator.h"
 #include "recemb/error.h"
 
+#include "testing/fault_file_system.h"
 #include "testing/files.h"
 
 namespace recemb::train {
@@ -188,6 +194,47 @@ TEST(Trainer, BadDataPathsAreReported) {
   std::ostringstream log;
   EXPECT_THROW(run_training(small_config(dir, {"data.path=\"/nonexistent/day_0\""}), {.log = &log}),
                InvalidArgument);
+}
+
+// A write, fsync, rename or directory fsync failing in the trainer's second or last checkpoint:
+// the run throws std::system_error with that errno, the latest checkpoint is a complete one, and
+// a resume from it finishes the run.
+TEST(Trainer, AFailingCheckpointLeavesACompleteOneToResumeFrom) {
+  const std::vector<std::string> schedule = {"train.steps=60", "checkpoint.every=20",
+                                             "train.eval_every=60"};
+  std::array<int, test::kFaultPoints.size()> calls{};  // of a run without faults
+  {
+    test::FaultFileSystem file_system;
+    std::ostringstream log;
+    run_training(small_config(fresh_dir("fault_count"), schedule), {.log = &log});
+    for (size_t p = 0; p < calls.size(); ++p) calls[p] = file_system.count(test::kFaultPoints[p]);
+  }
+  for (size_t p = 0; p < calls.size(); ++p) {
+    const test::FaultPoint point = test::kFaultPoints[p];
+    for (const int nth : {calls[p] / 2, calls[p]}) {
+      SCOPED_TRACE(test::fault_point_name(point) + " number " + std::to_string(nth) + " of " +
+                   std::to_string(calls[p]));
+      ASSERT_GT(nth, 0);
+      const auto dir = fresh_dir("fault");
+      std::ostringstream log;
+      {
+        test::FaultFileSystem file_system;
+        file_system.fail(point, nth, EIO);
+        try {
+          run_training(small_config(dir, schedule), {.log = &log});
+          ADD_FAILURE() << "no exception";
+        } catch (const std::system_error& error) {
+          EXPECT_EQ(error.code().value(), EIO) << error.what();
+        }
+      }
+      const std::optional<std::filesystem::path> latest = latest_checkpoint(dir / "checkpoints");
+      ASSERT_TRUE(latest.has_value());
+      EXPECT_NO_THROW(load_checkpoint(*latest));  // verifies every file
+      const TrainSummary resumed =
+          run_training(small_config(dir, schedule), {.resume = true, .log = &log});
+      EXPECT_EQ(resumed.steps, 60);
+    }
+  }
 }
 
 }  // namespace

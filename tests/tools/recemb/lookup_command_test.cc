@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <regex>
 #include <sstream>
+#include <system_error>
 
 #include "recemb/embedding.h"
 #include "recemb/error.h"
@@ -105,7 +106,7 @@ TEST(LookupCommand, BadLinesAreReportedWithLineNumbersAndTheOthersAnswered) {
 
   std::istringstream none;
   EXPECT_THROW(run_lookup_command({.model = "/nonexistent.model"}, none, out, err),
-               InvalidArgument);
+               std::system_error);
 }
 
 // Hostile lines (numbers beyond double's range, deep nesting, long keys, values of the wrong

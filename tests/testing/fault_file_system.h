@@ -1,0 +1,114 @@
+// A file system for tests (format/file_system.h, in the spirit of leveldb's fault_injection_test)
+// that forwards to the POSIX one and can make its calls fail or the machine crash:
+//   - fail(): the Nth write, file fsync, rename or directory fsync throws std::system_error with a
+//     chosen errno (ENOSPC, EIO, ...); a write can first write part of its bytes (a short write);
+//   - crash_at(): from the Nth call that changes anything on, every call throws SimulatedCrash;
+//     drop_unsynced() then loses what a real crash would: every file's bytes since its last fsync
+//     (a file never fsynced becomes empty) and every creation and rename of a directory entry not
+//     followed by an fsync of that directory (undone, newest first). Removals are not undone.
+// Constructing one installs it as the file system in use; destroying it puts the POSIX one back.
+// Thread-safe (the ranks of in_process_communicators share it).
+#ifndef RECEMB_TESTS_TESTING_FAULT_FILE_SYSTEM_H_
+#define RECEMB_TESTS_TESTING_FAULT_FILE_SYSTEM_H_
+
+#include <array>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "format/file_system.h"
+
+namespace recemb::test {
+
+// The calls fail() can make fail.
+enum class FaultPoint { kWrite, kSync, kRename, kSyncDirectory };
+inline constexpr std::array<FaultPoint, 4> kFaultPoints = {
+    FaultPoint::kWrite, FaultPoint::kSync, FaultPoint::kRename, FaultPoint::kSyncDirectory};
+std::string fault_point_name(FaultPoint point);
+
+// What every call throws once the simulated machine has crashed.
+class SimulatedCrash : public std::runtime_error {
+ public:
+  SimulatedCrash() : std::runtime_error("simulated crash") {}
+};
+
+class FaultFileSystem final : public format::FileSystem {
+ public:
+  FaultFileSystem();
+  ~FaultFileSystem() override;
+  FaultFileSystem(const FaultFileSystem&) = delete;
+  FaultFileSystem& operator=(const FaultFileSystem&) = delete;
+
+  // How many calls of `point` ran (or failed) so far.
+  int count(FaultPoint point) const;
+  // How many calls that change anything (create, open for writing, write, resize, fsync, close,
+  // rename, remove, mkdir, directory fsync) ran so far.
+  int changes() const;
+
+  // The call of `point` number `nth` (1-based, counted as count() counts) throws
+  // std::system_error `error`; a write first writes the first half of its bytes when
+  // `short_write`. Replaces an earlier fail().
+  void fail(FaultPoint point, int nth, int error, bool short_write = false);
+  // The change number `nth` (as changes() counts) and every call after it throw SimulatedCrash.
+  void crash_at(int nth);
+  // After a crash (or at any time): undoes what was not synced, as described above, and lets
+  // calls through again.
+  void drop_unsynced();
+
+  std::unique_ptr<format::WritableFile> create(const std::filesystem::path& path,
+                                               format::ExistingFile existing) override;
+  std::unique_ptr<format::WritableFile> open_for_writing(
+      const std::filesystem::path& path) override;
+  std::unique_ptr<format::ReadableFile> open(const std::filesystem::path& path) override;
+  void rename(const std::filesystem::path& from, const std::filesystem::path& to) override;
+  void remove_all(const std::filesystem::path& path) override;
+  void create_directory(const std::filesystem::path& path) override;
+  void sync_directory(const std::filesystem::path& directory) override;
+  std::vector<std::filesystem::path> list(const std::filesystem::path& directory) override;
+
+ private:
+  friend class FaultWritableFile;
+
+  // A created or renamed directory entry, undone by a crash unless its directory was synced.
+  struct EntryChange {
+    enum Kind { kCreateFile, kCreateDirectory, kRename } kind;
+    std::filesystem::path path;  // the new entry (kRename: the destination)
+    std::filesystem::path from;  // kRename: the source
+  };
+  // A file written through this file system: its contents at its last fsync.
+  struct FileState {
+    std::string synced;
+    bool dirty = false;
+  };
+
+  // Counts a change (and a call of `point`, if any); throws if it is to crash or fail. Returns
+  // whether a write is to be short. Requires mutex_.
+  bool before(std::optional<FaultPoint> point, const std::string& what);
+  void track_new_file(const std::filesystem::path& path);
+  void mark_dirty(const std::filesystem::path& path);
+  void mark_synced(const std::filesystem::path& path);
+  // Moves the states of `from` and of the files under it to `to`.
+  void move_states(const std::filesystem::path& from, const std::filesystem::path& to);
+
+  format::FileSystem& posix_;
+  mutable std::mutex mutex_;
+  std::array<int, kFaultPoints.size()> counts_{};
+  int changes_ = 0;
+  std::optional<FaultPoint> fail_point_;
+  int fail_nth_ = 0;
+  int fail_error_ = 0;
+  bool fail_short_ = false;
+  int crash_at_ = 0;  // 0: never
+  bool crashed_ = false;
+  std::vector<EntryChange> unsynced_entries_;
+  std::map<std::filesystem::path, FileState> files_;
+};
+
+}  // namespace recemb::test
+
+#endif  // RECEMB_TESTS_TESTING_FAULT_FILE_SYSTEM_H_
