@@ -371,7 +371,7 @@ void Embedding::finish_lookup(LookupBatch& batch) {
 }
 
 void Embedding::agree_on_error(std::exception_ptr error) {
-  impl_->join_prefetch();
+  impl_->execution.join_prefetch();
   recemb::agree_on_error(impl_->exchange.communicator(), std::move(error));
 }
 

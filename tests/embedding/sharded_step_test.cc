@@ -455,7 +455,7 @@ TEST(ShardedStep, OneProcessHoldingItsTablesWholeExchangesNothingAndMatchesBitwi
         Plan{{.num_shards = 2, .strategy = ShardingStrategy::kReplicated}, true},
         Plan{{.num_shards = 1, .strategy = ShardingStrategy::kColumnWise}, true},
         Plan{{.num_shards = 2, .strategy = ShardingStrategy::kRowWise}, false}}) {
-    SCOPED_TRACE(sharding_strategy_name(plan.placement.strategy) + " over " +
+    SCOPED_TRACE(std::string(sharding_strategy_name(plan.placement.strategy)) + " over " +
                  std::to_string(plan.placement.num_shards));
     RunSetup setup = single;
     setup.placement = plan.placement;
