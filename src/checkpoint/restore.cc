@@ -29,6 +29,7 @@
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/part_io.h"
+#include "config/validate.h"
 #include "embedding/agreement.h"
 #include "embedding/parts.h"
 #include "format/config_json.h"
@@ -85,11 +86,10 @@ std::map<std::string, std::vector<float>> verify_files(const fs::path& directory
 }
 
 std::optional<std::string> optimizer_name_of(const Embedding& embedding, const TableConfig& table) {
-  if (table.optimizer) return std::string(optimizer_name(*table.optimizer));
-  if (embedding.options().optimizer) {
-    return std::string(optimizer_name(*embedding.options().optimizer));
-  }
-  return std::nullopt;
+  const std::optional<Optimizer>& optimizer =
+      internal::effective_optimizer(table, embedding.options().optimizer);
+  if (!optimizer) return std::nullopt;
+  return std::string(optimizer_name(*optimizer));
 }
 
 // Phase 1: what to load where; throws InvalidArgument for any mismatch.
