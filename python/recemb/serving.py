@@ -13,7 +13,7 @@ is checked against the file), or use the default, a dict keyed by feature name.
 from recemb import _nest, _recemb
 from recemb._activations import ActivationArrays
 from recemb.config import FeatureConfig, QuantizationConfig, Resolved, TableConfig
-from recemb.embedding import _pure_lookup
+from recemb._lookup import _pure_lookup
 
 
 def _file_tables(model):
