@@ -18,15 +18,7 @@ int main(int argc, char** argv) {
     recemb::fuzz::write_file(corpus / "manifest", text);
     const std::string compact = json.dump();
     recemb::fuzz::write_file(corpus / "manifest-compact", compact);
-    const auto with_member = [&compact](const std::string& member) {
-      std::string hostile = compact;
-      hostile.insert(hostile.rfind('}'), ", " + member);
-      return hostile;
-    };
-    recemb::fuzz::write_file(
-        corpus / "manifest-deep",
-        with_member("\"deep\": " + std::string(100000, '[') + std::string(100000, ']')));
-    recemb::fuzz::write_file(corpus / "manifest-1e400", with_member("\"huge\": [1e400]"));
+    recemb::fuzz::write_hostile_json_seeds(corpus, "manifest", compact);
     json["extra_arrays"] = Json::array();
     json["metadata"] = Json::object();
     json["features"].erase(1);

@@ -24,6 +24,21 @@ inline void write_file(const std::filesystem::path& path, const std::string& byt
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
+// Two seeds every JSON reader must refuse without crashing: `json_text` (whose last '}' closes the
+// document's object) with a member nested 100,000 arrays deep (corpus/<prefix>-deep), and with a
+// member holding a number beyond double's range (corpus/<prefix>-1e400).
+inline void write_hostile_json_seeds(const std::filesystem::path& corpus, const std::string& prefix,
+                                     const std::string& json_text) {
+  const auto with_member = [&json_text](const std::string& member) {
+    std::string hostile = json_text;
+    hostile.insert(hostile.rfind('}'), ", " + member);
+    return hostile;
+  };
+  write_file(corpus / (prefix + "-deep"),
+             with_member("\"deep\": " + std::string(100000, '[') + std::string(100000, ']')));
+  write_file(corpus / (prefix + "-1e400"), with_member("\"huge\": [1e400]"));
+}
+
 // main() of a seeds program: checks the arguments, creates the corpus directory and a fresh scratch
 // directory, calls write_seeds(corpus, scratch), then removes the scratch directory. Returns the
 // exit status (2 for a usage error, 1 if the scratch directory cannot be created).

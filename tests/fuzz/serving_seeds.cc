@@ -43,15 +43,7 @@ int main(int argc, char** argv) {
       manifest_form += bytes.substr(64, manifest_size);
       recemb::fuzz::write_file(corpus / ("manifest-" + dtype_name), manifest_form);
       if (dtype == recemb::ServingDtype::kFloat32) {
-        const auto with_member = [&manifest_form](const std::string& member) {
-          std::string hostile = manifest_form;
-          hostile.insert(hostile.rfind('}'), ", " + member);
-          return hostile;
-        };
-        recemb::fuzz::write_file(
-            corpus / "manifest-deep",
-            with_member("\"deep\": " + std::string(100000, '[') + std::string(100000, ']')));
-        recemb::fuzz::write_file(corpus / "manifest-1e400", with_member("\"huge\": [1e400]"));
+        recemb::fuzz::write_hostile_json_seeds(corpus, "manifest", manifest_form);
       }
     }
   });
