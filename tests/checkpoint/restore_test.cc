@@ -100,7 +100,7 @@ TEST(RestoreCheckpointTest, ExtraArraysAndMetadataComeBack) {
 // [3, 2] (RowwiseAdagrad), step 7, variable v (in manifest order) element i = (v + 1) / 2 + i / 4,
 // extra array "dense" = {1, -2, 0.5}, metadata {"run": "golden"}, checksum blocks of 16 bytes.
 TEST(RestoreCheckpointTest, ReadsTheCheckedInVersion1Checkpoint) {
-  const fs::path root = fs::path(__FILE__).parent_path().parent_path() / "data" / "checkpoint-v1";
+  const fs::path root = test::checked_in_data_dir() / "checkpoint-v1";
   const Embedding loaded = load_checkpoint(root, {.num_threads = 1});
   EXPECT_EQ(loaded.step(), 7);
   EXPECT_EQ(loaded.options().seed, 3u);

@@ -189,7 +189,7 @@ class ServingGoldenTest : public ::testing::TestWithParam<ServingDtype> {};
 TEST_P(ServingGoldenTest, ReadsTheCheckedInVersion1Model) {
   const ServingDtype dtype = GetParam();
   const std::filesystem::path path =
-      std::filesystem::path(__FILE__).parent_path().parent_path() / "data" / "serving-v1" /
+      test::checked_in_data_dir() / "serving-v1" /
       ("model-" + std::string(serving_dtype_name(dtype)) + ".recemb");
   EXPECT_EQ(ModelFile::read(path).format_version, 1u);
   const ServingModel model = ServingModel::open(path);

@@ -26,6 +26,8 @@ void write_bytes(const std::filesystem::path& path, std::span<const std::byte> b
   if (!stream) throw std::runtime_error("cannot write '" + path.string() + "'");
 }
 
+std::filesystem::path checked_in_data_dir() { return RECEMB_CHECKED_IN_DATA_DIR; }
+
 std::vector<std::byte> random_bytes(std::mt19937_64& rng, size_t size) {
   std::vector<std::byte> bytes(size);
   for (std::byte& byte : bytes) byte = static_cast<std::byte>(rng());
