@@ -327,7 +327,7 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
           if (!writes(local.part, variable, dim) || local.part.rows == 0) continue;
           const fs::path path =
               directory / internal::variable_file_name(local.part.table, variable.name);
-          if (local.part.whole()) {
+          if (local.part.whole) {
             written_whole.emplace_back(
                 file_index.at(path.filename().string()),
                 internal::write_data_file(path, std::as_bytes(variable.values),

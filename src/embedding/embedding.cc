@@ -122,7 +122,7 @@ size_t Model::table_index(std::string_view name) const {
 
 const TableState* Model::whole_state(size_t table) const {
   for (const TableState& state : states) {
-    if (state.part().table == table && state.part().whole()) return &state;
+    if (state.part().table == table && state.part().whole) return &state;
   }
   return nullptr;
 }
