@@ -1,6 +1,7 @@
 #include "train/predictor.h"
 
 #include <algorithm>
+#include <system_error>
 #include <utility>
 
 #include "recemb/error.h"
@@ -13,6 +14,12 @@ Predictor Predictor::open(const std::filesystem::path& model_dir, const OpenOpti
   const std::filesystem::path embeddings_path = model_dir / kEmbeddingsFileName;
   const std::filesystem::path dense_path = model_dir / kDenseFileName;
   ServingModel embeddings = ServingModel::open(embeddings_path, options);
+  if (!std::filesystem::exists(dense_path)) {
+    throw std::system_error(std::make_error_code(std::errc::no_such_file_or_directory),
+                            "'" + model_dir.string() + "' has no dense model (" + kDenseFileName +
+                                "): it was exported from a checkpoint that is not one of recemb "
+                                "train, and serves lookups only");
+  }
   DenseModelFile dense = read_dense_model_file(dense_path);
   CriteoInput served;
   try {

@@ -198,7 +198,7 @@ TEST(PredictorTest, RefusesModelDirectoriesWhoseFilesDoNotBelongTogether) {
     ADD_FAILURE() << "opened";
   } catch (const std::system_error& error) {
     EXPECT_EQ(error.code(), std::errc::no_such_file_or_directory);
-    EXPECT_THAT(error.what(), HasSubstr(kDenseFileName));
+    EXPECT_THAT(error.what(), AllOf(HasSubstr(kDenseFileName), HasSubstr("has no dense model")));
   }
 }
 
