@@ -62,12 +62,6 @@ Json widths_to_json(const std::vector<int64_t>& widths) {
   return json;
 }
 
-std::vector<int64_t> widths_from_json(const JsonReader& json) {
-  std::vector<int64_t> widths;
-  for (size_t i = 0; i < json.size(); ++i) widths.push_back(json.element(i).integer(1));
-  return widths;
-}
-
 Json config_json(const DlrmDenseConfig& config) {
   return {{"num_dense_features", config.num_dense_features},
           {"num_sparse_features", config.num_sparse_features},
@@ -76,18 +70,60 @@ Json config_json(const DlrmDenseConfig& config) {
           {"top_mlp", widths_to_json(config.top_mlp)}};
 }
 
-// A DlrmDenseConfig of the document, whose DlrmDenseModel can be built (else the document's
-// exception, naming the path and DlrmDenseModel's reason).
-DlrmDenseConfig config_from_json(const JsonReader& json) {
+// The widest layer and the largest embedding_dim a file may describe: far beyond DLRM's (up to a
+// few thousand), and small enough that DlrmDenseModel::parameter_count cannot overflow.
+constexpr int64_t kMaxWidth = int64_t{1} << 16;
+
+// Throws InvalidArgument unless a model of `config` reads Criteo lines: 13 dense and 26
+// categorical features.
+void check_criteo_shape(const DlrmDenseConfig& config) {
+  if (config.num_dense_features != kNumDenseFeatures ||
+      config.num_sparse_features != kNumCategoricalFeatures) {
+    throw InvalidArgument(
+        "the model takes " + std::to_string(config.num_dense_features) + " dense and " +
+        std::to_string(config.num_sparse_features) + " categorical features; a Criteo line has " +
+        std::to_string(kNumDenseFeatures) + " and " + std::to_string(kNumCategoricalFeatures));
+  }
+}
+
+// A DlrmDenseConfig of the document (a file's, or a checkpoint's metadata) for a model of
+// `parameter_count` parameters (as the data beside it holds), checked without building the
+// model, so that a damaged or hostile description cannot make it allocate more than the data's
+// size: widths and dims in [1, kMaxWidth], the Criteo shape, the config valid and its parameter
+// count the data's. Anything else is the document's exception naming the path.
+DlrmDenseConfig config_from_json(const JsonReader& json, int64_t parameter_count) {
   json.expect_only(
       {"num_dense_features", "num_sparse_features", "embedding_dim", "bottom_mlp", "top_mlp"});
-  const DlrmDenseConfig config{.num_dense_features = json.member("num_dense_features").integer(1),
-                               .num_sparse_features = json.member("num_sparse_features").integer(1),
-                               .embedding_dim = json.member("embedding_dim").integer(1),
-                               .bottom_mlp = widths_from_json(json.member("bottom_mlp")),
-                               .top_mlp = widths_from_json(json.member("top_mlp"))};
+  const auto width = [](const JsonReader& value) {
+    const int64_t read = value.integer(1);
+    if (read > kMaxWidth) {
+      value.fail(std::to_string(read) + " is more than " + std::to_string(kMaxWidth));
+    }
+    return read;
+  };
+  const auto widths = [&](const JsonReader& value) {
+    std::vector<int64_t> read;
+    for (size_t i = 0; i < value.size(); ++i) read.push_back(width(value.element(i)));
+    return read;
+  };
+  const DlrmDenseConfig config{.num_dense_features = width(json.member("num_dense_features")),
+                               .num_sparse_features = width(json.member("num_sparse_features")),
+                               .embedding_dim = width(json.member("embedding_dim")),
+                               .bottom_mlp = widths(json.member("bottom_mlp")),
+                               .top_mlp = widths(json.member("top_mlp"))};
+  int64_t count = 0;
   try {
-    DlrmDenseModel{config};
+    check_criteo_shape(config);
+    count = DlrmDenseModel::parameter_count(config);
+  } catch (const InvalidArgument& error) {
+    json.fail(error.what());
+  }
+  if (count != parameter_count) {
+    json.fail("the model has " + std::to_string(count) + " parameters; the data holds " +
+              std::to_string(parameter_count));
+  }
+  try {
+    DlrmDenseModel{config};  // the MLPs' own checks
   } catch (const InvalidArgument& error) {
     json.fail(error.what());
   }
@@ -184,15 +220,10 @@ std::optional<DenseModelFile> read_checkpoint_dense_part(
       .name = context + "metadata '" + std::string(kDenseModelMetadata) + "'",
       .source = format::JsonSource::kFile};
   const Json json = format::parse_json(description->second, document);
-  DenseModelFile model{.config = config_from_json(JsonReader(json, document))};
-  const DlrmDenseModel shape(model.config);
-  if (saved->data.bytes != static_cast<uint64_t>(shape.num_parameters()) * sizeof(float)) {
-    throw DataLoss(context + "the array '" + kDenseParametersArray + "' has " +
-                   std::to_string(saved->data.bytes) + " bytes; the model described by '" +
-                   kDenseModelMetadata + "' has " + std::to_string(shape.num_parameters()) +
-                   " float32 parameters");
-  }
-  model.parameters.resize(static_cast<size_t>(shape.num_parameters()));
+  // The manifest's checks made its bytes those of its float32 shape.
+  const auto parameter_count = static_cast<int64_t>(saved->data.bytes / sizeof(float));
+  DenseModelFile model{.config = config_from_json(JsonReader(json, document), parameter_count)};
+  model.parameters.resize(static_cast<size_t>(parameter_count));
   std::vector<std::byte> scratch;
   internal::read_data_file(format::InputFile::open(directory / saved->data.file), saved->data,
                            manifest.checksum_block_bytes,
@@ -305,30 +336,30 @@ DenseModelFile read_dense_model_file(const std::filesystem::path& path) {
   const JsonReader root(json, document);
   root.expect_only({"dtype", "model", "parameters", "input"});
   root.member("dtype").expect_string("float32");
-  DenseModelFile model{.config = config_from_json(root.member("model"))};
+  const std::span<const std::byte> data = file.subspan(kHeaderSize + manifest_size);
+  if (data.size() % sizeof(float) != 0) {
+    fail(context, "parameters: the data section has " + std::to_string(data.size()) +
+                      " bytes, not whole float32 values");
+  }
+  const auto parameter_count = static_cast<int64_t>(data.size() / sizeof(float));
+  DenseModelFile model{.config = config_from_json(root.member("model"), parameter_count)};
   const DlrmDenseModel shape(model.config);
 
   const JsonReader parameters = root.member("parameters");
   parameters.expect_only({"count", "checksum", "blocks"});
   const JsonReader count = parameters.member("count");
-  if (count.integer(0) != shape.num_parameters()) {
-    count.fail("the model has " + std::to_string(shape.num_parameters()) + " parameters, not " +
-               std::to_string(count.integer(0)));
+  if (count.integer(0) != parameter_count) {
+    count.fail(std::to_string(count.integer(0)) + " is not the model's " +
+               std::to_string(parameter_count) + " parameters");
   }
   const JsonReader blocks = parameters.member("blocks");
   if (blocks.json() != blocks_json(shape)) {
     blocks.fail("the parameter blocks are not those of the model");
   }
-  const std::span<const std::byte> data = file.subspan(kHeaderSize + manifest_size);
-  if (data.size() != static_cast<uint64_t>(shape.num_parameters()) * sizeof(float)) {
-    fail(context, "parameters: the data section has " + std::to_string(data.size()) + " bytes; " +
-                      std::to_string(shape.num_parameters()) + " float32 parameters need " +
-                      std::to_string(shape.num_parameters() * 4));
-  }
   if (format::checksum(data) != format::checksum_from_json(parameters.member("checksum"))) {
     fail(context, "parameters: the checksum does not match: the parameters are damaged");
   }
-  model.parameters.resize(static_cast<size_t>(shape.num_parameters()));
+  model.parameters.resize(static_cast<size_t>(parameter_count));
   std::memcpy(model.parameters.data(), data.data(), data.size());
 
   const JsonReader input = root.member("input");

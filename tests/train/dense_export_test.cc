@@ -232,7 +232,14 @@ TEST(DenseModelFileTest, EditedManifestsAreValidated) {
   EXPECT_THAT(edited("\"embedding_dim\": 8", "\"embedding_dim\": 9"),
               HasSubstr("must equal embedding_dim (9)"));
   EXPECT_THAT(edited("\"top_mlp\": [\n   32,", "\"top_mlp\": [\n   31,"),
-              HasSubstr("parameters.count: the model has"));
+              HasSubstr("manifest: model: the model has 11653 parameters; the data holds 12017"));
+  // A hostile shape is refused before anything of its size is allocated.
+  EXPECT_THAT(edited("\"top_mlp\": [\n   32,", "\"top_mlp\": [\n   60000,"),
+              HasSubstr("the model has 21840369 parameters; the data holds 12017"));
+  EXPECT_THAT(edited("\"top_mlp\": [\n   32,", "\"top_mlp\": [\n   1000000000000,"),
+              HasSubstr("model.top_mlp[0]: 1000000000000 is more than 65536"));
+  EXPECT_THAT(edited("\"count\": 12017", "\"count\": 12018"),
+              HasSubstr("parameters.count: 12018 is not the model's 12017 parameters"));
   EXPECT_THAT(edited("\"name\": \"C3\"", "\"name\": \"C4\""),
               HasSubstr("input: categorical feature 2 is 'C4'"));
   EXPECT_THAT(edited("\"dtype\"", "\"dtipe\""), HasSubstr("not a known field"));
@@ -322,11 +329,12 @@ TEST(CheckpointDensePartTest, DamagedOrIncompleteDensePartsAreDataLoss) {
               HasSubstr("but no metadata 'dense_model'"));
   std::vector<float> short_parameters = model.parameters;
   short_parameters.pop_back();
-  EXPECT_THAT(error_of(save_checkpoint(
-                  embedding, dir / "b",
-                  {.extra_arrays = {{.name = kDenseParametersArray, .values = short_parameters}},
-                   .metadata = {{kDenseModelMetadata, dense_config_to_json(model.config)}}})),
-              HasSubstr("float32 parameters"));
+  EXPECT_THAT(
+      error_of(save_checkpoint(
+          embedding, dir / "b",
+          {.extra_arrays = {{.name = kDenseParametersArray, .values = short_parameters}},
+           .metadata = {{kDenseModelMetadata, dense_config_to_json(model.config)}}})),
+      HasSubstr("metadata 'dense_model': the model has 12017 parameters; the data holds 12016"));
   EXPECT_THAT(error_of(save_checkpoint(
                   embedding, dir / "c",
                   {.extra_arrays = {{.name = kDenseParametersArray, .values = model.parameters}},
