@@ -10,15 +10,31 @@ import numpy as np
 
 from recemb import _nest, _recemb, optimizers
 
-_NAMED_INITIALIZERS = {"zeros": 0.0, "ones": 1.0}
+# Keras's names of the initializers recemb computes in C++.
+_NAMED_INITIALIZERS = {"zeros": lambda: _recemb.Constant(value=0.0),
+                       "ones": lambda: _recemb.Constant(value=1.0),
+                       "truncated_normal": _recemb.TruncatedNormal}
 _CPP_INITIALIZERS = (_recemb.TruncatedNormal, _recemb.Constant, _recemb.RowId)
 
 
+def _parse_name(parse, argument, value):
+    """What `parse` (a bound parse_X function) gives for the name `value` of the argument
+    `argument`; otherwise ValueError 'argument=value: ' and the C++ message, which lists the
+    valid names (a value that is not a str is parsed as its repr, which no valid name is)."""
+    try:
+        return parse(value if isinstance(value, str) else repr(value))
+    except ValueError as error:
+        raise ValueError(f"{argument}={value!r}: {error}") from None
+
+
 def _int(owner, field, value):
-    """`value` as an int, or ValueError naming the field; its range is checked by the C++ library
-    when the Embedding is built."""
+    """`value` as an int of the C++ fields' type (int64), or ValueError naming the field; its
+    valid range is checked by the C++ library when the Embedding is built."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{owner}: {field} must be an int, got {value!r}")
+    if not -2**63 <= value < 2**63:
+        raise ValueError(f"{owner}: {field}={value}: outside the 64-bit integers "
+                         "[-2**63, 2**63)")
     return int(value)
 
 
@@ -39,8 +55,8 @@ class QuantizationConfig:
 class TableConfig:
     """One embedding table: vocabulary_size rows of dim float32 values.
 
-    initializer: None (TF's default: truncated normal with stddev 1/sqrt(dim)), "zeros", "ones",
-        a float constant, an array of shape [vocabulary_size, dim], a callable shape -> array
+    initializer: None or "truncated_normal" (TF's default: truncated normal with stddev
+        1/sqrt(dim)), "zeros", "ones", a float constant, an array of shape [vocabulary_size, dim], a callable shape -> array
         (called once with (vocabulary_size, dim) when the Embedding is built), or one of
         recemb.initializers.
     optimizer: this table's optimizer (a recemb.optimizers object or name); None uses the
@@ -56,8 +72,8 @@ class TableConfig:
         self.vocabulary_size = _int(owner, "vocabulary_size", vocabulary_size)
         self.dim = _int(owner, "dim", dim)
         try:
-            _recemb.parse_combiner(combiner)
-        except (ValueError, TypeError) as error:
+            _parse_name(_recemb.parse_combiner, "combiner", combiner)
+        except ValueError as error:
             raise ValueError(f"{owner}: {error}") from None
         if isinstance(initializer, str) and initializer not in _NAMED_INITIALIZERS:
             raise ValueError(f"{owner}: initializer names are {list(_NAMED_INITIALIZERS)}, got "
@@ -109,7 +125,7 @@ class FeatureConfig:
         self.name = name
 
     def __repr__(self):
-        return (f"FeatureConfig(table={self.table.name!r}, max_sequence_length="
+        return (f"FeatureConfig(table={self.table!r}, max_sequence_length="
                 f"{self.max_sequence_length}, validate_weights_and_indices="
                 f"{self.validate_weights_and_indices}, output_shape={self.output_shape}, "
                 f"name={self.name!r})")
@@ -129,7 +145,7 @@ def _cpp_initializer(table):
     if isinstance(init, _CPP_INITIALIZERS):
         return init
     if isinstance(init, str):
-        return _recemb.Constant(value=_NAMED_INITIALIZERS[init])
+        return _NAMED_INITIALIZERS[init]()
     if isinstance(init, numbers.Real):
         return _recemb.Constant(value=float(init))
     return None

@@ -6,9 +6,11 @@ placement= and communicator=, see recemb.placement).
     activations = layer(inputs)              # same structure as `features`; kept for training
     ... the dense model computes d(loss)/d(activations) ...
     layer.apply_gradients(gradients)         # same structure; the optimizer updates touched rows
+    evaluation = layer(inputs, training=False)   # a pure lookup: keeps nothing
 
 Threads: the engine runs lookups and updates on its own worker threads with the interpreter lock
-released; calls on one layer are serialised by a lock, so sharing a layer between Python threads
+released; calls on one layer are serialised by a lock, and the batch a training call of the layer
+keeps for apply_gradients is the calling thread's own, so sharing a layer between Python threads
 is safe (but gains nothing).
 
 Ranks: with a communicator of several ranks, every rank builds the same layer and makes the same
@@ -16,6 +18,8 @@ calls in the same order (lookups, apply_gradients, embedding_tables, slot_variab
 they are collective. An input this layer rejects on one rank raises on every rank.
 """
 
+import numbers
+import os
 import threading
 
 import numpy as np
@@ -23,9 +27,9 @@ import numpy as np
 from recemb import _nest, _recemb, optimizers
 from recemb._activations import ActivationArrays
 from recemb._lookup import _lookup_arguments, _pure_lookup
-from recemb.config import Resolved, TableConfig
+from recemb.config import Resolved, TableConfig, _parse_name
 from recemb.inputs import float32_array
-from recemb.placement import Placement, _cpp_communicator, _enum
+from recemb.placement import Placement, _cpp_communicator
 
 _NO_GRADIENT = np.empty(0, dtype=np.float32)
 
@@ -62,7 +66,10 @@ class _Tables(dict):
         return self._resolved.table_name(key) if isinstance(key, TableConfig) else key
 
     def __getitem__(self, key):
-        return super().__getitem__(self._key(key))
+        name = self._key(key)
+        if not super().__contains__(name):
+            raise KeyError(f"no table named {key!r}; the tables are {list(self)}")
+        return super().__getitem__(name)
 
     def __contains__(self, key):
         return super().__contains__(self._key(key)) if not isinstance(key, TableConfig) else (
@@ -93,6 +100,16 @@ def _build_engine(resolved, optimizer, options, zero_tables=False):
     return engine
 
 
+class _ThreadBatches(threading.local):
+    """The batch of the calling thread's training calls of a layer (layer(...) and
+    apply_gradients(gradients) without a batch): one per thread, so that threads sharing a layer
+    never apply each other's lookups."""
+
+    def __init__(self):
+        super().__init__()
+        self.batch = LookupBatch()
+
+
 class Embedding:
     """The embedding tables of `feature_config` (a FeatureConfig or a nested dict / list / tuple
     of them, flattened as tf.nest does: dict keys sorted) and their optimizer.
@@ -108,6 +125,9 @@ class Embedding:
         the tables: finish_lookup gives what a lookup at that time would, bitwise) or "one_step"
         (everything, so the rows read may miss the apply_gradients calls made in between: one
         step old in the usual loop, as TF's pipeline_execution_with_tensor_core).
+    pipeline_execution_with_tensor_core: TF's name of that choice, for ported code: True is
+        pipeline_staleness="one_step", False "none" (None: pipeline_staleness decides; giving
+        both, differing, raises ValueError).
     placement: a recemb.Placement (how the tables are split into shards), or None: the automatic
         planner over one shard per rank (one process alone keeps every table whole).
     communicator: None (this process alone), "mpi" (the ranks of mpirun; RuntimeError if recemb
@@ -119,30 +139,84 @@ class Embedding:
         rounding, 1e-5 relative).
 
     Errors: bad configs, inputs and gradients raise ValueError (recemb.InvalidArgument) naming
-    the feature or table and the value; tables, slots and the step counter are then unchanged.
+    the feature or table and the value; tables, slots, the step counter and any pending batch are
+    then unchanged.
+
+    copy.deepcopy and pickle give an independent layer with the same configs, options, tables,
+    slots and step (bitwise), without a pending batch (not with several ranks: save a checkpoint).
     """
 
     def __init__(self, feature_config, optimizer=None, *, num_threads=0, seed=0,
                  non_finite_gradients="reject", pipeline_staleness="none", placement=None,
-                 communicator=None):
-        non_finite_gradients = _enum(_recemb.parse_non_finite_gradients, "non_finite_gradients",
-                                     non_finite_gradients)
-        pipeline_staleness = _enum(_recemb.parse_pipeline_staleness, "pipeline_staleness",
-                                   pipeline_staleness)
+                 communicator=None, pipeline_execution_with_tensor_core=None):
+        non_finite_gradients = _parse_name(_recemb.parse_non_finite_gradients,
+                                           "non_finite_gradients", non_finite_gradients)
+        pipeline_staleness = _parse_name(_recemb.parse_pipeline_staleness, "pipeline_staleness",
+                                         pipeline_staleness)
+        if pipeline_execution_with_tensor_core is not None:
+            if not isinstance(pipeline_execution_with_tensor_core, bool):
+                raise ValueError("pipeline_execution_with_tensor_core="
+                                 f"{pipeline_execution_with_tensor_core!r}: expected True, False "
+                                 "or None")
+            tf_staleness = _recemb.PipelineStaleness.kOneStep if (
+                pipeline_execution_with_tensor_core) else _recemb.PipelineStaleness.kNone
+            if pipeline_staleness not in (tf_staleness, _recemb.PipelineStaleness.kNone):
+                raise ValueError(
+                    f"pipeline_execution_with_tensor_core={pipeline_execution_with_tensor_core} "
+                    "contradicts pipeline_staleness="
+                    f"{_recemb.pipeline_staleness_name(pipeline_staleness)!r}: give one of them")
+            pipeline_staleness = tf_staleness
         if placement is not None and not isinstance(placement, Placement):
             raise ValueError(f"placement must be None or a recemb.Placement, got {placement!r}")
-        self._resolved = Resolved(feature_config)
-        self._optimizer = optimizers.get(optimizer)
-        self._options = {"num_threads": int(num_threads), "seed": int(seed),
-                         "non_finite_gradients": non_finite_gradients,
-                         "pipeline_staleness": pipeline_staleness,
-                         "placement": placement,
-                         "communicator": _cpp_communicator(communicator)}
+        self._start(Resolved(feature_config), optimizers.get(optimizer),
+                    {"num_threads": _int_setting("num_threads", num_threads, 2**31 - 1),
+                     "seed": _int_setting("seed", seed, 2**64 - 1),
+                     "non_finite_gradients": non_finite_gradients,
+                     "pipeline_staleness": pipeline_staleness,
+                     "placement": placement,
+                     "communicator": _cpp_communicator(communicator)})
+
+    def _start(self, resolved, optimizer, options, zero_tables=False):
+        """Builds the engine (see _build_engine) and the layer's Python state around it."""
+        self._resolved = resolved
+        self._optimizer = optimizer
+        self._options = options
         self._lock = threading.RLock()
-        self._engine = _build_engine(self._resolved, self._optimizer, self._options)
-        self._views = _viewable_tables(self._engine, self._resolved)
-        self._batch = LookupBatch()
+        self._engine = _build_engine(resolved, optimizer, options, zero_tables)
+        self._views = _viewable_tables(self._engine, resolved)
+        self._thread_batches = _ThreadBatches()
         self._new_arrays = ActivationArrays()
+
+    def __getstate__(self):
+        """What pickle and copy.deepcopy keep: the configs, options, every variable and the
+        step (a pending batch is not kept, as in a checkpoint)."""
+        if self.world_size > 1:
+            raise RuntimeError(
+                f"a layer sharded over {self.world_size} ranks cannot be copied or pickled: "
+                "save a checkpoint on every rank (layer.save) and restore it into a new layer")
+        options = {name: value for name, value in self._options.items() if name != "communicator"}
+        options["non_finite_gradients"] = _recemb.non_finite_gradients_name(
+            options["non_finite_gradients"])
+        options["pipeline_staleness"] = _recemb.pipeline_staleness_name(
+            options["pipeline_staleness"])
+        with self._lock:
+            variables = {(table, variable): np.array(self._variable(table, variable))
+                         for table in self._resolved.table_names
+                         for variable in self._engine.variable_names(table)}
+            step = self._engine.step()
+        return {"feature_config": self._resolved.structure, "optimizer": self._optimizer,
+                "options": options, "variables": variables, "step": step}
+
+    def __setstate__(self, state):
+        options = dict(state["options"])
+        for name, parse in (("non_finite_gradients", _recemb.parse_non_finite_gradients),
+                            ("pipeline_staleness", _recemb.parse_pipeline_staleness)):
+            options[name] = parse(options[name])
+        self._start(Resolved(state["feature_config"]), state["optimizer"], options,
+                    zero_tables=True)
+        for (table, variable), values in state["variables"].items():
+            self._engine.write_variable(table, variable, float32_array(values))
+        self._engine.set_step(state["step"])
 
     @property
     def feature_config(self):
@@ -200,11 +274,19 @@ class Embedding:
             self._engine.agree_on_error(None)
         return result
 
-    def __call__(self, features, weights=None, *, out=None):
+    def __call__(self, features, weights=None, *, training=True, replace_pending=False,
+                 out=None):
         """Looks up `features` (the structure of the feature config; see recemb.inputs for the
-        layouts) and keeps the batch for the next apply_gradients. Returns float32 numpy arrays
-        in the same structure: [batch, dim] per combined feature, [batch, L, dim] per sequence
-        feature, output_shape + [dim] when set.
+        layouts). Returns float32 numpy arrays in the same structure: [batch, dim] per combined
+        feature, [batch, L, dim] per sequence feature, output_shape + [dim] when set.
+
+        training: True (a training lookup, Keras's training=True: the batch is kept, for this
+            thread, until apply_gradients(gradients) applies it) or False (evaluation: a pure
+            lookup that keeps nothing, as lookup(features)). A training lookup while this
+            thread's previous one is not applied yet raises RuntimeError
+            (recemb.FailedPrecondition), changing nothing, unless replace_pending=True (which
+            drops the pending batch): so an evaluation pass between a training lookup and its
+            apply_gradients cannot silently take the training batch's place.
 
         out: None (arrays of the layer's: new ones, or those of its last two lookups that
         nothing refers to any more, recemb/_activations.py), or arrays to write the activations
@@ -214,24 +296,44 @@ class Embedding:
         no input array. Otherwise raises
         ValueError naming the feature, before anything is written; inputs the engine rejects
         leave the arrays unchanged too. A training lookup keeps no reference to them."""
-        return self.lookup(features, weights, batch=self._batch, out=out)
+        if not isinstance(training, bool):
+            raise ValueError(f"training must be True or False, got {training!r}")
+        if not training:
+            return self.lookup(features, weights, out=out)
+        batch = self._thread_batches.batch
+        return self._lookup(features, weights, batch, out,
+                            check_pending=not replace_pending and batch.applicable)
 
     def lookup(self, features, weights=None, batch=None, *, out=None):
-        """As calling the layer, but keeps the batch in `batch` (a LookupBatch) when given, and
-        nothing when batch is None (a pure lookup, for evaluation and serving). out: as for
-        calling the layer."""
+        """As calling the layer, but keeps the batch in `batch` (a LookupBatch, whose earlier
+        lookup is replaced) when given, and nothing when batch is None (a pure lookup, for
+        evaluation and serving). out: as for calling the layer. A failed lookup leaves `batch`
+        as it was."""
+        return self._lookup(features, weights, batch, out, check_pending=False)
+
+    def _lookup(self, features, weights, batch, out, check_pending):
+        def checked_arguments():
+            if check_pending:
+                raise _recemb.FailedPrecondition(
+                    "layer(features): this thread's previous training lookup (a call of the "
+                    "layer with training=True, the default) is not applied yet, and this one "
+                    "would replace it. For evaluation, call layer(features, training=False); "
+                    "to train on the pending batch, call layer.apply_gradients(gradients) "
+                    "first; to drop it, pass replace_pending=True")
+            return _lookup_arguments(self._engine, self._resolved, features, weights,
+                                     self._new_arrays, out)
+
         with self._lock:
-            views, shapes, activations = self._checked(lambda: _lookup_arguments(
-                self._engine, self._resolved, features, weights, self._new_arrays, out))
+            views, shapes, activations = self._checked(checked_arguments)
             if batch is None:
                 self._engine.lookup(views, activations)
             else:
-                batch._shapes = None
                 self._engine.lookup(views, activations, batch._cpp)
                 batch._shapes = [tuple(shape) for shape in shapes]
         if out is not None:
             return out
         return _nest.pack_sequence_as(self._resolved.structure, activations)
+
 
     def prefetch(self, features, weights=None, batch=None, *, out=None):
         """Starts the training lookup of `features` on the engine's background thread and returns
@@ -276,11 +378,12 @@ class Embedding:
         return result
 
     def apply_gradients(self, gradients, batch=None):
-        """Applies d(loss)/d(activations) of the last layer call (or of `batch`): `gradients` has
-        the feature config's structure, each entry the shape of its activation or None (zeros;
-        the feature's rows still count as touched, as TF's None). Then step increases by 1.
-        Raises RuntimeError (recemb.FailedPrecondition) if the batch was applied already."""
-        batch = self._batch if batch is None else batch
+        """Applies d(loss)/d(activations) of this thread's last training call of the layer (or
+        of `batch`): `gradients` has the feature config's structure, each entry the shape of its
+        activation or None (zeros; the feature's rows still count as touched, as TF's None). Then
+        step increases by 1. Raises RuntimeError (recemb.FailedPrecondition) if the batch was
+        applied already."""
+        batch = self._thread_batches.batch if batch is None else batch
         with self._lock:
             arrays = self._checked(lambda: self._gradient_arrays(gradients, batch))
             self._engine.apply_gradients(batch._cpp, arrays)
@@ -288,8 +391,9 @@ class Embedding:
     def _gradient_arrays(self, gradients, batch):
         """The flat float32 gradients of `batch`'s features, checked against its shapes."""
         if batch._shapes is None:
-            raise RuntimeError("apply_gradients needs a training lookup first (call the layer, or "
-                               "lookup(..., batch=...))")
+            raise _recemb.FailedPrecondition(
+                "apply_gradients needs a training lookup first (call the layer on this thread, "
+                "or lookup(..., batch=...))")
         names = self._resolved.feature_names
         flat = ([None] * len(names) if gradients is None else
                 _nest.flatten_up_to(self._resolved.structure, gradients, "gradients"))
@@ -298,7 +402,7 @@ class Embedding:
             if gradient is None:
                 arrays.append(_NO_GRADIENT)
                 continue
-            array = float32_array(gradient)
+            array = float32_array(gradient, f"feature '{name}': gradient")
             if array.shape != shape:
                 raise ValueError(f"feature '{name}': gradient of shape {array.shape}, expected "
                                  f"the activation's shape {shape}")
@@ -369,7 +473,7 @@ class Embedding:
         keeps the parts it holds), and the call is collective."""
         def checked_arguments():
             name = self._resolved.table_name(table)
-            array = float32_array(values)
+            array = float32_array(values, f"table '{name}' variable '{variable}'")
             shape = tuple(self._engine.variable_shape(name, variable))
             if array.shape != shape:
                 raise ValueError(f"table '{name}' variable '{variable}': shape {array.shape}, "
@@ -397,6 +501,7 @@ class Embedding:
         cluster); each rank writes its own shards' rows, and an error on any rank raises on every
         rank ("rank R: ..."; file-system failures then raise RuntimeError)."""
         with self._lock:
+            self._checked(lambda: _path("directory", directory))
             return _recemb.save_checkpoint(self._engine, directory,
                                            _recemb.SaveOptions(keep_last=keep_last))
 
@@ -417,8 +522,9 @@ class Embedding:
         shards' rows; an error on any rank raises the same error on every rank.
         """
         options = _recemb.RestoreOptions(
-            resize=_enum(_recemb.parse_vocabulary_resize, "resize", resize))
+            resize=_parse_name(_recemb.parse_vocabulary_resize, "resize", resize))
         with self._lock:
+            self._checked(lambda: _path("checkpoint", checkpoint))
             return _recemb.restore_checkpoint(self._engine, checkpoint, options).step
 
     def export(self, path, dtype="float32"):
@@ -427,16 +533,43 @@ class Embedding:
         this layer's bitwise), "float16" or "int8" (within the bounds of docs/serving.md).
         Raises ValueError, creating no file, for a bad dtype or a value the dtype cannot hold
         (non-finite; |x| >= 65520 for float16), naming the table, row and column."""
-        options = _recemb.ExportOptions(dtype=_recemb.parse_serving_dtype(str(dtype)))
+        if isinstance(dtype, (type, np.dtype)):  # np.float16, np.dtype("int8"): by name
+            dtype = np.dtype(dtype).name
+        options = _recemb.ExportOptions(
+            dtype=_parse_name(_recemb.parse_serving_dtype, "dtype", dtype))
+        _path("path", path)
+        if self.world_size > 1:
+            raise _recemb.FailedPrecondition(
+                f"export: the layer spans {self.world_size} ranks; save a checkpoint "
+                "(layer.save), restore it into a layer in one process and export that")
         with self._lock:
             _recemb.export_serving_model(self._engine, path, options)
 
     def _set_step(self, step):
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+            raise ValueError(f"step must be an int >= 0, got {step!r}")
         step = int(step)
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
         with self._lock:
             self._engine.set_step(step)
+
+
+def _path(name, value):
+    """Raises ValueError naming the argument unless `value` is a non-empty path (str or
+    os.PathLike)."""
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise ValueError(f"{name}={value!r}: expected a non-empty path (a str or os.PathLike)")
+
+
+def _int_setting(name, value, largest):
+    """`value` as an int in [0, largest] (the range of its C++ type; the engine checks the rest),
+    or ValueError naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name}={value!r}: must be an int")
+    if not 0 <= value <= largest:
+        raise ValueError(f"{name}={value!r}: must be >= 0 and <= {largest}")
+    return int(value)
 
 
 def _viewable_tables(engine, resolved):
@@ -463,8 +596,8 @@ def serving_embedding_lookup(inputs, weights, tables, feature_config, *, num_thr
     it: O(total table size) per call, fine for tests and small models.
     """
     resolved = Resolved(feature_config)
-    engine = _build_engine(resolved, None, {"num_threads": num_threads, "seed": 0},
-                           zero_tables=True)
+    options = {"num_threads": _int_setting("num_threads", num_threads, 2**31 - 1), "seed": 0}
+    engine = _build_engine(resolved, None, options, zero_tables=True)
     for table, name in zip(resolved.tables, resolved.table_names):
         if table in tables:
             values = tables[table]
@@ -473,7 +606,7 @@ def serving_embedding_lookup(inputs, weights, tables, feature_config, *, num_thr
         else:
             raise ValueError(f"tables has no entry for table '{name}' (keys may be table names "
                              "or TableConfigs)")
-        array = float32_array(values)
+        array = float32_array(values, f"table '{name}'")
         if array.shape != (table.vocabulary_size, table.dim):
             raise ValueError(f"table '{name}': shape {array.shape}, expected "
                              f"{(table.vocabulary_size, table.dim)}")

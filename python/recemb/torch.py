@@ -8,9 +8,10 @@ recemb's fused optimizer to the touched rows (the seed's "gradient trap", done p
         loss = loss_fn(dense(emb(ids)["watched"]), labels)
         opt.zero_grad(); loss.backward(); opt.step()     # backward() also updates the tables
 
-The tables are not torch Parameters: torch optimizers never see them. Each forward in grad mode
-keeps its own LookupBatch, applied when backward reaches its activations (at most once), so
-evaluation passes in between (under torch.no_grad(), pure lookups) change nothing. CPU tensors
+The tables are not torch Parameters: torch optimizers never see them. Each forward in training
+mode (module.train(), the default) with grad enabled keeps its own LookupBatch, applied when
+backward reaches its activations (at most once), so evaluation passes in between (in eval mode,
+module.eval(), or under torch.no_grad(): pure lookups) change nothing. CPU tensors
 only; inputs may be torch tensors (dense, or sparse COO), numpy arrays, recemb.Ragged or
 recemb.Sparse holding either.
 """
@@ -66,9 +67,11 @@ class _Lookup(torch.autograd.Function):
 
 class Embedding(torch.nn.Module):
     """recemb.Embedding as a torch module. forward(features, weights=None) returns float32 CPU
-    tensors in the structure of `feature_config`; in grad mode they require grad and backward
-    updates the tables with `optimizer` (a recemb.optimizers object or name, or a torch.optim
-    SGD / Adagrad / Adam / SparseAdam, translated by translate_optimizer).
+    tensors in the structure of `feature_config`; in training mode with grad enabled they
+    require grad and backward updates the tables with `optimizer` (a recemb.optimizers object or
+    name, or a torch.optim SGD / Adagrad / Adam / SparseAdam, translated by
+    translate_optimizer). In eval mode (module.eval()) or under torch.no_grad() a forward is a
+    pure lookup: its tensors do not require grad, and nothing is kept.
 
     placement and communicator: as recemb.Embedding's (sharding; with several ranks forward,
     prefetch, backward, state_dict and the table properties are collective: every rank calls
@@ -92,6 +95,9 @@ class Embedding(torch.nn.Module):
     exactly the variables of a recemb checkpoint (save / restore): the checkpoint stores each
     "<table>.<variable>" tensor as a raw float32 file and "step" in its manifest, so restore(save)
     and load_state_dict(state_dict()) leave the same state, and either can continue the other.
+
+    copy.deepcopy(module) and torch.save(module) / torch.load keep the tables, slots, step,
+    configs and optimizer (recemb.Embedding's pickling); a pending prefetch is not kept.
     """
 
     def __init__(self, feature_config, optimizer=None, *, num_threads=0, seed=0,
@@ -133,15 +139,30 @@ class Embedding(torch.nn.Module):
     def _numpy_inputs(self, values, what):
         return None if values is None else self._flat_inputs(values, what)
 
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_prefetched"] = None
+        return state
+
+    def extra_repr(self):
+        layer = self.layer
+        tables = ", ".join(
+            f"{name!r}: ({table.vocabulary_size}, {table.dim}"
+            f"{'' if table.optimizer is None else ', ' + _optimizer_repr(table.optimizer)})"
+            for name, table in zip(layer.table_names, layer._resolved.tables))
+        return (f"tables={{{tables}}}, features={layer.feature_names}, "
+                f"optimizer={_optimizer_repr(layer.optimizer)}")
+
     def forward(self, features, weights=None):
+        training = self.training and torch.is_grad_enabled()
         prefetched = self._finish_prefetch()
         if prefetched is not None and prefetched[0] is features and prefetched[1] is weights:
             batch, activations = prefetched[2:]
         else:
-            batch = LookupBatch() if torch.is_grad_enabled() else None
+            batch = LookupBatch() if training else None
             activations = self.layer.lookup(self._numpy_inputs(features, "features"),
                                             self._numpy_inputs(weights, "weights"), batch=batch)
-        if not torch.is_grad_enabled():
+        if not training:
             return _nest.map_structure(torch.from_numpy, activations)
         activations = _nest.flatten(activations)
         trigger = torch.empty(0, requires_grad=True)
@@ -239,6 +260,13 @@ class Embedding(torch.nn.Module):
             self.layer.assign_variable(name, variable, values)
         if step_key in state_dict:
             self.layer.step = int(state_dict[step_key])
+
+
+def _optimizer_repr(optimizer):
+    """An optimizer in short: its class and learning rate (None for no optimizer)."""
+    if optimizer is None:
+        return "None"
+    return f"{type(optimizer).__name__}(learning_rate={optimizer.learning_rate!r})"
 
 
 # Settings that select an implementation and never change the result.
