@@ -56,9 +56,9 @@ class TableConfig:
     """One embedding table: vocabulary_size rows of dim float32 values.
 
     initializer: None or "truncated_normal" (TF's default: truncated normal with stddev
-        1/sqrt(dim)), "zeros", "ones", a float constant, an array of shape [vocabulary_size, dim], a callable shape -> array
-        (called once with (vocabulary_size, dim) when the Embedding is built), or one of
-        recemb.initializers.
+        1/sqrt(dim)), "zeros", "ones", a float constant, an array of shape [vocabulary_size,
+        dim], a callable shape -> array (called once with (vocabulary_size, dim) when the
+        Embedding is built), or one of recemb.initializers.
     optimizer: this table's optimizer (a recemb.optimizers object or name); None uses the
         Embedding's optimizer.
     combiner: "mean" (default, as TF), "sum" or "sqrtn"; applies to every feature of the table.

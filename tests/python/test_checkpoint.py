@@ -238,8 +238,8 @@ def test_mismatched_configs_raise_naming_the_table_and_change_nothing(saved, tmp
                            "adagrad")
     with pytest.raises(ValueError, match=r"table 'video'.*dim 4, the embedding 5"):
         dim.restore(path)
-    with pytest.raises(ValueError, match="resize='shrink': unknown resize 'shrink'; valid names are "
-                                         "'error', 'grow', 'grow_or_shrink'"):
+    with pytest.raises(ValueError, match="resize='shrink': unknown resize 'shrink'; valid names "
+                                         "are 'error', 'grow', 'grow_or_shrink'"):
         target.restore(path, resize="shrink")
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         target.restore(tmp_path / "nothing")

@@ -700,8 +700,9 @@ def test_config_errors():
     with pytest.raises(ValueError, match="duplicate|unique"):
         recemb.Embedding([recemb.FeatureConfig(table, name="a"),
                           recemb.FeatureConfig(recemb.TableConfig(4, 2, name="t"))])
-    with pytest.raises(ValueError, match="non_finite_gradients='ignore': unknown non_finite_gradients "
-                                         "'ignore'; valid names are 'reject', 'skip_rows'"):
+    with pytest.raises(ValueError, match="non_finite_gradients='ignore': unknown "
+                                         "non_finite_gradients 'ignore'; valid names are "
+                                         "'reject', 'skip_rows'"):
         recemb.Embedding([recemb.FeatureConfig(table)], non_finite_gradients="ignore")
 
 

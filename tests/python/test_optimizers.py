@@ -94,7 +94,8 @@ def test_names():
                       ("ADAM", optimizers.Adam), ("RowWise_Adagrad", optimizers.RowWiseAdagrad)]:
         assert type(optimizers.get(name)) is cls
     with pytest.raises(ValueError,
-                       match=r"optimizer='AdamW': unknown optimizer name 'adamw'.*'sgd', 'adagrad'"):
+                       match=r"optimizer='AdamW': unknown optimizer name 'adamw'.*'sgd', "
+                             r"'adagrad'"):
         optimizers.get("AdamW")
     with pytest.raises(ValueError, match="unknown optimizer"):
         optimizers.get(3)
