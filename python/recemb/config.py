@@ -4,7 +4,10 @@ Several FeatureConfigs share a table by referring to the same TableConfig object
 TF). Configs are plain values; an Embedding copies what it needs and never changes them.
 """
 
+from __future__ import annotations
+
 import numbers
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
@@ -42,7 +45,7 @@ class QuantizationConfig:
     """Simulated quantization of looked-up rows (forward only; the backward pass is
     straight-through): x = clip(x, lower, upper), snapped to num_buckets evenly spaced values."""
 
-    def __init__(self, num_buckets, lower, upper):
+    def __init__(self, num_buckets: int, lower: float, upper: float) -> None:
         self.num_buckets = _int("QuantizationConfig", "num_buckets", num_buckets)
         self.lower = float(lower)
         self.upper = float(upper)
@@ -66,8 +69,10 @@ class TableConfig:
         index in order of first appearance in the flattened feature config (as TF).
     """
 
-    def __init__(self, vocabulary_size, dim, initializer=None, optimizer=None, combiner="mean",
-                 name=None, quantization_config=None):
+    def __init__(self, vocabulary_size: int, dim: int, initializer: Any = None,
+                 optimizer: Union[None, str, optimizers._Optimizer] = None,
+                 combiner: str = "mean", name: Optional[str] = None,
+                 quantization_config: Optional[QuantizationConfig] = None) -> None:
         owner = f"TableConfig '{name}'" if name is not None else "TableConfig"
         self.vocabulary_size = _int(owner, "vocabulary_size", vocabulary_size)
         self.dim = _int(owner, "dim", dim)
@@ -110,8 +115,9 @@ class FeatureConfig:
         (for example "watched" for a dict key).
     """
 
-    def __init__(self, table, max_sequence_length=0, validate_weights_and_indices=True,
-                 output_shape=None, name=None):
+    def __init__(self, table: TableConfig, max_sequence_length: int = 0,
+                 validate_weights_and_indices: bool = True,
+                 output_shape: Optional[Sequence[int]] = None, name: Optional[str] = None) -> None:
         owner = f"FeatureConfig '{name}'" if name is not None else "FeatureConfig"
         if not isinstance(table, TableConfig):
             raise ValueError(f"{owner}: table must be a TableConfig, got {type(table).__name__}")

@@ -18,9 +18,13 @@ calls in the same order (lookups, apply_gradients, embedding_tables, slot_variab
 they are collective. An input this layer rejects on one rank raises on every rank.
 """
 
+from __future__ import annotations
+
 import numbers
 import os
+import pathlib
 import threading
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -28,10 +32,17 @@ from recemb import _nest, _recemb, optimizers
 from recemb._activations import ActivationArrays
 from recemb._lookup import _lookup_arguments, _pure_lookup
 from recemb.config import Resolved, TableConfig, _parse_name
-from recemb.inputs import float32_array
+from recemb.inputs import ArrayLike, float32_array
 from recemb.placement import Placement, _cpp_communicator
 
 _NO_GRADIENT = np.empty(0, dtype=np.float32)
+
+# Type hints: a nested structure (dict / list / tuple) mirroring the feature config, of inputs,
+# weights, arrays or None; a table given by name or TableConfig; an optimizer or its name; a path.
+Nest = Any
+TableKey = Union[str, TableConfig]
+OptimizerLike = Union[None, str, optimizers._Optimizer]
+PathLike = Union[str, "os.PathLike[str]"]
 
 
 class LookupBatch:
@@ -50,7 +61,7 @@ class LookupBatch:
         self._prefetched = None
 
     @property
-    def applicable(self):
+    def applicable(self) -> bool:
         """Whether it holds a lookup not applied yet."""
         return self._cpp.applicable()
 
@@ -146,9 +157,11 @@ class Embedding:
     slots and step (bitwise), without a pending batch (not with several ranks: save a checkpoint).
     """
 
-    def __init__(self, feature_config, optimizer=None, *, num_threads=0, seed=0,
-                 non_finite_gradients="reject", pipeline_staleness="none", placement=None,
-                 communicator=None, pipeline_execution_with_tensor_core=None):
+    def __init__(self, feature_config: Nest, optimizer: OptimizerLike = None, *,
+                 num_threads: int = 0, seed: int = 0, non_finite_gradients: str = "reject",
+                 pipeline_staleness: str = "none", placement: Optional[Placement] = None,
+                 communicator: Union[None, str, _recemb.Communicator] = None,
+                 pipeline_execution_with_tensor_core: Optional[bool] = None) -> None:
         non_finite_gradients = _parse_name(_recemb.parse_non_finite_gradients,
                                            "non_finite_gradients", non_finite_gradients)
         pipeline_staleness = _parse_name(_recemb.parse_pipeline_staleness, "pipeline_staleness",
@@ -219,20 +232,20 @@ class Embedding:
         self._engine.set_step(state["step"])
 
     @property
-    def feature_config(self):
+    def feature_config(self) -> Nest:
         return self._resolved.structure
 
     @property
-    def optimizer(self):
+    def optimizer(self) -> Optional[optimizers._Optimizer]:
         return self._optimizer
 
     @property
-    def feature_names(self):
+    def feature_names(self) -> list[str]:
         """The features' names, in flattening order (the order of errors and of the engine)."""
         return list(self._resolved.feature_names)
 
     @property
-    def table_names(self):
+    def table_names(self) -> list[str]:
         """The tables' names, in order of first appearance."""
         return list(self._resolved.table_names)
 
@@ -244,12 +257,12 @@ class Embedding:
         return self._engine.placement()
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         """This process's rank among the layer's ranks (0 without a communicator)."""
         return self._engine.rank()
 
     @property
-    def world_size(self):
+    def world_size(self) -> int:
         """The number of ranks sharing the tables (1 without a communicator)."""
         return self._engine.world_size()
 
@@ -274,8 +287,8 @@ class Embedding:
             self._engine.agree_on_error(None)
         return result
 
-    def __call__(self, features, weights=None, *, training=True, replace_pending=False,
-                 out=None):
+    def __call__(self, features: Nest, weights: Nest = None, *, training: bool = True,
+                 replace_pending: bool = False, out: Nest = None) -> Nest:
         """Looks up `features` (the structure of the feature config; see recemb.inputs for the
         layouts). Returns float32 numpy arrays in the same structure: [batch, dim] per combined
         feature, [batch, L, dim] per sequence feature, output_shape + [dim] when set.
@@ -304,7 +317,8 @@ class Embedding:
         return self._lookup(features, weights, batch, out,
                             check_pending=not replace_pending and batch.applicable)
 
-    def lookup(self, features, weights=None, batch=None, *, out=None):
+    def lookup(self, features: Nest, weights: Nest = None, batch: Optional[LookupBatch] = None,
+               *, out: Nest = None) -> Nest:
         """As calling the layer, but keeps the batch in `batch` (a LookupBatch, whose earlier
         lookup is replaced) when given, and nothing when batch is None (a pure lookup, for
         evaluation and serving). out: as for calling the layer. A failed lookup leaves `batch`
@@ -335,7 +349,8 @@ class Embedding:
         return _nest.pack_sequence_as(self._resolved.structure, activations)
 
 
-    def prefetch(self, features, weights=None, batch=None, *, out=None):
+    def prefetch(self, features: Nest, weights: Nest = None,
+                 batch: Optional[LookupBatch] = None, *, out: Nest = None) -> LookupBatch:
         """Starts the training lookup of `features` on the engine's background thread and returns
         at once the LookupBatch it fills (`batch`, or a new one); finish_lookup(batch) completes
         it and returns the activations. Meanwhile the caller may run the dense step of the
@@ -364,7 +379,7 @@ class Embedding:
             batch._prefetched = (views, activations, [tuple(shape) for shape in shapes], result)
         return batch
 
-    def finish_lookup(self, batch):
+    def finish_lookup(self, batch: LookupBatch) -> Nest:
         """Completes the prefetch that filled `batch` and returns its activations (as calling the
         layer: the feature config's structure, or `out` as given); `batch` can then be applied
         with apply_gradients(gradients, batch). Raises the engine's validation errors of the
@@ -377,7 +392,7 @@ class Embedding:
             batch._shapes = shapes
         return result
 
-    def apply_gradients(self, gradients, batch=None):
+    def apply_gradients(self, gradients: Nest, batch: Optional[LookupBatch] = None) -> None:
         """Applies d(loss)/d(activations) of this thread's last training call of the layer (or
         of `batch`): `gradients` has the feature config's structure, each entry the shape of its
         activation or None (zeros; the feature's rows still count as touched, as TF's None). Then
@@ -410,18 +425,18 @@ class Embedding:
         return arrays
 
     @property
-    def step(self):
+    def step(self) -> int:
         """The number of apply_gradients calls so far (the step of learning-rate schedules).
         Assigning it (restoring a checkpoint) moves the schedules and Adam's bias correction to
         that step."""
         return self._engine.step()
 
     @step.setter
-    def step(self, step):
+    def step(self, step: int) -> None:
         self._set_step(step)
 
     @property
-    def skipped_rows(self):
+    def skipped_rows(self) -> int:
         """Rows left unchanged by non_finite_gradients="skip_rows", summed over all steps."""
         return self._engine.skipped_rows()
 
@@ -437,7 +452,7 @@ class Embedding:
         return copy
 
     @property
-    def embedding_tables(self):
+    def embedding_tables(self) -> dict[str, np.ndarray]:
         """{table name: float32 array [vocabulary_size, dim]} (a TableConfig works as a key too).
 
         A table this rank holds whole (every table of an unsharded layer) is a view sharing
@@ -451,22 +466,22 @@ class Embedding:
                         for name in self._resolved.table_names}, self._resolved)
 
     @property
-    def slot_variables(self):
+    def slot_variables(self) -> dict[str, dict[str, np.ndarray]]:
         """{table name: {slot name: float32 array}} (TF's slot names, e.g. "accumulators"):
         views or copies as embedding_tables (collective with several ranks)."""
         return _Tables({name: {slot: self._variable(name, slot)
                                for slot in self._engine.variable_names(name)[1:]}
                         for name in self._resolved.table_names}, self._resolved)
 
-    def variable_names(self, table):
+    def variable_names(self, table: TableKey) -> list[str]:
         """"parameters" (the table), then the table's slots."""
         return self._engine.variable_names(self._resolved.table_name(table))
 
-    def assign_table(self, table, values):
+    def assign_table(self, table: TableKey, values: ArrayLike) -> None:
         """Copies `values` (shape [vocabulary_size, dim], finite) into the table."""
         self.assign_variable(table, "parameters", values)
 
-    def assign_variable(self, table, variable, values):
+    def assign_variable(self, table: TableKey, variable: str, values: ArrayLike) -> None:
         """Copies `values` (the variable's shape, finite) into a table or slot variable; raises
         ValueError (changing nothing) on a wrong shape or a non-finite value. The whole variable,
         whatever the placement: with several ranks every rank passes the whole variable (each
@@ -489,7 +504,7 @@ class Embedding:
                 array = array.copy()  # every rank still takes part in the collective write
             self._engine.write_variable(name, variable, array)
 
-    def save(self, directory, keep_last=3):
+    def save(self, directory: PathLike, keep_last: int = 3) -> pathlib.Path:
         """Saves the tables, slots, step and configs as the checkpoint directory/ckpt-<step, 12
         digits> (the format of docs/formats.md), atomically, and deletes the checkpoints under
         `directory` beyond the newest keep_last. Returns the new checkpoint's path (a
@@ -505,7 +520,7 @@ class Embedding:
             return _recemb.save_checkpoint(self._engine, directory,
                                            _recemb.SaveOptions(keep_last=keep_last))
 
-    def restore(self, checkpoint, resize="error"):
+    def restore(self, checkpoint: PathLike, resize: str = "error") -> int:
         """Restores a checkpoint (a ckpt-* directory, or a directory given to save: its latest
         checkpoint) into this layer: tables, slots and the step, bit for bit. Returns the step.
 
@@ -527,7 +542,7 @@ class Embedding:
             self._checked(lambda: _path("checkpoint", checkpoint))
             return _recemb.restore_checkpoint(self._engine, checkpoint, options).step
 
-    def export(self, path, dtype="float32"):
+    def export(self, path: PathLike, dtype: str = "float32") -> None:
         """Writes the tables (no slots) and the configs as the serving model file `path` (see
         recemb.ServingModel and docs/serving.md), atomically. dtype: "float32" (lookups equal
         this layer's bitwise), "float16" or "int8" (within the bounds of docs/serving.md).
@@ -587,7 +602,8 @@ def _viewable_tables(engine, resolved):
     return views
 
 
-def serving_embedding_lookup(inputs, weights, tables, feature_config, *, num_threads=0):
+def serving_embedding_lookup(inputs: Nest, weights: Nest, tables: dict[Any, ArrayLike],
+                             feature_config: Nest, *, num_threads: int = 0) -> Nest:
     """A stateless lookup of `inputs` in the given `tables` (TF's serving_embedding_lookup): the
     same activations as Embedding(feature_config) holding those tables would give.
 

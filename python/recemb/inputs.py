@@ -14,9 +14,13 @@ is handed to the engine as is; so are float32 weights. Anything else is converte
 The engine reads the arrays only during the lookup call.
 """
 
+from __future__ import annotations
+
 import numbers
+from typing import Any, Optional, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from recemb import _recemb
 
@@ -31,18 +35,18 @@ class Ragged:
 
     __slots__ = ("values", "row_splits")
 
-    def __init__(self, values, row_splits):
+    def __init__(self, values: ArrayLike, row_splits: ArrayLike) -> None:
         self.values = values
         self.row_splits = row_splits
 
     @classmethod
-    def from_row_lengths(cls, values, row_lengths):
+    def from_row_lengths(cls, values: ArrayLike, row_lengths: Sequence[int]) -> Ragged:
         splits = np.zeros(len(row_lengths) + 1, dtype=np.int64)
         np.cumsum(row_lengths, out=splits[1:])
         return cls(values, splits)
 
     @classmethod
-    def from_lists(cls, rows, dtype=np.int64):
+    def from_lists(cls, rows: Sequence[Sequence[Any]], dtype: Any = np.int64) -> Ragged:
         """From a list of lists, for example [[1, 2], [], [3]]."""
         lengths = [len(row) for row in rows]
         values = np.fromiter((value for row in rows for value in row), dtype=dtype,
@@ -59,7 +63,8 @@ class Sparse:
 
     __slots__ = ("indices", "values", "dense_shape")
 
-    def __init__(self, indices, values, dense_shape):
+    def __init__(self, indices: ArrayLike, values: ArrayLike,
+                 dense_shape: Sequence[int]) -> None:
         self.indices = indices
         self.values = values
         self.dense_shape = dense_shape
@@ -104,7 +109,7 @@ def _ids(feature, value, what, ndim=None):
     return _contiguous(array)
 
 
-def float32_array(value, owner="values"):
+def float32_array(value: ArrayLike, owner: str = "values") -> np.ndarray:
     """`value` as a C-contiguous float32 array, without copying when it already is one;
     ValueError starting with `owner` (what the values are) for values that are not real numbers
     (strings, complex numbers: whose imaginary part would be dropped)."""
@@ -153,7 +158,7 @@ def _dense_shape(feature, dense_shape):
     return result
 
 
-def feature_input(feature, ids, weights):
+def feature_input(feature: str, ids: Any, weights: Optional[Any]) -> Any:
     """The C++ view (DenseIds, RaggedIds or SparseIds) of one feature's ids and weights."""
     if isinstance(ids, Ragged):
         return _recemb.RaggedIds(values=_ids(feature, ids.values, "values", ndim=1),

@@ -18,9 +18,12 @@ Hyperparameters every optimizer takes (TF's `_Optimizer` base):
   except for SGD slot_variable_creation_fn (only None: recemb owns its slot variables).
 """
 
+from __future__ import annotations
+
 import inspect
 import math
 import numbers
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -115,7 +118,7 @@ class _Optimizer:
         cls._OWN = {name: _python_value(getattr(defaults, name)) for name in cls._CPP._fields
                     if name not in ("learning_rate", "common")}
 
-    def __init__(self, learning_rate=None, **kwargs):
+    def __init__(self, learning_rate: Any = None, **kwargs: Any) -> None:
         names = dict(self._OWN)
         names.update(_COMMON)
         if self._CPP is not _recemb.Sgd:
@@ -134,7 +137,7 @@ class _Optimizer:
         _recemb.validate_optimizer(self._to_cpp(), f"optimizer {type(self).__name__}")
 
     @property
-    def slot_names(self):
+    def slot_names(self) -> list[str]:
         """The slot variables of a table trained with this optimizer (TF's names)."""
         return _recemb.slot_names(self._to_cpp())
 
@@ -202,7 +205,7 @@ class RowWiseAdagrad(_Optimizer):
 _BY_NAME = {cls._NAME: cls for cls in (SGD, Adagrad, AdagradMomentum, Adam, FTRL, RowWiseAdagrad)}
 
 
-def get(identifier):
+def get(identifier: Union[None, str, _Optimizer]) -> Optional[_Optimizer]:
     """An optimizer from an optimizer object (returned as is), a name ("sgd", "adagrad",
     "adagrad_momentum", "adam", "ftrl", "rowwise_adagrad", in any case: "SGD" too; TF's
     defaults) or None."""

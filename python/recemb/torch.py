@@ -16,7 +16,11 @@ only; inputs may be torch tensors (dense, or sparse COO), numpy arrays, recemb.R
 recemb.Sparse holding either.
 """
 
+from __future__ import annotations
+
 import math
+import pathlib
+from typing import Any
 
 import numpy as np
 import torch
@@ -100,9 +104,10 @@ class Embedding(torch.nn.Module):
     configs and optimizer (recemb.Embedding's pickling); a pending prefetch is not kept.
     """
 
-    def __init__(self, feature_config, optimizer=None, *, num_threads=0, seed=0,
-                 non_finite_gradients="reject", pipeline_staleness="none", placement=None,
-                 communicator=None):
+    def __init__(self, feature_config: Any, optimizer: Any = None, *, num_threads: int = 0,
+                 seed: int = 0, non_finite_gradients: str = "reject",
+                 pipeline_staleness: str = "none", placement: Any = None,
+                 communicator: Any = None) -> None:
         super().__init__()
         if isinstance(optimizer, torch.optim.Optimizer):
             optimizer = translate_optimizer(optimizer)
@@ -117,7 +122,7 @@ class Embedding(torch.nn.Module):
         return _nest.pack_sequence_as(structure, [
             _numpy(value) for value in _nest.flatten_up_to(structure, values, what)])
 
-    def prefetch(self, features, weights=None):
+    def prefetch(self, features: Any, weights: Any = None) -> None:
         """Starts the training lookup of `features` (and `weights`) on the engine's background
         thread; the next forward(features, weights) of these same objects completes it instead
         of looking them up (a forward of other inputs completes and drops it). The inputs must
@@ -144,7 +149,7 @@ class Embedding(torch.nn.Module):
         state["_prefetched"] = None
         return state
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         layer = self.layer
         tables = ", ".join(
             f"{name!r}: ({table.vocabulary_size}, {table.dim}"
@@ -153,7 +158,7 @@ class Embedding(torch.nn.Module):
         return (f"tables={{{tables}}}, features={layer.feature_names}, "
                 f"optimizer={_optimizer_repr(layer.optimizer)}")
 
-    def forward(self, features, weights=None):
+    def forward(self, features: Any, weights: Any = None) -> Any:
         training = self.training and torch.is_grad_enabled()
         prefetched = self._finish_prefetch()
         if prefetched is not None and prefetched[0] is features and prefetched[1] is weights:
@@ -172,7 +177,7 @@ class Embedding(torch.nn.Module):
         return _nest.pack_sequence_as(self.layer.feature_config, list(outputs))
 
     @property
-    def step(self):
+    def step(self) -> int:
         """The number of updates (backward passes reaching the activations) so far."""
         return self.layer.step
 
@@ -182,39 +187,39 @@ class Embedding(torch.nn.Module):
         return self.layer.placement
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         return self.layer.rank
 
     @property
-    def world_size(self):
+    def world_size(self) -> int:
         return self.layer.world_size
 
     @property
-    def embedding_tables(self):
+    def embedding_tables(self) -> dict[str, torch.Tensor]:
         """{table name: float32 tensor [vocabulary_size, dim]} sharing memory with the engine
         (copies for tables split into shards: see recemb.Embedding.embedding_tables)."""
         return {name: torch.from_numpy(table)
                 for name, table in self.layer.embedding_tables.items()}
 
     @property
-    def slot_variables(self):
+    def slot_variables(self) -> dict[str, dict[str, torch.Tensor]]:
         """{table name: {slot name: float32 tensor}}, views or copies as embedding_tables."""
         return {name: {slot: torch.from_numpy(value) for slot, value in slots.items()}
                 for name, slots in self.layer.slot_variables.items()}
 
-    def assign_table(self, table, values):
+    def assign_table(self, table: Any, values: Any) -> None:
         self.layer.assign_table(table, _numpy(values))
 
-    def save(self, directory, keep_last=3):
+    def save(self, directory: Any, keep_last: int = 3) -> pathlib.Path:
         """recemb.Embedding.save: a checkpoint of every state_dict() entry, plus the configs."""
         return self.layer.save(directory, keep_last)
 
-    def restore(self, checkpoint, resize="error"):
+    def restore(self, checkpoint: Any, resize: str = "error") -> int:
         """recemb.Embedding.restore: as load_state_dict of the saved module's state_dict(), after
         verifying every file (resize as recemb.Embedding.restore). Returns the step."""
         return self.layer.restore(checkpoint, resize)
 
-    def export(self, path, dtype="float32"):
+    def export(self, path: Any, dtype: str = "float32") -> None:
         """recemb.Embedding.export: a serving model file for recemb.ServingModel."""
         self.layer.export(path, dtype)
 
@@ -332,7 +337,7 @@ _TRANSLATIONS = {
 }
 
 
-def translate_optimizer(optimizer):
+def translate_optimizer(optimizer: torch.optim.Optimizer) -> optimizers._Optimizer:
     """The recemb optimizer with the hyperparameters of a torch.optim optimizer:
       SGD -> SGD; Adagrad -> Adagrad (initial_accumulator_value > 0 and a negligible eps
       needed); SparseAdam -> lazy Adam with bias correction (the same update);

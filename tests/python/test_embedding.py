@@ -806,3 +806,27 @@ def test_serving_embedding_lookup():
     with pytest.raises(ValueError, match=r"table 'table_1': shape \(3, 12\)"):
         recemb.serving_embedding_lookup(inputs, weights, {video: tables[video].T,
                                                           "table_0": tables["table_0"]}, features)
+
+
+def test_the_package_is_typed():
+    """PEP 561: the py.typed marker and the extension's stub ship with the package, and the
+    public API's annotations all resolve."""
+    import inspect
+    import pathlib
+    import typing
+
+    import recemb.torch
+
+    package = pathlib.Path(recemb.__file__).parent
+    assert (package / "py.typed").exists() and (package / "_recemb.pyi").exists()
+    functions = [recemb.serving_embedding_lookup, recemb.latest_checkpoint,
+                 recemb.inspect_checkpoint, recemb.optimizers.get,
+                 recemb.torch.translate_optimizer]
+    for cls in (recemb.Embedding, recemb.TableConfig, recemb.FeatureConfig, recemb.Ragged,
+                recemb.Sparse, recemb.torch.Embedding):
+        functions += [member for name, member in vars(cls).items()
+                      if inspect.isfunction(member) and not name.startswith("_")
+                      or name in ("__init__", "__call__")]
+    for function in functions:
+        hints = typing.get_type_hints(function)
+        assert "return" in hints, function.__qualname__
