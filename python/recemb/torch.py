@@ -27,7 +27,7 @@ import torch
 
 from recemb import _nest, optimizers
 from recemb.embedding import Embedding as _Layer
-from recemb.embedding import LookupBatch
+from recemb.embedding import LookupBatch, _Tables
 from recemb.inputs import Ragged, Sparse, float32_array
 
 __all__ = ["Embedding", "translate_optimizer"]
@@ -197,15 +197,18 @@ class Embedding(torch.nn.Module):
     @property
     def embedding_tables(self) -> dict[str, torch.Tensor]:
         """{table name: float32 tensor [vocabulary_size, dim]} sharing memory with the engine
-        (copies for tables split into shards: see recemb.Embedding.embedding_tables)."""
-        return {name: torch.from_numpy(table)
-                for name, table in self.layer.embedding_tables.items()}
+        (copies for tables split into shards: see recemb.Embedding.embedding_tables); a
+        TableConfig works as a key too, and an unknown key's KeyError lists the tables."""
+        return _Tables({name: torch.from_numpy(table)
+                        for name, table in self.layer.embedding_tables.items()},
+                       self.layer._resolved)
 
     @property
     def slot_variables(self) -> dict[str, dict[str, torch.Tensor]]:
         """{table name: {slot name: float32 tensor}}, views or copies as embedding_tables."""
-        return {name: {slot: torch.from_numpy(value) for slot, value in slots.items()}
-                for name, slots in self.layer.slot_variables.items()}
+        return _Tables({name: {slot: torch.from_numpy(value) for slot, value in slots.items()}
+                        for name, slots in self.layer.slot_variables.items()},
+                       self.layer._resolved)
 
     def assign_table(self, table: Any, values: Any) -> None:
         self.layer.assign_table(table, _numpy(values))

@@ -407,6 +407,10 @@ def test_repr_shows_tables_features_and_optimizer():
     module = recemb.torch.Embedding(
         {"watched": recemb.FeatureConfig(video), "user_id": recemb.FeatureConfig(user)},
         recemb.optimizers.Adagrad(learning_rate=0.1))
+    assert module.embedding_tables[video].shape == (1000, 16)
+    with pytest.raises(KeyError, match=r"no table named 'audio'; the tables are \['user', "
+                                       r"'video'\]"):
+        module.embedding_tables["audio"]
     assert repr(module) == (
         "Embedding(tables={'user': (500, 8, SGD(learning_rate=0.5)), 'video': (1000, 16)}, "
         "features=['user_id', 'watched'], optimizer=Adagrad(learning_rate=0.1))")
