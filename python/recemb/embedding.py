@@ -313,9 +313,8 @@ class Embedding:
             raise ValueError(f"training must be True or False, got {training!r}")
         if not training:
             return self.lookup(features, weights, out=out)
-        batch = self._thread_batches.batch
-        return self._lookup(features, weights, batch, out,
-                            check_pending=not replace_pending and batch.applicable)
+        return self._lookup(features, weights, self._thread_batches.batch, out,
+                            check_pending=not replace_pending)
 
     def lookup(self, features: Nest, weights: Nest = None, batch: Optional[LookupBatch] = None,
                *, out: Nest = None) -> Nest:
@@ -326,8 +325,10 @@ class Embedding:
         return self._lookup(features, weights, batch, out, check_pending=False)
 
     def _lookup(self, features, weights, batch, out, check_pending):
+        """The lookup of __call__ and lookup into `batch` (None: a pure lookup); check_pending:
+        refuse to replace a lookup in `batch` that is not applied yet."""
         def checked_arguments():
-            if check_pending:
+            if check_pending and batch.applicable:
                 raise _recemb.FailedPrecondition(
                     "layer(features): this thread's previous training lookup (a call of the "
                     "layer with training=True, the default) is not applied yet, and this one "
@@ -347,7 +348,6 @@ class Embedding:
         if out is not None:
             return out
         return _nest.pack_sequence_as(self._resolved.structure, activations)
-
 
     def prefetch(self, features: Nest, weights: Nest = None,
                  batch: Optional[LookupBatch] = None, *, out: Nest = None) -> LookupBatch:
@@ -547,7 +547,8 @@ class Embedding:
         recemb.ServingModel and docs/serving.md), atomically. dtype: "float32" (lookups equal
         this layer's bitwise), "float16" or "int8" (within the bounds of docs/serving.md).
         Raises ValueError, creating no file, for a bad dtype or a value the dtype cannot hold
-        (non-finite; |x| >= 65520 for float16), naming the table, row and column."""
+        (non-finite; |x| >= 65520 for float16), naming the table, row and column, and
+        RuntimeError (recemb.FailedPrecondition) with several ranks (export from one process)."""
         if isinstance(dtype, (type, np.dtype)):  # np.float16, np.dtype("int8"): by name
             dtype = np.dtype(dtype).name
         options = _recemb.ExportOptions(
@@ -561,11 +562,7 @@ class Embedding:
             _recemb.export_serving_model(self._engine, path, options)
 
     def _set_step(self, step):
-        if isinstance(step, bool) or not isinstance(step, numbers.Integral):
-            raise ValueError(f"step must be an int >= 0, got {step!r}")
-        step = int(step)
-        if step < 0:
-            raise ValueError(f"step must be >= 0, got {step}")
+        step = _int_setting("step", step, 2**63 - 1)
         with self._lock:
             self._engine.set_step(step)
 

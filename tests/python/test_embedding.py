@@ -363,8 +363,10 @@ def test_set_step_checks():
     with pytest.raises(ValueError, match=">= 0"):
         layer.step = -1
     for bad in (1.5, 2.0, "3", True):
-        with pytest.raises(ValueError, match=r"step must be an int >= 0, got "):
+        with pytest.raises(ValueError, match=rf"step={bad!r}: must be an int"):
             layer.step = bad
+    with pytest.raises(ValueError, match=r"step=9223372036854775808: must be >= 0 and <= "):
+        layer.step = 2**63
     assert layer.step == 0
     layer.step = np.int64(2)
     assert layer.step == 2
