@@ -84,7 +84,8 @@ class Embedding(torch.nn.Module):
     Pipelining: prefetch(features) starts the training lookup of the next forward on a
     background thread, so that it overlaps the backward pass of the current step; the next
     forward of the same objects completes it. pipeline_staleness: as recemb.Embedding's ("none":
-    the same results as without prefetch, bitwise; "one_step": the rows are read at prefetch).
+    the same results as without prefetch, bitwise; "one_step": the rows are read at prefetch;
+    pipeline_execution_with_tensor_core=True, TF's name, is "one_step").
 
         emb.prefetch(batches[0])
         for t, ids in enumerate(batches):
@@ -107,14 +108,17 @@ class Embedding(torch.nn.Module):
     def __init__(self, feature_config: Any, optimizer: Any = None, *, num_threads: int = 0,
                  seed: int = 0, non_finite_gradients: str = "reject",
                  pipeline_staleness: str = "none", placement: Any = None,
-                 communicator: Any = None) -> None:
+                 communicator: Any = None,
+                 pipeline_execution_with_tensor_core: Any = None) -> None:
         super().__init__()
         if isinstance(optimizer, torch.optim.Optimizer):
             optimizer = translate_optimizer(optimizer)
         self.layer = _Layer(feature_config, optimizer, num_threads=num_threads, seed=seed,
                             non_finite_gradients=non_finite_gradients,
                             pipeline_staleness=pipeline_staleness, placement=placement,
-                            communicator=communicator)
+                            communicator=communicator,
+                            pipeline_execution_with_tensor_core=(
+                                pipeline_execution_with_tensor_core))
         self._prefetched = None  # (features, weights, LookupBatch) of the pending prefetch
 
     def _flat_inputs(self, values, what):

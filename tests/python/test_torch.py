@@ -414,3 +414,12 @@ def test_repr_shows_tables_features_and_optimizer():
     assert repr(module) == (
         "Embedding(tables={'user': (500, 8, SGD(learning_rate=0.5)), 'video': (1000, 16)}, "
         "features=['user_id', 'watched'], optimizer=Adagrad(learning_rate=0.1))")
+
+
+def test_tf_pipelining_flag_selects_one_step_staleness():
+    table = recemb.TableConfig(10, 4)
+    for flag, staleness in ((True, "one_step"), (False, "none")):
+        module = recemb.torch.Embedding(recemb.FeatureConfig(table),
+                                        pipeline_execution_with_tensor_core=flag)
+        chosen = module.layer._options["pipeline_staleness"]
+        assert recemb._recemb.pipeline_staleness_name(chosen) == staleness
