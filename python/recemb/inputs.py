@@ -91,11 +91,12 @@ def _array(owner, value):
 
 def _ids(feature, value, what, ndim=None):
     """The int32 or int64 C-contiguous array of ids (or row_splits, indices) `value`; ValueError
-    naming the feature for anything else: other than integers, of another rank than `ndim`, or
-    unsigned ids beyond the int64 range (reported as given, not as their wrapped value)."""
+    naming the feature for anything else: other than integers, not empty and of another rank
+    than `ndim`, or unsigned ids beyond the int64 range (reported as given, not as their wrapped
+    value)."""
     owner = f"feature '{feature}': {what}"
     array = _array(owner, value)
-    if ndim is not None and array.ndim != ndim:
+    if ndim is not None and array.ndim != ndim and array.size != 0:
         raise ValueError(f"{owner} must be a {ndim}-D array, got shape {array.shape}")
     if array.dtype not in _ID_DTYPES:
         if array.dtype.kind not in "iu" and array.size != 0:
@@ -144,16 +145,17 @@ def _weights(feature, weights, ids, kind):
 
 
 def _dense_shape(feature, dense_shape):
-    """A Sparse's dense_shape as a list of int64 values, or ValueError naming the feature."""
+    """A Sparse's dense_shape as a list of int64 values, or ValueError naming the feature (the
+    engine checks their range)."""
     shape = _array(f"feature '{feature}': dense_shape", dense_shape)
     if shape.ndim != 1 or (shape.size and shape.dtype.kind not in "iuO"):
         raise ValueError(f"feature '{feature}': dense_shape must be a list of ints, got "
                          f"{dense_shape!r}")
     result = []
     for d in shape.tolist():
-        if isinstance(d, bool) or not isinstance(d, numbers.Integral) or not 0 <= d < 2**63:
+        if isinstance(d, bool) or not isinstance(d, numbers.Integral) or not -2**63 <= d < 2**63:
             raise ValueError(f"feature '{feature}': dense_shape {list(shape.tolist())}: each "
-                             "entry must be an int in [0, 2**63)")
+                             "entry must be a 64-bit int")
         result.append(int(d))
     return result
 

@@ -71,7 +71,7 @@ def test_views_are_read_only_and_keep_their_arrays_alive():
     (recemb.Ragged(np.array([1, 2]), np.array([0, 2])), np.array([[1.0, 2.0]]),
      r"the weights of ragged ids must be a 1-D array \(one per value\), got shape \(1, 2\)"),
     (recemb.Sparse(np.array([[0, 0]]), np.array([5]), [2**64, 3]), None,
-     r"dense_shape \[18446744073709551616, 3\]: each entry must be an int in \[0, 2\*\*63\)"),
+     r"dense_shape \[18446744073709551616, 3\]: each entry must be a 64-bit int"),
     (recemb.Sparse(np.array([[0, 0]]), np.array([5]), [2.0, 3]), None,
      r"dense_shape must be a list of ints, got \[2.0, 3\]"),
     (np.array([1, 2]), ["x", "y"], r"weights must be real numbers, got dtype <U1"),
@@ -98,3 +98,12 @@ def test_an_activation_larger_than_memory_raises_naming_the_feature(dense_shape)
                                          r"\(%d, 4\) .* more than this machine's memory"
                                          % dense_shape[0]):
         layer({"watched": ids})
+
+
+def test_empty_sparse_and_ragged_arrays_of_any_rank_are_accepted():
+    layer = recemb.Embedding({"watched": recemb.FeatureConfig(recemb.TableConfig(10, 4))})
+    for ids in (recemb.Sparse(np.array([]), np.array([]), (2, 3)),
+                recemb.Sparse(np.zeros((0, 2), np.int64), np.zeros((0, 1), np.int64), (2, 3)),
+                recemb.Ragged(np.zeros((0, 1), np.int64), np.array([0, 0, 0]))):
+        activations = layer({"watched": ids}, training=False)["watched"]
+        np.testing.assert_array_equal(activations, np.zeros((2, 4), np.float32))
