@@ -166,6 +166,11 @@ TEST_P(ServingFileErrorTest, EditedManifestsAreValidated) {
                   /*verify=*/false, "combiner", "combiner");
   expect_rejected(rebuilt([](auto& m) { m["dtype"] = "bfloat16"; }), /*verify=*/false, "'bfloat16'",
                   "dtype");
+  // A repeated key (here "dtype", first "int8" then the real one) is refused, not last-wins.
+  std::string repeated = file_.manifest.dump();
+  repeated.insert(1, "\"dtype\": \"int8\", ");
+  expect_rejected(test::build_model_file(repeated, data), /*verify=*/false,
+                  "manifest: dtype: the key appears twice", "repeated key");
   const auto wrong_checksum =
       rebuilt([](auto& m) { m["tables"][2]["checksum"] = "0123456789abcdef"; });
   expect_rejected(wrong_checksum, /*verify=*/true, "table 'quantized': the checksum does not match",
