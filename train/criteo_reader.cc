@@ -73,17 +73,10 @@ std::optional<LineError> parse_line(std::string_view line,
 
   for (int f = 0; f < kNumCategoricalFeatures; ++f) {
     const std::string_view text = fields[static_cast<size_t>(1 + kNumDenseFeatures + f)];
-    int64_t id = kMissingCategoricalId;
-    if (!text.empty()) {
-      uint64_t value = 0;
-      // from_chars of an unsigned type takes no sign and no "0x"; the length check keeps
-      // leading zeros from smuggling in more than 16 digits.
-      if (text.size() > kMaxHexDigits || !parse_whole(text, value, 16)) {
-        return LineError{.kind = LineError::Kind::kCategorical, .detail = f, .text = text};
-      }
-      id = categorical_id(f, value, vocabulary_sizes[static_cast<size_t>(f)]);
-    }
-    ids[static_cast<size_t>(f) * stride] = id;
+    const std::optional<int64_t> id =
+        categorical_field_id(f, text, vocabulary_sizes[static_cast<size_t>(f)]);
+    if (!id) return LineError{.kind = LineError::Kind::kCategorical, .detail = f, .text = text};
+    ids[static_cast<size_t>(f) * stride] = *id;
   }
   return std::nullopt;
 }
@@ -138,6 +131,16 @@ std::optional<std::array<int64_t, 3>> parse_position(std::string_view text) {
 }
 
 }  // namespace
+
+std::optional<int64_t> categorical_field_id(int feature, std::string_view field,
+                                            int64_t vocabulary_size) {
+  if (field.empty()) return kMissingCategoricalId;
+  uint64_t value = 0;
+  // from_chars of an unsigned type takes no sign and no "0x"; the length check keeps leading
+  // zeros from smuggling in more than 16 digits.
+  if (field.size() > kMaxHexDigits || !parse_whole(field, value, 16)) return std::nullopt;
+  return categorical_id(feature, value, vocabulary_size);
+}
 
 CriteoReader::CriteoReader(std::vector<std::string> paths, ReaderOptions options)
     : paths_(std::move(paths)), options_(std::move(options)) {

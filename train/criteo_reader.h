@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,6 +49,12 @@ constexpr int64_t categorical_id(int feature, uint64_t value, int64_t vocabulary
   return 1 + static_cast<int64_t>(splitmix64_mix(value ^ salt) %
                                   static_cast<uint64_t>(vocabulary_size - 1));
 }
+
+// The table row of a C<feature + 1> field of a line, as the reader maps it: kMissingCategoricalId
+// for an empty field, categorical_id of the value for 1 to 16 hexadecimal digits of either case,
+// nullopt for anything else (the line is malformed). `recemb hash` exposes this mapping.
+std::optional<int64_t> categorical_field_id(int feature, std::string_view field,
+                                            int64_t vocabulary_size);
 
 struct ReaderOptions {
   // The table size of C1..C26 (required): 26 values >= 1, e.g. preset_vocabulary_sizes(...).

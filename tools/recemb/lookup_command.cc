@@ -209,13 +209,12 @@ void print_answer(const std::vector<FeatureConfig>& features,
   out << "}\n";
 }
 
-// The answer to a request that failed (docs/serving.md, "recemb lookup").
-void print_error(int64_t line_number, const std::string& message, std::ostream& out) {
+}  // namespace
+
+void write_error_answer(int64_t line_number, const std::string& message, std::ostream& out) {
   out << "{\"error\": {\"line\": " << line_number
       << ", \"code\": \"InvalidArgument\", \"message\": " << json_string(message) << "}}\n";
 }
-
-}  // namespace
 
 int run_lookup_command(const LookupArguments& args, std::istream& in, std::ostream& out,
                        std::ostream& err) {
@@ -243,7 +242,7 @@ int run_lookup_command(const LookupArguments& args, std::istream& in, std::ostre
       model.lookup(example.inputs, activation_spans);
       print_answer(features, activations, shapes, out);
     } catch (const InvalidArgument& error) {
-      print_error(line_number, error.what(), out);
+      write_error_answer(line_number, error.what(), out);
       err << "recemb lookup: line " << line_number << ": " << error.what() << "\n";
       status = 1;
     }

@@ -12,6 +12,7 @@
 #ifndef RECEMB_TOOLS_RECEMB_LOOKUP_COMMAND_H_
 #define RECEMB_TOOLS_RECEMB_LOOKUP_COMMAND_H_
 
+#include <cstdint>
 #include <istream>
 #include <ostream>
 #include <string>
@@ -28,6 +29,11 @@ struct LookupArguments {
 // `err` with its line number; the next lines go on. Returns 0 when every line was answered with
 // activations, 1 when any was answered with an error. A model that cannot be opened throws
 // (as ServingModel::open) before anything is read from `in`.
+// Writes the answer to request line `line_number` that failed (docs/serving.md, "recemb lookup"):
+//   {"error": {"line": 3, "code": "InvalidArgument", "message": "..."}}
+// `message` may hold cut UTF-8 (a truncated quote of the request): bad bytes show as U+FFFD.
+void write_error_answer(int64_t line_number, const std::string& message, std::ostream& out);
+
 int run_lookup_command(const LookupArguments& args, std::istream& in, std::ostream& out,
                        std::ostream& err);
 

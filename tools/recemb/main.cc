@@ -3,6 +3,7 @@
 //   recemb checkpoint inspect DIR            a checkpoint's step, tables, files and checksums
 //   recemb export CKPT OUT [--dtype int8]    a checkpoint's tables as a serving model
 //   recemb lookup MODEL                      serving lookups, JSON lines on stdin -> stdout
+//   recemb hash --feature C3 [MODEL]         raw Criteo values -> the trainer's table rows
 //   recemb plan --shards N                   how the model's tables would be sharded
 // `recemb SUBCOMMAND --help` lists the options. The one file that includes CLI11.
 #include <CLI/CLI.hpp>
@@ -14,6 +15,7 @@
 #include "recemb/error.h"
 
 #include "tools/recemb/checkpoint_commands.h"
+#include "tools/recemb/hash_command.h"
 #include "tools/recemb/lookup_command.h"
 #include "tools/recemb/plan_command.h"
 #include "tools/recemb/train_command.h"
@@ -21,6 +23,7 @@
 namespace {
 
 using recemb::tools::ExportArguments;
+using recemb::tools::HashArguments;
 using recemb::tools::InspectArguments;
 using recemb::tools::LookupArguments;
 using recemb::tools::PlanArguments;
@@ -83,6 +86,19 @@ CLI::App* add_lookup(CLI::App& app, LookupArguments& args) {
   return lookup;
 }
 
+CLI::App* add_hash(CLI::App& app, HashArguments& args) {
+  CLI::App* hash = app.add_subcommand(
+      "hash", "The table rows recemb train uses for raw Criteo values (one per stdin line)");
+  hash->add_option("--feature", args.feature, "The categorical feature: C1 .. C26")->required();
+  hash->add_option("MODEL", args.model,
+                   "A serving model exported from recemb train (else the settings below)");
+  hash->add_option("-c,--config", args.config_path, "TOML settings file, as for train")
+      ->check(CLI::ExistingFile);
+  hash->add_option("-s,--set", args.overrides, "Change one setting, as for train");
+  hash->add_option("--preset", args.preset, "Table sizes: small, criteo-kaggle, criteo-1tb");
+  return hash;
+}
+
 CLI::App* add_plan(CLI::App& app, PlanArguments& args) {
   CLI::App* plan = app.add_subcommand(
       "plan",
@@ -115,11 +131,13 @@ int main(int argc, char** argv) {
   ExportArguments export_args;
   LookupArguments lookup_args;
   PlanArguments plan_args;
+  HashArguments hash_args;
   CLI::App* train = add_train(app, train_args);
   CLI::App* inspect = add_inspect(app, inspect_args);
   CLI::App* exporter = add_export(app, export_args);
   CLI::App* lookup = add_lookup(app, lookup_args);
   CLI::App* plan = add_plan(app, plan_args);
+  CLI::App* hash = add_hash(app, hash_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -137,6 +155,9 @@ int main(int argc, char** argv) {
     if (plan->parsed()) return recemb::tools::run_plan_command(plan_args, std::cout);
     if (lookup->parsed()) {
       return recemb::tools::run_lookup_command(lookup_args, std::cin, std::cout, std::cerr);
+    }
+    if (hash->parsed()) {
+      return recemb::tools::run_hash_command(hash_args, std::cin, std::cout, std::cerr);
     }
   } catch (const recemb::InvalidArgument& error) {
     report_error(error);
