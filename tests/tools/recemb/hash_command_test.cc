@@ -90,7 +90,7 @@ TEST(HashCommand, EveryLineGetsOneAnswerInOrder) {
 }
 
 TEST(HashCommand, OnlyCriteoCategoricalFeatures) {
-  for (const std::string feature : {"C0", "C27", "I1", "c1", ""}) {
+  for (const char* feature : {"C0", "C27", "I1", "c1", ""}) {
     EXPECT_THAT(error_of<InvalidArgument>([&] { hash({.feature = feature}, "1\n"); }),
                 HasSubstr("is not a Criteo categorical feature (C1 .. C26)"))
         << feature;
