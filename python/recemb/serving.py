@@ -124,8 +124,9 @@ class ServingModel:
             and shapes match the file's; features are matched by name), or None for a dict
             keyed by feature name (the layer's own structure if that was a flat dict of features
             named by their keys).
-        verify: True checks every checksum (reads the whole file once); False only the header
-            and manifest (milliseconds whatever the size; damaged table bytes then go unnoticed).
+        verify: True checks every checksum (one pass over the file's bytes in memory); False
+            only the header and manifest (damaged table bytes then go unnoticed). Either way the
+            whole file is read into memory the model owns.
         Raises recemb.DataLoss (a ValueError) naming the file when it is not a serving model, of
         another format version, truncated or damaged; FileNotFoundError when it is missing;
         ValueError when feature_config does not match it.
