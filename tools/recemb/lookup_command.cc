@@ -68,8 +68,9 @@ nlohmann::json parse_request(const std::string& line) {
         feature = key;
         if (repeated) throw InvalidArgument("feature '" + truncated(key) + "' appears twice");
       } else if (repeated) {
-        throw InvalidArgument("feature '" + truncated(feature) + "': field '" + truncated(key) +
-                              "' appears twice");
+        // Outside a request object (a line that is an array) there is no feature to name.
+        throw InvalidArgument((feature.empty() ? "" : "feature '" + truncated(feature) + "': ") +
+                              "field '" + truncated(key) + "' appears twice");
       }
     }
     return true;

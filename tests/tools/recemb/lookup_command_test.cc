@@ -123,6 +123,7 @@ TEST(LookupCommand, EveryLineGetsOneAnswerInOrder) {
       {R"({"a": {"ids": [1, 2], "weights": [1]}, "b": 1, "s": 1})", "feature 'a'"},
       {"", "an empty line"},
       {"[1, 2]", "expected an object of features"},
+      {R"([{"ids": 1, "ids": 2}])", "field 'ids' appears twice"},
   };
 
   std::mt19937_64 rng(24);
