@@ -82,17 +82,10 @@ std::optional<LineError> parse_line(std::string_view line, CriteoLabel label_fie
 
   for (int f = 0; f < kNumCategoricalFeatures; ++f) {
     const std::string_view text = fields[static_cast<size_t>(first + kNumDenseFeatures + f)];
-    int64_t id = kMissingCategoricalId;
-    if (!text.empty()) {
-      uint64_t value = 0;
-      // from_chars of an unsigned type takes no sign and no "0x"; the length check keeps
-      // leading zeros from smuggling in more than 16 digits.
-      if (text.size() > kMaxHexDigits || !parse_whole(text, value, 16)) {
-        return LineError{.kind = LineError::Kind::kCategorical, .detail = f, .text = text};
-      }
-      id = categorical_id(f, value, vocabulary_sizes[static_cast<size_t>(f)]);
-    }
-    ids[static_cast<size_t>(f) * stride] = id;
+    const std::optional<int64_t> id =
+        categorical_field_id(f, text, vocabulary_sizes[static_cast<size_t>(f)]);
+    if (!id) return LineError{.kind = LineError::Kind::kCategorical, .detail = f, .text = text};
+    ids[static_cast<size_t>(f) * stride] = *id;
   }
   return std::nullopt;
 }
@@ -159,6 +152,16 @@ std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel 
       parse_line(line, label_field, vocabulary_sizes, label, dense.data(), ids, stride);
   if (!error) return std::nullopt;
   return describe(*error);
+}
+
+std::optional<int64_t> categorical_field_id(int feature, std::string_view field,
+                                            int64_t vocabulary_size) {
+  if (field.empty()) return kMissingCategoricalId;
+  uint64_t value = 0;
+  // from_chars of an unsigned type takes no sign and no "0x"; the length check keeps leading
+  // zeros from smuggling in more than 16 digits.
+  if (field.size() > kMaxHexDigits || !parse_whole(field, value, 16)) return std::nullopt;
+  return categorical_id(feature, value, vocabulary_size);
 }
 
 CriteoReader::CriteoReader(std::vector<std::string> paths, ReaderOptions options)

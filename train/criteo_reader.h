@@ -50,6 +50,12 @@ constexpr int64_t categorical_id(int feature, uint64_t value, int64_t vocabulary
                                   static_cast<uint64_t>(vocabulary_size - 1));
 }
 
+// The table row of a C<feature + 1> field of a line, as the reader maps it: kMissingCategoricalId
+// for an empty field, categorical_id of the value for 1 to 16 hexadecimal digits of either case,
+// nullopt for anything else (the line is malformed). `recemb hash` exposes this mapping.
+std::optional<int64_t> categorical_field_id(int feature, std::string_view field,
+                                            int64_t vocabulary_size);
+
 // Whether a line starts with the label field: training data has it; lines to predict may omit it
 // (39 fields, as in Criteo's test sets).
 enum class CriteoLabel { kPresent, kAbsent };

@@ -4,6 +4,7 @@
 //   recemb export CKPT OUT [--dtype int8]    a checkpoint as a model directory for serving
 //   recemb lookup MODEL                      serving lookups, JSON lines on stdin -> stdout
 //   recemb predict MODEL_DIR [--data FILE]   click probabilities of Criteo lines
+//   recemb hash --feature C3 [MODEL]         raw Criteo values -> the trainer's table rows
 //   recemb plan --shards N                   how the model's tables would be sharded
 // `recemb SUBCOMMAND --help` lists the options. The one file that includes CLI11.
 #include <CLI/CLI.hpp>
@@ -15,6 +16,7 @@
 #include "recemb/error.h"
 
 #include "tools/recemb/checkpoint_commands.h"
+#include "tools/recemb/hash_command.h"
 #include "tools/recemb/lookup_command.h"
 #include "tools/recemb/plan_command.h"
 #include "tools/recemb/predict_command.h"
@@ -23,6 +25,7 @@
 namespace {
 
 using recemb::tools::ExportArguments;
+using recemb::tools::HashArguments;
 using recemb::tools::InspectArguments;
 using recemb::tools::LookupArguments;
 using recemb::tools::PlanArguments;
@@ -101,6 +104,19 @@ CLI::App* add_predict(CLI::App& app, PredictArguments& args) {
   return predict;
 }
 
+CLI::App* add_hash(CLI::App& app, HashArguments& args) {
+  CLI::App* hash = app.add_subcommand(
+      "hash", "The table rows recemb train uses for raw Criteo values (one per stdin line)");
+  hash->add_option("--feature", args.feature, "The categorical feature: C1 .. C26")->required();
+  hash->add_option("MODEL", args.model,
+                   "A serving model exported from recemb train (else the settings below)");
+  hash->add_option("-c,--config", args.config_path, "TOML settings file, as for train")
+      ->check(CLI::ExistingFile);
+  hash->add_option("-s,--set", args.overrides, "Change one setting, as for train");
+  hash->add_option("--preset", args.preset, "Table sizes: small, criteo-kaggle, criteo-1tb");
+  return hash;
+}
+
 CLI::App* add_plan(CLI::App& app, PlanArguments& args) {
   CLI::App* plan = app.add_subcommand(
       "plan",
@@ -134,39 +150,48 @@ int main(int argc, char** argv) {
   LookupArguments lookup_args;
   PlanArguments plan_args;
   PredictArguments predict_args;
-  CLI::App* train = add_train(app, train_args);
-  CLI::App* inspect = add_inspect(app, inspect_args);
-  CLI::App* exporter = add_export(app, export_args);
-  CLI::App* lookup = add_lookup(app, lookup_args);
-  CLI::App* plan = add_plan(app, plan_args);
-  CLI::App* predict = add_predict(app, predict_args);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+}
+
+HashArguments hash_args;
+CLI::App* train = add_train(app, train_args);
+CLI::App* inspect = add_inspect(app, inspect_args);
+CLI::App* exporter = add_export(app, export_args);
+CLI::App* lookup = add_lookup(app, lookup_args);
+CLI::App* plan = add_plan(app, plan_args);
+CLI::App* predict = add_predict(app, predict_args);
+}
+
+CLI::App* hash = add_hash(app, hash_args);
+try {
+  app.parse(argc, argv);
+} catch (const CLI::ParseError& error) {
+  return app.exit(error);
+}
+try {
+  if (train->parsed()) {
+    return recemb::tools::run_train_command(train_args, std::cout, std::cerr,
+                                            isatty(STDERR_FILENO)
+                                                ? recemb::train::ProgressMode::kRedraw
+                                                : recemb::train::ProgressMode::kLines);
   }
-  try {
-    if (train->parsed()) {
-      return recemb::tools::run_train_command(train_args, std::cout, std::cerr,
-                                              isatty(STDERR_FILENO)
-                                                  ? recemb::train::ProgressMode::kRedraw
-                                                  : recemb::train::ProgressMode::kLines);
-    }
-    if (inspect->parsed()) return recemb::tools::run_inspect_command(inspect_args, std::cout);
-    if (exporter->parsed()) return recemb::tools::run_export_command(export_args, std::cout);
-    if (plan->parsed()) return recemb::tools::run_plan_command(plan_args, std::cout);
-    if (predict->parsed()) {
-      return recemb::tools::run_predict_command(predict_args, std::cin, std::cout, std::cerr);
-    }
-    if (lookup->parsed()) {
-      return recemb::tools::run_lookup_command(lookup_args, std::cin, std::cout, std::cerr);
-    }
-  } catch (const recemb::InvalidArgument& error) {
-    report_error(error);
-    return 2;
-  } catch (const std::exception& error) {
-    report_error(error);
-    return 1;
+  if (inspect->parsed()) return recemb::tools::run_inspect_command(inspect_args, std::cout);
+  if (exporter->parsed()) return recemb::tools::run_export_command(export_args, std::cout);
+  if (plan->parsed()) return recemb::tools::run_plan_command(plan_args, std::cout);
+  if (predict->parsed()) {
+    return recemb::tools::run_predict_command(predict_args, std::cin, std::cout, std::cerr);
   }
-  return 0;
+  if (lookup->parsed()) {
+    return recemb::tools::run_lookup_command(lookup_args, std::cin, std::cout, std::cerr);
+  }
+  if (hash->parsed()) {
+    return recemb::tools::run_hash_command(hash_args, std::cin, std::cout, std::cerr);
+  }
+} catch (const recemb::InvalidArgument& error) {
+  report_error(error);
+  return 2;
+} catch (const std::exception& error) {
+  report_error(error);
+  return 1;
+}
+return 0;
 }

@@ -4,11 +4,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "recemb/error.h"
 
+#include "tools/recemb/lookup_command.h"
 #include "train/criteo_reader.h"
 #include "train/float_text.h"
 #include "train/predictor.h"
@@ -51,12 +51,9 @@ class Answerer {
         continue;
       }
       ++failed_;
-      const nlohmann::json error = {
-          {"error",
-           {{"code", "invalid_argument"},
-            {"message", source + std::to_string(first_line_number + static_cast<int64_t>(i)) +
-                            ": " + result.error}}}};
-      out_ << error.dump() << '\n';
+      const int64_t line_number = first_line_number + static_cast<int64_t>(i);
+      write_error_answer(line_number, source + std::to_string(line_number) + ": " + result.error,
+                         out_);
     }
     out_.flush();
   }

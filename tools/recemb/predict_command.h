@@ -4,9 +4,9 @@
 //   in:   Criteo lines (tab-separated; with the label field, which is ignored, or without it), on
 //         stdin or from the --data files in order
 //   out:  one line per input line, in order: the probability ("0.0273"), or for a line that
-//         cannot be predicted an error object
-//         {"error": {"code": "invalid_argument", "message": "line 3: C7 'xyz' is not 1 to 16
-//         hexadecimal digits"}}
+//         cannot be predicted the error object of `recemb lookup` (write_error_answer)
+//         {"error": {"line": 3, "code": "InvalidArgument", "message": "line 3: C7 'xyz' is not 1
+//         to 16 hexadecimal digits"}}
 // Every input line gets exactly one output line, so answers pair with lines by position.
 // Probabilities are the shortest decimal text that reads back as the same float32.
 #ifndef RECEMB_TOOLS_RECEMB_PREDICT_COMMAND_H_

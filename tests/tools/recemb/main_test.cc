@@ -120,8 +120,8 @@ TEST(RecembCli, ExportedRunsPredictCriteoLines) {
   std::getline(lines, third);
   EXPECT_GT(std::stof(first), 0.0f);
   EXPECT_LT(std::stof(first), 1.0f);
-  EXPECT_THAT(second,
-              HasSubstr("{\"error\":{\"code\":\"invalid_argument\",\"message\":\"line 2: "));
+  EXPECT_THAT(second, HasSubstr("{\"error\": {\"line\": 2, \"code\": \"InvalidArgument\", "
+                                "\"message\": \"line 2: "));
   EXPECT_EQ(third, first);
 }
 

@@ -166,11 +166,11 @@ TEST_F(PredictCommandTest, EveryLineGetsOneAnswerLine) {
   EXPECT_GT(std::stof(answers[0]), 0.0f);
   EXPECT_GT(std::stof(answers[2]), 0.0f);
   EXPECT_EQ(answers[1],
-            "{\"error\":{\"code\":\"invalid_argument\",\"message\":\"line 2: expected 40 "
-            "tab-separated fields, found 1\"}}");
+            "{\"error\": {\"line\": 2, \"code\": \"InvalidArgument\", \"message\": \"line 2: "
+            "expected 40 tab-separated fields, found 1\"}}");
   EXPECT_EQ(answers[3],
-            "{\"error\":{\"code\":\"invalid_argument\",\"message\":\"line 4: expected 40 "
-            "tab-separated fields, found 1\"}}");
+            "{\"error\": {\"line\": 4, \"code\": \"InvalidArgument\", \"message\": \"line 4: "
+            "expected 40 tab-separated fields, found 1\"}}");
   EXPECT_THAT(err.str(), HasSubstr("2 of 5 lines could not be predicted"));
 
   // Files: the message names the file and line.
