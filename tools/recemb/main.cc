@@ -150,48 +150,44 @@ int main(int argc, char** argv) {
   LookupArguments lookup_args;
   PlanArguments plan_args;
   PredictArguments predict_args;
-}
-
-HashArguments hash_args;
-CLI::App* train = add_train(app, train_args);
-CLI::App* inspect = add_inspect(app, inspect_args);
-CLI::App* exporter = add_export(app, export_args);
-CLI::App* lookup = add_lookup(app, lookup_args);
-CLI::App* plan = add_plan(app, plan_args);
-CLI::App* predict = add_predict(app, predict_args);
-}
-
-CLI::App* hash = add_hash(app, hash_args);
-try {
-  app.parse(argc, argv);
-} catch (const CLI::ParseError& error) {
-  return app.exit(error);
-}
-try {
-  if (train->parsed()) {
-    return recemb::tools::run_train_command(train_args, std::cout, std::cerr,
-                                            isatty(STDERR_FILENO)
-                                                ? recemb::train::ProgressMode::kRedraw
-                                                : recemb::train::ProgressMode::kLines);
+  HashArguments hash_args;
+  CLI::App* train = add_train(app, train_args);
+  CLI::App* inspect = add_inspect(app, inspect_args);
+  CLI::App* exporter = add_export(app, export_args);
+  CLI::App* lookup = add_lookup(app, lookup_args);
+  CLI::App* plan = add_plan(app, plan_args);
+  CLI::App* predict = add_predict(app, predict_args);
+  CLI::App* hash = add_hash(app, hash_args);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
   }
-  if (inspect->parsed()) return recemb::tools::run_inspect_command(inspect_args, std::cout);
-  if (exporter->parsed()) return recemb::tools::run_export_command(export_args, std::cout);
-  if (plan->parsed()) return recemb::tools::run_plan_command(plan_args, std::cout);
-  if (predict->parsed()) {
-    return recemb::tools::run_predict_command(predict_args, std::cin, std::cout, std::cerr);
+  try {
+    if (train->parsed()) {
+      return recemb::tools::run_train_command(train_args, std::cout, std::cerr,
+                                              isatty(STDERR_FILENO)
+                                                  ? recemb::train::ProgressMode::kRedraw
+                                                  : recemb::train::ProgressMode::kLines);
+    }
+    if (inspect->parsed()) return recemb::tools::run_inspect_command(inspect_args, std::cout);
+    if (exporter->parsed()) return recemb::tools::run_export_command(export_args, std::cout);
+    if (plan->parsed()) return recemb::tools::run_plan_command(plan_args, std::cout);
+    if (predict->parsed()) {
+      return recemb::tools::run_predict_command(predict_args, std::cin, std::cout, std::cerr);
+    }
+    if (lookup->parsed()) {
+      return recemb::tools::run_lookup_command(lookup_args, std::cin, std::cout, std::cerr);
+    }
+    if (hash->parsed()) {
+      return recemb::tools::run_hash_command(hash_args, std::cin, std::cout, std::cerr);
+    }
+  } catch (const recemb::InvalidArgument& error) {
+    report_error(error);
+    return 2;
+  } catch (const std::exception& error) {
+    report_error(error);
+    return 1;
   }
-  if (lookup->parsed()) {
-    return recemb::tools::run_lookup_command(lookup_args, std::cin, std::cout, std::cerr);
-  }
-  if (hash->parsed()) {
-    return recemb::tools::run_hash_command(hash_args, std::cin, std::cout, std::cerr);
-  }
-} catch (const recemb::InvalidArgument& error) {
-  report_error(error);
-  return 2;
-} catch (const std::exception& error) {
-  report_error(error);
-  return 1;
-}
-return 0;
+  return 0;
 }
