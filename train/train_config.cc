@@ -37,7 +37,7 @@ seed = 0                # initialisation of the tables and the dense layers
 [embedding]
 optimizer = "adagrad"   # sgd | adagrad | adagrad_momentum | adam | ftrl | rowwise_adagrad
 learning_rate = 1.0     # when not set: the optimizer's own default (docs/training.md), sgd 100,
-                        # adagrad 1, adagrad_momentum 0.1, adam 0.01, ftrl 1, rowwise_adagrad 0.3
+                        # adagrad 1, adagrad_momentum 0.1, adam 0.01, ftrl 1, rowwise_adagrad 0.1
 threads = 0             # worker threads of the embedding engine; 0 = one per core
 sharding = "auto"       # how tables are split over the ranks of an mpirun job: auto | table_wise |
                         # row_wise | column_wise | replicated (one process keeps tables whole)
@@ -75,7 +75,7 @@ constexpr int kNumTables = 26;
 // steps by the raw gradient of the batch's mean loss, which is about 1 / batch_size per row.
 constexpr std::pair<std::string_view, double> kDefaultLearningRates[] = {
     {"sgd", 100.0}, {"adagrad", 1.0}, {"adagrad_momentum", 0.1},
-    {"adam", 0.01}, {"ftrl", 1.0},    {"rowwise_adagrad", 0.3},
+    {"adam", 0.01}, {"ftrl", 1.0},    {"rowwise_adagrad", 0.1},
 };
 
 std::string type_name(const toml::node& node) {
