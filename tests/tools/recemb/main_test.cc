@@ -1,6 +1,9 @@
 // Runs the recemb program itself (RECEMB_CLI, the path CMake passes) as a user would.
 #include <array>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <gmock/gmock.h>
@@ -10,6 +13,9 @@
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
+#include <thread>
+#include <tuple>
+#include <unistd.h>
 
 #include "recemb/checkpoint.h"
 #include "recemb/embedding.h"
@@ -20,6 +26,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 using ::testing::Not;
 
 struct Result {
@@ -27,12 +34,14 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
-Result run(const std::string& arguments, const std::string& input = "") {
+// `shell` runs before the program in the same shell (for example "ulimit -f 64;").
+Result run(const std::string& arguments, const std::string& input = "",
+           const std::string& shell = "") {
   const auto dir = std::filesystem::path(::testing::TempDir());
   const auto stdin_path = dir / "cli_stdin.txt";
   std::ofstream(stdin_path) << input;
   const std::string command =
-      std::string(RECEMB_CLI) + " " + arguments + " <" + stdin_path.string() + " 2>&1";
+      shell + std::string(RECEMB_CLI) + " " + arguments + " <" + stdin_path.string() + " 2>&1";
   Result result;
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
   std::array<char, 4096> buffer;
@@ -43,6 +52,11 @@ Result run(const std::string& arguments, const std::string& input = "") {
   const int status = pclose(pipe.release());
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+std::string test_read(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 std::string fresh_dir(const std::string& name) {
@@ -62,6 +76,12 @@ TEST(RecembCli, HelpListsTheSubcommands) {
   const Result train_help = run("train --help");
   EXPECT_EQ(train_help.exit_code, 0);
   EXPECT_THAT(train_help.output, AllOf(HasSubstr("--resume"), HasSubstr("--set")));
+}
+
+TEST(RecembCli, PrintsItsVersion) {
+  const Result version = run("--version");
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_THAT(version.output, MatchesRegex("recemb [0-9]+\\.[0-9]+\\.[0-9]+\n"));
 }
 
 TEST(RecembCli, PrintsDefaultAndEffectiveConfigs) {
@@ -86,6 +106,110 @@ TEST(RecembCli, BadSettingsFailWithAClearMessageAndExitCode2) {
   const Result missing = run("train --config /nonexistent.toml");
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_THAT(missing.output, HasSubstr("/nonexistent.toml"));
+  // Values that once meant "not given" (adversarial.md TR3f), and a batch beyond every bound.
+  EXPECT_EQ(run("train --steps 0").exit_code, 2);
+  EXPECT_EQ(run("train --batch-size 0").exit_code, 2);
+  EXPECT_EQ(run("train --threads -5").exit_code, 2);
+  const Result huge = run("train --set train.batch_size=2147483648");
+  EXPECT_EQ(huge.exit_code, 2);
+  EXPECT_THAT(huge.output, HasSubstr("train.batch_size must be 1 to 1048576, not 2147483648"));
+}
+
+// What a shell leaves of --set embedding.optimizer="adam": a bare word, read as the string.
+TEST(RecembCli, ABareWordIsAStringSetting) {
+  const Result result = run("train --print-config --set embedding.optimizer=rowwise_adagrad");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_THAT(result.output,
+              AllOf(HasSubstr("optimizer = 'rowwise_adagrad'"), HasSubstr("learning_rate = 0.1")));
+}
+
+// A batch whose buffers exceed what the process may allocate is refused before anything is
+// allocated, with the estimate (adversarial.md TR3c, TR3d).
+TEST(RecembCli, ABatchBeyondTheMemoryIsRefused) {
+  const Result result = run("train --batch-size 1000000 --output " + fresh_dir("huge_batch"), "",
+                            "ulimit -v 4000000; ");
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_THAT(result.output, AllOf(HasSubstr("train.batch_size 1000000 needs about"),
+                                   HasSubstr("address-space limit (ulimit -v)")));
+}
+
+// Under a file-size limit a checkpoint write fails with EFBIG and the run reports it, instead
+// of dying of SIGXFSZ without a word (adversarial.md TR12).
+TEST(RecembCli, AFileSizeLimitIsAnErrorNotASignal) {
+  const Result result =
+      run("train --steps 5 --output " + fresh_dir("file_size") + kSmallModel, "", "ulimit -f 64; ");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_THAT(result.output, AllOf(HasSubstr("recemb: error: "), HasSubstr("File too large")));
+}
+
+// Starts `recemb <arguments>` with its output in `output`, sends it `signal` once it wrote
+// `trigger`, and returns its wait status. Bounded: the process is killed after two minutes.
+int signal_after(const std::string& arguments, const std::filesystem::path& output,
+                 const std::string& trigger, int signal) {
+  const std::string command =
+      "exec " + std::string(RECEMB_CLI) + " " + arguments + " >" + output.string() + " 2>&1";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  bool signalled = false;
+  for (int tick = 0; tick < 1200; ++tick) {  // 100 ms each
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    if (!signalled) {
+      std::ifstream in(output);
+      const std::string text((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+      if (text.find(trigger) != std::string::npos) {
+        kill(pid, signal);
+        signalled = true;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  ADD_FAILURE() << "recemb " << arguments << " did not end in two minutes";
+  return status;
+}
+
+// SIGINT (Ctrl-C) and SIGTERM stop the run after the current step: a checkpoint, the summary,
+// exit 130 or 143, and --resume continues from there.
+TEST(RecembCli, ASignalStopsTheRunCleanly) {
+  for (const auto& [signal, name, code] :
+       {std::tuple{SIGINT, "SIGINT", 130}, std::tuple{SIGTERM, "SIGTERM", 143}}) {
+    SCOPED_TRACE(name);
+    const std::string out = fresh_dir(std::string("signal_") + name);
+    const std::string options = " --output " + out + kSmallModel + " --set checkpoint.every=20";
+    const auto output = std::filesystem::path(::testing::TempDir()) / "cli_signal_output.txt";
+    // Sent once the first checkpoint is written: the run is then well inside its steps.
+    const int status = signal_after("train --steps 1000000" + options, output,
+                                    "checkpoint " + out + "/checkpoints/ckpt-", signal);
+    ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), code);
+    std::ifstream in(output);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    int64_t step = -1;
+    const size_t at = text.find(std::string("stopped by ") + name + " after step ");
+    ASSERT_NE(at, std::string::npos) << text;
+    step = std::stoll(text.substr(at + std::string("stopped by ").size() + std::strlen(name) +
+                                  std::string(" after step ").size()));
+    EXPECT_GE(step, 20);
+    EXPECT_THAT(text, AllOf(HasSubstr("stopping after the current step"), HasSubstr("held-out AUC"),
+                            HasSubstr("continue with --resume")));
+    EXPECT_THAT(test_read(out + "/summary.json"),
+                HasSubstr("\"stop_signal\": " + std::to_string(signal) + ","));
+    const auto latest = recemb::latest_checkpoint(out + "/checkpoints");
+    ASSERT_TRUE(latest.has_value());
+    EXPECT_EQ(recemb::inspect_checkpoint(*latest).step, step);
+
+    const std::string until = std::to_string(step + 10);
+    const Result resumed = run("train --resume --steps " + until + options);
+    EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_THAT(resumed.output, AllOf(HasSubstr("resumed from " + latest->string()),
+                                      HasSubstr("steps " + std::to_string(step) + ".." + until)));
+  }
 }
 
 TEST(RecembCli, TrainRunsAndResumes) {
