@@ -54,7 +54,7 @@ Result run(const std::string& arguments, const std::string& input = "",
   return result;
 }
 
-std::string test_read(const std::string& path) {
+std::string test_read(const std::filesystem::path& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
@@ -158,10 +158,7 @@ int signal_after(const std::string& arguments, const std::filesystem::path& outp
   for (int tick = 0; tick < 1200; ++tick) {  // 100 ms each
     if (waitpid(pid, &status, WNOHANG) == pid) return status;
     if (!signalled) {
-      std::ifstream in(output);
-      const std::string text((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-      if (text.find(trigger) != std::string::npos) {
+      if (test_read(output).find(trigger) != std::string::npos) {
         kill(pid, signal);
         signalled = true;
       }
@@ -188,13 +185,12 @@ TEST(RecembCli, ASignalStopsTheRunCleanly) {
                                     "checkpoint " + out + "/checkpoints/ckpt-", signal);
     ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
     EXPECT_EQ(WEXITSTATUS(status), code);
-    std::ifstream in(output);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    int64_t step = -1;
+    const std::string text = test_read(output);
     const size_t at = text.find(std::string("stopped by ") + name + " after step ");
     ASSERT_NE(at, std::string::npos) << text;
-    step = std::stoll(text.substr(at + std::string("stopped by ").size() + std::strlen(name) +
-                                  std::string(" after step ").size()));
+    const int64_t step =
+        std::stoll(text.substr(at + std::string("stopped by ").size() + std::strlen(name) +
+                               std::string(" after step ").size()));
     EXPECT_GE(step, 20);
     EXPECT_THAT(text, AllOf(HasSubstr("stopping after the current step"), HasSubstr("held-out AUC"),
                             HasSubstr("continue with --resume")));
