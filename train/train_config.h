@@ -79,7 +79,7 @@ struct TrainConfig {
   std::map<std::string, TableOverride> tables = {};  // by table name "C1".."C26"
 };
 
-// The largest train.batch_size: 2^20 examples, whose per-step buffers take about 10 GiB with the
+// The largest train.batch_size: 2^20 examples, whose per-step buffers take about 18 GiB with the
 // default model (the trainer also refuses a batch whose estimate exceeds the machine's memory).
 inline constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
 

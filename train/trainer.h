@@ -9,6 +9,11 @@
 // tables, slots, dense parameters, dense optimizer state, data position and loss window are saved
 // atomically, so a resumed run continues exactly as an uninterrupted one (same loss curve).
 //
+// The held-out set: the synthetic generator's own stream, data.eval_path's first examples, or
+// those of data.path, up to a fifth of its bytes (a small file: the rest trains; docs/training.md,
+// "The held-out set"). A run stops at train.steps, when the data ends (after one step at least:
+// none is an error), or when RunOptions::stop_signal asks it to; the summary says which.
+//
 // Files in output.dir: config.toml (effective configuration), metrics.jsonl (one JSON object per
 // line: {"step","examples","train_loss"} every train.log_every steps, {"step","eval_auc",
 // "eval_log_loss"} at evaluations), summary.json and training.svg (loss and AUC over steps).

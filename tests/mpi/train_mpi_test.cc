@@ -141,7 +141,7 @@ TEST(TrainMpi, ABadSettingFailsOnEveryRankWithTheSameMessage) {
       recemb_on_each_rank(kSmallRun + " --set train.steps=0 --output " + fresh_dir("bad"));
   EXPECT_EQ(outcome.status, 0) << "the job hung until timeout killed it:\n" << outcome.output;
   EXPECT_EQ(occurrences(outcome.output, "recemb: error: "), 2) << outcome.output;
-  EXPECT_EQ(occurrences(outcome.output, "train.steps must be >= 1\n"), 2) << outcome.output;
+  EXPECT_EQ(occurrences(outcome.output, "train.steps must be >= 1, not 0 ("), 2) << outcome.output;
   EXPECT_EQ(occurrences(outcome.output, "exit status 2\n"), 2) << outcome.output;
 }
 
