@@ -104,7 +104,7 @@ std::string gib(int64_t bytes) {
   return text;
 }
 
-// Refuses a batch (and held-out set) whose buffers would not fit, before anything is allocated
+// Refuses a batch (and held-out set) whose buffers would not fit, before they are allocated
 // (docs/training.md, "Scale").
 void check_memory(const TrainConfig& config) {
   const int64_t step = config.train.batch_size * bytes_per_example(config);
@@ -214,7 +214,11 @@ class Trainer {
         checkpoint_dir_(config.checkpoint.dir.empty()
                             ? output_dir_ / "checkpoints"
                             : std::filesystem::path(config.checkpoint.dir)) {
-    locally([&] { open_data(); });
+    // Checked by every rank and agreed on: ranks on other machines may have other limits.
+    locally([&] {
+      check_memory(config_);
+      open_data();
+    });
     sync();
     if (group_.size() > 1) expect_same_on_every_rank(eval_set_.size, "held-out examples");
     prefetching_.emplace(*train_source_, config.train.batch_size);
@@ -285,8 +289,9 @@ class Trainer {
         const std::vector<int64_t> values = group_.all_gather(std::array{count, stop});
         expect_same_on_every_rank(
             values, 0, "examples in the batch of step " + std::to_string(embedding_.step() + 1));
-        for (int q = 0; q < group_.size(); ++q)
+        for (int q = 0; q < group_.size(); ++q) {
           stop = std::max(stop, values[2 * static_cast<size_t>(q) + 1]);
+        }
       }
       if (stop != 0) {
         summary_.stop_signal = static_cast<int>(stop);
@@ -742,7 +747,6 @@ class Trainer {
 }  // namespace
 
 TrainSummary run_training(const TrainConfig& config, const RunOptions& options) {
-  check_memory(config);
   return Trainer(config, options).run();
 }
 

@@ -68,7 +68,7 @@ struct RunOptions {
 
 // Trains as `config` says. Throws InvalidArgument for bad configs or data (too many malformed
 // lines, an unreadable file, no example left to train on), for a train.batch_size whose buffers
-// would exceed the memory (estimated before anything is allocated), and for a --resume whose
+// would exceed the memory (estimated before the data is read), and for a --resume whose
 // settings differ from the checkpoint's in a way that changes the training
 // (check_resume_settings), naming the cause; files written before an error stay. With several
 // ranks, also InvalidArgument when train.batch_size is smaller than the number of ranks or the
