@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <memory>
 #include <span>
+#include <spawn.h>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
@@ -151,10 +152,12 @@ int signal_after(const std::string& arguments, const std::filesystem::path& outp
                  const std::string& trigger, int signal) {
   const std::string command =
       "exec " + std::string(RECEMB_CLI) + " " + arguments + " >" + output.string() + " 2>&1";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
+  pid_t pid = 0;
+  const char* shell_arguments[] = {"sh", "-c", command.c_str(), nullptr};
+  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(shell_arguments),
+                  environ) != 0) {
+    ADD_FAILURE() << "could not start /bin/sh";
+    return -1;
   }
   int status = 0;
   bool signalled = false;
