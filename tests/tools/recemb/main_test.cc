@@ -17,6 +17,7 @@
 #include <thread>
 #include <tuple>
 #include <unistd.h>
+#include <vector>
 
 #include "recemb/checkpoint.h"
 #include "recemb/embedding.h"
@@ -147,11 +148,13 @@ TEST(RecembCli, AFileSizeLimitIsAnErrorNotASignal) {
 }
 
 // Starts `recemb <arguments>` with its output in `output`, sends it `signal` once it wrote
-// `trigger`, and returns its wait status. Bounded: the process is killed after two minutes.
-int signal_after(const std::string& arguments, const std::filesystem::path& output,
-                 const std::string& trigger, int signal) {
+// triggers[0], again once it then wrote triggers[1], and so on, and returns its wait status.
+// Bounded: the process is killed after two minutes.
+int signal_on_output(const std::string& arguments, const std::filesystem::path& output,
+                     const std::vector<std::string>& triggers, int signal) {
   const std::string command =
       "exec " + std::string(RECEMB_CLI) + " " + arguments + " >" + output.string() + " 2>&1";
+  std::filesystem::remove(output);  // no trigger from an earlier run
   pid_t pid = 0;
   const char* shell_arguments[] = {"sh", "-c", command.c_str(), nullptr};
   if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(shell_arguments),
@@ -160,14 +163,12 @@ int signal_after(const std::string& arguments, const std::filesystem::path& outp
     return -1;
   }
   int status = 0;
-  bool signalled = false;
+  size_t sent = 0;
   for (int tick = 0; tick < 1200; ++tick) {  // 100 ms each
     if (waitpid(pid, &status, WNOHANG) == pid) return status;
-    if (!signalled) {
-      if (test_read(output).find(trigger) != std::string::npos) {
-        kill(pid, signal);
-        signalled = true;
-      }
+    if (sent < triggers.size() && test_read(output).find(triggers[sent]) != std::string::npos) {
+      kill(pid, signal);
+      ++sent;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -187,8 +188,8 @@ TEST(RecembCli, ASignalStopsTheRunCleanly) {
     const std::string options = " --output " + out + kSmallModel + " --set checkpoint.every=20";
     const auto output = std::filesystem::path(::testing::TempDir()) / "cli_signal_output.txt";
     // Sent once the first checkpoint is written: the run is then well inside its steps.
-    const int status = signal_after("train --steps 1000000" + options, output,
-                                    "checkpoint " + out + "/checkpoints/ckpt-", signal);
+    const int status = signal_on_output("train --steps 1000000" + options, output,
+                                        {"checkpoint " + out + "/checkpoints/ckpt-"}, signal);
     ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
     EXPECT_EQ(WEXITSTATUS(status), code);
     const std::string text = test_read(output);
@@ -256,6 +257,20 @@ TEST(RecembCli, HostileJsonIsAnErrorNotACrash) {
   const Result inspect = run("checkpoint inspect " + checkpoint.string());
   EXPECT_GT(inspect.exit_code, 0) << inspect.output;  // an exit with an error, not a signal
   EXPECT_THAT(inspect.output, HasSubstr("manifest.json: arrays and objects nest deeper than"));
+}
+
+// A second Ctrl-C ends the process at once, by the signal, while the first one's final
+// evaluation runs (a held-out set of 300,000 examples: a second or more of it).
+TEST(RecembCli, ASecondSignalEndsTheRunAtOnce) {
+  const std::string out = fresh_dir("signal_twice");
+  const auto output = std::filesystem::path(::testing::TempDir()) / "cli_signal_twice.txt";
+  const int status = signal_on_output(
+      "train --steps 1000000 --output " + out + kSmallModel +
+          " --set checkpoint.every=20 --set data.eval_examples=300000",
+      output, {"checkpoint " + out + "/checkpoints/ckpt-", "stopping at step "}, SIGINT);
+  ASSERT_TRUE(WIFSIGNALED(status)) << test_read(output);
+  EXPECT_EQ(WTERMSIG(status), SIGINT);
+  EXPECT_THAT(test_read(output), Not(HasSubstr("stopped by SIGINT")));
 }
 
 }  // namespace
