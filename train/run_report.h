@@ -15,8 +15,8 @@
 namespace recemb::train {
 
 // The figures are this rank's view of the run: the same on every rank, except the times and the
-// memory (this process's) and, for a resumed run, initial_auc (read back from metrics.jsonl by
-// rank 0 alone; 0 on the other ranks).
+// memory (this process's) and, for a resumed run, initial_auc and initial_log_loss (read back
+// from metrics.jsonl by rank 0 alone; 0 and NaN on the other ranks, hence also `learned`).
 struct TrainSummary {
   int rank = 0;                 // this process's rank; rank 0 writes the outputs and prints
   int ranks = 1;                // processes that trained together
