@@ -27,6 +27,7 @@
 #include "train/criteo_profile.h"
 #include "train/criteo_reader.h"
 #include "train/data_parallel.h"
+#include "train/dense_export.h"
 #include "train/dense_optimizer.h"
 #include "train/dlrm_dense_model.h"
 #include "train/embedding_model.h"
@@ -45,8 +46,8 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Checkpoint names of the trainer's own state (beside recemb's tables and slots).
-constexpr char kDenseParameters[] = "dense/parameters";
+// Checkpoint names of the trainer's own state (beside recemb's tables and slots, and the dense
+// model's parameters and shape: dense_export.h).
 constexpr char kDenseOptimizerSlots[] = "dense/optimizer_slots";
 constexpr char kDataPosition[] = "data_position";
 constexpr char kDenseOptimizerStep[] = "dense_optimizer_step";
@@ -647,10 +648,11 @@ class Trainer {
     const std::filesystem::path path = save_checkpoint(
         embedding_, checkpoint_dir_,
         {.keep_last = config_.checkpoint.keep,
-         .extra_arrays = {{.name = kDenseParameters, .values = model_.parameters()},
+         .extra_arrays = {{.name = kDenseParametersArray, .values = model_.parameters()},
                           {.name = kDenseOptimizerSlots, .values = dense_optimizer_.slots()}},
          .metadata = {{kDataPosition, trained_position_},
                       {kSettings, to_toml(config_)},
+                      {kDenseModelMetadata, dense_config_to_json(model_.config())},
                       {kDenseOptimizerStep, std::to_string(dense_optimizer_.step())},
                       {kExamples, std::to_string(examples_total_)},
                       {kLossWindow,
@@ -695,7 +697,7 @@ class Trainer {
     if (const auto saved = state.metadata.find(kSettings); saved != state.metadata.end()) {
       check_resume_settings(saved->second, config_, latest->string());
     }
-    array(kDenseParameters, model_.parameters());
+    array(kDenseParametersArray, model_.parameters());
     array(kDenseOptimizerSlots, dense_optimizer_.slots());
     dense_optimizer_.set_step(std::stoll(text(kDenseOptimizerStep)));
     prefetching_->seek(text(kDataPosition));

@@ -13,7 +13,7 @@ Router::Router(const Partition& partition, std::vector<size_t> feature_table, in
 }
 
 bool Router::is_local_view(const TablePart& part) const {
-  return part.rank == rank_ && part.whole();
+  return part.rank == rank_ && part.whole;
 }
 
 const TablePart* Router::local_whole_part(size_t table) const {

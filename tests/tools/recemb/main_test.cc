@@ -228,6 +228,30 @@ TEST(RecembCli, TrainRunsAndResumes) {
   EXPECT_THAT(resumed.output, Not(HasSubstr("error")));
 }
 
+// A run exported as a model directory serves `recemb predict`: one answer line per input line.
+TEST(RecembCli, ExportedRunsPredictCriteoLines) {
+  const std::string out = fresh_dir("predict");
+  ASSERT_EQ(run("train --steps 5 --output " + out + kSmallModel).exit_code, 0);
+  const Result exported = run("export " + out + "/checkpoints " + out + "/model");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_THAT(exported.output, HasSubstr("and the dense model"));
+  std::string line = "1";
+  for (int j = 0; j < 13; ++j) line += "\t" + std::to_string(j * 7);
+  for (int f = 0; f < 26; ++f) line += "\t68fd1e" + std::to_string(10 + f);
+  const Result predicted = run("predict " + out + "/model", line + "\nnot criteo\n" + line + "\n");
+  EXPECT_EQ(predicted.exit_code, 1);
+  std::istringstream lines(predicted.output);
+  std::string first, second, third;
+  std::getline(lines, first);
+  std::getline(lines, second);
+  std::getline(lines, third);
+  EXPECT_GT(std::stof(first), 0.0f);
+  EXPECT_LT(std::stof(first), 1.0f);
+  EXPECT_THAT(second, HasSubstr("{\"error\": {\"line\": 2, \"code\": \"InvalidArgument\", "
+                                "\"message\": \"line 2: "));
+  EXPECT_EQ(third, first);
+}
+
 // Hostile input ends neither `recemb lookup` (which answers the lines after it) nor
 // `recemb checkpoint inspect` in a crash: a number beyond double's range, and values nested
 // 100,000 arrays deep in a request line and in a checkpoint's manifest.
