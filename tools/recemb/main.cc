@@ -6,8 +6,10 @@
 //   recemb predict MODEL_DIR [--data FILE]   click probabilities of Criteo lines
 //   recemb hash --feature C3 [MODEL]         raw Criteo values -> the trainer's table rows
 //   recemb plan --shards N                   how the model's tables would be sharded
-// `recemb SUBCOMMAND --help` lists the options. The one file that includes CLI11.
+// `recemb SUBCOMMAND --help` lists the options; `recemb --version` prints the version. The one file
+// that includes CLI11.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -142,7 +144,11 @@ void report_error(const std::exception& error) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write beyond the file-size limit (ulimit -f) fails with EFBIG, reported as any write error,
+  // instead of killing the process without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"recemb: embedding tables for recommendation models"};
+  app.set_version_flag("--version", std::string("recemb ") + RECEMB_VERSION);
   app.require_subcommand(1);
   TrainArguments train_args;
   InspectArguments inspect_args;
