@@ -10,21 +10,41 @@
 // every rank; all_to_all's are not (a rank knows only what it sends and receives), so all_to_all
 // agrees with an MPI_Allreduce of one int: a few microseconds per call, against silent truncation.
 //
-// Lifetime. The duplicate of MPI_COMM_WORLD lives until MPI_Finalize, which frees it before
-// anything else (a delete callback of an attribute on MPI_COMM_SELF, the standard's hook for this),
-// whoever calls MPI_Finalize. When recemb initialized MPI, an exit handler finalizes it, or, when
-// one of our calls failed, calls MPI_Abort instead: the peers may still wait in that collective,
-// and MPI_Finalize (a barrier in OpenMPI) would wait with them forever, where MPI_Abort ends the
-// job. A peer that dies is mpirun's business: it ends the whole job, and nothing here blocks
-// signals or catches them.
+// Waiting. Every MPI operation is nonblocking (MPI_Ialltoall, ...), completed by polling it
+// (MPI_Testall): without pause for the first 100 ms (a training step's exchanges end well within
+// it), then with pauses growing to 1 ms, so that a rank waiting for a busy peer does not hold a
+// core. While it waits, it also looks for the exit announcements of the other ranks.
+//
+// Leaving (docs/scaling.md, "When a rank fails"). Every rank counts the operations it starts
+// (every rank starts the same ones, in the same order). A rank leaves the job in MPI_Finalize (a
+// delete callback of an attribute on MPI_COMM_SELF, the standard's hook for this, whoever calls
+// MPI_Finalize) or, when recemb initialized MPI, in an exit handler that then calls MPI_Finalize:
+// it sends every other rank {operations started, exit status} on a second duplicate of
+// MPI_COMM_WORLD (the control communicator), then waits in an MPI_Ibarrier of that communicator
+// until every rank has left, and frees both duplicates. A rank waiting in operation n that learns
+// that rank q left after starting n operations or fewer knows that q will never take part: the
+// call throws FailedPrecondition naming q. Ranks that finish at different times wait for each
+// other as long as it takes; but a rank that exits with a non-zero status waits at most 3 s for the
+// others to exit too (ranks that agreed on an error exit together, each with its message), then
+// ends the job with MPI_Abort. So does a rank one of whose calls failed or was abandoned, at once
+// when it exits: the peers may wait in that operation forever, and MPI_Finalize (a barrier in
+// OpenMPI) would wait with them. A peer that dies is mpirun's business: it ends the whole job, and
+// nothing here blocks signals or catches them. The exit handler is registered with glibc's
+// on_exit, which passes it the exit status.
 #include "comm/mpi_communicator.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "recemb/communicator.h"
@@ -53,13 +73,44 @@ void internal::set_mpi_message_limit(int64_t bytes) {
 
 namespace {
 
-constexpr int64_t kMaxPieceBytes = int64_t{1} << 30;
+using Clock = std::chrono::steady_clock;
 
-// What the exit handler and the MPI_Finalize hook share with the communicator (which the program
-// may still hold, or may have destroyed, when they run): our duplicate of MPI_COMM_WORLD, and
-// whether an MPI call of ours failed.
+constexpr int64_t kMaxPieceBytes = int64_t{1} << 30;
+// A wait polls without pause for kSpinTime (a training step's exchanges end well within it), then
+// pauses between polls, the pause doubling from kFirstPause to kMaxPause, and looks for exit
+// announcements every kPollsPerAnnouncementCheck polls while it spins, after every pause then.
+constexpr auto kSpinTime = std::chrono::milliseconds(100);
+constexpr auto kFirstPause = std::chrono::microseconds(50);
+constexpr auto kMaxPause = std::chrono::milliseconds(1);
+constexpr int64_t kPollsPerAnnouncementCheck = 256;
+// How long a rank exiting with a non-zero status waits for the others to exit as well.
+constexpr auto kFailingExitGrace = std::chrono::seconds(3);
+// The tag of an exit announcement on the control communicator (the only messages it carries).
+constexpr int kExitTag = 1;
+
+// What the communicator, the exit handler and the MPI_Finalize hook share (the program may still
+// hold the communicator, or may have destroyed it, when the last two run). Guarded by g_mutex:
+// recemb makes its MPI calls one thread at a time (MPI_THREAD_SERIALIZED), the exit handler too.
+std::mutex g_mutex;
+// Our duplicates of MPI_COMM_WORLD: the exchanges', and the control communicator of the exit
+// announcements. MPI_COMM_NULL once this rank has left (or before the first mpi_communicator()).
 MPI_Comm g_comm = MPI_COMM_NULL;
+MPI_Comm g_control = MPI_COMM_NULL;
+int g_rank = 0;
+int g_size = 1;
+// Exchanges (MPI operations on g_comm) this rank has started: every rank starts the same ones, in
+// the same order, so exchange n of one rank matches exchange n of every other.
+int64_t g_started = 0;
+// An exit announcement: {exchanges started, exit status}. Per rank: the one received from it (the
+// first entry -1 until then), and this rank's own, sent to every other rank when it leaves.
+std::vector<std::array<int64_t, 2>> g_announcements;
+int g_announcements_received = 0;
+std::array<int64_t, 2> g_own_announcement = {};
+bool g_left = false;
+// Whether an MPI call of ours failed or was abandoned (the peers may wait in it forever), and
+// what the call threw.
 std::atomic<bool> g_failed{false};
+std::string g_failure;
 
 std::string mpi_error_string(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -85,17 +136,139 @@ const char* thread_level_name(int level) {
   }
 }
 
-// Runs inside MPI_Finalize, first, while MPI still works.
-int free_comm_at_finalize(MPI_Comm, int, void*, void*) {
-  if (g_comm != MPI_COMM_NULL) MPI_Comm_free(&g_comm);
+// Ends the whole job, after printing `message` (one line, one write, so that the ranks' lines do
+// not interleave).
+[[noreturn]] void abort_job(const std::string& message, int status) {
+  const std::string line = "recemb: rank " + std::to_string(g_rank) + ": " + message + "\n";
+  std::fputs(line.c_str(), stderr);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, status != 0 ? status : 1);
+  std::abort();  // MPI_Abort does not return
+}
+
+// Polls done() until it returns true: without pause for kSpinTime, then with growing pauses, during
+// which `lock` is released. Calls between() every kPollsPerAnnouncementCheck polls, and after each
+// pause.
+template <typename Done, typename Between>
+void poll(std::unique_lock<std::mutex>& lock, Done done, Between between) {
+  const Clock::time_point start = Clock::now();
+  auto pause = std::chrono::duration_cast<Clock::duration>(kFirstPause);
+  for (int64_t polls = 1;; ++polls) {
+    if (done()) return;
+    if (polls % kPollsPerAnnouncementCheck == 0) between();
+    if (Clock::now() - start < kSpinTime) continue;
+    lock.unlock();
+    std::this_thread::sleep_for(pause);
+    lock.lock();
+    pause = std::min<Clock::duration>(2 * pause, kMaxPause);
+    between();
+  }
+}
+
+// Receives the exit announcements that have arrived. Returns false if an MPI call failed.
+bool receive_announcements() {
+  for (;;) {
+    int arrived = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kExitTag, g_control, &arrived, &status) != MPI_SUCCESS) {
+      return false;
+    }
+    if (!arrived) return true;
+    std::array<int64_t, 2>& announcement = g_announcements[static_cast<size_t>(status.MPI_SOURCE)];
+    if (MPI_Recv(announcement.data(), 2, MPI_INT64_T, status.MPI_SOURCE, kExitTag, g_control,
+                 MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      return false;
+    }
+    ++g_announcements_received;
+  }
+}
+
+// This rank leaves the group (see the top of the file), exiting with `status`: announces it to
+// every other rank, then waits in a barrier of the control communicator until every rank has left
+// (at most kFailingExitGrace if status is not 0: then it ends the job), and frees both duplicates.
+// Called with g_mutex held; once (later calls return at once).
+void leave(std::unique_lock<std::mutex>& lock, int status) {
+  if (g_left || g_comm == MPI_COMM_NULL) return;
+  g_left = true;
+  if (g_size > 1) {
+    const auto fail = [](const char* call) {
+      abort_job(std::string(call) + " failed while leaving the MPI job", 1);
+    };
+    g_own_announcement = {g_started, status};
+    std::vector<MPI_Request> requests;
+    for (int q = 0; q < g_size; ++q) {
+      if (q == g_rank) continue;
+      MPI_Request request;
+      if (MPI_Isend(g_own_announcement.data(), 2, MPI_INT64_T, q, kExitTag, g_control, &request) !=
+          MPI_SUCCESS) {
+        fail("MPI_Isend");
+      }
+      requests.push_back(request);
+    }
+    MPI_Request barrier;
+    if (MPI_Ibarrier(g_control, &barrier) != MPI_SUCCESS) fail("MPI_Ibarrier");
+    const Clock::time_point start = Clock::now();
+    poll(
+        lock,
+        [&] {
+          int done = 0;
+          if (MPI_Test(&barrier, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) fail("MPI_Test");
+          return done != 0;
+        },
+        [&] {
+          if (!receive_announcements()) fail("MPI_Recv");
+          if (status == 0 || Clock::now() - start < kFailingExitGrace) return;
+          std::string running;
+          for (int q = 0; q < g_size; ++q) {
+            if (q != g_rank && g_announcements[static_cast<size_t>(q)][0] < 0) {
+              running += (running.empty() ? "" : ", ") + std::to_string(q);
+            }
+          }
+          abort_job("exits with status " + std::to_string(status) + " while rank(s) " + running +
+                        " still run: ending the MPI job (MPI_Abort), so that none of them waits "
+                        "for this rank in an exchange",
+                    status);
+        });
+    // Every rank sent its announcements before it entered the barrier: receive the rest.
+    while (g_announcements_received < g_size - 1) {
+      MPI_Status source;
+      if (MPI_Probe(MPI_ANY_SOURCE, kExitTag, g_control, &source) != MPI_SUCCESS ||
+          !receive_announcements()) {
+        fail("MPI_Recv");
+      }
+    }
+    if (MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE) !=
+        MPI_SUCCESS) {
+      fail("MPI_Waitall");
+    }
+  }
+  MPI_Comm_free(&g_control);
+  MPI_Comm_free(&g_comm);
+}
+
+// The end of this rank's part in the job, exiting with `status`: MPI_Abort if a call of ours
+// failed (the peers may wait in it forever), else leave().
+void end_participation(int status) {
+  std::unique_lock<std::mutex> lock(g_mutex);
+  if (g_failed.load()) {
+    abort_job("ending the MPI job (MPI_Abort), as an exchange failed: " + g_failure, status);
+  }
+  leave(lock, status);
+}
+
+// Runs inside MPI_Finalize, first, while MPI still works: when the program finalizes MPI itself
+// (its exit status unknown here, taken as 0), or after finalize_at_exit has left.
+int leave_at_finalize(MPI_Comm, int, void*, void*) {
+  end_participation(0);
   return MPI_SUCCESS;
 }
 
-void finalize_at_exit() {
+// Registered with on_exit (glibc), which passes the exit status, when recemb initialized MPI.
+void finalize_at_exit(int status, void*) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  if (g_failed.load()) MPI_Abort(MPI_COMM_WORLD, 1);
+  end_participation(status);
   MPI_Finalize();
 }
 
@@ -117,51 +290,61 @@ class MpiCommunicator final : public Communicator {
       send_total += count;
     }
     RECEMB_CHECK(send_total == static_cast<int64_t>(send.size()));
+    std::unique_lock<std::mutex> lock(g_mutex);
     const MPI_Comm comm = communicator();
 
-    check(
-        MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T, comm),
-        "MPI_Alltoall");
+    exchange(lock, "MPI_Alltoall", [&](MPI_Request* request) {
+      return MPI_Ialltoall(send_counts.data(), 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T,
+                           comm, request);
+    });
     int64_t recv_total = 0;
     for (const int64_t count : recv_counts) recv_total += count;
     // When a buffer's total fits, so do its counts and offsets (sums of the counts before a part).
     const int64_t limit = g_message_limit.load(std::memory_order_relaxed);
     int in_pieces = send_total > limit || recv_total > limit ? 1 : 0;
     if (size_ > 1) {
-      check(MPI_Allreduce(MPI_IN_PLACE, &in_pieces, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+      exchange(lock, "MPI_Allreduce", [&](MPI_Request* request) {
+        return MPI_Iallreduce(MPI_IN_PLACE, &in_pieces, 1, MPI_INT, MPI_MAX, comm, request);
+      });
     }
     recv.resize(static_cast<size_t>(recv_total));
     if (in_pieces != 0) {
-      all_to_all_in_pieces(send, send_counts, recv, recv_counts, std::min(limit, kMaxPieceBytes),
-                           comm);
+      all_to_all_in_pieces(lock, send, send_counts, recv, recv_counts,
+                           std::min(limit, kMaxPieceBytes), comm);
       return;
     }
     set_counts(send_counts, send_counts_, send_offsets_);
     set_counts(recv_counts, recv_counts_, recv_offsets_);
-    check(MPI_Alltoallv(send.data(), send_counts_.data(), send_offsets_.data(), MPI_BYTE,
-                        recv.data(), recv_counts_.data(), recv_offsets_.data(), MPI_BYTE, comm),
-          "MPI_Alltoallv");
+    exchange(lock, "MPI_Alltoallv", [&](MPI_Request* request) {
+      return MPI_Ialltoallv(send.data(), send_counts_.data(), send_offsets_.data(), MPI_BYTE,
+                            recv.data(), recv_counts_.data(), recv_offsets_.data(), MPI_BYTE, comm,
+                            request);
+    });
   }
 
   void all_gather(std::span<const std::byte> send, std::vector<std::byte>& recv,
                   std::span<int64_t> recv_counts) override {
     RECEMB_CHECK(recv_counts.size() == static_cast<size_t>(size_));
+    std::unique_lock<std::mutex> lock(g_mutex);
     const MPI_Comm comm = communicator();
     const auto length = static_cast<int64_t>(send.size());
-    check(MPI_Allgather(&length, 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T, comm),
-          "MPI_Allgather");
+    exchange(lock, "MPI_Allgather", [&](MPI_Request* request) {
+      return MPI_Iallgather(&length, 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T, comm,
+                            request);
+    });
     int64_t total = 0;
     for (const int64_t count : recv_counts) total += count;
     recv.resize(static_cast<size_t>(total));
     const int64_t limit = g_message_limit.load(std::memory_order_relaxed);
     if (total > limit) {  // the same on every rank: every rank has every length
-      all_gather_in_pieces(send, recv, recv_counts, std::min(limit, kMaxPieceBytes), comm);
+      all_gather_in_pieces(lock, send, recv, recv_counts, std::min(limit, kMaxPieceBytes), comm);
       return;
     }
     set_counts(recv_counts, recv_counts_, recv_offsets_);
-    check(MPI_Allgatherv(send.data(), static_cast<int>(length), MPI_BYTE, recv.data(),
-                         recv_counts_.data(), recv_offsets_.data(), MPI_BYTE, comm),
-          "MPI_Allgatherv");
+    exchange(lock, "MPI_Allgatherv", [&](MPI_Request* request) {
+      return MPI_Iallgatherv(send.data(), static_cast<int>(length), MPI_BYTE, recv.data(),
+                             recv_counts_.data(), recv_offsets_.data(), MPI_BYTE, comm, request);
+    });
   }
 
  private:
@@ -174,9 +357,58 @@ class MpiCommunicator final : public Communicator {
 
   void check(int code, const char* call) const {
     if (code == MPI_SUCCESS) return;
+    fail(std::string(call) + " failed on rank " + std::to_string(rank_) + " of " +
+         std::to_string(size_) + ": " + mpi_error_string(code));
+  }
+
+  [[noreturn]] static void fail(std::string message) {
+    g_failure = message;
     g_failed.store(true);
-    throw FailedPrecondition(std::string(call) + " failed on rank " + std::to_string(rank_) +
-                             " of " + std::to_string(size_) + ": " + mpi_error_string(code));
+    throw FailedPrecondition(std::move(message));
+  }
+
+  // One exchange: start(&request) starts a nonblocking MPI operation on g_comm; waits for it.
+  template <typename Start>
+  void exchange(std::unique_lock<std::mutex>& lock, const char* call, Start start) {
+    const int64_t number = g_started++;
+    requests_.resize(1);
+    check(start(requests_.data()), call);
+    wait(lock, call, number);
+  }
+
+  // Waits for requests_, those of exchange `number` (`call`, for messages), to complete; throws
+  // FailedPrecondition if a rank that will never join it has left (see the top of the file).
+  void wait(std::unique_lock<std::mutex>& lock, const char* call, int64_t number) {
+    poll(
+        lock,
+        [&] {
+          if (g_comm == MPI_COMM_NULL) {  // left while this thread paused
+            throw FailedPrecondition(std::string("mpi_communicator: ") + call +
+                                     ": this rank left the MPI job during the exchange");
+          }
+          int done = 0;
+          check(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
+                            MPI_STATUSES_IGNORE),
+                call);
+          return done != 0;
+        },
+        [&] {
+          if (!receive_announcements()) {
+            fail(std::string(call) + " on rank " + std::to_string(rank_) +
+                 ": receiving the exit announcements of the other ranks failed");
+          }
+          for (int q = 0; q < size_; ++q) {
+            const std::array<int64_t, 2>& left = g_announcements[static_cast<size_t>(q)];
+            if (left[0] < 0 || left[0] > number) continue;  // running, or it started this one
+            requests_.clear();                              // abandoned: never complete
+            fail("rank " + std::to_string(q) + " left the MPI job (exit status " +
+                 std::to_string(left[1]) + ") without taking part in the exchange (" + call +
+                 ") that rank " + std::to_string(rank_) +
+                 " waits in: every rank must make the same collective calls, in the same order "
+                 "(docs/scaling.md, \"When a rank fails\"); this rank ends the job when it exits");
+          }
+        });
+    requests_.clear();
   }
 
   // counts as MPI's ints, with their offsets; the caller has checked that all fit.
@@ -193,11 +425,12 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Every pair's part as messages of at most `piece` bytes, received in the order sent (MPI does
-  // not reorder messages between two ranks with the same tag on one communicator).
-  void all_to_all_in_pieces(std::span<const std::byte> send, std::span<const int64_t> send_counts,
-                            std::vector<std::byte>& recv, std::span<const int64_t> recv_counts,
-                            int64_t piece, MPI_Comm comm) {
+  // not reorder messages between two ranks with the same tag on one communicator): one exchange.
+  void all_to_all_in_pieces(std::unique_lock<std::mutex>& lock, std::span<const std::byte> send,
+                            std::span<const int64_t> send_counts, std::vector<std::byte>& recv,
+                            std::span<const int64_t> recv_counts, int64_t piece, MPI_Comm comm) {
     constexpr int kTag = 0;
+    const int64_t number = g_started++;
     const auto me = static_cast<size_t>(rank_);
     requests_.clear();
     std::byte* recv_part = recv.data();
@@ -232,13 +465,13 @@ class MpiCommunicator final : public Communicator {
       }
       send_part += send_counts[q];
     }
-    check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
-          "MPI_Waitall");
+    wait(lock, "MPI_Isend/MPI_Irecv", number);
   }
 
   // Each rank's part broadcast from that rank, in pieces of at most `piece` bytes.
-  void all_gather_in_pieces(std::span<const std::byte> send, std::vector<std::byte>& recv,
-                            std::span<const int64_t> recv_counts, int64_t piece, MPI_Comm comm) {
+  void all_gather_in_pieces(std::unique_lock<std::mutex>& lock, std::span<const std::byte> send,
+                            std::vector<std::byte>& recv, std::span<const int64_t> recv_counts,
+                            int64_t piece, MPI_Comm comm) {
     int64_t offset = 0;
     for (size_t q = 0; q < recv_counts.size(); ++q) {
       if (q == static_cast<size_t>(rank_) && !send.empty()) {
@@ -246,8 +479,10 @@ class MpiCommunicator final : public Communicator {
       }
       for (int64_t done = 0; done < recv_counts[q]; done += piece) {
         const auto bytes = static_cast<int>(std::min(piece, recv_counts[q] - done));
-        check(MPI_Bcast(recv.data() + offset + done, bytes, MPI_BYTE, static_cast<int>(q), comm),
-              "MPI_Bcast");
+        exchange(lock, "MPI_Bcast", [&](MPI_Request* request) {
+          return MPI_Ibcast(recv.data() + offset + done, bytes, MPI_BYTE, static_cast<int>(q), comm,
+                            request);
+        });
       }
       offset += recv_counts[q];
     }
@@ -282,24 +517,33 @@ std::shared_ptr<Communicator> make_world_communicator() {
   } else {
     // MPI's default error handler aborts the job if this fails.
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
-    RECEMB_CHECK(std::atexit(finalize_at_exit) == 0);
+    RECEMB_CHECK(on_exit(finalize_at_exit, nullptr) == 0);
     if (provided < MPI_THREAD_SERIALIZED) {
       throw FailedPrecondition(std::string("mpi_communicator: this MPI library provides only ") +
                                thread_level_name(provided) +
                                ", and recemb needs MPI_THREAD_SERIALIZED");
     }
   }
+  // Errors on MPI_COMM_WORLD (here, in MPI_Comm_dup) abort the job.
   MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm);  // errors on MPI_COMM_WORLD abort the job
+  MPI_Comm control = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_dup(MPI_COMM_WORLD, &control);
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(control, MPI_ERRORS_RETURN);
   int rank = 0;
   int size = 0;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   int keyval = MPI_KEYVAL_INVALID;
-  MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_comm_at_finalize, &keyval, nullptr);
+  MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, leave_at_finalize, &keyval, nullptr);
   MPI_Comm_set_attr(MPI_COMM_SELF, keyval, nullptr);
+  const std::lock_guard<std::mutex> lock(g_mutex);
   g_comm = comm;
+  g_control = control;
+  g_rank = rank;
+  g_size = size;
+  g_announcements.assign(static_cast<size_t>(size), {-1, 0});
   return std::make_shared<MpiCommunicator>(rank, size);
 }
 
