@@ -67,6 +67,11 @@ RECEMB_EXPORT std::vector<std::shared_ptr<Communicator>> in_process_communicator
 // itself (its type and message unchanged).
 RECEMB_EXPORT void agree_on_error(Communicator& communicator, std::exception_ptr error);
 
+// How many processes an MPI launcher started, from the environment it gives each of them
+// (OMPI_COMM_WORLD_SIZE of OpenMPI's mpirun, PMI_SIZE of MPICH's, Intel MPI's and srun's); 0 when
+// it does not say (no launcher). Reads the environment only: MPI is not initialized.
+RECEMB_EXPORT int launched_processes();
+
 // Whether this build of recemb can talk MPI (built with an MPI library).
 RECEMB_EXPORT bool mpi_available();
 

@@ -69,6 +69,13 @@ void internal::set_mpi_message_limit(int64_t bytes) {
   g_message_limit.store(bytes, std::memory_order_relaxed);
 }
 
+int launched_processes() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  }
+  return 0;
+}
+
 #if defined(RECEMB_HAVE_MPI) && RECEMB_HAVE_MPI
 
 namespace {
