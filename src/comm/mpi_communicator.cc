@@ -44,7 +44,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "recemb/communicator.h"
@@ -154,21 +153,22 @@ const char* thread_level_name(int level) {
 }
 
 // Polls done() until it returns true: without pause for kSpinTime, then with growing pauses, during
-// which `lock` is released. Calls between() every kPollsPerAnnouncementCheck polls, and after each
-// pause.
+// which `lock` is released. Calls between() after every kPollsPerAnnouncementCheck-th poll, and
+// after every poll that follows a pause.
 template <typename Done, typename Between>
 void poll(std::unique_lock<std::mutex>& lock, Done done, Between between) {
   const Clock::time_point start = Clock::now();
   auto pause = std::chrono::duration_cast<Clock::duration>(kFirstPause);
+  bool paused = false;
   for (int64_t polls = 1;; ++polls) {
     if (done()) return;
-    if (polls % kPollsPerAnnouncementCheck == 0) between();
+    if (paused || polls % kPollsPerAnnouncementCheck == 0) between();
     if (Clock::now() - start < kSpinTime) continue;
     lock.unlock();
     std::this_thread::sleep_for(pause);
     lock.lock();
     pause = std::min<Clock::duration>(2 * pause, kMaxPause);
-    between();
+    paused = true;
   }
 }
 
@@ -231,6 +231,7 @@ void leave(std::unique_lock<std::mutex>& lock, int status) {
               running += (running.empty() ? "" : ", ") + std::to_string(q);
             }
           }
+          if (running.empty()) return;  // all have left: the barrier is about to complete
           abort_job("exits with status " + std::to_string(status) + " while rank(s) " + running +
                         " still run: ending the MPI job (MPI_Abort), so that none of them waits "
                         "for this rank in an exchange",
@@ -355,7 +356,15 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // g_comm, unless this rank can no longer exchange. After a failed or abandoned exchange, whose
+  // requests may still write into the caller's buffers if MPI made progress, no more MPI calls.
   MPI_Comm communicator() const {
+    if (g_failed.load()) {
+      throw FailedPrecondition(
+          "mpi_communicator: no more exchanges on this rank, which ends the MPI job when it "
+          "exits: an earlier one failed: " +
+          g_failure);
+    }
     if (g_comm == MPI_COMM_NULL) {
       throw FailedPrecondition("mpi_communicator: MPI was finalized; no more exchanges");
     }
@@ -368,10 +377,10 @@ class MpiCommunicator final : public Communicator {
          std::to_string(size_) + ": " + mpi_error_string(code));
   }
 
-  [[noreturn]] static void fail(std::string message) {
+  [[noreturn]] static void fail(const std::string& message) {
     g_failure = message;
     g_failed.store(true);
-    throw FailedPrecondition(std::move(message));
+    throw FailedPrecondition(message);
   }
 
   // One exchange: start(&request) starts a nonblocking MPI operation on g_comm; waits for it.
@@ -412,7 +421,7 @@ class MpiCommunicator final : public Communicator {
                  std::to_string(left[1]) + ") without taking part in the exchange (" + call +
                  ") that rank " + std::to_string(rank_) +
                  " waits in: every rank must make the same collective calls, in the same order "
-                 "(docs/scaling.md, \"When a rank fails\"); this rank ends the job when it exits");
+                 "(docs/scaling.md, \"When a rank fails\")");
           }
         });
     requests_.clear();

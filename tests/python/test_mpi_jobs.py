@@ -71,6 +71,21 @@ def test_a_rank_that_leaves_ends_the_job_within_seconds(case, status):
 
 
 @needs_mpi
+def test_a_rank_that_goes_on_after_a_rank_left_gets_errors_then_ends_the_job():
+    returncode, output, seconds = run_job("exit_0_caught")
+    assert returncode != 0, output
+    assert seconds < 30, output
+    assert ("rank 0: step 2: rank 1 left the MPI job (exit status 0) without taking part in the "
+            "exchange") in output, output
+    for t in (3, 4):
+        assert (f"rank 0: step {t}: mpi_communicator: no more exchanges on this rank, which ends "
+                f"the MPI job when it exits: an earlier one failed: rank 1 left the MPI job") \
+            in output, output
+    assert "rank 0: done" in output, output
+    assert "recemb: rank 0: ending the MPI job (MPI_Abort)" in output, output
+
+
+@needs_mpi
 def test_ranks_that_finish_at_different_times_are_not_ended():
     returncode, output, seconds = run_job("busy")
     assert returncode == 0, output
