@@ -1,33 +1,31 @@
 // The communicator over MPI, and the one file of recemb that includes <mpi.h> (only this file is
 // compiled with MPI's include directories, and only when recemb is built with MPI).
 //
-// Exchanges. When every byte count and offset of an exchange fits MPI's int, it is one collective
-// after the sizes: all_to_all is an MPI_Alltoall of the int64 counts, then an MPI_Alltoallv of the
-// bytes; all_gather an MPI_Allgather of the int64 lengths, then an MPI_Allgatherv. Larger exchanges
-// go in pieces of at most 1 GiB instead: all_to_all as point-to-point messages between each pair,
-// all_gather as broadcasts from each rank in turn. Every rank must take the same path (a collective
-// on one rank never matches point-to-point messages on another). all_gather's lengths are known to
-// every rank; all_to_all's are not (a rank knows only what it sends and receives), so all_to_all
-// agrees with an MPI_Allreduce of one int: a few microseconds per call, against silent truncation.
+// Exchanges. Each is two rounds of point-to-point messages between every pair of ranks, posted at
+// once (nonblocking) and then waited for: all_to_all sends every other rank its part's int64 byte
+// count, then the part; all_gather sends every other rank its length, then its bytes. A message is
+// at most 1 GiB (MPI counts are int): larger parts go in pieces, received in the order sent. Not
+// MPI's collectives: waiting must be able to notice a rank that left (below), so it cannot block
+// in MPI, and OpenMPI's nonblocking collectives (libnbc) took 50 us where these rounds take a few.
 //
-// Waiting. Every MPI operation is nonblocking (MPI_Ialltoall, ...), completed by polling it
-// (MPI_Testall): without pause for the first 100 ms (a training step's exchanges end well within
-// it), then with pauses growing to 1 ms, so that a rank waiting for a busy peer does not hold a
-// core. While it waits, it also looks for the exit announcements of the other ranks.
+// Waiting. A round is completed by polling its requests (MPI_Testall): without pause for the
+// first 100 ms (a training step's exchanges end well within it), then with pauses growing to 1 ms,
+// so that a rank waiting for a busy peer does not hold a core. While it waits, it also looks for
+// the exit announcements of the other ranks.
 //
-// Leaving (docs/scaling.md, "When a rank fails"). Every rank counts the operations it starts
-// (every rank starts the same ones, in the same order). A rank leaves the job in MPI_Finalize (a
+// Leaving (docs/scaling.md, "When a rank fails"). Every rank counts the rounds it starts (every
+// rank starts the same ones, in the same order). A rank leaves the job in MPI_Finalize (a
 // delete callback of an attribute on MPI_COMM_SELF, the standard's hook for this, whoever calls
 // MPI_Finalize) or, when recemb initialized MPI, in an exit handler that then calls MPI_Finalize:
-// it sends every other rank {operations started, exit status} on a second duplicate of
+// it sends every other rank {rounds started, exit status} on a second duplicate of
 // MPI_COMM_WORLD (the control communicator), then waits in an MPI_Ibarrier of that communicator
-// until every rank has left, and frees both duplicates. A rank waiting in operation n that learns
-// that rank q left after starting n operations or fewer knows that q will never take part: the
+// until every rank has left, and frees both duplicates. A rank waiting in round n that learns
+// that rank q left after starting n rounds or fewer knows that q will never take part: the
 // call throws FailedPrecondition naming q. Ranks that finish at different times wait for each
 // other as long as it takes; but a rank that exits with a non-zero status waits at most 3 s for the
 // others to exit too (ranks that agreed on an error exit together, each with its message), then
 // ends the job with MPI_Abort. So does a rank one of whose calls failed or was abandoned, at once
-// when it exits: the peers may wait in that operation forever, and MPI_Finalize (a barrier in
+// when it exits: the peers may wait in that round forever, and MPI_Finalize (a barrier in
 // OpenMPI) would wait with them. A peer that dies is mpirun's business: it ends the whole job, and
 // nothing here blocks signals or catches them. The exit handler is registered with glibc's
 // on_exit, which passes it the exit status.
@@ -104,10 +102,10 @@ MPI_Comm g_comm = MPI_COMM_NULL;
 MPI_Comm g_control = MPI_COMM_NULL;
 int g_rank = 0;
 int g_size = 1;
-// Exchanges (MPI operations on g_comm) this rank has started: every rank starts the same ones, in
-// the same order, so exchange n of one rank matches exchange n of every other.
+// Rounds of messages on g_comm this rank has started: every rank starts the same ones, in the same
+// order, so round n of one rank matches round n of every other.
 int64_t g_started = 0;
-// An exit announcement: {exchanges started, exit status}. Per rank: the one received from it (the
+// An exit announcement: {rounds started, exit status}. Per rank: the one received from it (the
 // first entry -1 until then), and this rank's own, sent to every other rank when it leaves.
 std::vector<std::array<int64_t, 2>> g_announcements;
 int g_announcements_received = 0;
@@ -299,66 +297,67 @@ class MpiCommunicator final : public Communicator {
     }
     RECEMB_CHECK(send_total == static_cast<int64_t>(send.size()));
     std::unique_lock<std::mutex> lock(g_mutex);
-    const MPI_Comm comm = communicator();
-
-    exchange(lock, "MPI_Alltoall", [&](MPI_Request* request) {
-      return MPI_Ialltoall(send_counts.data(), 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T,
-                           comm, request);
-    });
+    check_can_exchange();
+    const auto me = static_cast<size_t>(rank_);
+    recv_counts[me] = send_counts[me];
+    exchange(
+        lock, "all_to_all, the byte counts", kCountsTag,
+        [&](size_t q) { return std::as_bytes(send_counts.subspan(q, 1)); },
+        [&](size_t q) { return std::as_writable_bytes(recv_counts.subspan(q, 1)); });
     int64_t recv_total = 0;
     for (const int64_t count : recv_counts) recv_total += count;
-    // When a buffer's total fits, so do its counts and offsets (sums of the counts before a part).
-    const int64_t limit = g_message_limit.load(std::memory_order_relaxed);
-    int in_pieces = send_total > limit || recv_total > limit ? 1 : 0;
-    if (size_ > 1) {
-      exchange(lock, "MPI_Allreduce", [&](MPI_Request* request) {
-        return MPI_Iallreduce(MPI_IN_PLACE, &in_pieces, 1, MPI_INT, MPI_MAX, comm, request);
-      });
-    }
     recv.resize(static_cast<size_t>(recv_total));
-    if (in_pieces != 0) {
-      all_to_all_in_pieces(lock, send, send_counts, recv, recv_counts,
-                           std::min(limit, kMaxPieceBytes), comm);
-      return;
+    set_offsets(send_counts, send_offsets_);
+    set_offsets(recv_counts, recv_offsets_);
+    if (send_counts[me] != 0) {
+      std::memcpy(recv.data() + recv_offsets_[me], send.data() + send_offsets_[me],
+                  static_cast<size_t>(send_counts[me]));
     }
-    set_counts(send_counts, send_counts_, send_offsets_);
-    set_counts(recv_counts, recv_counts_, recv_offsets_);
-    exchange(lock, "MPI_Alltoallv", [&](MPI_Request* request) {
-      return MPI_Ialltoallv(send.data(), send_counts_.data(), send_offsets_.data(), MPI_BYTE,
-                            recv.data(), recv_counts_.data(), recv_offsets_.data(), MPI_BYTE, comm,
-                            request);
-    });
+    exchange(
+        lock, "all_to_all, the bytes", kDataTag,
+        [&](size_t q) {
+          return send.subspan(static_cast<size_t>(send_offsets_[q]),
+                              static_cast<size_t>(send_counts[q]));
+        },
+        [&](size_t q) {
+          return std::span(recv).subspan(static_cast<size_t>(recv_offsets_[q]),
+                                         static_cast<size_t>(recv_counts[q]));
+        });
   }
 
   void all_gather(std::span<const std::byte> send, std::vector<std::byte>& recv,
                   std::span<int64_t> recv_counts) override {
     RECEMB_CHECK(recv_counts.size() == static_cast<size_t>(size_));
     std::unique_lock<std::mutex> lock(g_mutex);
-    const MPI_Comm comm = communicator();
-    const auto length = static_cast<int64_t>(send.size());
-    exchange(lock, "MPI_Allgather", [&](MPI_Request* request) {
-      return MPI_Iallgather(&length, 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T, comm,
-                            request);
-    });
+    check_can_exchange();
+    const auto me = static_cast<size_t>(rank_);
+    recv_counts[me] = static_cast<int64_t>(send.size());
+    exchange(
+        lock, "all_gather, the lengths", kCountsTag,
+        [&](size_t) { return std::as_bytes(std::span<const int64_t>(recv_counts).subspan(me, 1)); },
+        [&](size_t q) { return std::as_writable_bytes(recv_counts.subspan(q, 1)); });
     int64_t total = 0;
     for (const int64_t count : recv_counts) total += count;
     recv.resize(static_cast<size_t>(total));
-    const int64_t limit = g_message_limit.load(std::memory_order_relaxed);
-    if (total > limit) {  // the same on every rank: every rank has every length
-      all_gather_in_pieces(lock, send, recv, recv_counts, std::min(limit, kMaxPieceBytes), comm);
-      return;
-    }
-    set_counts(recv_counts, recv_counts_, recv_offsets_);
-    exchange(lock, "MPI_Allgatherv", [&](MPI_Request* request) {
-      return MPI_Iallgatherv(send.data(), static_cast<int>(length), MPI_BYTE, recv.data(),
-                             recv_counts_.data(), recv_offsets_.data(), MPI_BYTE, comm, request);
-    });
+    set_offsets(recv_counts, recv_offsets_);
+    if (!send.empty()) std::memcpy(recv.data() + recv_offsets_[me], send.data(), send.size());
+    exchange(
+        lock, "all_gather, the bytes", kDataTag, [&](size_t) { return send; },
+        [&](size_t q) {
+          return std::span(recv).subspan(static_cast<size_t>(recv_offsets_[q]),
+                                         static_cast<size_t>(recv_counts[q]));
+        });
   }
 
  private:
-  // g_comm, unless this rank can no longer exchange. After a failed or abandoned exchange, whose
+  // The tags of an exchange's two rounds: MPI delivers the messages between two ranks with one tag
+  // in the order sent, so a fast rank's next counts never match this call's data.
+  static constexpr int kCountsTag = 1;
+  static constexpr int kDataTag = 2;
+
+  // Throws unless this rank can still exchange. After a failed or abandoned exchange, whose
   // requests may still write into the caller's buffers if MPI made progress, no more MPI calls.
-  MPI_Comm communicator() const {
+  static void check_can_exchange() {
     if (g_failed.load()) {
       throw FailedPrecondition(
           "mpi_communicator: no more exchanges on this rank, which ends the MPI job when it "
@@ -368,7 +367,6 @@ class MpiCommunicator final : public Communicator {
     if (g_comm == MPI_COMM_NULL) {
       throw FailedPrecondition("mpi_communicator: MPI was finalized; no more exchanges");
     }
-    return g_comm;
   }
 
   void check(int code, const char* call) const {
@@ -383,34 +381,54 @@ class MpiCommunicator final : public Communicator {
     throw FailedPrecondition(message);
   }
 
-  // One exchange: start(&request) starts a nonblocking MPI operation on g_comm; waits for it.
-  template <typename Start>
-  void exchange(std::unique_lock<std::mutex>& lock, const char* call, Start start) {
+  // One round of point-to-point messages, exchange number g_started++ (`what`, for messages): to
+  // every other rank q the bytes to(q), from it the bytes from(q) (both sides know every size), as
+  // messages of at most min(message limit, 1 GiB) bytes tagged `tag`; returns when all arrived.
+  // The ranks are visited from this one's neighbour on, so that they do not all start with rank 0.
+  template <typename To, typename From>
+  void exchange(std::unique_lock<std::mutex>& lock, const char* what, int tag, To to, From from) {
     const int64_t number = g_started++;
-    requests_.resize(1);
-    check(start(requests_.data()), call);
-    wait(lock, call, number);
+    const int64_t piece = std::min(g_message_limit.load(std::memory_order_relaxed), kMaxPieceBytes);
+    const auto post = [&](auto part, int q, auto start, const char* call) {
+      for (size_t done = 0; done < part.size(); done += static_cast<size_t>(piece)) {
+        const auto bytes =
+            static_cast<int>(std::min<size_t>(static_cast<size_t>(piece), part.size() - done));
+        MPI_Request request;
+        check(start(part.data() + done, bytes, MPI_BYTE, q, tag, g_comm, &request), call);
+        requests_.push_back(request);
+      }
+    };
+    requests_.clear();
+    for (int step = 1; step < size_; ++step) {
+      const int q = (rank_ + size_ - step) % size_;
+      post(from(static_cast<size_t>(q)), q, MPI_Irecv, "MPI_Irecv");
+    }
+    for (int step = 1; step < size_; ++step) {
+      const int q = (rank_ + step) % size_;
+      post(to(static_cast<size_t>(q)), q, MPI_Isend, "MPI_Isend");
+    }
+    wait(lock, what, number);
   }
 
-  // Waits for requests_, those of exchange `number` (`call`, for messages), to complete; throws
+  // Waits for requests_, those of exchange `number` (`what`, for messages), to complete; throws
   // FailedPrecondition if a rank that will never join it has left (see the top of the file).
-  void wait(std::unique_lock<std::mutex>& lock, const char* call, int64_t number) {
+  void wait(std::unique_lock<std::mutex>& lock, const char* what, int64_t number) {
     poll(
         lock,
         [&] {
           if (g_comm == MPI_COMM_NULL) {  // left while this thread paused
-            throw FailedPrecondition(std::string("mpi_communicator: ") + call +
+            throw FailedPrecondition(std::string("mpi_communicator: ") + what +
                                      ": this rank left the MPI job during the exchange");
           }
           int done = 0;
           check(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
                             MPI_STATUSES_IGNORE),
-                call);
+                "MPI_Testall");
           return done != 0;
         },
         [&] {
           if (!receive_announcements()) {
-            fail(std::string(call) + " on rank " + std::to_string(rank_) +
+            fail(std::string(what) + " on rank " + std::to_string(rank_) +
                  ": receiving the exit announcements of the other ranks failed");
           }
           for (int q = 0; q < size_; ++q) {
@@ -418,7 +436,7 @@ class MpiCommunicator final : public Communicator {
             if (left[0] < 0 || left[0] > number) continue;  // running, or it started this one
             requests_.clear();                              // abandoned: never complete
             fail("rank " + std::to_string(q) + " left the MPI job (exit status " +
-                 std::to_string(left[1]) + ") without taking part in the exchange (" + call +
+                 std::to_string(left[1]) + ") without taking part in the exchange (" + what +
                  ") that rank " + std::to_string(rank_) +
                  " waits in: every rank must make the same collective calls, in the same order "
                  "(docs/scaling.md, \"When a rank fails\")");
@@ -427,87 +445,20 @@ class MpiCommunicator final : public Communicator {
     requests_.clear();
   }
 
-  // counts as MPI's ints, with their offsets; the caller has checked that all fit.
-  static void set_counts(std::span<const int64_t> counts, std::vector<int>& ints,
-                         std::vector<int>& offsets) {
-    ints.resize(counts.size());
+  // The byte offset of each part: the sum of the counts before it.
+  static void set_offsets(std::span<const int64_t> counts, std::vector<int64_t>& offsets) {
     offsets.resize(counts.size());
     int64_t offset = 0;
     for (size_t q = 0; q < counts.size(); ++q) {
-      ints[q] = static_cast<int>(counts[q]);
-      offsets[q] = static_cast<int>(offset);
+      offsets[q] = offset;
       offset += counts[q];
-    }
-  }
-
-  // Every pair's part as messages of at most `piece` bytes, received in the order sent (MPI does
-  // not reorder messages between two ranks with the same tag on one communicator): one exchange.
-  void all_to_all_in_pieces(std::unique_lock<std::mutex>& lock, std::span<const std::byte> send,
-                            std::span<const int64_t> send_counts, std::vector<std::byte>& recv,
-                            std::span<const int64_t> recv_counts, int64_t piece, MPI_Comm comm) {
-    constexpr int kTag = 0;
-    const int64_t number = g_started++;
-    const auto me = static_cast<size_t>(rank_);
-    requests_.clear();
-    std::byte* recv_part = recv.data();
-    for (size_t q = 0; q < recv_counts.size(); ++q) {
-      if (q != me) {
-        for (int64_t done = 0; done < recv_counts[q]; done += piece) {
-          const auto bytes = static_cast<int>(std::min(piece, recv_counts[q] - done));
-          MPI_Request request;
-          check(MPI_Irecv(recv_part + done, bytes, MPI_BYTE, static_cast<int>(q), kTag, comm,
-                          &request),
-                "MPI_Irecv");
-          requests_.push_back(request);
-        }
-      }
-      recv_part += recv_counts[q];
-    }
-    const std::byte* send_part = send.data();
-    for (size_t q = 0; q < send_counts.size(); ++q) {
-      if (q != me) {
-        for (int64_t done = 0; done < send_counts[q]; done += piece) {
-          const auto bytes = static_cast<int>(std::min(piece, send_counts[q] - done));
-          MPI_Request request;
-          check(MPI_Isend(send_part + done, bytes, MPI_BYTE, static_cast<int>(q), kTag, comm,
-                          &request),
-                "MPI_Isend");
-          requests_.push_back(request);
-        }
-      } else if (send_counts[q] != 0) {
-        int64_t offset = 0;
-        for (size_t r = 0; r < me; ++r) offset += recv_counts[r];
-        std::memcpy(recv.data() + offset, send_part, static_cast<size_t>(send_counts[q]));
-      }
-      send_part += send_counts[q];
-    }
-    wait(lock, "MPI_Isend/MPI_Irecv", number);
-  }
-
-  // Each rank's part broadcast from that rank, in pieces of at most `piece` bytes.
-  void all_gather_in_pieces(std::unique_lock<std::mutex>& lock, std::span<const std::byte> send,
-                            std::vector<std::byte>& recv, std::span<const int64_t> recv_counts,
-                            int64_t piece, MPI_Comm comm) {
-    int64_t offset = 0;
-    for (size_t q = 0; q < recv_counts.size(); ++q) {
-      if (q == static_cast<size_t>(rank_) && !send.empty()) {
-        std::memcpy(recv.data() + offset, send.data(), send.size());
-      }
-      for (int64_t done = 0; done < recv_counts[q]; done += piece) {
-        const auto bytes = static_cast<int>(std::min(piece, recv_counts[q] - done));
-        exchange(lock, "MPI_Bcast", [&](MPI_Request* request) {
-          return MPI_Ibcast(recv.data() + offset + done, bytes, MPI_BYTE, static_cast<int>(q), comm,
-                            request);
-        });
-      }
-      offset += recv_counts[q];
     }
   }
 
   int rank_;
   int size_;
   // Scratch reused by every call (calls are serialized: one thread at a time).
-  std::vector<int> send_counts_, send_offsets_, recv_counts_, recv_offsets_;
+  std::vector<int64_t> send_offsets_, recv_offsets_;
   std::vector<MPI_Request> requests_;
 };
 

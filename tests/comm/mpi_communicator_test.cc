@@ -254,8 +254,8 @@ TEST_F(MpiCommunicatorTest, AllToAllLarge) {
 }
 
 TEST_F(MpiCommunicatorTest, AllToAllInPiecesAboveTheMessageLimit) {
-  // Part sizes below and above the limit of 1000 bytes, so that in some exchanges only some ranks
-  // send or receive more than it, and all must still take the same path.
+  // Part sizes below and above the limit of 1000 bytes, so that in some exchanges only some parts
+  // go in pieces (several messages between one pair, received in the order sent).
   const MessageLimit limit(1000);
   std::vector<std::byte> recv;
   uint64_t seed = 200;
