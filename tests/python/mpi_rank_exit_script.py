@@ -82,6 +82,7 @@ def agreement(layer):
     if rank == 1:
         gradients["b"] = np.ones((3, 3), np.float32)
     report(rank, "gradient shape", lambda: layer.apply_gradients(gradients))
+    layer.apply_gradients({name: np.ones_like(value) for name, value in activations.items()})
     missing = {"a": ids["a"]} if rank == 1 else ids
     report(rank, "missing feature", lambda: layer(missing))
     try:

@@ -112,9 +112,10 @@ def test_a_check_failing_on_one_rank_gives_every_rank_its_message():
     for case, message in messages.items():
         assert f"rank 1: {case}: ValueError: {message}" in output, output
         assert f"rank 0: {case}: InvalidArgument: rank 1: {message}" in output, output
-    # The failed apply_gradients counted no step, and training goes on: 5 steps and the last.
+    # The failed apply_gradients counted no step and left the batch applicable: 5 steps, the
+    # batch applied after it, and the last.
     for rank in range(2):
-        assert f"rank {rank}: steps after the errors: 6" in output, output
+        assert f"rank {rank}: steps after the errors: 7" in output, output
 
 
 def make_layer(**options):
