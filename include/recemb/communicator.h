@@ -67,6 +67,11 @@ RECEMB_EXPORT std::vector<std::shared_ptr<Communicator>> in_process_communicator
 // itself (its type and message unchanged).
 RECEMB_EXPORT void agree_on_error(Communicator& communicator, const std::exception_ptr& error);
 
+// How many processes an MPI launcher started, from the environment it gives each of them
+// (OMPI_COMM_WORLD_SIZE of OpenMPI's mpirun, PMI_SIZE of MPICH's, Intel MPI's and srun's); 0 when
+// it does not say (no launcher). Reads the environment only: MPI is not initialized.
+RECEMB_EXPORT int launched_processes();
+
 // Whether this build of recemb can talk MPI (built with an MPI library).
 RECEMB_EXPORT bool mpi_available();
 
@@ -75,6 +80,11 @@ RECEMB_EXPORT bool mpi_available();
 // finalizes it at exit); a program that initializes MPI itself must do so with at least
 // MPI_THREAD_SERIALIZED. Without mpirun, a group of one. Every call returns the same object.
 // Throws FailedPrecondition when recemb was built without MPI (mpi_available() is false).
+// A rank that leaves the job (exits, or finalizes MPI) while another waits for it in a collective
+// it never joins makes that collective throw FailedPrecondition naming it; after a failed
+// collective, every later one throws too, and the rank ends the job (MPI_Abort) when it exits. A
+// rank that exits with a non-zero status ends the job if the others do not exit within 3 s
+// (docs/scaling.md, "When a rank fails").
 RECEMB_EXPORT std::shared_ptr<Communicator> mpi_communicator();
 
 }  // namespace recemb

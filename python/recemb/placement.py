@@ -15,6 +15,9 @@ or hotter than a fair share are row-wise, the others table-wise, balanced over t
 """
 
 import numbers
+import os
+import sys
+import warnings
 
 from recemb import _recemb
 
@@ -89,8 +92,12 @@ class Placement:
 def _cpp_communicator(value):
     """The C++ communicator for Embedding(communicator=value): None (this process alone), "mpi"
     (the ranks of mpirun) or a recemb.Communicator (e.g. from recemb.in_process_communicators).
+    None in a process that an MPI launcher started among several warns (once per process): each
+    would train a model of its own.
     """
     if value is None or isinstance(value, _recemb.Communicator):
+        if value is None:
+            _warn_if_launched_among_several()
         return value
     if isinstance(value, str) and value == "mpi":
         if not _recemb.mpi_available():
@@ -99,3 +106,34 @@ def _cpp_communicator(value):
                                "-DRECEMB_WITH_MPI=ON and an MPI library (libopenmpi-dev)")
         return _recemb.mpi_communicator()
     raise ValueError(f"communicator must be None, 'mpi' or a recemb.Communicator, got {value!r}")
+
+
+_warned_launched_among_several = False
+
+
+def _warn_if_launched_among_several():
+    """The RuntimeWarning of a layer without a communicator in one of several processes an MPI
+    launcher started (the rule `recemb train` follows to use MPI itself), the first time only."""
+    global _warned_launched_among_several
+    processes = _recemb.launched_processes()
+    if processes <= 1 or _warned_launched_among_several:
+        return
+    _warned_launched_among_several = True
+    warnings.warn(
+        f"this process is one of {processes} that an MPI launcher (mpirun) started, but the "
+        f"layer has no communicator: each process trains a model of its own on its own batches. "
+        f"Pass communicator=\"mpi\" to train one model over all of them (docs/python.md, "
+        f"\"Sharding and MPI\"), or communicator=recemb.local_communicator() if independent "
+        f"models are what you want (no warning then)", RuntimeWarning,
+        stacklevel=_stack_level_outside_recemb())
+
+
+def _stack_level_outside_recemb():
+    """The stacklevel that makes a warnings.warn in the function calling this one name the first
+    frame outside the recemb package (the user's code that built the layer)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    level, frame = 2, sys._getframe(2)
+    while frame is not None and os.path.dirname(
+            os.path.abspath(frame.f_code.co_filename)) == package:
+        level, frame = level + 1, frame.f_back
+    return level

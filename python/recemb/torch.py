@@ -123,8 +123,11 @@ class Embedding(torch.nn.Module):
 
     def _flat_inputs(self, values, what):
         structure = self.layer.feature_config
-        return _nest.pack_sequence_as(structure, [
-            _numpy(value) for value in _nest.flatten_up_to(structure, values, what)])
+        try:
+            flat = _nest.flatten_up_to(structure, values, what)
+        except ValueError:
+            return values  # the layer's lookup raises this error, agreed on by every rank
+        return _nest.pack_sequence_as(structure, [_numpy(value) for value in flat])
 
     def prefetch(self, features: Any, weights: Any = None) -> None:
         """Starts the training lookup of `features` (and `weights`) on the engine's background

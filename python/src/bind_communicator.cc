@@ -25,6 +25,9 @@ void bind_communicator(py::module_& module) {
   module.def("in_process_communicators", &in_process_communicators, py::arg("size"),
              "`size` communicators connected inside this process, rank q at index q, each to be "
              "used by its own thread. Raises InvalidArgument if size < 1.");
+  module.def("launched_processes", &launched_processes,
+             "How many processes an MPI launcher started (OMPI_COMM_WORLD_SIZE or PMI_SIZE in "
+             "the environment), 0 without one.");
   module.def("mpi_available", &mpi_available,
              "Whether this build of recemb can talk MPI (built with an MPI library).");
   module.def("mpi_communicator", &mpi_communicator,

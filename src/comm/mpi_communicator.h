@@ -7,11 +7,10 @@
 
 namespace recemb::internal {
 
-// The largest byte count, and the largest byte offset, that one MPI call is given: INT_MAX, as
-// MPI counts and displacements are int. An exchange that needs more (a part, or a rank's whole
-// send or receive buffer, above it) goes in pieces of at most min(bytes, 1 GiB) instead of one
-// collective. Tests lower it to run that path on small buffers. bytes in [1, INT_MAX]. Every rank
-// must set the same value, between collectives; a no-op without MPI.
+// The largest byte count that one MPI message carries: INT_MAX, as MPI counts are int. A part
+// above min(bytes, 1 GiB) goes in pieces of that size. Tests lower it to run that path on small
+// buffers. bytes in [1, INT_MAX]. Every rank must set the same value, between collectives; a
+// no-op without MPI.
 void set_mpi_message_limit(int64_t bytes);
 
 }  // namespace recemb::internal

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <gtest/gtest.h>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -253,8 +254,8 @@ TEST_F(MpiCommunicatorTest, AllToAllLarge) {
 }
 
 TEST_F(MpiCommunicatorTest, AllToAllInPiecesAboveTheMessageLimit) {
-  // Part sizes below and above the limit of 1000 bytes, so that in some exchanges only some ranks
-  // send or receive more than it, and all must still take the same path.
+  // Part sizes below and above the limit of 1000 bytes, so that in some exchanges only some parts
+  // go in pieces (several messages between one pair, received in the order sent).
   const MessageLimit limit(1000);
   std::vector<std::byte> recv;
   uint64_t seed = 200;
@@ -328,6 +329,47 @@ TEST_F(MpiCommunicatorTest, AlternatingCollectivesShareABuffer) {
                        std::vector<int64_t>(counts.begin(), counts.begin() + communicator_->size()),
                        recv);
     }
+  }
+}
+
+// Sets an environment variable (unsets it for nullptr) while it lives, then restores it.
+class EnvironmentVariable {
+ public:
+  EnvironmentVariable(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    set(value);
+  }
+  ~EnvironmentVariable() { set(old_ ? old_->c_str() : nullptr); }
+  EnvironmentVariable(const EnvironmentVariable&) = delete;
+  EnvironmentVariable& operator=(const EnvironmentVariable&) = delete;
+
+ private:
+  void set(const char* value) {
+    if (value == nullptr) {
+      unsetenv(name_);
+    } else {
+      setenv(name_, value, 1);
+    }
+  }
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(LaunchedProcessesTest, ComesFromTheLaunchersEnvironment) {
+  {
+    const EnvironmentVariable openmpi("OMPI_COMM_WORLD_SIZE", nullptr);
+    const EnvironmentVariable pmi("PMI_SIZE", nullptr);
+    EXPECT_EQ(launched_processes(), 0);
+  }
+  {
+    const EnvironmentVariable openmpi("OMPI_COMM_WORLD_SIZE", nullptr);
+    const EnvironmentVariable pmi("PMI_SIZE", "3");
+    EXPECT_EQ(launched_processes(), 3);
+  }
+  {
+    const EnvironmentVariable openmpi("OMPI_COMM_WORLD_SIZE", "5");
+    const EnvironmentVariable pmi("PMI_SIZE", nullptr);
+    EXPECT_EQ(launched_processes(), 5);
   }
 }
 

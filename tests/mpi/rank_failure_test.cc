@@ -13,6 +13,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 using Outcome = recemb::test::CommandOutcome;
 
@@ -46,6 +47,46 @@ TEST(RankFailure, ARankThatThrowsEndsTheJobWithinSeconds) {
   EXPECT_NE(outcome.status, 124) << "the job hung until timeout killed it:\n" << outcome.output;
   EXPECT_LT(outcome.seconds, 30.0) << outcome.output;
   EXPECT_THAT(outcome.output, HasSubstr("rank 0 fails at step 2"));
+}
+
+// A rank that exits while the others wait for it in an exchange (here: skipping the remaining
+// steps) ends the job, whatever its exit status: the waiting rank names it, and aborts the job.
+TEST(RankFailure, ARankThatExitsMidTrainingEndsTheJobWithinSeconds) {
+  for (const int status : {0, 7}) {
+    const Outcome outcome = run_job("--steps 100000 --fail-rank 1 --fail-at 3 --failure exit " +
+                                    std::string("--exit-status ") + std::to_string(status));
+    EXPECT_NE(outcome.status, 0) << outcome.output;
+    EXPECT_NE(outcome.status, 124) << "the job hung until timeout killed it:\n" << outcome.output;
+    EXPECT_LT(outcome.seconds, 30.0) << outcome.output;
+    EXPECT_THAT(outcome.output, HasSubstr("rank 1: exiting with status " + std::to_string(status)));
+    EXPECT_THAT(outcome.output,
+                HasSubstr("rank 0: rank 1 left the MPI job (exit status " + std::to_string(status) +
+                          ") without taking part in the exchange"));
+    EXPECT_THAT(outcome.output, HasSubstr("recemb: rank 0: ending the MPI job (MPI_Abort)"));
+  }
+}
+
+// A rank that exits with an error while the others compute (in no exchange) ends the job after a
+// few seconds, rather than when they next exchange (or never, if they would wait for it there).
+TEST(RankFailure, ARankThatExitsWithAnErrorEndsTheJobWhileOthersCompute) {
+  const Outcome outcome = run_job(
+      "--steps 3 --fail-rank 1 --fail-at 3 --failure exit --exit-status 7 --busy-rank 0 "
+      "--busy-seconds 100");
+  EXPECT_EQ(outcome.status, 7) << outcome.output;
+  EXPECT_LT(outcome.seconds, 30.0) << outcome.output;
+  EXPECT_THAT(outcome.output,
+              HasSubstr("recemb: rank 1: exits with status 7 while rank(s) 0 still run: ending "
+                        "the MPI job (MPI_Abort)"));
+  EXPECT_THAT(outcome.output, Not(HasSubstr("rank 0: done")));
+}
+
+// Ranks that finish at different times, all with status 0, are a normal job: the ones done first
+// wait for the others however long they compute (here longer than the 3 s a failing rank waits).
+TEST(RankFailure, RanksThatFinishAtDifferentTimesAreNotEnded) {
+  const Outcome outcome = run_job("--steps 3 --busy-rank 1 --busy-seconds 6");
+  EXPECT_EQ(outcome.status, 0) << outcome.output;
+  EXPECT_GE(outcome.seconds, 6.0) << outcome.output;
+  EXPECT_THAT(outcome.output, HasSubstr("rank 1: done after computing for 6 s"));
 }
 
 TEST(RankFailure, ABadIdOnOneRankIsReportedByEveryRank) {

@@ -1,15 +1,19 @@
 // A small sharded training job for tests/mpi/rank_failure_test.cc, run under mpirun: every rank
 // trains a row-wise sharded Embedding through MPI, and one rank fails on purpose.
 //
-//   training_job --steps N [--fail-rank R --fail-at S --failure F] [--directory D]
+//   training_job --steps N [--fail-rank R --fail-at S --failure F [--exit-status E]]
+//                [--directory D] [--busy-rank B --busy-seconds T]
 //
 // F = kill: rank R sends itself SIGKILL before step S; throw: rank R throws an uncaught exception
-// (std::terminate); bad-id: rank R passes an id out of range at step S, which every rank reports
-// (the job then exits with status 3 on every rank). The checkpoint failures, at step S, report on
-// every rank "rank Q: <error type> errno <E>: <message>" and exit with status 4:
-// save-into-file: every rank saves into D/a_file (a file the caller made, not a directory);
-// damaged-restore: every rank saves into D, rank R damages a data file, every rank restores.
-// Prints "step S" on rank 0 after each step.
+// (std::terminate); exit: rank R calls std::exit(E) before step S (S = N: after the last step);
+// bad-id: rank R passes an id out of range at step S, which every rank reports (the job then exits
+// with status 3 on every rank). The checkpoint failures, at step S, report on every rank "rank Q:
+// <error type> errno <E>: <message>" and exit with status 4: save-into-file: every rank saves
+// into D/a_file (a file the caller made, not a directory); damaged-restore: every rank saves into
+// D, rank R damages a data file, every rank restores. A step that throws FailedPrecondition (a
+// rank left the job) prints "rank Q: <message>" and exits with status 5. Rank B, after its steps,
+// computes for T seconds (sleeps) before it exits. Prints "step S" on rank 0 after each step.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "recemb/recemb.h"
@@ -31,7 +36,10 @@ struct Arguments {
   int fail_rank = -1;
   int fail_at = 0;
   std::string failure = "kill";
+  int exit_status = 0;
   std::filesystem::path directory;
+  int busy_rank = -1;
+  int busy_seconds = 0;
 };
 
 Arguments parse(int argc, char** argv) {
@@ -47,8 +55,14 @@ Arguments parse(int argc, char** argv) {
       arguments.fail_at = std::stoi(value);
     } else if (flag == "--failure") {
       arguments.failure = value;
+    } else if (flag == "--exit-status") {
+      arguments.exit_status = std::stoi(value);
     } else if (flag == "--directory") {
       arguments.directory = value;
+    } else if (flag == "--busy-rank") {
+      arguments.busy_rank = std::stoi(value);
+    } else if (flag == "--busy-seconds") {
+      arguments.busy_seconds = std::stoi(value);
     } else {
       throw std::invalid_argument("unknown flag " + flag);
     }
@@ -109,7 +123,15 @@ int main(int argc, char** argv) {
   std::vector<float> activations(kBatch * 16);
   std::vector<float> gradients(kBatch * 16, 0.01f);
   recemb::LookupBatch batch;
+  const auto exit_if_asked = [&](int step) {
+    if (rank == arguments.fail_rank && step == arguments.fail_at && arguments.failure == "exit") {
+      std::fprintf(stderr, "rank %d: exiting with status %d at step %d\n", rank,
+                   arguments.exit_status, step);
+      std::exit(arguments.exit_status);
+    }
+  };
   for (int step = 0; step < arguments.steps; ++step) {
+    exit_if_asked(step);
     if (step == arguments.fail_at &&
         (arguments.failure == "save-into-file" || arguments.failure == "damaged-restore")) {
       try {
@@ -139,10 +161,18 @@ int main(int argc, char** argv) {
     } catch (const recemb::InvalidArgument& error) {
       std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
       return 3;
+    } catch (const recemb::FailedPrecondition& error) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
+      return 5;
     }
     const std::vector<std::span<const float>> gradient_spans = {gradients};
     layer.apply_gradients(batch, gradient_spans);
     if (rank == 0) std::printf("step %d\n", step);
+  }
+  exit_if_asked(arguments.steps);
+  if (rank == arguments.busy_rank) {
+    std::this_thread::sleep_for(std::chrono::seconds(arguments.busy_seconds));
+    std::printf("rank %d: done after computing for %d s\n", rank, arguments.busy_seconds);
   }
   return 0;
 }

@@ -25,14 +25,6 @@ bool started_by_mpi_launcher() {
   return false;
 }
 
-// How many processes the launcher started, when its environment says (else 0).
-int launched_processes() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
-    if (const char* value = std::getenv(name)) return std::atoi(value);
-  }
-  return 0;
-}
-
 // The ranks of this run. Under an MPI launcher, MPI's (recemb::mpi_communicator(); a group of
 // one under `mpirun -np 1`). Otherwise this process alone, without initialising MPI: a plain
 // `recemb train` stays the single-process program it was, with nothing of MPI loaded.
