@@ -39,8 +39,9 @@ struct Result {
 // `shell` runs before the program in the same shell (for example "ulimit -f 64;").
 Result run(const std::string& arguments, const std::string& input = "",
            const std::string& shell = "") {
-  const auto dir = std::filesystem::path(::testing::TempDir());
-  const auto stdin_path = dir / "cli_stdin.txt";
+  // One file per process: ctest runs the tests of this program in parallel processes.
+  const auto stdin_path = std::filesystem::path(::testing::TempDir()) /
+                          ("cli_stdin_" + std::to_string(getpid()) + ".txt");
   std::ofstream(stdin_path) << input;
   const std::string command =
       shell + std::string(RECEMB_CLI) + " " + arguments + " <" + stdin_path.string() + " 2>&1";
