@@ -1,18 +1,22 @@
 # recemb's developer and CI entry points; CMake (CMakePresets.json) does the building.
 #   make run     install dependencies, build, run `recemb train` (DLRM-style model, synthetic data)
-#   make test    install dependencies, then every check CI runs (.ci/run is `make test`)
+#   make test    install dependencies, then what says the build works: Release tests, the install
+#                check and the Python tests (about 15 minutes on a fresh 2-core machine)
+#   make test-full  `make test`, then clang-tidy, ASan+UBSan, TSan, benchmark smoke runs and fuzzing:
+#                every check CI runs (.ci/run is `make test-full`)
 #   make build   Release build of everything in build/release
 #   make format  apply clang-format to every C++ file
 #   make clean   remove build/
-# Single phases of `make test`: check-format check-mirror test-release check-tidy test-asan
-# test-tsan check-install bench-smoke fuzz-smoke test-python.
+# Single phases: check-format check-mirror test-release check-install test-python (make test);
+# check-tidy test-asan test-tsan bench-smoke fuzz-smoke (the rest of make test-full).
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .NOTPARALLEL:
 .DEFAULT_GOAL := build
-.PHONY: build run test deps format clean help release-build test-begin check-format check-mirror \
-        test-release check-tidy test-asan test-tsan check-install bench-smoke fuzz-smoke test-python
+.PHONY: build run test test-full deps format clean help release-build test-begin test-summary \
+        check-format check-mirror test-release check-tidy test-asan test-tsan check-install \
+        bench-smoke fuzz-smoke test-python
 
 JOBS ?= $(shell nproc)
 # Ninja when it is installed (evaluated when a recipe runs, so after `deps`). A build tree keeps the
@@ -37,7 +41,7 @@ CTEST = $(2) ctest --preset $(1) -j $(JOBS) 2>&1 | tee build/ctest-$(1).log; \
           build/ctest-$(1).log >>$(COUNTS)
 
 help:
-	@sed -n '2,9s/^# \{0,1\}//p' Makefile
+	@sed -n '2,11s/^# \{0,1\}//p' Makefile
 
 deps:
 	@$(PHASE_START); scripts/install-deps; $(PHASE_END)
@@ -57,9 +61,15 @@ run: deps
 	rm -rf build/recemb-run
 	$(RECEMB) train --output build/recemb-run $(ARGS)
 
-test: test-begin deps check-format check-mirror test-release check-tidy test-asan test-tsan \
-      check-install bench-smoke fuzz-smoke test-python
-	@echo "==> make test passed; time per phase:"; cat $(TIMES); \
+TEST_PHASES := deps check-format check-mirror test-release check-install test-python
+DEEP_PHASES := check-tidy test-asan test-tsan bench-smoke fuzz-smoke
+
+test: test-begin $(TEST_PHASES) test-summary
+
+test-full: test-begin $(TEST_PHASES) $(DEEP_PHASES) test-summary
+
+test-summary:
+	@echo "==> passed; time per phase:"; cat $(TIMES); \
 	 awk '{ total += $$2 } END { printf "%-14s %5d s\n", "total", total }' $(TIMES); \
 	 awk '{ failed += $$1; total += $$2 } END { printf "tests: %d passed, %d failed\n", \
 	      total - failed, failed }' $(COUNTS)

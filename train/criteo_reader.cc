@@ -25,8 +25,9 @@ constexpr std::string_view kPositionPrefix = "criteo:";
 struct LineError {
   enum class Kind { kTooLong, kFieldCount, kLabel, kInteger, kCategorical };
   Kind kind;
-  int64_t detail = 0;          // the field count (kFieldCount) or the 0-based feature
-  std::string_view text = {};  // the offending field
+  int64_t detail = 0;                // the field count (kFieldCount) or the 0-based feature
+  std::string_view text = {};        // the offending field
+  int expected_fields = kNumFields;  // kFieldCount: how many the line should have
 };
 
 template <typename Integer>
@@ -36,34 +37,42 @@ bool parse_whole(std::string_view text, Integer& value, int base) {
   return error == std::errc() && end == last;
 }
 
-// Parses one line into example slot: label, dense[0..13), ids[f * stride] for f in [0, 26). On a
-// malformed line some of the slot may have been written; the caller does not count the slot then.
-std::optional<LineError> parse_line(std::string_view line,
+// Parses one line into example slot: label (when the line has one), dense[0..13), ids[f * stride]
+// for f in [0, 26). On a malformed line some of the slot may have been written; the caller does
+// not count the slot then.
+std::optional<LineError> parse_line(std::string_view line, CriteoLabel label_field,
                                     std::span<const int64_t> vocabulary_sizes, float& label,
                                     float* dense, int64_t* ids, size_t stride) {
+  const int first = label_field == CriteoLabel::kPresent ? 1 : 0;  // I1's field
+  const int expected_fields = kNumFields - 1 + first;
   std::array<std::string_view, kNumFields> fields;
   int num_fields = 0;
   for (size_t start = 0;;) {
-    if (num_fields == kNumFields) {
+    if (num_fields == expected_fields) {
       return LineError{.kind = LineError::Kind::kFieldCount,
-                       .detail = 1 + std::count(line.begin(), line.end(), '\t')};
+                       .detail = 1 + std::count(line.begin(), line.end(), '\t'),
+                       .expected_fields = expected_fields};
     }
     const size_t tab = line.find('\t', start);
     fields[static_cast<size_t>(num_fields++)] = line.substr(start, tab - start);
     if (tab == std::string_view::npos) break;
     start = tab + 1;
   }
-  if (num_fields != kNumFields) {
-    return LineError{.kind = LineError::Kind::kFieldCount, .detail = num_fields};
+  if (num_fields != expected_fields) {
+    return LineError{.kind = LineError::Kind::kFieldCount,
+                     .detail = num_fields,
+                     .expected_fields = expected_fields};
   }
 
-  if (fields[0] != "0" && fields[0] != "1") {
-    return LineError{.kind = LineError::Kind::kLabel, .text = fields[0]};
+  if (label_field == CriteoLabel::kPresent) {
+    if (fields[0] != "0" && fields[0] != "1") {
+      return LineError{.kind = LineError::Kind::kLabel, .text = fields[0]};
+    }
+    label = fields[0] == "1" ? 1.0f : 0.0f;
   }
-  label = fields[0] == "1" ? 1.0f : 0.0f;
 
   for (int j = 0; j < kNumDenseFeatures; ++j) {
-    const std::string_view text = fields[static_cast<size_t>(1 + j)];
+    const std::string_view text = fields[static_cast<size_t>(first + j)];
     int64_t value = 0;
     if (!text.empty() && !parse_whole(text, value, 10)) {
       return LineError{.kind = LineError::Kind::kInteger, .detail = j, .text = text};
@@ -72,18 +81,11 @@ std::optional<LineError> parse_line(std::string_view line,
   }
 
   for (int f = 0; f < kNumCategoricalFeatures; ++f) {
-    const std::string_view text = fields[static_cast<size_t>(1 + kNumDenseFeatures + f)];
-    int64_t id = kMissingCategoricalId;
-    if (!text.empty()) {
-      uint64_t value = 0;
-      // from_chars of an unsigned type takes no sign and no "0x"; the length check keeps
-      // leading zeros from smuggling in more than 16 digits.
-      if (text.size() > kMaxHexDigits || !parse_whole(text, value, 16)) {
-        return LineError{.kind = LineError::Kind::kCategorical, .detail = f, .text = text};
-      }
-      id = categorical_id(f, value, vocabulary_sizes[static_cast<size_t>(f)]);
-    }
-    ids[static_cast<size_t>(f) * stride] = id;
+    const std::string_view text = fields[static_cast<size_t>(first + kNumDenseFeatures + f)];
+    const std::optional<int64_t> id =
+        categorical_field_id(f, text, vocabulary_sizes[static_cast<size_t>(f)]);
+    if (!id) return LineError{.kind = LineError::Kind::kCategorical, .detail = f, .text = text};
+    ids[static_cast<size_t>(f) * stride] = *id;
   }
   return std::nullopt;
 }
@@ -103,7 +105,7 @@ std::string describe(const LineError& error) {
     case LineError::Kind::kTooLong:
       return "line longer than " + std::to_string(kMaxLineBytes) + " bytes";
     case LineError::Kind::kFieldCount:
-      return "expected " + std::to_string(kNumFields) + " tab-separated fields, found " +
+      return "expected " + std::to_string(error.expected_fields) + " tab-separated fields, found " +
              std::to_string(error.detail);
     case LineError::Kind::kLabel:
       return "label " + quote(error.text) + " is not 0 or 1";
@@ -138,6 +140,29 @@ std::optional<std::array<int64_t, 3>> parse_position(std::string_view text) {
 }
 
 }  // namespace
+
+std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel label_field,
+                                             std::span<const int64_t> vocabulary_sizes,
+                                             float& label, std::span<float> dense, int64_t* ids,
+                                             size_t stride) {
+  if (line.size() > static_cast<size_t>(kMaxLineBytes)) {
+    return describe(LineError{.kind = LineError::Kind::kTooLong});
+  }
+  const std::optional<LineError> error =
+      parse_line(line, label_field, vocabulary_sizes, label, dense.data(), ids, stride);
+  if (!error) return std::nullopt;
+  return describe(*error);
+}
+
+std::optional<int64_t> categorical_field_id(int feature, std::string_view field,
+                                            int64_t vocabulary_size) {
+  if (field.empty()) return kMissingCategoricalId;
+  uint64_t value = 0;
+  // from_chars of an unsigned type takes no sign and no "0x"; the length check keeps leading
+  // zeros from smuggling in more than 16 digits.
+  if (field.size() > kMaxHexDigits || !parse_whole(field, value, 16)) return std::nullopt;
+  return categorical_id(feature, value, vocabulary_size);
+}
 
 CriteoReader::CriteoReader(std::vector<std::string> paths, ReaderOptions options)
     : paths_(std::move(paths)), options_(std::move(options)) {
@@ -180,7 +205,7 @@ int64_t CriteoReader::next(ExampleBatch& batch, int64_t max_examples) {
       const std::optional<LineError> error =
           status == LineStatus::kTooLong
               ? LineError{.kind = LineError::Kind::kTooLong}
-              : parse_line(line, options_.vocabulary_sizes, batch.labels[i],
+              : parse_line(line, CriteoLabel::kPresent, options_.vocabulary_sizes, batch.labels[i],
                            batch.dense.data() + i * kNumDenseFeatures, batch.categorical.data() + i,
                            stride);
       if (!error.has_value()) {

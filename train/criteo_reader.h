@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,6 +49,27 @@ constexpr int64_t categorical_id(int feature, uint64_t value, int64_t vocabulary
   return 1 + static_cast<int64_t>(splitmix64_mix(value ^ salt) %
                                   static_cast<uint64_t>(vocabulary_size - 1));
 }
+
+// The table row of a C<feature + 1> field of a line, as the reader maps it: kMissingCategoricalId
+// for an empty field, categorical_id of the value for 1 to 16 hexadecimal digits of either case,
+// nullopt for anything else (the line is malformed). `recemb hash` exposes this mapping.
+std::optional<int64_t> categorical_field_id(int feature, std::string_view field,
+                                            int64_t vocabulary_size);
+
+// Whether a line starts with the label field: training data has it; lines to predict may omit it
+// (39 fields, as in Criteo's test sets).
+enum class CriteoLabel { kPresent, kAbsent };
+
+// Parses one line (without its '\n' and '\r') exactly as CriteoReader parses each line: `label`
+// from the label field (kPresent; untouched for kAbsent), dense[0..13) the dense_value of I1..I13,
+// ids[f * stride] the categorical_id of C<f+1> in a table of vocabulary_sizes[f] rows (26 sizes
+// >= 1, unchecked). Returns why a malformed line is refused (as CriteoReader's messages say it:
+// "C3 'xyz' is not 1 to 16 hexadecimal digits"), or nullopt; the outputs may then be partly
+// written. `dense` has 13 floats.
+std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel label_field,
+                                             std::span<const int64_t> vocabulary_sizes,
+                                             float& label, std::span<float> dense, int64_t* ids,
+                                             size_t stride);
 
 struct ReaderOptions {
   // The table size of C1..C26 (required): 26 values >= 1, e.g. preset_vocabulary_sizes(...).

@@ -33,11 +33,11 @@ void RankGroup::agree(std::exception_ptr error) {
   agree_on_error(*communicator_, std::move(error));
 }
 
-std::vector<int64_t> RankGroup::all_gather(int64_t value) {
-  communicator_->all_gather(std::as_bytes(std::span(&value, 1)), received_, counts_);
-  std::vector<int64_t> values(static_cast<size_t>(size()));
-  std::memcpy(values.data(), received_.data(), values.size() * sizeof(int64_t));
-  return values;
+std::vector<int64_t> RankGroup::all_gather(std::span<const int64_t> values) {
+  communicator_->all_gather(std::as_bytes(values), received_, counts_);
+  std::vector<int64_t> all(received_.size() / sizeof(int64_t));
+  if (!all.empty()) std::memcpy(all.data(), received_.data(), all.size() * sizeof(int64_t));
+  return all;
 }
 
 std::string RankGroup::broadcast(const std::string& text) {

@@ -60,8 +60,9 @@ class RankGroup {
   // met since the last agreement (null: none), and every rank throws the lowest failing rank's.
   void agree(std::exception_ptr error);
 
-  // Every rank's `value`, in rank order (size() entries).
-  std::vector<int64_t> all_gather(int64_t value);
+  // Every rank's `values` (the same number on every rank), concatenated in rank order: rank q's
+  // values.size() entries start at q * values.size().
+  std::vector<int64_t> all_gather(std::span<const int64_t> values);
 
   // Rank 0's `text` on every rank (the other ranks' `text` is ignored).
   std::string broadcast(const std::string& text);

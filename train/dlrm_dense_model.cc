@@ -80,6 +80,14 @@ DlrmDenseModel::DlrmDenseModel(DlrmDenseConfig config)
   top_mlp_.initialize(parameters.subspan(bottom_mlp_.num_parameters()), random);
 }
 
+int64_t DlrmDenseModel::parameter_count(const DlrmDenseConfig& config) {
+  const DlrmDenseConfig checked = validated(config);
+  return Mlp::parameter_count(checked.num_dense_features, checked.bottom_mlp) +
+         Mlp::parameter_count(
+             DotInteraction::output_width(checked.num_sparse_features, checked.embedding_dim),
+             with_logit_layer(checked.top_mlp));
+}
+
 std::vector<ParameterBlock> DlrmDenseModel::parameter_blocks() const {
   std::vector<ParameterBlock> blocks = bottom_mlp_.parameter_blocks(0);
   for (ParameterBlock& block : top_mlp_.parameter_blocks(bottom_mlp_.num_parameters())) {

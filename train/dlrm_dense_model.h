@@ -70,6 +70,11 @@ class DlrmDenseModel {
 
   const DlrmDenseConfig& config() const { return config_; }
   int64_t num_parameters() const { return static_cast<int64_t>(parameters_.size()); }
+  // The num_parameters() of a model of `config`, without building one (which allocates the
+  // parameters and workspaces): how a reader checks a file's shapes against its data before
+  // building the model. Validates the config as the constructor does (InvalidArgument), except
+  // the MLPs' own checks; widths and dims up to 2^16 cannot overflow.
+  static int64_t parameter_count(const DlrmDenseConfig& config);
 
   // The flat parameter vector (layout above). Writable: the optimizer updates it in place and a
   // checkpoint restore overwrites it. Valid as long as the model (or the one it is moved into).

@@ -69,9 +69,9 @@ DotInteraction::DotInteraction(int64_t num_embeddings, int64_t dim)
   pair_gradients_.resize(static_cast<size_t>(num_vectors * num_vectors * kLanes));
 }
 
-int64_t DotInteraction::output_width() const {
-  const int64_t num_vectors = num_embeddings_ + 1;
-  return dim_ + num_vectors * (num_vectors - 1) / 2;
+int64_t DotInteraction::output_width(int64_t num_embeddings, int64_t dim) {
+  const int64_t num_vectors = num_embeddings + 1;
+  return dim + num_vectors * (num_vectors - 1) / 2;
 }
 
 void DotInteraction::forward(std::span<const float> bottom,

@@ -28,7 +28,10 @@ class DotInteraction {
 
   int64_t num_embeddings() const { return num_embeddings_; }
   int64_t dim() const { return dim_; }
-  int64_t output_width() const;
+  int64_t output_width() const { return output_width(num_embeddings_, dim_); }
+  // dim + (num_embeddings + 1) num_embeddings / 2: the output width of an interaction of this
+  // shape, without building one.
+  static int64_t output_width(int64_t num_embeddings, int64_t dim);
 
   // output [B, output_width()] from bottom [B, dim] (B = bottom.size() / dim >= 1) and
   // `embeddings`: num_embeddings() spans of [B, dim] each, row-major. Throws InvalidArgument on a

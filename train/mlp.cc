@@ -69,7 +69,7 @@ Mlp::Mlp(MlpConfig config) : config_(std::move(config)) {
     layers_.push_back({.input_width = input_width,
                        .output_width = output_width,
                        .weights_offset = num_parameters_});
-    num_parameters_ += (input_width + 1) * output_width;
+    num_parameters_ += layer_parameter_count(input_width, output_width);
     input_width = output_width;
   }
   activations_.resize(layers_.size());
@@ -80,6 +80,15 @@ Mlp::Mlp(MlpConfig config) : config_(std::move(config)) {
   for (std::vector<float>& buffer : gradient_buffers_) {
     buffer.resize(static_cast<size_t>(kRowBlock * max_width));
   }
+}
+
+int64_t Mlp::parameter_count(int64_t input_width, std::span<const int64_t> layer_widths) {
+  int64_t count = 0;
+  for (const int64_t output_width : layer_widths) {
+    count += layer_parameter_count(input_width, output_width);
+    input_width = output_width;
+  }
+  return count;
 }
 
 std::vector<ParameterBlock> Mlp::parameter_blocks(int64_t first_offset) const {

@@ -62,6 +62,9 @@ class Mlp {
   int64_t output_width() const { return config_.layer_widths.back(); }
   // Floats of the parameter layout above: sum over layers of (in_l + 1) * out_l.
   int64_t num_parameters() const { return num_parameters_; }
+  // The same for an MLP of this shape, without building one (which allocates its workspace):
+  // how a reader checks a file's shapes against its data. Widths must be >= 1 (unchecked).
+  static int64_t parameter_count(int64_t input_width, std::span<const int64_t> layer_widths);
 
   // The layout above as blocks, their offsets shifted by `first_offset` (where this MLP's
   // parameters start in a larger vector).
@@ -103,6 +106,11 @@ class Mlp {
   };
 
   static constexpr int64_t kRowBlock = 256;  // rows of the batch per block (mlp.cc)
+
+  // The parameters of one layer: W [in, out] and b [out].
+  static int64_t layer_parameter_count(int64_t input_width, int64_t output_width) {
+    return (input_width + 1) * output_width;
+  }
 
   int64_t batch_size_of(std::span<const float> input, const char* argument) const;
   void check_parameter_size(size_t size, const char* argument) const;

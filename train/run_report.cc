@@ -2,6 +2,7 @@
 
 #include <cinttypes>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 
@@ -10,6 +11,13 @@
 
 namespace recemb::train {
 namespace {
+
+// "SIGINT", "SIGTERM", else "signal <n>".
+std::string signal_name(int signal) {
+  if (signal == SIGINT) return "SIGINT";
+  if (signal == SIGTERM) return "SIGTERM";
+  return "signal " + std::to_string(signal);
+}
 
 // JSON has no NaN: unknown values are null.
 std::string json_number(double value) { return std::isfinite(value) ? double_text(value) : "null"; }
@@ -48,10 +56,29 @@ std::string format_summary(const TrainSummary& s) {
     summary += "data-parallel on " + std::to_string(s.ranks) + " ranks (time and memory: rank " +
                std::to_string(s.rank) + "'s)\n";
   }
+  if (s.stop_signal != 0) {
+    summary += std::string("stopped by ") + signal_name(s.stop_signal) + " after step " +
+               std::to_string(s.steps) + " of " + std::to_string(s.requested_steps) +
+               ": continue with --resume\n";
+  }
+  if (s.data_ended) {
+    summary += "the training data ended at step " + std::to_string(s.steps) +
+               ", before train.steps = " + std::to_string(s.requested_steps) + "\n";
+  }
   if (s.malformed_lines > 0) {
     summary += "skipped " + std::to_string(s.malformed_lines) + " malformed input lines";
     summary += s.malformed_messages.empty() ? "\n" : ", the first ones:\n";
     for (const std::string& message : s.malformed_messages) summary += "  " + message + "\n";
+  }
+  if (!s.learned) {
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "warning: the model did not learn (held-out AUC %.4f, log loss %.4f; before: "
+                  "%.4f): try another embedding.learning_rate (each optimizer has its own: "
+                  "docs/training.md, \"Learning rates\") or dense.learning_rate, more steps, or "
+                  "check that the labels depend on the features\n",
+                  s.final_auc, s.final_log_loss, s.initial_log_loss);
+    summary += line;
   }
   return summary;
 }
@@ -62,10 +89,15 @@ void write_summary_json(const TrainSummary& s, const std::filesystem::path& path
       << "  \"ranks\": " << s.ranks << ",\n"
       << "  \"first_step\": " << s.first_step << ",\n"
       << "  \"steps\": " << s.steps << ",\n"
+      << "  \"requested_steps\": " << s.requested_steps << ",\n"
+      << "  \"data_ended\": " << (s.data_ended ? "true" : "false") << ",\n"
+      << "  \"stop_signal\": " << s.stop_signal << ",\n"
       << "  \"examples\": " << s.examples << ",\n"
       << "  \"seconds\": " << double_text(s.seconds) << ",\n"
       << "  \"examples_per_second\": " << double_text(s.examples_per_second) << ",\n"
       << "  \"initial_auc\": " << double_text(s.initial_auc) << ",\n"
+      << "  \"initial_log_loss\": " << json_number(s.initial_log_loss) << ",\n"
+      << "  \"learned\": " << (s.learned ? "true" : "false") << ",\n"
       << "  \"final_auc\": " << double_text(s.final_auc) << ",\n"
       << "  \"final_log_loss\": " << double_text(s.final_log_loss) << ",\n"
       << "  \"best_auc\": " << json_number(s.best_auc) << ",\n"

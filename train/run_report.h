@@ -4,6 +4,7 @@
 #ifndef RECEMB_TRAIN_RUN_REPORT_H_
 #define RECEMB_TRAIN_RUN_REPORT_H_
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -14,19 +15,26 @@
 namespace recemb::train {
 
 // The figures are this rank's view of the run: the same on every rank, except the times and the
-// memory (this process's) and, for a resumed run, initial_auc (read back from metrics.jsonl by
-// rank 0 alone; 0 on the other ranks).
+// memory (this process's) and, for a resumed run, initial_auc and initial_log_loss (read back
+// from metrics.jsonl by rank 0 alone; 0 and NaN on the other ranks, hence also `learned`).
 struct TrainSummary {
-  int rank = 0;            // this process's rank; rank 0 writes the outputs and prints
-  int ranks = 1;           // processes that trained together
-  int64_t first_step = 0;  // 0, or the step resumed from
-  int64_t steps = 0;       // step counter at the end
-  int64_t examples = 0;    // training examples consumed by this run (all ranks together)
-  double seconds = 0;      // wall time of this run's training loop (evaluations included)
+  int rank = 0;                 // this process's rank; rank 0 writes the outputs and prints
+  int ranks = 1;                // processes that trained together
+  int64_t first_step = 0;       // 0, or the step resumed from
+  int64_t steps = 0;            // step counter at the end
+  int64_t requested_steps = 0;  // train.steps
+  bool data_ended = false;      // the training data ended before train.steps
+  int stop_signal = 0;          // the signal that stopped the run early (SIGINT, SIGTERM); 0: none
+  int64_t examples = 0;         // training examples consumed by this run (all ranks together)
+  double seconds = 0;           // wall time of this run's training loop (evaluations included)
   double examples_per_second = 0;
   double initial_auc = 0;  // of the model before this run's first step
+  double initial_log_loss = std::nan("");
   double final_auc = 0;
   double final_log_loss = 0;
+  // Whether the model learned: final_auc of at least 0.52 and final_log_loss below
+  // initial_log_loss. When not, format_summary ends with a warning saying what to try.
+  bool learned = true;
   // Synthetic data: AUC and log loss of the planted model on the held-out set (the Bayes-optimal
   // ceiling of any model); NaN for Criteo files.
   double best_auc = 0;

@@ -2,9 +2,12 @@
 // it defines which keys exist and their types, so a key missing from it is unknown everywhere.
 #include "train/train_config.h"
 
+#include <algorithm>
 #include <charconv>
+#include <set>
 #include <sstream>
 #include <toml++/toml.h>
+#include <utility>
 
 #include "recemb/error.h"
 #include "recemb/optimizer.h"
@@ -33,7 +36,8 @@ seed = 0                # initialisation of the tables and the dense layers
 
 [embedding]
 optimizer = "adagrad"   # sgd | adagrad | adagrad_momentum | adam | ftrl | rowwise_adagrad
-learning_rate = 1.0     # Adagrad scales it per coordinate: large rates are safe
+learning_rate = 1.0     # when not set: the optimizer's own default (docs/training.md), sgd 100,
+                        # adagrad 1, adagrad_momentum 0.1, adam 0.01, ftrl 1, rowwise_adagrad 0.1
 threads = 0             # worker threads of the embedding engine; 0 = one per core
 sharding = "auto"       # how tables are split over the ranks of an mpirun job: auto | table_wise |
                         # row_wise | column_wise | replicated (one process keeps tables whole)
@@ -43,8 +47,8 @@ optimizer = "adam"      # adam | adagrad
 learning_rate = 0.003
 
 [train]
-steps = 2500            # training steps; the run also ends when the data does
-batch_size = 2048       # examples per step
+steps = 2500            # training steps (>= 1); the run also ends when the data does
+batch_size = 2048       # examples per step, 1 to 1048576 (and what fits in memory)
 eval_every = 500        # steps between evaluations; 0 = only at the end
 log_every = 10          # steps between training-loss records in metrics.jsonl
 
@@ -64,6 +68,15 @@ dir = "recemb-run"      # metrics.jsonl, summary.json, training.svg, config.toml
 )";
 
 constexpr int kNumTables = 26;
+
+// Each embedding optimizer's learning rate when none is set: the best of a sweep on the default
+// synthetic run (docs/training.md, "Learning rates"). Adagrad and FTRL divide by the root of the
+// summed squared gradients and Adam by that of their mean, so they take rates near 1 or 0.01; SGD
+// steps by the raw gradient of the batch's mean loss, which is about 1 / batch_size per row.
+constexpr std::pair<std::string_view, double> kDefaultLearningRates[] = {
+    {"sgd", 100.0}, {"adagrad", 1.0}, {"adagrad_momentum", 0.1},
+    {"adam", 0.01}, {"ftrl", 1.0},    {"rowwise_adagrad", 0.1},
+};
 
 std::string type_name(const toml::node& node) {
   std::ostringstream name;
@@ -104,8 +117,10 @@ void merge_table_override(std::map<std::string, TableOverride>& tables, const st
                           const std::string& where);
 
 // Merges `source` into `target` (the defaults or their merge so far); `path` is the dotted prefix.
+// Adds the dotted keys it sets to `assigned`.
 void merge(toml::table& target, const toml::table& source, const std::string& path,
-           std::map<std::string, TableOverride>& tables, const std::string& origin) {
+           std::map<std::string, TableOverride>& tables, std::set<std::string>& assigned,
+           const std::string& origin) {
   for (const auto& [key_view, value] : source) {
     const std::string key(key_view.str());
     const std::string dotted = path.empty() ? key : path + "." + key;
@@ -131,9 +146,10 @@ void merge(toml::table& target, const toml::table& source, const std::string& pa
     }
     if (existing->is_table()) {
       if (!value.is_table()) throw InvalidArgument(origin + ": '" + dotted + "' must be a table");
-      merge(*existing->as_table(), *value.as_table(), dotted, tables, origin);
+      merge(*existing->as_table(), *value.as_table(), dotted, tables, assigned, origin);
     } else {
       assign_checked(target, key, value, origin + ": '" + dotted + "'");
+      assigned.insert(dotted);
     }
   }
 }
@@ -177,16 +193,41 @@ toml::table parse_document(std::string_view text, const std::string& origin) {
   }
 }
 
-// Applies one "a.b.c=value" override.
+// Whether the setting at dotted `key` holds a string.
+bool is_string_setting(const toml::table& config, const std::string& key) {
+  if (key.starts_with("tables.") && key.ends_with(".optimizer")) return true;
+  const toml::node* node = config.at_path(key).node();
+  return node != nullptr && node->is_string();
+}
+
+// A value a shell leaves of an unquoted word (--set embedding.optimizer=adam): no spaces, quotes,
+// brackets, braces or other TOML punctuation, so that quoting it gives the string it reads as.
+bool is_bare_word(std::string_view text) {
+  return !text.empty() && text.find_first_of(" \t\"'\\[]{}=#,") == std::string_view::npos;
+}
+
+// Applies one "a.b.c=value" override. Where the setting is a string, a bare word is that string
+// (--set embedding.optimizer=rowwise_adagrad, as a shell passes --set ...="rowwise_adagrad").
 void apply_override(toml::table& config, std::map<std::string, TableOverride>& tables,
-                    const std::string& assignment) {
+                    std::set<std::string>& assigned, const std::string& assignment) {
   const std::string origin = "override '" + assignment + "'";
   const size_t equals = assignment.find('=');
   if (equals == std::string::npos || equals == 0) {
     throw InvalidArgument(origin + ": expected section.key=value");
   }
   const std::string key = assignment.substr(0, equals);
-  const toml::table parsed = parse_document("value = " + assignment.substr(equals + 1), origin);
+  std::string value = assignment.substr(equals + 1);
+  const bool string_setting = is_string_setting(config, key);
+  if (string_setting && is_bare_word(value)) value = '"' + value + '"';
+  toml::table parsed;
+  try {
+    parsed = parse_document("value = " + value, origin);
+  } catch (const InvalidArgument& error) {
+    if (!string_setting) throw;
+    throw InvalidArgument(std::string(error.what()) + " (" + key +
+                          " is a string: quote it as TOML does, past the shell: --set " + key +
+                          "='\"...\"')");
+  }
   // Rebuild the dotted key as nested tables and merge it like a file.
   toml::table nested;
   toml::table* level = &nested;
@@ -197,7 +238,7 @@ void apply_override(toml::table& config, std::map<std::string, TableOverride>& t
     start = dot + 1;
   }
   parsed.get("value")->visit([&](const auto& typed) { level->insert(key.substr(start), typed); });
-  merge(config, nested, "", tables, origin);
+  merge(config, nested, "", tables, assigned, origin);
 }
 
 // The value at `path`, whose type the merge has checked; a number outside T's range throws.
@@ -245,8 +286,12 @@ void validate(const TrainConfig& c) {
   require(c.dense.optimizer == "adam" || c.dense.optimizer == "adagrad",
           "dense.optimizer must be adam or adagrad, not '" + c.dense.optimizer + "'");
   require(c.dense.learning_rate > 0.0, "dense.learning_rate must be > 0");
-  require(c.train.steps >= 1, "train.steps must be >= 1");
-  require(c.train.batch_size >= 1, "train.batch_size must be >= 1");
+  require(c.train.steps >= 1,
+          "train.steps must be >= 1, not " + std::to_string(c.train.steps) +
+              " (a run trains; to continue a finished run, --resume with a larger train.steps)");
+  require(c.train.batch_size >= 1 && c.train.batch_size <= kMaxBatchSize,
+          "train.batch_size must be 1 to " + std::to_string(kMaxBatchSize) + ", not " +
+              std::to_string(c.train.batch_size));
   require(c.train.eval_every >= 0, "train.eval_every must be >= 0");
   require(c.train.log_every >= 1, "train.log_every must be >= 1");
   require(c.checkpoint.every >= 0, "checkpoint.every must be >= 0");
@@ -269,6 +314,7 @@ TrainConfig load_train_config(const std::string& config_path,
                               const std::vector<std::string>& overrides) {
   toml::table config = parse_document(kDefaultConfig, "defaults");
   std::map<std::string, TableOverride> tables;
+  std::set<std::string> assigned;  // the keys the file and the overrides set
   if (!config_path.empty()) {
     toml::table file;
     try {
@@ -279,9 +325,11 @@ TrainConfig load_train_config(const std::string& config_path,
               << error.source().begin.column << ": " << error.description();
       throw InvalidArgument(message.str());
     }
-    merge(config, file, "", tables, config_path);
+    merge(config, file, "", tables, assigned, config_path);
   }
-  for (const std::string& assignment : overrides) apply_override(config, tables, assignment);
+  for (const std::string& assignment : overrides) {
+    apply_override(config, tables, assigned, assignment);
+  }
 
   TrainConfig c;
   c.data.path = get<std::string>(config, "data.path");
@@ -311,7 +359,25 @@ TrainConfig load_train_config(const std::string& config_path,
   c.output.dir = get<std::string>(config, "output.dir");
   c.tables = std::move(tables);
   validate(c);
+  // Learning rates not given are the optimizer's own (docs/training.md, "Learning rates").
+  if (!assigned.contains("embedding.learning_rate")) {
+    c.embedding.learning_rate = default_learning_rate(c.embedding.optimizer);
+  }
+  for (auto& [name, table] : c.tables) {
+    if (table.optimizer && !table.learning_rate && *table.optimizer != c.embedding.optimizer) {
+      table.learning_rate = default_learning_rate(*table.optimizer);
+    }
+  }
   return c;
+}
+
+double default_learning_rate(std::string_view optimizer) {
+  const std::string_view name = optimizer_name(parse_optimizer(optimizer));
+  for (const auto& [known, rate] : kDefaultLearningRates) {
+    if (known == name) return rate;
+  }
+  throw InvalidArgument("no default learning rate for optimizer '" + std::string(name) +
+                        "': set embedding.learning_rate");
 }
 
 ShardingStrategy sharding_strategy(std::string_view name) {
@@ -319,6 +385,71 @@ ShardingStrategy sharding_strategy(std::string_view name) {
     return parse_sharding_strategy(name);
   } catch (const InvalidArgument& error) {
     throw InvalidArgument(std::string("embedding.sharding: ") + error.what());
+  }
+}
+
+namespace {
+
+// The settings a resumed run may change: they decide how long the run is, what it records and
+// where, and how the work is spread, not which updates it makes (docs/training.md, "Checkpoints
+// and --resume"). Any other change would make the resumed run differ from the uninterrupted one.
+constexpr std::string_view kResumeMayChange[] = {
+    "train.steps",        "train.eval_every",  "train.log_every", "checkpoint.dir",
+    "checkpoint.every",   "checkpoint.keep",   "output.dir",      "embedding.threads",
+    "embedding.sharding", "data.max_malformed"};
+
+// Every setting of `table` as "dotted.key" -> its TOML text.
+void flatten(const toml::table& table, const std::string& prefix,
+             std::map<std::string, std::string>& settings) {
+  for (const auto& [key, value] : table) {
+    const std::string dotted = prefix + std::string(key.str());
+    if (value.is_table()) {
+      flatten(*value.as_table(), dotted + ".", settings);
+    } else {
+      std::ostringstream text;
+      value.visit([&](const auto& typed) { text << typed; });
+      settings[dotted] = text.str();
+    }
+  }
+}
+
+std::map<std::string, std::string> settings_of(std::string_view toml_text,
+                                               const std::string& origin) {
+  std::map<std::string, std::string> settings;
+  flatten(parse_document(toml_text, origin), "", settings);
+  return settings;
+}
+
+}  // namespace
+
+void check_resume_settings(std::string_view saved_toml, const TrainConfig& config,
+                           const std::string& checkpoint) {
+  const std::map<std::string, std::string> saved = settings_of(saved_toml, checkpoint);
+  const std::map<std::string, std::string> now = settings_of(to_toml(config), "the settings");
+  std::set<std::string> keys;
+  for (const auto& [key, value] : saved) keys.insert(key);
+  for (const auto& [key, value] : now) keys.insert(key);
+  const auto value_of = [](const std::map<std::string, std::string>& settings,
+                           const std::string& key) {
+    const auto it = settings.find(key);
+    return it == settings.end() ? std::string("(not set)") : it->second;
+  };
+  std::string changes;
+  for (const std::string& key : keys) {
+    const std::string before = value_of(saved, key), after = value_of(now, key);
+    if (before == after || std::find(std::begin(kResumeMayChange), std::end(kResumeMayChange),
+                                     key) != std::end(kResumeMayChange)) {
+      continue;
+    }
+    changes += (changes.empty() ? "" : "; ") + key + " is " + after + ", was " + before;
+  }
+  if (!changes.empty()) {
+    throw InvalidArgument("--resume: the run in " + checkpoint +
+                          " was trained with other settings: " + changes +
+                          ". A resumed run continues exactly as the uninterrupted one only with "
+                          "the same settings (train.steps, the evaluation, logging, checkpoint "
+                          "and output settings, embedding.threads and embedding.sharding may "
+                          "change): set these back, or start a new run in another output.dir");
   }
 }
 

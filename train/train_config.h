@@ -5,7 +5,7 @@
 //   [data]       path, eval_path, preset, table_budget_mib, eval_examples, max_malformed,
 //                synthetic_seed
 //   [model]      embedding_dim, bottom_mlp, top_mlp, seed
-//   [embedding]  optimizer, learning_rate, threads, sharding
+//   [embedding]  optimizer, learning_rate (default: the optimizer's), threads, sharding
 //   [dense]      optimizer, learning_rate
 //   [train]      steps, batch_size, eval_every, log_every
 //   [checkpoint] dir, every, keep
@@ -79,6 +79,10 @@ struct TrainConfig {
   std::map<std::string, TableOverride> tables = {};  // by table name "C1".."C26"
 };
 
+// The largest train.batch_size: 2^20 examples, whose per-step buffers take about 18 GiB with the
+// default model (the trainer also refuses a batch whose estimate exceeds the machine's memory).
+inline constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
+
 // The defaults as a commented TOML document (what `recemb train --print-default-config` shows).
 std::string_view default_config_toml();
 
@@ -88,8 +92,22 @@ std::string_view default_config_toml();
 TrainConfig load_train_config(const std::string& config_path,
                               const std::vector<std::string>& overrides);
 
+// The embedding learning rate for `optimizer` (a recemb optimizer name) when none is set: what
+// load_train_config gives embedding.learning_rate when neither the file nor an override sets it,
+// and a table whose own optimizer differs from embedding.optimizer when it sets no rate (the table
+// in docs/training.md, "Learning rates"). InvalidArgument for an unknown name.
+double default_learning_rate(std::string_view optimizer);
+
 // The effective configuration as TOML (written beside the run's metrics).
 std::string to_toml(const TrainConfig& config);
+
+// For `--resume`: throws InvalidArgument when `config` changes a setting of `saved_toml` (the
+// to_toml of the run's settings, saved in its checkpoint `checkpoint`) that a resumed run must
+// keep, naming the setting and both values. May change: train.steps, eval_every, log_every,
+// checkpoint.dir, every, keep, output.dir, embedding.threads, embedding.sharding and
+// data.max_malformed (docs/training.md, "Checkpoints and --resume").
+void check_resume_settings(std::string_view saved_toml, const TrainConfig& config,
+                           const std::string& checkpoint);
 
 // The strategy embedding.sharding names: the ShardingStrategy whose sharding_strategy_name is
 // `name`. InvalidArgument naming the value and the valid ones otherwise.

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <utility>
 #include <variant>
 
@@ -25,6 +27,7 @@
 #include "train/criteo_profile.h"
 #include "train/criteo_reader.h"
 #include "train/data_parallel.h"
+#include "train/dense_export.h"
 #include "train/dense_optimizer.h"
 #include "train/dlrm_dense_model.h"
 #include "train/embedding_model.h"
@@ -43,13 +46,81 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Checkpoint names of the trainer's own state (beside recemb's tables and slots).
-constexpr char kDenseParameters[] = "dense/parameters";
+// Checkpoint names of the trainer's own state (beside recemb's tables and slots, and the dense
+// model's parameters and shape: dense_export.h).
 constexpr char kDenseOptimizerSlots[] = "dense/optimizer_slots";
 constexpr char kDataPosition[] = "data_position";
 constexpr char kDenseOptimizerStep[] = "dense_optimizer_step";
 constexpr char kExamples[] = "examples";
 constexpr char kLossWindow[] = "loss_window";  // "<sum> <count>" of the unrecorded steps
+constexpr char kSettings[] = "train_config";   // to_toml of the run's settings
+
+// The held-out set taken from the head of data.path (no data.eval_path) holds at most this share
+// of the file's bytes (docs/training.md, "The held-out set").
+constexpr double kMaxHeldOutShare = 0.2;
+
+// A run "did not learn" when its held-out AUC ends below this, or its log loss not below the one
+// before its first step (docs/training.md, "What a run prints and writes").
+constexpr double kLearnedAuc = 0.52;
+
+// The bytes of the file `path` before a CriteoReader `position` of a reader of that file alone
+// ("criteo:<file index>:<offset>:<line>", criteo_reader.h; at its end, the index is 1).
+int64_t bytes_before(const std::string& position, const std::string& path) {
+  const size_t first = position.find(':'), second = position.find(':', first + 1);
+  if (std::stoll(position.substr(first + 1)) > 0) {
+    return static_cast<int64_t>(std::filesystem::file_size(path));
+  }
+  return std::stoll(position.substr(second + 1));
+}
+
+// The bytes one step needs beyond the tables, per example of train.batch_size: the batch as read
+// (three copies: the one trained on, the one read ahead, the reader's), the embedding activations
+// and their gradients, the lookup's record of the ids, and the dense layers' activations and
+// gradients (bottom MLP, the interaction's vectors, Gram matrix and output, top MLP).
+int64_t bytes_per_example(const TrainConfig& config) {
+  const int64_t d = config.model.embedding_dim, n = kNumCategoricalFeatures, f = n + 1;
+  const int64_t example = 4 * (1 + kNumDenseFeatures) + 8 * n;
+  int64_t dense = kNumDenseFeatures + f * d + f * f + d + f * (f - 1) / 2 + 1;
+  for (int64_t width : config.model.bottom_mlp) dense += width;
+  for (int64_t width : config.model.top_mlp) dense += width;
+  return 3 * example + 2 * 4 * n * d + 3 * 8 * n + 2 * 4 * dense;
+}
+
+// What this process may allocate: the machine's memory, or less under an address-space limit.
+int64_t memory_limit_bytes(std::string& what) {
+  what = "the machine's memory";
+  int64_t limit = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  rlimit address_space{};
+  if (getrlimit(RLIMIT_AS, &address_space) == 0 && address_space.rlim_cur != RLIM_INFINITY &&
+      static_cast<int64_t>(address_space.rlim_cur) < limit) {
+    limit = static_cast<int64_t>(address_space.rlim_cur);
+    what = "this process's address-space limit (ulimit -v)";
+  }
+  return limit;
+}
+
+std::string gib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+  return text;
+}
+
+// Refuses a batch (and held-out set) whose buffers would not fit, before they are allocated
+// (docs/training.md, "Scale").
+void check_memory(const TrainConfig& config) {
+  const int64_t step = config.train.batch_size * bytes_per_example(config);
+  const int64_t held_out =
+      config.data.eval_examples * (4 * (2 + kNumDenseFeatures) + 8 * kNumCategoricalFeatures);
+  std::string what;
+  const int64_t limit = memory_limit_bytes(what);
+  if (step + held_out > limit) {
+    throw InvalidArgument("train.batch_size " + std::to_string(config.train.batch_size) +
+                          " needs about " + gib(step) + " per step and data.eval_examples " +
+                          std::to_string(config.data.eval_examples) + " about " + gib(held_out) +
+                          ", more than " + what + " (" + gib(limit) +
+                          "): lower train.batch_size or data.eval_examples");
+  }
+}
 
 // The Embedding of every rank of `group`: with several ranks, its tables placed over them as
 // embedding.sharding says; alone, whole tables exactly as without a communicator.
@@ -144,7 +215,11 @@ class Trainer {
         checkpoint_dir_(config.checkpoint.dir.empty()
                             ? output_dir_ / "checkpoints"
                             : std::filesystem::path(config.checkpoint.dir)) {
-    locally([&] { open_data(); });
+    // Checked by every rank and agreed on: ranks on other machines may have other limits.
+    locally([&] {
+      check_memory(config_);
+      open_data();
+    });
     sync();
     if (group_.size() > 1) expect_same_on_every_rank(eval_set_.size, "held-out examples");
     prefetching_.emplace(*train_source_, config.train.batch_size);
@@ -183,14 +258,20 @@ class Trainer {
     summary_.rank = group_.rank();
     summary_.ranks = group_.size();
     summary_.first_step = embedding_.step();
+    summary_.requested_steps = config_.train.steps;
     summary_.embedding_bytes = embedding_bytes(embedding_);
+    trained_position_ = prefetching_->position();
     describe_run();
+    const int64_t total_steps = expected_last_step();
 
     const Clock::time_point start = Clock::now();
     if (!resumed) {
-      summary_.initial_auc = evaluate().auc;
+      const EvalRecord initial = evaluate();
+      summary_.initial_auc = initial.auc;
+      summary_.initial_log_loss = initial.log_loss;
     } else if (metrics_ && !metrics_->eval_records().empty()) {
       summary_.initial_auc = metrics_->eval_records().front().auc;
+      summary_.initial_log_loss = metrics_->eval_records().front().log_loss;
     }
     // The progress line's rate counts the training steps only (evaluations and checkpoints
     // included), not the evaluation before them.
@@ -201,16 +282,39 @@ class Trainer {
       int64_t count = 0;
       locally([&] { count = prefetching_->next(batch, config_.train.batch_size); });
       summary_.data_seconds += seconds_since(t);  // not the wait for the other ranks below
+      // A stop asked for (a signal) on any rank: every rank stops before this batch, whose
+      // examples a resumed run then trains on (the checkpoint holds the position before it).
+      int64_t stop = options_.stop_signal != nullptr ? options_.stop_signal->load() : 0;
       if (group_.size() > 1) {
         sync();
+        const std::vector<int64_t> values = group_.all_gather(std::array{count, stop});
         expect_same_on_every_rank(
-            count, "examples in the batch of step " + std::to_string(embedding_.step() + 1));
+            values, 0, "examples in the batch of step " + std::to_string(embedding_.step() + 1));
+        for (int q = 0; q < group_.size(); ++q) {
+          stop = std::max(stop, values[2 * static_cast<size_t>(q) + 1]);
+        }
+      }
+      if (stop != 0) {
+        summary_.stop_signal = static_cast<int>(stop);
+        progress_.message("stopping at step " + std::to_string(embedding_.step()) + " (signal " +
+                          std::to_string(stop) + ")");
+        break;
       }
       if (count == 0) {
-        progress_.message("the training data ended at step " + std::to_string(embedding_.step()));
+        summary_.data_ended = true;
+        if (summary_.examples == 0) {
+          throw InvalidArgument(
+              "no examples to train on: the training data ended at step " +
+              std::to_string(embedding_.step()) + (resumed ? ", where this run resumed" : "") +
+              " (" + config_.data.path +
+              "): give more data, or continue a finished run from other data in a new run");
+        }
+        progress_.message("the training data ended at step " + std::to_string(embedding_.step()) +
+                          ", before train.steps = " + std::to_string(config_.train.steps));
         break;
       }
       train_step(batch);
+      trained_position_ = prefetching_->position();
       const int64_t step = embedding_.step();
       if (step % config_.train.log_every == 0) record_loss(step);
       if (config_.train.eval_every > 0 && step % config_.train.eval_every == 0 &&
@@ -223,11 +327,12 @@ class Trainer {
       }
       const double elapsed = seconds_since(steps_start);
       const double rate = static_cast<double>(summary_.examples) / elapsed;
+      const int64_t total = std::max(total_steps, step);
       progress_.update({.step = step,
-                        .total_steps = config_.train.steps,
+                        .total_steps = total,
                         .examples_per_second = rate,
                         .loss = recent_loss_,
-                        .eta_seconds = static_cast<double>(config_.train.steps - step) *
+                        .eta_seconds = static_cast<double>(total - step) *
                                        static_cast<double>(config_.train.batch_size) / rate},
                        elapsed);
     }
@@ -241,6 +346,8 @@ class Trainer {
     summary_.examples_per_second = static_cast<double>(summary_.examples) / summary_.seconds;
     summary_.final_auc = final_eval.auc;
     summary_.final_log_loss = final_eval.log_loss;
+    summary_.learned =
+        final_eval.auc >= kLearnedAuc && !(final_eval.log_loss >= summary_.initial_log_loss);
     summary_.peak_resident_bytes = peak_resident_bytes();
     collect_malformed_lines();
     locally([&] {
@@ -280,12 +387,20 @@ class Trainer {
   // Collective: throws InvalidArgument on every rank when the ranks' values differ (every rank
   // must read the same data).
   void expect_same_on_every_rank(int64_t value, const std::string& what) {
-    const std::vector<int64_t> values = group_.all_gather(value);
+    expect_same_on_every_rank(group_.all_gather(std::array{value}), 0, what);
+  }
+
+  // The same for entry `index` of every rank's values gathered by RankGroup::all_gather (each
+  // rank's values.size() / size() of them, in rank order): not itself a collective.
+  void expect_same_on_every_rank(const std::vector<int64_t>& values, size_t index,
+                                 const std::string& what) {
+    const size_t stride = values.size() / static_cast<size_t>(group_.size());
+    const int64_t first = values[index];
     for (int q = 1; q < group_.size(); ++q) {
-      if (values[static_cast<size_t>(q)] != values[0]) {
-        throw InvalidArgument("rank " + std::to_string(q) + " has " +
-                              std::to_string(values[static_cast<size_t>(q)]) + " " + what +
-                              ", rank 0 has " + std::to_string(values[0]) +
+      const int64_t value = values[static_cast<size_t>(q) * stride + index];
+      if (value != first) {
+        throw InvalidArgument("rank " + std::to_string(q) + " has " + std::to_string(value) + " " +
+                              what + ", rank 0 has " + std::to_string(first) +
                               ": every rank must read the same data (data.path and "
                               "data.eval_path on a file system that every rank sees)");
       }
@@ -312,22 +427,76 @@ class Trainer {
     summary_.best_auc = summary_.best_log_loss = std::nan("");
     const ReaderOptions reader_options{.vocabulary_sizes = sizes_,
                                        .max_malformed = config_.data.max_malformed};
-    auto reader =
-        std::make_unique<CriteoReader>(std::vector<std::string>{config_.data.path}, reader_options);
+    const std::vector<std::string> paths{config_.data.path};
+    auto reader = std::make_unique<CriteoReader>(paths, reader_options);
+    const CriteoReader* held_out_reader = reader.get();
     if (config_.data.eval_path.empty()) {
       reader->next(eval_set_, config_.data.eval_examples);  // the file's first examples
     } else {
       eval_reader_ = std::make_unique<CriteoReader>(
           std::vector<std::string>{config_.data.eval_path}, reader_options);
       eval_reader_->next(eval_set_, config_.data.eval_examples);
+      held_out_reader = eval_reader_.get();
     }
     if (eval_set_.size == 0) {
       throw InvalidArgument(
           "no held-out examples could be read from " +
           (config_.data.eval_path.empty() ? config_.data.path : config_.data.eval_path));
     }
+    bytes_per_line_ =
+        static_cast<double>(bytes_before(
+            held_out_reader->position(),
+            held_out_reader == reader.get() ? config_.data.path : config_.data.eval_path)) /
+        static_cast<double>(eval_set_.size);
+    const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(config_.data.path));
+    const int64_t held_out_bytes = bytes_before(reader->position(), config_.data.path);
+    if (config_.data.eval_path.empty() &&
+        static_cast<double>(held_out_bytes) > kMaxHeldOutShare * static_cast<double>(file_bytes)) {
+      // A small file: hold out its first examples up to a fifth of its bytes, and train on the
+      // rest (docs/training.md, "The held-out set").
+      const int64_t read = eval_set_.size;
+      if (read < 2) {
+        throw InvalidArgument(config_.data.path + " holds " + std::to_string(read) +
+                              " example: too few to hold some out and train on the rest; give "
+                              "more data, and a held-out file as data.eval_path (--eval-data)");
+      }
+      const int64_t kept =
+          std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(read) * kMaxHeldOutShare *
+                                                   static_cast<double>(file_bytes) /
+                                                   static_cast<double>(held_out_bytes)),
+                              1, read - 1);
+      reader = std::make_unique<CriteoReader>(paths, reader_options);  // from the start again
+      reader->next(eval_set_, kept);
+      held_out_message_ =
+          "data.eval_examples = " + std::to_string(config_.data.eval_examples) +
+          " would hold out " + std::to_string(read) + " examples of " + config_.data.path + " (" +
+          std::to_string(std::lround(100.0 * static_cast<double>(held_out_bytes) /
+                                     static_cast<double>(file_bytes))) +
+          "% of the file): holding out its first " + std::to_string(eval_set_.size) +
+          " examples instead (at most a fifth of the file) and training on the "
+          "rest; give a held-out file as data.eval_path (--eval-data) to train on "
+          "all of it";
+    }
     train_reader_ = reader.get();
     train_source_ = std::move(reader);
+  }
+
+  // The step at which the data is expected to end, or train.steps if it is expected to last:
+  // for a Criteo file, from its bytes left and the held-out lines' mean length.
+  int64_t expected_last_step() {
+    if (train_reader_ == nullptr) return config_.train.steps;
+    const auto left =
+        static_cast<double>(static_cast<int64_t>(std::filesystem::file_size(config_.data.path)) -
+                            bytes_before(trained_position_, config_.data.path));
+    const auto examples = static_cast<int64_t>(std::ceil(left / bytes_per_line_));
+    const int64_t steps = (examples + config_.train.batch_size - 1) / config_.train.batch_size;
+    if (embedding_.step() + steps >= config_.train.steps) return config_.train.steps;
+    progress_.message(
+        "the data will end before train.steps = " + std::to_string(config_.train.steps) +
+        ": about " + std::to_string(examples) + " examples are left in " + config_.data.path +
+        ", about " + std::to_string(steps) + " steps of " +
+        std::to_string(config_.train.batch_size));
+    return embedding_.step() + steps;
   }
 
   void collect_malformed_lines() {
@@ -353,6 +522,7 @@ class Trainer {
                   model_.parameters().size(),
                   config_.data.path.empty() ? "synthetic Criteo-like" : config_.data.path.c_str());
     progress_.message(line);
+    if (!held_out_message_.empty()) progress_.message("warning: " + held_out_message_);
     if (group_.size() > 1) {
       const Slice largest = rank_slice(config_.train.batch_size, group_.size() - 1, group_.size());
       progress_.message("data-parallel on " + std::to_string(group_.size()) +
@@ -478,9 +648,11 @@ class Trainer {
     const std::filesystem::path path = save_checkpoint(
         embedding_, checkpoint_dir_,
         {.keep_last = config_.checkpoint.keep,
-         .extra_arrays = {{.name = kDenseParameters, .values = model_.parameters()},
+         .extra_arrays = {{.name = kDenseParametersArray, .values = model_.parameters()},
                           {.name = kDenseOptimizerSlots, .values = dense_optimizer_.slots()}},
-         .metadata = {{kDataPosition, prefetching_->position()},
+         .metadata = {{kDataPosition, trained_position_},
+                      {kSettings, to_toml(config_)},
+                      {kDenseModelMetadata, dense_config_to_json(model_.config())},
                       {kDenseOptimizerStep, std::to_string(dense_optimizer_.step())},
                       {kExamples, std::to_string(examples_total_)},
                       {kLossWindow,
@@ -521,7 +693,11 @@ class Trainer {
       }
       return it->second;
     };
-    array(kDenseParameters, model_.parameters());
+    // Checkpoints of older versions hold no settings: they resume unchecked.
+    if (const auto saved = state.metadata.find(kSettings); saved != state.metadata.end()) {
+      check_resume_settings(saved->second, config_, latest->string());
+    }
+    array(kDenseParametersArray, model_.parameters());
     array(kDenseOptimizerSlots, dense_optimizer_.slots());
     dense_optimizer_.set_step(std::stoll(text(kDenseOptimizerStep)));
     prefetching_->seek(text(kDataPosition));
@@ -564,6 +740,10 @@ class Trainer {
   int64_t loss_window_count_ = 0;
   double recent_loss_ = std::nan("");
   int64_t last_saved_step_ = -1;
+  // The data position after the last batch trained on (what a checkpoint saves).
+  std::string trained_position_;
+  double bytes_per_line_ = 0;     // of the held-out examples read (Criteo files)
+  std::string held_out_message_;  // why the held-out set is smaller than data.eval_examples
 };
 
 }  // namespace

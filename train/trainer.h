@@ -9,6 +9,11 @@
 // tables, slots, dense parameters, dense optimizer state, data position and loss window are saved
 // atomically, so a resumed run continues exactly as an uninterrupted one (same loss curve).
 //
+// The held-out set: the synthetic generator's own stream, data.eval_path's first examples, or
+// those of data.path, up to a fifth of its bytes (a small file: the rest trains; docs/training.md,
+// "The held-out set"). A run stops at train.steps, when the data ends (after one step at least:
+// none is an error), or when RunOptions::stop_signal asks it to; the summary says which.
+//
 // Files in output.dir: config.toml (effective configuration), metrics.jsonl (one JSON object per
 // line: {"step","examples","train_loss"} every train.log_every steps, {"step","eval_auc",
 // "eval_log_loss"} at evaluations), summary.json and training.svg (loss and AUC over steps).
@@ -30,6 +35,7 @@
 #ifndef RECEMB_TRAIN_TRAINER_H_
 #define RECEMB_TRAIN_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <ostream>
@@ -52,10 +58,19 @@ struct RunOptions {
   // The ranks training together, each calling run_training with the same config (collective:
   // see the top of this file). Null: this process alone, as a group of one.
   std::shared_ptr<Communicator> communicator = nullptr;
+  // When it becomes non-zero (the number of a signal that asked the run to stop, as `recemb
+  // train` sets it on SIGINT and SIGTERM), the run stops before its next step: it saves a
+  // checkpoint, evaluates, writes its outputs and returns with TrainSummary::stop_signal set.
+  // With several ranks, every rank stops at the same step, the first at which any rank's flag is
+  // set. Null: never.
+  const std::atomic<int>* stop_signal = nullptr;
 };
 
 // Trains as `config` says. Throws InvalidArgument for bad configs or data (too many malformed
-// lines, an unreadable file), naming the cause; files written before an error stay. With several
+// lines, an unreadable file, no example left to train on), for a train.batch_size whose buffers
+// would exceed the memory (estimated before the data is read), and for a --resume whose
+// settings differ from the checkpoint's in a way that changes the training
+// (check_resume_settings), naming the cause; files written before an error stay. With several
 // ranks, also InvalidArgument when train.batch_size is smaller than the number of ranks or the
 // ranks read different data, and every rank throws every error (see the top of this file).
 TrainSummary run_training(const TrainConfig& config, const RunOptions& options = {});

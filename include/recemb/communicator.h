@@ -65,7 +65,7 @@ RECEMB_EXPORT std::vector<std::shared_ptr<Communicator>> in_process_communicator
 // ResourceExhausted, or a std::system_error with the same errno (generic_category); any other
 // exception becomes a FailedPrecondition. Returns when no rank passed an error. With one rank,
 // rethrows `error` itself (its type and message unchanged).
-RECEMB_EXPORT void agree_on_error(Communicator& communicator, std::exception_ptr error);
+RECEMB_EXPORT void agree_on_error(Communicator& communicator, const std::exception_ptr& error);
 
 // Whether this build of recemb can talk MPI (built with an MPI library).
 RECEMB_EXPORT bool mpi_available();

@@ -167,8 +167,9 @@ class RECEMB_EXPORT Embedding {
   void lookup(std::span<const FeatureInput> inputs, std::span<const std::span<float>> activations);
 
   // The same lookup, which also keeps in `batch` (a copy of) what apply_gradients needs, so the
-  // caller's input arrays may be released after it returns. `batch` is overwritten, reusing its
-  // memory; on a throw it is left empty (not applicable).
+  // caller's input arrays may be released after it returns. `batch` is overwritten (reusing the
+  // memory of earlier batches) only when the lookup succeeds: on a throw it is left as it was, so
+  // a pending lookup in it stays applicable.
   void lookup(std::span<const FeatureInput> inputs, std::span<const std::span<float>> activations,
               LookupBatch& batch);
 

@@ -1,5 +1,5 @@
 // Serving models: an Embedding's tables, frozen into one read-only file in float32, float16 or
-// int8, and looked up memory-mapped (TF's TPUEmbeddingForServing, without the training state).
+// int8, and looked up in memory (TF's TPUEmbeddingForServing, without the training state).
 //
 //   recemb::export_serving_model(layer, "model.recemb", {.dtype = recemb::ServingDtype::kInt8});
 //   const recemb::ServingModel model = recemb::ServingModel::open("model.recemb");
@@ -63,27 +63,29 @@ RECEMB_EXPORT void export_serving_model(const Embedding& embedding,
 struct OpenOptions {
   // What ServingModel::open checks, as InspectOptions::verify for checkpoints. Always the header,
   // the manifest (checksummed, parsed, configs validated) and that every table blob lies inside
-  // the file. true: also the checksum of every table blob, which reads the whole file once, at
-  // the speed of memory (or of the disk, for a file not in the page cache). false: opens in
-  // milliseconds whatever the size, and pages are read from the file on first use; damaged table
-  // bytes then go undetected and give wrong activations (never an access outside the file).
+  // the file. true: also the checksum of every table blob, one more pass over the bytes read, at
+  // the speed of memory. false: skips that pass; damaged table bytes then go undetected and give
+  // wrong activations (never an access outside the model). Either way open reads the whole file.
   bool verify = true;
 };
 
-// A serving model opened read-only: the file is memory-mapped (shared, read-only) and its tables
-// are looked up in place, without copies. Immutable after open: every method is const and may run
-// concurrently from any number of threads. Copies share the mapping (a shared_ptr), which lives
-// as long as the last copy; moving or copying a model never invalidates another copy. The file
-// may be replaced (a new export renames over it) while it is open: the mapping keeps the old
-// file. A moved-from ServingModel may only be assigned to or destroyed.
+// A serving model opened read-only: open reads the whole file into memory the model owns (as many
+// bytes as the file) and its tables are looked up there. Immutable after open: every method is
+// const and may run concurrently from any number of threads. Copies share that memory (a
+// shared_ptr), which lives as long as the last copy; moving or copying a model never invalidates
+// another copy. Once open, the model no longer reads the file: it may be replaced, rewritten in
+// place, truncated or deleted without any effect on the model (docs/serving.md). A moved-from
+// ServingModel may only be assigned to or destroyed.
 class RECEMB_EXPORT ServingModel {
  public:
-  // Maps and checks `path` (see OpenOptions::verify). Throws, naming the file: DataLoss when it is
+  // Reads and checks `path` (see OpenOptions::verify), through the library's file system
+  // (as checkpoints are read). Throws, naming the file: DataLoss when it is
   // not a serving model, of an unsupported format version, truncated, or damaged (a checksum
   // mismatch, naming the header, the manifest or the table), or when its manifest or configs are
   // invalid (naming the field, table or feature); InvalidArgument when it is not a regular file (a
   // directory, a FIFO: found without blocking); std::system_error with the errno for a failing
-  // system call (open, mmap; ENOENT: a missing file).
+  // system call (open, read; ENOENT: a missing file); std::bad_alloc when the file does not fit
+  // in memory.
   static ServingModel open(const std::filesystem::path& path, const OpenOptions& options = {});
 
   ServingModel(const ServingModel&);

@@ -4,6 +4,8 @@ to receive them in place and to share memory with no other argument); and the pu
 recemb.Embedding and recemb.ServingModel share."""
 
 import bisect
+import math
+import os
 
 import numpy as np
 
@@ -125,6 +127,31 @@ def _out_arrays(resolved, out, shapes, flat_ids, flat_weights):
     return flat
 
 
+def _memory_bytes():
+    """The machine's physical memory in bytes (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+_MEMORY_BYTES = _memory_bytes()
+
+
+def _check_activation_sizes(names, shapes):
+    """Raises ValueError naming the feature whose activation would not fit in the machine's
+    memory (a huge Sparse dense_shape or output_shape), before numpy tries to allocate it."""
+    if _MEMORY_BYTES is None:
+        return
+    for name, shape in zip(names, shapes):
+        size = math.prod(int(d) for d in shape) * _FLOAT32.itemsize
+        if size > _MEMORY_BYTES:
+            raise ValueError(f"feature '{name}': the activation would have shape {tuple(shape)} "
+                             f"({size / 2**30:.4g} GiB of float32), more than this machine's "
+                             f"memory ({_MEMORY_BYTES / 2**30:.4g} GiB); check the input's "
+                             "shape (a Sparse's dense_shape)")
+
+
 def _lookup_arguments(engine, resolved, features, weights, new_arrays, out=None):
     """The engine's lookup arguments for `features` and `weights` (the feature config's
     structure): (views, shapes, activations), the C++ input view, the activation shape and the
@@ -141,6 +168,8 @@ def _lookup_arguments(engine, resolved, features, weights, new_arrays, out=None)
                     _nest.flatten_up_to(resolved.structure, weights, "weights"))
     views = [feature_input(name, ids, w) for name, ids, w in zip(names, flat_ids, flat_weights)]
     shapes = [engine.activation_shape(f, view) for f, view in enumerate(views)]
+    if out is None:
+        _check_activation_sizes(names, shapes)
     activations = (new_arrays.new(shapes) if out is None else
                    _out_arrays(resolved, out, shapes, flat_ids, flat_weights))
     return views, shapes, activations

@@ -2,16 +2,22 @@
 finding the latest and checking one without restoring it. Saving and restoring are methods of the
 layers (recemb.Embedding.save / restore, and the same on recemb.torch.Embedding)."""
 
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any, Optional, Union
+
 from recemb import _recemb
 
 
-def latest_checkpoint(directory):
+def latest_checkpoint(directory: Union[str, "os.PathLike[str]"]) -> Optional[pathlib.Path]:
     """The complete checkpoint under `directory` with the largest step (a pathlib.Path), or None
     if there is none (or no such directory). Interrupted saves are ignored; nothing is verified."""
     return _recemb.latest_checkpoint(directory)
 
 
-def inspect_checkpoint(checkpoint, verify=True):
+def inspect_checkpoint(checkpoint: Union[str, "os.PathLike[str]"], verify: bool = True) -> Any:
     """Describes a checkpoint (a ckpt-* directory, or a directory given to save: its latest):
     format_version, step, manifest_json (the manifest's text), files (path, bytes, checksum, ok,
     error; the manifest first) and ok. verify=True reads every data file and checks its

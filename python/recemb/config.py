@@ -4,21 +4,40 @@ Several FeatureConfigs share a table by referring to the same TableConfig object
 TF). Configs are plain values; an Embedding copies what it needs and never changes them.
 """
 
+from __future__ import annotations
+
 import numbers
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
 from recemb import _nest, _recemb, optimizers
 
-_NAMED_INITIALIZERS = {"zeros": 0.0, "ones": 1.0}
+# Keras's names of the initializers recemb computes in C++.
+_NAMED_INITIALIZERS = {"zeros": lambda: _recemb.Constant(value=0.0),
+                       "ones": lambda: _recemb.Constant(value=1.0),
+                       "truncated_normal": _recemb.TruncatedNormal}
 _CPP_INITIALIZERS = (_recemb.TruncatedNormal, _recemb.Constant, _recemb.RowId)
 
 
+def _parse_name(parse, argument, value):
+    """What `parse` (a bound parse_X function) gives for the name `value` of the argument
+    `argument`; otherwise ValueError 'argument=value: ' and the C++ message, which lists the
+    valid names (a value that is not a str is parsed as its repr, which no valid name is)."""
+    try:
+        return parse(value if isinstance(value, str) else repr(value))
+    except ValueError as error:
+        raise ValueError(f"{argument}={value!r}: {error}") from None
+
+
 def _int(owner, field, value):
-    """`value` as an int, or ValueError naming the field; its range is checked by the C++ library
-    when the Embedding is built."""
+    """`value` as an int of the C++ fields' type (int64), or ValueError naming the field; its
+    valid range is checked by the C++ library when the Embedding is built."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{owner}: {field} must be an int, got {value!r}")
+    if not -2**63 <= value < 2**63:
+        raise ValueError(f"{owner}: {field}={value}: outside the 64-bit integers "
+                         "[-2**63, 2**63)")
     return int(value)
 
 
@@ -26,7 +45,7 @@ class QuantizationConfig:
     """Simulated quantization of looked-up rows (forward only; the backward pass is
     straight-through): x = clip(x, lower, upper), snapped to num_buckets evenly spaced values."""
 
-    def __init__(self, num_buckets, lower, upper):
+    def __init__(self, num_buckets: int, lower: float, upper: float) -> None:
         self.num_buckets = _int("QuantizationConfig", "num_buckets", num_buckets)
         self.lower = float(lower)
         self.upper = float(upper)
@@ -39,10 +58,10 @@ class QuantizationConfig:
 class TableConfig:
     """One embedding table: vocabulary_size rows of dim float32 values.
 
-    initializer: None (TF's default: truncated normal with stddev 1/sqrt(dim)), "zeros", "ones",
-        a float constant, an array of shape [vocabulary_size, dim], a callable shape -> array
-        (called once with (vocabulary_size, dim) when the Embedding is built), or one of
-        recemb.initializers.
+    initializer: None or "truncated_normal" (TF's default: truncated normal with stddev
+        1/sqrt(dim)), "zeros", "ones", a float constant, an array of shape [vocabulary_size,
+        dim], a callable shape -> array (called once with (vocabulary_size, dim) when the
+        Embedding is built), or one of recemb.initializers.
     optimizer: this table's optimizer (a recemb.optimizers object or name); None uses the
         Embedding's optimizer.
     combiner: "mean" (default, as TF), "sum" or "sqrtn"; applies to every feature of the table.
@@ -50,14 +69,16 @@ class TableConfig:
         index in order of first appearance in the flattened feature config (as TF).
     """
 
-    def __init__(self, vocabulary_size, dim, initializer=None, optimizer=None, combiner="mean",
-                 name=None, quantization_config=None):
+    def __init__(self, vocabulary_size: int, dim: int, initializer: Any = None,
+                 optimizer: Union[None, str, optimizers._Optimizer] = None,
+                 combiner: str = "mean", name: Optional[str] = None,
+                 quantization_config: Optional[QuantizationConfig] = None) -> None:
         owner = f"TableConfig '{name}'" if name is not None else "TableConfig"
         self.vocabulary_size = _int(owner, "vocabulary_size", vocabulary_size)
         self.dim = _int(owner, "dim", dim)
         try:
-            _recemb.parse_combiner(combiner)
-        except (ValueError, TypeError) as error:
+            _parse_name(_recemb.parse_combiner, "combiner", combiner)
+        except ValueError as error:
             raise ValueError(f"{owner}: {error}") from None
         if isinstance(initializer, str) and initializer not in _NAMED_INITIALIZERS:
             raise ValueError(f"{owner}: initializer names are {list(_NAMED_INITIALIZERS)}, got "
@@ -94,8 +115,9 @@ class FeatureConfig:
         (for example "watched" for a dict key).
     """
 
-    def __init__(self, table, max_sequence_length=0, validate_weights_and_indices=True,
-                 output_shape=None, name=None):
+    def __init__(self, table: TableConfig, max_sequence_length: int = 0,
+                 validate_weights_and_indices: bool = True,
+                 output_shape: Optional[Sequence[int]] = None, name: Optional[str] = None) -> None:
         owner = f"FeatureConfig '{name}'" if name is not None else "FeatureConfig"
         if not isinstance(table, TableConfig):
             raise ValueError(f"{owner}: table must be a TableConfig, got {type(table).__name__}")
@@ -109,7 +131,7 @@ class FeatureConfig:
         self.name = name
 
     def __repr__(self):
-        return (f"FeatureConfig(table={self.table.name!r}, max_sequence_length="
+        return (f"FeatureConfig(table={self.table!r}, max_sequence_length="
                 f"{self.max_sequence_length}, validate_weights_and_indices="
                 f"{self.validate_weights_and_indices}, output_shape={self.output_shape}, "
                 f"name={self.name!r})")
@@ -129,7 +151,7 @@ def _cpp_initializer(table):
     if isinstance(init, _CPP_INITIALIZERS):
         return init
     if isinstance(init, str):
-        return _recemb.Constant(value=_NAMED_INITIALIZERS[init])
+        return _NAMED_INITIALIZERS[init]()
     if isinstance(init, numbers.Real):
         return _recemb.Constant(value=float(init))
     return None

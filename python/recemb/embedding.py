@@ -6,9 +6,11 @@ placement= and communicator=, see recemb.placement).
     activations = layer(inputs)              # same structure as `features`; kept for training
     ... the dense model computes d(loss)/d(activations) ...
     layer.apply_gradients(gradients)         # same structure; the optimizer updates touched rows
+    evaluation = layer(inputs, training=False)   # a pure lookup: keeps nothing
 
 Threads: the engine runs lookups and updates on its own worker threads with the interpreter lock
-released; calls on one layer are serialised by a lock, so sharing a layer between Python threads
+released; calls on one layer are serialised by a lock, and the batch a training call of the layer
+keeps for apply_gradients is the calling thread's own, so sharing a layer between Python threads
 is safe (but gains nothing).
 
 Ranks: with a communicator of several ranks, every rank builds the same layer and makes the same
@@ -16,18 +18,31 @@ calls in the same order (lookups, apply_gradients, embedding_tables, slot_variab
 they are collective. An input this layer rejects on one rank raises on every rank.
 """
 
+from __future__ import annotations
+
+import numbers
+import os
+import pathlib
 import threading
+from typing import Any, Optional, Union
 
 import numpy as np
 
 from recemb import _nest, _recemb, optimizers
 from recemb._activations import ActivationArrays
 from recemb._lookup import _lookup_arguments, _pure_lookup
-from recemb.config import Resolved, TableConfig
-from recemb.inputs import float32_array
-from recemb.placement import Placement, _cpp_communicator, _enum
+from recemb.config import Resolved, TableConfig, _parse_name
+from recemb.inputs import ArrayLike, float32_array
+from recemb.placement import Placement, _cpp_communicator
 
 _NO_GRADIENT = np.empty(0, dtype=np.float32)
+
+# Type hints: a nested structure (dict / list / tuple) mirroring the feature config, of inputs,
+# weights, arrays or None; a table given by name or TableConfig; an optimizer or its name; a path.
+Nest = Any
+TableKey = Union[str, TableConfig]
+OptimizerLike = Union[None, str, optimizers._Optimizer]
+PathLike = Union[str, "os.PathLike[str]"]
 
 
 class LookupBatch:
@@ -46,7 +61,7 @@ class LookupBatch:
         self._prefetched = None
 
     @property
-    def applicable(self):
+    def applicable(self) -> bool:
         """Whether it holds a lookup not applied yet."""
         return self._cpp.applicable()
 
@@ -62,7 +77,10 @@ class _Tables(dict):
         return self._resolved.table_name(key) if isinstance(key, TableConfig) else key
 
     def __getitem__(self, key):
-        return super().__getitem__(self._key(key))
+        name = self._key(key)
+        if not super().__contains__(name):
+            raise KeyError(f"no table named {key!r}; the tables are {list(self)}")
+        return super().__getitem__(name)
 
     def __contains__(self, key):
         return super().__contains__(self._key(key)) if not isinstance(key, TableConfig) else (
@@ -93,6 +111,16 @@ def _build_engine(resolved, optimizer, options, zero_tables=False):
     return engine
 
 
+class _ThreadBatches(threading.local):
+    """The batch of the calling thread's training calls of a layer (layer(...) and
+    apply_gradients(gradients) without a batch): one per thread, so that threads sharing a layer
+    never apply each other's lookups."""
+
+    def __init__(self):
+        super().__init__()
+        self.batch = LookupBatch()
+
+
 class Embedding:
     """The embedding tables of `feature_config` (a FeatureConfig or a nested dict / list / tuple
     of them, flattened as tf.nest does: dict keys sorted) and their optimizer.
@@ -108,6 +136,9 @@ class Embedding:
         the tables: finish_lookup gives what a lookup at that time would, bitwise) or "one_step"
         (everything, so the rows read may miss the apply_gradients calls made in between: one
         step old in the usual loop, as TF's pipeline_execution_with_tensor_core).
+    pipeline_execution_with_tensor_core: TF's name of that choice, for ported code: True is
+        pipeline_staleness="one_step", False "none" (None: pipeline_staleness decides; giving
+        both, differing, raises ValueError).
     placement: a recemb.Placement (how the tables are split into shards), or None: the automatic
         planner over one shard per rank (one process alone keeps every table whole).
     communicator: None (this process alone), "mpi" (the ranks of mpirun; RuntimeError if recemb
@@ -119,46 +150,102 @@ class Embedding:
         rounding, 1e-5 relative).
 
     Errors: bad configs, inputs and gradients raise ValueError (recemb.InvalidArgument) naming
-    the feature or table and the value; tables, slots and the step counter are then unchanged.
+    the feature or table and the value; tables, slots, the step counter and any pending batch are
+    then unchanged.
+
+    copy.deepcopy and pickle give an independent layer with the same configs, options, tables,
+    slots and step (bitwise), without a pending batch (not with several ranks: save a checkpoint).
     """
 
-    def __init__(self, feature_config, optimizer=None, *, num_threads=0, seed=0,
-                 non_finite_gradients="reject", pipeline_staleness="none", placement=None,
-                 communicator=None):
-        non_finite_gradients = _enum(_recemb.parse_non_finite_gradients, "non_finite_gradients",
-                                     non_finite_gradients)
-        pipeline_staleness = _enum(_recemb.parse_pipeline_staleness, "pipeline_staleness",
-                                   pipeline_staleness)
+    def __init__(self, feature_config: Nest, optimizer: OptimizerLike = None, *,
+                 num_threads: int = 0, seed: int = 0, non_finite_gradients: str = "reject",
+                 pipeline_staleness: str = "none", placement: Optional[Placement] = None,
+                 communicator: Union[None, str, _recemb.Communicator] = None,
+                 pipeline_execution_with_tensor_core: Optional[bool] = None) -> None:
+        non_finite_gradients = _parse_name(_recemb.parse_non_finite_gradients,
+                                           "non_finite_gradients", non_finite_gradients)
+        pipeline_staleness = _parse_name(_recemb.parse_pipeline_staleness, "pipeline_staleness",
+                                         pipeline_staleness)
+        if pipeline_execution_with_tensor_core is not None:
+            if not isinstance(pipeline_execution_with_tensor_core, bool):
+                raise ValueError("pipeline_execution_with_tensor_core="
+                                 f"{pipeline_execution_with_tensor_core!r}: expected True, False "
+                                 "or None")
+            tf_staleness = _recemb.PipelineStaleness.kOneStep if (
+                pipeline_execution_with_tensor_core) else _recemb.PipelineStaleness.kNone
+            if pipeline_staleness not in (tf_staleness, _recemb.PipelineStaleness.kNone):
+                raise ValueError(
+                    f"pipeline_execution_with_tensor_core={pipeline_execution_with_tensor_core} "
+                    "contradicts pipeline_staleness="
+                    f"{_recemb.pipeline_staleness_name(pipeline_staleness)!r}: give one of them")
+            pipeline_staleness = tf_staleness
         if placement is not None and not isinstance(placement, Placement):
             raise ValueError(f"placement must be None or a recemb.Placement, got {placement!r}")
-        self._resolved = Resolved(feature_config)
-        self._optimizer = optimizers.get(optimizer)
-        self._options = {"num_threads": int(num_threads), "seed": int(seed),
-                         "non_finite_gradients": non_finite_gradients,
-                         "pipeline_staleness": pipeline_staleness,
-                         "placement": placement,
-                         "communicator": _cpp_communicator(communicator)}
+        self._start(Resolved(feature_config), optimizers.get(optimizer),
+                    {"num_threads": _int_setting("num_threads", num_threads, 2**31 - 1),
+                     "seed": _int_setting("seed", seed, 2**64 - 1),
+                     "non_finite_gradients": non_finite_gradients,
+                     "pipeline_staleness": pipeline_staleness,
+                     "placement": placement,
+                     "communicator": _cpp_communicator(communicator)})
+
+    def _start(self, resolved, optimizer, options, zero_tables=False):
+        """Builds the engine (see _build_engine) and the layer's Python state around it."""
+        self._resolved = resolved
+        self._optimizer = optimizer
+        self._options = options
         self._lock = threading.RLock()
-        self._engine = _build_engine(self._resolved, self._optimizer, self._options)
-        self._views = _viewable_tables(self._engine, self._resolved)
-        self._batch = LookupBatch()
+        self._engine = _build_engine(resolved, optimizer, options, zero_tables)
+        self._views = _viewable_tables(self._engine, resolved)
+        self._thread_batches = _ThreadBatches()
         self._new_arrays = ActivationArrays()
 
+    def __getstate__(self):
+        """What pickle and copy.deepcopy keep: the configs, options, every variable and the
+        step (a pending batch is not kept, as in a checkpoint)."""
+        if self.world_size > 1:
+            raise RuntimeError(
+                f"a layer sharded over {self.world_size} ranks cannot be copied or pickled: "
+                "save a checkpoint on every rank (layer.save) and restore it into a new layer")
+        options = {name: value for name, value in self._options.items() if name != "communicator"}
+        options["non_finite_gradients"] = _recemb.non_finite_gradients_name(
+            options["non_finite_gradients"])
+        options["pipeline_staleness"] = _recemb.pipeline_staleness_name(
+            options["pipeline_staleness"])
+        with self._lock:
+            variables = {(table, variable): np.array(self._variable(table, variable))
+                         for table in self._resolved.table_names
+                         for variable in self._engine.variable_names(table)}
+            step = self._engine.step()
+        return {"feature_config": self._resolved.structure, "optimizer": self._optimizer,
+                "options": options, "variables": variables, "step": step}
+
+    def __setstate__(self, state):
+        options = dict(state["options"])
+        for name, parse in (("non_finite_gradients", _recemb.parse_non_finite_gradients),
+                            ("pipeline_staleness", _recemb.parse_pipeline_staleness)):
+            options[name] = parse(options[name])
+        self._start(Resolved(state["feature_config"]), state["optimizer"], options,
+                    zero_tables=True)
+        for (table, variable), values in state["variables"].items():
+            self._engine.write_variable(table, variable, float32_array(values))
+        self._engine.set_step(state["step"])
+
     @property
-    def feature_config(self):
+    def feature_config(self) -> Nest:
         return self._resolved.structure
 
     @property
-    def optimizer(self):
+    def optimizer(self) -> Optional[optimizers._Optimizer]:
         return self._optimizer
 
     @property
-    def feature_names(self):
+    def feature_names(self) -> list[str]:
         """The features' names, in flattening order (the order of errors and of the engine)."""
         return list(self._resolved.feature_names)
 
     @property
-    def table_names(self):
+    def table_names(self) -> list[str]:
         """The tables' names, in order of first appearance."""
         return list(self._resolved.table_names)
 
@@ -170,12 +257,12 @@ class Embedding:
         return self._engine.placement()
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         """This process's rank among the layer's ranks (0 without a communicator)."""
         return self._engine.rank()
 
     @property
-    def world_size(self):
+    def world_size(self) -> int:
         """The number of ranks sharing the tables (1 without a communicator)."""
         return self._engine.world_size()
 
@@ -200,11 +287,19 @@ class Embedding:
             self._engine.agree_on_error(None)
         return result
 
-    def __call__(self, features, weights=None, *, out=None):
+    def __call__(self, features: Nest, weights: Nest = None, *, training: bool = True,
+                 replace_pending: bool = False, out: Nest = None) -> Nest:
         """Looks up `features` (the structure of the feature config; see recemb.inputs for the
-        layouts) and keeps the batch for the next apply_gradients. Returns float32 numpy arrays
-        in the same structure: [batch, dim] per combined feature, [batch, L, dim] per sequence
-        feature, output_shape + [dim] when set.
+        layouts). Returns float32 numpy arrays in the same structure: [batch, dim] per combined
+        feature, [batch, L, dim] per sequence feature, output_shape + [dim] when set.
+
+        training: True (a training lookup, Keras's training=True: the batch is kept, for this
+            thread, until apply_gradients(gradients) applies it) or False (evaluation: a pure
+            lookup that keeps nothing, as lookup(features)). A training lookup while this
+            thread's previous one is not applied yet raises RuntimeError
+            (recemb.FailedPrecondition), changing nothing, unless replace_pending=True (which
+            drops the pending batch): so an evaluation pass between a training lookup and its
+            apply_gradients cannot silently take the training batch's place.
 
         out: None (arrays of the layer's: new ones, or those of its last two lookups that
         nothing refers to any more, recemb/_activations.py), or arrays to write the activations
@@ -214,26 +309,48 @@ class Embedding:
         no input array. Otherwise raises
         ValueError naming the feature, before anything is written; inputs the engine rejects
         leave the arrays unchanged too. A training lookup keeps no reference to them."""
-        return self.lookup(features, weights, batch=self._batch, out=out)
+        if not isinstance(training, bool):
+            raise ValueError(f"training must be True or False, got {training!r}")
+        if not training:
+            return self.lookup(features, weights, out=out)
+        return self._lookup(features, weights, self._thread_batches.batch, out,
+                            check_pending=not replace_pending)
 
-    def lookup(self, features, weights=None, batch=None, *, out=None):
-        """As calling the layer, but keeps the batch in `batch` (a LookupBatch) when given, and
-        nothing when batch is None (a pure lookup, for evaluation and serving). out: as for
-        calling the layer."""
+    def lookup(self, features: Nest, weights: Nest = None, batch: Optional[LookupBatch] = None,
+               *, out: Nest = None) -> Nest:
+        """As calling the layer, but keeps the batch in `batch` (a LookupBatch, whose earlier
+        lookup is replaced) when given, and nothing when batch is None (a pure lookup, for
+        evaluation and serving). out: as for calling the layer. A failed lookup leaves `batch`
+        as it was."""
+        return self._lookup(features, weights, batch, out, check_pending=False)
+
+    def _lookup(self, features, weights, batch, out, check_pending):
+        """The lookup of __call__ and lookup into `batch` (None: a pure lookup); check_pending:
+        refuse to replace a lookup in `batch` that is not applied yet."""
+        def checked_arguments():
+            if check_pending and batch.applicable:
+                raise _recemb.FailedPrecondition(
+                    "layer(features): this thread's previous training lookup (a call of the "
+                    "layer with training=True, the default) is not applied yet, and this one "
+                    "would replace it. For evaluation, call layer(features, training=False); "
+                    "to train on the pending batch, call layer.apply_gradients(gradients) "
+                    "first; to drop it, pass replace_pending=True")
+            return _lookup_arguments(self._engine, self._resolved, features, weights,
+                                     self._new_arrays, out)
+
         with self._lock:
-            views, shapes, activations = self._checked(lambda: _lookup_arguments(
-                self._engine, self._resolved, features, weights, self._new_arrays, out))
+            views, shapes, activations = self._checked(checked_arguments)
             if batch is None:
                 self._engine.lookup(views, activations)
             else:
-                batch._shapes = None
                 self._engine.lookup(views, activations, batch._cpp)
                 batch._shapes = [tuple(shape) for shape in shapes]
         if out is not None:
             return out
         return _nest.pack_sequence_as(self._resolved.structure, activations)
 
-    def prefetch(self, features, weights=None, batch=None, *, out=None):
+    def prefetch(self, features: Nest, weights: Nest = None,
+                 batch: Optional[LookupBatch] = None, *, out: Nest = None) -> LookupBatch:
         """Starts the training lookup of `features` on the engine's background thread and returns
         at once the LookupBatch it fills (`batch`, or a new one); finish_lookup(batch) completes
         it and returns the activations. Meanwhile the caller may run the dense step of the
@@ -262,7 +379,7 @@ class Embedding:
             batch._prefetched = (views, activations, [tuple(shape) for shape in shapes], result)
         return batch
 
-    def finish_lookup(self, batch):
+    def finish_lookup(self, batch: LookupBatch) -> Nest:
         """Completes the prefetch that filled `batch` and returns its activations (as calling the
         layer: the feature config's structure, or `out` as given); `batch` can then be applied
         with apply_gradients(gradients, batch). Raises the engine's validation errors of the
@@ -275,12 +392,13 @@ class Embedding:
             batch._shapes = shapes
         return result
 
-    def apply_gradients(self, gradients, batch=None):
-        """Applies d(loss)/d(activations) of the last layer call (or of `batch`): `gradients` has
-        the feature config's structure, each entry the shape of its activation or None (zeros;
-        the feature's rows still count as touched, as TF's None). Then step increases by 1.
-        Raises RuntimeError (recemb.FailedPrecondition) if the batch was applied already."""
-        batch = self._batch if batch is None else batch
+    def apply_gradients(self, gradients: Nest, batch: Optional[LookupBatch] = None) -> None:
+        """Applies d(loss)/d(activations) of this thread's last training call of the layer (or
+        of `batch`): `gradients` has the feature config's structure, each entry the shape of its
+        activation or None (zeros; the feature's rows still count as touched, as TF's None). Then
+        step increases by 1. Raises RuntimeError (recemb.FailedPrecondition) if the batch was
+        applied already."""
+        batch = self._thread_batches.batch if batch is None else batch
         with self._lock:
             arrays = self._checked(lambda: self._gradient_arrays(gradients, batch))
             self._engine.apply_gradients(batch._cpp, arrays)
@@ -288,8 +406,9 @@ class Embedding:
     def _gradient_arrays(self, gradients, batch):
         """The flat float32 gradients of `batch`'s features, checked against its shapes."""
         if batch._shapes is None:
-            raise RuntimeError("apply_gradients needs a training lookup first (call the layer, or "
-                               "lookup(..., batch=...))")
+            raise _recemb.FailedPrecondition(
+                "apply_gradients needs a training lookup first (call the layer on this thread, "
+                "or lookup(..., batch=...))")
         names = self._resolved.feature_names
         flat = ([None] * len(names) if gradients is None else
                 _nest.flatten_up_to(self._resolved.structure, gradients, "gradients"))
@@ -298,7 +417,7 @@ class Embedding:
             if gradient is None:
                 arrays.append(_NO_GRADIENT)
                 continue
-            array = float32_array(gradient)
+            array = float32_array(gradient, f"feature '{name}': gradient")
             if array.shape != shape:
                 raise ValueError(f"feature '{name}': gradient of shape {array.shape}, expected "
                                  f"the activation's shape {shape}")
@@ -306,18 +425,18 @@ class Embedding:
         return arrays
 
     @property
-    def step(self):
+    def step(self) -> int:
         """The number of apply_gradients calls so far (the step of learning-rate schedules).
         Assigning it (restoring a checkpoint) moves the schedules and Adam's bias correction to
         that step."""
         return self._engine.step()
 
     @step.setter
-    def step(self, step):
+    def step(self, step: int) -> None:
         self._set_step(step)
 
     @property
-    def skipped_rows(self):
+    def skipped_rows(self) -> int:
         """Rows left unchanged by non_finite_gradients="skip_rows", summed over all steps."""
         return self._engine.skipped_rows()
 
@@ -333,7 +452,7 @@ class Embedding:
         return copy
 
     @property
-    def embedding_tables(self):
+    def embedding_tables(self) -> dict[str, np.ndarray]:
         """{table name: float32 array [vocabulary_size, dim]} (a TableConfig works as a key too).
 
         A table this rank holds whole (every table of an unsharded layer) is a view sharing
@@ -347,29 +466,29 @@ class Embedding:
                         for name in self._resolved.table_names}, self._resolved)
 
     @property
-    def slot_variables(self):
+    def slot_variables(self) -> dict[str, dict[str, np.ndarray]]:
         """{table name: {slot name: float32 array}} (TF's slot names, e.g. "accumulators"):
         views or copies as embedding_tables (collective with several ranks)."""
         return _Tables({name: {slot: self._variable(name, slot)
                                for slot in self._engine.variable_names(name)[1:]}
                         for name in self._resolved.table_names}, self._resolved)
 
-    def variable_names(self, table):
+    def variable_names(self, table: TableKey) -> list[str]:
         """"parameters" (the table), then the table's slots."""
         return self._engine.variable_names(self._resolved.table_name(table))
 
-    def assign_table(self, table, values):
+    def assign_table(self, table: TableKey, values: ArrayLike) -> None:
         """Copies `values` (shape [vocabulary_size, dim], finite) into the table."""
         self.assign_variable(table, "parameters", values)
 
-    def assign_variable(self, table, variable, values):
+    def assign_variable(self, table: TableKey, variable: str, values: ArrayLike) -> None:
         """Copies `values` (the variable's shape, finite) into a table or slot variable; raises
         ValueError (changing nothing) on a wrong shape or a non-finite value. The whole variable,
         whatever the placement: with several ranks every rank passes the whole variable (each
         keeps the parts it holds), and the call is collective."""
         def checked_arguments():
             name = self._resolved.table_name(table)
-            array = float32_array(values)
+            array = float32_array(values, f"table '{name}' variable '{variable}'")
             shape = tuple(self._engine.variable_shape(name, variable))
             if array.shape != shape:
                 raise ValueError(f"table '{name}' variable '{variable}': shape {array.shape}, "
@@ -385,7 +504,7 @@ class Embedding:
                 array = array.copy()  # every rank still takes part in the collective write
             self._engine.write_variable(name, variable, array)
 
-    def save(self, directory, keep_last=3):
+    def save(self, directory: PathLike, keep_last: int = 3) -> pathlib.Path:
         """Saves the tables, slots, step and configs as the checkpoint directory/ckpt-<step, 12
         digits> (the format of docs/formats.md), atomically, and deletes the checkpoints under
         `directory` beyond the newest keep_last. Returns the new checkpoint's path (a
@@ -397,10 +516,11 @@ class Embedding:
         cluster); each rank writes its own shards' rows, and an error on any rank raises on every
         rank ("rank R: ..."; file-system failures then raise RuntimeError)."""
         with self._lock:
+            self._checked(lambda: _path("directory", directory))
             return _recemb.save_checkpoint(self._engine, directory,
                                            _recemb.SaveOptions(keep_last=keep_last))
 
-    def restore(self, checkpoint, resize="error"):
+    def restore(self, checkpoint: PathLike, resize: str = "error") -> int:
         """Restores a checkpoint (a ckpt-* directory, or a directory given to save: its latest
         checkpoint) into this layer: tables, slots and the step, bit for bit. Returns the step.
 
@@ -417,26 +537,51 @@ class Embedding:
         shards' rows; an error on any rank raises the same error on every rank.
         """
         options = _recemb.RestoreOptions(
-            resize=_enum(_recemb.parse_vocabulary_resize, "resize", resize))
+            resize=_parse_name(_recemb.parse_vocabulary_resize, "resize", resize))
         with self._lock:
+            self._checked(lambda: _path("checkpoint", checkpoint))
             return _recemb.restore_checkpoint(self._engine, checkpoint, options).step
 
-    def export(self, path, dtype="float32"):
+    def export(self, path: PathLike, dtype: str = "float32") -> None:
         """Writes the tables (no slots) and the configs as the serving model file `path` (see
         recemb.ServingModel and docs/serving.md), atomically. dtype: "float32" (lookups equal
         this layer's bitwise), "float16" or "int8" (within the bounds of docs/serving.md).
         Raises ValueError, creating no file, for a bad dtype or a value the dtype cannot hold
-        (non-finite; |x| >= 65520 for float16), naming the table, row and column."""
-        options = _recemb.ExportOptions(dtype=_recemb.parse_serving_dtype(str(dtype)))
+        (non-finite; |x| >= 65520 for float16), naming the table, row and column, and
+        RuntimeError (recemb.FailedPrecondition) with several ranks (export from one process)."""
+        if isinstance(dtype, (type, np.dtype)):  # np.float16, np.dtype("int8"): by name
+            dtype = np.dtype(dtype).name
+        options = _recemb.ExportOptions(
+            dtype=_parse_name(_recemb.parse_serving_dtype, "dtype", dtype))
+        _path("path", path)
+        if self.world_size > 1:
+            raise _recemb.FailedPrecondition(
+                f"export: the layer spans {self.world_size} ranks; save a checkpoint "
+                "(layer.save), restore it into a layer in one process and export that")
         with self._lock:
             _recemb.export_serving_model(self._engine, path, options)
 
     def _set_step(self, step):
-        step = int(step)
-        if step < 0:
-            raise ValueError(f"step must be >= 0, got {step}")
+        step = _int_setting("step", step, 2**63 - 1)
         with self._lock:
             self._engine.set_step(step)
+
+
+def _path(name, value):
+    """Raises ValueError naming the argument unless `value` is a non-empty path (str or
+    os.PathLike)."""
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise ValueError(f"{name}={value!r}: expected a non-empty path (a str or os.PathLike)")
+
+
+def _int_setting(name, value, largest):
+    """`value` as an int in [0, largest] (the range of its C++ type; the engine checks the rest),
+    or ValueError naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name}={value!r}: must be an int")
+    if not 0 <= value <= largest:
+        raise ValueError(f"{name}={value!r}: must be >= 0 and <= {largest}")
+    return int(value)
 
 
 def _viewable_tables(engine, resolved):
@@ -454,7 +599,8 @@ def _viewable_tables(engine, resolved):
     return views
 
 
-def serving_embedding_lookup(inputs, weights, tables, feature_config, *, num_threads=0):
+def serving_embedding_lookup(inputs: Nest, weights: Nest, tables: dict[Any, ArrayLike],
+                             feature_config: Nest, *, num_threads: int = 0) -> Nest:
     """A stateless lookup of `inputs` in the given `tables` (TF's serving_embedding_lookup): the
     same activations as Embedding(feature_config) holding those tables would give.
 
@@ -463,8 +609,8 @@ def serving_embedding_lookup(inputs, weights, tables, feature_config, *, num_thr
     it: O(total table size) per call, fine for tests and small models.
     """
     resolved = Resolved(feature_config)
-    engine = _build_engine(resolved, None, {"num_threads": num_threads, "seed": 0},
-                           zero_tables=True)
+    options = {"num_threads": _int_setting("num_threads", num_threads, 2**31 - 1), "seed": 0}
+    engine = _build_engine(resolved, None, options, zero_tables=True)
     for table, name in zip(resolved.tables, resolved.table_names):
         if table in tables:
             values = tables[table]
@@ -473,7 +619,7 @@ def serving_embedding_lookup(inputs, weights, tables, feature_config, *, num_thr
         else:
             raise ValueError(f"tables has no entry for table '{name}' (keys may be table names "
                              "or TableConfigs)")
-        array = float32_array(values)
+        array = float32_array(values, f"table '{name}'")
         if array.shape != (table.vocabulary_size, table.dim):
             raise ValueError(f"table '{name}': shape {array.shape}, expected "
                              f"{(table.vocabulary_size, table.dim)}")

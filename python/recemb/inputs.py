@@ -14,12 +14,19 @@ is handed to the engine as is; so are float32 weights. Anything else is converte
 The engine reads the arrays only during the lookup call.
 """
 
+from __future__ import annotations
+
+import numbers
+from typing import Any, Optional, Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from recemb import _recemb
 
 _ID_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 _FLOAT32 = np.dtype(np.float32)
+_INT64_MAX = np.uint64(np.iinfo(np.int64).max)
 
 
 class Ragged:
@@ -28,18 +35,18 @@ class Ragged:
 
     __slots__ = ("values", "row_splits")
 
-    def __init__(self, values, row_splits):
+    def __init__(self, values: ArrayLike, row_splits: ArrayLike) -> None:
         self.values = values
         self.row_splits = row_splits
 
     @classmethod
-    def from_row_lengths(cls, values, row_lengths):
+    def from_row_lengths(cls, values: ArrayLike, row_lengths: Sequence[int]) -> Ragged:
         splits = np.zeros(len(row_lengths) + 1, dtype=np.int64)
         np.cumsum(row_lengths, out=splits[1:])
         return cls(values, splits)
 
     @classmethod
-    def from_lists(cls, rows, dtype=np.int64):
+    def from_lists(cls, rows: Sequence[Sequence[Any]], dtype: Any = np.int64) -> Ragged:
         """From a list of lists, for example [[1, 2], [], [3]]."""
         lengths = [len(row) for row in rows]
         values = np.fromiter((value for row in rows for value in row), dtype=dtype,
@@ -56,7 +63,8 @@ class Sparse:
 
     __slots__ = ("indices", "values", "dense_shape")
 
-    def __init__(self, indices, values, dense_shape):
+    def __init__(self, indices: ArrayLike, values: ArrayLike,
+                 dense_shape: Sequence[int]) -> None:
         self.indices = indices
         self.values = values
         self.dense_shape = dense_shape
@@ -72,20 +80,44 @@ def _contiguous(array):
     return array.copy(order="C")
 
 
-def _ids(feature, value, what):
-    array = np.asarray(value)
+def _array(owner, value):
+    """np.asarray(value), or ValueError naming `owner` for nested lists of different lengths."""
+    try:
+        return np.asarray(value)
+    except ValueError as error:
+        raise ValueError(f"{owner}: not a rectangular array ({error}); for rows of different "
+                         "lengths pass a recemb.Ragged (Ragged.from_lists(rows))") from None
+
+
+def _ids(feature, value, what, ndim=None):
+    """The int32 or int64 C-contiguous array of ids (or row_splits, indices) `value`; ValueError
+    naming the feature for anything else: other than integers, not empty and of another rank
+    than `ndim`, or unsigned ids beyond the int64 range (reported as given, not as their wrapped
+    value)."""
+    owner = f"feature '{feature}': {what}"
+    array = _array(owner, value)
+    if ndim is not None and array.ndim != ndim and array.size != 0:
+        raise ValueError(f"{owner} must be a {ndim}-D array, got shape {array.shape}")
     if array.dtype not in _ID_DTYPES:
         if array.dtype.kind not in "iu" and array.size != 0:
-            raise ValueError(f"feature '{feature}': {what} must be integers, got dtype "
-                             f"{array.dtype}")
+            raise ValueError(f"{owner} must be integers, got dtype {array.dtype}")
+        beyond = array > _INT64_MAX if array.dtype.kind == "u" else None  # exact, in uint64
+        if beyond is not None and beyond.any():
+            index = np.unravel_index(int(np.argmax(beyond)), array.shape)
+            raise ValueError(f"{owner}: {array[index]} at index {tuple(int(i) for i in index)} "
+                             "is out of range (beyond int64, so beyond any vocabulary)")
         array = array.astype(np.int64)
     return _contiguous(array)
 
 
-def float32_array(value):
-    """`value` as a C-contiguous float32 array, without copying when it already is one."""
-    array = np.asarray(value)
+def float32_array(value: ArrayLike, owner: str = "values") -> np.ndarray:
+    """`value` as a C-contiguous float32 array, without copying when it already is one;
+    ValueError starting with `owner` (what the values are) for values that are not real numbers
+    (strings, complex numbers: whose imaginary part would be dropped)."""
+    array = _array(owner, value)
     if array.dtype != _FLOAT32:
+        if array.dtype.kind not in "biuf":
+            raise ValueError(f"{owner} must be real numbers, got dtype {array.dtype}")
         array = array.astype(np.float32)
     return _contiguous(array)
 
@@ -102,25 +134,45 @@ def _weights(feature, weights, ids, kind):
         if mine is not theirs and not np.array_equal(mine, theirs):
             raise ValueError(f"feature '{feature}': the weights' {what} differ from the ids'")
         weights = weights.values
-    array = float32_array(weights)
+    array = float32_array(weights, f"feature '{feature}': weights")
+    if kind != "dense" and array.ndim != 1:
+        raise ValueError(f"feature '{feature}': the weights of {kind} ids must be a 1-D array "
+                         f"(one per value), got shape {array.shape}")
     if kind == "dense" and array.shape != np.shape(ids):
         raise ValueError(f"feature '{feature}': weights of shape {array.shape} for ids of shape "
                          f"{np.shape(ids)}")
     return array
 
 
-def feature_input(feature, ids, weights):
+def _dense_shape(feature, dense_shape):
+    """A Sparse's dense_shape as a list of int64 values, or ValueError naming the feature (the
+    engine checks their range)."""
+    shape = _array(f"feature '{feature}': dense_shape", dense_shape)
+    if shape.ndim != 1 or (shape.size and shape.dtype.kind not in "iuO"):
+        raise ValueError(f"feature '{feature}': dense_shape must be a list of ints, got "
+                         f"{dense_shape!r}")
+    result = []
+    for d in shape.tolist():
+        if isinstance(d, bool) or not isinstance(d, numbers.Integral) or not -2**63 <= d < 2**63:
+            raise ValueError(f"feature '{feature}': dense_shape {list(shape.tolist())}: each "
+                             "entry must be a 64-bit int")
+        result.append(int(d))
+    return result
+
+
+def feature_input(feature: str, ids: Any, weights: Optional[Any]) -> Any:
     """The C++ view (DenseIds, RaggedIds or SparseIds) of one feature's ids and weights."""
     if isinstance(ids, Ragged):
-        return _recemb.RaggedIds(values=_ids(feature, ids.values, "values"),
-                                 row_splits=_ids(feature, ids.row_splits, "row_splits"),
+        return _recemb.RaggedIds(values=_ids(feature, ids.values, "values", ndim=1),
+                                 row_splits=_ids(feature, ids.row_splits, "row_splits", ndim=1),
                                  weights=_weights(feature, weights, ids, "ragged"))
     if isinstance(ids, Sparse):
-        indices = _ids(feature, ids.indices, "indices")
+        indices = _ids(feature, ids.indices, "indices", ndim=2)
         if indices.dtype != np.int64:
             indices = indices.astype(np.int64)
-        return _recemb.SparseIds(indices=indices, values=_ids(feature, ids.values, "values"),
-                                 dense_shape=[int(d) for d in ids.dense_shape],
+        return _recemb.SparseIds(indices=indices,
+                                 values=_ids(feature, ids.values, "values", ndim=1),
+                                 dense_shape=_dense_shape(feature, ids.dense_shape),
                                  weights=_weights(feature, weights, ids, "sparse"))
     if ids is None:
         raise ValueError(f"feature '{feature}': no ids (None)")

@@ -6,7 +6,9 @@ An unknown keyword raises ValueError listing the valid ones; invalid values rais
 the optimizer is created. The update formulas are in docs/semantics.md.
 
 `learning_rate` is a float, a schedule from `recemb.schedules` (a function of the step counter),
-or a zero-argument callable evaluated once per apply_gradients (as TF's dynamic learning rate).
+a zero-argument callable evaluated once per apply_gradients (as TF's dynamic learning rate), or a
+callable of the step (a Keras LearningRateSchedule: `schedule(step)`, step being the number of
+earlier apply_gradients calls); any other callable raises ValueError at construction.
 
 Hyperparameters every optimizer takes (TF's `_Optimizer` base):
   use_gradient_accumulation (True), clip_weight_min (None), clip_weight_max (None),
@@ -16,8 +18,12 @@ Hyperparameters every optimizer takes (TF's `_Optimizer` base):
   except for SGD slot_variable_creation_fn (only None: recemb owns its slot variables).
 """
 
+from __future__ import annotations
+
+import inspect
 import math
 import numbers
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -53,9 +59,28 @@ def _cpp_learning_rate(value, owner):
     if isinstance(value, _SCHEDULES):
         return value
     if callable(value):
+        if _takes_step(value, owner):
+            return lambda step: float(value(step))
         return lambda step: float(value())
-    raise ValueError(f"{owner}: learning_rate must be a float, a recemb.schedules schedule or a "
-                     f"zero-argument callable, got {value!r}")
+    raise ValueError(f"{owner}: learning_rate must be a float, a recemb.schedules schedule, a "
+                     f"zero-argument callable or a callable of the step, got {value!r}")
+
+
+def _takes_step(function, owner):
+    """Whether the learning-rate callable `function` takes the step (a Keras schedule's
+    __call__(step)) rather than no argument; ValueError if it can be called neither way."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return False  # no signature to read (a builtin): called without arguments, as TF does
+    for arguments, takes_step in (((), False), ((0,), True)):
+        try:
+            signature.bind(*arguments)
+            return takes_step
+        except TypeError:
+            pass
+    raise ValueError(f"{owner}: learning_rate {function!r} takes {signature}: a learning-rate "
+                     "callable takes no argument, or one (the step)")
 
 
 def _bound(value, default):
@@ -93,7 +118,7 @@ class _Optimizer:
         cls._OWN = {name: _python_value(getattr(defaults, name)) for name in cls._CPP._fields
                     if name not in ("learning_rate", "common")}
 
-    def __init__(self, learning_rate=None, **kwargs):
+    def __init__(self, learning_rate: Any = None, **kwargs: Any) -> None:
         names = dict(self._OWN)
         names.update(_COMMON)
         if self._CPP is not _recemb.Sgd:
@@ -112,7 +137,7 @@ class _Optimizer:
         _recemb.validate_optimizer(self._to_cpp(), f"optimizer {type(self).__name__}")
 
     @property
-    def slot_names(self):
+    def slot_names(self) -> list[str]:
         """The slot variables of a table trained with this optimizer (TF's names)."""
         return _recemb.slot_names(self._to_cpp())
 
@@ -180,13 +205,18 @@ class RowWiseAdagrad(_Optimizer):
 _BY_NAME = {cls._NAME: cls for cls in (SGD, Adagrad, AdagradMomentum, Adam, FTRL, RowWiseAdagrad)}
 
 
-def get(identifier):
+def get(identifier: Union[None, str, _Optimizer]) -> Optional[_Optimizer]:
     """An optimizer from an optimizer object (returned as is), a name ("sgd", "adagrad",
-    "adagrad_momentum", "adam", "ftrl", "rowwise_adagrad": TF's defaults) or None."""
+    "adagrad_momentum", "adam", "ftrl", "rowwise_adagrad", in any case: "SGD" too; TF's
+    defaults) or None."""
     if identifier is None or isinstance(identifier, _Optimizer):
         return identifier
-    if isinstance(identifier, str):
-        return _BY_NAME[_recemb.optimizer_name(_recemb.parse_optimizer(identifier))]()
+    if isinstance(identifier, str):  # case-insensitive, as TF's names
+        try:
+            cpp = _recemb.parse_optimizer(identifier.lower())
+        except ValueError as error:
+            raise ValueError(f"optimizer={identifier!r}: {error}") from None
+        return _BY_NAME[_recemb.optimizer_name(cpp)]()
     raise ValueError(f"unknown optimizer {identifier!r}: pass a recemb.optimizers object, one of "
                      f"the names {list(_BY_NAME)} or None (recemb.torch.translate_optimizer "
                      "converts torch optimizers)")

@@ -8,7 +8,9 @@ calls), evaluated in C++ once per apply_gradients. Pass one as an optimizer's le
   LinearWarmup(target_learning_rate, warmup_steps, initial_learning_rate=0.0)
       linear from initial_learning_rate at step 0 to target_learning_rate at warmup_steps
 
-learning_rate_at(schedule, step) evaluates one. For anything else, pass a zero-argument callable.
+learning_rate_at(schedule, step) evaluates one. For anything else, pass a callable of the step
+(a Keras LearningRateSchedule works: it is called as schedule(step) once per apply_gradients) or a
+zero-argument callable (see recemb.optimizers).
 """
 
 from recemb._recemb import ExponentialDecay, LinearWarmup, PiecewiseConstant, learning_rate_at

@@ -1,5 +1,5 @@
-"""ServingModel: a serving model file (written by Embedding.export), memory-mapped read-only and
-looked up as the layer that exported it (docs/serving.md).
+"""ServingModel: a serving model file (written by Embedding.export), read into memory and looked
+up as the layer that exported it (docs/serving.md).
 
     layer.export("ranker.recemb", dtype="int8")
     model = recemb.ServingModel.open("ranker.recemb", feature_config=layer.feature_config)
@@ -93,10 +93,11 @@ class _Reordered:
 
 
 class ServingModel:
-    """A serving model file opened read-only: the file is memory-mapped and its tables are looked
-    up in place. Immutable: lookups from several threads run in parallel (the interpreter lock is
-    released). The mapping lives as long as this object, so the file may be replaced (by a new
-    export to the same path) or deleted meanwhile: the model keeps reading the file it opened."""
+    """A serving model file opened read-only: open reads the whole file into memory the model
+    owns, and its tables are looked up there. Immutable: lookups from several threads run in
+    parallel (the interpreter lock is released). The model never reads the file again, so the file
+    may be replaced, rewritten in place, truncated or deleted meanwhile: the model keeps serving
+    what it opened."""
 
     __slots__ = ("_model", "_resolved", "_engine", "_tables", "_new_arrays")
 
@@ -123,8 +124,9 @@ class ServingModel:
             and shapes match the file's; features are matched by name), or None for a dict
             keyed by feature name (the layer's own structure if that was a flat dict of features
             named by their keys).
-        verify: True checks every checksum (reads the whole file once); False only the header
-            and manifest (milliseconds whatever the size; damaged table bytes then go unnoticed).
+        verify: True checks every checksum (one pass over the file's bytes in memory); False
+            only the header and manifest (damaged table bytes then go unnoticed). Either way the
+            whole file is read into memory the model owns.
         Raises recemb.DataLoss (a ValueError) naming the file when it is not a serving model, of
         another format version, truncated or damaged; FileNotFoundError when it is missing;
         ValueError when feature_config does not match it.

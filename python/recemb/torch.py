@@ -8,21 +8,26 @@ recemb's fused optimizer to the touched rows (the seed's "gradient trap", done p
         loss = loss_fn(dense(emb(ids)["watched"]), labels)
         opt.zero_grad(); loss.backward(); opt.step()     # backward() also updates the tables
 
-The tables are not torch Parameters: torch optimizers never see them. Each forward in grad mode
-keeps its own LookupBatch, applied when backward reaches its activations (at most once), so
-evaluation passes in between (under torch.no_grad(), pure lookups) change nothing. CPU tensors
+The tables are not torch Parameters: torch optimizers never see them. Each forward in training
+mode (module.train(), the default) with grad enabled keeps its own LookupBatch, applied when
+backward reaches its activations (at most once), so evaluation passes in between (in eval mode,
+module.eval(), or under torch.no_grad(): pure lookups) change nothing. CPU tensors
 only; inputs may be torch tensors (dense, or sparse COO), numpy arrays, recemb.Ragged or
 recemb.Sparse holding either.
 """
 
+from __future__ import annotations
+
 import math
+import pathlib
+from typing import Any
 
 import numpy as np
 import torch
 
 from recemb import _nest, optimizers
 from recemb.embedding import Embedding as _Layer
-from recemb.embedding import LookupBatch
+from recemb.embedding import LookupBatch, _Tables
 from recemb.inputs import Ragged, Sparse, float32_array
 
 __all__ = ["Embedding", "translate_optimizer"]
@@ -66,9 +71,11 @@ class _Lookup(torch.autograd.Function):
 
 class Embedding(torch.nn.Module):
     """recemb.Embedding as a torch module. forward(features, weights=None) returns float32 CPU
-    tensors in the structure of `feature_config`; in grad mode they require grad and backward
-    updates the tables with `optimizer` (a recemb.optimizers object or name, or a torch.optim
-    SGD / Adagrad / Adam / SparseAdam, translated by translate_optimizer).
+    tensors in the structure of `feature_config`; in training mode with grad enabled they
+    require grad and backward updates the tables with `optimizer` (a recemb.optimizers object or
+    name, or a torch.optim SGD / Adagrad / Adam / SparseAdam, translated by
+    translate_optimizer). In eval mode (module.eval()) or under torch.no_grad() a forward is a
+    pure lookup: its tensors do not require grad, and nothing is kept.
 
     placement and communicator: as recemb.Embedding's (sharding; with several ranks forward,
     prefetch, backward, state_dict and the table properties are collective: every rank calls
@@ -77,7 +84,8 @@ class Embedding(torch.nn.Module):
     Pipelining: prefetch(features) starts the training lookup of the next forward on a
     background thread, so that it overlaps the backward pass of the current step; the next
     forward of the same objects completes it. pipeline_staleness: as recemb.Embedding's ("none":
-    the same results as without prefetch, bitwise; "one_step": the rows are read at prefetch).
+    the same results as without prefetch, bitwise; "one_step": the rows are read at prefetch;
+    pipeline_execution_with_tensor_core=True, TF's name, is "one_step").
 
         emb.prefetch(batches[0])
         for t, ids in enumerate(batches):
@@ -92,18 +100,25 @@ class Embedding(torch.nn.Module):
     exactly the variables of a recemb checkpoint (save / restore): the checkpoint stores each
     "<table>.<variable>" tensor as a raw float32 file and "step" in its manifest, so restore(save)
     and load_state_dict(state_dict()) leave the same state, and either can continue the other.
+
+    copy.deepcopy(module) and torch.save(module) / torch.load keep the tables, slots, step,
+    configs and optimizer (recemb.Embedding's pickling); a pending prefetch is not kept.
     """
 
-    def __init__(self, feature_config, optimizer=None, *, num_threads=0, seed=0,
-                 non_finite_gradients="reject", pipeline_staleness="none", placement=None,
-                 communicator=None):
+    def __init__(self, feature_config: Any, optimizer: Any = None, *, num_threads: int = 0,
+                 seed: int = 0, non_finite_gradients: str = "reject",
+                 pipeline_staleness: str = "none", placement: Any = None,
+                 communicator: Any = None,
+                 pipeline_execution_with_tensor_core: Any = None) -> None:
         super().__init__()
         if isinstance(optimizer, torch.optim.Optimizer):
             optimizer = translate_optimizer(optimizer)
         self.layer = _Layer(feature_config, optimizer, num_threads=num_threads, seed=seed,
                             non_finite_gradients=non_finite_gradients,
                             pipeline_staleness=pipeline_staleness, placement=placement,
-                            communicator=communicator)
+                            communicator=communicator,
+                            pipeline_execution_with_tensor_core=(
+                                pipeline_execution_with_tensor_core))
         self._prefetched = None  # (features, weights, LookupBatch) of the pending prefetch
 
     def _flat_inputs(self, values, what):
@@ -111,7 +126,7 @@ class Embedding(torch.nn.Module):
         return _nest.pack_sequence_as(structure, [
             _numpy(value) for value in _nest.flatten_up_to(structure, values, what)])
 
-    def prefetch(self, features, weights=None):
+    def prefetch(self, features: Any, weights: Any = None) -> None:
         """Starts the training lookup of `features` (and `weights`) on the engine's background
         thread; the next forward(features, weights) of these same objects completes it instead
         of looking them up (a forward of other inputs completes and drops it). The inputs must
@@ -133,15 +148,30 @@ class Embedding(torch.nn.Module):
     def _numpy_inputs(self, values, what):
         return None if values is None else self._flat_inputs(values, what)
 
-    def forward(self, features, weights=None):
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_prefetched"] = None
+        return state
+
+    def extra_repr(self) -> str:
+        layer = self.layer
+        tables = ", ".join(
+            f"{name!r}: ({table.vocabulary_size}, {table.dim}"
+            f"{'' if table.optimizer is None else ', ' + _optimizer_repr(table.optimizer)})"
+            for name, table in zip(layer.table_names, layer._resolved.tables))
+        return (f"tables={{{tables}}}, features={layer.feature_names}, "
+                f"optimizer={_optimizer_repr(layer.optimizer)}")
+
+    def forward(self, features: Any, weights: Any = None) -> Any:
+        training = self.training and torch.is_grad_enabled()
         prefetched = self._finish_prefetch()
         if prefetched is not None and prefetched[0] is features and prefetched[1] is weights:
             batch, activations = prefetched[2:]
         else:
-            batch = LookupBatch() if torch.is_grad_enabled() else None
+            batch = LookupBatch() if training else None
             activations = self.layer.lookup(self._numpy_inputs(features, "features"),
                                             self._numpy_inputs(weights, "weights"), batch=batch)
-        if not torch.is_grad_enabled():
+        if not training:
             return _nest.map_structure(torch.from_numpy, activations)
         activations = _nest.flatten(activations)
         trigger = torch.empty(0, requires_grad=True)
@@ -151,7 +181,7 @@ class Embedding(torch.nn.Module):
         return _nest.pack_sequence_as(self.layer.feature_config, list(outputs))
 
     @property
-    def step(self):
+    def step(self) -> int:
         """The number of updates (backward passes reaching the activations) so far."""
         return self.layer.step
 
@@ -161,39 +191,42 @@ class Embedding(torch.nn.Module):
         return self.layer.placement
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         return self.layer.rank
 
     @property
-    def world_size(self):
+    def world_size(self) -> int:
         return self.layer.world_size
 
     @property
-    def embedding_tables(self):
+    def embedding_tables(self) -> dict[str, torch.Tensor]:
         """{table name: float32 tensor [vocabulary_size, dim]} sharing memory with the engine
-        (copies for tables split into shards: see recemb.Embedding.embedding_tables)."""
-        return {name: torch.from_numpy(table)
-                for name, table in self.layer.embedding_tables.items()}
+        (copies for tables split into shards: see recemb.Embedding.embedding_tables); a
+        TableConfig works as a key too, and an unknown key's KeyError lists the tables."""
+        return _Tables({name: torch.from_numpy(table)
+                        for name, table in self.layer.embedding_tables.items()},
+                       self.layer._resolved)
 
     @property
-    def slot_variables(self):
+    def slot_variables(self) -> dict[str, dict[str, torch.Tensor]]:
         """{table name: {slot name: float32 tensor}}, views or copies as embedding_tables."""
-        return {name: {slot: torch.from_numpy(value) for slot, value in slots.items()}
-                for name, slots in self.layer.slot_variables.items()}
+        return _Tables({name: {slot: torch.from_numpy(value) for slot, value in slots.items()}
+                        for name, slots in self.layer.slot_variables.items()},
+                       self.layer._resolved)
 
-    def assign_table(self, table, values):
+    def assign_table(self, table: Any, values: Any) -> None:
         self.layer.assign_table(table, _numpy(values))
 
-    def save(self, directory, keep_last=3):
+    def save(self, directory: Any, keep_last: int = 3) -> pathlib.Path:
         """recemb.Embedding.save: a checkpoint of every state_dict() entry, plus the configs."""
         return self.layer.save(directory, keep_last)
 
-    def restore(self, checkpoint, resize="error"):
+    def restore(self, checkpoint: Any, resize: str = "error") -> int:
         """recemb.Embedding.restore: as load_state_dict of the saved module's state_dict(), after
         verifying every file (resize as recemb.Embedding.restore). Returns the step."""
         return self.layer.restore(checkpoint, resize)
 
-    def export(self, path, dtype="float32"):
+    def export(self, path: Any, dtype: str = "float32") -> None:
         """recemb.Embedding.export: a serving model file for recemb.ServingModel."""
         self.layer.export(path, dtype)
 
@@ -239,6 +272,13 @@ class Embedding(torch.nn.Module):
             self.layer.assign_variable(name, variable, values)
         if step_key in state_dict:
             self.layer.step = int(state_dict[step_key])
+
+
+def _optimizer_repr(optimizer):
+    """An optimizer in short: its class and learning rate (None for no optimizer)."""
+    if optimizer is None:
+        return "None"
+    return f"{type(optimizer).__name__}(learning_rate={optimizer.learning_rate!r})"
 
 
 # Settings that select an implementation and never change the result.
@@ -304,7 +344,7 @@ _TRANSLATIONS = {
 }
 
 
-def translate_optimizer(optimizer):
+def translate_optimizer(optimizer: torch.optim.Optimizer) -> optimizers._Optimizer:
     """The recemb optimizer with the hyperparameters of a torch.optim optimizer:
       SGD -> SGD; Adagrad -> Adagrad (initial_accumulator_value > 0 and a negligible eps
       needed); SparseAdam -> lazy Adam with bias correction (the same update);

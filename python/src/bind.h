@@ -22,6 +22,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -99,9 +100,10 @@ struct Field {
 };
 
 // Binds T's constructor taking every listed field (keyword or positional, in the order given)
-// with the default of a value-initialized T, a read-write attribute per field, and the class
-// attribute _fields, the fields' names in that order (as a namedtuple's). The defaults thus come
-// from the C++ declaration and are never restated here or in the Python package.
+// with the default of a value-initialized T, a read-write attribute per field, the class
+// attribute _fields, the fields' names in that order (as a namedtuple's), and pickling (hence
+// copy.deepcopy) as the tuple of the fields' values. The defaults thus come from the C++
+// declaration and are never restated here or in the Python package.
 template <typename T, typename... Values>
 void bind_fields(py::class_<T>& cls, Field<T, Values>... fields) {
   cls.attr("_fields") = py::make_tuple(fields.name...);
@@ -113,6 +115,18 @@ void bind_fields(py::class_<T>& cls, Field<T, Values>... fields) {
           }),
           (py::arg(fields.name) = defaults.*(fields.member))...);
   (cls.def_readwrite(fields.name, fields.member), ...);
+  cls.def(py::pickle(
+      [fields...](const T& value) { return py::make_tuple(value.*(fields.member)...); },
+      [fields...](const py::tuple& state) {
+        if (state.size() != sizeof...(Values)) {
+          throw py::value_error("a pickled state of " + std::to_string(sizeof...(Values)) +
+                                " fields was expected");
+        }
+        T result{};
+        size_t index = 0;
+        ((result.*(fields.member) = state[index++].template cast<Values>()), ...);
+        return result;
+      }));
 }
 
 void bind_error(py::module_& module);

@@ -32,7 +32,7 @@ void bind_serving(py::module_& module) {
   bind_fields(open_options, Field{"verify", &OpenOptions::verify});
 
   py::class_<ServingModel>(module, "ServingModel",
-                           "A serving model file, memory-mapped read-only. Immutable: every "
+                           "A serving model file, read into memory. Immutable: every "
                            "method may run concurrently.")
       .def_static("open", &ServingModel::open, py::arg("path"), py::arg("options") = OpenOptions{},
                   Release())

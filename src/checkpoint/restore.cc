@@ -136,10 +136,10 @@ std::vector<VariableLoad> plan_loads(const Embedding& embedding, const Manifest&
     if (!allowed) {
       throw InvalidArgument(
           owner + "the checkpoint has vocabulary_size " + std::to_string(saved_rows) +
-          ", the embedding " + std::to_string(rows) + "; resizing " +
-          (rows > saved_rows ? "(grow: VocabularyResize::kGrow)"
-                             : "(grow_or_shrink: VocabularyResize::kGrowOrShrink)") +
-          " restores the first " + std::to_string(std::min(rows, saved_rows)) + " rows");
+          ", the embedding " + std::to_string(rows) + "; resize=\"" +
+          std::string(vocabulary_resize_name(rows > saved_rows ? VocabularyResize::kGrow
+                                                               : VocabularyResize::kGrowOrShrink)) +
+          "\" restores the first " + std::to_string(std::min(rows, saved_rows)) + " rows");
     }
     const std::optional<std::string> optimizer = optimizer_name_of(embedding, config);
     const std::optional<std::string> saved_optimizer =

@@ -24,6 +24,7 @@
 //      and those records are all-gathered too;
 //   d. rank 0 writes the manifest, syncs and publishes the directory; then it prunes.
 // Rank 0 removes the temporary directory when any phase fails on any rank.
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <map>
@@ -134,9 +135,10 @@ void create_directories_durably(const fs::path& directory) {
        path = path.parent_path()) {
     missing.push_back(path);
   }
-  for (auto path = missing.rbegin(); path != missing.rend(); ++path) {
-    format::file_system().create_directory(*path);
-    format::file_system().sync_directory(path->parent_path());
+  std::reverse(missing.begin(), missing.end());  // outermost first
+  for (const fs::path& path : missing) {
+    format::file_system().create_directory(path);
+    format::file_system().sync_directory(path.parent_path());
   }
 }
 
@@ -287,7 +289,7 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
   Communicator& communicator = internal::PartAccess::communicator(embedding);
   const bool first = communicator.rank() == 0;
   const int64_t step = embedding.step();
-  const fs::path destination = root / internal::checkpoint_directory_name(step);
+  fs::path destination = root / internal::checkpoint_directory_name(step);
   internal::agree(communicator, [&] { validate_options(options); });
   Manifest manifest = describe(embedding, options);
   std::vector<internal::DataFile*> files;    // the table variables', in manifest order
@@ -325,7 +327,7 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
           if (!writes(local.part, variable, dim) || local.part.rows == 0) continue;
           const fs::path path =
               directory / internal::variable_file_name(local.part.table, variable.name);
-          if (local.part.whole()) {
+          if (local.part.whole) {
             written_whole.emplace_back(
                 file_index.at(path.filename().string()),
                 internal::write_data_file(path, std::as_bytes(variable.values),

@@ -106,7 +106,7 @@ Report decode(std::span<const std::byte> bytes) {
 
 }  // namespace
 
-void agree_on_error(Communicator& communicator, std::exception_ptr error) {
+void agree_on_error(Communicator& communicator, const std::exception_ptr& error) {
   if (communicator.size() == 1) {
     if (error) std::rethrow_exception(error);
     return;

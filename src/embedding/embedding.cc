@@ -122,7 +122,7 @@ size_t Model::table_index(std::string_view name) const {
 
 const TableState* Model::whole_state(size_t table) const {
   for (const TableState& state : states) {
-    if (state.part().table == table && state.part().whole()) return &state;
+    if (state.part().table == table && state.part().whole) return &state;
   }
   return nullptr;
 }
@@ -334,9 +334,12 @@ void Embedding::lookup(std::span<const FeatureInput> inputs,
 void Embedding::lookup(std::span<const FeatureInput> inputs,
                        std::span<const std::span<float>> activations, LookupBatch& batch) {
   impl_->execution.join_prefetch();
-  LookupBatch::Impl& kept = impl_->reset_batch(batch.impl_);
+  // Validate, then commit: the lookup fills the staged batch, swapped into `batch` only once it
+  // succeeded, so a failed lookup leaves `batch` as it was (docs/semantics.md §6).
+  LookupBatch::Impl& kept = impl_->reset_batch(impl_->staged_batch);
   impl_->lookup_ahead(inputs, activations, kept, /*pool_now=*/true);
   kept.applicable = true;
+  std::swap(batch.impl_, impl_->staged_batch);
 }
 
 void Embedding::prefetch(std::span<const FeatureInput> inputs,

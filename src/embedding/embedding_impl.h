@@ -149,6 +149,9 @@ struct Embedding::Impl {
   internal::StepScratch scratch;
   // What a pure lookup (one that keeps no LookupBatch) fills.
   LookupBatch::Impl scratch_batch;
+  // What a training lookup fills before it is swapped into the caller's LookupBatch (then holding
+  // that batch's previous memory, reused by the next lookup).
+  std::unique_ptr<LookupBatch::Impl> staged_batch;
 
   Impl(std::vector<TableConfig> table_configs, std::vector<FeatureConfig> feature_configs,
        EmbeddingOptions embedding_options);

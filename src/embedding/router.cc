@@ -12,9 +12,7 @@ Router::Router(const Partition& partition, std::vector<size_t> feature_table, in
   RECEMB_CHECK(rank >= 0 && rank < partition.world_size());
 }
 
-bool Router::is_local_view(const TablePart& part) const {
-  return part.rank == rank_ && part.whole();
-}
+bool Router::is_local_view(const TablePart& part) const { return part.rank == rank_ && part.whole; }
 
 const TablePart* Router::local_whole_part(size_t table) const {
   for (const TablePart& part : partition_.table_parts(table)) {

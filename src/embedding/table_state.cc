@@ -31,7 +31,7 @@ bool TableState::updates_all_rows() const {
 }
 
 void TableState::initialize(uint64_t table_seed, int64_t first_row, int64_t num_rows) {
-  if (part_.whole()) {
+  if (part_.whole) {
     initialize_rows(
         table_.initializer, table_seed, first_row, num_rows, table_.dim,
         std::span<float>(storage_.row(first_row), static_cast<size_t>(num_rows * table_.dim)));

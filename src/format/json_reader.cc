@@ -1,6 +1,7 @@
 #include "format/json_reader.h"
 
 #include <algorithm>
+#include <set>
 
 #include "recemb/error.h"
 
@@ -47,6 +48,20 @@ void append_preview(const Json& value, std::string& text, size_t budget) {
   }
 }
 
+// The path of member `key` of the value at `path` ("tables[2].config" + "dim").
+std::string member_path(const std::string& path, std::string_view key) {
+  return path.empty() ? truncated(key) : path + "." + truncated(key);
+}
+
+// An array or object being parsed: its path, and what parse_json checks inside it.
+struct OpenValue {
+  bool is_array = false;
+  std::string path;
+  size_t elements = 0;           // of an array, so far
+  std::string key;               // of an object: the last key read
+  std::set<std::string> keys{};  // of an object: every key read
+};
+
 }  // namespace
 
 void fail(const JsonDocument& document, const std::string& problem) {
@@ -56,18 +71,53 @@ void fail(const JsonDocument& document, const std::string& problem) {
 }
 
 Json parse_json(std::string_view text, const JsonDocument& document) {
-  // nlohmann's parser calls this before it opens each array or object, with the number of
-  // enclosing ones.
-  const auto bound_depth = [&document](int depth, Json::parse_event_t event, Json&) {
-    if ((event == Json::parse_event_t::array_start || event == Json::parse_event_t::object_start) &&
-        depth >= kMaxJsonDepth) {
-      fail(document,
-           "arrays and objects nest deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  using Event = Json::parse_event_t;
+  std::vector<OpenValue> open;  // the arrays and objects enclosing the parser, outermost first
+  // The path of the value the parser is at, inside open.back().
+  const auto child_path = [&open] {
+    if (open.empty()) return std::string();
+    const OpenValue& parent = open.back();
+    return parent.is_array ? parent.path + "[" + std::to_string(parent.elements) + "]"
+                           : member_path(parent.path, parent.key);
+  };
+  // A value ends: the next element of an array has the next index.
+  const auto value_ends = [&open] {
+    if (!open.empty() && open.back().is_array) ++open.back().elements;
+  };
+  // nlohmann's parser calls this at each event; `depth` is the number of enclosing arrays and
+  // objects of one that starts.
+  const auto check = [&](int depth, Event event, Json& parsed) {
+    switch (event) {
+      case Event::array_start:
+      case Event::object_start:
+        if (depth >= kMaxJsonDepth) {
+          fail(document,
+               "arrays and objects nest deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+        }
+        open.push_back({.is_array = event == Event::array_start, .path = child_path()});
+        break;
+      case Event::key: {
+        // A repeated key is refused: which of its values would count is anyone's guess.
+        OpenValue& object = open.back();
+        object.key = parsed.get<std::string>();
+        if (!object.keys.insert(object.key).second) {
+          fail(document, child_path() + ": the key appears twice in its object (once at most)");
+        }
+        break;
+      }
+      case Event::array_end:
+      case Event::object_end:
+        open.pop_back();
+        value_ends();
+        break;
+      case Event::value:
+        value_ends();
+        break;
     }
     return true;
   };
   try {
-    return Json::parse(text, bound_depth);
+    return Json::parse(text, check);
   } catch (const JsonError& error) {
     fail(document, "not valid JSON: " + truncated(error.what(), kMaxParserMessageLength));
   }
@@ -89,7 +139,7 @@ void JsonReader::fail(const std::string& problem) const {
 }
 
 std::string JsonReader::member_path(std::string_view key) const {
-  return path_.empty() ? truncated(key) : path_ + "." + truncated(key);
+  return format::member_path(path_, key);
 }
 
 void JsonReader::expect_object() const {

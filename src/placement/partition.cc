@@ -24,8 +24,7 @@ Partition::Partition(const Placement& placement, const std::vector<TableConfig>&
   for (size_t t = 0; t < tables.size(); ++t) {
     const TablePlacement& plan = placement.tables[t];
     auto add = [&](TablePart part) {
-      part.holds_whole_table =
-          part.rows == tables[t].vocabulary_size && part.num_columns == tables[t].dim;
+      part.whole = part.rows == tables[t].vocabulary_size && part.num_columns == tables[t].dim;
       std::vector<TablePart>& on_rank = by_rank_[static_cast<size_t>(part.rank)];
       part.index_on_rank = on_rank.size();
       part.index_in_table = by_table_[t].size();

@@ -35,8 +35,7 @@ struct TablePart {
   int64_t num_columns = 0;
   // Whether the part holds the whole table (all rows and columns): table-wise and replicated
   // parts, and the one part of a row-wise or column-wise plan that has a single part.
-  bool holds_whole_table = false;
-  bool whole() const { return holds_whole_table; }
+  bool whole = false;
   // The table row of local row `local`.
   int64_t global_row(int64_t local) const {
     return strategy == ShardingStrategy::kRowWise ? local * row_stride + shard : local;

@@ -18,7 +18,7 @@ namespace recemb {
 
 // The blobs are read in place by the lookup kernels, so the file's byte order must be the host's.
 static_assert(std::endian::native == std::endian::little,
-              "serving models are little-endian and mapped in place");
+              "serving models are little-endian and read in place");
 
 namespace {
 

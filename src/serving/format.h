@@ -23,7 +23,7 @@
 //              "features": [<FeatureConfig>, ...]}
 //   blob:    vocabulary_size rows of row_bytes(dtype, dim) bytes: dim float32 | dim binary16 |
 //            dim uint8 codes + float32 scale + float32 bias (kernels/quantized_rows.h).
-// Integers and floats are little-endian; the blobs are mapped and read in place, which needs a
+// Integers and floats are little-endian; the blobs are read in place (in memory), which needs a
 // little-endian host. The blobs are contiguous (the first at offset 0, each next one where the
 // padding of the previous ends, the last ending at file_size), so the three checksums together
 // cover every byte of the file.

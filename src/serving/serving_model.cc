@@ -1,10 +1,4 @@
-#include <cerrno>
-#include <fcntl.h>
 #include <string>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <system_error>
-#include <unistd.h>
 #include <utility>
 
 #include "recemb/error.h"
@@ -13,8 +7,10 @@
 #include "batch/csr_feature.h"
 #include "batch/lookup.h"
 #include "format/checksum.h"
+#include "format/file_io.h"
 #include "kernels/pool.h"
 #include "serving/format.h"
+#include "storage/float_buffer.h"
 
 namespace recemb {
 namespace {
@@ -24,78 +20,48 @@ namespace {
   throw DataLoss(context + ": " + problem);
 }
 
-// A whole file mapped read-only and shared (pages come from the page cache, no copy), unmapped
-// when destroyed. An empty file has no mapping and no bytes.
-class Mapping {
+// The whole file, read through the file system in use (format/file_system.h) into memory the
+// model owns, so that nothing done to the file later (rewritten in place, truncated, deleted) can
+// reach an open model (docs/serving.md, "What is safe to do with a served file"). The buffer is
+// 64-byte aligned, as the blobs are in the file, and large ones are on huge pages
+// (storage/float_buffer.h), which the random row reads of lookups benefit from.
+class FileContents {
  public:
-  // Verifying the checksums reads every page anyway, so the mapping is populated in one call
-  // (MAP_POPULATE), which beats taking the page faults during the checksums (1.3x for 256 MiB)
-  // and leaves no fault for the first lookups; without, it maps lazily.
-  Mapping(const std::filesystem::path& path, const std::string& context, bool verify) {
-    const Descriptor file(path);
-    struct stat status;
-    if (::fstat(file.fd, &status) != 0) throw_system_error("fstat", path);
-    if (!S_ISREG(status.st_mode)) throw InvalidArgument(context + ": not a regular file");
-    size_ = static_cast<size_t>(status.st_size);
-    if (size_ > 0) {
-      const int flags = MAP_SHARED | (verify ? MAP_POPULATE : 0);
-      address_ = ::mmap(nullptr, size_, PROT_READ, flags, file.fd, 0);
-      if (address_ == MAP_FAILED) throw_system_error("mmap", path);
+  FileContents(const std::filesystem::path& path, const std::string& context) {
+    const format::InputFile file = format::InputFile::open(path);
+    size_ = file.size();
+    buffer_ = internal::FloatBuffer((size_ + sizeof(float) - 1) / sizeof(float));
+    try {
+      file.read_at(0, std::as_writable_bytes(buffer_.span()).first(size_));
+    } catch (const DataLoss& error) {
+      fail(context, std::string("it was truncated while being read: ") + error.what());
     }
   }
-  ~Mapping() {
-    if (size_ > 0) ::munmap(address_, size_);
-  }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
 
-  std::span<const std::byte> bytes() const {
-    return {static_cast<const std::byte*>(address_), size_};
-  }
+  std::span<const std::byte> bytes() const { return std::as_bytes(buffer_.span()).first(size_); }
 
  private:
-  // Open for reading while the file is being mapped (the mapping outlives it).
-  struct Descriptor {
-    // O_NONBLOCK: opening a FIFO would otherwise wait for a writer (the file type is checked
-    // next); it does not change a regular file's reads or mapping.
-    explicit Descriptor(const std::filesystem::path& path) {
-      do {
-        fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-      } while (fd < 0 && errno == EINTR);
-      if (fd < 0) throw_system_error("open", path);
-    }
-    ~Descriptor() { ::close(fd); }
-    Descriptor(const Descriptor&) = delete;
-    Descriptor& operator=(const Descriptor&) = delete;
-    int fd = -1;
-  };
-
-  [[noreturn]] static void throw_system_error(const char* call, const std::filesystem::path& path) {
-    throw std::system_error(errno, std::generic_category(),
-                            std::string(call) + " '" + path.string() + "'");
-  }
-
-  void* address_ = nullptr;
+  internal::FloatBuffer buffer_;
   size_t size_ = 0;
 };
 
 }  // namespace
 
 struct ServingModel::State {
-  State(const std::filesystem::path& file, const std::string& context, bool verify)
-      : path(file), mapping(file, context, verify) {}
+  State(const std::filesystem::path& file, const std::string& context)
+      : path(file), contents(file, context) {}
 
   std::filesystem::path path;
-  Mapping mapping;
+  FileContents contents;
   internal::ServingManifest manifest;
   std::vector<size_t> feature_table;        // feature -> table index
-  std::vector<internal::TableRows> tables;  // the rows of each table, inside the mapping
+  std::vector<internal::TableRows> tables;  // the rows of each table, inside `contents`
 };
 
 ServingModel ServingModel::open(const std::filesystem::path& path, const OpenOptions& options) {
   const std::string context = "serving model '" + path.string() + "'";
-  auto state = std::make_shared<State>(path, context, options.verify);
-  const std::span<const std::byte> file = state->mapping.bytes();
+  auto state = std::make_shared<State>(path, context);
+  const std::span<const std::byte> file = state->contents.bytes();
   const internal::ServingHeader header = internal::decode_header(file, context);
   const std::span<const std::byte> manifest =
       file.subspan(internal::kServingHeaderSize, header.manifest_size);

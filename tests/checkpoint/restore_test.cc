@@ -190,7 +190,7 @@ TEST(RestoreCheckpointTest, ResizingWithoutPermissionIsAnErrorThatChangesNothing
   EXPECT_THAT(error_of<InvalidArgument>([&] { restore_checkpoint(larger, saved); }),
               HasSubstr("checkpoint '" + saved.string() +
                         "': table 'video': the checkpoint has vocabulary_size 40, the embedding "
-                        "50; resizing (grow: VocabularyResize::kGrow) restores the first 40 rows"));
+                        "50; resize=\"grow\" restores the first 40 rows"));
   EXPECT_TRUE(bitwise_equal(snapshot(larger), larger_before));
 
   Embedding smaller = make_fixture(12, {.tag_rows = 19});
@@ -198,7 +198,7 @@ TEST(RestoreCheckpointTest, ResizingWithoutPermissionIsAnErrorThatChangesNothing
   EXPECT_THAT(error_of<InvalidArgument>(
                   [&] { restore_checkpoint(smaller, saved, {.resize = VocabularyResize::kGrow}); }),
               HasSubstr("table 'tags': the checkpoint has vocabulary_size 20, the embedding 19; "
-                        "resizing (grow_or_shrink: VocabularyResize::kGrowOrShrink)"));
+                        "resize=\"grow_or_shrink\" restores"));
   EXPECT_TRUE(bitwise_equal(snapshot(smaller), smaller_before));
 }
 

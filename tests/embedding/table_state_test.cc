@@ -16,7 +16,7 @@ TableConfig video() {
 }
 
 TablePart whole(const TableConfig& table) {
-  return {.rows = table.vocabulary_size, .num_columns = table.dim, .holds_whole_table = true};
+  return {.rows = table.vocabulary_size, .num_columns = table.dim, .whole = true};
 }
 
 // The segment of a whole feature with its gradient (empty: the zeros, one row for every bag).

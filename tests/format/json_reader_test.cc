@@ -65,6 +65,32 @@ TEST(JsonReaderTest, NestingIsBoundedAtParse) {
               HasSubstr("nest deeper than"));
 }
 
+// A key repeated in an object is refused at parse, naming its path (arrays and objects at any
+// depth, in documents of either source); the same key in different objects is fine.
+TEST(JsonReaderTest, RepeatedKeysAreRefusedNamingTheirPath) {
+  EXPECT_EQ(error_of<DataLoss>([] { parse_json(R"({"dim": 4, "seed": 1, "dim": 5})", kFile); }),
+            "manifest.json: dim: the key appears twice in its object (once at most)");
+  EXPECT_EQ(error_of<InvalidArgument>([] { parse_json(R"({"a": 1, "a": 1})", kRequest); }),
+            "request: a: the key appears twice in its object (once at most)");
+  EXPECT_EQ(error_of<DataLoss>([] {
+              parse_json(R"({"seed": [1, {"x": 2}], "tables": [{"config": {"dim": 4}},)"
+                         R"( [3, [4]], {"config": {"name": "t", "dim": 4, "dim": 4}}]})",
+                         kFile);
+            }),
+            "manifest.json: tables[2].config.dim: the key appears twice in its object (once at "
+            "most)");
+  EXPECT_EQ(error_of<DataLoss>([] { parse_json(R"([[], {}, {"k": {}, "k": 1}])", kFile); }),
+            "manifest.json: [2].k: the key appears twice in its object (once at most)");
+  const std::string long_key(1000, 'k');
+  EXPECT_THAT(error_of<DataLoss>(
+                  [&] { parse_json("{\"" + long_key + "\": 1, \"" + long_key + "\": 2}", kFile); }),
+              StartsWith("manifest.json: " + std::string(kMaxQuotedLength, 'k') + "...: "));
+  // The same keys in sibling and nested objects, and the same value twice, are not repeats.
+  const Json json =
+      parse_json(R"({"a": {"a": {"a": 1}}, "b": [{"a": 1}, {"a": 1}], "c": {"a": 1}})", kFile);
+  EXPECT_EQ(json["b"][1]["a"], 1);
+}
+
 TEST(JsonReaderTest, MessagesQuoteAFewDozenCharacters) {
   const std::string long_text(100000, 'x');
   // A parser message whose token is the whole (invalid) document.

@@ -2,6 +2,7 @@
 // two processes train as one data-parallel job with sharded tables, match one process trained
 // with the same global batches, report through rank 0 only, and resume exactly.
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -136,12 +137,48 @@ TEST(TrainMpi, TwoProcessesTrainAsOneAndResumeExactly) {
   EXPECT_EQ(summary_value(resumed, "final_auc"), auc);
 }
 
+// SIGINT to one rank (the last one started, which does not report) once the first checkpoint is
+// written: the ranks agree to stop at the same step, save it, rank 0 reports, and the job
+// resumes. (mpirun itself, on Ctrl-C, aborts the job: docs/training.md, "Stopping a run".)
+TEST(TrainMpi, ASignalToOneRankStopsEveryRankAtTheSameStep) {
+  const std::string dir = fresh_dir("signal");
+  const std::string log = dir + ".log";
+  const std::string job = std::string(RECEMB_MPIEXEC) +
+                          " --allow-run-as-root --oversubscribe --mca orte_abort_on_non_zero_status"
+                          " 0 -np 2 " +
+                          RECEMB_CLI + kSmallRun + " --output " + dir + " --steps 1000000";
+  const Outcome outcome =
+      run("timeout 120 sh -c '" + job + " >" + log + " 2>&1 & job=$!; until grep -q \"checkpoint " +
+          dir + "/checkpoints/ckpt-\" " + log +
+          "; do sleep 0.1; done; kill -INT $(pgrep -P $job | tail -n 1); "
+          "wait $job'");
+  const std::string output = read(log);
+  EXPECT_NE(outcome.status, -1) << "the job hung until timeout killed it:\n" << output;
+  EXPECT_EQ(occurrences(output, "stopping after the current step"), 1) << output;
+  const size_t at = output.find("stopped by SIGINT after step ");
+  ASSERT_NE(at, std::string::npos) << output;
+  EXPECT_EQ(occurrences(output, "stopped by SIGINT"), 1) << output;  // rank 0 reports
+  const int64_t step =
+      std::stoll(output.substr(at + std::string("stopped by SIGINT after step ").size()));
+  EXPECT_EQ(summary_value(dir, "steps"), static_cast<double>(step));
+  EXPECT_EQ(summary_value(dir, "stop_signal"), SIGINT);
+  char name[32];
+  std::snprintf(name, sizeof name, "ckpt-%012lld", static_cast<long long>(step));
+  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir) / "checkpoints" / name)) << output;
+
+  const Outcome resumed =
+      recemb(kSmallRun + " --output " + dir + " --resume --steps " + std::to_string(step + 10), 2);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_EQ(occurrences(resumed.output, "resumed from "), 1) << resumed.output;
+  EXPECT_EQ(summary_value(dir, "steps"), static_cast<double>(step + 10));
+}
+
 TEST(TrainMpi, ABadSettingFailsOnEveryRankWithTheSameMessage) {
   const Outcome outcome =
       recemb_on_each_rank(kSmallRun + " --set train.steps=0 --output " + fresh_dir("bad"));
   EXPECT_EQ(outcome.status, 0) << "the job hung until timeout killed it:\n" << outcome.output;
   EXPECT_EQ(occurrences(outcome.output, "recemb: error: "), 2) << outcome.output;
-  EXPECT_EQ(occurrences(outcome.output, "train.steps must be >= 1\n"), 2) << outcome.output;
+  EXPECT_EQ(occurrences(outcome.output, "train.steps must be >= 1, not 0 ("), 2) << outcome.output;
   EXPECT_EQ(occurrences(outcome.output, "exit status 2\n"), 2) << outcome.output;
 }
 

@@ -181,9 +181,9 @@ TEST_P(PartitionTest, PartsAreTheOnesThePlacementDescribes) {
       EXPECT_EQ(part.num_columns, expected[i].num_columns);
       const bool whole =
           part.rows == tables_[t].vocabulary_size && part.num_columns == tables_[t].dim;
-      EXPECT_EQ(part.whole(), whole);
+      EXPECT_EQ(part.whole, whole);
       if (strategy == ShardingStrategy::kTableWise || strategy == ShardingStrategy::kReplicated) {
-        EXPECT_TRUE(part.whole());
+        EXPECT_TRUE(part.whole);
       }
       if (strategy != ShardingStrategy::kReplicated) {
         EXPECT_EQ(part.rank, part.shard % world_size());

@@ -101,6 +101,13 @@ def test_lookups_reuse_dropped_activations_and_keep_held_ones(training):
     held = look(first_ids)
     held_copy = {name: array.copy() for name, array in held.items()}
     first_addresses = {address(a) for a in held.values()}
+
+    def apply_random_gradients():
+        layer.apply_gradients({"watched": rng.uniform(-1, 1, (64, 8)).astype(np.float32),
+                               "user": rng.uniform(-1, 1, (64, 4)).astype(np.float32)})
+
+    if training:
+        apply_random_gradients()
     previous = None
     for _ in range(4):
         ids = random_ids(rng)
@@ -114,7 +121,6 @@ def test_lookups_reuse_dropped_activations_and_keep_held_ones(training):
         previous = {address(a) for a in got.values()}
         del got
         if training:
-            layer.apply_gradients({"watched": rng.uniform(-1, 1, (64, 8)).astype(np.float32),
-                                   "user": rng.uniform(-1, 1, (64, 4)).astype(np.float32)})
+            apply_random_gradients()
     for name in held:
         np.testing.assert_array_equal(held[name], held_copy[name])

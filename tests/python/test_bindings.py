@@ -33,6 +33,31 @@ def test_structs_take_keywords_with_the_cpp_defaults():
         r.parse_combiner("max")
 
 
+def test_structs_pickle_and_deep_copy_as_their_fields():
+    import copy
+    import pickle
+
+    structs = [r.TableConfig(name="t", vocabulary_size=7, dim=3,
+                             initializer=r.TruncatedNormal(mean=0.5, stddev=2.0),
+                             optimizer=r.Adagrad(learning_rate=r.ExponentialDecay(0.1, 5, 0.5)),
+                             combiner=r.parse_combiner("sqrtn"),
+                             quantization_config=r.QuantizationConfig(4, -1.0, 1.0)),
+               r.FeatureConfig(name="f", table="t", max_sequence_length=2, output_shape=[2, 2]),
+               r.PiecewiseConstant(boundaries=[3, 9], values=[1.0, 0.5, 0.25]),
+               r.CommonHyperparameters(clip_weight_min=-2.0)]
+
+    def fields(value):
+        """The fields, recursively, with floats compared as the C++ values."""
+        if hasattr(type(value), "_fields"):
+            return {name: fields(getattr(value, name)) for name in type(value)._fields}
+        return value
+
+    for struct in structs:
+        for copied in (pickle.loads(pickle.dumps(struct)), copy.deepcopy(struct)):
+            assert type(copied) is type(struct) and copied is not struct
+            assert repr(fields(copied)) == repr(fields(struct))
+
+
 def test_spans_accept_only_exact_contiguous_arrays():
     ids = np.array([1, 2], np.int64)
     with pytest.raises(TypeError):

@@ -222,7 +222,7 @@ def test_mismatched_configs_raise_naming_the_table_and_change_nothing(saved, tmp
     cases = [
         (make_layer((random_table(rng, (VIDEO[0] + 5, VIDEO[1])), random_table(rng, USER)),
                     "adagrad", video_vocabulary=VIDEO[0] + 5),
-         r"table 'video'.*vocabulary_size 30, the embedding 35.*kGrow"),
+         r"table 'video'.*vocabulary_size 30, the embedding 35; resize=\"grow\" restores"),
         (make_layer((random_table(rng, VIDEO), random_table(rng, USER)), "adam"),
          r"table 'video'.*optimizer is adagrad, the embedding's is adam"),
         (recemb.Embedding(recemb.FeatureConfig(recemb.TableConfig(30, 5, name="video")),
@@ -238,8 +238,8 @@ def test_mismatched_configs_raise_naming_the_table_and_change_nothing(saved, tmp
                            "adagrad")
     with pytest.raises(ValueError, match=r"table 'video'.*dim 4, the embedding 5"):
         dim.restore(path)
-    with pytest.raises(ValueError, match="resize: unknown resize 'shrink'; valid names are "
-                                         "'error', 'grow', 'grow_or_shrink'"):
+    with pytest.raises(ValueError, match="resize='shrink': unknown resize 'shrink'; valid names "
+                                         "are 'error', 'grow', 'grow_or_shrink'"):
         target.restore(path, resize="shrink")
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         target.restore(tmp_path / "nothing")
@@ -266,7 +266,7 @@ def test_resize_grow_keeps_the_new_rows_and_shrink_drops_rows(saved):
     shrunk = make_layer((random_table(rng, (20, VIDEO[1])), random_table(rng, USER)), "adagrad",
                         video_vocabulary=20)
     before = state(shrunk)
-    with pytest.raises(ValueError, match=r"table 'video'.*kGrowOrShrink"):
+    with pytest.raises(ValueError, match=r"table 'video'.*resize=\"grow_or_shrink\""):
         shrunk.restore(path, resize="grow")
     assert_bitwise_equal(state(shrunk), before)
     shrunk.restore(path, resize="grow_or_shrink")
@@ -289,6 +289,19 @@ def test_file_system_errors_are_os_errors(tmp_path):
     with pytest.raises(NotADirectoryError, match="file") as error:
         layer.save(tmp_path / "file" / "root")
     assert error.value.errno == errno.ENOTDIR
+
+
+@pytest.mark.parametrize("value", [None, "", 3])
+def test_a_path_that_is_not_one_raises_naming_the_argument(value):
+    layer = make_layer((random_table(np.random.default_rng(0), VIDEO), "zeros"), "sgd")
+    expected = f"={value!r}: expected a non-empty path"
+    with pytest.raises(ValueError, match="directory" + expected):
+        layer.save(value)
+    with pytest.raises(ValueError, match="checkpoint" + expected):
+        layer.restore(value)
+    with pytest.raises(ValueError, match="path" + expected):
+        layer.export(value)
+    assert layer.step == 0
 
 
 def test_bindings_extra_arrays_metadata_and_load_checkpoint(tmp_path):

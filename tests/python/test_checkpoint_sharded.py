@@ -1,7 +1,8 @@
 """layer.save / layer.restore under several ranks (collective; in-process ranks as threads, and
 under mpirun through mpi_checkpoint_script.py): a checkpoint saved at one placement and rank
 count restores at another with tables, slots and step bit for bit, training then continues as the
-unsharded layer's (to 1e-5), and a damaged file fails every rank naming it."""
+unsharded layer's (to 1e-5), and a damaged file fails every rank naming it; export and copies,
+which need one process, say what to do instead."""
 
 import errno
 import os
@@ -159,6 +160,24 @@ def test_a_file_system_error_is_the_same_os_error_on_every_rank(tmp_path):
         return error.value.errno
 
     assert values_of(run_ranks(2, save_into_a_file)) == [errno.ENOTDIR, errno.ENOTDIR]
+
+
+def test_export_and_copies_of_several_ranks_say_what_to_do_instead(tmp_path):
+    def export_and_copy(rank, communicator):
+        import copy
+
+        layer = make_layer(problem.placement("row_wise", 2), communicator)
+        with pytest.raises(RuntimeError, match=r"export: the layer spans 2 ranks; save a "
+                                               r"checkpoint \(layer.save\), restore it into a "
+                                               r"layer in one process and export that"):
+            layer.export(tmp_path / "model.recemb")
+        with pytest.raises(RuntimeError, match="a layer sharded over 2 ranks cannot be copied or "
+                                               "pickled: save a checkpoint"):
+            copy.deepcopy(layer)
+        return rank
+
+    assert values_of(run_ranks(2, export_and_copy)) == [0, 1]
+    assert list(tmp_path.iterdir()) == []
 
 
 def mpi_skip_reason():

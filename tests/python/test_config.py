@@ -36,6 +36,34 @@ def test_table_config_fields_and_validation():
             10, 4, quantization_config=recemb.QuantizationConfig(1, 0.0, 1.0))))
     assert "array of shape (10, 4)" in repr(recemb.TableConfig(10, 4,
                                                                initializer=np.zeros((10, 4))))
+    for bad in (2**63, -2**63 - 1):  # not the bindings' signature dump at Embedding()
+        with pytest.raises(ValueError, match=rf"TableConfig 't': vocabulary_size={bad}: outside "
+                                             r"the 64-bit integers \[-2\*\*63, 2\*\*63\)"):
+            recemb.TableConfig(bad, 4, name="t")
+    for bad, shown in ((None, "None"), ("max", "'max'")):
+        with pytest.raises(ValueError, match=rf"TableConfig: combiner={shown}: unknown combiner "
+                                             r".*expected one of 'sum', 'mean', 'sqrtn'"):
+            recemb.TableConfig(10, 4, combiner=bad)
+
+
+def test_truncated_normal_by_name_is_the_default_initializer():
+    def tables(initializer):
+        table = recemb.TableConfig(50, 8, initializer=initializer, name="t")
+        return recemb.Embedding(recemb.FeatureConfig(table), seed=9).embedding_tables["t"]
+
+    by_name = tables("truncated_normal")
+    np.testing.assert_array_equal(by_name, tables(None))
+    np.testing.assert_array_equal(by_name, tables(recemb.initializers.TruncatedNormal()))
+    assert 0.2 < by_name.std() < 0.4 and np.abs(by_name).max() <= 2 / np.sqrt(8)
+
+
+def test_feature_config_repr_shows_its_table():
+    unnamed = recemb.TableConfig(10, 4)
+    assert repr(recemb.FeatureConfig(unnamed, name="f")) == (
+        "FeatureConfig(table=TableConfig(vocabulary_size=10, dim=4, initializer=None, "
+        "optimizer=None, combiner='mean', name=None, quantization_config=None), "
+        "max_sequence_length=0, validate_weights_and_indices=True, output_shape=None, "
+        "name='f')")
 
 
 def test_feature_config_fields_and_validation():

@@ -1,7 +1,10 @@
 """recemb.Embedding and serving_embedding_lookup, against the float64 reference (reference.py)."""
 
 import collections
+import copy
 import itertools
+import pickle
+import threading
 import zlib
 
 import numpy as np
@@ -359,9 +362,213 @@ def test_set_step_checks():
                              recemb.optimizers.Adam(bias_correction=True))
     with pytest.raises(ValueError, match=">= 0"):
         layer.step = -1
+    for bad in (1.5, 2.0, "3", True):
+        with pytest.raises(ValueError, match=rf"step={bad!r}: must be an int"):
+            layer.step = bad
+    with pytest.raises(ValueError, match=r"step=9223372036854775808: must be >= 0 and <= "):
+        layer.step = 2**63
     assert layer.step == 0
-    layer.step = 2
+    layer.step = np.int64(2)
     assert layer.step == 2
+
+
+# ---- training and evaluation lookups: which batch apply_gradients applies
+
+def sgd_layer(rng):
+    """A layer of one sum-combined table with random values, trained by SGD at 0.5, and its
+    initial table (float64)."""
+    table = random_table(rng, 12, 3)
+    layer = recemb.Embedding(
+        {"f": recemb.FeatureConfig(recemb.TableConfig(12, 3, initializer=table,
+                                                      combiner="sum", name="t"))},
+        recemb.optimizers.SGD(learning_rate=0.5))
+    return layer, table.astype(np.float64)
+
+
+def sgd_step(table, ids, gradients):
+    """The table after SGD at 0.5 applies `gradients` to the rows of `ids` (one id per row)."""
+    result = table.copy()
+    np.add.at(result, ids, -0.5 * gradients.astype(np.float64))
+    return result
+
+
+def test_evaluation_lookup_with_training_false_keeps_nothing():
+    rng = np.random.default_rng(41)
+    layer, table = sgd_layer(rng)
+    train_ids, eval_ids = np.array([1, 4, 4, 7]), np.array([2, 3, 9, 11])
+    gradients = rng.normal(size=(4, 3)).astype(np.float32)
+    layer({"f": train_ids})
+    evaluation = layer({"f": eval_ids}, training=False)
+    np.testing.assert_allclose(evaluation["f"], table[eval_ids], rtol=1e-6)
+    layer.apply_gradients({"f": gradients})  # the training batch's rows, not the evaluation's
+    np.testing.assert_allclose(layer.embedding_tables["t"], sgd_step(table, train_ids, gradients),
+                               rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="training must be True or False, got None"):
+        layer({"f": eval_ids}, training=None)
+
+
+def test_a_training_lookup_over_an_unapplied_one_raises_unless_asked_for():
+    rng = np.random.default_rng(42)
+    layer, table = sgd_layer(rng)
+    train_ids, eval_ids = np.array([1, 4, 4, 7]), np.array([2, 3, 9, 11])
+    gradients = rng.normal(size=(4, 3)).astype(np.float32)
+    layer({"f": train_ids})
+    with pytest.raises(recemb.FailedPrecondition,
+                       match=r"previous training lookup .* is not applied yet.*"
+                             r"layer\(features, training=False\).*apply_gradients.*"
+                             r"replace_pending=True"):
+        layer({"f": eval_ids})
+    layer.apply_gradients({"f": gradients})
+    table = sgd_step(table, train_ids, gradients)
+    np.testing.assert_allclose(layer.embedding_tables["t"], table, rtol=1e-6, atol=1e-6)
+    # Asked for: the pending lookup is dropped, the new one applied.
+    layer({"f": train_ids})
+    layer({"f": eval_ids}, replace_pending=True)
+    layer.apply_gradients({"f": gradients})
+    np.testing.assert_allclose(layer.embedding_tables["t"], sgd_step(table, eval_ids, gradients),
+                               rtol=1e-6, atol=1e-6)
+    assert layer.step == 2
+
+
+def test_a_failed_lookup_leaves_the_pending_batch_as_it_was():
+    rng = np.random.default_rng(43)
+    layer, table = sgd_layer(rng)
+    ids, bad = np.array([1, 4, 4, 7]), np.array([2, 3, 12, 1])
+    gradients = rng.normal(size=(4, 3)).astype(np.float32)
+    # The layer's own batch: the engine rejects id 12 (replacing was asked for).
+    layer({"f": ids})
+    with pytest.raises(ValueError, match=r"feature 'f'.*id 12 is out of range"):
+        layer({"f": bad}, replace_pending=True)
+    layer.apply_gradients({"f": gradients})
+    table = sgd_step(table, ids, gradients)
+    np.testing.assert_allclose(layer.embedding_tables["t"], table, rtol=1e-6, atol=1e-6)
+    # A batch of the caller's.
+    batch = recemb.LookupBatch()
+    layer.lookup({"f": ids}, batch=batch)
+    with pytest.raises(ValueError, match=r"id 12 is out of range"):
+        layer.lookup({"f": bad}, batch=batch)
+    assert batch.applicable
+    layer.apply_gradients({"f": gradients}, batch)
+    np.testing.assert_allclose(layer.embedding_tables["t"], sgd_step(table, ids, gradients),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_each_thread_trains_with_its_own_batch():
+    """Two threads share a layer, their calls interleaved by barriers (no timing): each
+    apply_gradients applies its own thread's lookup."""
+    rng = np.random.default_rng(44)
+    layer, table = sgd_layer(rng)
+    ids = [np.array([0, 1, 2, 3]), np.array([8, 9, 10, 11])]
+    gradients = [rng.normal(size=(4, 3)).astype(np.float32) for _ in ids]
+    barrier = threading.Barrier(2, timeout=60)
+    errors = []
+
+    def first():
+        try:
+            layer({"f": ids[0]})
+            barrier.wait()  # the second thread looks up and applies
+            barrier.wait()
+            layer.apply_gradients({"f": gradients[0]})
+        except Exception as error:  # reported by the main thread
+            errors.append(error)
+            barrier.abort()
+
+    def second():
+        try:
+            barrier.wait()
+            layer({"f": ids[1]})
+            layer.apply_gradients({"f": gradients[1]})
+            barrier.wait()
+        except Exception as error:
+            errors.append(error)
+            barrier.abort()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    expected = sgd_step(sgd_step(table, ids[1], gradients[1]), ids[0], gradients[0])
+    np.testing.assert_allclose(layer.embedding_tables["t"], expected, rtol=1e-6, atol=1e-6)
+    assert layer.step == 2
+
+
+# ---- copies: copy.deepcopy and pickle
+
+def variables(layer):
+    return {(name, v): np.array(layer._variable(name, v))
+            for name in layer.table_names for v in layer.variable_names(name)}
+
+
+def assert_same_state(layer, other):
+    assert other.step == layer.step
+    mine, theirs = variables(layer), variables(other)
+    assert mine.keys() == theirs.keys()
+    for key, values in mine.items():
+        assert values.tobytes() == theirs[key].tobytes(), key
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copy_is_an_independent_layer_with_the_same_state(how):
+    rng = np.random.default_rng(45)
+    video = recemb.TableConfig(20, 4, name="video", initializer=recemb.initializers.RowId(1.0),
+                               optimizer=recemb.optimizers.Adam(
+                                   learning_rate=recemb.schedules.ExponentialDecay(0.1, 2, 0.5)))
+    user = recemb.TableConfig(9, 2, combiner="sqrtn")
+    features = {"watched": recemb.FeatureConfig(video),
+                "user": recemb.FeatureConfig(user, name="user_id")}
+    layer = recemb.Embedding(features, "adagrad", seed=3, non_finite_gradients="skip_rows",
+                             pipeline_staleness="one_step")
+
+    def step(target, seed):
+        data = np.random.default_rng(seed)
+        target({"watched": data.integers(0, 20, (5, 3)), "user": data.integers(0, 9, 5)})
+        target.apply_gradients({"watched": data.normal(size=(5, 4)),
+                                "user": data.normal(size=(5, 2))})
+
+    for seed in range(2):
+        step(layer, seed)
+    layer({"watched": rng.integers(0, 20, (5, 3)), "user": rng.integers(0, 9, 5)})  # pending
+    copy_ = copy.deepcopy(layer) if how == "deepcopy" else pickle.loads(pickle.dumps(layer))
+    assert_same_state(layer, copy_)
+    assert copy_.table_names == layer.table_names
+    assert copy_.feature_names == layer.feature_names
+    assert repr(copy_.optimizer) == repr(layer.optimizer)
+    with pytest.raises(RuntimeError, match="lookup first"):  # the pending batch is not copied
+        copy_.apply_gradients(None)
+    before = variables(layer)
+    step(copy_, 7)
+    for key, values in variables(layer).items():  # training the copy leaves the original
+        assert values.tobytes() == before[key].tobytes(), key
+    layer({"watched": np.array([[1, 2, 3]]), "user": np.array([1])}, replace_pending=True)
+    layer.apply_gradients(None)  # the original's pending batch went on
+    layer.step = 2
+    layer.assign_table("video", before[("video", "parameters")])
+    for name, variable in before:
+        layer.assign_variable(name, variable, before[(name, variable)])
+    step(layer, 7)
+    assert_same_state(layer, copy_)  # the same step from the same state: bitwise the same
+
+
+def test_embedding_tables_key_error_lists_the_tables(trained_layer):
+    with pytest.raises(KeyError, match=r"no table named 'audio'; the tables are \['video'\]"):
+        trained_layer.embedding_tables["audio"]
+    assert trained_layer.embedding_tables.get("audio") is None
+
+
+@pytest.mark.parametrize("setting,value,message", [
+    ("seed", -1, r"seed=-1: must be >= 0 and <= 18446744073709551615"),
+    ("seed", 2**64, r"seed=18446744073709551616: must be >= 0"),
+    ("seed", 1.5, r"seed=1.5: must be an int"),
+    ("num_threads", -2, r"num_threads=-2: must be >= 0"),
+    ("num_threads", "4", r"num_threads='4': must be an int"),
+    ("pipeline_execution_with_tensor_core", 1, r"pipeline_execution_with_tensor_core=1: "
+                                               r"expected True, False or None"),
+])
+def test_settings_are_checked_naming_the_argument(setting, value, message):
+    with pytest.raises(ValueError, match=message):
+        recemb.Embedding(recemb.FeatureConfig(recemb.TableConfig(4, 2)), **{setting: value})
 
 
 # ---- errors: ValueError naming the feature and the value; nothing changes
@@ -428,6 +635,13 @@ def test_bad_gradients_raise_and_change_nothing(trained_layer):
         trained_layer.apply_gradients({"watched": np.ones((3, 1)), "liked": np.ones((1, 3))})
     with pytest.raises(ValueError, match="gradients"):
         trained_layer.apply_gradients({"watched": np.ones((1, 3))})
+    with pytest.raises(ValueError, match=r"feature 'liked': gradient must be real numbers, got "
+                                         r"dtype complex128"):  # not the real part alone
+        trained_layer.apply_gradients({"watched": np.ones((1, 3)),
+                                       "liked": np.array([[1.0 + 2j, 0.0, 1.0]])})
+    with pytest.raises(ValueError, match=r"feature 'watched': gradient must be real numbers, got "
+                                         r"dtype <U1"):
+        trained_layer.apply_gradients({"watched": [["x", "y", "z"]], "liked": np.ones((1, 3))})
     assert_unchanged(trained_layer, before)
     trained_layer.apply_gradients({"watched": np.ones((1, 3)), "liked": np.ones((1, 3))})
     assert trained_layer.step == before[1] + 1
@@ -488,8 +702,9 @@ def test_config_errors():
     with pytest.raises(ValueError, match="duplicate|unique"):
         recemb.Embedding([recemb.FeatureConfig(table, name="a"),
                           recemb.FeatureConfig(recemb.TableConfig(4, 2, name="t"))])
-    with pytest.raises(ValueError, match="non_finite_gradients: unknown non_finite_gradients "
-                                         "'ignore'; valid names are 'reject', 'skip_rows'"):
+    with pytest.raises(ValueError, match="non_finite_gradients='ignore': unknown "
+                                         "non_finite_gradients 'ignore'; valid names are "
+                                         "'reject', 'skip_rows'"):
         recemb.Embedding([recemb.FeatureConfig(table)], non_finite_gradients="ignore")
 
 
@@ -593,3 +808,27 @@ def test_serving_embedding_lookup():
     with pytest.raises(ValueError, match=r"table 'table_1': shape \(3, 12\)"):
         recemb.serving_embedding_lookup(inputs, weights, {video: tables[video].T,
                                                           "table_0": tables["table_0"]}, features)
+
+
+def test_the_package_is_typed():
+    """PEP 561: the py.typed marker and the extension's stub ship with the package, and the
+    public API's annotations all resolve."""
+    import inspect
+    import pathlib
+    import typing
+
+    import recemb.torch
+
+    package = pathlib.Path(recemb.__file__).parent
+    assert (package / "py.typed").exists() and (package / "_recemb.pyi").exists()
+    functions = [recemb.serving_embedding_lookup, recemb.latest_checkpoint,
+                 recemb.inspect_checkpoint, recemb.optimizers.get,
+                 recemb.torch.translate_optimizer]
+    for cls in (recemb.Embedding, recemb.TableConfig, recemb.FeatureConfig, recemb.Ragged,
+                recemb.Sparse, recemb.torch.Embedding):
+        functions += [member for name, member in vars(cls).items()
+                      if inspect.isfunction(member) and not name.startswith("_")
+                      or name in ("__init__", "__call__")]
+    for function in functions:
+        hints = typing.get_type_hints(function)
+        assert "return" in hints, function.__qualname__

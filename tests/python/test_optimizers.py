@@ -89,8 +89,14 @@ def test_names():
     assert optimizers.get(None) is None
     adam = optimizers.Adam()
     assert optimizers.get(adam) is adam
-    with pytest.raises(ValueError, match=r"unknown optimizer name 'Adam'.*'sgd', 'adagrad'"):
-        optimizers.get("Adam")
+    # Case-insensitive, as TF's names.
+    for name, cls in [("SGD", optimizers.SGD), ("Adagrad", optimizers.Adagrad),
+                      ("ADAM", optimizers.Adam), ("RowWise_Adagrad", optimizers.RowWiseAdagrad)]:
+        assert type(optimizers.get(name)) is cls
+    with pytest.raises(ValueError,
+                       match=r"optimizer='AdamW': unknown optimizer name 'adamw'.*'sgd', "
+                             r"'adagrad'"):
+        optimizers.get("AdamW")
     with pytest.raises(ValueError, match="unknown optimizer"):
         optimizers.get(3)
 
@@ -110,3 +116,38 @@ def test_schedules():
     assert schedules.learning_rate_at(optimizer._to_cpp().learning_rate, 1) == pytest.approx(0.25)
     with pytest.raises(ValueError, match="decay_steps"):
         optimizers.SGD(learning_rate=schedules.ExponentialDecay(0.1, 0, 0.5))
+
+
+class _KerasStyleSchedule:
+    """A Keras LearningRateSchedule's shape: called with the step, recording the steps seen."""
+
+    def __init__(self):
+        self.steps = []
+
+    def __call__(self, step):
+        self.steps.append(step)
+        return 0.5 / (1.0 + step)
+
+
+def test_a_callable_of_the_step_is_called_with_the_step():
+    schedule = _KerasStyleSchedule()
+    table = recemb.TableConfig(vocabulary_size=6, dim=3, initializer="zeros", name="t",
+                               combiner="sum")
+    layer = recemb.Embedding(recemb.FeatureConfig(table, name="f"),
+                             optimizers.SGD(learning_rate=schedule))
+    rng = np.random.default_rng(3)
+    expected = np.zeros((6, 3))
+    for step in range(3):
+        ids = np.array([0, 2, 5])
+        gradients = rng.uniform(-1, 1, (3, 3)).astype(np.float32)
+        layer(ids)
+        layer.apply_gradients(gradients)
+        expected[ids] -= 0.5 / (1.0 + step) * gradients.astype(np.float64)
+    assert schedule.steps == [0, 1, 2]
+    np.testing.assert_allclose(layer.embedding_tables["t"], expected, rtol=1e-6)
+
+
+def test_a_learning_rate_callable_of_other_arguments_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"optimizer SGD: learning_rate .* takes \(step, scale\): "
+                                         r"a learning-rate callable takes no argument, or one"):
+        optimizers.SGD(learning_rate=lambda step, scale: 0.1)

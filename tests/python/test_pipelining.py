@@ -110,6 +110,10 @@ def test_one_step_staleness_reads_the_rows_before_the_last_update():
     reference = make_layer()
     serial(reference, data)
     assert_bitwise_equal(state(layer), state(reference))  # the same updates (fixed gradients)
+    # TF's name of the same choice.
+    tf_layer = make_layer(pipeline_execution_with_tensor_core=True)
+    for got, want in zip(pipelined(tf_layer, data), expected):
+        assert_bitwise_equal(got, want)
 
 
 def test_errors():
@@ -129,11 +133,15 @@ def test_errors():
     # Checks made in Python raise at once, before anything starts.
     with pytest.raises(ValueError, match="liked"):
         layer.prefetch({name: value for name, value in ids.items() if name != "liked"}, None)
-    with pytest.raises(ValueError, match="pipeline_staleness: unknown pipeline_staleness 'two'; "
-                                         "valid names are 'none', 'one_step'"):
+    with pytest.raises(ValueError, match="pipeline_staleness='two': unknown pipeline_staleness "
+                                         "'two'; valid names are 'none', 'one_step'"):
         make_layer(pipeline_staleness="two")
-    with pytest.raises(ValueError, match="pipeline_staleness: expected a name"):
+    with pytest.raises(ValueError, match="pipeline_staleness=1: unknown pipeline_staleness '1'; "
+                                         "valid names are 'none', 'one_step'"):
         make_layer(pipeline_staleness=1)
+    with pytest.raises(ValueError, match="pipeline_execution_with_tensor_core=False contradicts "
+                                         "pipeline_staleness='one_step'"):
+        make_layer(pipeline_staleness="one_step", pipeline_execution_with_tensor_core=False)
     # The layer still works.
     batch = layer.prefetch(ids, weights)
     np.testing.assert_array_equal(layer.finish_lookup(batch)["watched"],

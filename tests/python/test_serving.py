@@ -1,7 +1,7 @@
 """Embedding.export and recemb.ServingModel: float32 lookups equal the layer's bitwise (nested
 structures, weights, every input layout, sequence features, output shapes); float16 and int8
-within the bounds of docs/serving.md, computed in float64; errors; the mapping outliving its
-file."""
+within the bounds of docs/serving.md, computed in float64; errors; the model outliving its
+file, and unaffected by changes to it."""
 
 import concurrent.futures
 import os
@@ -288,6 +288,26 @@ def test_model_outlives_its_file(exported, tmp_path):
                                      layer.lookup(features, weights))
     os.remove(path)
     assert_same_structure_and_values(model.lookup(features, weights), before)
+
+
+def test_model_survives_its_file_rewritten_in_place_or_truncated(exported, tmp_path):
+    # The adversarial run's S9b: the model used to serve the new bytes, or die of SIGBUS.
+    layer, _ = exported
+    path = tmp_path / "served.recemb"
+    layer.export(path)
+    model = recemb.ServingModel.open(path, feature_config=layer.feature_config)
+    features, weights, _ = random_inputs(np.random.default_rng(62), True)
+    before = layer.lookup(features, weights)
+    layer.embedding_tables["a"][:] += 1
+    other = tmp_path / "other.recemb"
+    layer.export(other)
+    with open(path, "r+b") as served:  # as `cp other served` does: same inode, new bytes
+        served.write(other.read_bytes())
+    assert_same_structure_and_values(model.lookup(features, weights), before)
+    os.truncate(path, 64)  # the header only
+    assert_same_structure_and_values(model.lookup(features, weights), before)
+    with pytest.raises(recemb.DataLoss, match="truncated"):
+        recemb.ServingModel.open(path, feature_config=layer.feature_config)
 
 
 def test_concurrent_lookups(exported):

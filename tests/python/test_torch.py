@@ -317,3 +317,109 @@ def test_translate_optimizer():
 def test_translate_optimizer_rejects_what_recemb_cannot_honour(make, message):
     with pytest.raises(ValueError, match=message):
         recemb.torch.translate_optimizer(make())
+
+
+def test_eval_mode_forward_is_a_pure_lookup():
+    pair = Pair(71, "sum", OPTIMIZERS["sgd"])
+    features, (values, offsets, dense) = random_batch(pair.rng)
+    pair.module.eval()
+    out = pair.module(features)  # grad enabled, but eval mode: nothing to apply later
+    assert not out["ragged"].requires_grad and not out["dense"].requires_grad
+    with torch.no_grad():
+        np.testing.assert_allclose(out["ragged"].numpy(), pair.bag(values, offsets).numpy(),
+                                   rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(out["dense"].numpy(), pair.bag(dense).numpy(), rtol=RTOL,
+                                   atol=ATOL)
+    pair.module.train()
+    loss, out = pair.recemb_loss(features)
+    assert out["dense"].requires_grad
+    loss.backward()
+    pair.torch_step((values, offsets, dense))
+    pair.assert_tables_match()
+    assert pair.module.step == 1
+
+
+class _Model(torch.nn.Module):
+    """A recemb embedding and a dense head, as a user's model holds them (module level, so that
+    torch.save can pickle it)."""
+
+    def __init__(self, embedding):
+        super().__init__()
+        self.embedding = embedding
+        self.head = torch.nn.Linear(2 * DIM, 1)
+
+    def forward(self, features):
+        out = self.embedding(features)
+        return self.head(torch.cat([out["ragged"], out["dense"]], dim=1)).squeeze(1)
+
+
+def _train_step(model, optimizer, features):
+    loss = (model(features) ** 2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def _assert_same_state(model, other):
+    mine, theirs = model.state_dict(), other.state_dict()
+    assert mine.keys() == theirs.keys()
+    for key, value in mine.items():
+        assert value.numpy().tobytes() == theirs[key].numpy().tobytes(), key
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "torch.save"])
+def test_deepcopy_and_torch_save_give_an_independent_module_with_the_same_state(how):
+    import copy
+
+    rng = np.random.default_rng(72)
+    torch.manual_seed(72)
+    table = recemb.TableConfig(VOCABULARY, DIM, name="table")
+    model = _Model(recemb.torch.Embedding(
+        {"ragged": recemb.FeatureConfig(table), "dense": recemb.FeatureConfig(table)},
+        recemb.optimizers.Adagrad(learning_rate=0.2), seed=4))
+    dense_optimizer = torch.optim.SGD(model.head.parameters(), lr=0.1)
+    for _ in range(2):
+        _train_step(model, dense_optimizer, random_batch(rng)[0])
+    model.embedding.prefetch(random_batch(rng)[0])  # pending: not part of the state
+    if how == "deepcopy":
+        other = copy.deepcopy(model)
+    else:
+        buffer = io.BytesIO()
+        torch.save(model, buffer)
+        buffer.seek(0)
+        other = torch.load(buffer)
+    _assert_same_state(model, other)
+    assert other.embedding.step == 2
+    assert repr(other) == repr(model)
+    before = {key: value.clone() for key, value in model.state_dict().items()}
+    features = random_batch(rng)[0]
+    _train_step(other, torch.optim.SGD(other.head.parameters(), lr=0.1), features)
+    for key, value in model.state_dict().items():  # training the copy leaves the original
+        assert value.numpy().tobytes() == before[key].numpy().tobytes(), key
+    _train_step(model, dense_optimizer, features)  # the same step from the same state
+    _assert_same_state(model, other)
+    assert model.embedding.step == other.embedding.step == 3
+
+
+def test_repr_shows_tables_features_and_optimizer():
+    video = recemb.TableConfig(1000, 16, name="video")
+    user = recemb.TableConfig(500, 8, name="user", optimizer=recemb.optimizers.SGD(0.5))
+    module = recemb.torch.Embedding(
+        {"watched": recemb.FeatureConfig(video), "user_id": recemb.FeatureConfig(user)},
+        recemb.optimizers.Adagrad(learning_rate=0.1))
+    assert module.embedding_tables[video].shape == (1000, 16)
+    with pytest.raises(KeyError, match=r"no table named 'audio'; the tables are \['user', "
+                                       r"'video'\]"):
+        module.embedding_tables["audio"]
+    assert repr(module) == (
+        "Embedding(tables={'user': (500, 8, SGD(learning_rate=0.5)), 'video': (1000, 16)}, "
+        "features=['user_id', 'watched'], optimizer=Adagrad(learning_rate=0.1))")
+
+
+def test_tf_pipelining_flag_selects_one_step_staleness():
+    table = recemb.TableConfig(10, 4)
+    for flag, staleness in ((True, "one_step"), (False, "none")):
+        module = recemb.torch.Embedding(recemb.FeatureConfig(table),
+                                        pipeline_execution_with_tensor_core=flag)
+        chosen = module.layer._options["pipeline_staleness"]
+        assert recemb._recemb.pipeline_staleness_name(chosen) == staleness

@@ -27,6 +27,7 @@
 #include "serving/serving_scenario.h"
 #include "testing/embedding_calls.h"
 #include "testing/error_of.h"
+#include "testing/fault_file_system.h"
 #include "testing/files.h"
 #include "testing/random_batches.h"
 #include "testing/temporary_directory.h"
@@ -165,6 +166,11 @@ TEST_P(ServingFileErrorTest, EditedManifestsAreValidated) {
                   /*verify=*/false, "combiner", "combiner");
   expect_rejected(rebuilt([](auto& m) { m["dtype"] = "bfloat16"; }), /*verify=*/false, "'bfloat16'",
                   "dtype");
+  // A repeated key (here "dtype", first "int8" then the real one) is refused, not last-wins.
+  std::string repeated = file_.manifest.dump();
+  repeated.insert(1, "\"dtype\": \"int8\", ");
+  expect_rejected(test::build_model_file(repeated, data), /*verify=*/false,
+                  "manifest: dtype: the key appears twice", "repeated key");
   const auto wrong_checksum =
       rebuilt([](auto& m) { m["tables"][2]["checksum"] = "0123456789abcdef"; });
   expect_rejected(wrong_checksum, /*verify=*/true, "table 'quantized': the checksum does not match",
@@ -280,6 +286,90 @@ TEST(ServingOpenTest, MissingDirectoriesForeignFilesAndBadOptions) {
   test::write_bytes(text, std::vector<std::byte>(100, std::byte{'x'}));
   EXPECT_THAT(error_of<DataLoss>([&] { ServingModel::open(text); }),
               AllOf(HasSubstr("notes.txt"), HasSubstr("not a recemb serving model")));
+}
+
+// ------------------------------------------------------------------------------------------------
+// An open model owns its bytes: what happens to the file afterwards cannot reach it.
+
+// Overwriting the file in place (as `cp new.recemb served.recemb` does) or truncating it while a
+// model has it open changes nothing the model serves (it used to serve the new bytes unverified,
+// or die of SIGBUS); a new open reads the new file.
+TEST(ServingOpenTest, AnOpenModelIsUnaffectedByChangesToItsFile) {
+  const Scenario scenario = make_scenario(Combiner::kMean, true);
+  const TemporaryDirectory directory;
+  const std::filesystem::path served = directory / "served.recemb";
+  const std::filesystem::path other = directory / "other.recemb";
+  export_serving_model(make_layer(scenario, 1), served);
+  export_serving_model(make_layer(scenario, 2), other);
+  std::mt19937_64 rng(3);
+  const std::vector<OwnedInput> inputs = random_inputs(rng, scenario);
+  const std::vector<FeatureInput> views = test::views_of(inputs);
+  const auto activations_of = [&views](const std::filesystem::path& path) {
+    const ServingModel model = ServingModel::open(path);
+    return lookup_activations(model, views);
+  };
+
+  for (const bool verify : {true, false}) {
+    export_serving_model(make_layer(scenario, 1), served);
+    const ServingModel model = ServingModel::open(served, {.verify = verify});
+    const auto before = lookup_activations(model, views);
+    const auto of_other = activations_of(other);
+    ASSERT_NE(before, of_other);
+
+    test::write_bytes(served, test::read_bytes(other));  // in place: same inode
+    EXPECT_EQ(lookup_activations(model, views), before) << "verify " << verify;
+    EXPECT_EQ(activations_of(served), of_other);
+
+    std::filesystem::resize_file(served, 64);  // the header only
+    EXPECT_EQ(lookup_activations(model, views), before) << "verify " << verify;
+    std::filesystem::remove(served);
+    EXPECT_EQ(lookup_activations(model, views), before) << "verify " << verify;
+  }
+}
+
+// open reads through the file system in use (format/file_system.h): a failing read is the
+// system_error naming the file, a short read is retried, and a file that ends early while it is
+// read (truncated under the reader) is DataLoss; no model is opened from partial bytes.
+TEST(ServingOpenTest, ReadFaultsAreReportedAndShortReadsRetried) {
+  const Scenario scenario = make_scenario(Combiner::kSum, false);
+  const TemporaryDirectory directory;
+  const std::filesystem::path path = directory / "model.recemb";
+  export_serving_model(make_layer(scenario, 7), path);
+  std::mt19937_64 rng(8);
+  const std::vector<OwnedInput> inputs = random_inputs(rng, scenario);
+  const std::vector<FeatureInput> views = test::views_of(inputs);
+  const ServingModel reference = ServingModel::open(path);
+  const auto expected = lookup_activations(reference, views);
+
+  for (const bool verify : {true, false}) {
+    const std::string trace = "verify " + std::to_string(verify);
+    {
+      test::FaultFileSystem file_system;
+      file_system.fail_read(1, EIO);
+      try {
+        ServingModel::open(path, {.verify = verify});
+        ADD_FAILURE() << trace << ": opened despite a failing read";
+      } catch (const std::system_error& error) {
+        EXPECT_EQ(error.code().value(), EIO) << trace;
+        EXPECT_THAT(error.what(), HasSubstr("read '" + path.string() + "'")) << trace;
+      }
+    }
+    for (const size_t max_bytes : {size_t{1}, size_t{100}, size_t{4096}}) {
+      test::FaultFileSystem file_system;
+      file_system.shorten_read(1, max_bytes);
+      const ServingModel model = ServingModel::open(path, {.verify = verify});
+      EXPECT_GE(file_system.reads(), 2) << trace;
+      EXPECT_EQ(lookup_activations(model, views), expected) << trace << ", " << max_bytes;
+    }
+    {
+      test::FaultFileSystem file_system;
+      file_system.shorten_read(1, 0);
+      EXPECT_THAT(error_of<DataLoss>([&] { ServingModel::open(path, {.verify = verify}); }),
+                  AllOf(HasSubstr("serving model '" + path.string() + "'"),
+                        HasSubstr("truncated while being read"), HasSubstr("ends at byte 0")))
+          << trace;
+    }
+  }
 }
 
 }  // namespace

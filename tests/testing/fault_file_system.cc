@@ -1,5 +1,6 @@
 #include "testing/fault_file_system.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <system_error>
@@ -102,6 +103,36 @@ class FaultWritableFile final : public format::WritableFile {
   fs::path path_;
 };
 
+// A file open for reading through a FaultFileSystem.
+class FaultReadableFile final : public format::ReadableFile {
+ public:
+  FaultReadableFile(FaultFileSystem& owner, std::unique_ptr<format::ReadableFile> file,
+                    fs::path path)
+      : owner_(owner), file_(std::move(file)), path_(std::move(path)) {}
+
+  uint64_t size() const override { return file_->size(); }
+
+  size_t read_at(uint64_t offset, std::span<std::byte> bytes) const override {
+    size_t max_bytes = bytes.size();
+    {
+      const std::lock_guard lock(owner_.mutex_);
+      if (owner_.crashed_) throw SimulatedCrash();
+      const int nth = ++owner_.reads_;
+      if (nth == owner_.fail_read_nth_) {
+        throw_fault(owner_.fail_read_error_, "read '" + path_.string() + "'");
+      }
+      if (nth == owner_.short_read_nth_) max_bytes = std::min(max_bytes, owner_.short_read_bytes_);
+    }
+    if (max_bytes == 0) return 0;
+    return file_->read_at(offset, bytes.first(max_bytes));
+  }
+
+ private:
+  FaultFileSystem& owner_;
+  std::unique_ptr<format::ReadableFile> file_;
+  fs::path path_;
+};
+
 FaultFileSystem::FaultFileSystem() : posix_(format::posix_file_system()) {
   format::set_file_system_for_testing(this);
 }
@@ -124,6 +155,23 @@ void FaultFileSystem::fail(FaultPoint point, int nth, int error, bool short_writ
   fail_nth_ = nth;
   fail_error_ = error;
   fail_short_ = short_write;
+}
+
+int FaultFileSystem::reads() const {
+  const std::lock_guard lock(mutex_);
+  return reads_;
+}
+
+void FaultFileSystem::fail_read(int nth, int error) {
+  const std::lock_guard lock(mutex_);
+  fail_read_nth_ = nth;
+  fail_read_error_ = error;
+}
+
+void FaultFileSystem::shorten_read(int nth, size_t max_bytes) {
+  const std::lock_guard lock(mutex_);
+  short_read_nth_ = nth;
+  short_read_bytes_ = max_bytes;
 }
 
 void FaultFileSystem::crash_at(int nth) {
@@ -196,7 +244,7 @@ std::unique_ptr<format::WritableFile> FaultFileSystem::open_for_writing(const fs
 std::unique_ptr<format::ReadableFile> FaultFileSystem::open(const fs::path& path) {
   const std::lock_guard lock(mutex_);
   if (crashed_) throw SimulatedCrash();
-  return posix_.open(path);
+  return std::make_unique<FaultReadableFile>(*this, posix_.open(path), path);
 }
 
 void FaultFileSystem::rename(const fs::path& from, const fs::path& to) {

@@ -2,6 +2,7 @@
 // that forwards to the POSIX one and can make its calls fail or the machine crash:
 //   - fail(): the Nth write, file fsync, rename or directory fsync throws std::system_error with a
 //     chosen errno (ENOSPC, EIO, ...); a write can first write part of its bytes (a short write);
+//   - fail_read(), shorten_read(): the Nth read of a file throws, or returns fewer bytes;
 //   - crash_at(): from the Nth call that changes anything on, every call throws SimulatedCrash;
 //     drop_unsynced() then loses what a real crash would: every file's bytes since its last fsync
 //     (a file never fsynced becomes empty) and every creation and rename of a directory entry not
@@ -54,6 +55,13 @@ class FaultFileSystem final : public format::FileSystem {
   // std::system_error `error`; a write first writes the first half of its bytes when
   // `short_write`. Replaces an earlier fail().
   void fail(FaultPoint point, int nth, int error, bool short_write = false);
+  // How many reads (ReadableFile::read_at) of files opened through this file system ran so far.
+  int reads() const;
+  // The read number `nth` (1-based, as reads() counts) throws std::system_error `error`.
+  void fail_read(int nth, int error);
+  // The read number `nth` returns at most `max_bytes` bytes (0: as at the end of the file).
+  void shorten_read(int nth, size_t max_bytes);
+
   // The change number `nth` (as changes() counts) and every call after it throw SimulatedCrash.
   void crash_at(int nth);
   // After a crash (or at any time): undoes what was not synced, as described above, and lets
@@ -73,6 +81,7 @@ class FaultFileSystem final : public format::FileSystem {
 
  private:
   friend class FaultWritableFile;
+  friend class FaultReadableFile;
 
   // A created or renamed directory entry, undone by a crash unless its directory was synced.
   struct EntryChange {
@@ -105,6 +114,11 @@ class FaultFileSystem final : public format::FileSystem {
   bool fail_short_ = false;
   int crash_at_ = 0;  // 0: never
   bool crashed_ = false;
+  int reads_ = 0;
+  int fail_read_nth_ = 0;  // 0: never
+  int fail_read_error_ = 0;
+  int short_read_nth_ = 0;  // 0: never
+  size_t short_read_bytes_ = 0;
   std::vector<EntryChange> unsynced_entries_;
   std::map<std::filesystem::path, FileState> files_;
 };

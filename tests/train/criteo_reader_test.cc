@@ -580,5 +580,44 @@ TEST(CriteoReaderTest, ConstructorValidates) {
   EXPECT_EQ(reader.position(), "criteo:0:0:0");
 }
 
+// parse_criteo_line is the reader's parsing of one line: with the label field, and without it
+// (39 fields) for lines to predict, each giving the reference example; malformed lines the
+// reader's messages, counted in the layout they were given in.
+TEST(ParseCriteoLineTest, ParsesLinesWithAndWithoutTheLabelAsTheReaderDoes) {
+  std::mt19937_64 random(7);
+  const std::vector<int64_t> vocabulary = test_vocabulary();
+  for (int i = 0; i < 500; ++i) {
+    Example expected;
+    const std::string line = random_line(random, vocabulary, expected);
+    for (const CriteoLabel label_field : {CriteoLabel::kPresent, CriteoLabel::kAbsent}) {
+      const std::string_view text = label_field == CriteoLabel::kPresent
+                                        ? std::string_view(line)
+                                        : std::string_view(line).substr(2);  // "0\t" or "1\t"
+      Example parsed;
+      parsed.label = label_field == CriteoLabel::kPresent ? -1.0f : expected.label;
+      ASSERT_EQ(parse_criteo_line(text, label_field, vocabulary, parsed.label, parsed.dense,
+                                  parsed.ids.data(), 1),
+                std::nullopt)
+          << line;
+      EXPECT_EQ(parsed, expected) << line;
+    }
+  }
+  const std::string good = valid_line();
+  Example parsed;
+  const auto error = [&](std::string_view text, CriteoLabel label_field) {
+    return parse_criteo_line(text, label_field, vocabulary, parsed.label, parsed.dense,
+                             parsed.ids.data(), 1)
+        .value_or("");
+  };
+  EXPECT_EQ(error(std::string_view(good).substr(2), CriteoLabel::kPresent),
+            "expected 40 tab-separated fields, found 39");
+  EXPECT_EQ(error(good, CriteoLabel::kAbsent), "expected 39 tab-separated fields, found 40");
+  EXPECT_EQ(error(line_with(0, "2"), CriteoLabel::kPresent), "label '2' is not 0 or 1");
+  EXPECT_EQ(error(line_with(20, "g"), CriteoLabel::kPresent),
+            "C7 'g' is not 1 to 16 hexadecimal digits");
+  EXPECT_EQ(error(good + std::string(kMaxLineBytes, ' '), CriteoLabel::kPresent),
+            "line longer than 4096 bytes");
+}
+
 }  // namespace
 }  // namespace recemb::train

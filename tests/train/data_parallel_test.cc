@@ -4,6 +4,7 @@
 #include "train/data_parallel.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -107,7 +108,7 @@ TEST(RankGroup, AGroupOfOneIsThisProcessAlone) {
   EXPECT_EQ(thrown<std::runtime_error>([&] { alone.agree(error); }), "disk full");
   alone.agree(nullptr);
   EXPECT_EQ(alone.broadcast("mine"), "mine");
-  EXPECT_THAT(alone.all_gather(int64_t{5}), ElementsAre(5));
+  EXPECT_THAT(alone.all_gather(std::array{int64_t{5}}), ElementsAre(5));
   // The mean is the local values, bit for bit.
   const std::vector<float> local = {0.1f, -3e-30f, std::numeric_limits<float>::denorm_min()};
   std::vector<float> mean(3);
@@ -232,7 +233,8 @@ TEST(RankGroup, BroadcastAndAllGather) {
     const std::string text = group.broadcast(rank == 0 ? "ckpt-000000000075" : "other");
     if (text != "ckpt-000000000075") problem += "broadcast gave '" + text + "'; ";
     if (!group.broadcast(rank == 0 ? "" : "other").empty()) problem += "empty broadcast; ";
-    if (group.all_gather(int64_t{10} * rank - 1) != std::vector<int64_t>{-1, 9, 19}) {
+    if (group.all_gather(std::array{int64_t{10} * rank - 1, int64_t{rank}}) !=
+        std::vector<int64_t>{-1, 0, 9, 1, 19, 2}) {
       problem += "all_gather of values; ";
     }
     // Rank 0 sends one float, rank 1 none, rank 2 three; rank q's are q + 0.5.

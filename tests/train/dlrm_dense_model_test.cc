@@ -247,6 +247,26 @@ TEST(DlrmDenseModelLayoutTest, DefaultModelHasDlrmShapes) {
   EXPECT_EQ(blocks[9].offset + 1, model.num_parameters());
 }
 
+// parameter_count gives the parameter count of the model a config builds, without building it,
+// and refuses the configs the constructor refuses.
+TEST(DlrmDenseModelLayoutTest, ParameterCountIsThatOfTheBuiltModel) {
+  std::mt19937_64 random(12);
+  for (int i = 0; i < 50; ++i) {
+    const auto width = [&] { return 1 + static_cast<int64_t>(random() % 40); };
+    DlrmDenseConfig config{
+        .num_dense_features = width(), .num_sparse_features = width(), .embedding_dim = width()};
+    config.bottom_mlp.resize(1 + random() % 3);
+    for (int64_t& w : config.bottom_mlp) w = width();
+    config.bottom_mlp.back() = config.embedding_dim;
+    config.top_mlp.resize(random() % 3);
+    for (int64_t& w : config.top_mlp) w = width();
+    EXPECT_EQ(DlrmDenseModel::parameter_count(config), DlrmDenseModel(config).num_parameters());
+  }
+  EXPECT_EQ(DlrmDenseModel::parameter_count({}), DlrmDenseModel({}).num_parameters());
+  EXPECT_THROW(DlrmDenseModel::parameter_count({.embedding_dim = 8}), InvalidArgument);
+  EXPECT_THROW(DlrmDenseModel::parameter_count({.num_dense_features = 0}), InvalidArgument);
+}
+
 TEST(DlrmDenseModelLayoutTest, InitializationDependsOnlyOnTheSeed) {
   const DlrmDenseModel a({.seed = 7});
   const DlrmDenseModel b({.seed = 7});

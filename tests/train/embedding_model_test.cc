@@ -32,9 +32,11 @@ TEST(EmbeddingModel, TablesFollowThePresetBudgetAndOverrides) {
   }
   EXPECT_EQ(optimizer_name(model.optimizer), "rowwise_adagrad");
   EXPECT_FLOAT_EQ(std::get<float>(std::get<RowwiseAdagrad>(model.optimizer).learning_rate), 0.5f);
-  // C5: SGD at the global rate; C6: the global optimizer at its own rate.
+  // C5: SGD at SGD's default rate (the global rate is row-wise Adagrad's); C6: the global
+  // optimizer at its own rate.
   const Sgd& c5 = std::get<Sgd>(*model.tables[4].optimizer);
-  EXPECT_FLOAT_EQ(std::get<float>(c5.learning_rate), 0.5f);
+  EXPECT_FLOAT_EQ(std::get<float>(c5.learning_rate),
+                  static_cast<float>(default_learning_rate("sgd")));
   const RowwiseAdagrad& c6 = std::get<RowwiseAdagrad>(*model.tables[5].optimizer);
   EXPECT_FLOAT_EQ(std::get<float>(c6.learning_rate), 0.25f);
 }

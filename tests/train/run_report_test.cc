@@ -1,6 +1,7 @@
 #include "train/run_report.h"
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <gmock/gmock.h>
@@ -27,10 +28,12 @@ TrainSummary sample_summary() {
   s.ranks = 3;
   s.first_step = 40;
   s.steps = 140;
+  s.requested_steps = 500;
   s.examples = 204800;
   s.seconds = 12.345678901234567;
   s.examples_per_second = 16589.123456789;
   s.initial_auc = 0.5012345678;
+  s.initial_log_loss = 0.69312345;
   s.final_auc = 0.7410000001;
   s.final_log_loss = 0.49341234;
   s.best_auc = 0.78;
@@ -72,7 +75,7 @@ TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
   EXPECT_EQ(text.front(), '{');
   EXPECT_EQ(text.substr(text.size() - 2), "}\n");
   const auto fields = json_fields(text);
-  EXPECT_EQ(fields.size(), 20u);
+  EXPECT_EQ(fields.size(), 25u);
   const auto number = [&](const std::string& name) {
     return std::strtod(fields.at(name).c_str(), nullptr);
   };
@@ -80,6 +83,7 @@ TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
   EXPECT_EQ(number("seconds"), s.seconds);
   EXPECT_EQ(number("examples_per_second"), s.examples_per_second);
   EXPECT_EQ(number("initial_auc"), s.initial_auc);
+  EXPECT_EQ(number("initial_log_loss"), s.initial_log_loss);
   EXPECT_EQ(number("final_auc"), s.final_auc);
   EXPECT_EQ(number("final_log_loss"), s.final_log_loss);
   EXPECT_EQ(number("best_auc"), s.best_auc);
@@ -93,6 +97,10 @@ TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
   EXPECT_EQ(fields.at("ranks"), "3");
   EXPECT_EQ(fields.at("first_step"), "40");
   EXPECT_EQ(fields.at("steps"), "140");
+  EXPECT_EQ(fields.at("requested_steps"), "500");
+  EXPECT_EQ(fields.at("data_ended"), "false");
+  EXPECT_EQ(fields.at("stop_signal"), "0");
+  EXPECT_EQ(fields.at("learned"), "true");
   EXPECT_EQ(fields.at("examples"), "204800");
   EXPECT_EQ(fields.at("embedding_bytes"), "134217728");
   EXPECT_EQ(fields.at("peak_resident_bytes"), "182714368");
@@ -124,6 +132,35 @@ TEST(RunReport, TextSummaryNamesTheFiguresAndTheTimeShares) {
   EXPECT_THAT(text, HasSubstr("data-parallel on 3 ranks (time and memory: rank 1's)"));
   EXPECT_THAT(text, HasSubstr("skipped 2 malformed input lines, the first ones:\n"
                               "  day_0.tsv:7: 12 fields, expected 40\n  day_0.tsv:9: bad hex\n"));
+}
+
+// How a run ended early, and whether it learned, end the summary (docs/training.md).
+TEST(RunReport, TextSummarySaysWhyARunEndedEarlyAndWhenItDidNotLearn) {
+  TrainSummary s = sample_summary();
+  EXPECT_THAT(format_summary(s), AllOf(Not(HasSubstr("stopped by")), Not(HasSubstr("data ended")),
+                                       Not(HasSubstr("did not learn"))));
+  s.data_ended = true;
+  EXPECT_THAT(format_summary(s),
+              HasSubstr("the training data ended at step 140, before train.steps = 500\n"));
+  s.data_ended = false;
+  s.stop_signal = SIGINT;
+  EXPECT_THAT(format_summary(s),
+              HasSubstr("stopped by SIGINT after step 140 of 500: continue with --resume\n"));
+  s.stop_signal = SIGTERM;
+  EXPECT_THAT(format_summary(s), HasSubstr("stopped by SIGTERM"));
+  s.learned = false;
+  s.final_auc = 0.509;
+  const std::string text = format_summary(s);
+  EXPECT_THAT(text, AllOf(HasSubstr("warning: the model did not learn (held-out AUC 0.5090, log "
+                                    "loss 0.4934; before: 0.6931)"),
+                          HasSubstr("embedding.learning_rate")));
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_EQ(text.rfind("warning: "), text.rfind('\n', text.size() - 2) + 1);  // the last line
+  const TemporaryDirectory dir;
+  write_summary_json(s, dir / "summary.json");
+  const auto fields = json_fields(read_text(dir / "summary.json"));
+  EXPECT_EQ(fields.at("learned"), "false");
+  EXPECT_EQ(fields.at("stop_signal"), std::to_string(SIGTERM));
 }
 
 TEST(RunReport, TrainingSvgDrawsTheLossAndTheAuc) {

@@ -150,5 +150,95 @@ TEST(TrainConfig, RangesAreValidated) {
               HasSubstr("checkpoint.keep"));
 }
 
+// What a shell leaves of --set embedding.optimizer="adam": a bare word, taken as the string it
+// reads as wherever the setting is a string, and nowhere else.
+TEST(TrainConfig, BareWordsAreStringsWhereTheSettingIsAString) {
+  const TrainConfig c = load_train_config(
+      "", {"embedding.optimizer=rowwise_adagrad", "tables.C3.optimizer=adam",
+           "data.path=/data/day_0.tsv", "output.dir=2024", "embedding.sharding=row_wise"});
+  EXPECT_EQ(c.embedding.optimizer, "rowwise_adagrad");
+  EXPECT_EQ(c.tables.at("C3").optimizer, "adam");
+  EXPECT_EQ(c.data.path, "/data/day_0.tsv");
+  EXPECT_EQ(c.output.dir, "2024");
+  EXPECT_EQ(c.embedding.sharding, "row_wise");
+  EXPECT_EQ(load_train_config("", {"data.path=\"x y.tsv\""}).data.path, "x y.tsv");
+  EXPECT_THAT(error_of<InvalidArgument>([] { load_train_config("", {"data.path=x y.tsv"}); }),
+              AllOf(HasSubstr("data.path is a string"), HasSubstr("--set data.path='\"")));
+  EXPECT_THAT(error_of<InvalidArgument>([] { load_train_config("", {"train.steps=many"}); }),
+              HasSubstr("override 'train.steps=many'"));
+  EXPECT_THAT(
+      error_of<InvalidArgument>([] { load_train_config("", {"embedding.optimizer=adamw"}); }),
+      AllOf(HasSubstr("embedding.optimizer"), HasSubstr("adamw")));
+}
+
+TEST(TrainConfig, EachOptimizerHasItsOwnLearningRateUnlessOneIsSet) {
+  const std::vector<std::string> optimizers = {"sgd",  "adagrad", "adagrad_momentum",
+                                               "adam", "ftrl",    "rowwise_adagrad"};
+  for (const std::string& name : optimizers) {
+    const TrainConfig c = load_train_config("", {"embedding.optimizer=\"" + name + "\""});
+    EXPECT_DOUBLE_EQ(c.embedding.learning_rate, default_learning_rate(name)) << name;
+    EXPECT_GT(c.embedding.learning_rate, 0.0) << name;
+  }
+  EXPECT_DOUBLE_EQ(default_learning_rate("adagrad"), 1.0);
+  EXPECT_LT(default_learning_rate("adam"), 0.1);  // Adagrad's 1.0 does not learn with Adam
+  EXPECT_GT(default_learning_rate("sgd"), 1.0);   // the raw gradient of a mean loss is small
+  EXPECT_THAT(error_of<InvalidArgument>([] { default_learning_rate("adamw"); }),
+              HasSubstr("adamw"));
+
+  // A rate that is set wins, wherever it is set, whatever its value.
+  EXPECT_DOUBLE_EQ(load_train_config("", {"embedding.optimizer=adam", "embedding.learning_rate=1"})
+                       .embedding.learning_rate,
+                   1.0);
+  const std::string path =
+      write_file("config_rate.toml", "[embedding]\noptimizer = \"adam\"\nlearning_rate = 0.5\n");
+  EXPECT_DOUBLE_EQ(load_train_config(path, {}).embedding.learning_rate, 0.5);
+
+  // A table with an optimizer of its own and no rate gets that optimizer's; with the run's
+  // optimizer, the run's rate (left unset here).
+  const TrainConfig tables = load_train_config(
+      "", {"embedding.learning_rate=0.7", "tables.C3.optimizer=adam", "tables.C4.optimizer=adagrad",
+           "tables.C5.optimizer=sgd", "tables.C5.learning_rate=3"});
+  EXPECT_EQ(tables.tables.at("C3").learning_rate, default_learning_rate("adam"));
+  EXPECT_FALSE(tables.tables.at("C4").learning_rate.has_value());
+  EXPECT_EQ(tables.tables.at("C5").learning_rate, 3.0);
+}
+
+TEST(TrainConfig, StepsAndBatchSizeAreBounded) {
+  EXPECT_THAT(error_of<InvalidArgument>([] { load_train_config("", {"train.steps=0"}); }),
+              HasSubstr("train.steps must be >= 1, not 0"));
+  EXPECT_EQ(load_train_config("", {"train.batch_size=1048576"}).train.batch_size, kMaxBatchSize);
+  for (const std::string size : {"1048577", "100000000", "2147483648"}) {
+    EXPECT_THAT(
+        error_of<InvalidArgument>([&] { load_train_config("", {"train.batch_size=" + size}); }),
+        HasSubstr("train.batch_size must be 1 to 1048576, not " + size));
+  }
+}
+
+TEST(TrainConfig, ResumeRefusesSettingsThatChangeTheUpdates) {
+  const std::string saved = to_toml(load_train_config("", {"train.batch_size=128"}));
+  const auto error = [&](const std::vector<std::string>& overrides) {
+    return error_of<InvalidArgument>([&] {
+      check_resume_settings(saved, load_train_config("", overrides), "run/checkpoints/ckpt-7");
+    });
+  };
+  EXPECT_THAT(error({"train.batch_size=64"}), AllOf(HasSubstr("train.batch_size is 64, was 128"),
+                                                    HasSubstr("run/checkpoints/ckpt-7")));
+  EXPECT_THAT(error({"train.batch_size=128", "data.synthetic_seed=2"}),
+              HasSubstr("data.synthetic_seed is 2, was 1"));
+  EXPECT_THAT(error({"train.batch_size=128", "tables.C3.vocabulary_size=10"}),
+              HasSubstr("tables.C3.vocabulary_size is 10, was (not set)"));
+  EXPECT_THAT(error({"train.batch_size=128", "embedding.optimizer=adam"}),
+              AllOf(HasSubstr("embedding.learning_rate is 0.01, was 1.0; "),
+                    HasSubstr("embedding.optimizer is 'adam', was 'adagrad'")));
+  // What may change: the length of the run, its records, where they go, how the work is spread.
+  EXPECT_NO_THROW(check_resume_settings(
+      saved,
+      load_train_config("", {"train.batch_size=128", "train.steps=9000", "train.eval_every=3",
+                             "train.log_every=7", "checkpoint.every=11", "checkpoint.keep=5",
+                             "checkpoint.dir=elsewhere", "output.dir=other", "embedding.threads=3",
+                             "embedding.sharding=row_wise", "data.max_malformed=0"}),
+      "ckpt"));
+}
+
 }  // namespace
 }  // namespace recemb::train

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +32,7 @@ namespace {
 
 using test::read_text;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::filesystem::path fresh_dir(const std::string& name) {
   const auto dir = std::filesystem::path(::testing::TempDir()) / ("trainer_" + name);
@@ -81,6 +84,8 @@ TEST(Trainer, LearnsThePlantedSignalAndWritesItsOutputs) {
   EXPECT_TRUE(std::filesystem::exists(dir / "checkpoints"));
   EXPECT_THAT(log.str(), HasSubstr("eval at step 120"));
   EXPECT_THAT(format_summary(summary), HasSubstr("held-out AUC"));
+  EXPECT_TRUE(summary.learned);
+  EXPECT_THAT(format_summary(summary), Not(HasSubstr("did not learn")));
 }
 
 TEST(Trainer, ResumeContinuesExactlyAsAnUninterruptedRun) {
@@ -237,6 +242,144 @@ TEST(Trainer, AFailingCheckpointLeavesACompleteOneToResumeFrom) {
   }
 }
 
+// A file smaller than data.eval_examples: the held-out set takes its first fifth, the rest
+// trains, and the run says both; with nothing left to train on, the run is an error.
+TEST(Trainer, ASmallFileIsNotAllHeldOut) {
+  const auto dir = fresh_dir("small_file");
+  std::filesystem::create_directories(dir);
+  write_criteo(dir / "small.tsv", 100, 0, 3);
+  const std::string data = "data.path=\"" + (dir / "small.tsv").string() + "\"";
+  std::ostringstream log;
+  const TrainSummary summary =
+      run_training(small_config(dir / "out", {data, "train.batch_size=32"}), {.log = &log});
+  // The lines have nearly equal lengths: 20 of them are about a fifth of the bytes.
+  EXPECT_THAT(log.str(), AllOf(HasSubstr("warning: data.eval_examples = 4096 would hold out 100 "
+                                         "examples of " +
+                                         (dir / "small.tsv").string() + " (100%"),
+                               HasSubstr("holding out its first 20 examples"),
+                               HasSubstr("(20 held-out examples)"),
+                               HasSubstr("the data will end before train.steps = 120: about 80 "
+                                         "examples are left"),
+                               HasSubstr("about 3 steps of 32")));
+  EXPECT_EQ(summary.examples, 80);
+  EXPECT_EQ(summary.steps, 3);  // 32 + 32 + 16
+  EXPECT_TRUE(summary.data_ended);
+  EXPECT_THAT(format_summary(summary),
+              HasSubstr("the training data ended at step 3, before train.steps = 120"));
+  EXPECT_THAT(read_text(dir / "out" / "summary.json"), HasSubstr("\"data_ended\": true"));
+
+  // Resumed where the data ended: nothing to train on.
+  try {
+    run_training(small_config(dir / "out", {data, "train.batch_size=32"}),
+                 {.resume = true, .log = &log});
+    FAIL() << "no error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), AllOf(HasSubstr("no examples to train on"),
+                                    HasSubstr("ended at step 3, where this run resumed")));
+  }
+  // A held-out file of its own leaves all of the training file to train on.
+  const TrainSummary separate = run_training(
+      small_config(dir / "separate", {data, "train.batch_size=32",
+                                      "data.eval_path=\"" + (dir / "small.tsv").string() + "\""}),
+      {.log = &log});
+  EXPECT_EQ(separate.examples, 100);
+
+  write_criteo(dir / "one.tsv", 1, 0, 3);
+  try {
+    run_training(small_config(dir / "one", {"data.path=\"" + (dir / "one.tsv").string() + "\""}),
+                 {.log = &log});
+    FAIL() << "no error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(),
+                AllOf(HasSubstr("one.tsv holds 1 example"), HasSubstr("data.eval_path")));
+  }
+}
+
+// A log that sets `flag` to SIGINT once `trigger` was written to it and flushed: a user pressing
+// Ctrl-C on seeing that line.
+class InterruptOnText : public std::stringbuf {
+ public:
+  InterruptOnText(std::string trigger, std::atomic<int>& flag)
+      : trigger_(std::move(trigger)), flag_(flag) {}
+
+ protected:
+  int sync() override {
+    if (str().find(trigger_) != std::string::npos) flag_.store(SIGINT);
+    return 0;
+  }
+
+ private:
+  std::string trigger_;
+  std::atomic<int>& flag_;
+};
+
+// Stopped by a signal after the checkpoint of step 50: the run saves, evaluates and reports, and
+// a resume continues exactly as the uninterrupted run.
+TEST(Trainer, AStopRequestEndsTheRunAfterTheStepAndResumesExactly) {
+  const auto straight_dir = fresh_dir("stop_straight");
+  const auto stopped_dir = fresh_dir("stop_stopped");
+  std::ostringstream log;
+  const TrainSummary straight = run_training(small_config(straight_dir), {.log = &log});
+
+  std::atomic<int> stop{0};
+  InterruptOnText buffer("checkpoint", stop);
+  std::ostream interrupted_log(&buffer);
+  const TrainSummary stopped =
+      run_training(small_config(stopped_dir), {.log = &interrupted_log, .stop_signal = &stop});
+  EXPECT_EQ(stopped.stop_signal, SIGINT);
+  EXPECT_EQ(stopped.steps, 50);
+  EXPECT_EQ(stopped.examples, 50 * 256);
+  EXPECT_FALSE(stopped.data_ended);
+  EXPECT_THAT(buffer.str(), AllOf(HasSubstr("stopping at step 50"), HasSubstr("eval at step 50")));
+  EXPECT_THAT(format_summary(stopped), HasSubstr("stopped by SIGINT after step 50 of 120"));
+  EXPECT_THAT(read_text(stopped_dir / "summary.json"), HasSubstr("\"stop_signal\": 2,"));
+  ASSERT_EQ(latest_checkpoint(stopped_dir / "checkpoints"),
+            stopped_dir / "checkpoints" / "ckpt-000000000050");
+
+  const TrainSummary resumed =
+      run_training(small_config(stopped_dir), {.resume = true, .log = &log});
+  EXPECT_EQ(resumed.first_step, 50);
+  EXPECT_EQ(resumed.steps, 120);
+  EXPECT_EQ(resumed.stop_signal, 0);
+  EXPECT_EQ(resumed.final_auc, straight.final_auc);  // bitwise
+  EXPECT_EQ(read_text(stopped_dir / "metrics.jsonl"), read_text(straight_dir / "metrics.jsonl"));
+}
+
+// What decides the updates may not change on --resume (check_resume_settings); the length of
+// the run may.
+TEST(Trainer, ResumeRefusesChangedSettings) {
+  const auto dir = fresh_dir("resume_changed");
+  std::ostringstream log;
+  run_training(small_config(dir, {"train.steps=5"}), {.log = &log});
+  const std::string metrics = read_text(dir / "metrics.jsonl");
+  for (const auto& [setting, message] : std::vector<std::pair<std::string, std::string>>{
+           {"train.batch_size=128", "train.batch_size is 128, was 256"},
+           {"data.synthetic_seed=7", "data.synthetic_seed is 7, was 1"}}) {
+    try {
+      run_training(small_config(dir, {"train.steps=10", setting}), {.resume = true, .log = &log});
+      ADD_FAILURE() << setting << ": no error";
+    } catch (const InvalidArgument& error) {
+      EXPECT_THAT(error.what(), AllOf(HasSubstr(message), HasSubstr("ckpt-000000000005")));
+    }
+  }
+  EXPECT_EQ(read_text(dir / "metrics.jsonl"), metrics);  // nothing written
+  EXPECT_EQ(
+      run_training(small_config(dir, {"train.steps=10"}), {.resume = true, .log = &log}).steps, 10);
+}
+
+// Rates far too small for anything to move: the summary says the model did not learn.
+TEST(Trainer, ARunThatDoesNotLearnSaysSo) {
+  const auto dir = fresh_dir("no_learning");
+  std::ostringstream log;
+  const TrainSummary summary = run_training(
+      small_config(dir,
+                   {"train.steps=20", "embedding.learning_rate=1e-9", "dense.learning_rate=1e-9"}),
+      {.log = &log});
+  EXPECT_FALSE(summary.learned);
+  EXPECT_THAT(format_summary(summary), HasSubstr("warning: the model did not learn"));
+  EXPECT_THAT(read_text(dir / "summary.json"), HasSubstr("\"learned\": false"));
+}
+
 }  // namespace
 }  // namespace recemb::train
 
@@ -252,7 +395,11 @@ struct RankOutcome {
 
 // Runs run_training on `ranks` threads connected as one group (in_process_communicators), each
 // with the same config, as `mpirun -np <ranks>` runs processes.
-std::vector<RankOutcome> train_on_ranks(int ranks, const TrainConfig& config, bool resume = false) {
+// `log_of_rank_0` (if given) is rank 0's log, and `stop_signals` (if given) the ranks' stop
+// flags.
+std::vector<RankOutcome> train_on_ranks(int ranks, const TrainConfig& config, bool resume = false,
+                                        std::ostream* log_of_rank_0 = nullptr,
+                                        std::vector<std::atomic<int>>* stop_signals = nullptr) {
   const std::vector<std::shared_ptr<Communicator>> communicators = in_process_communicators(ranks);
   std::vector<RankOutcome> outcomes(static_cast<size_t>(ranks));
   std::vector<std::thread> threads;
@@ -261,9 +408,13 @@ std::vector<RankOutcome> train_on_ranks(int ranks, const TrainConfig& config, bo
       RankOutcome& outcome = outcomes[static_cast<size_t>(r)];
       std::ostringstream log;
       try {
-        outcome.summary = run_training(
-            config,
-            {.resume = resume, .log = &log, .communicator = communicators[static_cast<size_t>(r)]});
+        outcome.summary =
+            run_training(config, {.resume = resume,
+                                  .log = r == 0 && log_of_rank_0 != nullptr ? log_of_rank_0 : &log,
+                                  .communicator = communicators[static_cast<size_t>(r)],
+                                  .stop_signal = stop_signals != nullptr
+                                                     ? &(*stop_signals)[static_cast<size_t>(r)]
+                                                     : nullptr});
       } catch (const InvalidArgument& error) {
         outcome.error = std::string("InvalidArgument: ") + error.what();
       } catch (const std::exception& error) {
@@ -435,6 +586,36 @@ TEST(Trainer, RanksTrainOnCriteoFilesAsOneProcess) {
   EXPECT_THAT(ranks[0].log, HasSubstr("the training data ended at step 6"));
   EXPECT_NEAR(ranks[0].summary.final_auc, alone.final_auc, kRankTolerance);
   expect_close_metrics(dir / "ranks", dir / "alone");
+}
+
+// A stop asked for on rank 1 alone (here when rank 0 reports its checkpoint of step 20): every
+// rank stops at the same step, saves, and the run resumes from there.
+TEST(Trainer, RanksStopTogetherWhenOneIsAskedTo) {
+  const auto dir = fresh_dir("ranks_stop");
+  std::vector<std::atomic<int>> stops(2);
+  InterruptOnText buffer("checkpoint", stops[1]);
+  std::ostream log(&buffer);
+  const std::vector<RankOutcome> stopped =
+      train_on_ranks(2, ranks_config(dir), false, &log, &stops);
+  for (const RankOutcome& outcome : stopped) {
+    ASSERT_EQ(outcome.error, "");
+    EXPECT_EQ(outcome.summary.stop_signal, SIGINT);
+    EXPECT_EQ(outcome.summary.steps, stopped[0].summary.steps);
+  }
+  EXPECT_GE(stopped[0].summary.steps, 20);
+  EXPECT_LT(stopped[0].summary.steps, 60);
+  EXPECT_EQ(stops[0].load(), 0);  // rank 0 stopped on rank 1's word
+  const auto latest = latest_checkpoint(dir / "checkpoints");
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->filename().string(),
+            "ckpt-" + std::string(12 - std::to_string(stopped[0].summary.steps).size(), '0') +
+                std::to_string(stopped[0].summary.steps));
+  const std::vector<RankOutcome> resumed = train_on_ranks(2, ranks_config(dir), true);
+  for (const RankOutcome& outcome : resumed) {
+    ASSERT_EQ(outcome.error, "");
+    EXPECT_EQ(outcome.summary.first_step, stopped[0].summary.steps);
+    EXPECT_EQ(outcome.summary.steps, 60);
+  }
 }
 
 TEST(Trainer, AnErrorOfOneRankIsThrownOnEveryRank) {

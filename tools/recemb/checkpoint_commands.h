@@ -1,5 +1,6 @@
 // `recemb checkpoint inspect DIR` and `recemb export CKPT OUT`: a checkpoint's contents and
-// health, and its conversion into a serving model (include/recemb/checkpoint.h, serving.h).
+// health, and its conversion into a model directory for serving (include/recemb/checkpoint.h,
+// serving.h, train/dense_export.h).
 #ifndef RECEMB_TOOLS_RECEMB_CHECKPOINT_COMMANDS_H_
 #define RECEMB_TOOLS_RECEMB_CHECKPOINT_COMMANDS_H_
 
@@ -20,13 +21,17 @@ int run_inspect_command(const InspectArguments& args, std::ostream& out);
 
 struct ExportArguments {
   std::string checkpoint = {};    // a ckpt-* directory, or a root (its newest checkpoint)
-  std::string output = {};        // the serving model file to write
+  std::string output = {};        // the model directory to write (created if missing)
   std::string dtype = "float32";  // float32 | float16 | int8
   int threads = 0;                // for loading the checkpoint; 0 = one per core
 };
 
-// Loads the checkpoint's tables (verified) and writes them as a serving model. Returns 0; errors
-// throw InvalidArgument naming the file.
+// Loads the checkpoint's tables (verified) and writes them as the serving model
+// OUT/embeddings.recemb; for a checkpoint of `recemb train`, also its dense model (verified) as
+// OUT/dense.recemb (removing a dense.recemb of an earlier export otherwise). Each file is
+// written atomically, the tables first. Returns 0. Errors: InvalidArgument when OUT is a file or
+// the dtype is unknown; DataLoss (naming the checkpoint and part) for a damaged checkpoint;
+// std::system_error for a failing system call.
 int run_export_command(const ExportArguments& args, std::ostream& out);
 
 }  // namespace recemb::tools

@@ -45,12 +45,15 @@ struct ExampleInputs {
 };
 
 // Parses one request line. Throws InvalidArgument for text that is not JSON (including numbers
-// beyond double's range, such as 1e400), nests deeper than kMaxRequestDepth, or repeats a key.
+// beyond double's range, such as 1e400), nests deeper than kMaxRequestDepth, or repeats a key (a
+// feature, or a field of a feature's object, named in the message).
 nlohmann::json parse_request(const std::string& line) {
   using Event = nlohmann::json::parse_event_t;
   std::vector<std::set<std::string>> keys_of_open_objects;
-  // nlohmann's parser calls this at each event, with the number of enclosing arrays and objects.
-  const auto check = [&keys_of_open_objects](int depth, Event event, nlohmann::json& parsed) {
+  std::string feature;  // the last key of the request object
+  // nlohmann's parser calls this at each event, with the number of enclosing arrays and objects
+  // (for a key: 1 in the request object, 2 in a feature's object).
+  const auto check = [&](int depth, Event event, nlohmann::json& parsed) {
     if ((event == Event::array_start || event == Event::object_start) &&
         depth >= kMaxRequestDepth) {
       throw InvalidArgument("arrays and objects nest deeper than " +
@@ -60,8 +63,14 @@ nlohmann::json parse_request(const std::string& line) {
     if (event == Event::object_end) keys_of_open_objects.pop_back();
     if (event == Event::key) {
       const auto& key = parsed.get_ref<const std::string&>();
-      if (!keys_of_open_objects.back().insert(key).second) {
-        throw InvalidArgument("key '" + truncated(key) + "' appears twice");
+      const bool repeated = !keys_of_open_objects.back().insert(key).second;
+      if (depth == 1) {
+        feature = key;
+        if (repeated) throw InvalidArgument("feature '" + truncated(key) + "' appears twice");
+      } else if (repeated) {
+        // Outside a request object (a line that is an array) there is no feature to name.
+        throw InvalidArgument((feature.empty() ? "" : "feature '" + truncated(feature) + "': ") +
+                              "field '" + truncated(key) + "' appears twice");
       }
     }
     return true;
@@ -183,7 +192,30 @@ void print_values(std::span<const float> values, std::span<const int64_t> shape,
   out << ']';
 }
 
+// A JSON string of `text`, whose bytes may be cut UTF-8 (a truncated quote of a request).
+std::string json_string(const std::string& text) {
+  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The answer to a request: its features' activations, in the model's feature order.
+void print_answer(const std::vector<FeatureConfig>& features,
+                  const std::vector<std::vector<float>>& activations,
+                  const std::vector<std::vector<int64_t>>& shapes, std::ostream& out) {
+  out << '{';
+  for (size_t f = 0; f < features.size(); ++f) {
+    out << (f == 0 ? "" : ", ") << json_string(features[f].name) << ": ";
+    // The leading dimension is the batch of one example.
+    print_values(activations[f], std::span<const int64_t>(shapes[f]).subspan(1), out);
+  }
+  out << "}\n";
+}
+
 }  // namespace
+
+void write_error_answer(int64_t line_number, const std::string& message, std::ostream& out) {
+  out << "{\"error\": {\"line\": " << line_number
+      << ", \"code\": \"InvalidArgument\", \"message\": " << json_string(message) << "}}\n";
+}
 
 int run_lookup_command(const LookupArguments& args, std::istream& in, std::ostream& out,
                        std::ostream& err) {
@@ -196,8 +228,10 @@ int run_lookup_command(const LookupArguments& args, std::istream& in, std::ostre
   int status = 0;
   std::string line;
   for (int64_t line_number = 1; std::getline(in, line); ++line_number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) {
+        throw InvalidArgument("an empty line (each line is one request: an object of features)");
+      }
       parse_example(line, model, example);
       for (size_t f = 0; f < features.size(); ++f) {
         shapes[f] = model.activation_shape(f, example.inputs[f]);
@@ -207,18 +241,13 @@ int run_lookup_command(const LookupArguments& args, std::istream& in, std::ostre
         activation_spans[f] = activations[f];
       }
       model.lookup(example.inputs, activation_spans);
+      print_answer(features, activations, shapes, out);
     } catch (const InvalidArgument& error) {
+      write_error_answer(line_number, error.what(), out);
       err << "recemb lookup: line " << line_number << ": " << error.what() << "\n";
       status = 1;
-      continue;
     }
-    out << '{';
-    for (size_t f = 0; f < features.size(); ++f) {
-      out << (f == 0 ? "" : ", ") << nlohmann::json(features[f].name).dump() << ": ";
-      // The leading dimension is the batch of one example.
-      print_values(activations[f], std::span<const int64_t>(shapes[f]).subspan(1), out);
-    }
-    out << "}\n" << std::flush;
+    out << std::flush;
   }
   return status;
 }

@@ -1,11 +1,15 @@
 // The recemb command:
 //   recemb train [options]                   train the DLRM-style click model (docs/training.md)
 //   recemb checkpoint inspect DIR            a checkpoint's step, tables, files and checksums
-//   recemb export CKPT OUT [--dtype int8]    a checkpoint's tables as a serving model
+//   recemb export CKPT OUT [--dtype int8]    a checkpoint as a model directory for serving
 //   recemb lookup MODEL                      serving lookups, JSON lines on stdin -> stdout
+//   recemb predict MODEL_DIR [--data FILE]   click probabilities of Criteo lines
+//   recemb hash --feature C3 [MODEL]         raw Criteo values -> the trainer's table rows
 //   recemb plan --shards N                   how the model's tables would be sharded
-// `recemb SUBCOMMAND --help` lists the options. The one file that includes CLI11.
+// `recemb SUBCOMMAND --help` lists the options; `recemb --version` prints the version. The one file
+// that includes CLI11.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -15,16 +19,20 @@
 #include "recemb/placement.h"
 
 #include "tools/recemb/checkpoint_commands.h"
+#include "tools/recemb/hash_command.h"
 #include "tools/recemb/lookup_command.h"
 #include "tools/recemb/plan_command.h"
+#include "tools/recemb/predict_command.h"
 #include "tools/recemb/train_command.h"
 
 namespace {
 
 using recemb::tools::ExportArguments;
+using recemb::tools::HashArguments;
 using recemb::tools::InspectArguments;
 using recemb::tools::LookupArguments;
 using recemb::tools::PlanArguments;
+using recemb::tools::PredictArguments;
 using recemb::tools::TrainArguments;
 
 CLI::App* add_train(CLI::App& app, TrainArguments& args) {
@@ -68,7 +76,10 @@ CLI::App* add_export(CLI::App& app, ExportArguments& args) {
       app.add_subcommand("export", "Write a checkpoint's tables as a serving model");
   exporter->add_option("CKPT", args.checkpoint, "A ckpt-* directory, or a root (its newest)")
       ->required();
-  exporter->add_option("OUT", args.output, "The serving model file to write")->required();
+  exporter
+      ->add_option("OUT", args.output,
+                   "The model directory to write: embeddings.recemb (+ dense.recemb)")
+      ->required();
   exporter->add_option("--dtype", args.dtype, "float32 | float16 | int8 (row-wise scale and bias)")
       ->check(CLI::IsMember({"float32", "float16", "int8"}));
   exporter->add_option("--threads", args.threads, "Threads for loading, 0 = one per core");
@@ -82,6 +93,31 @@ CLI::App* add_lookup(CLI::App& app, LookupArguments& args) {
   lookup->add_flag_callback(
       "--no-verify", [&args] { args.verify = false; }, "Skip checksum verification when opening");
   return lookup;
+}
+
+CLI::App* add_predict(CLI::App& app, PredictArguments& args) {
+  CLI::App* predict = app.add_subcommand(
+      "predict", "Click probabilities of Criteo lines (stdin or --data), one line out per line in");
+  predict->add_option("MODEL_DIR", args.model, "A model directory (recemb export of a train run)")
+      ->required();
+  predict->add_option("--data", args.data,
+                      "Criteo TSV files to predict, in order (default: stdin)");
+  predict->add_flag_callback(
+      "--no-verify", [&args] { args.verify = false; }, "Skip checksum verification when opening");
+  return predict;
+}
+
+CLI::App* add_hash(CLI::App& app, HashArguments& args) {
+  CLI::App* hash = app.add_subcommand(
+      "hash", "The table rows recemb train uses for raw Criteo values (one per stdin line)");
+  hash->add_option("--feature", args.feature, "The categorical feature: C1 .. C26")->required();
+  hash->add_option("MODEL", args.model,
+                   "A serving model exported from recemb train (else the settings below)");
+  hash->add_option("-c,--config", args.config_path, "TOML settings file, as for train")
+      ->check(CLI::ExistingFile);
+  hash->add_option("-s,--set", args.overrides, "Change one setting, as for train");
+  hash->add_option("--preset", args.preset, "Table sizes: small, criteo-kaggle, criteo-1tb");
+  return hash;
 }
 
 CLI::App* add_plan(CLI::App& app, PlanArguments& args) {
@@ -109,18 +145,26 @@ void report_error(const std::exception& error) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write beyond the file-size limit (ulimit -f) fails with EFBIG, reported as any write error,
+  // instead of killing the process without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"recemb: embedding tables for recommendation models"};
+  app.set_version_flag("--version", std::string("recemb ") + RECEMB_VERSION);
   app.require_subcommand(1);
   TrainArguments train_args;
   InspectArguments inspect_args;
   ExportArguments export_args;
   LookupArguments lookup_args;
   PlanArguments plan_args;
+  PredictArguments predict_args;
+  HashArguments hash_args;
   CLI::App* train = add_train(app, train_args);
   CLI::App* inspect = add_inspect(app, inspect_args);
   CLI::App* exporter = add_export(app, export_args);
   CLI::App* lookup = add_lookup(app, lookup_args);
   CLI::App* plan = add_plan(app, plan_args);
+  CLI::App* predict = add_predict(app, predict_args);
+  CLI::App* hash = add_hash(app, hash_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -136,8 +180,14 @@ int main(int argc, char** argv) {
     if (inspect->parsed()) return recemb::tools::run_inspect_command(inspect_args, std::cout);
     if (exporter->parsed()) return recemb::tools::run_export_command(export_args, std::cout);
     if (plan->parsed()) return recemb::tools::run_plan_command(plan_args, std::cout);
+    if (predict->parsed()) {
+      return recemb::tools::run_predict_command(predict_args, std::cin, std::cout, std::cerr);
+    }
     if (lookup->parsed()) {
       return recemb::tools::run_lookup_command(lookup_args, std::cin, std::cout, std::cerr);
+    }
+    if (hash->parsed()) {
+      return recemb::tools::run_hash_command(hash_args, std::cin, std::cout, std::cerr);
     }
   } catch (const recemb::InvalidArgument& error) {
     report_error(error);

@@ -1,8 +1,11 @@
 #include "tools/recemb/train_command.h"
 
+#include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <unistd.h>
 
 #include "recemb/communicator.h"
 #include "recemb/error.h"
@@ -58,6 +61,41 @@ std::string toml_string(const std::string& text) {
   return quoted;
 }
 
+// The signal that asked the run to stop (0: none yet).
+std::atomic<int> stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);  // set from a signal handler
+
+void request_stop(int signal) {
+  stop_signal.store(signal);
+  constexpr char kMessage[] = "\nrecemb: stopping after the current step (again to stop at once)\n";
+  [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+}
+
+// While alive: the first SIGINT or SIGTERM sets stop_signal, and resets its handler to the
+// default, so that a second one ends the process at once. The earlier handlers come back after.
+class StopOnSignals {
+ public:
+  StopOnSignals() {
+    stop_signal.store(0);
+    struct sigaction action {};
+    action.sa_handler = request_stop;
+    action.sa_flags = SA_RESTART | SA_RESETHAND;  // reads and writes carry on
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &previous_interrupt_);
+    sigaction(SIGTERM, &action, &previous_terminate_);
+  }
+  ~StopOnSignals() {
+    sigaction(SIGINT, &previous_interrupt_, nullptr);
+    sigaction(SIGTERM, &previous_terminate_, nullptr);
+  }
+  StopOnSignals(const StopOnSignals&) = delete;
+  StopOnSignals& operator=(const StopOnSignals&) = delete;
+
+ private:
+  struct sigaction previous_interrupt_ {};
+  struct sigaction previous_terminate_ {};
+};
+
 }  // namespace
 
 std::vector<std::string> train_overrides(const TrainArguments& args) {
@@ -66,11 +104,11 @@ std::vector<std::string> train_overrides(const TrainArguments& args) {
   if (!args.eval_data.empty()) overrides.push_back("data.eval_path=" + toml_string(args.eval_data));
   if (!args.preset.empty()) overrides.push_back("data.preset=" + toml_string(args.preset));
   if (!args.output.empty()) overrides.push_back("output.dir=" + toml_string(args.output));
-  if (args.steps != 0) overrides.push_back("train.steps=" + std::to_string(args.steps));
-  if (args.batch_size != 0) {
-    overrides.push_back("train.batch_size=" + std::to_string(args.batch_size));
+  if (args.steps) overrides.push_back("train.steps=" + std::to_string(*args.steps));
+  if (args.batch_size) {
+    overrides.push_back("train.batch_size=" + std::to_string(*args.batch_size));
   }
-  if (args.threads >= 0) overrides.push_back("embedding.threads=" + std::to_string(args.threads));
+  if (args.threads) overrides.push_back("embedding.threads=" + std::to_string(*args.threads));
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
   return overrides;
 }
@@ -87,16 +125,19 @@ int run_train_command(const TrainArguments& args, std::ostream& out, std::ostrea
     out << train::to_toml(config);
     return 0;
   }
+  const StopOnSignals stop_on_signals;
   const train::TrainSummary summary =
       train::run_training(config, {.resume = args.resume,
                                    .log = &log,
                                    .progress = progress,
-                                   .communicator = run_communicator()});
-  if (summary.rank != 0) return 0;  // rank 0 reports for all
+                                   .communicator = run_communicator(),
+                                   .stop_signal = &stop_signal});
+  const int status = summary.stop_signal != 0 ? 128 + summary.stop_signal : 0;
+  if (summary.rank != 0) return status;  // rank 0 reports for all
   out << train::format_summary(summary);
   out << "wrote " << config.output.dir
       << "/{config.toml,metrics.jsonl,summary.json,training.svg}\n";
-  return 0;
+  return status;
 }
 
 }  // namespace recemb::tools

@@ -4,6 +4,7 @@
 #define RECEMB_TOOLS_RECEMB_TRAIN_COMMAND_H_
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -15,10 +16,11 @@ namespace recemb::tools {
 struct TrainArguments {
   std::string config_path = {};             // TOML file; empty: defaults only
   std::vector<std::string> overrides = {};  // "section.key=value", applied after the shortcuts
-  // Shortcuts for common settings; empty / 0 / -1 leave the setting alone.
+  // Shortcuts for common settings; empty / not given leave the setting alone (a value given is
+  // checked as the setting is: --steps 0 is an error).
   std::string data = {}, eval_data = {}, preset = {}, output = {};
-  int64_t steps = 0, batch_size = 0;
-  int threads = -1;
+  std::optional<int64_t> steps = {}, batch_size = {};
+  std::optional<int> threads = {};
   bool resume = false;
   bool print_config = false;          // print the effective configuration instead of training
   bool print_default_config = false;  // print the documented defaults instead of training
@@ -27,8 +29,12 @@ struct TrainArguments {
 // The overrides the arguments stand for: shortcuts first, then --set ones (which win).
 std::vector<std::string> train_overrides(const TrainArguments& args);
 
-// Runs the command: progress on `log`, the summary on `out`. Returns the exit status (0); bad
-// settings or data throw InvalidArgument, as run_training does. Started by an MPI launcher
+// Runs the command: progress on `log`, the summary on `out`. Returns the exit status: 0, or
+// 128 + the signal's number when SIGINT (130) or SIGTERM (143) stopped the run; bad settings or
+// data throw InvalidArgument, as run_training does. While it trains, the first SIGINT or SIGTERM
+// asks the run to stop after the current step (a checkpoint, the summary and the outputs are
+// written: RunOptions::stop_signal) and the next one ends the process at once. Started by an MPI
+// launcher
 // (`mpirun -np K recemb train ...`), the K processes train together through
 // recemb::mpi_communicator() (train/trainer.h) and only rank 0 prints; otherwise MPI is not
 // initialised. Settings are checked before any exchange, so a bad one fails on every rank alike.

@@ -13,10 +13,13 @@
 #include "recemb/error.h"
 #include "recemb/serving.h"
 
+#include "train/dense_export.h"
+
 namespace recemb::tools {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::filesystem::path fresh_dir(const std::string& name) {
   const auto dir = std::filesystem::path(::testing::TempDir()) / ("checkpoint_commands_" + name);
@@ -87,20 +90,23 @@ TEST(CheckpointCommands, ExportWritesAServingModelOfTheTables) {
   const Embedding embedding = trained_embedding();
   save_checkpoint(embedding, root);
   for (const char* dtype : {"float32", "float16", "int8"}) {
-    const auto model_path = root / (std::string("model.") + dtype);
+    const auto model_dir = root / (std::string("model.") + dtype);
     std::ostringstream out;
-    EXPECT_EQ(
-        run_export_command(
-            {.checkpoint = root.string(), .output = model_path.string(), .dtype = dtype}, out),
-        0);
+    EXPECT_EQ(run_export_command(
+                  {.checkpoint = root.string(), .output = model_dir.string(), .dtype = dtype}, out),
+              0);
     EXPECT_THAT(out.str(), AllOf(HasSubstr("exported 2 tables (80 rows)"), HasSubstr(dtype)));
-    const ServingModel model = ServingModel::open(model_path);
+    const ServingModel model = ServingModel::open(model_dir / train::kEmbeddingsFileName);
     EXPECT_EQ(std::string(serving_dtype_name(model.dtype())), dtype);
     ASSERT_EQ(model.tables().size(), 2u);
     EXPECT_EQ(model.tables()[1].dim, 8);
+    // Not a checkpoint of recemb train: no dense part.
+    EXPECT_FALSE(std::filesystem::exists(model_dir / train::kDenseFileName));
+    EXPECT_THAT(out.str(), Not(HasSubstr("dense")));
   }
   // float32 serving lookups equal the training lookups bitwise.
-  const ServingModel model = ServingModel::open(root / "model.float32");
+  const ServingModel model =
+      ServingModel::open(root / "model.float32" / train::kEmbeddingsFileName);
   std::vector<int64_t> users = {0, 49, 7}, items = {29, 3, 3};
   const std::vector<FeatureInput> inputs{
       DenseIds{.ids = std::span<const int64_t>(users), .shape = {3}},
@@ -117,6 +123,27 @@ TEST(CheckpointCommands, ExportWritesAServingModelOfTheTables) {
       run_export_command(
           {.checkpoint = root.string(), .output = (root / "x").string(), .dtype = "int4"}, out),
       InvalidArgument);
+  // OUT is a directory: a file there is refused, and left alone.
+  std::ofstream(root / "file") << "mine";
+  EXPECT_THROW(
+      run_export_command({.checkpoint = root.string(), .output = (root / "file").string()}, out),
+      InvalidArgument);
+  EXPECT_EQ(std::filesystem::file_size(root / "file"), 4u);
+}
+
+// A dense.recemb left by an earlier export of a `recemb train` checkpoint does not fit the new
+// tables: exporting a checkpoint without a dense part removes it.
+TEST(CheckpointCommands, ExportWithoutADensePartRemovesAnEarlierOne) {
+  const auto root = fresh_dir("export_stale");
+  save_checkpoint(trained_embedding(), root);
+  const auto model_dir = root / "model";
+  std::filesystem::create_directories(model_dir);
+  std::ofstream(model_dir / train::kDenseFileName) << "an earlier export's";
+  std::ostringstream out;
+  EXPECT_EQ(run_export_command({.checkpoint = root.string(), .output = model_dir.string()}, out),
+            0);
+  EXPECT_FALSE(std::filesystem::exists(model_dir / train::kDenseFileName));
+  EXPECT_TRUE(std::filesystem::exists(model_dir / train::kEmbeddingsFileName));
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <system_error>
@@ -49,7 +51,6 @@ TEST(LookupCommand, AnswersEachLineWithTheCombinedRows) {
 
   std::istringstream in(
       "{\"a\": 4, \"b\": [1, 3], \"s\": [7]}\n"
-      "\n"
       "{\"a\": {\"ids\": [2, 2], \"weights\": [0.5, 2]}, \"b\": [], \"s\": [1, 2, 3]}\n");
   std::ostringstream out, err;
   ASSERT_EQ(run_lookup_command({.model = path.string()}, in, out, err), 0) << err.str();
@@ -82,27 +83,134 @@ TEST(LookupCommand, AnswersEachLineWithTheCombinedRows) {
   }
 }
 
-TEST(LookupCommand, BadLinesAreReportedWithLineNumbersAndTheOthersAnswered) {
-  const auto path = std::filesystem::path(::testing::TempDir()) / "lookup_command_bad.model";
-  export_model(path);
-  std::istringstream in(
-      "{\"a\": 1, \"b\": 1, \"s\": 1}\n"
-      "not json\n"
-      "{\"a\": 1, \"b\": 1}\n"
-      "{\"a\": 99, \"b\": 1, \"s\": 1}\n"
-      "{\"a\": 1, \"b\": 1, \"s\": 1, \"z\": 2}\n"
-      "{\"a\": [1.5], \"b\": 1, \"s\": 1}\n"
-      "{\"a\": 2, \"b\": 2, \"s\": 2}\n");
+// What a request line should be answered with: activations (in feature order, flattened) or an
+// error object whose message contains `error`.
+struct Expected {
+  std::vector<double> values;
+  std::string error;
+};
+
+// Random good requests (bags with and without weights, empty bags, sequences) mixed with every
+// kind of bad line: each input line gets exactly one output line, in order, and each answer is
+// the independently computed one, or the error object naming the line and the problem.
+TEST(LookupCommand, EveryLineGetsOneAnswerInOrder) {
+  const auto path = std::filesystem::path(::testing::TempDir()) / "lookup_command_pairs.model";
+  Embedding embedding = export_model(path);
+  std::vector<float> t(20 * 3), u(10 * 2);
+  embedding.read_variable("t", "parameters", t);
+  embedding.read_variable("u", "parameters", u);
+
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"{\"a\": 1, \"b\": 1, \"s\": 1", "not JSON"},
+      {R"({"a": [1e400], "b": 1, "s": 1})", "not JSON"},
+      {"{\"a\": " + deep + ", \"b\": 1, \"s\": 1}", "nest deeper than 3 levels"},
+      {R"({"a": 1, "b": 1, "s": 1, "z": 2})", "unknown feature 'z'"},
+      {R"({"a": 1, "b": 1})", "feature 's' is missing"},
+      {R"({"a": "7", "b": 1, "s": 1})", "feature 'a': ids must be an integer or an array"},
+      {R"({"a": [1.5], "b": 1, "s": 1})", "feature 'a': id 1.5 is not an integer"},
+      {R"({"a": 20, "b": 1, "s": 1})", "feature 'a'"},
+      {R"({"a": 1, "b": [-1], "s": 1})", "feature 'b'"},
+      {R"({"a": 18446744073709551615, "b": 1, "s": 1})",
+       "feature 'a': id 18446744073709551615 is beyond the 64-bit integer range"},
+      {R"({"a": 1, "b": 1, "s": 1, "a": 2})", "feature 'a' appears twice"},
+      {R"({"a": {"ids": [1], "ids": [2]}, "b": 1, "s": 1})",
+       "feature 'a': field 'ids' appears twice"},
+      {R"({"a": {"ids": [1], "weights": 5}, "b": 1, "s": 1})",
+       "feature 'a': weights must be an array of numbers, got 5"},
+      {R"({"a": {"ids": [1], "weights": {"w": 2}}, "b": 1, "s": 1})",
+       "feature 'a': weights must be an array of numbers, got {...}"},
+      {R"({"a": {"ids": [1, 2], "weights": [1]}, "b": 1, "s": 1})", "feature 'a'"},
+      {"", "an empty line"},
+      {"[1, 2]", "expected an object of features"},
+      {R"([{"ids": 1, "ids": 2}])", "field 'ids' appears twice"},
+  };
+
+  std::mt19937_64 rng(24);
+  const auto uniform = [&rng](int64_t n) {
+    return std::uniform_int_distribution<int64_t>(0, n - 1)(rng);
+  };
+  std::string input;
+  std::vector<Expected> expected;
+  for (size_t i = 0; i < 3 * bad.size(); ++i) {
+    if (i % 3 == 1) {
+      input += bad[i / 3].first + "\n";
+      expected.push_back({.error = bad[i / 3].second});
+      continue;
+    }
+    Expected answer;
+    // a: a sum bag of 0-3 ids, weighted on odd lines.
+    const int64_t na = uniform(4);
+    std::vector<double> a(3, 0.0);
+    std::string ids, weights;
+    for (int64_t j = 0; j < na; ++j) {
+      const int64_t id = uniform(20);
+      const double weight = i % 2 == 1 ? static_cast<double>(uniform(8)) / 4 : 1.0;
+      for (int d = 0; d < 3; ++d) a[static_cast<size_t>(d)] += weight * t[id * 3 + d];
+      ids += (j == 0 ? "" : ", ") + std::to_string(id);
+      weights += (j == 0 ? "" : ", ") + std::to_string(weight);
+    }
+    const std::string a_text =
+        i % 2 == 1 ? "{\"ids\": [" + ids + "], \"weights\": [" + weights + "]}" : "[" + ids + "]";
+    // b: a mean bag of 1-3 ids.
+    const int64_t nb = 1 + uniform(3);
+    std::vector<double> b(2, 0.0);
+    std::string b_text;
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t id = uniform(10);
+      for (int d = 0; d < 2; ++d) b[static_cast<size_t>(d)] += u[id * 2 + d] / double(nb);
+      b_text += (j == 0 ? "" : ", ") + std::to_string(id);
+    }
+    // s: a sequence of 0-3 ids, of which the first max_sequence_length = 2 are kept.
+    const int64_t ns = uniform(4);
+    std::vector<double> s(4, 0.0);
+    std::string s_text;
+    for (int64_t j = 0; j < ns; ++j) {
+      const int64_t id = uniform(10);
+      for (int d = 0; d < 2 && j < 2; ++d) s[static_cast<size_t>(j * 2 + d)] = u[id * 2 + d];
+      s_text += (j == 0 ? "" : ", ") + std::to_string(id);
+    }
+    input += "{\"s\": [" + s_text + "], \"a\": " + a_text + ", \"b\": [" + b_text + "]}\n";
+    for (const auto* part : {&a, &b, &s}) {
+      answer.values.insert(answer.values.end(), part->begin(), part->end());
+    }
+    expected.push_back(answer);
+  }
+
+  std::istringstream in(input);
   std::ostringstream out, err;
   EXPECT_EQ(run_lookup_command({.model = path.string(), .verify = false}, in, out, err), 1);
-  const std::string errors = err.str();
-  EXPECT_THAT(errors, HasSubstr("line 2: not JSON"));
-  EXPECT_THAT(errors, HasSubstr("line 3: feature 's' is missing"));
-  EXPECT_THAT(errors, AllOf(HasSubstr("line 4: "), HasSubstr("99")));
-  EXPECT_THAT(errors, HasSubstr("line 5: unknown feature 'z'"));
-  EXPECT_THAT(errors, HasSubstr("line 6: feature 'a': id 1.5 is not an integer"));
-  const std::string answers = out.str();
-  EXPECT_EQ(std::count(answers.begin(), answers.end(), '\n'), 2);
+  std::istringstream answers(out.str());
+  std::string answer;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_TRUE(std::getline(answers, answer)) << "no answer to line " << i + 1;
+    const nlohmann::json json = nlohmann::json::parse(answer);
+    if (!expected[i].error.empty()) {
+      ASSERT_TRUE(json.contains("error")) << "line " << i + 1 << ": " << answer;
+      EXPECT_EQ(json.size(), 1u) << answer;
+      EXPECT_EQ(json["error"]["line"], i + 1) << answer;
+      EXPECT_EQ(json["error"]["code"], "InvalidArgument") << answer;
+      EXPECT_THAT(json["error"]["message"].get<std::string>(), HasSubstr(expected[i].error))
+          << "line " << i + 1;
+      EXPECT_LT(answer.size(), 300u) << answer;
+      continue;
+    }
+    ASSERT_FALSE(json.contains("error")) << "line " << i + 1 << ": " << answer;
+    EXPECT_EQ(json.size(), 3u);
+    std::vector<double> got;
+    for (const char* name : {"a", "b", "s"}) {
+      const std::vector<double> numbers = numbers_of(json[name].dump());
+      got.insert(got.end(), numbers.begin(), numbers.end());
+    }
+    ASSERT_EQ(got.size(), expected[i].values.size()) << answer;
+    for (size_t k = 0; k < got.size(); ++k) {
+      EXPECT_NEAR(got[k], expected[i].values[k], 1e-5) << "line " << i + 1 << " value " << k;
+    }
+  }
+  EXPECT_FALSE(std::getline(answers, answer)) << "an answer too many: " << answer;
+  // stderr repeats each error with its line number, for a person reading a terminal.
+  EXPECT_THAT(err.str(), AllOf(HasSubstr("recemb lookup: line 2: not JSON"),
+                               HasSubstr("recemb lookup: line 11: unknown feature 'z'")));
 
   std::istringstream none;
   EXPECT_THROW(run_lookup_command({.model = "/nonexistent.model"}, none, out, err),
@@ -135,7 +243,7 @@ TEST(LookupCommand, HostileLinesGetAShortErrorAndTheNextLineIsAnswered) {
        "feature 'a': weights must be an array of numbers, got {...}"},
       {R"({"a": {"ids": [1], "weights": [1e300]}, "b": 1, "s": 1})",
        "feature 'a': weight 1e+300 is outside the float range"},
-      {R"({"a": 1, "b": 1, "s": 1, "a": 2})", "key 'a' appears twice"},
+      {R"({"a": 1, "b": 1, "s": 1, "a": 2})", "feature 'a' appears twice"},
   };
   std::string input;
   for (const auto& [line, expected] : cases) input += line + "\n{\"a\": 2, \"b\": 2, \"s\": 2}\n";
@@ -152,16 +260,22 @@ TEST(LookupCommand, HostileLinesGetAShortErrorAndTheNextLineIsAnswered) {
     EXPECT_LT(error.size(), 250u) << i;
   }
   EXPECT_FALSE(std::getline(errors, error)) << error;
-  // Every good line is answered, all alike.
+  // Every line is answered: the hostile ones with an error object, the good ones all alike.
   std::istringstream answers(out.str());
   std::string first, answer;
-  ASSERT_TRUE(std::getline(answers, first));
-  size_t count = 1;
+  size_t count = 0;
   while (std::getline(answers, answer)) {
-    EXPECT_EQ(answer, first);
+    if (count % 2 == 0) {
+      EXPECT_EQ(answer.rfind("{\"error\": {\"line\": " + std::to_string(count + 1) + ",", 0), 0u)
+          << answer;
+    } else if (count == 1) {
+      first = answer;
+    } else {
+      EXPECT_EQ(answer, first);
+    }
     ++count;
   }
-  EXPECT_EQ(count, cases.size());
+  EXPECT_EQ(count, 2 * cases.size());
 }
 
 }  // namespace

@@ -59,5 +59,24 @@ TEST(TrainCommand, TrainsAndPrintsTheSummary) {
       InvalidArgument);
 }
 
+// A shortcut given is checked as its setting is: 0 and negative values are errors, not "not
+// given".
+TEST(TrainCommand, ShortcutsGivenAreCheckedLikeTheirSettings) {
+  EXPECT_THAT(train_overrides({.steps = 0, .batch_size = 0, .threads = -5}),
+              ElementsAre("train.steps=0", "train.batch_size=0", "embedding.threads=-5"));
+  const auto error = [](const TrainArguments& args) {
+    std::ostringstream out, log;
+    try {
+      run_train_command(args, out, log, train::ProgressMode::kLines);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(error({.steps = 0}), HasSubstr("train.steps must be >= 1, not 0"));
+  EXPECT_THAT(error({.batch_size = 0}), HasSubstr("train.batch_size must be 1 to 1048576, not 0"));
+  EXPECT_THAT(error({.threads = -5}), HasSubstr("embedding.threads must be >= 0"));
+}
+
 }  // namespace
 }  // namespace recemb::tools

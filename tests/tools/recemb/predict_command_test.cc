@@ -1,0 +1,215 @@
+#include "tools/recemb/predict_command.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <random>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "recemb/checkpoint.h"
+#include "recemb/embedding.h"
+#include "recemb/error.h"
+
+#include "testing/criteo_lines.h"
+#include "testing/temporary_directory.h"
+#include "tools/recemb/checkpoint_commands.h"
+#include "train/batch_buffers.h"
+#include "train/criteo_reader.h"
+#include "train/dense_export.h"
+#include "train/dlrm_dense_model.h"
+#include "train/example_batch.h"
+#include "train/metrics.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
+
+namespace recemb::tools {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kBatchSize = 32;
+constexpr int kHeldOutLines = 200;
+
+// `recemb predict` and the trainer's forward pass compute the same float32 operations on the same
+// values (a float32 export gives the Embedding's activations bitwise), except that the dense
+// layers' products see other batches (the trainer's of train.batch_size, predict's of a whole
+// file or of one stdin line), which Eigen sums in another order. That changes a probability by a
+// few float32 roundings of the logit's larger terms times the sigmoid's slope (<= 1/4): within
+// 5e-6 (observed: under 1e-6).
+constexpr double kTolerance = 5e-6;
+
+// A run of `recemb train` on random Criteo lines, its held-out file, and its model exported.
+class PredictCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::mt19937_64 random(23);
+    std::ofstream(dir_ / "train.tsv") << test::random_criteo_text(random, 640);
+    std::ofstream(dir_ / "held_out.tsv") << test::random_criteo_text(random, kHeldOutLines);
+    config_ = train::load_train_config(
+        "",
+        {"data.path=\"" + (dir_ / "train.tsv").string() + "\"",
+         "data.eval_path=\"" + (dir_ / "held_out.tsv").string() + "\"",
+         "data.eval_examples=" + std::to_string(kHeldOutLines), "data.table_budget_mib=1",
+         "model.embedding_dim=4", "model.bottom_mlp=[8, 4]", "model.top_mlp=[8]", "train.steps=12",
+         "train.batch_size=" + std::to_string(kBatchSize), "train.eval_every=0",
+         "embedding.threads=1", "output.dir=\"" + (dir_ / "run").string() + "\""});
+    std::ostringstream log;
+    summary_ = train::run_training(config_, {.log = &log});
+    std::ostringstream out;
+    ASSERT_EQ(run_export_command({.checkpoint = (dir_ / "run" / "checkpoints").string(),
+                                  .output = model_dir().string()},
+                                 out),
+              0);
+    EXPECT_THAT(out.str(), HasSubstr("and the dense model ("));
+  }
+
+  std::filesystem::path model_dir() const { return dir_ / "model"; }
+
+  // The held-out probabilities as the trainer's evaluation computes them, from the checkpoint:
+  // CriteoReader, Embedding::lookup and DlrmDenseModel::predict on batches of train.batch_size.
+  std::vector<float> trainer_probabilities() {
+    const std::filesystem::path checkpoint = dir_ / "run" / "checkpoints";
+    Embedding embedding = load_checkpoint(checkpoint, {.tables_only = true, .num_threads = 1});
+    const RestoredState state = restore_checkpoint(embedding, checkpoint);
+    train::DlrmDenseModel model({.embedding_dim = config_.model.embedding_dim,
+                                 .bottom_mlp = config_.model.bottom_mlp,
+                                 .top_mlp = config_.model.top_mlp});
+    const std::vector<float>& parameters = state.extra_arrays.at(train::kDenseParametersArray);
+    std::copy(parameters.begin(), parameters.end(), model.parameters().begin());
+    std::vector<int64_t> sizes;
+    for (const TableConfig& table : embedding.tables()) sizes.push_back(table.vocabulary_size);
+    train::CriteoReader reader({(dir_ / "held_out.tsv").string()}, {.vocabulary_sizes = sizes});
+    train::ExampleBatch batch;
+    train::BatchBuffers buffers(config_.model.embedding_dim);
+    std::vector<float> probabilities;
+    while (reader.next(batch, kBatchSize) > 0) {
+      buffers.bind(batch, 0, batch.size);
+      embedding.lookup(buffers.inputs(), buffers.activations());
+      std::vector<float> batch_probabilities(static_cast<size_t>(batch.size));
+      model.predict(batch.dense, buffers.activation_views(), batch_probabilities);
+      probabilities.insert(probabilities.end(), batch_probabilities.begin(),
+                           batch_probabilities.end());
+      held_out_labels_.insert(held_out_labels_.end(), batch.labels.begin(), batch.labels.end());
+    }
+    return probabilities;
+  }
+
+  const test::TemporaryDirectory dir_;
+  train::TrainConfig config_;
+  train::TrainSummary summary_;
+  std::vector<float> held_out_labels_;
+};
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<float> probabilities_of(const std::string& text) {
+  std::vector<float> probabilities;
+  for (const std::string& line : lines_of(text)) probabilities.push_back(std::stof(line));
+  return probabilities;
+}
+
+TEST_F(PredictCommandTest, PredictsTheTrainersProbabilitiesFromFilesAndStdin) {
+  const std::vector<float> expected = trainer_probabilities();
+  ASSERT_EQ(expected.size(), static_cast<size_t>(kHeldOutLines));
+  // The trainer's own final evaluation saw these probabilities.
+  EXPECT_NEAR(train::roc_auc(expected, held_out_labels_), summary_.final_auc, 1e-12);
+
+  std::ostringstream from_file, err;
+  std::istringstream no_input;
+  EXPECT_EQ(run_predict_command(
+                {.model = model_dir().string(), .data = {(dir_ / "held_out.tsv").string()}},
+                no_input, from_file, err),
+            0);
+  EXPECT_EQ(err.str(), "");
+  std::ifstream held_out(dir_ / "held_out.tsv");
+  std::istringstream in(std::string(std::istreambuf_iterator<char>(held_out), {}));
+  std::ostringstream from_stdin;
+  EXPECT_EQ(run_predict_command({.model = model_dir().string()}, in, from_stdin, err), 0);
+
+  for (const std::string& text : {from_file.str(), from_stdin.str()}) {
+    const std::vector<float> predicted = probabilities_of(text);
+    ASSERT_EQ(predicted.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_NEAR(predicted[i], expected[i], kTolerance) << "line " << i + 1;
+    }
+    EXPECT_NEAR(train::roc_auc(predicted, held_out_labels_), summary_.final_auc, 1e-3);
+  }
+  // Not a constant model.
+  EXPECT_GT(*std::max_element(expected.begin(), expected.end()) -
+                *std::min_element(expected.begin(), expected.end()),
+            1e-3f);
+}
+
+// Every line gets one answer line, in order: a bad line an error object in its place, and the
+// exit status is 1.
+TEST_F(PredictCommandTest, EveryLineGetsOneAnswerLine) {
+  std::mt19937_64 random(4);
+  const std::string good = test::random_criteo_line(random);
+  const std::string unlabelled = test::random_criteo_line(random, false);
+  std::istringstream in(good + "\nnot a criteo line \"quoted\"\n" + unlabelled + "\r\n\n" + good);
+  std::ostringstream out, err;
+  EXPECT_EQ(run_predict_command({.model = model_dir().string()}, in, out, err), 1);
+  const std::vector<std::string> answers = lines_of(out.str());
+  ASSERT_EQ(answers.size(), 5u);
+  EXPECT_EQ(answers[4], answers[0]);
+  EXPECT_GT(std::stof(answers[0]), 0.0f);
+  EXPECT_GT(std::stof(answers[2]), 0.0f);
+  EXPECT_EQ(answers[1],
+            "{\"error\": {\"line\": 2, \"code\": \"InvalidArgument\", \"message\": \"line 2: "
+            "expected 40 tab-separated fields, found 1\"}}");
+  EXPECT_EQ(answers[3],
+            "{\"error\": {\"line\": 4, \"code\": \"InvalidArgument\", \"message\": \"line 4: "
+            "expected 40 tab-separated fields, found 1\"}}");
+  EXPECT_THAT(err.str(), HasSubstr("2 of 5 lines could not be predicted"));
+
+  // Files: the message names the file and line.
+  std::ofstream(dir_ / "bad.tsv") << good << "\n1\t2\n";
+  std::ostringstream file_out;
+  EXPECT_EQ(
+      run_predict_command({.model = model_dir().string(), .data = {(dir_ / "bad.tsv").string()}},
+                          in, file_out, err),
+      1);
+  EXPECT_THAT(file_out.str(), HasSubstr((dir_ / "bad.tsv").string() + ":2: expected 40"));
+}
+
+TEST_F(PredictCommandTest, UnusableModelsAndDataThrowBeforeAnyOutput) {
+  std::istringstream in;
+  std::ostringstream out, err;
+  EXPECT_THROW(run_predict_command({.model = (dir_ / "none").string()}, in, out, err),
+               std::system_error);
+  EXPECT_THROW(
+      run_predict_command(
+          {.model = model_dir().string(), .data = {(dir_ / "missing.tsv").string()}}, in, out, err),
+      std::system_error);
+  EXPECT_THROW(run_predict_command({.model = model_dir().string(), .data = {dir_.path().string()}},
+                                   in, out, err),
+               InvalidArgument);
+  std::vector<std::byte> dense(std::filesystem::file_size(model_dir() / train::kDenseFileName));
+  {
+    std::fstream file(model_dir() / train::kDenseFileName,
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(dense.size() - 3));
+    file.put('\x55');
+  }
+  try {
+    run_predict_command({.model = model_dir().string()}, in, out, err);
+    ADD_FAILURE() << "predicted";
+  } catch (const DataLoss& error) {
+    EXPECT_THAT(error.what(), AllOf(HasSubstr("dense.recemb"), HasSubstr("parameters")));
+  }
+  EXPECT_EQ(out.str(), "");
+}
+
+}  // namespace
+}  // namespace recemb::tools

@@ -1,0 +1,206 @@
+#include "train/predictor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <random>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "recemb/embedding.h"
+#include "recemb/error.h"
+#include "recemb/serving.h"
+
+#include "testing/criteo_lines.h"
+#include "testing/temporary_directory.h"
+#include "train/batch_buffers.h"
+#include "train/criteo_profile.h"
+#include "train/criteo_reader.h"
+#include "train/dense_export.h"
+#include "train/dlrm_dense_model.h"
+
+namespace recemb::train {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kDim = 4;
+constexpr float kPredictionTolerance = 5e-6f;
+
+// The trainer's model: 26 tables C1..C26 (random sizes, random values) and a dense model of
+// random parameters, and the model directory exported from them.
+struct Model {
+  Embedding embedding;
+  DlrmDenseModel dense;
+};
+
+Model make_model(uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::vector<TableConfig> tables;
+  std::vector<FeatureConfig> features;
+  for (int f = 0; f < kNumCategoricalFeatures; ++f) {
+    const std::string name = categorical_feature_name(f);
+    tables.push_back({.name = name,
+                      .vocabulary_size = 1 + static_cast<int64_t>(random() % 60),
+                      .dim = kDim,
+                      .initializer = TruncatedNormal{.stddev = 0.5f}});
+    features.push_back({.name = name, .table = name});
+  }
+  return Model{
+      .embedding = Embedding(tables, features, {.num_threads = 1, .seed = seed}),
+      .dense = DlrmDenseModel(
+          {.embedding_dim = kDim, .bottom_mlp = {8, kDim}, .top_mlp = {16, 8}, .seed = seed})};
+}
+
+void export_model(const Model& model, const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  export_serving_model(model.embedding, dir / kEmbeddingsFileName);
+  const std::span<const float> parameters = model.dense.parameters();
+  write_dense_model_file(
+      dir / kDenseFileName,
+      {.config = model.dense.config(),
+       .parameters = {parameters.begin(), parameters.end()},
+       .input = criteo_input(model.embedding.tables(), model.embedding.features(), kDim)});
+}
+
+std::vector<int64_t> vocabulary_sizes(const Embedding& embedding) {
+  std::vector<int64_t> sizes;
+  for (const TableConfig& table : embedding.tables()) sizes.push_back(table.vocabulary_size);
+  return sizes;
+}
+
+// The trainer's evaluation of the file `path` in one batch: CriteoReader, Embedding::lookup,
+// DlrmDenseModel::predict.
+std::vector<float> trainer_probabilities(Model& model, const std::filesystem::path& path) {
+  CriteoReader reader({path.string()}, {.vocabulary_sizes = vocabulary_sizes(model.embedding)});
+  ExampleBatch batch;
+  reader.next(batch, 100000);
+  BatchBuffers buffers(kDim);
+  buffers.bind(batch, 0, batch.size);
+  model.embedding.lookup(buffers.inputs(), buffers.activations());
+  std::vector<float> probabilities(static_cast<size_t>(batch.size));
+  model.dense.predict(batch.dense, buffers.activation_views(), probabilities);
+  return probabilities;
+}
+
+std::vector<Prediction> predict(Predictor& predictor, const std::vector<std::string>& lines) {
+  const std::vector<std::string_view> views(lines.begin(), lines.end());
+  std::vector<Prediction> results(lines.size());
+  predictor.predict(views, results);
+  return results;
+}
+
+// Lines with and without the label, good and malformed, predicted together: each valid line's
+// probability equals bitwise the trainer's for the same batch of valid lines, each malformed one
+// gets the reader's message, and the labels do not matter.
+TEST(PredictorTest, EqualsTheTrainersEvaluationLineForLine) {
+  const test::TemporaryDirectory dir;
+  Model model = make_model(5);
+  export_model(model, dir / "model");
+  std::mt19937_64 random(17);
+  std::vector<std::string> lines;
+  std::vector<bool> malformed;
+  std::string file;
+  for (int i = 0; i < 300; ++i) {
+    const bool labelled = i % 3 != 0;
+    const bool bad = labelled && i % 37 == 5;
+    std::string line = test::random_criteo_line(random, labelled);
+    if (bad) line += "\tzz";  // one field too many
+    // The trainer's file has every line with a label; predict may get it without.
+    file += (labelled ? line : "1\t" + line) + "\n";
+    lines.push_back(line);
+    malformed.push_back(bad);
+  }
+  lines.back() += "\r";  // a CRLF line
+  std::ofstream(dir / "lines.tsv") << file;
+  const std::vector<float> expected = trainer_probabilities(model, dir / "lines.tsv");
+
+  Predictor predictor = Predictor::open(dir / "model");
+  const std::vector<Prediction> results = predict(predictor, lines);
+  size_t valid = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    SCOPED_TRACE("line " + std::to_string(i));
+    if (malformed[i]) {
+      EXPECT_THAT(results[i].error, HasSubstr("expected 40 tab-separated fields, found 41"));
+      continue;
+    }
+    ASSERT_EQ(results[i].error, "");
+    ASSERT_LT(valid, expected.size());
+    EXPECT_EQ(results[i].probability, expected[valid++]);
+  }
+  EXPECT_EQ(valid, expected.size());
+  // Not a constant model: the probabilities differ between lines.
+  EXPECT_GT(*std::max_element(expected.begin(), expected.end()) -
+                *std::min_element(expected.begin(), expected.end()),
+            0.05f);
+}
+
+// One line at a time, the dense layers round differently than in a batch of 300: Eigen's
+// products take other kernels (another summation order) for one row. Each of the layers' dot
+// products (up to 367 terms, the interaction's width) then differs by a few float32 roundings of
+// its larger terms, about 1e-7 relative in a logit of magnitude ~1..10, and the sigmoid's slope is
+// at most 1/4: the probabilities agree within kPredictionTolerance (observed: up to 6e-7).
+TEST(PredictorTest, LineByLineAgreesWithBatchesToFloatRounding) {
+  const test::TemporaryDirectory dir;
+  Model model = make_model(8);
+  export_model(model, dir / "model");
+  std::mt19937_64 random(3);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 300; ++i) lines.push_back(test::random_criteo_line(random));
+  Predictor predictor = Predictor::open(dir / "model");
+  const std::vector<Prediction> batched = predict(predictor, lines);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::vector<Prediction> alone = predict(predictor, {lines[i]});
+    EXPECT_NEAR(alone[0].probability, batched[i].probability, kPredictionTolerance) << "line " << i;
+  }
+}
+
+TEST(PredictorTest, MalformedLinesGetTheReadersMessages) {
+  const test::TemporaryDirectory dir;
+  export_model(make_model(2), dir / "model");
+  Predictor predictor = Predictor::open(dir / "model");
+  std::mt19937_64 random(1);
+  std::string bad_label = test::random_criteo_line(random);
+  bad_label[0] = '7';
+  std::string bad_hex = test::random_criteo_line(random, false);
+  bad_hex += "xyz";  // C26 is no longer hexadecimal
+  const std::vector<Prediction> results =
+      predict(predictor, {bad_label, bad_hex, "", std::string(5000, '1')});
+  EXPECT_THAT(results[0].error, HasSubstr("label '7' is not 0 or 1"));
+  EXPECT_THAT(results[1].error, HasSubstr("C26 '"));
+  EXPECT_THAT(results[1].error, HasSubstr("is not 1 to 16 hexadecimal digits"));
+  EXPECT_THAT(results[2].error, HasSubstr("expected 40 tab-separated fields, found 1"));
+  EXPECT_THAT(results[3].error, HasSubstr("line longer than 4096 bytes"));
+  std::vector<Prediction> two(2);
+  const std::vector<std::string_view> one = {bad_label};
+  EXPECT_THROW(predictor.predict(one, two), InvalidArgument);
+}
+
+TEST(PredictorTest, RefusesModelDirectoriesWhoseFilesDoNotBelongTogether) {
+  const test::TemporaryDirectory dir;
+  export_model(make_model(2), dir / "a");
+  export_model(make_model(3), dir / "b");  // other vocabulary sizes
+  std::filesystem::copy_file(dir / "b" / kDenseFileName, dir / "a" / kDenseFileName,
+                             std::filesystem::copy_options::overwrite_existing);
+  try {
+    Predictor::open(dir / "a");
+    ADD_FAILURE() << "opened";
+  } catch (const DataLoss& error) {
+    EXPECT_THAT(error.what(), AllOf(HasSubstr("embeddings.recemb' does not fit the dense model"),
+                                    HasSubstr("vocabulary sizes")));
+  }
+  std::filesystem::remove(dir / "b" / kDenseFileName);  // as exported from a library checkpoint
+  try {
+    Predictor::open(dir / "b");
+    ADD_FAILURE() << "opened";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code(), std::errc::no_such_file_or_directory);
+    EXPECT_THAT(error.what(), AllOf(HasSubstr(kDenseFileName), HasSubstr("has no dense model")));
+  }
+}
+
+}  // namespace
+}  // namespace recemb::train

@@ -1,0 +1,38 @@
+// `recemb predict MODEL_DIR [--data FILE...]`: click probabilities for raw Criteo lines, from a
+// model directory written by `recemb export` of a `recemb train` checkpoint (train/predictor.h).
+//
+//   in:   Criteo lines (tab-separated; with the label field, which is ignored, or without it), on
+//         stdin or from the --data files in order
+//   out:  one line per input line, in order: the probability ("0.0273"), or for a line that
+//         cannot be predicted the error object of `recemb lookup` (write_error_answer)
+//         {"error": {"line": 3, "code": "InvalidArgument", "message": "line 3: C7 'xyz' is not 1
+//         to 16 hexadecimal digits"}}
+// Every input line gets exactly one output line, so answers pair with lines by position.
+// Probabilities are the shortest decimal text that reads back as the same float32.
+#ifndef RECEMB_TOOLS_RECEMB_PREDICT_COMMAND_H_
+#define RECEMB_TOOLS_RECEMB_PREDICT_COMMAND_H_
+
+#include <istream>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace recemb::tools {
+
+struct PredictArguments {
+  std::string model = {};              // a model directory (recemb export)
+  std::vector<std::string> data = {};  // Criteo files; none: stdin
+  bool verify = true;                  // check every checksum of the tables when opening
+};
+
+// Answers every line as above: stdin line by line (each answer is written and flushed before the
+// next line is read, so a client may converse over a pipe), files in batches. Returns 0 when
+// every line got a probability, 1 when some got an error (their count is reported on `err`). A
+// model that cannot be opened, or a --data path that is not a readable regular file, throws
+// before any output (DataLoss, InvalidArgument, std::system_error naming the file).
+int run_predict_command(const PredictArguments& args, std::istream& in, std::ostream& out,
+                        std::ostream& err);
+
+}  // namespace recemb::tools
+
+#endif  // RECEMB_TOOLS_RECEMB_PREDICT_COMMAND_H_

@@ -1,0 +1,78 @@
+// Predictor: click probabilities for raw Criteo lines from a model directory written by
+// `recemb export` (dense_export.h): the tables' serving model and the dense model. The one
+// implementation of prediction: `recemb predict` and a server call it.
+//
+//   Predictor predictor = Predictor::open("model");
+//   std::vector<Prediction> results(lines.size());
+//   predictor.predict(lines, results);   // results[i].probability, or results[i].error
+//
+// A line goes the trainer's way: parsed as CriteoReader parses it (parse_criteo_line, with the
+// vocabulary sizes the model was trained with), looked up in the tables (the serving model's
+// lookup: a float32 export gives the trained Embedding's activations bitwise) and through
+// DlrmDenseModel::predict. The probabilities therefore equal those of the trainer's evaluation of
+// the same lines, up to the float rounding of the dense layers, which differs with how the lines
+// are grouped into batches (docs/serving.md, "recemb predict").
+//
+// Thread safety: predict uses the Predictor's buffers: one Predictor per thread. Copies are
+// independent predictors sharing the mapped tables (a server copies one per worker).
+#ifndef RECEMB_TRAIN_PREDICTOR_H_
+#define RECEMB_TRAIN_PREDICTOR_H_
+
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "recemb/serving.h"
+
+#include "train/batch_buffers.h"
+#include "train/dense_export.h"
+#include "train/dlrm_dense_model.h"
+#include "train/example_batch.h"
+
+namespace recemb::train {
+
+struct Prediction {
+  float probability = 0.0f;  // the click probability, when `error` is empty
+  std::string error = {};    // why the line was refused (as CriteoReader says it), or empty
+};
+
+class Predictor {
+ public:
+  // Opens model_dir/embeddings.recemb (ServingModel::open with `options`) and
+  // model_dir/dense.recemb (read_dense_model_file) and checks that they belong together: the
+  // serving model's features are the dense model's input features, in order, each looking up a
+  // table of the recorded vocabulary size and of embedding_dim columns. Throws what those opens
+  // throw (DataLoss naming the file and part, std::system_error ENOENT for a missing file:
+  // exported from a checkpoint without a dense part), and DataLoss naming both files when they
+  // do not belong together.
+  static Predictor open(const std::filesystem::path& model_dir, const OpenOptions& options = {});
+
+  // The probability (or the refusal) of each line: results[i] for lines[i], results.size() ==
+  // lines.size() (else InvalidArgument, nothing written). A line is a Criteo line without its
+  // '\n' (a trailing '\r' is dropped), with the label field (40 tab-separated fields; the label
+  // must be 0 or 1 and is ignored) or without it (39 fields). A malformed line gets its error and
+  // does not affect the others.
+  void predict(std::span<const std::string_view> lines, std::span<Prediction> results);
+
+  const DlrmDenseConfig& config() const { return model_.config(); }
+  const CriteoInput& input() const { return input_; }
+
+ private:
+  Predictor(ServingModel embeddings, DenseModelFile dense);
+
+  ServingModel embeddings_;
+  CriteoInput input_;
+  DlrmDenseModel model_;
+  // Per call: the valid lines as a batch, the lookups' buffers, their probabilities and where
+  // each valid line came from.
+  ExampleBatch batch_;
+  BatchBuffers buffers_;
+  std::vector<float> probabilities_;
+  std::vector<size_t> line_of_example_;
+};
+
+}  // namespace recemb::train
+
+#endif  // RECEMB_TRAIN_PREDICTOR_H_
