@@ -22,6 +22,7 @@
 #ifndef RECEMB_ERROR_H_
 #define RECEMB_ERROR_H_
 
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -58,11 +59,12 @@ class RECEMB_EXPORT DataLoss : public std::runtime_error {
 // MemoryError.
 class RECEMB_EXPORT ResourceExhausted : public std::bad_alloc {
  public:
-  explicit ResourceExhausted(const std::string& message) : message_(message) {}
-  const char* what() const noexcept override { return message_.what(); }
+  explicit ResourceExhausted(const std::string& message)
+      : message_(std::make_shared<const std::string>(message)) {}
+  const char* what() const noexcept override { return message_->c_str(); }
 
  private:
-  std::runtime_error message_;  // holds the text; copying it cannot throw
+  std::shared_ptr<const std::string> message_;  // shared: copying the exception cannot throw
 };
 
 }  // namespace recemb
