@@ -61,10 +61,10 @@ RECEMB_EXPORT std::vector<std::shared_ptr<Communicator>> in_process_communicator
 // makes every rank throw instead of leaving the others waiting in the next collective. Every rank
 // passes the error it met (null: none). When some rank passed one, every rank throws the error of
 // the lowest such rank R, with the message "rank R: <its message>" ("rank R: failed" if empty)
-// and its type (recemb/error.h): InvalidArgument, FailedPrecondition, DataLoss, or a
-// std::system_error with the same errno (generic_category); any other exception becomes a
-// FailedPrecondition. Returns when no rank passed an error. With one rank, rethrows `error`
-// itself (its type and message unchanged).
+// and its type (recemb/error.h): InvalidArgument, FailedPrecondition, DataLoss,
+// ResourceExhausted, or a std::system_error with the same errno (generic_category); any other
+// exception becomes a FailedPrecondition. Returns when no rank passed an error. With one rank,
+// rethrows `error` itself (its type and message unchanged).
 RECEMB_EXPORT void agree_on_error(Communicator& communicator, const std::exception_ptr& error);
 
 // How many processes an MPI launcher started, from the environment it gives each of them

@@ -72,11 +72,17 @@ RECEMB_EXPORT std::string_view pipeline_staleness_name(PipelineStaleness value);
 // names.
 RECEMB_EXPORT PipelineStaleness parse_pipeline_staleness(std::string_view name);
 
+// The most threads an Embedding runs (EmbeddingOptions::num_threads): far beyond any useful count
+// (the work of one step is split in at most a few hundred tasks), low enough that a mistyped value
+// does not start thousands of OS threads.
+inline constexpr int kMaxNumThreads = 1024;
+
 struct EmbeddingOptions {
   // The optimizer of every table without its own. Unset: tables without an optimizer have no
   // slots and cannot be trained (lookup only, as TF's optimizer=None for serving).
   std::optional<Optimizer> optimizer = {};
   // Worker threads for lookup and apply_gradients (including the calling thread); 0 = one per core.
+  // At most kMaxNumThreads.
   int num_threads = 0;
   // Seed of the random initializers; the same seed gives the same tables.
   uint64_t seed = 0;

@@ -6,7 +6,10 @@
 //   DataLoss            a file that is damaged, truncated, or of another   Python recemb.DataLoss
 //                       format or version                                  (a ValueError)
 //   std::system_error   a failing file-system call, with its errno         Python OSError (and its
-//                                                                          errno subclasses)
+//                       (or a thread that cannot start: EAGAIN)            errno subclasses)
+//   ResourceExhausted   memory for a table that cannot be allocated (a     Python MemoryError
+//                       std::bad_alloc that names the table and bytes)     (its subclass
+//                                                                          _recemb.ResourceExhausted)
 //
 // The type is the same whatever the number of ranks: in a collective call, the ranks that did not
 // fail themselves throw the failing rank's type, with the message prefixed "rank R: ".
@@ -19,6 +22,8 @@
 #ifndef RECEMB_ERROR_H_
 #define RECEMB_ERROR_H_
 
+#include <memory>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -46,6 +51,20 @@ class RECEMB_EXPORT FailedPrecondition : public std::logic_error {
 class RECEMB_EXPORT DataLoss : public std::runtime_error {
  public:
   explicit DataLoss(const std::string& message) : std::runtime_error(message) {}
+};
+
+// Memory that cannot be allocated, for a named purpose: the message names what it was for (the
+// table) and how many bytes were asked for, and suggests what to lower. A std::bad_alloc, so that
+// code catching allocation failures catches it too. Python: recemb._recemb.ResourceExhausted, a
+// MemoryError.
+class RECEMB_EXPORT ResourceExhausted : public std::bad_alloc {
+ public:
+  explicit ResourceExhausted(const std::string& message)
+      : message_(std::make_shared<const std::string>(message)) {}
+  const char* what() const noexcept override { return message_->c_str(); }
+
+ private:
+  std::shared_ptr<const std::string> message_;  // shared: copying the exception cannot throw
 };
 
 }  // namespace recemb

@@ -55,13 +55,16 @@ struct Adagrad {
 // a = (beta2 == 1) ? a + g^2 : beta2 * a + (1 - beta2) * g^2
 // s = (a + epsilon)^(-1/exponent) * g;  m = momentum * m + s
 // w -= lr * (use_nesterov ? momentum * m + s : m)
-// Slots "accumulators" and "momenta" [V, D], both starting at 0.
+// Slots "accumulators" and "momenta" [V, D], both starting at 0. momentum and beta2 are moving-
+// average parameters (TF's docstring; TF does not check them): momentum in [0, 1), as a momentum
+// >= 1 never forgets and a negative one flips the sign of past steps; beta2 in [0, 1], as
+// outside it the accumulator can turn negative (a NaN preconditioner).
 struct AdagradMomentum {
   LearningRate learning_rate = 0.001f;
-  float momentum = 0.0f;
+  float momentum = 0.0f;  // in [0, 1)
   bool use_nesterov = false;
-  float exponent = 2.0f;  // > 0
-  float beta2 = 1.0f;
+  float exponent = 2.0f;   // > 0
+  float beta2 = 1.0f;      // in [0, 1]
   float epsilon = 1e-10f;  // > 0
   CommonHyperparameters common = {};
 };

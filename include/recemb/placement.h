@@ -51,8 +51,13 @@ RECEMB_EXPORT std::string_view sharding_strategy_name(ShardingStrategy strategy)
 // names.
 RECEMB_EXPORT ShardingStrategy parse_sharding_strategy(std::string_view name);
 
+// The most shards a plan has (PlacementOptions::num_shards, and so the most ranks sharing an
+// Embedding's tables): a plan's size grows with K (every row-wise table has K parts; 65,536 shards
+// of the trainer's 26 tables take 0.4 s and 170 MB), and a mistyped count must not exhaust memory.
+inline constexpr int kMaxNumShards = 65536;
+
 struct PlacementOptions {
-  int num_shards = 1;  // K, >= 1
+  int num_shards = 1;  // K, in [1, kMaxNumShards]
   // The strategy of every table not named in table_strategies.
   ShardingStrategy strategy = ShardingStrategy::kAuto;
   // Per-table override, by table name; wins over `strategy`.
@@ -119,7 +124,8 @@ struct Placement {
 // table.
 //
 // Throws InvalidArgument, naming the item and value, when the configs are invalid for an
-// Embedding (as the Embedding constructor checks them), when num_shards < 1, a strategy is not
+// Embedding (as the Embedding constructor checks them), when num_shards is not in
+// [1, kMaxNumShards], a strategy is not
 // a ShardingStrategy value, table_strategies names a table that does not exist, expected_lookups
 // names a feature that does not exist or has a negative or non-finite rate, a table with a slot of
 // width 1 (RowwiseAdagrad) and dim > 1 is column-wise, a byte count

@@ -1,5 +1,5 @@
 // recemb/error.h: InvalidArgument is a ValueError, FailedPrecondition a RuntimeError, DataLoss a
-// ValueError subclass (recemb.DataLoss). And the
+// ValueError subclass (recemb.DataLoss), ResourceExhausted a MemoryError subclass. And the
 // std::system_error of a failing system call (checkpoint and serving files) is an OSError with its
 // errno, so that Python raises the matching subclass (FileNotFoundError, PermissionError, ...).
 // The same types on one rank and on several (recemb/communicator.h, agree_on_error). An OSError
@@ -42,6 +42,9 @@ void bind_error(py::module_& module) {
       "A call that is valid in itself but not in the object's current state (for example "
       "apply_gradients with a batch already applied, or saving a step that exists already). "
       "Nothing was changed.";
+  py::register_exception<ResourceExhausted>(module, "ResourceExhausted", PyExc_MemoryError).doc() =
+      "Memory for a table could not be allocated; the message names the table and the bytes "
+      "asked for. A MemoryError. Nothing was built.";
   py::register_exception<DataLoss>(module, "DataLoss", PyExc_ValueError).doc() =
       "A file that is damaged (a checksum does not match), truncated, or of another format or "
       "version; the message names the file and what was wrong. A ValueError. Found before "

@@ -17,7 +17,7 @@
 namespace recemb::internal {
 
 // The number of values of an array of `shape` (1 for []). The extents must be >= 0 with a product
-// that fits in int64_t, as normalize_feature guarantees for the activation shapes it returns.
+// that fits in int64_t (aborts otherwise), as they do for a shape check_activation_buffer passed.
 int64_t num_values(std::span<const int64_t> shape);
 
 // Throws InvalidArgument "<what>: expected one per feature (<num_features>), got <count>" unless
@@ -26,7 +26,8 @@ void check_feature_count(size_t num_features, size_t count, std::string_view wha
 
 // Throws InvalidArgument "feature '<name>': activation buffer holds <size> floats, expected
 // [3, 2, 4] = 24" unless size == num_values(activation_shape), the feature's activation shape
-// (CsrFeature::activation_shape).
+// (CsrFeature::activation_shape). An activation shape whose product overflows int64_t (possible
+// for ids of shape [2^62, 0]) throws InvalidArgument too.
 void check_activation_buffer(const FeatureConfig& feature,
                              std::span<const int64_t> activation_shape, size_t size);
 

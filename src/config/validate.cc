@@ -4,6 +4,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "recemb/error.h"
 
@@ -47,9 +48,32 @@ void validate_table(const TableConfig& table) {
   if (const auto* callback = std::get_if<InitializerCallback>(&table.initializer)) {
     if (!*callback) throw InvalidArgument(owner + ": initializer callback is empty");
   }
+  // A table's initial values are finite, as every value written into it later must be
+  // (docs/semantics.md, section 1).
   if (const auto* normal = std::get_if<TruncatedNormal>(&table.initializer)) {
     if (!std::isfinite(normal->mean) || !std::isfinite(normal->stddev) || normal->stddev < 0) {
-      throw InvalidArgument(owner + ": TruncatedNormal needs a finite mean and stddev >= 0");
+      throw InvalidArgument(
+          owner + ": TruncatedNormal needs a finite mean and stddev >= 0, got mean " +
+          std::to_string(normal->mean) + ", stddev " + std::to_string(normal->stddev));
+    }
+    // Values lie within mean +- 2 stddev (redrawn beyond): all of them must fit in a float.
+    if (std::abs(double{normal->mean}) + 2.0 * normal->stddev >
+        double{std::numeric_limits<float>::max()}) {
+      throw InvalidArgument(
+          owner + ": TruncatedNormal mean +- 2 stddev overflows float32, got mean " +
+          std::to_string(normal->mean) + ", stddev " + std::to_string(normal->stddev));
+    }
+  }
+  if (const auto* constant = std::get_if<Constant>(&table.initializer)) {
+    if (!std::isfinite(constant->value)) {
+      throw InvalidArgument(owner + ": Constant initializer value must be finite, got " +
+                            std::to_string(constant->value));
+    }
+  }
+  if (const auto* row_id = std::get_if<RowId>(&table.initializer)) {
+    if (!std::isfinite(row_id->offset)) {
+      throw InvalidArgument(owner + ": RowId initializer offset must be finite, got " +
+                            std::to_string(row_id->offset));
     }
   }
   if (table.optimizer) validate_optimizer(*table.optimizer, owner);
@@ -59,8 +83,11 @@ void validate_table(const TableConfig& table) {
 
 void validate_configs(const std::vector<TableConfig>& tables,
                       const std::vector<FeatureConfig>& features, const EmbeddingOptions& options) {
-  if (options.num_threads < 0) {
-    throw InvalidArgument("EmbeddingOptions.num_threads must be >= 0, got " +
+  if (options.num_threads < 0 || options.num_threads > kMaxNumThreads) {
+    throw InvalidArgument("EmbeddingOptions.num_threads must be in [0, " +
+                          std::to_string(kMaxNumThreads) +
+                          "] (0 = one per core; this machine has " +
+                          std::to_string(std::thread::hardware_concurrency()) + "), got " +
                           std::to_string(options.num_threads));
   }
   if (options.optimizer) validate_optimizer(*options.optimizer, "the global optimizer");

@@ -18,6 +18,7 @@ enum class ErrorKind : char {
   kInvalidArgument,
   kFailedPrecondition,
   kDataLoss,
+  kResourceExhausted,
   kSystemError,  // followed by the errno (int32_t)
   kOther,        // any other exception: FailedPrecondition on every rank
 };
@@ -47,6 +48,8 @@ Report describe(std::exception_ptr error) {
     return {ErrorKind::kFailedPrecondition, 0, e.what()};
   } catch (const DataLoss& e) {
     return {ErrorKind::kDataLoss, 0, e.what()};
+  } catch (const ResourceExhausted& e) {
+    return {ErrorKind::kResourceExhausted, 0, e.what()};
   } catch (const std::system_error& e) {
     const std::error_category& category = e.code().category();
     if (category == std::generic_category() || category == std::system_category()) {
@@ -92,6 +95,8 @@ Report decode(std::span<const std::byte> bytes) {
       throw InvalidArgument(text);
     case ErrorKind::kDataLoss:
       throw DataLoss(text);
+    case ErrorKind::kResourceExhausted:
+      throw ResourceExhausted(text);
     case ErrorKind::kSystemError:
       throw std::system_error(report.error_number, std::generic_category(), text);
     default:

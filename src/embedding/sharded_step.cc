@@ -47,9 +47,12 @@ void Embedding::Impl::normalize_inputs(std::span<const FeatureInput> inputs,
   for (size_t f = 0; f < features.size(); ++f) {
     const size_t t = model.feature_table[f];
     const TableConfig& table = model.tables[t];
-    internal::normalize_feature(features[f], table, inputs[f], normalized[f]);
-    internal::check_activation_buffer(features[f], normalized[f].activation_shape,
+    // The buffer is checked against the shape the input gives before normalising it sizes
+    // anything: ids of shape [2^40, 0] would otherwise allocate 2^40 bags first.
+    internal::check_activation_buffer(features[f],
+                                      internal::activation_shape(features[f], table, inputs[f]),
                                       activations[f].size());
+    internal::normalize_feature(features[f], table, inputs[f], normalized[f]);
     table_ids[t] += normalized[f].ids.size();
     if (table_ids[t] >= std::numeric_limits<uint32_t>::max()) {
       throw InvalidArgument("table '" + table.name + "': more than 2^32 - 1 ids in one batch");

@@ -14,7 +14,7 @@ TableState::TableState(TableConfig table, TablePart part, std::optional<Optimize
     : table_(std::move(table)),
       part_(part),
       optimizer_(std::move(optimizer)),
-      storage_(part_.rows, part_.num_columns,
+      storage_(table_.name, part_.rows, part_.num_columns,
                optimizer_ ? slot_specs(*optimizer_, part_.num_columns) : std::vector<SlotSpec>{}) {
   RECEMB_CHECK(storage_.slot_specs().size() <= RowVariables{}.slot_bases.size());
 }

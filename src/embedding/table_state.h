@@ -33,7 +33,7 @@ class TableState {
  public:
   // Allocates part `part` of `table` (part.rows rows of part.num_columns floats) and the slots of
   // `optimizer` (the table's effective one; none: no slots, not trainable). Does not initialise
-  // the values (initialize does).
+  // the values (initialize does). ResourceExhausted naming the table when memory is short.
   TableState(TableConfig table, TablePart part, std::optional<Optimizer> optimizer);
 
   // The whole table's config (its vocabulary_size and dim, not the part's).

@@ -95,6 +95,9 @@ class FieldChecker {
   void in_unit_interval(std::string_view field, float value) const {
     if (!(value >= 0.0f && value < 1.0f)) fail(field, "must be in [0, 1)", value);
   }
+  void in_closed_unit_interval(std::string_view field, float value) const {
+    if (!(value >= 0.0f && value <= 1.0f)) fail(field, "must be in [0, 1]", value);
+  }
 
   // [min, max] with -inf / +inf meaning unbounded; an empty or all-infinite range is an error.
   void clip_range(std::string_view min_field, float min, std::string_view max_field,
@@ -148,9 +151,11 @@ void validate(const Adagrad& adagrad, const FieldChecker& check) {
 }
 
 void validate(const AdagradMomentum& adagrad_momentum, const FieldChecker& check) {
-  check.finite("momentum", adagrad_momentum.momentum);
+  // Moving-average parameters (include/recemb/optimizer.h): TF checks neither, but outside
+  // these ranges the momenta or the accumulators diverge or turn negative.
+  check.in_unit_interval("momentum", adagrad_momentum.momentum);
   check.above_zero("exponent", adagrad_momentum.exponent);
-  check.finite("beta2", adagrad_momentum.beta2);
+  check.in_closed_unit_interval("beta2", adagrad_momentum.beta2);
   check.above_zero("epsilon", adagrad_momentum.epsilon);
   validate_common(adagrad_momentum.common, check);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <string>
@@ -15,6 +16,7 @@
 #include "config/validate.h"
 #include "optimizers/slot_spec.h"
 #include "util/check.h"
+#include "util/checked_math.h"
 #include "util/enum_names.h"
 
 namespace recemb {
@@ -41,18 +43,18 @@ void check_strategy(ShardingStrategy strategy, const std::string& owner) {
   }
 }
 
+// The value of a byte count, which must fit in int64_t.
+int64_t byte_count(std::optional<int64_t> bytes, const std::string& owner) {
+  if (!bytes) throw InvalidArgument(owner + ": byte count overflows");
+  return *bytes;
+}
+
 int64_t checked_add(int64_t a, int64_t b, const std::string& owner) {
-  int64_t sum = 0;
-  if (__builtin_add_overflow(a, b, &sum)) throw InvalidArgument(owner + ": byte count overflows");
-  return sum;
+  return byte_count(internal::checked_add(a, b), owner);
 }
 
 int64_t checked_multiply(int64_t a, int64_t b, const std::string& owner) {
-  int64_t product = 0;
-  if (__builtin_mul_overflow(a, b, &product)) {
-    throw InvalidArgument(owner + ": byte count overflows");
-  }
-  return product;
+  return byte_count(internal::checked_multiply(a, b), owner);
 }
 
 // Everything the planner needs about one table, with its bytes checked against overflow once so
@@ -132,8 +134,9 @@ std::vector<TableFacts> table_facts(const std::vector<TableConfig>& tables,
 
 void validate_options(const std::vector<TableConfig>& tables,
                       const std::vector<FeatureConfig>& features, const PlacementOptions& options) {
-  if (options.num_shards < 1) {
-    throw InvalidArgument("PlacementOptions.num_shards must be >= 1, got " +
+  if (options.num_shards < 1 || options.num_shards > kMaxNumShards) {
+    throw InvalidArgument("PlacementOptions.num_shards must be in [1, " +
+                          std::to_string(kMaxNumShards) + "], got " +
                           std::to_string(options.num_shards));
   }
   check_strategy(options.strategy, "PlacementOptions.strategy");

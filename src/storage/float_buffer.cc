@@ -1,6 +1,8 @@
 #include "storage/float_buffer.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <limits>
 #include <new>
 #include <sys/mman.h>
 #include <utility>
@@ -15,6 +17,11 @@ constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 FloatBuffer::FloatBuffer(size_t size) : size_(size) {
   if (size == 0) return;
+  // Beyond this, the byte count (rounded up to whole huge pages) would wrap around size_t: no
+  // system has that much memory anyway.
+  if (size > static_cast<size_t>(std::numeric_limits<ptrdiff_t>::max()) / sizeof(float)) {
+    throw std::bad_alloc();
+  }
   const size_t bytes = size * sizeof(float);
   if (bytes >= kHugePageBytes) {
     // Round up to whole huge pages so the tail is huge-page backed as well. Anonymous mappings are

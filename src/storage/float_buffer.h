@@ -12,7 +12,8 @@ namespace recemb::internal {
 class FloatBuffer {
  public:
   FloatBuffer() = default;
-  // Allocates `size` floats, all 0. Throws std::bad_alloc when memory is exhausted.
+  // Allocates `size` floats, all 0. Throws std::bad_alloc when memory is exhausted or `size`
+  // floats would take more than PTRDIFF_MAX bytes.
   explicit FloatBuffer(size_t size);
   ~FloatBuffer();
   FloatBuffer(FloatBuffer&& other) noexcept;

@@ -1,19 +1,61 @@
 #include "storage/table_storage.h"
 
 #include <algorithm>
+#include <iomanip>
+#include <limits>
+#include <new>
+#include <optional>
+#include <sstream>
+#include <string>
 #include <utility>
 
-namespace recemb::internal {
+#include "recemb/error.h"
 
-TableStorage::TableStorage(int64_t num_rows, int64_t dim, std::vector<SlotSpec> slot_specs)
-    : num_rows_(num_rows),
-      dim_(dim),
-      slot_specs_(std::move(slot_specs)),
-      parameters_(static_cast<size_t>(num_rows * dim)) {
-  slots_.reserve(slot_specs_.size());
-  for (const SlotSpec& spec : slot_specs_) {
-    slots_.emplace_back(static_cast<size_t>(num_rows * spec.width));
-    slot_bases_.push_back(slots_.back().data());
+#include "util/checked_math.h"
+
+namespace recemb::internal {
+namespace {
+
+// "table 't': cannot allocate 32000000000000 bytes (29802.3 GiB) for 1000000000000 rows of 8
+// floats (parameters and optimizer slots); ...".
+std::string allocation_failure(std::string_view table_name, int64_t num_rows,
+                               int64_t floats_per_row) {
+  const std::optional<int64_t> floats = checked_multiply(num_rows, floats_per_row);
+  const std::optional<int64_t> bytes =
+      floats ? checked_multiply(*floats, int64_t{sizeof(float)}) : std::nullopt;
+  const double gib = static_cast<double>(num_rows) * static_cast<double>(floats_per_row) *
+                     sizeof(float) / static_cast<double>(int64_t{1} << 30);
+  std::ostringstream message;
+  message << "table '" << table_name << "': cannot allocate ";
+  if (bytes) {
+    message << *bytes << " bytes";
+  } else {
+    message << "more than " << std::numeric_limits<int64_t>::max() << " bytes";
+  }
+  message << " (" << std::fixed << std::setprecision(1) << gib << " GiB) for " << num_rows
+          << " rows of " << floats_per_row
+          << " floats (parameters and optimizer slots): out of memory; lower vocabulary_size or "
+             "dim, or shard the table over more processes";
+  return message.str();
+}
+
+}  // namespace
+
+TableStorage::TableStorage(std::string_view table_name, int64_t num_rows, int64_t dim,
+                           std::vector<SlotSpec> slot_specs)
+    : num_rows_(num_rows), dim_(dim), slot_specs_(std::move(slot_specs)) {
+  try {
+    parameters_ = FloatBuffer(static_cast<size_t>(num_rows * dim));
+    slots_.reserve(slot_specs_.size());
+    for (const SlotSpec& spec : slot_specs_) {
+      slots_.emplace_back(static_cast<size_t>(num_rows * spec.width));
+      slot_bases_.push_back(slots_.back().data());
+    }
+  } catch (const std::bad_alloc&) {
+    // The buffers allocated so far are freed as the members are destroyed.
+    int64_t floats_per_row = dim;
+    for (const SlotSpec& spec : slot_specs_) floats_per_row += spec.width;
+    throw ResourceExhausted(allocation_failure(table_name, num_rows, floats_per_row));
   }
 }
 

@@ -18,7 +18,10 @@ namespace recemb::internal {
 class TableStorage {
  public:
   // Allocates zero-filled parameters and slots; the caller initialises them (initialize_block).
-  TableStorage(int64_t num_rows, int64_t dim, std::vector<SlotSpec> slot_specs);
+  // When memory is short, throws ResourceExhausted naming `table_name` and the bytes asked for,
+  // having freed what it allocated.
+  TableStorage(std::string_view table_name, int64_t num_rows, int64_t dim,
+               std::vector<SlotSpec> slot_specs);
 
   int64_t num_rows() const { return num_rows_; }
   int64_t dim() const { return dim_; }

@@ -1,15 +1,39 @@
 #include "util/thread_pool.h"
 
+#include <string>
+#include <system_error>
+#include <utility>
+
 namespace recemb::internal {
 
-ThreadPool::ThreadPool(int num_threads) {
+ThreadPool::ThreadPool(int num_threads, const ThreadStarter& start_thread) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
   if (num_threads <= 0) num_threads = 1;
   workers_.reserve(static_cast<size_t>(num_threads - 1));
-  for (int t = 1; t < num_threads; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
+  for (int t = 1; t < num_threads; ++t) {
+    // Joinable threads must not outlive a failed construction (std::terminate), nor may the
+    // members they wait on be destroyed under them: stop them before throwing.
+    try {
+      workers_.push_back(start_thread([this, t] { worker_loop(t); }));
+    } catch (const std::system_error& error) {
+      stop_workers();
+      throw std::system_error(error.code(), "cannot start thread " + std::to_string(t + 1) +
+                                                " of " + std::to_string(num_threads) +
+                                                " (lower num_threads; 0 = one per core)");
+    } catch (...) {
+      stop_workers();
+      throw;
+    }
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+std::thread ThreadPool::start_std_thread(std::function<void()> body) {
+  return std::thread(std::move(body));
+}
+
+void ThreadPool::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -20,8 +21,15 @@ namespace recemb::internal {
 
 class ThreadPool {
  public:
+  // How the pool starts a worker thread running `body`: std::thread's constructor by default; a
+  // test passes one that fails as the system would (a pid or memory limit).
+  using ThreadStarter = std::function<std::thread(std::function<void()> body)>;
+
   // num_threads counts the calling thread: num_threads - 1 workers are started. 0 = one per core.
-  explicit ThreadPool(int num_threads);
+  // When a worker cannot be started, the workers already running are stopped and joined, and a
+  // std::system_error with the system's errno (EAGAIN for a pid or memory limit) says which
+  // thread of how many failed.
+  explicit ThreadPool(int num_threads, const ThreadStarter& start_thread = start_std_thread);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -71,7 +79,11 @@ class ThreadPool {
  private:
   using TaskFunction = void (*)(void* context, int64_t task_index, int thread_index);
 
+  static std::thread start_std_thread(std::function<void()> body);
+
   void run(int64_t num_tasks, TaskFunction function, void* context);
+  // Wakes the workers with stopping_ set and joins them (destruction, or a failed construction).
+  void stop_workers();
   void worker_loop(int thread_index);
   // Claims and runs tasks of the current loop until none is left.
   void drain(int thread_index);

@@ -55,6 +55,28 @@ TEST(LookupChecksTest, ActivationBufferMustHoldTheActivationShape) {
   }
 }
 
+// Ids of shape [2^62, 0] (no ids at all) give activations of [2^62, dim] floats: the product
+// wraps (to 0 for dim 4), so an empty buffer was accepted.
+TEST(LookupChecksTest, AnActivationShapeBeyondInt64IsRefusedNotWrapped) {
+  const FeatureConfig clicks{.name = "clicks", .table = "items"};
+  const int64_t huge = int64_t{1} << 62;
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{huge, 4}, std::vector<int64_t>{huge + 2, 3},
+        std::vector<int64_t>{huge, 2, 8}}) {
+    for (const size_t size : {size_t{0}, size_t{8}}) {
+      EXPECT_EQ(error_of<InvalidArgument>([&] { check_activation_buffer(clicks, shape, size); }),
+                "feature 'clicks': activation shape " + shape_string(shape) +
+                    " has more values than an int64 counts; give fewer examples");
+    }
+  }
+  // A zero extent makes the product 0 wherever it is, however large the others.
+  check_activation_buffer(clicks, std::vector<int64_t>{huge, 4, 0}, 0);
+  EXPECT_EQ(num_values(std::vector<int64_t>{huge, 4, 0}), 0);
+  // The largest products that fit.
+  check_activation_buffer(clicks, std::vector<int64_t>{huge, 1}, static_cast<size_t>(huge));
+  EXPECT_EQ(num_values(std::vector<int64_t>{huge - 1, 2}), 2 * (huge - 1));
+}
+
 TEST(LookupTest, PoolInputBorrowsTheFeatureAndTheTable) {
   CsrFeature csr{.activation_shape = {2, 3},
                  .offsets = {0, 2, 3},

@@ -3,6 +3,7 @@
 #include <functional>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,50 @@ TEST(ValidateConfigsTest, OptimizerErrorsNameTheirOwner) {
               AllOf(HasSubstr("global optimizer"), HasSubstr("beta_1")));
   EXPECT_THAT(config_error([](Configs& c) { c.options.num_threads = -1; }),
               HasSubstr("num_threads"));
+}
+
+TEST(ValidateConfigsTest, NumThreadsIsBoundedByKMaxNumThreads) {
+  for (const int threads : {kMaxNumThreads + 1, 5000}) {
+    EXPECT_THAT(config_error([&](Configs& c) { c.options.num_threads = threads; }),
+                AllOf(HasSubstr("EmbeddingOptions.num_threads"), HasSubstr("[0, 1024]"),
+                      HasSubstr("this machine has"), HasSubstr("got " + std::to_string(threads))));
+  }
+  Configs c;
+  c.options.num_threads = kMaxNumThreads;
+  EXPECT_NO_THROW(validate_configs(c.tables, c.features, c.options));
+}
+
+TEST(ValidateConfigsTest, InitializersThatGiveNonFiniteValuesAreRefused) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float max = std::numeric_limits<float>::max();
+  for (const float value : {inf, -inf, nan}) {
+    EXPECT_THAT(
+        config_error([&](Configs& c) { c.tables[1].initializer = Constant{.value = value}; }),
+        AllOf(HasSubstr("table 'user'"), HasSubstr("Constant"), HasSubstr("finite")));
+    EXPECT_THAT(config_error([&](Configs& c) { c.tables[0].initializer = RowId{.offset = value}; }),
+                AllOf(HasSubstr("table 'video'"), HasSubstr("RowId"), HasSubstr("finite")));
+    EXPECT_THAT(config_error([&](Configs& c) {
+                  c.tables[1].initializer = TruncatedNormal{.mean = value, .stddev = 1};
+                }),
+                AllOf(HasSubstr("table 'user'"), HasSubstr("TruncatedNormal"), HasSubstr("mean")));
+  }
+  // Finite parameters whose values may reach beyond float32's range.
+  EXPECT_THAT(config_error([&](Configs& c) {
+                c.tables[1].initializer = TruncatedNormal{.mean = max / 2, .stddev = max / 2};
+              }),
+              AllOf(HasSubstr("table 'user'"), HasSubstr("overflows")));
+  EXPECT_THAT(config_error([&](Configs& c) {
+                c.tables[1].initializer = TruncatedNormal{.mean = -max, .stddev = max / 1e6f};
+              }),
+              AllOf(HasSubstr("table 'user'"), HasSubstr("overflows")));
+  // The extremes that stay finite.
+  Configs c;
+  c.tables[0].initializer = Constant{.value = -max};
+  c.tables[1].initializer = TruncatedNormal{.mean = max / 2, .stddev = max / 4};
+  EXPECT_NO_THROW(validate_configs(c.tables, c.features, c.options));
+  c.tables[1].initializer = RowId{.offset = max};
+  EXPECT_NO_THROW(validate_configs(c.tables, c.features, c.options));
 }
 
 TEST(ValidateConfigsTest, FeatureErrorsNameTheFeatureAndField) {

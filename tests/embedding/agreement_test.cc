@@ -1,7 +1,8 @@
 // agree (src/embedding/agreement.h) and agree_on_error (recemb/communicator.h): ranks are threads
 // connected by in_process_communicators. Every rank passes -> every rank returns; some rank fails
 // -> every rank throws the lowest failing rank's error as "rank R: <message>", of its type
-// (InvalidArgument, FailedPrecondition, DataLoss, std::system_error with its errno; anything else
+// (InvalidArgument, FailedPrecondition, DataLoss, ResourceExhausted, std::system_error with its
+// errno; anything else
 // becomes FailedPrecondition); one rank alone -> the validation's own exception, untouched. These
 // tests also run under ThreadSanitizer.
 #include "embedding/agreement.h"
@@ -34,6 +35,7 @@ struct Outcome {
     kInvalidArgument,
     kFailedPrecondition,
     kDataLoss,
+    kResourceExhausted,
     kSystemError,
     kOther
   } kind = kReturned;
@@ -44,8 +46,9 @@ struct Outcome {
 };
 
 std::ostream& operator<<(std::ostream& out, const Outcome& outcome) {
-  static const char* const kNames[] = {"returned", "InvalidArgument", "FailedPrecondition",
-                                       "DataLoss", "system_error",    "other exception"};
+  static const char* const kNames[] = {"returned",       "InvalidArgument",   "FailedPrecondition",
+                                       "DataLoss",       "ResourceExhausted", "system_error",
+                                       "other exception"};
   return out << kNames[outcome.kind] << " \"" << outcome.message << "\" errno "
              << outcome.error_number;
 }
@@ -59,6 +62,8 @@ Outcome outcome_of(const std::function<void()>& call) {
     return {Outcome::kFailedPrecondition, error.what()};
   } catch (const DataLoss& error) {
     return {Outcome::kDataLoss, error.what()};
+  } catch (const ResourceExhausted& error) {
+    return {Outcome::kResourceExhausted, error.what()};
   } catch (const std::system_error& error) {
     return {Outcome::kSystemError, error.what(), error.code().value()};
   } catch (const std::exception& error) {
@@ -87,6 +92,7 @@ enum class Failure {
   kInvalidArgument,
   kFailedPrecondition,
   kDataLoss,
+  kResourceExhausted,
   kNoSpace,  // std::system_error ENOSPC
   kRuntimeError
 };
@@ -105,6 +111,8 @@ void fail(Failure failure, const std::string& message) {
       throw FailedPrecondition(message);
     case Failure::kDataLoss:
       throw DataLoss(message);
+    case Failure::kResourceExhausted:
+      throw ResourceExhausted(message);
     case Failure::kNoSpace:
       throw std::system_error(kNoSpaceErrno, std::generic_category(), message);
     case Failure::kRuntimeError:
@@ -123,6 +131,8 @@ Outcome expected_outcome(const std::vector<Failure>& failures,
         return {Outcome::kInvalidArgument, text};
       case Failure::kDataLoss:
         return {Outcome::kDataLoss, text};
+      case Failure::kResourceExhausted:
+        return {Outcome::kResourceExhausted, text};
       case Failure::kNoSpace:  // strerror once, as the failing rank's own error said it
         return {Outcome::kSystemError, text + no_space_text(), kNoSpaceErrno};
       default:
@@ -206,6 +216,7 @@ TEST_P(AgreementTest, EveryRankThrowsTheFailingRanksType) {
   for (const auto& [failure, expected] : std::vector<std::pair<Failure, Outcome>>{
            {Failure::kFailedPrecondition, {Outcome::kFailedPrecondition, failing_text + message}},
            {Failure::kDataLoss, {Outcome::kDataLoss, failing_text + message}},
+           {Failure::kResourceExhausted, {Outcome::kResourceExhausted, failing_text + message}},
            {Failure::kNoSpace,
             {Outcome::kSystemError, failing_text + message + no_space_text(), ENOSPC}},
            {Failure::kRuntimeError, {Outcome::kFailedPrecondition, failing_text + message}}}) {

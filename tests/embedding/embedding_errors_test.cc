@@ -595,5 +595,31 @@ TEST(EmbeddingNoOptimizer, ServingTablesLookUpButCannotTrain) {
   EXPECT_TRUE(batch.applicable());
 }
 
+// No ids at all, but a batch of 2^62 or 2^40 examples: its activations would have more values than
+// an int64 counts (the product wrapped to 0, so an empty buffer passed), or take 16 TiB. The buffer
+// is checked before the batch is normalised: nothing of the batch's size is allocated first (which
+// failed with std::length_error or std::bad_alloc, naming nothing).
+TEST(EmbeddingHugeBatch, IsRefusedByTheActivationCheckBeforeAnythingIsSized) {
+  Embedding layer({{.name = "t", .vocabulary_size = 10, .dim = 4, .optimizer = Sgd{}}},
+                  {{.name = "clicks", .table = "t"}});
+  const std::vector<int64_t> no_ids;
+  std::vector<float> buffer(8);
+  for (const size_t size : {size_t{0}, size_t{8}}) {
+    const std::vector<std::span<float>> activations = {std::span<float>(buffer).first(size)};
+    for (const int64_t examples : {int64_t{1} << 62, (int64_t{1} << 62) + 2}) {
+      const std::vector<FeatureInput> inputs = {DenseIds{.ids = no_ids, .shape = {examples, 0}}};
+      LookupBatch batch;
+      EXPECT_EQ(error_of<InvalidArgument>([&] { layer.lookup(inputs, activations, batch); }),
+                "feature 'clicks': activation shape [" + std::to_string(examples) +
+                    ", 4] has more values than an int64 counts; give fewer examples");
+    }
+    const std::vector<FeatureInput> inputs = {
+        DenseIds{.ids = no_ids, .shape = {int64_t{1} << 40, 0}}};
+    EXPECT_EQ(error_of<InvalidArgument>([&] { layer.lookup(inputs, activations); }),
+              "feature 'clicks': activation buffer holds " + std::to_string(size) +
+                  " floats, expected [1099511627776, 4] = 4398046511104");
+  }
+}
+
 }  // namespace
 }  // namespace recemb

@@ -426,14 +426,24 @@ TEST(PlanPlacementTest, RandomOverridesAreHonoured) {
   }
 }
 
+TEST(PlanPlacementTest, PlansUpToKMaxNumShards) {
+  Problem p = small_problem(kMaxNumShards);
+  p.options.strategy = ShardingStrategy::kRowWise;
+  const Placement plan = p.plan();
+  EXPECT_EQ(plan.shards.size(), size_t{kMaxNumShards});
+  expect_consistent(p, plan);
+}
+
 TEST(PlanPlacementTest, ErrorsNameTheItem) {
   const auto message = [](const std::function<void(Problem&)>& change) {
     Problem p = small_problem(2);
     change(p);
     return error_of<InvalidArgument>([&] { p.plan(); });
   };
-  EXPECT_THAT(message([](Problem& p) { p.options.num_shards = 0; }),
-              AllOf(HasSubstr("num_shards"), HasSubstr("0")));
+  for (const int shards : {-3, 0, kMaxNumShards + 1, 1000000000}) {
+    EXPECT_EQ(message([&](Problem& p) { p.options.num_shards = shards; }),
+              "PlacementOptions.num_shards must be in [1, 65536], got " + std::to_string(shards));
+  }
   EXPECT_THAT(message([](Problem& p) { p.options.strategy = static_cast<ShardingStrategy>(7); }),
               AllOf(HasSubstr("PlacementOptions.strategy"), HasSubstr("7")));
   EXPECT_THAT(message([](Problem& p) {

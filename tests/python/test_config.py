@@ -111,3 +111,34 @@ def test_quantization_is_applied():
                                quantization_config=recemb.QuantizationConfig(3, -1.0, 1.0))
     layer = recemb.Embedding([recemb.FeatureConfig(table)])
     np.testing.assert_array_equal(layer.lookup([np.array([[0, 1]])])[0], [[0.0, 0.0]])
+
+
+def test_resource_bounds_and_non_finite_parameters_are_refused_when_the_layer_is_built():
+    feature = recemb.FeatureConfig(recemb.TableConfig(10, 4, name="t"))
+    with pytest.raises(ValueError, match=r"num_threads must be in \[0, 1024\] \(0 = one per core; "
+                                         r"this machine has \d+\), got 5000"):
+        recemb.Embedding(feature, num_threads=5000)
+    with pytest.raises(ValueError, match=r"PlacementOptions.num_shards must be in \[1, 65536\], "
+                                         r"got 70000"):
+        recemb.Embedding(feature, placement=recemb.Placement(num_shards=70000))
+    for value in (float("inf"), float("-inf"), float("nan")):
+        for initializer in (value, recemb.initializers.Constant(value)):
+            with pytest.raises(ValueError, match="table 't': Constant initializer value must be "
+                                                 "finite"):
+                recemb.Embedding(recemb.FeatureConfig(recemb.TableConfig(
+                    10, 4, name="t", initializer=initializer)))
+        with pytest.raises(ValueError, match="table 't': TruncatedNormal needs a finite mean"):
+            recemb.Embedding(recemb.FeatureConfig(recemb.TableConfig(
+                10, 4, name="t", initializer=recemb.initializers.TruncatedNormal(mean=value))))
+    for momentum in (-1.0, 1.0):
+        with pytest.raises(ValueError, match=r"AdagradMomentum.momentum must be in \[0, 1\)"):
+            recemb.Embedding(feature, recemb.optimizers.AdagradMomentum(momentum=momentum))
+
+
+def test_a_table_too_large_for_memory_is_a_memory_error_naming_it():
+    # 10^13 rows of 16 floats and as many Adagrad accumulators: 1.28 PB, beyond any address space.
+    huge = recemb.FeatureConfig(recemb.TableConfig(10**13, 16, name="huge"))
+    with pytest.raises(MemoryError, match=r"table 'huge': cannot allocate 1280000000000000 bytes "
+                                          r"\(.* GiB\) for 10000000000000 rows of 32 floats") as error:
+        recemb.Embedding(huge, "adagrad")
+    assert isinstance(error.value, _recemb.ResourceExhausted)

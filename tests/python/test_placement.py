@@ -94,8 +94,8 @@ def test_placement_checks_its_arguments():
     for bad in [True, 2.0, "2"]:
         with pytest.raises(ValueError, match="num_shards must be an int"):
             recemb.Placement(num_shards=bad)
-    for bad in [0, -1]:  # the C++ planner checks the range when the layer is built
-        with pytest.raises(ValueError, match=f"num_shards must be >= 1, got {bad}"):
+    for bad in [0, -1, 65537]:  # the C++ planner checks the range when the layer is built
+        with pytest.raises(ValueError, match=rf"num_shards must be in \[1, 65536\], got {bad}"):
             make_layer(placement=recemb.Placement(num_shards=bad))
     for bad in ["1", None]:
         with pytest.raises(ValueError, match=r"expected_lookups\['watched'\] must be a number"):

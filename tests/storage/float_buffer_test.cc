@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <gtest/gtest.h>
+#include <new>
 #include <utility>
 
 namespace recemb::internal {
@@ -37,6 +38,13 @@ TEST(FloatBufferTest, MoveTransfersOwnership) {
   c = std::move(b);
   EXPECT_EQ(c.data(), data);
   EXPECT_EQ(c.size(), 16u);
+}
+
+// 2^62 floats are 2^64 bytes: the byte count wrapped around to 0, a 0-byte allocation succeeded
+// and zero-filling 2^62 floats into it crashed.
+TEST(FloatBufferTest, ASizeWhoseBytesOverflowIsBadAlloc) {
+  EXPECT_THROW(FloatBuffer(size_t{1} << 62), std::bad_alloc);
+  EXPECT_THROW(FloatBuffer(SIZE_MAX), std::bad_alloc);
 }
 
 TEST(FloatBufferTest, EmptyBuffer) {

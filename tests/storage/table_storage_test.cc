@@ -1,12 +1,20 @@
 #include "storage/table_storage.h"
 
+#include <cstdint>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <new>
+#include <string>
+
+#include "recemb/error.h"
+
+#include "testing/error_of.h"
 
 namespace recemb::internal {
 namespace {
 
 TEST(TableStorageTest, LayoutAndVariablesByName) {
-  TableStorage storage(10, 4, {{"accumulators", 4, 0.1f}, {"rowwise", 1, 2.0f}});
+  TableStorage storage("video", 10, 4, {{"accumulators", 4, 0.1f}, {"rowwise", 1, 2.0f}});
   EXPECT_EQ(storage.num_rows(), 10);
   EXPECT_EQ(storage.dim(), 4);
   ASSERT_NE(storage.variable("parameters"), nullptr);
@@ -22,7 +30,7 @@ TEST(TableStorageTest, LayoutAndVariablesByName) {
 }
 
 TEST(TableStorageTest, InitializeSlotsTouchesOnlyTheBlock) {
-  TableStorage storage(6, 2, {{"accumulators", 2, 0.1f}, {"rowwise", 1, 2.0f}});
+  TableStorage storage("video", 6, 2, {{"accumulators", 2, 0.1f}, {"rowwise", 1, 2.0f}});
   storage.initialize_slots(2, 3);
   const float* accumulators = storage.variable("accumulators")->data();
   const float* rowwise = storage.variable("rowwise")->data();
@@ -32,6 +40,27 @@ TEST(TableStorageTest, InitializeSlotsTouchesOnlyTheBlock) {
     EXPECT_EQ(accumulators[2 * r + 1], inside ? 0.1f : 0.0f) << r;
     EXPECT_EQ(rowwise[r], inside ? 2.0f : 0.0f) << r;
   }
+}
+
+// Sizes beyond x86-64's 128 TiB of user address space: no system can map them, whatever its
+// overcommit policy.
+TEST(TableStorageTest, MemoryThatCannotBeAllocatedIsAnErrorNamingTheTableAndBytes) {
+  using ::testing::AllOf;
+  using ::testing::HasSubstr;
+  const int64_t rows = 1'000'000'000'000;  // 10^12 rows of 64 floats + 64 + 1: 516 TB
+  const std::string message = test::error_of<ResourceExhausted>([&] {
+    TableStorage("huge", rows, 64, {{"accumulators", 64, 0.1f}, {"rowwise", 1, 0.0f}});
+  });
+  EXPECT_THAT(message,
+              AllOf(HasSubstr("table 'huge': cannot allocate 516000000000000 bytes (480562.4 GiB) "
+                              "for 1000000000000 rows of 129 floats"),
+                    HasSubstr("lower vocabulary_size or dim")));
+  // The parameters alone: whose byte count would not fit in size_t (it wrapped around to 0).
+  const int64_t too_many = int64_t{1} << 62;
+  EXPECT_THAT(test::error_of<ResourceExhausted>([&] { TableStorage("wrap", too_many, 1, {}); }),
+              HasSubstr("table 'wrap': cannot allocate more than 9223372036854775807 bytes"));
+  // A std::bad_alloc, as code that catches allocation failures expects.
+  EXPECT_THROW(TableStorage("huge", rows, 64, {}), std::bad_alloc);
 }
 
 }  // namespace

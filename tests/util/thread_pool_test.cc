@@ -1,8 +1,13 @@
 #include "util/thread_pool.h"
 
 #include <atomic>
+#include <cerrno>
+#include <functional>
 #include <gtest/gtest.h>
 #include <numeric>
+#include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 namespace recemb::internal {
@@ -82,6 +87,61 @@ TEST(ThreadPoolTest, BelowTheCutoffEveryTaskRunsOnTheCallingThreadInOrder) {
 TEST(ThreadPoolTest, ZeroMeansOnePerCore) {
   ThreadPool pool(0);
   EXPECT_GE(pool.num_threads(), 1);
+}
+
+// Starts threads as std::thread does until `limit` are running, then fails as pthread_create does
+// under a pid or memory limit (EAGAIN). Counts the threads that started and those that returned.
+struct LimitedThreadStarter {
+  int limit = 0;
+  std::atomic<int> started{0};
+  std::atomic<int> finished{0};
+
+  ThreadPool::ThreadStarter starter() {
+    return [this](std::function<void()> body) {
+      if (started.load() == limit) {
+        throw std::system_error(EAGAIN, std::generic_category(), "pthread_create");
+      }
+      started.fetch_add(1);
+      return std::thread([this, body = std::move(body)] {
+        body();
+        finished.fetch_add(1);
+      });
+    };
+  }
+};
+
+TEST(ThreadPoolTest, AFailedThreadStartJoinsTheStartedWorkersAndSaysWhichThreadFailed) {
+  for (const int limit : {0, 1, 5}) {
+    SCOPED_TRACE(limit);
+    LimitedThreadStarter threads{.limit = limit};
+    try {
+      ThreadPool pool(8, threads.starter());
+      FAIL() << "no error";
+    } catch (const std::system_error& error) {
+      EXPECT_EQ(error.code().value(), EAGAIN);
+      const std::string message = error.what();
+      EXPECT_NE(message.find("cannot start thread " + std::to_string(limit + 2) + " of 8"),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("lower num_threads"), std::string::npos) << message;
+    }
+    // Every worker that started has returned (joined) before the error reached the caller.
+    EXPECT_EQ(threads.started.load(), limit);
+    EXPECT_EQ(threads.finished.load(), limit);
+  }
+}
+
+TEST(ThreadPoolTest, WorkersStartedByAStarterRunEveryTask) {
+  LimitedThreadStarter threads{.limit = 3};
+  {
+    ThreadPool pool(4, threads.starter());
+    EXPECT_EQ(pool.num_threads(), 4);
+    std::vector<std::atomic<int>> runs(100);
+    pool.parallel_for(100,
+                      [&](int64_t task, int) { runs[static_cast<size_t>(task)].fetch_add(1); });
+    for (const std::atomic<int>& count : runs) EXPECT_EQ(count.load(), 1);
+  }
+  EXPECT_EQ(threads.finished.load(), 3);
 }
 
 }  // namespace

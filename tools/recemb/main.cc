@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "recemb/error.h"
+#include "recemb/placement.h"
 
 #include "tools/recemb/checkpoint_commands.h"
 #include "tools/recemb/hash_command.h"
@@ -125,7 +126,7 @@ CLI::App* add_plan(CLI::App& app, PlanArguments& args) {
       "Print how recemb train's tables would be placed on N shards (table, row, column "
       "wise or replicated): rows, bytes and lookups per shard");
   plan->add_option("--shards", args.shards, "Number of shards (threads, processes or hosts)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, recemb::kMaxNumShards));
   plan->add_option("--strategy", args.strategy,
                    "auto | table_wise | row_wise | column_wise | replicated");
   plan->add_option("-c,--config", args.config_path, "TOML settings file, as for train")

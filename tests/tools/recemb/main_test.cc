@@ -216,6 +216,17 @@ TEST(RecembCli, ASignalStopsTheRunCleanly) {
   }
 }
 
+// CLI11's PositiveNumber said "Value 0 not in range 0.000000 to 1797...(309 digits)", and no
+// bound let --shards 1000000000 grow memory until the process was killed.
+TEST(RecembCli, PlanShardsOutsideTheBoundSayTheRange) {
+  for (const std::string shards : {"0", "-3", "65537", "1000000000"}) {
+    const Result result = run("plan --shards=" + shards);
+    EXPECT_NE(result.exit_code, 0) << shards;
+    EXPECT_THAT(result.output, HasSubstr("--shards: Value " + shards + " not in range 1 to 65536"));
+  }
+  EXPECT_EQ(run("plan --shards 3").exit_code, 0);
+}
+
 TEST(RecembCli, TrainRunsAndResumes) {
   const std::string out = fresh_dir("train");
   const Result first = run("train --steps 30 --output " + out + kSmallModel);

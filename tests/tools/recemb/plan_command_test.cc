@@ -7,6 +7,7 @@
 #include "recemb/error.h"
 #include "recemb/placement.h"
 
+#include "testing/error_of.h"
 #include "train/embedding_model.h"
 
 namespace recemb::tools {
@@ -37,6 +38,9 @@ TEST(PlanCommand, BadArgumentsAreErrors) {
   std::ostringstream out;
   EXPECT_THROW(run_plan_command({.strategy = "diagonal"}, out), InvalidArgument);
   EXPECT_THROW(run_plan_command({.shards = 0}, out), InvalidArgument);
+  EXPECT_THAT(test::error_of<InvalidArgument>(
+                  [&] { run_plan_command({.shards = kMaxNumShards + 1}, out); }),
+              HasSubstr("num_shards must be in [1, 65536], got 65537"));
   EXPECT_THROW(run_plan_command({.overrides = {"model.depth=2"}}, out), InvalidArgument);
   EXPECT_EQ(out.str(), "");
 }
