@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 #include <utility>
 
+#include "recemb/embedding.h"
 #include "recemb/error.h"
 #include "recemb/optimizer.h"
 
@@ -281,7 +282,9 @@ void validate(const TrainConfig& c) {
   for (int64_t width : c.model.top_mlp) require(width >= 1, "model.top_mlp widths must be >= 1");
   check_optimizer_name(c.embedding.optimizer, "embedding.optimizer");
   require(c.embedding.learning_rate > 0.0, "embedding.learning_rate must be > 0");
-  require(c.embedding.threads >= 0, "embedding.threads must be >= 0");
+  require(c.embedding.threads >= 0 && c.embedding.threads <= kMaxNumThreads,
+          "embedding.threads must be in [0, " + std::to_string(kMaxNumThreads) +
+              "] (0: one per core), not " + std::to_string(c.embedding.threads));
   sharding_strategy(c.embedding.sharding);
   require(c.dense.optimizer == "adam" || c.dense.optimizer == "adagrad",
           "dense.optimizer must be adam or adagrad, not '" + c.dense.optimizer + "'");

@@ -15,6 +15,7 @@ PyTorch module. See docs/python.md.
 
 from recemb import initializers, optimizers, schedules
 from recemb._recemb import (Communicator, DataLoss, FailedPrecondition, InvalidArgument,
+                            ResourceExhausted,
                             in_process_communicators, local_communicator, mpi_available,
                             mpi_communicator)
 from recemb.checkpoint import inspect_checkpoint, latest_checkpoint
@@ -28,6 +29,6 @@ __version__ = "0.1.0"
 
 __all__ = ["TableConfig", "FeatureConfig", "QuantizationConfig", "Ragged", "Sparse", "Embedding",
            "LookupBatch", "serving_embedding_lookup", "ServingModel", "latest_checkpoint",
-           "inspect_checkpoint", "InvalidArgument", "FailedPrecondition", "DataLoss", "Placement",
+           "inspect_checkpoint", "InvalidArgument", "FailedPrecondition", "DataLoss", "ResourceExhausted", "Placement",
            "Communicator", "local_communicator", "in_process_communicators", "mpi_available",
            "mpi_communicator", "optimizers", "schedules", "initializers"]

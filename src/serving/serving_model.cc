@@ -144,10 +144,13 @@ void ServingModel::lookup(std::span<const FeatureInput> inputs,
   thread_local std::vector<internal::CsrFeature> batch;
   if (batch.size() < features.size()) batch.resize(features.size());
   for (size_t f = 0; f < features.size(); ++f) {
-    internal::normalize_feature(features[f], state.manifest.tables[state.feature_table[f]],
-                                inputs[f], batch[f]);
-    internal::check_activation_buffer(features[f], batch[f].activation_shape,
+    const TableConfig& table = state.manifest.tables[state.feature_table[f]];
+    // As Embedding::lookup: the buffer is checked against the shape the input gives before
+    // normalising sizes anything (ids of shape [2^40, 0] would allocate 2^40 bags first).
+    internal::check_activation_buffer(features[f],
+                                      internal::activation_shape(features[f], table, inputs[f]),
                                       activations[f].size());
+    internal::normalize_feature(features[f], table, inputs[f], batch[f]);
   }
   // Validated.
   for (size_t f = 0; f < features.size(); ++f) {

@@ -360,6 +360,18 @@ TEST_F(ServingInputErrorTest, WrongCountsAndBufferSizesAreRejectedAsByTheEmbeddi
                         "feature 'history': activation buffer holds 7 floats, expected [3, 2, 4]");
 }
 
+// A batch of 2^40 examples without ids: the buffer is checked against the input's shape before
+// anything of the batch's size is allocated (as the Embedding does).
+TEST_F(ServingInputErrorTest, AHugeBatchIsRefusedBeforeAnythingIsSized) {
+  const std::vector<OwnedInput> inputs = valid_inputs();
+  std::vector<FeatureInput> views = test::views_of(inputs);
+  const std::vector<int64_t> no_ids;
+  views[0] = DenseIds{.ids = no_ids, .shape = {int64_t{1} << 40, 0}};
+  expect_same_rejection(views, buffers(),
+                        "feature 'clicks': activation buffer holds 12 floats, expected "
+                        "[1099511627776, 4] = 4398046511104");
+}
+
 TEST_F(ServingInputErrorTest, ActivationShapeAsTheEmbedding) {
   std::vector<OwnedInput> inputs = valid_inputs();
   const std::vector<FeatureInput> views = test::views_of(inputs);

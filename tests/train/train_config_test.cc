@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <string>
 
+#include "recemb/embedding.h"
 #include "recemb/error.h"
 
 #include "testing/error_of.h"
@@ -211,6 +212,15 @@ TEST(TrainConfig, StepsAndBatchSizeAreBounded) {
     EXPECT_THAT(
         error_of<InvalidArgument>([&] { load_train_config("", {"train.batch_size=" + size}); }),
         HasSubstr("train.batch_size must be 1 to 1048576, not " + size));
+  }
+}
+
+TEST(TrainConfig, ThreadsAreBoundedAsTheLibrarysNumThreads) {
+  EXPECT_EQ(load_train_config("", {"embedding.threads=1024"}).embedding.threads, recemb::kMaxNumThreads);
+  for (const std::string threads : {"-5", "1025", "5000"}) {
+    EXPECT_THAT(
+        error_of<InvalidArgument>([&] { load_train_config("", {"embedding.threads=" + threads}); }),
+        HasSubstr("embedding.threads must be in [0, 1024] (0: one per core), not " + threads));
   }
 }
 
