@@ -75,7 +75,8 @@ TEST(TrainCommand, ShortcutsGivenAreCheckedLikeTheirSettings) {
   };
   EXPECT_THAT(error({.steps = 0}), HasSubstr("train.steps must be >= 1, not 0"));
   EXPECT_THAT(error({.batch_size = 0}), HasSubstr("train.batch_size must be 1 to 1048576, not 0"));
-  EXPECT_THAT(error({.threads = -5}), HasSubstr("embedding.threads must be >= 0"));
+  EXPECT_THAT(error({.threads = -5}),
+              HasSubstr("embedding.threads must be in [0, 1024] (0: one per core), not -5"));
 }
 
 }  // namespace
