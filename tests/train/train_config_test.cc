@@ -216,7 +216,8 @@ TEST(TrainConfig, StepsAndBatchSizeAreBounded) {
 }
 
 TEST(TrainConfig, ThreadsAreBoundedAsTheLibrarysNumThreads) {
-  EXPECT_EQ(load_train_config("", {"embedding.threads=1024"}).embedding.threads, recemb::kMaxNumThreads);
+  EXPECT_EQ(load_train_config("", {"embedding.threads=1024"}).embedding.threads,
+            recemb::kMaxNumThreads);
   for (const std::string threads : {"-5", "1025", "5000"}) {
     EXPECT_THAT(
         error_of<InvalidArgument>([&] { load_train_config("", {"embedding.threads=" + threads}); }),
