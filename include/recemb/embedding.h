@@ -199,7 +199,7 @@ class RECEMB_EXPORT Embedding {
   // background work of prefetch, then calls recemb::agree_on_error (communicator.h) with `error`
   // (null: none on this rank) on the Embedding's communicator: returns when no rank passed an
   // error, else throws on every rank as agree_on_error does. Changes nothing.
-  void agree_on_error(std::exception_ptr error);
+  void agree_on_error(const std::exception_ptr& error);
 
   // Applies d(loss)/d(activations) of the lookup recorded in `batch`, marks the batch applied and
   // increments step(). Several batches may be looked up before they are applied, in any order.

@@ -373,9 +373,9 @@ void Embedding::finish_lookup(LookupBatch& batch) {
   kept->applicable = true;
 }
 
-void Embedding::agree_on_error(std::exception_ptr error) {
+void Embedding::agree_on_error(const std::exception_ptr& error) {
   impl_->execution.join_prefetch();
-  recemb::agree_on_error(impl_->exchange.communicator(), std::move(error));
+  recemb::agree_on_error(impl_->exchange.communicator(), error);
 }
 
 std::vector<std::string> Embedding::variable_names(std::string_view table) const {
