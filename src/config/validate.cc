@@ -115,7 +115,7 @@ void validate_configs(const std::vector<TableConfig>& tables,
       throw InvalidArgument("features must have unique names: " + quoted(feature.name) +
                             " is used more than once");
     }
-    if (table_names.count(feature.table) == 0) {
+    if (!table_names.contains(feature.table)) {
       throw InvalidArgument(owner + ": table " + quoted(feature.table) +
                             " is not one of the Embedding's tables");
     }
