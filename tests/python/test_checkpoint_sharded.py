@@ -6,16 +6,13 @@ which need one process, say what to do instead."""
 
 import errno
 import os
-import shutil
-import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import recemb
 import sharded_problem as problem
+from mpi_jobs import needs_mpi, run_mpi_job
 
 SEED = 20240611
 SAVED_AT, STEPS = 2, 4
@@ -180,33 +177,11 @@ def test_export_and_copies_of_several_ranks_say_what_to_do_instead(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def mpi_skip_reason():
-    if shutil.which("mpirun") is None:
-        return "mpirun is not installed (openmpi-bin)"
-    if not recemb.mpi_available():
-        return "recemb was built without MPI (recemb.mpi_available() is False)"
-    return None
-
-
-@pytest.mark.skipif(mpi_skip_reason() is not None, reason=str(mpi_skip_reason()))
+@needs_mpi
 @pytest.mark.parametrize("num_processes", [2, 3])
 def test_mpi_ranks_save_and_restore_collectively(tmp_path, num_processes):
-    here = os.path.dirname(os.path.abspath(__file__))
-    package = os.path.dirname(os.path.dirname(os.path.abspath(recemb.__file__)))
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [package, here,
-                                                        os.environ.get("PYTHONPATH")])))
-    command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(num_processes),
-               sys.executable, os.path.join(here, "mpi_checkpoint_script.py"), str(tmp_path)]
-    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, start_new_session=True) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            stdout, stderr = process.communicate()
-            pytest.fail(f"{' '.join(command)}: no result after 120 s\n{stdout}\n{stderr}")
-    assert process.returncode == 0, f"{' '.join(command)}\n{stdout}\n{stderr}"
+    returncode, stdout, stderr, _ = run_mpi_job(num_processes, "mpi_checkpoint_script.py",
+                                                str(tmp_path), timeout=120)
+    assert returncode == 0, f"{stdout}\n{stderr}"
     for rank in range(num_processes):
         assert f"rank {rank} of {num_processes}: ok" in stdout, stdout

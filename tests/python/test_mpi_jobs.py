@@ -5,12 +5,6 @@ used to hang forever; ranks that finish at different times are not ended; a chec
 that fails on one rank reaches every rank with its own message. Also: a layer without a
 communicator in a process an MPI launcher started among several warns."""
 
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import time
 import warnings
 
 import pytest
@@ -18,40 +12,16 @@ import pytest
 import recemb
 from recemb import placement
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from mpi_jobs import needs_mpi, run_mpi_job
+
 TIMEOUT_SECONDS = 60  # a job that hangs fails the test after this long
-
-
-def mpi_skip_reason():
-    if shutil.which("mpirun") is None:
-        return "mpirun is not installed (openmpi-bin)"
-    if not recemb.mpi_available():
-        return "recemb was built without MPI (recemb.mpi_available() is False)"
-    return None
 
 
 def run_job(case):
     """(exit status, stdout + stderr, seconds) of the 2-rank job of `case`."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(recemb.__file__)))
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [package, os.environ.get("PYTHONPATH")])))
-    command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
-               os.path.join(HERE, "mpi_rank_exit_script.py"), case]
-    start = time.monotonic()
-    # A session of its own, so that a timeout ends mpirun and every rank it started.
-    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, start_new_session=True) as process:
-        try:
-            output, _ = process.communicate(timeout=TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
-            pytest.fail(f"{' '.join(command)}: the job hung ({TIMEOUT_SECONDS} s)\n{output}")
-    return process.returncode, output, time.monotonic() - start
-
-
-needs_mpi = pytest.mark.skipif(mpi_skip_reason() is not None, reason=str(mpi_skip_reason()))
+    returncode, stdout, stderr, seconds = run_mpi_job(2, "mpi_rank_exit_script.py", case,
+                                                      timeout=TIMEOUT_SECONDS)
+    return returncode, stdout + stderr, seconds
 
 
 @needs_mpi

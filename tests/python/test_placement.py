@@ -4,11 +4,6 @@ rank / world_size, views and copies of the tables, and training that equals the 
 (mpi_sharded_script.py)."""
 
 import itertools
-import os
-import shutil
-import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,6 +11,7 @@ import pytest
 import recemb
 import recemb.torch
 import sharded_problem as problem
+from mpi_jobs import needs_mpi, run_mpi_job
 from recemb import _recemb
 
 SEED = 20240611
@@ -349,34 +345,11 @@ def test_torch_module_shards_too():
         np.testing.assert_array_equal(value, state[key])
 
 
-def mpi_skip_reason():
-    if shutil.which("mpirun") is None:
-        return "mpirun is not installed (openmpi-bin)"
-    if not recemb.mpi_available():
-        return "recemb was built without MPI (recemb.mpi_available() is False)"
-    return None
-
-
-@pytest.mark.skipif(mpi_skip_reason() is not None, reason=str(mpi_skip_reason()))
+@needs_mpi
 @pytest.mark.parametrize("num_processes", [2, 4])
 def test_mpi_ranks_train_as_the_unsharded_layer(num_processes):
-    here = os.path.dirname(os.path.abspath(__file__))
-    package = os.path.dirname(os.path.dirname(os.path.abspath(recemb.__file__)))
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [package, here,
-                                                        os.environ.get("PYTHONPATH")])))
-    command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(num_processes),
-               sys.executable, os.path.join(here, "mpi_sharded_script.py")]
-    # A session of its own, so that a timeout ends mpirun and every rank it started.
-    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, start_new_session=True) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            stdout, stderr = process.communicate()
-            pytest.fail(f"{' '.join(command)}: no result after 120 s\n{stdout}\n{stderr}")
-    assert process.returncode == 0, f"{' '.join(command)}\n{stdout}\n{stderr}"
+    returncode, stdout, stderr, _ = run_mpi_job(num_processes, "mpi_sharded_script.py",
+                                                timeout=120)
+    assert returncode == 0, f"{stdout}\n{stderr}"
     for rank in range(num_processes):
         assert f"rank {rank} of {num_processes}: ok" in stdout, stdout
