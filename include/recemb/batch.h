@@ -14,7 +14,8 @@
 
 namespace recemb {
 
-// Ids may be int32 or int64; the values must lie in [0, vocabulary_size) of the feature's table.
+// Ids may be int32 or int64; the values must lie in [0, vocabulary_size) of the feature's table,
+// or be any value for a dynamic table (config.h, DynamicVocabulary).
 using IdSpan = std::variant<std::span<const int32_t>, std::span<const int64_t>>;
 
 // Dense ids of shape `shape`.

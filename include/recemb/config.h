@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "recemb/combiner.h"
+#include "recemb/export.h"
 #include "recemb/initializer.h"
 #include "recemb/optimizer.h"
 
@@ -26,15 +28,46 @@ struct QuantizationConfig {
   float upper = 0.0f;
 };
 
+// What a dynamic table does when admitting a key would hold more than its capacity.
+enum class WhenFull {
+  kEvictLeastRecent,    // evict the key seen longest ago (ties: smaller count, then smaller key)
+  kEvictLeastFrequent,  // evict the key with the smallest count (ties: seen longest ago, then
+                        // smaller key)
+  kError,               // the training lookup throws FailedPrecondition, changing nothing
+};
+// "evict_least_recent", "evict_least_frequent", "error".
+RECEMB_EXPORT std::string_view when_full_name(WhenFull value);
+// The inverse of when_full_name; anything else throws InvalidArgument listing the valid names.
+RECEMB_EXPORT WhenFull parse_when_full(std::string_view name);
+
+// A dynamic table: rows keyed by any int64 id, admitted and evicted as training sees them
+// (docs/semantics.md, "Dynamic vocabularies"). In short: a key without a row looks up a zero row
+// (its weight still counts in mean and sqrtn); each occurrence in a training lookup counts, and
+// the training lookup in which a key's count reaches min_count gives it a row, initialised from
+// (table seed, key) alone; pure lookups never insert, count or evict.
+struct DynamicVocabulary {
+  // Most keys held, all shards together (>= 1). A table split by rows into P parts holds at most
+  // ceil(capacity / P) keys in each, and when_full applies per part.
+  int64_t capacity = 0;
+  int64_t min_count = 1;  // training-lookup occurrences before a key gets a row, >= 1
+  // Unset: keys stay until evicted to make room. T >= 1: at the end of the apply_gradients that
+  // completes step s, keys last seen in a training lookup for a step before s - T + 1 are removed.
+  std::optional<int64_t> ttl_steps = {};
+  WhenFull when_full = WhenFull::kEvictLeastRecent;
+};
+
 struct TableConfig {
-  std::string name = {};        // required, unique among the tables of an Embedding
-  int64_t vocabulary_size = 0;  // number of rows, >= 1
+  std::string name = {};  // required, unique among the tables of an Embedding
+  // Number of rows (>= 1): ids are rows [0, vocabulary_size). 0 for a dynamic table.
+  int64_t vocabulary_size = 0;
   int64_t dim = 0;              // row width, >= 1
   Initializer initializer = TruncatedNormal{};
   // This table's optimizer; unset means the Embedding's global optimizer.
   std::optional<Optimizer> optimizer = {};
   Combiner combiner = Combiner::kMean;  // TF's default
   std::optional<QuantizationConfig> quantization_config = {};
+  // Set: a dynamic table (vocabulary_size must be 0) whose initializer is not a callback.
+  std::optional<DynamicVocabulary> dynamic_vocabulary = {};
 };
 
 struct FeatureConfig {

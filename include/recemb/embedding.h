@@ -33,6 +33,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "recemb/batch.h"
@@ -94,6 +95,23 @@ struct EmbeddingOptions {
   std::shared_ptr<Communicator> communicator = {};
   // What prefetch does ahead of finish_lookup.
   PipelineStaleness pipeline_staleness = PipelineStaleness::kNone;
+};
+
+// A dynamic table's keys (config.h, DynamicVocabulary), all its parts together.
+struct VocabularyStats {
+  int64_t size = 0;                  // keys held now
+  int64_t inserted = 0;              // keys admitted since construction (or restore)
+  int64_t evicted = 0;               // keys removed since then (TTL or when_full)
+  int64_t not_admitted_lookups = 0;  // occurrences in training lookups of keys that had no row
+};
+
+// The contents of a dynamic table: its keys in increasing order, and their rows and slots.
+struct DynamicTableContents {
+  std::vector<int64_t> keys;
+  std::vector<float> parameters;  // [keys.size(), dim], row-major
+  // Per slot of the table's optimizer (variable_names order after "parameters"): its name and
+  // values, [keys.size(), width] (width = dim, or 1 for row-wise slots).
+  std::vector<std::pair<std::string, std::vector<float>>> slots;
 };
 
 class Embedding;
@@ -235,6 +253,19 @@ class RECEMB_EXPORT Embedding {
   // allowed while no other call on the Embedding runs; values written are not validated.
   // Only for a table this rank holds whole (has_whole_table); otherwise FailedPrecondition.
   bool has_whole_table(std::string_view table) const;
+
+  // Dynamic tables (config.h, DynamicVocabulary; docs/semantics.md, "Dynamic vocabularies"). The
+  // whole-variable calls above throw FailedPrecondition for them: they have keys, not rows.
+  // vocabulary_stats and read_dynamic_table need every part of the table on this rank (one
+  // process, or a replicated table); otherwise FailedPrecondition. InvalidArgument for an unknown
+  // table, FailedPrecondition for a static one.
+  VocabularyStats vocabulary_stats(std::string_view table) const;
+  DynamicTableContents read_dynamic_table(std::string_view table) const;
+  // Replaces the table's keys, rows and slots with `contents` (as read_dynamic_table gives them),
+  // each key counted as seen once at the current step. InvalidArgument, nothing changed, for keys
+  // not strictly increasing, arrays of the wrong size or missing slots, non-finite values, or more
+  // keys than a part holds.
+  void write_dynamic_table(std::string_view table, const DynamicTableContents& contents);
   std::span<float> variable_data(std::string_view table, std::string_view variable);
   std::span<const float> variable_data(std::string_view table, std::string_view variable) const;
 

@@ -239,6 +239,7 @@ class Entries {
         size_(static_cast<int64_t>(ids.size())),
         vocabulary_size_(
             static_cast<uint64_t>(std::max<int64_t>(context.table.vocabulary_size, 0))),
+        check_ids_(!context.table.dynamic_vocabulary),
         check_weights_(context.feature.validate_weights_and_indices) {}
 
   static constexpr bool kHasWeights = kWeighted;
@@ -249,8 +250,8 @@ class Entries {
 
   Entry load(int64_t i) const {
     const auto id = static_cast<int64_t>(ids_[i]);
-    // One unsigned comparison rejects negative ids as well.
-    if (static_cast<uint64_t>(id) >= vocabulary_size_) [[unlikely]]
+    // One unsigned comparison rejects negative ids as well. A dynamic table's keys are any int64.
+    if (check_ids_ && static_cast<uint64_t>(id) >= vocabulary_size_) [[unlikely]]
       fail_id(context_, i, id);
     if constexpr (kWeighted) {
       const float weight = weights_[i];
@@ -269,9 +270,11 @@ class Entries {
   // (w & exponent) + lowest exponent bit when the exponent is all ones (inf, nan).
   bool all_valid() const {
     uint64_t id_bits = 0;
-    for (int64_t i = 0; i < size_; ++i) {
-      const auto id = static_cast<uint64_t>(static_cast<int64_t>(ids_[i]));
-      id_bits |= id | (vocabulary_size_ - 1 - id);
+    if (check_ids_) {
+      for (int64_t i = 0; i < size_; ++i) {
+        const auto id = static_cast<uint64_t>(static_cast<int64_t>(ids_[i]));
+        id_bits |= id | (vocabulary_size_ - 1 - id);
+      }
     }
     uint32_t weight_bits = 0;
     if constexpr (kWeighted) {
@@ -291,6 +294,7 @@ class Entries {
   const float* weights_;
   int64_t size_;
   uint64_t vocabulary_size_;
+  bool check_ids_;
   bool check_weights_;
 };
 

@@ -18,7 +18,7 @@ namespace recemb::internal {
 // bag_scales carries the combiner: 1 (sum), 1/sum(w) (mean), 1/sqrt(sum(w^2)) (sqrtn), 0 when that
 // denominator is 0; for a sequence feature every (example, position) is its own bag of <= 1 id.
 // The gradient gain of id j in bag b is weights[j] * bag_scales[b].
-// All ids are validated: 0 <= id < the table's vocabulary_size.
+// All ids are validated: 0 <= id < the table's vocabulary_size (any int64 for a dynamic table).
 struct CsrFeature {
   std::vector<int64_t> activation_shape;  // output shape + [dim]
   std::vector<int64_t> offsets;           // num_bags + 1 entries, offsets[0] == 0

@@ -13,17 +13,48 @@ namespace {
 
 std::string quoted(const std::string& name) { return "'" + name + "'"; }
 
+void validate_dynamic_vocabulary(const DynamicVocabulary& vocabulary, const std::string& owner) {
+  if (vocabulary.capacity < 1) {
+    throw InvalidArgument(owner + ": dynamic_vocabulary.capacity must be >= 1, got " +
+                          std::to_string(vocabulary.capacity));
+  }
+  if (vocabulary.min_count < 1) {
+    throw InvalidArgument(owner + ": dynamic_vocabulary.min_count must be >= 1, got " +
+                          std::to_string(vocabulary.min_count));
+  }
+  if (vocabulary.ttl_steps && *vocabulary.ttl_steps < 1) {
+    throw InvalidArgument(owner + ": dynamic_vocabulary.ttl_steps must be >= 1 (or unset: no TTL), got " +
+                          std::to_string(*vocabulary.ttl_steps));
+  }
+  when_full_name(vocabulary.when_full);  // throws for a non-enumerator
+}
+
 void validate_table(const TableConfig& table) {
   const std::string owner = "table " + quoted(table.name);
-  if (table.vocabulary_size < 1) {
+  if (table.dynamic_vocabulary) {
+    if (table.vocabulary_size != 0) {
+      throw InvalidArgument(owner +
+                            ": a dynamic table has no vocabulary_size (keys are any int64); give "
+                            "either vocabulary_size or dynamic_vocabulary, got vocabulary_size " +
+                            std::to_string(table.vocabulary_size));
+    }
+    validate_dynamic_vocabulary(*table.dynamic_vocabulary, owner);
+    if (std::holds_alternative<InitializerCallback>(table.initializer)) {
+      throw InvalidArgument(owner +
+                            ": a dynamic table's rows are initialised from (seed, key) as keys "
+                            "arrive: use TruncatedNormal, Constant or RowId, not a callback");
+    }
+  } else if (table.vocabulary_size < 1) {
     throw InvalidArgument(owner + ": vocabulary_size must be >= 1, got " +
                           std::to_string(table.vocabulary_size));
   }
   if (table.dim < 1) {
     throw InvalidArgument(owner + ": dim must be >= 1, got " + std::to_string(table.dim));
   }
-  if (table.vocabulary_size > std::numeric_limits<int64_t>::max() / table.dim) {
-    throw InvalidArgument(owner + ": vocabulary_size * dim overflows");
+  if (table_rows(table) > std::numeric_limits<int64_t>::max() / table.dim) {
+    throw InvalidArgument(owner + (table.dynamic_vocabulary ? ": dynamic_vocabulary.capacity"
+                                                            : ": vocabulary_size") +
+                          " * dim overflows");
   }
   switch (table.combiner) {
     case Combiner::kSum:

@@ -141,6 +141,19 @@ void Embedding::Impl::apply_gradients(LookupBatch::Impl& batch,
   update_tables();
   for (const int64_t skipped : scratch.thread_skipped_rows) model.skipped_rows += skipped;
   ++model.step;
+  batch.pending.release();
+  finish_dynamic_step();
+}
+
+void Embedding::Impl::finish_dynamic_step() {
+  if (!model.has_dynamic_tables) return;
+  const int64_t pinned_from = pending_lookups->oldest();
+  for (TableState& state : model.states) {
+    if (internal::DynamicPart* dynamic = state.dynamic()) {
+      dynamic->reset_zero_row(state.storage());
+      dynamic->expire(model.step, pinned_from);
+    }
+  }
 }
 
 void Embedding::Impl::exchange_gradients(const LookupBatch::Impl& batch,

@@ -109,7 +109,9 @@ Model::Model(std::vector<TableConfig> table_configs, std::vector<FeatureConfig> 
   const std::span<const TablePart> held = partition.rank_parts(communicator.rank());
   states.reserve(held.size());
   for (const TablePart& part : held) {
-    states.emplace_back(tables[part.table], part, optimizers[part.table]);
+    states.emplace_back(tables[part.table], part, optimizers[part.table],
+                        table_seed(options.seed, tables[part.table].name));
+    has_dynamic_tables = has_dynamic_tables || part.keyed;
   }
 }
 
@@ -138,6 +140,16 @@ std::vector<std::string> Model::variable_names(std::string_view table) const {
   return names;
 }
 
+size_t Model::static_table_index(std::string_view table, std::string_view call) const {
+  const size_t t = table_index(table);
+  if (tables[t].dynamic_vocabulary) {
+    throw FailedPrecondition("table '" + std::string(table) +
+                             "' is dynamic (rows keyed by any int64): " + std::string(call) +
+                             " takes a static table; use read_dynamic_table / write_dynamic_table");
+  }
+  return t;
+}
+
 int64_t Model::variable_width(std::string_view table, std::string_view name) const {
   const size_t t = table_index(table);
   if (name == "parameters") return tables[t].dim;
@@ -153,8 +165,9 @@ int64_t Model::variable_width(std::string_view table, std::string_view name) con
 }
 
 void Model::check_variable_size(std::string_view table, std::string_view name, size_t size) const {
-  const auto expected =
-      static_cast<size_t>(tables[table_index(table)].vocabulary_size * variable_width(table, name));
+  const auto expected = static_cast<size_t>(
+      tables[static_table_index(table, "a whole variable")].vocabulary_size *
+      variable_width(table, name));
   if (size != expected) {
     throw InvalidArgument("table '" + std::string(table) + "' variable '" + std::string(name) +
                           "': expected " + std::to_string(expected) + " floats, got " +
@@ -191,6 +204,7 @@ Embedding::Impl::~Impl() { execution.join_prefetch(); }
 
 void Embedding::Impl::initialize_tables() {
   for (TableState& state : model.states) {
+    if (state.dynamic() != nullptr) continue;  // rows are initialised as keys arrive
     const TableConfig& table = state.table();
     const uint64_t seed = internal::table_seed(model.options.seed, table.name);
     auto initialize = [&](int64_t first, int64_t last, int) {
@@ -212,6 +226,8 @@ void Embedding::Impl::initialize_tables() {
 LookupBatch::Impl& Embedding::Impl::reset_batch(std::unique_ptr<LookupBatch::Impl>& batch) const {
   if (batch == nullptr) batch = std::make_unique<LookupBatch::Impl>();
   batch->applicable = false;
+  batch->training = true;
+  batch->pending.release();
   batch->prefetched = false;
   batch->pooled = false;
   batch->prefetch_error = nullptr;
@@ -385,7 +401,8 @@ std::vector<std::string> Embedding::variable_names(std::string_view table) const
 std::vector<int64_t> Embedding::variable_shape(std::string_view table,
                                                std::string_view variable) const {
   const int64_t width = impl_->model.variable_width(table, variable);
-  const int64_t rows = impl_->model.tables[impl_->model.table_index(table)].vocabulary_size;
+  const int64_t rows =
+      impl_->model.tables[impl_->model.static_table_index(table, "variable_shape")].vocabulary_size;
   if (width == 1 && variable != "parameters") return {rows};
   return {rows, width};
 }
@@ -433,7 +450,8 @@ std::span<float> Embedding::variable_data(std::string_view table, std::string_vi
 std::span<const float> Embedding::variable_data(std::string_view table,
                                                 std::string_view variable) const {
   impl_->model.variable_width(table, variable);  // throws for unknown names
-  const TableState* state = impl_->model.whole_state(impl_->model.table_index(table));
+  const TableState* state =
+      impl_->model.whole_state(impl_->model.static_table_index(table, "variable_data"));
   if (state == nullptr) {
     throw FailedPrecondition(
         "table '" + std::string(table) + "' is not held whole by this rank (placement: " +

@@ -30,6 +30,7 @@
 #include "recemb/placement.h"
 
 #include "batch/csr_feature.h"
+#include "embedding/dynamic_part.h"
 #include "embedding/exchange.h"
 #include "embedding/router.h"
 #include "embedding/table_state.h"
@@ -57,11 +58,15 @@ struct Model {
   std::vector<size_t> feature_table;                // feature -> table
   std::vector<std::vector<size_t>> table_features;  // table -> its features, in feature order
   std::vector<TableState> states;                   // one per partition.rank_parts(rank), in order
+  bool has_dynamic_tables = false;
   int64_t step = 0;
   int64_t skipped_rows = 0;
 
   // InvalidArgument for an unknown name.
   size_t table_index(std::string_view name) const;
+  // The same, and FailedPrecondition naming `call` for a dynamic table (whose variables have no
+  // fixed rows).
+  size_t static_table_index(std::string_view table, std::string_view call) const;
   // The state holding table t whole on this rank, or nullptr.
   const TableState* whole_state(size_t table) const;
   std::vector<std::string> variable_names(std::string_view table) const;
@@ -120,6 +125,7 @@ struct StepScratch {
   std::vector<float> zeros;                                // max dim
   std::vector<float> thread_scratch;         // max update_scratch_floats(dim) per thread
   std::vector<int64_t> thread_skipped_rows;  // per thread
+  std::vector<std::vector<KeyRun>> key_runs;  // per state: the key runs of a lookup, in order
 };
 
 }  // namespace internal
@@ -128,9 +134,15 @@ struct LookupBatch::Impl {
   uint64_t owner = 0;  // id of the Embedding that filled it; 0: none
   std::vector<internal::CsrFeature> features;
   bool applicable = false;
+  // A training lookup (admits and counts keys of dynamic tables), not a pure one.
+  bool training = false;
   // The requests this rank sent (sections borrow `features` for local views) and received.
   internal::Requests sent;
   internal::Requests received;
+  // [rank][section]: the slots of a dynamic table's keys in a received section (whose ids then
+  // point here), and the registration that pins the keys until the batch is applied.
+  std::vector<std::vector<std::vector<int64_t>>> key_slots;
+  internal::PendingLookup pending;
   // A prefetch (Embedding::prefetch) in progress or done: what it was given, how far it got, and
   // the validation error it met (rethrown by finish_lookup).
   bool prefetched = false;
@@ -147,6 +159,9 @@ struct Embedding::Impl {
   internal::Router router;
   internal::Execution execution;
   internal::StepScratch scratch;
+  // The training lookups not applied yet (dynamic tables never evict their keys).
+  std::shared_ptr<internal::PendingLookups> pending_lookups =
+      std::make_shared<internal::PendingLookups>();
   // What a pure lookup (one that keeps no LookupBatch) fills.
   LookupBatch::Impl scratch_batch;
   // What a training lookup fills before it is swapped into the caller's LookupBatch (then holding
@@ -172,6 +187,9 @@ struct Embedding::Impl {
   // Validates and normalises `inputs` into `batch.features` and checks the activation buffers.
   void normalize_inputs(std::span<const FeatureInput> inputs,
                         std::span<const std::span<float>> activations, LookupBatch::Impl& batch);
+  // Resolves the keys of dynamic tables in the sections received (a training lookup admits,
+  // counts and evicts them first; dynamic_part.h): their ids become slots.
+  void resolve_keys(LookupBatch::Impl& batch);
   // Pools what every rank asked of this rank's parts, exchanges the pooled rows and combines them.
   void pool_activations(std::span<const std::span<float>> activations, LookupBatch::Impl& batch);
   // Where this rank pools the section rank `from` sent part `part`: into the activations (a local
@@ -203,6 +221,8 @@ struct Embedding::Impl {
   // Updates every state that has an optimizer, in one parallel loop over all their row ranges
   // (one wake-up of the pool per step, not one per table).
   void update_tables();
+  // After an update of step model.step: dynamic parts reset their zero rows and expire keys.
+  void finish_dynamic_step();
 
   // Whole variables across the parts (embedding.cc).
   void read_variable(size_t table, std::string_view variable, std::span<float> out);

@@ -14,10 +14,11 @@
 // local view of the feature's CsrFeature (exchange.h), every bag included, its ids the table's
 // rows. With one rank and whole tables, routing and the exchange move no byte.
 //
-// Hash-keyed tables. locate() (locate_in) is the one place an id becomes (part, local row); route()
-// applies it to every id. A dynamic table plugs in there: its key goes to the part that owns it
-// (key mod the parts, as row-wise) and becomes that part's slot through its hash index, so the same
-// sections, exchange, pooling and update serve it with no other path.
+// Dynamic tables. locate() (locate_in) is the one place an id becomes (part, local row); route()
+// applies it to every id. A dynamic table's key goes to the part owning its bucket
+// (placement/partition.h, key_part) and travels as the key; the part resolves it to a slot through
+// its index before pooling (embedding/dynamic_part.h), so the same sections, exchange, pooling and
+// update serve it with no other path.
 #ifndef RECEMB_EMBEDDING_ROUTER_H_
 #define RECEMB_EMBEDDING_ROUTER_H_
 
@@ -44,7 +45,8 @@ class Router {
   // process's rank in [0, partition.world_size()).
   Router(const Partition& partition, std::vector<size_t> feature_table, int rank);
 
-  // Where the row of `id` (in [0, vocabulary_size) of `table`) lives: the part's index in
+  // Where the row of `id` (in [0, vocabulary_size) of `table`, or a dynamic table's key) lives:
+  // the part's index in
   // partition.table_parts(table) and its local row. A table not split by rows (table-wise,
   // column-wise, replicated) sends every id to each of its parts (each column range, each copy) at
   // local row id: part 0 stands for all of them.
@@ -76,6 +78,8 @@ class Router {
   // locate() given the table's first part (which says how the table is split).
   static Location locate_in(const TablePart& first, int64_t id) {
     if (first.strategy != ShardingStrategy::kRowWise) return {.part = 0, .row = id};
+    // A key stays a key: the part resolves it through its index (dynamic_part.h).
+    if (first.keyed) return {.part = key_part(id, first.row_stride), .row = id};
     return {.part = static_cast<size_t>(id % first.row_stride), .row = id / first.row_stride};
   }
   // The bags and ids one feature sends to one part of its table.

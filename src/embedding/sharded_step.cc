@@ -71,8 +71,60 @@ void Embedding::Impl::lookup_ahead(std::span<const FeatureInput> inputs,
   if (pool_now) pool_activations(activations, batch);
 }
 
+void Embedding::Impl::resolve_keys(LookupBatch::Impl& batch) {
+  if (!model.has_dynamic_tables) return;
+  const int ranks = world_size();
+  const std::span<const internal::Section> mine = model.partition.sections(rank());
+  std::vector<std::vector<internal::KeyRun>>& runs = scratch.key_runs;
+  runs.resize(model.states.size());
+  for (std::vector<internal::KeyRun>& state_runs : runs) state_runs.clear();
+  batch.key_slots.resize(static_cast<size_t>(ranks));
+  // Runs in (rank, section) order: every copy of a part sees the same keys in the same order.
+  for (int q = 0; q < ranks; ++q) {
+    batch.key_slots[static_cast<size_t>(q)].resize(mine.size());
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const TableState& state = model.states[mine[k].part];
+      // A pure lookup resolves only what this rank pools; a training lookup every key it is
+      // sent, so that all copies of a part admit the same keys.
+      if (state.dynamic() == nullptr || (!batch.training && pooled(q, state.part()) == Pooled::kNot)) {
+        continue;
+      }
+      RequestSection& section = batch.received.sections[static_cast<size_t>(q)][k];
+      std::vector<int64_t>& slots = batch.key_slots[static_cast<size_t>(q)][k];
+      slots.resize(static_cast<size_t>(section.num_ids));
+      runs[mine[k].part].push_back({.keys = section.ids, .size = section.num_ids, .slots = slots.data()});
+      section.ids = slots.data();  // pooled and updated by slot from here on
+    }
+  }
+  if (!batch.training) {
+    execution.pool.parallel_for(static_cast<int64_t>(runs.size()), [&](int64_t s, int) {
+      const internal::DynamicPart* dynamic = model.states[static_cast<size_t>(s)].dynamic();
+      for (const internal::KeyRun& run : runs[static_cast<size_t>(s)]) dynamic->find(run);
+    });
+    return;
+  }
+  const int64_t step = model.step + 1;
+  const int64_t pinned_from = pending_lookups->oldest();
+  internal::agree(exchange.communicator(), [&] {
+    for (size_t s = 0; s < runs.size(); ++s) {
+      if (internal::DynamicPart* dynamic = model.states[s].dynamic()) {
+        dynamic->plan(runs[s], step, pinned_from);
+      }
+    }
+  });
+  // Planned everywhere: commit.
+  execution.pool.parallel_for(static_cast<int64_t>(runs.size()), [&](int64_t s, int) {
+    TableState& state = model.states[static_cast<size_t>(s)];
+    if (internal::DynamicPart* dynamic = state.dynamic()) {
+      dynamic->commit(runs[static_cast<size_t>(s)], step, state.storage());
+    }
+  });
+  batch.pending.hold(pending_lookups, step);
+}
+
 void Embedding::Impl::pool_activations(std::span<const std::span<float>> activations,
                                        LookupBatch::Impl& batch) {
+  resolve_keys(batch);
   pool_requests(activations, batch);
   exchange.all_to_all(exchange.responses_sent, exchange.responses_received);
   combine(activations, batch);

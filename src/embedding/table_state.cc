@@ -10,12 +10,14 @@
 
 namespace recemb::internal {
 
-TableState::TableState(TableConfig table, TablePart part, std::optional<Optimizer> optimizer)
+TableState::TableState(TableConfig table, TablePart part, std::optional<Optimizer> optimizer,
+                       uint64_t table_seed)
     : table_(std::move(table)),
       part_(part),
       optimizer_(std::move(optimizer)),
-      storage_(table_.name, part_.rows, part_.num_columns,
-               optimizer_ ? slot_specs(*optimizer_, part_.num_columns) : std::vector<SlotSpec>{}) {
+      storage_(table_.name, part_.rows + (part_.keyed ? 1 : 0), part_.num_columns,
+               optimizer_ ? slot_specs(*optimizer_, part_.num_columns) : std::vector<SlotSpec>{}),
+      dynamic_(part_.keyed ? std::make_unique<DynamicPart>(table_, part_, table_seed) : nullptr) {
   RECEMB_CHECK(storage_.slot_specs().size() <= RowVariables{}.slot_bases.size());
 }
 

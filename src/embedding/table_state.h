@@ -5,12 +5,14 @@
 #define RECEMB_EMBEDDING_TABLE_STATE_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "recemb/config.h"
 
+#include "embedding/dynamic_part.h"
 #include "embedding/exchange.h"
 #include "kernels/row_grouping.h"
 #include "kernels/sparse_update.h"
@@ -31,19 +33,26 @@ struct ContributionSegment {
 
 class TableState {
  public:
-  // Allocates part `part` of `table` (part.rows rows of part.num_columns floats) and the slots of
-  // `optimizer` (the table's effective one; none: no slots, not trainable). Does not initialise
-  // the values (initialize does). ResourceExhausted naming the table when memory is short.
-  TableState(TableConfig table, TablePart part, std::optional<Optimizer> optimizer);
+  // Allocates part `part` of `table` (part.rows rows of part.num_columns floats; a dynamic
+  // table's part one more, its zero row) and the slots of `optimizer` (the table's effective one;
+  // none: no slots, not trainable). Does not initialise the values (initialize does; a dynamic
+  // part's rows are initialised as keys arrive, from `table_seed`). ResourceExhausted naming the
+  // table when memory is short.
+  TableState(TableConfig table, TablePart part, std::optional<Optimizer> optimizer,
+             uint64_t table_seed);
 
   // The whole table's config (its vocabulary_size and dim, not the part's).
   const TableConfig& table() const { return table_; }
   const TablePart& part() const { return part_; }
-  int64_t rows() const { return part_.rows; }
+  // Rows of the storage: part().rows, and a dynamic part's zero row.
+  int64_t rows() const { return storage_.num_rows(); }
   int64_t columns() const { return part_.num_columns; }
   const std::optional<Optimizer>& optimizer() const { return optimizer_; }
   TableStorage& storage() { return storage_; }
   const TableStorage& storage() const { return storage_; }
+  // A dynamic table's keys; nullptr for a static table.
+  DynamicPart* dynamic() { return dynamic_.get(); }
+  const DynamicPart* dynamic() const { return dynamic_.get(); }
   // Whether every row is updated each step (non-lazy Adam), touched or not.
   bool updates_all_rows() const;
 
@@ -80,6 +89,7 @@ class TableState {
   TablePart part_;
   std::optional<Optimizer> optimizer_;
   TableStorage storage_;
+  std::unique_ptr<DynamicPart> dynamic_;
   std::vector<int64_t> contribution_rows_;
   std::vector<float> contribution_gains_;
   std::vector<const float*> contribution_sources_;

@@ -107,6 +107,12 @@ void fields(Is<QuantizationConfig> auto& quantization, auto& visit) {
   visit("lower", quantization.lower);
   visit("upper", quantization.upper);
 }
+void fields(Is<DynamicVocabulary> auto& vocabulary, auto& visit) {
+  visit("capacity", vocabulary.capacity);
+  visit("min_count", vocabulary.min_count);
+  visit("ttl_steps", vocabulary.ttl_steps);
+  visit("when_full", vocabulary.when_full);
+}
 void fields(Is<TableConfig> auto& table, auto& visit) {
   visit("name", table.name);
   visit("vocabulary_size", table.vocabulary_size);
@@ -115,6 +121,7 @@ void fields(Is<TableConfig> auto& table, auto& visit) {
   visit("initializer", table.initializer);
   visit("optimizer", table.optimizer);
   visit("quantization_config", table.quantization_config);
+  visit("dynamic_vocabulary", table.dynamic_vocabulary);
 }
 void fields(Is<FeatureConfig> auto& feature, auto& visit) {
   visit("name", feature.name);
@@ -155,6 +162,7 @@ Json value_to_json(bool value);
 Json value_to_json(int64_t value);
 Json value_to_json(const std::string& value);
 Json value_to_json(Combiner combiner);
+Json value_to_json(WhenFull when_full);
 template <class T>
 Json value_to_json(const std::vector<T>& values);
 Json value_to_json(const LearningRate& learning_rate);
@@ -193,6 +201,7 @@ Json value_to_json(bool value) { return value; }
 Json value_to_json(int64_t value) { return value; }
 Json value_to_json(const std::string& value) { return value; }
 Json value_to_json(Combiner combiner) { return std::string(combiner_name(combiner)); }
+Json value_to_json(WhenFull when_full) { return std::string(when_full_name(when_full)); }
 
 template <class T>
 Json value_to_json(const std::vector<T>& values) {
@@ -248,6 +257,7 @@ void read_value(const JsonReader& json, bool& value);
 void read_value(const JsonReader& json, int64_t& value);
 void read_value(const JsonReader& json, std::string& value);
 void read_value(const JsonReader& json, Combiner& combiner);
+void read_value(const JsonReader& json, WhenFull& when_full);
 template <class T>
 void read_value(const JsonReader& json, std::vector<T>& values);
 template <class T>
@@ -317,6 +327,14 @@ void read_value(const JsonReader& json, Combiner& combiner) {
   try {
     // A long name is cut, so that the message quotes a few dozen characters; it stays invalid.
     combiner = parse_combiner(truncated(json.string()));
+  } catch (const InvalidArgument& error) {
+    json.fail(error.what());
+  }
+}
+
+void read_value(const JsonReader& json, WhenFull& when_full) {
+  try {
+    when_full = parse_when_full(truncated(json.string()));
   } catch (const InvalidArgument& error) {
     json.fail(error.what());
   }

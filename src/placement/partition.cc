@@ -1,5 +1,6 @@
 #include "placement/partition.h"
 
+#include "config/validate.h"
 #include "util/check.h"
 
 namespace recemb::internal {
@@ -24,7 +25,8 @@ Partition::Partition(const Placement& placement, const std::vector<TableConfig>&
   for (size_t t = 0; t < tables.size(); ++t) {
     const TablePlacement& plan = placement.tables[t];
     auto add = [&](TablePart part) {
-      part.whole = part.rows == tables[t].vocabulary_size && part.num_columns == tables[t].dim;
+      part.whole = part.rows == table_rows(tables[t]) && part.num_columns == tables[t].dim;
+      part.keyed = tables[t].dynamic_vocabulary.has_value();
       std::vector<TablePart>& on_rank = by_rank_[static_cast<size_t>(part.rank)];
       part.index_on_rank = on_rank.size();
       part.index_in_table = by_table_[t].size();
@@ -37,7 +39,7 @@ Partition::Partition(const Placement& placement, const std::vector<TableConfig>&
              .strategy = plan.strategy,
              .shard = rank,
              .rank = rank,
-             .rows = tables[t].vocabulary_size,
+             .rows = table_rows(tables[t]),
              .num_columns = tables[t].dim});
       }
       continue;

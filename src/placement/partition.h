@@ -36,11 +36,31 @@ struct TablePart {
   // Whether the part holds the whole table (all rows and columns): table-wise and replicated
   // parts, and the one part of a row-wise or column-wise plan that has a single part.
   bool whole = false;
+  // A dynamic table's part: its ids are keys, routed by key_part (kRowWise), and `rows` is the
+  // number of keys it holds at most.
+  bool keyed = false;
   // The table row of local row `local`.
   int64_t global_row(int64_t local) const {
     return strategy == ShardingStrategy::kRowWise ? local * row_stride + shard : local;
   }
 };
+
+// Where a dynamic table split by rows into `num_parts` parts keeps `key`: the key's bucket (one of
+// 2^kKeyBucketBits, from a hash of the key) and the part owning the bucket's range. Resharding
+// moves whole buckets. The hash is fixed: checkpoints hold keys, not buckets, but a changed hash
+// would move every key.
+inline constexpr int kKeyBucketBits = 20;
+inline uint64_t key_bucket(int64_t key) {
+  // Murmur3's 64-bit finalizer of the key xor a constant (so that the bucket's bits are unrelated
+  // to those of the parts' hash indexes, which may use the plain finalizer).
+  uint64_t h = static_cast<uint64_t>(key) ^ 0x2545f4914f6cdd1dULL;
+  h = (h ^ (h >> 33)) * 0xff51afd7ed558ccdULL;
+  h = (h ^ (h >> 33)) * 0xc4ceb9fe1a85ec53ULL;
+  return (h ^ (h >> 33)) >> (64 - kKeyBucketBits);
+}
+inline size_t key_part(int64_t key, int64_t num_parts) {
+  return static_cast<size_t>((key_bucket(key) * static_cast<uint64_t>(num_parts)) >> kKeyBucketBits);
+}
 
 struct Section {
   size_t part = 0;     // index into rank_parts(rank)

@@ -81,7 +81,7 @@ std::vector<TableFacts> table_facts(const std::vector<TableConfig>& tables,
   int64_t total_bytes = 0;
   for (const TableConfig& table : tables) {
     const std::string owner = "table " + quoted(table.name);
-    TableFacts f{.rows = table.vocabulary_size,
+    TableFacts f{.rows = internal::table_rows(table),
                  .dim = table.dim,
                  .full_width_slots = 0,
                  .row_slots = 0,

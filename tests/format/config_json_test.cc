@@ -144,6 +144,13 @@ void expect_same(const TableConfig& expected, const TableConfig& actual) {
     expect_same(expected.quantization_config->lower, actual.quantization_config->lower, "lower");
     expect_same(expected.quantization_config->upper, actual.quantization_config->upper, "upper");
   }
+  ASSERT_EQ(expected.dynamic_vocabulary.has_value(), actual.dynamic_vocabulary.has_value());
+  if (expected.dynamic_vocabulary) {
+    EXPECT_EQ(expected.dynamic_vocabulary->capacity, actual.dynamic_vocabulary->capacity);
+    EXPECT_EQ(expected.dynamic_vocabulary->min_count, actual.dynamic_vocabulary->min_count);
+    EXPECT_EQ(expected.dynamic_vocabulary->ttl_steps, actual.dynamic_vocabulary->ttl_steps);
+    EXPECT_EQ(expected.dynamic_vocabulary->when_full, actual.dynamic_vocabulary->when_full);
+  }
 }
 
 // Random values that a decimal rendering with too few digits would not reproduce.
@@ -356,10 +363,17 @@ TEST(ConfigJsonTest, TablesRoundTripWithEveryInitializerAndCombiner) {
           table.optimizer = random.optimizer(3, 2);
           table.quantization_config = QuantizationConfig{
               .num_buckets = random.integer(), .lower = -random.real(), .upper = random.real()};
+          table.dynamic_vocabulary =
+              DynamicVocabulary{.capacity = random.integer(),
+                                .min_count = random.integer(),
+                                .ttl_steps = random.integer(),
+                                .when_full = random.integer() % 2 == 0 ? WhenFull::kError
+                                                                       : WhenFull::kEvictLeastFrequent};
         }
         const Json json = table_to_json(table);
         EXPECT_EQ(json.contains("optimizer"), with_optionals);
         EXPECT_EQ(json.contains("quantization_config"), with_optionals);
+        EXPECT_EQ(json.contains("dynamic_vocabulary"), with_optionals);
         expect_same(table, read_table(Json::parse(json.dump())));
       }
     }

@@ -1,0 +1,236 @@
+#include "embedding/dynamic_part.h"
+
+#include <algorithm>
+#include <bit>
+#include <new>
+#include <string>
+
+#include "recemb/error.h"
+
+#include "storage/initializer.h"
+#include "util/check.h"
+
+namespace recemb::internal {
+namespace {
+
+// How far ahead find() prefetches the index.
+constexpr int64_t kPrefetchDistance = 8;
+
+uint64_t mix(int64_t key) {
+  auto h = static_cast<uint64_t>(key);
+  h = (h ^ (h >> 33)) * 0xff51afd7ed558ccdULL;
+  h = (h ^ (h >> 33)) * 0xc4ceb9fe1a85ec53ULL;
+  return h ^ (h >> 33);
+}
+
+int64_t saturating_add(int64_t a, int64_t b) {
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+}
+
+EvictionOrder eviction_order(WhenFull when_full) {
+  return when_full == WhenFull::kEvictLeastFrequent ? EvictionOrder::kLeastFrequent
+                                                    : EvictionOrder::kLeastRecent;
+}
+
+// Exact pending counts for as many keys as the part holds (at least 2^16): beyond that a sketch,
+// which may admit early, never late (docs/semantics.md).
+KeyIndex make_index(const std::string& table_name, int64_t capacity) {
+  try {
+    return KeyIndex(capacity, std::max<int64_t>(capacity, int64_t{1} << 16));
+  } catch (const std::bad_alloc&) {
+    throw ResourceExhausted("table '" + table_name + "': cannot allocate the index of " +
+                            std::to_string(capacity) +
+                            " keys: out of memory; lower dynamic_vocabulary.capacity, or shard "
+                            "the table over more processes");
+  }
+}
+
+}  // namespace
+
+DynamicPart::DynamicPart(const TableConfig& table, const TablePart& part, uint64_t table_seed)
+    : table_(table),
+      vocabulary_(*table.dynamic_vocabulary),
+      first_column_(part.first_column),
+      columns_(part.num_columns),
+      table_seed_(table_seed),
+      zero_row_(part.rows),
+      index_(make_index(table.name, part.rows)),
+      initial_row_(static_cast<size_t>(table.dim)) {}
+
+void DynamicPart::find(const KeyRun& run) const {
+  for (int64_t j = 0; j < run.size; ++j) {
+    if (j + kPrefetchDistance < run.size) index_.prefetch(run.keys[j + kPrefetchDistance]);
+    const int64_t slot = index_.find(run.keys[j]);
+    run.slots[j] = slot == KeyIndex::kAbsent ? zero_row_ : slot;
+  }
+}
+
+uint32_t DynamicPart::distinct_index(int64_t key) {
+  const size_t mask = distinct_positions_.size() - 1;
+  for (size_t at = mix(key) & mask;; at = (at + 1) & mask) {
+    const uint32_t entry = distinct_positions_[at];
+    if (entry == 0) {
+      distinct_.push_back({.key = key, .occurrences = 0, .slot = KeyIndex::kAbsent, .admitted = false});
+      distinct_positions_[at] = static_cast<uint32_t>(distinct_.size());
+      return static_cast<uint32_t>(distinct_.size() - 1);
+    }
+    if (distinct_[entry - 1].key == key) return entry - 1;
+  }
+}
+
+void DynamicPart::plan(std::span<const KeyRun> runs, int64_t step, int64_t pinned_from) {
+  int64_t total = 0;
+  for (const KeyRun& run : runs) total += run.size;
+  // Below 2^32 - 1 ids a table per batch (sharded_step.cc), so uint32 indexes suffice.
+  const auto positions = std::bit_ceil(static_cast<size_t>(2 * total + 2));
+  if (distinct_positions_.size() < positions) distinct_positions_.resize(positions);
+  std::fill(distinct_positions_.begin(), distinct_positions_.end(), 0u);
+  distinct_.clear();
+  occurrence_distinct_.resize(static_cast<size_t>(total));
+  size_t next = 0;
+  for (const KeyRun& run : runs) {
+    for (int64_t j = 0; j < run.size; ++j) {
+      const uint32_t d = distinct_index(run.keys[j]);
+      ++distinct_[d].occurrences;
+      occurrence_distinct_[next++] = d;
+    }
+  }
+  admitted_ = 0;
+  int64_t present = 0;
+  for (size_t d = 0; d < distinct_.size(); ++d) {
+    if (d + kPrefetchDistance < distinct_.size()) {
+      index_.prefetch(distinct_[d + kPrefetchDistance].key);
+    }
+    Distinct& entry = distinct_[d];
+    entry.slot = index_.find(entry.key);
+    if (entry.slot != KeyIndex::kAbsent) {
+      ++present;
+    } else {
+      entry.admitted = saturating_add(index_.pending_count(entry.key), entry.occurrences) >=
+                       vocabulary_.min_count;
+      admitted_ += entry.admitted ? 1 : 0;
+    }
+  }
+  victims_.clear();
+  const int64_t excess = index_.size() + admitted_ - index_.capacity();
+  if (excess <= 0) return;
+  const std::string owner = "table '" + table_.name + "'";
+  if (present + admitted_ > index_.capacity()) {
+    throw FailedPrecondition(
+        owner + ": one training lookup has " + std::to_string(present + admitted_) +
+        " distinct keys that need a row, more than a part of the table holds (" +
+        std::to_string(index_.capacity()) + " keys, from dynamic_vocabulary.capacity " +
+        std::to_string(vocabulary_.capacity) +
+        "); raise the capacity or split the batch. Nothing was changed");
+  }
+  if (vocabulary_.when_full == WhenFull::kError) {
+    throw FailedPrecondition(owner + " is full: admitting " + std::to_string(admitted_) +
+                             " new keys would hold more than its capacity of " +
+                             std::to_string(index_.capacity()) +
+                             " keys (dynamic_vocabulary.capacity " +
+                             std::to_string(vocabulary_.capacity) +
+                             ", when_full = 'error'); raise the capacity or let it evict "
+                             "(when_full = 'evict_least_recent'). Nothing was changed");
+  }
+  // The smallest unpinned keys, skipping those of this lookup (about to be seen again): at most
+  // `present` of the candidates are skipped.
+  const std::span<const int64_t> candidates = index_.choose_victims(
+      eviction_order(vocabulary_.when_full), excess + present, std::min(pinned_from, step));
+  const size_t mask = distinct_positions_.size() - 1;
+  for (const int64_t slot : candidates) {
+    if (std::ssize(victims_) == excess) break;
+    const int64_t key = index_.key_of(slot);
+    bool in_lookup = false;
+    for (size_t at = mix(key) & mask; distinct_positions_[at] != 0; at = (at + 1) & mask) {
+      if (distinct_[distinct_positions_[at] - 1].key == key) {
+        in_lookup = true;
+        break;
+      }
+    }
+    if (!in_lookup) victims_.push_back(slot);
+  }
+  if (std::ssize(victims_) < excess) {
+    throw FailedPrecondition(
+        owner + ": no room for " + std::to_string(admitted_) + " new keys: the " +
+        std::to_string(index_.capacity()) +
+        " keys it holds are all used by training lookups not applied yet; apply them first or "
+        "raise dynamic_vocabulary.capacity. Nothing was changed");
+  }
+}
+
+void DynamicPart::commit(std::span<const KeyRun> runs, int64_t step, TableStorage& storage) {
+  for (const int64_t slot : victims_) index_.erase(slot);
+  counters_.evicted += std::ssize(victims_);
+  for (Distinct& entry : distinct_) {
+    if (entry.slot != KeyIndex::kAbsent) {
+      index_.touch(entry.slot, step, entry.occurrences);
+    } else if (entry.admitted) {
+      const int64_t count = saturating_add(index_.pending_count(entry.key), entry.occurrences);
+      index_.forget_pending(entry.key);
+      entry.slot = index_.insert(entry.key, step, count);
+      initialize_row(entry.key, entry.slot, storage);
+      ++counters_.inserted;
+    } else {
+      index_.add_pending(entry.key, entry.occurrences);
+      counters_.not_admitted_lookups += entry.occurrences;
+      entry.slot = zero_row_;
+    }
+  }
+  size_t next = 0;
+  for (const KeyRun& run : runs) {
+    for (int64_t j = 0; j < run.size; ++j) {
+      run.slots[j] = distinct_[occurrence_distinct_[next++]].slot;
+    }
+  }
+}
+
+int64_t DynamicPart::expire(int64_t completed_step, int64_t pinned_from) {
+  if (!vocabulary_.ttl_steps) return 0;
+  const int64_t before = completed_step - *vocabulary_.ttl_steps + 1;
+  const std::span<const int64_t> expired = index_.expired(before, pinned_from);
+  victims_.assign(expired.begin(), expired.end());  // the index's scratch: copied before erasing
+  for (const int64_t slot : victims_) index_.erase(slot);
+  counters_.evicted += std::ssize(victims_);
+  return std::ssize(victims_);
+}
+
+void DynamicPart::reset_zero_row(TableStorage& storage) const {
+  std::fill_n(storage.row(zero_row_), columns_, 0.0f);
+}
+
+void DynamicPart::initialize_row(int64_t key, int64_t slot, TableStorage& storage) {
+  initialize_rows(table_.initializer, table_seed_, key, 1, table_.dim, initial_row_);
+  std::copy_n(initial_row_.begin() + first_column_, columns_, storage.row(slot));
+  storage.initialize_slots(slot, 1);
+}
+
+void PendingLookups::add(int64_t step) {
+  const std::lock_guard lock(mutex_);
+  ++steps_[step];
+}
+
+void PendingLookups::remove(int64_t step) {
+  const std::lock_guard lock(mutex_);
+  const auto found = steps_.find(step);
+  RECEMB_CHECK(found != steps_.end());
+  if (--found->second == 0) steps_.erase(found);
+}
+
+int64_t PendingLookups::oldest() const {
+  const std::lock_guard lock(mutex_);
+  return steps_.empty() ? std::numeric_limits<int64_t>::max() : steps_.begin()->first;
+}
+
+void PendingLookup::hold(const std::shared_ptr<PendingLookups>& lookups, int64_t step) {
+  release();
+  lookups->add(step);
+  lookups_ = lookups;
+  step_ = step;
+}
+
+void PendingLookup::release() {
+  if (const std::shared_ptr<PendingLookups> lookups = lookups_.lock()) lookups->remove(step_);
+  lookups_.reset();
+}
+
+}  // namespace recemb::internal

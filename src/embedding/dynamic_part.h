@@ -1,0 +1,141 @@
+// The keys of one part of a dynamic table (docs/semantics.md, "Dynamic vocabularies"): its index
+// (storage/key_index.h), the admission and eviction rules, and the counters behind
+// Embedding::vocabulary_stats.
+//
+// The part's storage (TableState) holds part.rows slots plus one more row, the zero row, which
+// every absent key reads: so pooling and the update need no other path. Gradients of absent keys
+// land on the zero row, which the table resets after every update (reset_zero_row).
+//
+// A training lookup resolves its keys in two halves, so that a failure changes nothing:
+//   plan:   counts the occurrences of every key of the lookup (its runs, in order), decides which
+//           absent keys are admitted and which keys are evicted to make room; throws
+//           FailedPrecondition (when_full = error, or more distinct keys than the part holds)
+//   commit: evicts, records the sightings, inserts the admitted keys (rows and slots initialised
+//           from (table seed, key)), counts the rest, and writes every key's slot.
+// Every copy of a part (replicated, column-wise) resolves the same runs in the same order and so
+// makes the same decisions.
+#ifndef RECEMB_EMBEDDING_DYNAMIC_PART_H_
+#define RECEMB_EMBEDDING_DYNAMIC_PART_H_
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "recemb/config.h"
+
+#include "placement/partition.h"
+#include "storage/key_index.h"
+#include "storage/table_storage.h"
+
+namespace recemb::internal {
+
+// The keys of one section of a lookup and where their slots go.
+struct KeyRun {
+  const int64_t* keys = nullptr;
+  int64_t size = 0;
+  int64_t* slots = nullptr;
+};
+
+// Since construction or restore.
+struct VocabularyCounters {
+  int64_t inserted = 0;
+  int64_t evicted = 0;
+  int64_t not_admitted_lookups = 0;  // occurrences in training lookups of keys without a row
+};
+
+class DynamicPart {
+ public:
+  // `part` of dynamic `table`; `table_seed` as storage/initializer.h's table_seed.
+  DynamicPart(const TableConfig& table, const TablePart& part, uint64_t table_seed);
+
+  // The storage row every absent key reads: part.rows.
+  int64_t zero_row() const { return zero_row_; }
+  const KeyIndex& index() const { return index_; }
+  KeyIndex& index() { return index_; }
+  const VocabularyCounters& counters() const { return counters_; }
+  VocabularyCounters& counters() { return counters_; }
+
+  // A pure lookup: the slot of each key, or zero_row(). Reads only (safe on several threads).
+  void find(const KeyRun& run) const;
+
+  // The two halves of a training lookup for lookup step `step` (model step + 1); keys last seen
+  // at a step >= pinned_from (the oldest training lookup not applied yet) are never evicted.
+  void plan(std::span<const KeyRun> runs, int64_t step, int64_t pinned_from);
+  void commit(std::span<const KeyRun> runs, int64_t step, TableStorage& storage);
+
+  // TTL: at the end of the apply_gradients that completed step `completed_step`, removes the keys
+  // last seen before completed_step - ttl_steps + 1 (none without a TTL); returns how many.
+  int64_t expire(int64_t completed_step, int64_t pinned_from);
+
+  // Sets the zero row's parameters back to 0 (after an update wrote to it).
+  void reset_zero_row(TableStorage& storage) const;
+
+  // Initialises the row and slots of `slot` for `key` (its parameters: the part's columns of the
+  // table's initial row for the key).
+  void initialize_row(int64_t key, int64_t slot, TableStorage& storage);
+
+ private:
+  // The distinct keys of a lookup, in order of first occurrence.
+  struct Distinct {
+    int64_t key;
+    int64_t occurrences;
+    int64_t slot;  // KeyIndex::kAbsent before commit, unless present
+    bool admitted;
+  };
+  // Index of `key` in distinct_, adding it (open addressing over distinct_positions_).
+  uint32_t distinct_index(int64_t key);
+
+  TableConfig table_;
+  DynamicVocabulary vocabulary_;
+  int64_t first_column_;
+  int64_t columns_;
+  uint64_t table_seed_;
+  int64_t zero_row_;
+  KeyIndex index_;
+  VocabularyCounters counters_;
+  // The plan, and its scratch (reused; no allocation once grown).
+  std::vector<Distinct> distinct_;
+  std::vector<uint32_t> distinct_positions_;  // open addressing: index + 1, 0 empty
+  std::vector<uint32_t> occurrence_distinct_;  // per key of the runs, in order
+  std::vector<int64_t> victims_;
+  int64_t admitted_ = 0;
+  std::vector<float> initial_row_;  // dim floats
+};
+
+// The lookup steps of the training lookups not applied yet (their keys are pinned). Shared
+// between an Embedding and the LookupBatches holding them, which may outlive it or be destroyed on
+// another thread: hence the lock.
+class PendingLookups {
+ public:
+  void add(int64_t step);
+  void remove(int64_t step);
+  // The smallest step pending, or INT64_MAX when none.
+  int64_t oldest() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<int64_t, int64_t> steps_;  // step -> lookups pending at it
+};
+
+// A batch's registration in PendingLookups: released on apply, on reuse and on destruction.
+class PendingLookup {
+ public:
+  PendingLookup() = default;
+  ~PendingLookup() { release(); }
+  PendingLookup(PendingLookup&&) = delete;
+  PendingLookup& operator=(PendingLookup&&) = delete;
+  void hold(const std::shared_ptr<PendingLookups>& lookups, int64_t step);
+  void release();
+
+ private:
+  std::weak_ptr<PendingLookups> lookups_;
+  int64_t step_ = 0;
+};
+
+}  // namespace recemb::internal
+
+#endif  // RECEMB_EMBEDDING_DYNAMIC_PART_H_
