@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <limits>
@@ -95,8 +96,10 @@ Embedding make_layer(const Setting& setting, int threads, std::optional<Placemen
 
 // Runs `steps` random training steps on the layer and the reference and compares activations,
 // the table's keys and rows, and the counters after each.
+// Sets `final_stats` to the layer's stats at the end.
 void expect_matches_reference(const Setting& setting, int threads,
-                              std::optional<PlacementOptions> placement, int steps) {
+                              std::optional<PlacementOptions> placement, int steps,
+                              VocabularyStats* final_stats = nullptr) {
   SCOPED_TRACE("threads " + std::to_string(threads));
   Embedding layer = make_layer(setting, threads, placement);
   ReferenceDynamicTable model(kDim, setting.vocabulary, setting.combiner, setting.optimizer, 0.5,
@@ -163,6 +166,7 @@ void expect_matches_reference(const Setting& setting, int threads,
   const VocabularyStats after = layer.vocabulary_stats("items");
   EXPECT_EQ(after.size, before.size);
   EXPECT_EQ(after.not_admitted_lookups, before.not_admitted_lookups);
+  if (final_stats != nullptr) *final_stats = after;
 }
 
 TEST(DynamicTables, MatchTheDictReference) {
@@ -181,7 +185,12 @@ TEST(DynamicTables, MatchTheDictReference) {
                      std::to_string(vocabulary.capacity) + " min_count " +
                      std::to_string(vocabulary.min_count) + " when_full " +
                      std::string(when_full_name(vocabulary.when_full)));
-        expect_matches_reference({combiner, optimizer, vocabulary}, 1, std::nullopt, 12);
+        VocabularyStats stats;
+        expect_matches_reference({combiner, optimizer, vocabulary}, 1, std::nullopt, 12, &stats);
+        // Each setting exercises what it sets.
+        EXPECT_GT(stats.inserted, 0);
+        EXPECT_EQ(stats.evicted > 0, vocabulary.ttl_steps || vocabulary.capacity == 40);
+        EXPECT_EQ(stats.not_admitted_lookups > 0, vocabulary.min_count > 1);
       }
     }
   }
@@ -201,7 +210,7 @@ TEST(DynamicTables, MatchTheReferenceOnTwoThreadsAndEveryInProcessPlacement) {
 
 TEST(DynamicTables, ResultsAreBitwiseTheSameOnAnyThreadCount) {
   const Setting setting{Combiner::kSqrtn, ReferenceDynamicTable::Optimizer::kAdagrad,
-                        {.capacity = 30, .min_count = 2, .ttl_steps = 6}};
+                        {.capacity = 45, .min_count = 2, .ttl_steps = 6}};
   std::vector<DynamicTableContents> results;
   for (const int threads : {1, 2, 3}) {
     Embedding layer = make_layer(setting, threads, std::nullopt);
@@ -219,6 +228,7 @@ TEST(DynamicTables, ResultsAreBitwiseTheSameOnAnyThreadCount) {
       layer.apply_gradients(kept, grads);
     }
     results.push_back(layer.read_dynamic_table("items"));
+    EXPECT_GT(layer.vocabulary_stats("items").evicted, 0);
   }
   for (size_t r = 1; r < results.size(); ++r) {
     EXPECT_EQ(results[r].keys, results[0].keys);
