@@ -60,7 +60,7 @@ struct TableConfig {
   std::string name = {};  // required, unique among the tables of an Embedding
   // Number of rows (>= 1): ids are rows [0, vocabulary_size). 0 for a dynamic table.
   int64_t vocabulary_size = 0;
-  int64_t dim = 0;              // row width, >= 1
+  int64_t dim = 0;  // row width, >= 1
   Initializer initializer = TruncatedNormal{};
   // This table's optimizer; unset means the Embedding's global optimizer.
   std::optional<Optimizer> optimizer = {};

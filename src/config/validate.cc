@@ -23,7 +23,8 @@ void validate_dynamic_vocabulary(const DynamicVocabulary& vocabulary, const std:
                           std::to_string(vocabulary.min_count));
   }
   if (vocabulary.ttl_steps && *vocabulary.ttl_steps < 1) {
-    throw InvalidArgument(owner + ": dynamic_vocabulary.ttl_steps must be >= 1 (or unset: no TTL), got " +
+    throw InvalidArgument(owner +
+                          ": dynamic_vocabulary.ttl_steps must be >= 1 (or unset: no TTL), got " +
                           std::to_string(*vocabulary.ttl_steps));
   }
   when_full_name(vocabulary.when_full);  // throws for a non-enumerator
@@ -52,9 +53,9 @@ void validate_table(const TableConfig& table) {
     throw InvalidArgument(owner + ": dim must be >= 1, got " + std::to_string(table.dim));
   }
   if (table_rows(table) > std::numeric_limits<int64_t>::max() / table.dim) {
-    throw InvalidArgument(owner + (table.dynamic_vocabulary ? ": dynamic_vocabulary.capacity"
-                                                            : ": vocabulary_size") +
-                          " * dim overflows");
+    throw InvalidArgument(
+        owner + (table.dynamic_vocabulary ? ": dynamic_vocabulary.capacity" : ": vocabulary_size") +
+        " * dim overflows");
   }
   switch (table.combiner) {
     case Combiner::kSum:

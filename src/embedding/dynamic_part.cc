@@ -70,7 +70,8 @@ uint32_t DynamicPart::distinct_index(int64_t key) {
   for (size_t at = mix(key) & mask;; at = (at + 1) & mask) {
     const uint32_t entry = distinct_positions_[at];
     if (entry == 0) {
-      distinct_.push_back({.key = key, .occurrences = 0, .slot = KeyIndex::kAbsent, .admitted = false});
+      distinct_.push_back(
+          {.key = key, .occurrences = 0, .slot = KeyIndex::kAbsent, .admitted = false});
       distinct_positions_[at] = static_cast<uint32_t>(distinct_.size());
       return static_cast<uint32_t>(distinct_.size() - 1);
     }
@@ -124,13 +125,12 @@ void DynamicPart::plan(std::span<const KeyRun> runs, int64_t step, int64_t pinne
         "); raise the capacity or split the batch. Nothing was changed");
   }
   if (vocabulary_.when_full == WhenFull::kError) {
-    throw FailedPrecondition(owner + " is full: admitting " + std::to_string(admitted_) +
-                             " new keys would hold more than its capacity of " +
-                             std::to_string(index_.capacity()) +
-                             " keys (dynamic_vocabulary.capacity " +
-                             std::to_string(vocabulary_.capacity) +
-                             ", when_full = 'error'); raise the capacity or let it evict "
-                             "(when_full = 'evict_least_recent'). Nothing was changed");
+    throw FailedPrecondition(
+        owner + " is full: admitting " + std::to_string(admitted_) +
+        " new keys would hold more than its capacity of " + std::to_string(index_.capacity()) +
+        " keys (dynamic_vocabulary.capacity " + std::to_string(vocabulary_.capacity) +
+        ", when_full = 'error'); raise the capacity or let it evict "
+        "(when_full = 'evict_least_recent'). Nothing was changed");
   }
   // The smallest unpinned keys, skipping those of this lookup (about to be seen again): at most
   // `present` of the candidates are skipped.

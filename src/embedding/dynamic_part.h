@@ -99,7 +99,7 @@ class DynamicPart {
   VocabularyCounters counters_;
   // The plan, and its scratch (reused; no allocation once grown).
   std::vector<Distinct> distinct_;
-  std::vector<uint32_t> distinct_positions_;  // open addressing: index + 1, 0 empty
+  std::vector<uint32_t> distinct_positions_;   // open addressing: index + 1, 0 empty
   std::vector<uint32_t> occurrence_distinct_;  // per key of the runs, in order
   std::vector<int64_t> victims_;
   int64_t admitted_ = 0;

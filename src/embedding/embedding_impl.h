@@ -58,7 +58,7 @@ struct Model {
   std::vector<size_t> feature_table;                // feature -> table
   std::vector<std::vector<size_t>> table_features;  // table -> its features, in feature order
   std::vector<TableState> states;                   // one per partition.rank_parts(rank), in order
-  bool has_dynamic_tables = false;
+  bool has_dynamic_tables = false;  // any table, held here or not
   int64_t step = 0;
   int64_t skipped_rows = 0;
 
@@ -123,8 +123,8 @@ struct StepScratch {
   std::vector<TableUpdate> table_updates;                  // per trainable state, this step
   std::vector<UpdateTask> update_tasks;                    // every trainable state's row ranges
   std::vector<float> zeros;                                // max dim
-  std::vector<float> thread_scratch;         // max update_scratch_floats(dim) per thread
-  std::vector<int64_t> thread_skipped_rows;  // per thread
+  std::vector<float> thread_scratch;          // max update_scratch_floats(dim) per thread
+  std::vector<int64_t> thread_skipped_rows;   // per thread
   std::vector<std::vector<KeyRun>> key_runs;  // per state: the key runs of a lookup, in order
 };
 

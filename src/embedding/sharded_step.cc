@@ -86,13 +86,15 @@ void Embedding::Impl::resolve_keys(LookupBatch::Impl& batch) {
       const TableState& state = model.states[mine[k].part];
       // A pure lookup resolves only what this rank pools; a training lookup every key it is
       // sent, so that all copies of a part admit the same keys.
-      if (state.dynamic() == nullptr || (!batch.training && pooled(q, state.part()) == Pooled::kNot)) {
+      if (state.dynamic() == nullptr ||
+          (!batch.training && pooled(q, state.part()) == Pooled::kNot)) {
         continue;
       }
       RequestSection& section = batch.received.sections[static_cast<size_t>(q)][k];
       std::vector<int64_t>& slots = batch.key_slots[static_cast<size_t>(q)][k];
       slots.resize(static_cast<size_t>(section.num_ids));
-      runs[mine[k].part].push_back({.keys = section.ids, .size = section.num_ids, .slots = slots.data()});
+      runs[mine[k].part].push_back(
+          {.keys = section.ids, .size = section.num_ids, .slots = slots.data()});
       section.ids = slots.data();  // pooled and updated by slot from here on
     }
   }
