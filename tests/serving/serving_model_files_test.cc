@@ -156,8 +156,11 @@ TEST_P(ServingFileErrorTest, EditedManifestsAreValidated) {
   test::write_bytes(damaged_, rebuilt([](format::Json&) {}));
   EXPECT_EQ(ServingModel::open(damaged_).tables().size(), 3u);
 
-  expect_rejected(test::build_model_file(file_.manifest.dump(), data, 2), /*verify=*/false,
-                  "format version 2 is not supported", "version");
+  expect_rejected(test::build_model_file(file_.manifest.dump(), data, 3), /*verify=*/false,
+                  "format version 3 is not supported", "version");
+  // Version 1 has no extra arrays or metadata: its manifest may not name them.
+  expect_rejected(test::build_model_file(file_.manifest.dump(), data, 1), /*verify=*/false,
+                  "manifest: extra_arrays: not a known field", "version 1 with extras");
   expect_rejected(rebuilt([](auto& m) { m["tables"][1]["config"]["dim"] = 16; }),
                   /*verify=*/false, "table 'other': blob size", "dim");
   expect_rejected(rebuilt([](auto& m) { m["features"][3]["table"] = "missing"; }),
@@ -183,6 +186,28 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, ServingFileErrorTest, ::testing::ValuesIn(kD
                          [](const auto& test_info) {
                            return std::string(serving_dtype_name(test_info.param));
                          });
+
+// An extra array's blob is checksummed as a table's: a damaged value is found with verify (naming
+// the array) and read as it is without.
+TEST_P(ServingFileErrorTest, DamagedExtraArraysAreDetected) {
+  const std::vector<float> values = {0.5f, -1.25f, 3.0f};
+  export_serving_model(
+      layer_, good_,
+      {.dtype = GetParam(),
+       .extra_arrays = {{.name = "w", .shape = {3}, .values = values},
+                        {.name = "b", .shape = {1}, .values = std::span(values).first(1)}}});
+  const ModelFile file = ModelFile::read(good_);
+  std::vector<std::byte> bytes = file.bytes;
+  const uint64_t start =
+      file.data_offset() + file.manifest["extra_arrays"][0]["offset"].get<uint64_t>();
+  bytes[start + 5] ^= std::byte{0x40};
+  expect_rejected(bytes, /*verify=*/true, "extra array 'w': the checksum does not match",
+                  "damaged array");
+  test::write_bytes(damaged_, bytes);
+  const ServingModel unverified = ServingModel::open(damaged_, {.verify = false});
+  EXPECT_NE(unverified.extra_array("w").values[1], values[1]);
+  EXPECT_EQ(unverified.extra_array("b").values[0], values[0]);
+}
 
 // tests/data/serving-v1 holds a model of each dtype written by format version 1 (the first
 // release), which must keep loading. Tables: "items" [4, 3], mean, row r column c = (3 r + c) / 4 -
