@@ -27,13 +27,13 @@
 #include "train/criteo_profile.h"
 #include "train/criteo_reader.h"
 #include "train/data_parallel.h"
-#include "train/dense_export.h"
 #include "train/dense_optimizer.h"
 #include "train/dlrm_dense_model.h"
 #include "train/embedding_model.h"
 #include "train/float_text.h"
 #include "train/metrics.h"
 #include "train/metrics_log.h"
+#include "train/model_file.h"
 #include "train/prefetching_source.h"
 #include "train/synthetic_criteo.h"
 
@@ -47,7 +47,7 @@ double seconds_since(Clock::time_point start) {
 }
 
 // Checkpoint names of the trainer's own state (beside recemb's tables and slots, and the dense
-// model's parameters and shape: dense_export.h).
+// model's parameters and shape: model_file.h).
 constexpr char kDenseOptimizerSlots[] = "dense/optimizer_slots";
 constexpr char kDataPosition[] = "data_position";
 constexpr char kDenseOptimizerStep[] = "dense_optimizer_step";
@@ -645,18 +645,18 @@ class Trainer {
     if (embedding_.step() == last_saved_step_) return;  // e.g. resumed at the final step
     last_saved_step_ = embedding_.step();
     const Clock::time_point t = Clock::now();
-    const std::filesystem::path path = save_checkpoint(
-        embedding_, checkpoint_dir_,
-        {.keep_last = config_.checkpoint.keep,
-         .extra_arrays = {{.name = kDenseParametersArray, .values = model_.parameters()},
-                          {.name = kDenseOptimizerSlots, .values = dense_optimizer_.slots()}},
-         .metadata = {{kDataPosition, trained_position_},
-                      {kSettings, to_toml(config_)},
-                      {kDenseModelMetadata, dense_config_to_json(model_.config())},
-                      {kDenseOptimizerStep, std::to_string(dense_optimizer_.step())},
-                      {kExamples, std::to_string(examples_total_)},
-                      {kLossWindow,
-                       double_text(loss_window_sum_) + " " + std::to_string(loss_window_count_)}}});
+    SaveOptions options{
+        .keep_last = config_.checkpoint.keep,
+        .extra_arrays = {{.name = kDenseParametersArray, .values = model_.parameters()},
+                         {.name = kDenseOptimizerSlots, .values = dense_optimizer_.slots()}},
+        .metadata = dense_config_metadata(model_.config())};
+    options.metadata.insert(
+        {{kDataPosition, trained_position_},
+         {kSettings, to_toml(config_)},
+         {kDenseOptimizerStep, std::to_string(dense_optimizer_.step())},
+         {kExamples, std::to_string(examples_total_)},
+         {kLossWindow, double_text(loss_window_sum_) + " " + std::to_string(loss_window_count_)}});
+    const std::filesystem::path path = save_checkpoint(embedding_, checkpoint_dir_, options);
     summary_.checkpoint_seconds += seconds_since(t);
     progress_.message("checkpoint " + path.string());
   }
