@@ -9,12 +9,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <limits>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
 #include <sys/stat.h>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "recemb/embedding.h"
@@ -209,21 +211,38 @@ TEST_P(ServingFileErrorTest, DamagedExtraArraysAreDetected) {
   EXPECT_EQ(unverified.extra_array("b").values[0], values[0]);
 }
 
-// tests/data/serving-v1 holds a model of each dtype written by format version 1 (the first
-// release), which must keep loading. Tables: "items" [4, 3], mean, row r column c = (3 r + c) / 4 -
-// 1 (exact in float16); "users" [3, 2], sqrtn, simulated quantization with 5 buckets over [-1, 1],
-// rows
-// {-0.9, 0.6}, {0.1, 1.3}, {-0.4, 0.35} (none near a bucket midpoint). Features: "clicks" (items),
-// "history" (items, max_sequence_length 2), "friends" (users). The exported layer had optimizers.
-class ServingGoldenTest : public ::testing::TestWithParam<ServingDtype> {};
+// tests/data/serving-v<version> holds a model of each dtype written by format version 1 (the first
+// release) and version 2 (extra arrays and metadata), which must keep loading. Tables: "items"
+// [4, 3], mean, row r column c = (3 r + c) / 4 - 1 (exact in float16); "users" [3, 2], sqrtn,
+// simulated quantization with 5 buckets over [-1, 1], rows {-0.9, 0.6}, {0.1, 1.3}, {-0.4, 0.35}
+// (none near a bucket midpoint). Features: "clicks" (items), "history" (items,
+// max_sequence_length 2), "friends" (users). The exported layer had optimizers. Version 2 also
+// holds the extra arrays "dense/weights" [2, 3] {0.5, -1.25, 3, 0.125, -2, 0.001} and "scale" []
+// {7.5}, and the metadata {"model": "golden", "note": "café"} (written with the Python bindings'
+// ExportOptions).
+class ServingGoldenTest : public ::testing::TestWithParam<std::tuple<ServingDtype, uint32_t>> {};
 
-TEST_P(ServingGoldenTest, ReadsTheCheckedInVersion1Model) {
-  const ServingDtype dtype = GetParam();
+TEST_P(ServingGoldenTest, ReadsTheCheckedInModels) {
+  const auto [dtype, version] = GetParam();
   const std::filesystem::path path =
-      test::checked_in_data_dir() / "serving-v1" /
+      test::checked_in_data_dir() / ("serving-v" + std::to_string(version)) /
       ("model-" + std::string(serving_dtype_name(dtype)) + ".recemb");
-  EXPECT_EQ(ModelFile::read(path).format_version, 1u);
+  EXPECT_EQ(ModelFile::read(path).format_version, version);
   const ServingModel model = ServingModel::open(path);
+  if (version == 1) {
+    EXPECT_TRUE(model.extra_arrays().empty());
+    EXPECT_TRUE(model.metadata().empty());
+  } else {
+    ASSERT_EQ(model.extra_arrays().size(), 2u);
+    EXPECT_EQ(model.extra_arrays()[0].name, "dense/weights");
+    EXPECT_EQ(model.extra_arrays()[0].shape, (std::vector<int64_t>{2, 3}));
+    EXPECT_THAT(model.extra_arrays()[0].values,
+                ::testing::ElementsAre(0.5f, -1.25f, 3.0f, 0.125f, -2.0f, 0.001f));
+    EXPECT_EQ(model.extra_array("scale").shape, std::vector<int64_t>{});
+    EXPECT_THAT(model.extra_array("scale").values, ::testing::ElementsAre(7.5f));
+    EXPECT_EQ(model.metadata(),
+              (std::map<std::string, std::string>{{"model", "golden"}, {"note", "caf\u00e9"}}));
+  }
   EXPECT_EQ(model.dtype(), dtype);
   ASSERT_EQ(model.tables().size(), 2u);
   const auto expect_table = [](const TableConfig& table, const std::string& name, int64_t rows,
@@ -285,9 +304,12 @@ TEST_P(ServingGoldenTest, ReadsTheCheckedInVersion1Model) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllDtypes, ServingGoldenTest, ::testing::ValuesIn(kDtypes),
+INSTANTIATE_TEST_SUITE_P(AllDtypesAndVersions, ServingGoldenTest,
+                         ::testing::Combine(::testing::ValuesIn(kDtypes),
+                                            ::testing::Values(1u, 2u)),
                          [](const auto& test_info) {
-                           return std::string(serving_dtype_name(test_info.param));
+                           return std::string(serving_dtype_name(std::get<0>(test_info.param))) +
+                                  "_v" + std::to_string(std::get<1>(test_info.param));
                          });
 
 TEST(ServingOpenTest, MissingDirectoriesForeignFilesAndBadOptions) {
