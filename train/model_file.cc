@@ -47,7 +47,8 @@ bool describes_dense_model(const std::map<std::string, std::string>& metadata) {
 
 // Reads a dense model's description (dense_config_metadata) and checks it without building the
 // model, so that a damaged or hostile description cannot make the reader allocate: widths in [1,
-// kMaxWidth], the config valid. Throws DataLoss "<context>: metadata '<key>': ...".
+// kMaxWidth], the config one a DlrmDenseModel accepts. Throws DataLoss "<context>: metadata
+// '<key>' ...".
 DlrmDenseConfig config_from_metadata(const std::map<std::string, std::string>& metadata,
                                      const std::string& context) {
   const auto widths = [&](const char* key) {
@@ -56,7 +57,9 @@ DlrmDenseConfig config_from_metadata(const std::map<std::string, std::string>& m
     if (found == metadata.end()) throw DataLoss(prefix + " is missing");
     std::vector<int64_t> read;
     const std::string& text = found->second;
-    for (size_t begin = 0; begin < text.size();) {
+    if (text.empty()) return read;
+    // Each width ends at the next comma or at the end: "16," has an empty second width.
+    for (size_t begin = 0; begin <= text.size();) {
       const size_t end = std::min(text.find(',', begin), text.size());
       int64_t width = 0;
       const auto [stop, error] = std::from_chars(text.data() + begin, text.data() + end, width);
@@ -78,6 +81,12 @@ DlrmDenseConfig config_from_metadata(const std::map<std::string, std::string>& m
                          .embedding_dim = dim[0],
                          .bottom_mlp = widths(kBottomMlpKey),
                          .top_mlp = widths(kTopMlpKey)};
+  // The one check of DlrmDenseModel's that parameter_count leaves to the MLPs' (widths are >= 1
+  // here): a model built from the config cannot throw.
+  if (config.bottom_mlp.empty()) {
+    throw DataLoss(context + ": metadata '" + kBottomMlpKey +
+                   "' is empty: the bottom MLP has at least one layer");
+  }
   try {
     DlrmDenseModel::parameter_count(config);
   } catch (const InvalidArgument& error) {
