@@ -7,7 +7,9 @@ up as the layer that exported it (docs/serving.md).
 
 The file holds the tables (float32, float16 or int8) and the flat list of named table and
 feature configs, not the Python structure of the feature config: give that structure to open (it
-is checked against the file), or use the default, a dict keyed by feature name.
+is checked against the file), or use the default, a dict keyed by feature name. It may also hold
+named float32 arrays and string metadata beside the tables (the dense part of a model exported by
+`recemb export`, for instance): model.extra_arrays and model.metadata.
 """
 
 from recemb import _nest, _recemb
@@ -99,7 +101,8 @@ class ServingModel:
     may be replaced, rewritten in place, truncated or deleted meanwhile: the model keeps serving
     what it opened."""
 
-    __slots__ = ("_model", "_resolved", "_engine", "_tables", "_new_arrays")
+    __slots__ = ("_model", "_resolved", "_engine", "_tables", "_new_arrays", "_extra_arrays",
+                 "_metadata")
 
     def __init__(self, model, feature_config):
         """Use ServingModel.open."""
@@ -114,6 +117,8 @@ class ServingModel:
         self._resolved = Resolved(feature_config)
         self._engine = _Reordered(model, _feature_order(self._resolved, model))
         self._new_arrays = ActivationArrays()
+        self._extra_arrays = model.extra_arrays()
+        self._metadata = model.metadata()
 
     @classmethod
     def open(cls, path, feature_config=None, *, verify=True):
@@ -158,6 +163,18 @@ class ServingModel:
         """{name: TableConfig} of the file's tables, in the exporting layer's order (no
         initializer, no optimizer: a serving model is not trained)."""
         return dict(self._tables)
+
+    @property
+    def extra_arrays(self):
+        """{name: numpy float32 array of its shape} of the arrays exported beside the tables, in
+        export order (bitwise as exported; none in a file of format version 1). The arrays are
+        read-only views of the model's memory, valid as long as they are referenced."""
+        return dict(self._extra_arrays)
+
+    @property
+    def metadata(self):
+        """{key: str} exported beside the tables (none in a file of format version 1)."""
+        return dict(self._metadata)
 
     def lookup(self, features, weights=None, *, out=None):
         """The activations of `features` (and `weights`), in the structure of feature_config:
