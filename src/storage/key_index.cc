@@ -4,6 +4,7 @@
 #include <limits>
 #include <new>
 #include <string>
+#include <sys/mman.h>
 #include <tuple>
 
 #include "recemb/error.h"
@@ -82,6 +83,19 @@ size_t sketch_index(uint64_t hash, int row) {
 
 constexpr size_t kMinPendingPositions = 16;
 
+// Asks for transparent huge pages over the whole 2 MiB pages inside a vector's reserved memory,
+// before it is first written: find() reads a random position of a table far larger than the TLB
+// covers with 4 KiB pages, as the row gather does (storage/float_buffer.h). Advice only.
+template <class T>
+void advise_huge_pages(const std::vector<T>& vector) {
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  const auto begin = reinterpret_cast<uintptr_t>(vector.data());
+  const uintptr_t end = begin + vector.capacity() * sizeof(T);
+  const uintptr_t first = (begin + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t last = end & ~(kHugePage - 1);
+  if (first < last) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+}
+
 }  // namespace
 
 KeyIndex::KeyIndex(int64_t capacity, int64_t exact_pending_limit)
@@ -99,9 +113,14 @@ KeyIndex::KeyIndex(int64_t capacity, int64_t exact_pending_limit)
   // happens at most once every capacity + 64 appends (compact_recency).
   const int64_t recency_room = 2 * capacity + 64;
   try {
+    positions_.reserve(static_cast<size_t>(positions));
+    slots_.reserve(static_cast<size_t>(capacity));
+    recency_.reserve(static_cast<size_t>(recency_room));
+    advise_huge_pages(positions_);
+    advise_huge_pages(slots_);
+    advise_huge_pages(recency_);
     positions_.assign(static_cast<size_t>(positions), Position{0, kEmptyPosition});
     slots_.assign(static_cast<size_t>(capacity), Slot{kAbsent, 0, kFreeSlot, 0});
-    recency_.reserve(static_cast<size_t>(recency_room));
   } catch (const std::bad_alloc&) {
     const int64_t bytes = positions * int64_t{sizeof(Position)} + capacity * int64_t{sizeof(Slot)} +
                           recency_room * int64_t{sizeof(RecencyEntry)};

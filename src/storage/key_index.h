@@ -41,6 +41,7 @@
 #define RECEMB_STORAGE_KEY_INDEX_H_
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <utility>
 #include <vector>
@@ -179,9 +180,10 @@ class KeyIndex {
   int64_t free_head_ = kAbsent;  // the most recently freed slot
   int64_t never_used_ = 0;       // slots [never_used_, capacity_) were never taken
   std::vector<RecencyEntry> recency_;
-  size_t recency_head_ = 0;            // entries before it were consumed
-  bool recency_sorted_ = true;         // live entries are in non-decreasing last_seen
-  int64_t recency_back_step_ = 0;      // last_seen of the last entry appended
+  size_t recency_head_ = 0;     // entries before it were consumed
+  bool recency_sorted_ = true;  // live entries are in non-decreasing last_seen
+  // last_seen of the last entry appended.
+  int64_t recency_back_step_ = std::numeric_limits<int64_t>::min();
   std::vector<PendingEntry> pending_;  // empty until the first add_pending
   int64_t pending_size_ = 0;
   std::vector<uint32_t> sketch_;  // empty until a key does not fit in pending_
