@@ -18,13 +18,30 @@
 //
 // Thread safety: find, prefetch, key_of, last_seen and count may run concurrently with each other;
 // every other call needs exclusive access. Nothing here throws except the constructor
-// (ResourceExhausted / std::bad_alloc) and methods documented to; no call allocates once the index
-// is built, except pending counts (amortised, bounded by exact_pending_limit) and the scratch of
-// choose_victims / expired (reused, grows to the most asked for).
+// (ResourceExhausted / std::bad_alloc, InvalidArgument) and methods documented to; no call
+// allocates once the index is built, except pending counts (amortised, bounded by
+// exact_pending_limit, and the fixed sketch once needed) and the scratch of choose_victims /
+// expired / slots_by_key (reused, grows to the most asked for). Preconditions (an occupied slot, an
+// absent key, a step not before last_seen, ...) are checked and abort when broken: they are bugs
+// of the caller, never bad user input.
+//
+// Layout (key_index.cc says why):
+//   positions_: an open-addressing hash table (linear probing, backward-shift deletion, no
+//               tombstones) of {key, slot} over ceil(capacity / 0.8) positions; a key's home
+//               position is its mixed 64-bit hash scaled to the table size. find() reads it only.
+//   slots_:     per slot {last_seen, count, position of its key in positions_, generation}.
+//               Free slots form a LIFO list threaded through last_seen; never-used slots follow
+//               in increasing order.
+//   recency_:   a FIFO of {slot, generation} appended whenever a slot's last_seen changes; an
+//               entry is live while its slot's generation is unchanged (every insert and every
+//               touch to a new step bumps it), so each occupied slot has exactly one live entry
+//               and, steps being non-decreasing in normal use, live entries are in last_seen
+//               order (a restore that inserts older steps later is sorted once before use).
 #ifndef RECEMB_STORAGE_KEY_INDEX_H_
 #define RECEMB_STORAGE_KEY_INDEX_H_
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <utility>
 #include <vector>
@@ -36,10 +53,15 @@ enum class EvictionOrder { kLeastRecent, kLeastFrequent };
 class KeyIndex {
  public:
   static constexpr int64_t kAbsent = -1;
+  // The most slots one index holds (slots and hash positions are 32-bit).
+  static constexpr int64_t kMaxCapacity = int64_t{1} << 31;
 
-  // An empty index of `capacity` slots (>= 1). Memory: the slot metadata (key, last_seen, count:
-  // 16 bytes a slot) and a hash table sized so that it is at most 80% full when every slot is
-  // taken; plus the pending counts (at most exact_pending_limit keys, then a fixed sketch).
+  // An empty index of `capacity` slots (1 <= capacity; exact_pending_limit >= 0). Memory: the slot
+  // metadata (last_seen, count, position, generation: 24 bytes a slot), a hash table of 12-byte
+  // positions sized so that it is at most 80% full when every slot is taken (15 bytes a slot), the
+  // recency FIFO (room for 2 * capacity + 64 entries of 8 bytes, 16 bytes a slot); plus the
+  // pending counts (at most exact_pending_limit keys, then a fixed 1 MiB sketch). Throws
+  // InvalidArgument when capacity > kMaxCapacity, ResourceExhausted when memory is short.
   explicit KeyIndex(int64_t capacity, int64_t exact_pending_limit);
 
   int64_t capacity() const;
@@ -91,8 +113,82 @@ class KeyIndex {
   std::vector<std::pair<int64_t, int64_t>> exact_pending() const;
   bool sketch_in_use() const;
 
-  // Bytes held (slot metadata, hash table, pending counts, sketch).
+  // Bytes held (slot metadata, hash table, recency FIFO, pending counts, sketch, scratch).
   int64_t memory_bytes() const;
+
+ private:
+  static constexpr uint32_t kEmptyPosition = 0xffffffffu;
+  static constexpr uint32_t kFreeSlot = 0xffffffffu;
+
+  // A hash table position: 12 bytes (4-byte aligned), so that 5 1/3 fit a cache line.
+  struct __attribute__((packed, aligned(4))) Position {
+    int64_t key = 0;
+    uint32_t slot = kEmptyPosition;  // kEmptyPosition: no key here
+  };
+  struct Slot {
+    int64_t last_seen;    // free slot: the next free slot, or kAbsent
+    int64_t count;        // free slot: 0
+    uint32_t position;    // index in positions_; kFreeSlot when the slot is free
+    uint32_t generation;  // which recency_ entry of this slot is live
+  };
+  struct RecencyEntry {
+    uint32_t slot;
+    uint32_t generation;
+  };
+  // Exact pending counts: open addressing like positions_, grown by doubling; count 0 = empty.
+  struct PendingEntry {
+    int64_t key = 0;
+    int64_t count = 0;
+  };
+  // A victim candidate for choose_victims / expired before it is ordered.
+  struct Candidate {
+    int64_t first;   // last_seen (kLeastRecent, expired) or count (kLeastFrequent)
+    int64_t second;  // count (kLeastRecent) or last_seen (kLeastFrequent); 0 for expired
+    int64_t key;
+    int64_t slot;
+  };
+
+  size_t home(int64_t key) const;
+  size_t next_position(size_t position) const {
+    return position + 1 == positions_.size() ? 0 : position + 1;
+  }
+  void erase_position(size_t position);
+  void append_recency(int64_t slot);
+  bool recency_live(RecencyEntry entry) const;
+  void compact_recency();
+  void sort_recency();
+  // Visits the live recency entries from the oldest while `visit(slot)` returns true, dropping the
+  // stale entries among those visited.
+  template <class Visit>
+  void scan_recency(Visit visit);
+  std::span<const int64_t> ordered_victims(int64_t n);
+
+  // Pending counts.
+  size_t pending_home(int64_t key) const;
+  // The position of `key` in pending_ (not empty), or of the empty one where it would go.
+  size_t probe_pending(int64_t key) const;
+  void insert_pending(int64_t key, int64_t count);
+  void grow_pending();
+  int64_t sketch_estimate(int64_t key) const;
+  void add_to_sketch(int64_t key, int64_t occurrences);
+
+  int64_t capacity_;
+  int64_t exact_pending_limit_;
+  int64_t size_ = 0;
+  std::vector<Position> positions_;
+  std::vector<Slot> slots_;
+  int64_t free_head_ = kAbsent;  // the most recently freed slot
+  int64_t never_used_ = 0;       // slots [never_used_, capacity_) were never taken
+  std::vector<RecencyEntry> recency_;
+  size_t recency_head_ = 0;     // entries before it were consumed
+  bool recency_sorted_ = true;  // live entries are in non-decreasing last_seen
+  // last_seen of the last entry appended.
+  int64_t recency_back_step_ = std::numeric_limits<int64_t>::min();
+  std::vector<PendingEntry> pending_;  // empty until the first add_pending
+  int64_t pending_size_ = 0;
+  std::vector<uint32_t> sketch_;  // empty until a key does not fit in pending_
+  std::vector<Candidate> candidates_;
+  std::vector<int64_t> chosen_;
 };
 
 }  // namespace recemb::internal

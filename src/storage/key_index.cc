@@ -1,0 +1,470 @@
+#include "storage/key_index.h"
+
+#include <algorithm>
+#include <limits>
+#include <new>
+#include <string>
+#include <sys/mman.h>
+#include <tuple>
+
+#include "recemb/error.h"
+
+#include "kernels/prefetch.h"
+#include "util/check.h"
+
+namespace recemb::internal {
+namespace {
+
+// Murmur3's 64-bit finalizer: a bijection in which every key bit flips about half the output
+// bits, so that adversarial keys (0, negatives, INT64_MIN/MAX, sequential runs) spread evenly.
+uint64_t mix(int64_t key) {
+  uint64_t z = static_cast<uint64_t>(key);
+  z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdULL;
+  z = (z ^ (z >> 33)) * 0xc4ceb9fe1a85ec53ULL;
+  return z ^ (z >> 33);
+}
+
+// [0, n) from a hash's high bits (multiply-shift): no division, and any n, so that the hash table
+// can be sized at exactly capacity / 0.8 rather than the next power of two (up to 2x the memory).
+size_t scale(uint64_t hash, size_t n) {
+  __extension__ using Wide = unsigned __int128;
+  return static_cast<size_t>((static_cast<Wide>(hash) * n) >> 64);
+}
+
+int64_t saturating_add(int64_t a, int64_t b) {  // a, b >= 0
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+}
+
+// The position of `key` in a linear-probing table, or of the empty position where it would go.
+template <class Entry, class IsEmpty>
+size_t probe(std::span<const Entry> table, size_t home, int64_t key, IsEmpty is_empty) {
+  size_t position = home;
+  while (!is_empty(table[position]) && table[position].key != key) {
+    position = position + 1 == table.size() ? 0 : position + 1;
+  }
+  return position;
+}
+
+// Backward-shift deletion from a linear-probing table: empties `hole`, then moves each following
+// entry of the run whose home does not lie cyclically in (hole, entry] into the hole, so that
+// every key stays reachable from its home without tombstones. moved(entry, position) is called
+// for each entry moved.
+template <class Entry, class Home, class IsEmpty, class Moved>
+void erase_at(std::span<Entry> table, size_t hole, Home home, IsEmpty is_empty, Moved moved) {
+  const size_t n = table.size();
+  const auto distance = [n](size_t from, size_t to) {
+    return to >= from ? to - from : to + n - from;
+  };
+  for (size_t position = hole + 1 == n ? 0 : hole + 1; !is_empty(table[position]);
+       position = position + 1 == n ? 0 : position + 1) {
+    if (distance(home(table[position].key), position) >= distance(hole, position)) {
+      table[hole] = table[position];
+      moved(table[hole], hole);
+      hole = position;
+    }
+  }
+  table[hole] = Entry{};
+}
+
+// The count-min sketch of pending counts beyond the exact limit: kSketchRows rows of 2^16
+// saturating uint32 counters (1 MiB), a key's column in row r being 16 bits of one mixed hash.
+// Updates are conservative (each counter raised only to the key's new estimate), which keeps
+// every estimate >= the key's true count (up to 2^32 - 1) with less over-count than plain adds.
+constexpr int kSketchRows = 4;
+constexpr int kSketchColumnBits = 16;
+constexpr size_t kSketchColumns = size_t{1} << kSketchColumnBits;
+// Decorrelates the sketch's columns from the hash tables' home positions.
+constexpr int64_t kSketchSalt = 0x5bd1e9955bd1e995LL;
+
+size_t sketch_index(uint64_t hash, int row) {
+  return static_cast<size_t>(row) * kSketchColumns +
+         static_cast<size_t>((hash >> (kSketchColumnBits * row)) & (kSketchColumns - 1));
+}
+
+constexpr size_t kMinPendingPositions = 16;
+
+// Asks for transparent huge pages over the whole 2 MiB pages inside a vector's reserved memory,
+// before it is first written: find() reads a random position of a table far larger than the TLB
+// covers with 4 KiB pages, as the row gather does (storage/float_buffer.h). Advice only.
+template <class T>
+void advise_huge_pages(const std::vector<T>& vector) {
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  const auto begin = reinterpret_cast<uintptr_t>(vector.data());
+  const uintptr_t end = begin + vector.capacity() * sizeof(T);
+  const uintptr_t first = (begin + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t last = end & ~(kHugePage - 1);
+  if (first < last) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+}
+
+}  // namespace
+
+KeyIndex::KeyIndex(int64_t capacity, int64_t exact_pending_limit)
+    : capacity_(capacity), exact_pending_limit_(exact_pending_limit) {
+  RECEMB_CHECK(capacity >= 1 && exact_pending_limit >= 0);
+  if (capacity > kMaxCapacity) {
+    throw InvalidArgument("capacity " + std::to_string(capacity) +
+                          " of one part is above the most a key index holds (" +
+                          std::to_string(kMaxCapacity) +
+                          "): lower capacity or shard the table over more processes");
+  }
+  // ceil(capacity / 0.8): at most 80% full, and always one empty position, which ends every probe.
+  const int64_t positions = capacity + (capacity + 3) / 4;
+  // Recency entries: at most one live per slot, compacted when the room is used up, which then
+  // happens at most once every capacity + 64 appends (compact_recency).
+  const int64_t recency_room = 2 * capacity + 64;
+  try {
+    positions_.reserve(static_cast<size_t>(positions));
+    slots_.reserve(static_cast<size_t>(capacity));
+    recency_.reserve(static_cast<size_t>(recency_room));
+    advise_huge_pages(positions_);
+    advise_huge_pages(slots_);
+    advise_huge_pages(recency_);
+    positions_.assign(static_cast<size_t>(positions), Position{0, kEmptyPosition});
+    slots_.assign(static_cast<size_t>(capacity), Slot{kAbsent, 0, kFreeSlot, 0});
+  } catch (const std::bad_alloc&) {
+    const int64_t bytes = positions * int64_t{sizeof(Position)} + capacity * int64_t{sizeof(Slot)} +
+                          recency_room * int64_t{sizeof(RecencyEntry)};
+    throw ResourceExhausted("cannot allocate " + std::to_string(bytes) +
+                            " bytes for the key index of " + std::to_string(capacity) +
+                            " keys: out of memory; lower capacity or shard the table over more "
+                            "processes");
+  }
+}
+
+int64_t KeyIndex::capacity() const { return capacity_; }
+int64_t KeyIndex::size() const { return size_; }
+int64_t KeyIndex::exact_pending_limit() const { return exact_pending_limit_; }
+
+size_t KeyIndex::home(int64_t key) const { return scale(mix(key), positions_.size()); }
+
+int64_t KeyIndex::find(int64_t key) const {
+  for (size_t position = home(key);; position = next_position(position)) {
+    const Position& entry = positions_[position];
+    if (entry.slot == kEmptyPosition) return kAbsent;
+    if (entry.key == key) return entry.slot;
+  }
+}
+
+void KeyIndex::prefetch(int64_t key) const {
+  // A 12-byte position may straddle two lines: ask for both ends.
+  const Position* entry = &positions_[home(key)];
+  prefetch_line(entry);
+  prefetch_line(reinterpret_cast<const char*>(entry) + sizeof(Position) - 1);
+}
+
+bool KeyIndex::occupied(int64_t slot) const {
+  RECEMB_CHECK(slot >= 0 && slot < capacity_);
+  return slots_[slot].position != kFreeSlot;
+}
+
+int64_t KeyIndex::key_of(int64_t slot) const {
+  RECEMB_CHECK(occupied(slot));
+  return positions_[slots_[slot].position].key;
+}
+
+int64_t KeyIndex::last_seen(int64_t slot) const {
+  RECEMB_CHECK(occupied(slot));
+  return slots_[slot].last_seen;
+}
+
+int64_t KeyIndex::count(int64_t slot) const {
+  RECEMB_CHECK(occupied(slot));
+  return slots_[slot].count;
+}
+
+void KeyIndex::touch(int64_t slot, int64_t step, int64_t occurrences) {
+  RECEMB_CHECK(occupied(slot) && occurrences >= 0);
+  Slot& entry = slots_[slot];
+  RECEMB_CHECK(step >= entry.last_seen);
+  entry.count = saturating_add(entry.count, occurrences);
+  if (step != entry.last_seen) {
+    entry.last_seen = step;
+    ++entry.generation;
+    append_recency(slot);
+  }
+}
+
+int64_t KeyIndex::insert(int64_t key, int64_t step, int64_t count) {
+  RECEMB_CHECK(size_ < capacity_ && count >= 0);
+  const size_t position = probe(std::span<const Position>(positions_), home(key), key,
+                                [](const Position& entry) { return entry.slot == kEmptyPosition; });
+  RECEMB_CHECK(positions_[position].slot == kEmptyPosition);  // the key is absent
+  int64_t slot = free_head_;
+  if (slot != kAbsent) {
+    free_head_ = slots_[slot].last_seen;
+  } else {
+    slot = never_used_++;
+  }
+  positions_[position] = Position{key, static_cast<uint32_t>(slot)};
+  Slot& entry = slots_[slot];
+  entry.last_seen = step;
+  entry.count = count;
+  entry.position = static_cast<uint32_t>(position);
+  ++entry.generation;
+  ++size_;
+  append_recency(slot);
+  return slot;
+}
+
+void KeyIndex::erase(int64_t slot) {
+  RECEMB_CHECK(occupied(slot));
+  erase_position(slots_[slot].position);
+  Slot& entry = slots_[slot];
+  entry.position = kFreeSlot;
+  entry.count = 0;
+  entry.last_seen = free_head_;
+  free_head_ = slot;
+  --size_;
+}
+
+void KeyIndex::erase_position(size_t position) {
+  erase_at(
+      std::span<Position>(positions_), position, [this](int64_t key) { return home(key); },
+      [](const Position& entry) { return entry.slot == kEmptyPosition; },
+      [this](const Position& entry, size_t moved_to) {
+        slots_[entry.slot].position = static_cast<uint32_t>(moved_to);
+      });
+}
+
+// ---- Recency FIFO --------------------------------------------------------------------------
+
+bool KeyIndex::recency_live(RecencyEntry entry) const {
+  const Slot& slot = slots_[entry.slot];
+  return slot.position != kFreeSlot && slot.generation == entry.generation;
+}
+
+void KeyIndex::append_recency(int64_t slot) {
+  if (recency_.size() == recency_.capacity()) compact_recency();
+  const Slot& entry = slots_[slot];
+  if (entry.last_seen < recency_back_step_) recency_sorted_ = false;
+  recency_back_step_ = entry.last_seen;
+  recency_.push_back(RecencyEntry{static_cast<uint32_t>(slot), entry.generation});
+}
+
+void KeyIndex::compact_recency() {
+  size_t kept = 0;
+  for (size_t i = recency_head_; i < recency_.size(); ++i) {
+    if (recency_live(recency_[i])) recency_[kept++] = recency_[i];
+  }
+  recency_.resize(kept);
+  recency_head_ = 0;
+}
+
+void KeyIndex::sort_recency() {
+  if (recency_sorted_) return;
+  compact_recency();
+  RECEMB_CHECK(static_cast<int64_t>(recency_.size()) == size_);  // one live entry a slot
+  std::sort(recency_.begin(), recency_.end(), [this](RecencyEntry a, RecencyEntry b) {
+    return std::tuple(slots_[a.slot].last_seen, a.slot) <
+           std::tuple(slots_[b.slot].last_seen, b.slot);
+  });
+  recency_sorted_ = true;
+  if (!recency_.empty()) recency_back_step_ = slots_[recency_.back().slot].last_seen;
+}
+
+template <class Visit>
+void KeyIndex::scan_recency(Visit visit) {
+  sort_recency();
+  size_t end = recency_head_;
+  for (; end < recency_.size(); ++end) {
+    const RecencyEntry entry = recency_[end];
+    if (recency_live(entry) && !visit(int64_t{entry.slot})) break;
+  }
+  // Drop the stale entries of [head, end): the live ones move, in order, to just before end.
+  size_t write = end;
+  for (size_t i = end; i-- > recency_head_;) {
+    if (recency_live(recency_[i])) recency_[--write] = recency_[i];
+  }
+  recency_head_ = write;
+}
+
+// ---- Victims -------------------------------------------------------------------------------
+
+std::span<const int64_t> KeyIndex::ordered_victims(int64_t n) {
+  const auto less = [](const Candidate& a, const Candidate& b) {
+    return std::tie(a.first, a.second, a.key) < std::tie(b.first, b.second, b.key);
+  };
+  const auto take = static_cast<std::ptrdiff_t>(
+      std::min<int64_t>(std::max<int64_t>(n, 0), static_cast<int64_t>(candidates_.size())));
+  if (take < static_cast<std::ptrdiff_t>(candidates_.size())) {
+    std::nth_element(candidates_.begin(), candidates_.begin() + take, candidates_.end(), less);
+  }
+  std::sort(candidates_.begin(), candidates_.begin() + take, less);
+  chosen_.clear();
+  for (std::ptrdiff_t i = 0; i < take; ++i) chosen_.push_back(candidates_[i].slot);
+  return chosen_;
+}
+
+std::span<const int64_t> KeyIndex::choose_victims(EvictionOrder order, int64_t n,
+                                                  int64_t pinned_from) {
+  candidates_.clear();
+  if (n <= 0) return ordered_victims(0);
+  if (order == EvictionOrder::kLeastRecent) {
+    // Live entries come in last_seen order: take them up to the n-th and every one sharing its
+    // last_seen (the ties are ordered by count and key below).
+    scan_recency([&](int64_t slot) {
+      const Slot& entry = slots_[slot];
+      if (entry.last_seen >= pinned_from) return false;
+      if (static_cast<int64_t>(candidates_.size()) >= n &&
+          entry.last_seen != candidates_.back().first) {
+        return false;
+      }
+      candidates_.push_back({entry.last_seen, entry.count, key_of(slot), slot});
+      return true;
+    });
+    return ordered_victims(n);
+  }
+  // kLeastFrequent: no order is kept for counts, so one pass over every key, keeping the n
+  // smallest in a max-heap (memory O(n), time O(size log n)).
+  const auto less = [](const Candidate& a, const Candidate& b) {
+    return std::tie(a.first, a.second, a.key) < std::tie(b.first, b.second, b.key);
+  };
+  for (const Position& position : positions_) {
+    if (position.slot == kEmptyPosition) continue;
+    const Slot& entry = slots_[position.slot];
+    if (entry.last_seen >= pinned_from) continue;
+    const Candidate candidate{entry.count, entry.last_seen, position.key, position.slot};
+    if (static_cast<int64_t>(candidates_.size()) < n) {
+      candidates_.push_back(candidate);
+      std::push_heap(candidates_.begin(), candidates_.end(), less);
+    } else if (less(candidate, candidates_.front())) {
+      std::pop_heap(candidates_.begin(), candidates_.end(), less);
+      candidates_.back() = candidate;
+      std::push_heap(candidates_.begin(), candidates_.end(), less);
+    }
+  }
+  return ordered_victims(n);
+}
+
+std::span<const int64_t> KeyIndex::expired(int64_t before_step, int64_t pinned_from) {
+  const int64_t limit = std::min(before_step, pinned_from);
+  candidates_.clear();
+  scan_recency([&](int64_t slot) {
+    const Slot& entry = slots_[slot];
+    if (entry.last_seen >= limit) return false;
+    candidates_.push_back({entry.last_seen, 0, key_of(slot), slot});
+    return true;
+  });
+  return ordered_victims(static_cast<int64_t>(candidates_.size()));
+}
+
+std::vector<int64_t> KeyIndex::slots_by_key() const {
+  std::vector<std::pair<int64_t, int64_t>> keyed;
+  keyed.reserve(static_cast<size_t>(size_));
+  for (const Position& position : positions_) {
+    if (position.slot != kEmptyPosition) keyed.emplace_back(position.key, position.slot);
+  }
+  std::sort(keyed.begin(), keyed.end());
+  std::vector<int64_t> slots;
+  slots.reserve(keyed.size());
+  for (const auto& [key, slot] : keyed) slots.push_back(slot);
+  return slots;
+}
+
+// ---- Pending counts ------------------------------------------------------------------------
+
+size_t KeyIndex::pending_home(int64_t key) const { return scale(mix(key), pending_.size()); }
+
+size_t KeyIndex::probe_pending(int64_t key) const {
+  return probe(std::span<const PendingEntry>(pending_), pending_home(key), key,
+               [](const PendingEntry& entry) { return entry.count == 0; });
+}
+
+int64_t KeyIndex::pending_count(int64_t key) const {
+  if (!pending_.empty()) {
+    const int64_t count = pending_[probe_pending(key)].count;
+    if (count != 0) return count;
+  }
+  return sketch_in_use() ? sketch_estimate(key) : 0;
+}
+
+void KeyIndex::add_pending(int64_t key, int64_t occurrences) {
+  RECEMB_CHECK(occurrences >= 0);
+  if (occurrences == 0) return;
+  if (!pending_.empty()) {
+    int64_t& count = pending_[probe_pending(key)].count;
+    if (count != 0) {
+      count = saturating_add(count, occurrences);
+      return;
+    }
+  }
+  if (pending_size_ < exact_pending_limit_) {
+    // The sketch may already hold occurrences of this key (counted while the exact entries were
+    // all taken): start from its estimate, so that the count never goes down.
+    insert_pending(key, saturating_add(sketch_in_use() ? sketch_estimate(key) : 0, occurrences));
+  } else {
+    add_to_sketch(key, occurrences);
+  }
+}
+
+void KeyIndex::insert_pending(int64_t key, int64_t count) {
+  // At most 80% full, as positions_.
+  if ((pending_size_ + 1) * 5 > static_cast<int64_t>(pending_.size()) * 4) grow_pending();
+  pending_[probe_pending(key)] = PendingEntry{key, count};
+  ++pending_size_;
+}
+
+void KeyIndex::grow_pending() {
+  std::vector<PendingEntry> old(std::max(kMinPendingPositions, 2 * pending_.size()));
+  old.swap(pending_);
+  for (const PendingEntry& entry : old) {
+    if (entry.count == 0) continue;
+    pending_[probe_pending(entry.key)] = entry;
+  }
+}
+
+void KeyIndex::forget_pending(int64_t key) {
+  if (pending_.empty()) return;
+  const size_t position = probe_pending(key);
+  if (pending_[position].count == 0) return;
+  erase_at(
+      std::span<PendingEntry>(pending_), position,
+      [this](int64_t moved_key) { return pending_home(moved_key); },
+      [](const PendingEntry& entry) { return entry.count == 0; },
+      [](const PendingEntry&, size_t) {});
+  --pending_size_;
+}
+
+int64_t KeyIndex::exact_pending_size() const { return pending_size_; }
+
+std::vector<std::pair<int64_t, int64_t>> KeyIndex::exact_pending() const {
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  pairs.reserve(static_cast<size_t>(pending_size_));
+  for (const PendingEntry& entry : pending_) {
+    if (entry.count != 0) pairs.emplace_back(entry.key, entry.count);
+  }
+  std::sort(pairs.begin(), pairs.end());
+  return pairs;
+}
+
+bool KeyIndex::sketch_in_use() const { return !sketch_.empty(); }
+
+int64_t KeyIndex::sketch_estimate(int64_t key) const {
+  const uint64_t hash = mix(key ^ kSketchSalt);
+  uint32_t estimate = std::numeric_limits<uint32_t>::max();
+  for (int row = 0; row < kSketchRows; ++row) {
+    estimate = std::min(estimate, sketch_[sketch_index(hash, row)]);
+  }
+  return estimate;
+}
+
+void KeyIndex::add_to_sketch(int64_t key, int64_t occurrences) {
+  if (sketch_.empty()) sketch_.assign(kSketchRows * kSketchColumns, 0);
+  const int64_t target = std::min<int64_t>(saturating_add(sketch_estimate(key), occurrences),
+                                           std::numeric_limits<uint32_t>::max());
+  const uint64_t hash = mix(key ^ kSketchSalt);
+  for (int row = 0; row < kSketchRows; ++row) {
+    uint32_t& counter = sketch_[sketch_index(hash, row)];
+    counter = std::max(counter, static_cast<uint32_t>(target));
+  }
+}
+
+int64_t KeyIndex::memory_bytes() const {
+  const auto bytes = [](const auto& vector) {
+    return static_cast<int64_t>(vector.capacity() * sizeof(vector[0]));
+  };
+  return bytes(positions_) + bytes(slots_) + bytes(recency_) + bytes(pending_) + bytes(sketch_) +
+         bytes(candidates_) + bytes(chosen_);
+}
+
+}  // namespace recemb::internal

@@ -1,0 +1,454 @@
+#include "storage/key_index.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <gtest/gtest.h>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "recemb/error.h"
+
+namespace recemb::internal {
+namespace {
+
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+// The index written for clarity: every key's slot, last_seen and count, and the exact pending
+// counts, with the orders of the contract computed by sorting everything.
+struct Reference {
+  struct Entry {
+    int64_t slot;
+    int64_t last_seen;
+    int64_t count;
+  };
+  std::map<int64_t, Entry> keys;
+  std::map<int64_t, int64_t> pending;
+
+  std::vector<int64_t> victims(EvictionOrder order, int64_t n, int64_t pinned_from) const {
+    std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> ranked;  // order, key, slot
+    for (const auto& [key, entry] : keys) {
+      if (entry.last_seen >= pinned_from) continue;
+      if (order == EvictionOrder::kLeastRecent) {
+        ranked.emplace_back(entry.last_seen, entry.count, key, entry.slot);
+      } else {
+        ranked.emplace_back(entry.count, entry.last_seen, key, entry.slot);
+      }
+    }
+    std::sort(ranked.begin(), ranked.end());
+    std::vector<int64_t> slots;
+    for (size_t i = 0; i < ranked.size() && static_cast<int64_t>(i) < n; ++i) {
+      slots.push_back(std::get<3>(ranked[i]));
+    }
+    return slots;
+  }
+
+  std::vector<int64_t> expired(int64_t before_step, int64_t pinned_from) const {
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> ranked;  // last_seen, key, slot
+    for (const auto& [key, entry] : keys) {
+      if (entry.last_seen < before_step && entry.last_seen < pinned_from) {
+        ranked.emplace_back(entry.last_seen, key, entry.slot);
+      }
+    }
+    std::sort(ranked.begin(), ranked.end());
+    std::vector<int64_t> slots;
+    for (const auto& ranked_entry : ranked) slots.push_back(std::get<2>(ranked_entry));
+    return slots;
+  }
+
+  void erase_slot(int64_t slot) {
+    for (auto it = keys.begin(); it != keys.end(); ++it) {
+      if (it->second.slot == slot) {
+        keys.erase(it);
+        return;
+      }
+    }
+    FAIL() << "slot " << slot << " is not in the reference";
+  }
+};
+
+std::vector<int64_t> to_vector(std::span<const int64_t> slots) {
+  return {slots.begin(), slots.end()};
+}
+
+// Keys that stress hashing: the extremes, 0 and its neighbours, runs of sequential keys (positive
+// and negative), multiples of large powers of two, and random 64-bit values.
+class KeyPool {
+ public:
+  KeyPool(uint64_t seed, int64_t random_keys) {
+    keys_ = {0, 1, -1, 2, -2, kMin, kMax, kMin + 1, kMax - 1};
+    for (int64_t i = 0; i < random_keys; ++i) keys_.push_back(1000 + i);
+    for (int64_t i = 0; i < random_keys; ++i) keys_.push_back(-5000 - i);
+    for (int64_t i = 1; i < 64; ++i) keys_.push_back(int64_t{1} << (i % 63));
+    std::mt19937_64 random(seed);
+    for (int64_t i = 0; i < random_keys; ++i) keys_.push_back(static_cast<int64_t>(random()));
+    std::sort(keys_.begin(), keys_.end());
+    keys_.erase(std::unique(keys_.begin(), keys_.end()), keys_.end());
+  }
+  int64_t pick(std::mt19937_64& random) const {
+    return keys_[std::uniform_int_distribution<size_t>(0, keys_.size() - 1)(random)];
+  }
+  const std::vector<int64_t>& keys() const { return keys_; }
+
+ private:
+  std::vector<int64_t> keys_;
+};
+
+void expect_same(const KeyIndex& index, const Reference& reference, const KeyPool& pool) {
+  ASSERT_EQ(index.size(), static_cast<int64_t>(reference.keys.size()));
+  std::set<int64_t> slots;
+  std::vector<int64_t> slots_in_key_order;
+  for (const auto& [key, entry] : reference.keys) {
+    ASSERT_EQ(index.find(key), entry.slot) << "key " << key;
+    ASSERT_TRUE(index.occupied(entry.slot));
+    EXPECT_EQ(index.key_of(entry.slot), key);
+    EXPECT_EQ(index.last_seen(entry.slot), entry.last_seen) << "key " << key;
+    EXPECT_EQ(index.count(entry.slot), entry.count) << "key " << key;
+    slots.insert(entry.slot);
+    slots_in_key_order.push_back(entry.slot);
+  }
+  for (const int64_t key : pool.keys()) {
+    if (!reference.keys.contains(key)) {
+      ASSERT_EQ(index.find(key), KeyIndex::kAbsent) << key;
+    }
+  }
+  int64_t occupied = 0;
+  for (int64_t slot = 0; slot < index.capacity(); ++slot) {
+    occupied += index.occupied(slot);
+    EXPECT_EQ(index.occupied(slot), slots.contains(slot)) << "slot " << slot;
+  }
+  EXPECT_EQ(occupied, index.size());
+  EXPECT_EQ(index.slots_by_key(), slots_in_key_order);
+}
+
+struct RandomRun {
+  int64_t capacity;
+  int64_t pool_keys;  // random keys per kind in the key pool
+  int64_t operations;
+  uint64_t seed;
+};
+
+// Random inserts, erases, touches at increasing steps, finds, evictions when full (either order,
+// random pins) and TTL sweeps, applied to the index and the reference alike.
+void run_random_operations(const RandomRun& run) {
+  SCOPED_TRACE(testing::Message() << "capacity " << run.capacity << " seed " << run.seed);
+  std::mt19937_64 random(run.seed);
+  const KeyPool pool(run.seed + 1, run.pool_keys);
+  KeyIndex index(run.capacity, /*exact_pending_limit=*/1 << 20);
+  Reference reference;
+  int64_t step = 0;
+  const auto chance = [&](double p) { return std::bernoulli_distribution(p)(random); };
+  const auto uniform = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(random);
+  };
+  const auto random_present = [&]() {
+    auto it = reference.keys.begin();
+    std::advance(it, uniform(0, static_cast<int64_t>(reference.keys.size()) - 1));
+    return it;
+  };
+  for (int64_t operation = 0; operation < run.operations; ++operation) {
+    if (chance(0.1)) step += uniform(1, 3);
+    const int kind = static_cast<int>(uniform(0, 9));
+    if (kind <= 3) {  // insert, evicting first when full
+      const int64_t key = pool.pick(random);
+      if (reference.keys.contains(key)) {
+        ASSERT_NE(index.find(key), KeyIndex::kAbsent);
+        continue;
+      }
+      ASSERT_EQ(index.find(key), KeyIndex::kAbsent) << key;
+      if (index.size() == index.capacity()) {
+        const EvictionOrder order =
+            chance(0.5) ? EvictionOrder::kLeastRecent : EvictionOrder::kLeastFrequent;
+        const int64_t n = uniform(1, 3);
+        const int64_t pinned_from = step - uniform(0, 4);
+        const std::vector<int64_t> victims = to_vector(index.choose_victims(order, n, pinned_from));
+        ASSERT_EQ(victims, reference.victims(order, n, pinned_from));
+        if (victims.empty()) continue;
+        for (const int64_t slot : victims) {
+          index.erase(slot);
+          reference.erase_slot(slot);
+        }
+      }
+      const int64_t count = uniform(1, 4);
+      const int64_t slot = index.insert(key, step, count);
+      ASSERT_GE(slot, 0);
+      ASSERT_LT(slot, run.capacity);
+      reference.keys[key] = {slot, step, count};
+    } else if (kind == 4 && !reference.keys.empty()) {  // erase
+      const auto it = random_present();
+      index.erase(it->second.slot);
+      reference.keys.erase(it);
+    } else if (kind <= 6 && !reference.keys.empty()) {  // touch
+      const auto it = random_present();
+      const int64_t occurrences = uniform(0, 5);
+      index.touch(it->second.slot, step, occurrences);
+      it->second.last_seen = step;
+      it->second.count += occurrences;
+    } else if (kind == 7) {  // TTL sweep, erasing what expired, as the caller does
+      const int64_t before_step = step - uniform(0, 6);
+      const int64_t pinned_from = chance(0.5) ? step + 1 : step - uniform(0, 8);
+      const std::vector<int64_t> expired = to_vector(index.expired(before_step, pinned_from));
+      ASSERT_EQ(expired, reference.expired(before_step, pinned_from));
+      if (chance(0.8)) {
+        for (const int64_t slot : expired) {
+          index.erase(slot);
+          reference.erase_slot(slot);
+        }
+      }
+    } else if (kind == 8) {  // victims asked for without evicting
+      const EvictionOrder order =
+          chance(0.5) ? EvictionOrder::kLeastRecent : EvictionOrder::kLeastFrequent;
+      const int64_t n = uniform(0, run.capacity + 2);
+      const int64_t pinned_from = step + 1 - uniform(0, 6);
+      ASSERT_EQ(to_vector(index.choose_victims(order, n, pinned_from)),
+                reference.victims(order, n, pinned_from));
+    } else {  // find
+      const int64_t key = pool.pick(random);
+      const auto it = reference.keys.find(key);
+      ASSERT_EQ(index.find(key), it == reference.keys.end() ? KeyIndex::kAbsent : it->second.slot);
+    }
+    if (operation % 997 == 0) {
+      expect_same(index, reference, pool);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+  }
+  expect_same(index, reference, pool);
+}
+
+TEST(KeyIndexTest, RandomOperationsMatchTheReference) {
+  run_random_operations({.capacity = 64, .pool_keys = 40, .operations = 40000, .seed = 1});
+  run_random_operations({.capacity = 1000, .pool_keys = 600, .operations = 60000, .seed = 2});
+  run_random_operations({.capacity = 5, .pool_keys = 4, .operations = 20000, .seed = 3});
+}
+
+TEST(KeyIndexTest, CapacityOneHoldsOneKey) {
+  run_random_operations({.capacity = 1, .pool_keys = 2, .operations = 5000, .seed = 4});
+  KeyIndex index(1, 0);
+  EXPECT_EQ(index.insert(kMin, 3, 1), 0);
+  EXPECT_EQ(index.find(kMin), 0);
+  EXPECT_EQ(index.find(kMax), KeyIndex::kAbsent);
+  EXPECT_EQ(to_vector(index.choose_victims(EvictionOrder::kLeastRecent, 1, 4)),
+            std::vector<int64_t>{0});
+  EXPECT_TRUE(index.choose_victims(EvictionOrder::kLeastRecent, 1, 3).empty());  // pinned
+  index.erase(0);
+  EXPECT_EQ(index.size(), 0);
+  EXPECT_EQ(index.find(kMin), KeyIndex::kAbsent);
+  EXPECT_EQ(index.insert(kMax, 5, 2), 0);
+  EXPECT_EQ(index.key_of(0), kMax);
+}
+
+// TTL sweeps over many steps: every step touches or admits a random batch of keys and erases what
+// has not been seen for `ttl` steps, as the trainer will.
+TEST(KeyIndexTest, TtlSweepsOverManyStepsMatchTheReference) {
+  std::mt19937_64 random(5);
+  const int64_t capacity = 3000;
+  const int64_t ttl = 7;
+  KeyIndex index(capacity, 0);
+  Reference reference;
+  for (int64_t step = 0; step < 400; ++step) {
+    for (int i = 0; i < 40; ++i) {
+      // Zipf-like: low keys come back often, high keys rarely.
+      const int64_t key = static_cast<int64_t>(std::exp(std::uniform_real_distribution<double>(
+                              0.0, std::log(20000.0))(random))) -
+                          10000;
+      const auto it = reference.keys.find(key);
+      if (it != reference.keys.end()) {
+        index.touch(it->second.slot, step, 1);
+        it->second.last_seen = step;
+        ++it->second.count;
+      } else if (index.size() < capacity) {
+        reference.keys[key] = {index.insert(key, step, 1), step, 1};
+      }
+    }
+    const int64_t before_step = step - ttl + 1;
+    const std::vector<int64_t> expired = to_vector(index.expired(before_step, step + 1));
+    ASSERT_EQ(expired, reference.expired(before_step, step + 1)) << "step " << step;
+    for (const int64_t slot : expired) {
+      index.erase(slot);
+      reference.erase_slot(slot);
+    }
+    ASSERT_EQ(index.size(), static_cast<int64_t>(reference.keys.size()));
+  }
+  EXPECT_GT(reference.keys.size(), 100u);
+  for (const auto& [key, entry] : reference.keys) EXPECT_EQ(index.find(key), entry.slot);
+}
+
+// A restore inserts keys in key order with their saved last_seen: steps out of order.
+TEST(KeyIndexTest, InsertsOutOfStepOrderAreOrderedByLastSeen) {
+  std::mt19937_64 random(6);
+  KeyIndex index(500, 0);
+  Reference reference;
+  for (int64_t key = -250; key < 250; ++key) {
+    const int64_t last_seen = std::uniform_int_distribution<int64_t>(0, 40)(random);
+    const int64_t count = std::uniform_int_distribution<int64_t>(1, 9)(random);
+    reference.keys[key * 7919] = {index.insert(key * 7919, last_seen, count), last_seen, count};
+  }
+  for (const EvictionOrder order : {EvictionOrder::kLeastRecent, EvictionOrder::kLeastFrequent}) {
+    for (const int64_t n : {1, 10, 77, 500, 501}) {
+      EXPECT_EQ(to_vector(index.choose_victims(order, n, 35)), reference.victims(order, n, 35));
+    }
+  }
+  // Touches after the restore keep working from the sorted order.
+  for (auto& [key, entry] : reference.keys) {
+    if (key % 3 == 0) {
+      index.touch(entry.slot, 41, 2);
+      entry.last_seen = 41;
+      entry.count += 2;
+    }
+  }
+  EXPECT_EQ(to_vector(index.choose_victims(EvictionOrder::kLeastRecent, 100, 100)),
+            reference.victims(EvictionOrder::kLeastRecent, 100, 100));
+  EXPECT_EQ(to_vector(index.expired(20, 100)), reference.expired(20, 100));
+  EXPECT_EQ(to_vector(index.expired(42, 41)), reference.expired(42, 41));
+}
+
+// Which free slot an insert takes depends only on the inserts and erases before it: two indexes
+// fed the same operations (their steps and counts different) agree; freed slots are reused last
+// freed first, then never-used slots in increasing order.
+TEST(KeyIndexTest, SlotAssignmentIsDeterministicAndReusesFreedSlots) {
+  std::mt19937_64 random(7);
+  KeyIndex first(200, 0), second(200, 0);
+  std::vector<int64_t> held;
+  for (int i = 0; i < 5000; ++i) {
+    if (held.size() < 200 && (held.empty() || random() % 3 != 0)) {
+      const auto key = static_cast<int64_t>(random());
+      const int64_t slot = first.insert(key, i, 1);
+      ASSERT_EQ(second.insert(key, 2 * i, 5), slot);
+      held.push_back(key);
+    } else {
+      const size_t which = random() % held.size();
+      const int64_t slot = first.find(held[which]);
+      ASSERT_EQ(second.find(held[which]), slot);
+      first.erase(slot);
+      second.erase(slot);
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(which));
+    }
+  }
+
+  KeyIndex index(10, 0);
+  for (int64_t key = 0; key < 6; ++key) EXPECT_EQ(index.insert(key * 100, 0, 1), key);
+  index.erase(index.find(200));
+  index.erase(index.find(400));
+  EXPECT_EQ(index.insert(-1, 0, 1), 4);  // last freed first
+  EXPECT_EQ(index.insert(-2, 0, 1), 2);
+  EXPECT_EQ(index.insert(-3, 0, 1), 6);  // then never used
+  EXPECT_EQ(index.insert(-4, 0, 1), 7);
+}
+
+TEST(KeyIndexTest, TouchAccumulatesAndSaturatesCounts) {
+  KeyIndex index(4, 0);
+  const int64_t slot = index.insert(kMax, 1, 3);
+  index.touch(slot, 1, 2);
+  EXPECT_EQ(index.count(slot), 5);
+  EXPECT_EQ(index.last_seen(slot), 1);
+  index.touch(slot, 9, kMax);
+  EXPECT_EQ(index.count(slot), kMax);
+  EXPECT_EQ(index.last_seen(slot), 9);
+  index.touch(slot, 9, 0);
+  EXPECT_EQ(index.count(slot), kMax);
+}
+
+TEST(KeyIndexTest, ExactPendingCountsMatchTheReference) {
+  std::mt19937_64 random(8);
+  const KeyPool pool(9, 300);
+  KeyIndex index(10, 10000);
+  std::map<int64_t, int64_t> pending;
+  for (int i = 0; i < 20000; ++i) {
+    const int64_t key = pool.pick(random);
+    if (random() % 4 == 0) {
+      index.forget_pending(key);
+      pending.erase(key);
+    } else {
+      const auto occurrences = static_cast<int64_t>(random() % 3);
+      index.add_pending(key, occurrences);
+      if (occurrences > 0) pending[key] += occurrences;
+    }
+    ASSERT_EQ(index.pending_count(key), pending.contains(key) ? pending[key] : 0) << key;
+  }
+  EXPECT_FALSE(index.sketch_in_use());
+  EXPECT_EQ(index.exact_pending_size(), static_cast<int64_t>(pending.size()));
+  const std::vector<std::pair<int64_t, int64_t>> expected(pending.begin(), pending.end());
+  EXPECT_EQ(index.exact_pending(), expected);
+  for (const int64_t key : pool.keys()) {
+    EXPECT_EQ(index.pending_count(key), pending.contains(key) ? pending[key] : 0);
+  }
+
+  // add_pending puts a checkpoint's pairs back.
+  KeyIndex restored(10, 10000);
+  for (const auto& [key, count] : index.exact_pending()) restored.add_pending(key, count);
+  EXPECT_EQ(restored.exact_pending(), expected);
+}
+
+// Beyond exact_pending_limit keys the sketch takes over: counts may be too high, never too low,
+// and the exact entries stay within the limit.
+TEST(KeyIndexTest, PendingCountsBeyondTheLimitNeverUnderCount) {
+  std::mt19937_64 random(10);
+  const int64_t limit = 100;
+  KeyIndex index(10, limit);
+  std::map<int64_t, int64_t> pending;
+  int64_t over_counted = 0;
+  for (int i = 0; i < 200000; ++i) {
+    // Mostly a few hundred thousand distinct keys, some of them often.
+    const int64_t key = random() % 2 == 0 ? static_cast<int64_t>(random() % 300000) - 150000
+                                          : static_cast<int64_t>(random() % 50);
+    if (random() % 50 == 0) {
+      index.forget_pending(key);
+      pending.erase(key);
+      continue;
+    }
+    const auto occurrences = static_cast<int64_t>(1 + random() % 3);
+    index.add_pending(key, occurrences);
+    pending[key] += occurrences;
+    ASSERT_LE(index.exact_pending_size(), limit);
+  }
+  EXPECT_TRUE(index.sketch_in_use());
+  EXPECT_EQ(index.exact_pending_size(), limit);
+  for (const auto& [key, count] : pending) {
+    const int64_t estimate = index.pending_count(key);
+    ASSERT_GE(estimate, count) << "key " << key;
+    over_counted += estimate > count;
+  }
+  // The sketch is not useless: most keys are counted exactly despite 1.5e5 keys in 2^16 columns.
+  EXPECT_LT(over_counted, static_cast<int64_t>(pending.size()) / 2);
+  // A key the sketch counted that later gets an exact entry keeps its count.
+  for (const auto& [key, count] : index.exact_pending()) {
+    EXPECT_GE(count, pending.contains(key) ? pending[key] : 0);
+  }
+}
+
+TEST(KeyIndexTest, ZeroPendingLimitUsesOnlyTheSketch) {
+  KeyIndex index(10, 0);
+  index.add_pending(kMin, 2);
+  index.add_pending(kMin, 3);
+  EXPECT_TRUE(index.sketch_in_use());
+  EXPECT_EQ(index.exact_pending_size(), 0);
+  EXPECT_GE(index.pending_count(kMin), 5);
+  EXPECT_TRUE(index.exact_pending().empty());
+}
+
+TEST(KeyIndexTest, MemoryIsBoundedPerSlot) {
+  const int64_t capacity = 100000;
+  KeyIndex index(capacity, 0);
+  // 24 bytes of slot metadata, 12 * 1.25 of hash table and 2 * 8 of recency FIFO a slot.
+  const int64_t expected = capacity * 24 + (capacity + capacity / 4) * 12 + (2 * capacity + 64) * 8;
+  EXPECT_EQ(index.memory_bytes(), expected);
+  for (int64_t key = 0; key < capacity; ++key) index.insert(key * 977, key / 100, 1);
+  for (int round = 0; round < 5; ++round) {
+    for (int64_t key = 0; key < capacity; ++key) {
+      index.touch(index.find(key * 977), 1000 + round, 1);
+    }
+  }
+  EXPECT_EQ(index.memory_bytes(), expected);  // the FIFO was compacted, not grown
+}
+
+TEST(KeyIndexTest, CapacityAboveTheMaximumIsRejected) {
+  EXPECT_THROW(KeyIndex(KeyIndex::kMaxCapacity + 1, 0), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace recemb::internal
