@@ -686,8 +686,8 @@ def serving_embedding_lookup(inputs: Nest, weights: Nest, tables: dict[Any, Arra
     same activations as Embedding(feature_config) holding those tables would give.
 
     tables: {table name or TableConfig: array [vocabulary_size, dim]}, for example an
-    Embedding's embedding_tables (static tables only). Each call builds a temporary engine and copies the tables into
-    it: O(total table size) per call, fine for tests and small models.
+    Embedding's embedding_tables (static tables only). Each call builds a temporary engine and
+    copies the tables into it: O(total table size) per call, fine for tests and small models.
     """
     resolved = Resolved(feature_config)
     options = {"num_threads": _int_setting("num_threads", num_threads, 2**31 - 1), "seed": 0}

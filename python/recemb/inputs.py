@@ -106,9 +106,9 @@ def _string_keys(owner, value, array, dynamic_table):
     of a dynamic table; ValueError starting with `owner` for the ids of a static table
     (dynamic_table None), or an id that is not a str or bytes."""
     if dynamic_table is None:
-        raise ValueError(f"{owner} are strings (dtype {array.dtype}), but only the ids of a dynamic "
-                         "table (TableConfig(vocabulary=recemb.DynamicVocabulary(...))) may be "
-                         "strings")
+        raise ValueError(f"{owner} are strings (dtype {array.dtype}), but only the ids of a "
+                         "dynamic table (TableConfig(vocabulary=recemb.DynamicVocabulary(...))) "
+                         "may be strings")
     if not isinstance(value, np.ndarray) and array.dtype.kind != "O":
         # A list: keep each element's own type (np.asarray turns [1, "a"] into ["1", "a"]).
         array = np.empty(array.shape, dtype=object)

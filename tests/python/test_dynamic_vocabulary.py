@@ -308,6 +308,76 @@ def test_when_full_error_raises_and_changes_nothing():
     layer.apply_gradients(None)
 
 
+def placement_run(placement=None, communicator=None, rank=0, world_size=1, steps=4):
+    """Trains a layer with a dynamic table (min_count 2, TTL; capacity for every key, so that no
+    part fills up) on global batches of string and int ids, this rank passing its half; returns
+    the layer and its activations per step."""
+    table = recemb.TableConfig(dim=5, name="user", combiner="sqrtn", vocabulary=recemb.
+                               DynamicVocabulary(capacity=200, min_count=2, ttl_steps=2))
+    features = {"names": recemb.FeatureConfig(table, name="names"),
+                "ids": recemb.FeatureConfig(table, name="ids")}
+    layer = recemb.Embedding(features, recemb.optimizers.Adagrad(learning_rate=0.2), seed=6,
+                             num_threads=1, placement=placement, communicator=communicator)
+    rng = np.random.default_rng(12)
+    words = np.array([f"w{i}" for i in range(30)])
+    first, last = rank * 4 // world_size, (rank + 1) * 4 // world_size
+    history = []
+    for _ in range(steps):
+        names = words[rng.integers(0, 30, size=(4, 3))]
+        ids = rng.integers(-2**63, 2**63 - 1, size=(4, 2), dtype=np.int64) // 2**59  # 32 keys
+        gradients = {name: rng.normal(size=(4, 5)).astype(np.float32) for name in features}
+        activations = layer({"names": names[first:last], "ids": ids[first:last]})
+        layer.apply_gradients({name: g[first:last] for name, g in gradients.items()})
+        history.append(activations)
+    return layer, history
+
+
+@pytest.mark.parametrize("strategy", ["table_wise", "row_wise", "column_wise", "replicated"])
+def test_sharded_dynamic_table_trains_as_the_unsharded_one(strategy):
+    reference, expected = placement_run()
+    layer, history = placement_run(recemb.Placement(num_shards=3, strategy=strategy))
+    for step, (mine, theirs) in enumerate(zip(history, expected)):
+        for name in theirs:
+            np.testing.assert_allclose(mine[name], theirs[name], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"step {step} feature {name}")
+    assert layer.vocabulary_stats("user") == reference.vocabulary_stats("user")
+    keys, rows, slots = layer.read_dynamic_table("user")
+    want_keys, want_rows, want_slots = reference.read_dynamic_table("user")
+    np.testing.assert_array_equal(keys, want_keys)
+    np.testing.assert_allclose(rows, want_rows, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(slots["accumulators"], want_slots["accumulators"], rtol=1e-5)
+    assert reference.vocabulary_stats("user")["evicted"] > 0
+
+
+def test_in_process_ranks_train_a_dynamic_table_as_one_process():
+    import threading
+
+    _, expected = placement_run()
+    communicators = recemb.in_process_communicators(2)
+    results = [None, None]
+
+    def work(rank):
+        try:
+            results[rank] = placement_run(recemb.Placement(num_shards=2, strategy="row_wise"),
+                                          communicators[rank], rank, 2)[1]
+        except Exception as error:  # noqa: BLE001 - raised by the test below
+            results[rank] = error
+
+    threads = [threading.Thread(target=work, args=(rank,), daemon=True) for rank in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for rank, history in enumerate(results):
+        if isinstance(history, Exception) or history is None:
+            raise AssertionError(f"rank {rank}: {history!r}")
+        for step, (mine, theirs) in enumerate(zip(history, expected)):
+            for name in theirs:
+                np.testing.assert_allclose(mine[name], theirs[name][rank * 2:rank * 2 + 2],
+                                           rtol=1e-5, atol=1e-6,
+                                           err_msg=f"rank {rank} step {step} feature {name}")
+
+
 # ---------------------------------------------------------------------------------------------
 # String ids.
 
