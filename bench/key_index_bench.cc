@@ -33,7 +33,8 @@ namespace {
 
 using recemb::internal::KeyIndex;
 
-constexpr int64_t kPrefetchAhead = 16;
+// As far ahead as the update kernels prefetch rows.
+constexpr int64_t kPrefetchAhead = recemb::internal::kPrefetchDistance;
 constexpr size_t kQueries = size_t{1} << 20;  // per pass; the index is far larger than the caches
 
 struct Fixture {
