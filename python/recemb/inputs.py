@@ -134,7 +134,8 @@ def id_array(owner: str, value: Any, ndim: Optional[int] = None,
     array = _array(owner, value)
     if ndim is not None and array.ndim != ndim and array.size != 0:
         raise ValueError(f"{owner} must be a {ndim}-D array, got shape {array.shape}")
-    if array.dtype.kind in _STRING_KINDS and array.size != 0:
+    # Strings (or, for a dynamic table, objects: str / bytes ones), not empty.
+    if array.size != 0 and array.dtype.kind in (_STRING_KINDS if dynamic_table else "US"):
         return _string_keys(owner, value, array, dynamic_table)
     if array.dtype not in _ID_DTYPES:
         if array.dtype.kind not in "iu" and array.size != 0:

@@ -537,6 +537,8 @@ def test_bad_ids_raise_value_error_naming_the_feature():
                                                   "the id at flat index 0: a int"),
         ({"u": [["a", 3]]}, "feature 'u': ids of dynamic table 'user': the id at flat index 1"),
         ({"u": recemb.Ragged(["a", None], [0, 1, 2])}, "feature 'u': values of dynamic table"),
+        ({"i": np.array([1, 2], dtype=object)}, "feature 'i': ids must be integers, got dtype "
+                                                "object"),
     ]
     for bad, match in cases:
         with pytest.raises(ValueError, match=match):
