@@ -67,13 +67,12 @@ class DynamicVocabulary:
     when_full: what admitting a key beyond capacity does: "evict_least_recent",
         "evict_least_frequent" or "error".
 
-    Types and names are checked here (ValueError naming the field); ranges when the layer is
-    built, as every config's.
+    Every argument is checked here (ValueError naming the field), as optimizers are.
     """
 
     def __init__(self, capacity: int, min_count: int = 1, ttl_steps: Optional[int] = None,
                  when_full: str = "evict_least_recent") -> None:
-        owner = "DynamicVocabulary"
+        owner = "recemb.DynamicVocabulary"
         self.capacity = _int(owner, "capacity", capacity)
         self.min_count = _int(owner, "min_count", min_count)
         self.ttl_steps = None if ttl_steps is None else _int(owner, "ttl_steps", ttl_steps)
@@ -82,6 +81,7 @@ class DynamicVocabulary:
         except ValueError as error:
             raise ValueError(f"{owner}: {error}") from None
         self.when_full = when_full
+        _recemb.validate_dynamic_vocabulary(self._to_cpp(), owner)
 
     def __repr__(self):
         return (f"DynamicVocabulary(capacity={self.capacity}, min_count={self.min_count}, "

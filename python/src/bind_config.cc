@@ -32,6 +32,10 @@ void bind_config(py::module_& module) {
               Field{"min_count", &DynamicVocabulary::min_count},
               Field{"ttl_steps", &DynamicVocabulary::ttl_steps},
               Field{"when_full", &DynamicVocabulary::when_full});
+  module.def("validate_dynamic_vocabulary", &validate_dynamic_vocabulary, py::arg("vocabulary"),
+             py::arg("owner"),
+             "Raises InvalidArgument naming `owner` and the field for a capacity or min_count < 1, "
+             "a ttl_steps < 1.");
 
   py::class_<TableConfig> table(
       module, "TableConfig",

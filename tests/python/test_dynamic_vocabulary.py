@@ -499,15 +499,18 @@ def test_dynamic_vocabulary_config_and_repr():
 
 
 @pytest.mark.parametrize("arguments, match", [
-    ({"capacity": 0}, "capacity must be >= 1"),
-    ({"capacity": 5, "min_count": 0}, "min_count must be >= 1"),
+    ({"capacity": 0}, "capacity must be >= 1, got 0"),
+    ({"capacity": 5, "min_count": 0}, "min_count must be >= 1, got 0"),
     ({"capacity": 5, "ttl_steps": 0}, "ttl_steps must be >= 1"),
     ({"capacity": 5, "ttl_steps": -3}, "ttl_steps must be >= 1"),
 ])
-def test_bad_vocabulary_ranges_raise_value_error_naming_table_and_field(arguments, match):
-    table = recemb.TableConfig(dim=2, name="user",
-                               vocabulary=recemb.DynamicVocabulary(**arguments))
-    with pytest.raises(ValueError, match=f"table 'user'.*{match}"):
+def test_bad_vocabulary_ranges_raise_value_error_naming_the_field(arguments, match):
+    with pytest.raises(ValueError, match=f"DynamicVocabulary: dynamic_vocabulary.{match}"):
+        recemb.DynamicVocabulary(**arguments)
+    # A C++ config is checked when the layer is built, naming the table.
+    table = recemb.TableConfig(dim=2, name="user", vocabulary=recemb.DynamicVocabulary(5))
+    table.vocabulary.__dict__.update(arguments)
+    with pytest.raises(ValueError, match=f"table 'user': dynamic_vocabulary.{match}"):
         recemb.Embedding(recemb.FeatureConfig(table, name="f"), "sgd")
 
 
