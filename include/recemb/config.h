@@ -56,6 +56,12 @@ struct DynamicVocabulary {
   WhenFull when_full = WhenFull::kEvictLeastRecent;
 };
 
+// Throws InvalidArgument naming `owner` (for example "table 'user'") and the field when capacity
+// or min_count is < 1, ttl_steps is set and < 1, or when_full is not a WhenFull value. The
+// Embedding's constructor checks every dynamic table so; bindings call it to check a config early.
+RECEMB_EXPORT void validate_dynamic_vocabulary(const DynamicVocabulary& vocabulary,
+                                               std::string_view owner);
+
 struct TableConfig {
   std::string name = {};  // required, unique among the tables of an Embedding
   // Number of rows (>= 1): ids are rows [0, vocabulary_size). 0 for a dynamic table.

@@ -14,7 +14,8 @@ named float32 arrays and string metadata beside the tables (the dense part of a 
 
 from recemb import _nest, _recemb
 from recemb._activations import ActivationArrays
-from recemb.config import FeatureConfig, QuantizationConfig, Resolved, TableConfig
+from recemb.config import (DynamicVocabulary, FeatureConfig, QuantizationConfig, Resolved,
+                           TableConfig)
 from recemb._lookup import _pure_lookup
 
 
@@ -23,17 +24,24 @@ def _file_tables(model):
     tables = {}
     for table in model.tables():
         quantization = table.quantization_config
+        vocabulary = table.dynamic_vocabulary
         tables[table.name] = TableConfig(
-            table.vocabulary_size, table.dim, combiner=_recemb.combiner_name(table.combiner),
+            None if vocabulary is not None else table.vocabulary_size, table.dim,
+            combiner=_recemb.combiner_name(table.combiner),
             name=table.name, quantization_config=None if quantization is None else
-            QuantizationConfig(quantization.num_buckets, quantization.lower, quantization.upper))
+            QuantizationConfig(quantization.num_buckets, quantization.lower, quantization.upper),
+            vocabulary=None if vocabulary is None else DynamicVocabulary(
+                vocabulary.capacity, vocabulary.min_count, vocabulary.ttl_steps,
+                _recemb.when_full_name(vocabulary.when_full)))
     return tables
 
 
 def _table_fields(table):
     """The fields of a C++ TableConfig that change what a lookup returns."""
     quantization = table.quantization_config
+    vocabulary = table.dynamic_vocabulary
     return {"vocabulary_size": table.vocabulary_size, "dim": table.dim,
+            "dynamic": vocabulary is not None,
             "combiner": _recemb.combiner_name(table.combiner),
             "quantization_config": None if quantization is None else (
                 quantization.num_buckets, quantization.lower, quantization.upper)}

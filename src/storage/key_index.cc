@@ -1,9 +1,11 @@
 #include "storage/key_index.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <new>
 #include <string>
+#include <sys/mman.h>
 #include <tuple>
 
 #include "recemb/error.h"
@@ -46,10 +48,9 @@ size_t probe(std::span<const Entry> table, size_t home, int64_t key, IsEmpty is_
 
 // Backward-shift deletion from a linear-probing table: empties `hole`, then moves each following
 // entry of the run whose home does not lie cyclically in (hole, entry] into the hole, so that
-// every key stays reachable from its home without tombstones. moved(entry, position) is called
-// for each entry moved.
-template <class Entry, class Home, class IsEmpty, class Moved>
-void erase_at(std::span<Entry> table, size_t hole, Home home, IsEmpty is_empty, Moved moved) {
+// every key stays reachable from its home without tombstones.
+template <class Entry, class Home, class IsEmpty>
+void erase_at(std::span<Entry> table, size_t hole, Home home, IsEmpty is_empty) {
   const size_t n = table.size();
   const auto distance = [n](size_t from, size_t to) {
     return to >= from ? to - from : to + n - from;
@@ -58,7 +59,6 @@ void erase_at(std::span<Entry> table, size_t hole, Home home, IsEmpty is_empty, 
        position = position + 1 == n ? 0 : position + 1) {
     if (distance(home(table[position].key), position) >= distance(hole, position)) {
       table[hole] = table[position];
-      moved(table[hole], hole);
       hole = position;
     }
   }
@@ -82,6 +82,19 @@ size_t sketch_index(uint64_t hash, int row) {
 
 constexpr size_t kMinPendingPositions = 16;
 
+// Asks for transparent huge pages over the whole 2 MiB pages inside a vector's reserved memory,
+// before it is first written: find() reads a random position of a table far larger than the TLB
+// covers with 4 KiB pages, as the row gather does (storage/float_buffer.h). Advice only.
+template <class T>
+void advise_huge_pages(const std::vector<T>& vector) {
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  const auto begin = reinterpret_cast<uintptr_t>(vector.data());
+  const uintptr_t end = begin + vector.capacity() * sizeof(T);
+  const uintptr_t first = (begin + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t last = end & ~(kHugePage - 1);
+  if (first < last) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+}
+
 }  // namespace
 
 KeyIndex::KeyIndex(int64_t capacity, int64_t exact_pending_limit)
@@ -93,17 +106,23 @@ KeyIndex::KeyIndex(int64_t capacity, int64_t exact_pending_limit)
                           std::to_string(kMaxCapacity) +
                           "): lower capacity or shard the table over more processes");
   }
-  // ceil(capacity / 0.8): at most 80% full, and always one empty position, which ends every probe.
-  const int64_t positions = capacity + (capacity + 3) / 4;
+  // ceil(capacity / 0.8) entries: at most 80% full.
+  const int64_t entries = capacity + (capacity + 3) / 4;
+  const int64_t buckets = (entries + kBucketWidth - 1) / kBucketWidth;
   // Recency entries: at most one live per slot, compacted when the room is used up, which then
   // happens at most once every capacity + 64 appends (compact_recency).
   const int64_t recency_room = 2 * capacity + 64;
   try {
-    positions_.assign(static_cast<size_t>(positions), Position{0, kEmptyPosition});
-    slots_.assign(static_cast<size_t>(capacity), Slot{kAbsent, 0, kFreeSlot, 0});
+    buckets_.reserve(static_cast<size_t>(buckets));
+    slots_.reserve(static_cast<size_t>(capacity));
     recency_.reserve(static_cast<size_t>(recency_room));
+    advise_huge_pages(buckets_);
+    advise_huge_pages(slots_);
+    advise_huge_pages(recency_);
+    buckets_.resize(static_cast<size_t>(buckets));
+    slots_.assign(static_cast<size_t>(capacity), Slot{kAbsent, 0, kFreeSlot, 0});
   } catch (const std::bad_alloc&) {
-    const int64_t bytes = positions * int64_t{sizeof(Position)} + capacity * int64_t{sizeof(Slot)} +
+    const int64_t bytes = buckets * int64_t{sizeof(Bucket)} + capacity * int64_t{sizeof(Slot)} +
                           recency_room * int64_t{sizeof(RecencyEntry)};
     throw ResourceExhausted("cannot allocate " + std::to_string(bytes) +
                             " bytes for the key index of " + std::to_string(capacity) +
@@ -116,22 +135,24 @@ int64_t KeyIndex::capacity() const { return capacity_; }
 int64_t KeyIndex::size() const { return size_; }
 int64_t KeyIndex::exact_pending_limit() const { return exact_pending_limit_; }
 
-size_t KeyIndex::home(int64_t key) const { return scale(mix(key), positions_.size()); }
+size_t KeyIndex::home_bucket(int64_t key) const { return scale(mix(key), buckets_.size()); }
 
 int64_t KeyIndex::find(int64_t key) const {
-  for (size_t position = home(key);; position = next_position(position)) {
-    const Position& entry = positions_[position];
-    if (entry.slot == kEmptyPosition) return kAbsent;
-    if (entry.key == key) return entry.slot;
+  for (size_t b = home_bucket(key);; b = next_bucket(b)) {
+    const Bucket& bucket = buckets_[b];
+    // All entries compared without branches: one well-predicted branch per bucket.
+    unsigned matches = 0;
+    for (int i = 0; i < kBucketWidth; ++i) {
+      matches |= (static_cast<unsigned>(bucket.keys[i] == key) &
+                  static_cast<unsigned>(bucket.slots[i] != kEmptyEntry))
+                 << i;
+    }
+    if (matches != 0) return bucket.slots[std::countr_zero(matches)];
+    if (bucket.passed == 0) return kAbsent;
   }
 }
 
-void KeyIndex::prefetch(int64_t key) const {
-  // A 12-byte position may straddle two lines: ask for both ends.
-  const Position* entry = &positions_[home(key)];
-  prefetch_line(entry);
-  prefetch_line(reinterpret_cast<const char*>(entry) + sizeof(Position) - 1);
-}
+void KeyIndex::prefetch(int64_t key) const { prefetch_line(&buckets_[home_bucket(key)]); }
 
 bool KeyIndex::occupied(int64_t slot) const {
   RECEMB_CHECK(slot >= 0 && slot < capacity_);
@@ -140,7 +161,8 @@ bool KeyIndex::occupied(int64_t slot) const {
 
 int64_t KeyIndex::key_of(int64_t slot) const {
   RECEMB_CHECK(occupied(slot));
-  return positions_[slots_[slot].position].key;
+  const uint32_t position = slots_[slot].position;
+  return buckets_[position / kBucketWidth].keys[position % kBucketWidth];
 }
 
 int64_t KeyIndex::last_seen(int64_t slot) const {
@@ -167,21 +189,31 @@ void KeyIndex::touch(int64_t slot, int64_t step, int64_t occurrences) {
 
 int64_t KeyIndex::insert(int64_t key, int64_t step, int64_t count) {
   RECEMB_CHECK(size_ < capacity_ && count >= 0);
-  const size_t position = probe(std::span<const Position>(positions_), home(key), key,
-                                [](const Position& entry) { return entry.slot == kEmptyPosition; });
-  RECEMB_CHECK(positions_[position].slot == kEmptyPosition);  // the key is absent
+  RECEMB_CHECK(find(key) == kAbsent);
+  // The first bucket from home with a free entry; the full ones before it count the key passing.
+  size_t b = home_bucket(key);
+  int entry = 0;
+  while (true) {
+    Bucket& bucket = buckets_[b];
+    while (entry < kBucketWidth && bucket.slots[entry] != kEmptyEntry) ++entry;
+    if (entry < kBucketWidth) break;
+    ++bucket.passed;
+    b = next_bucket(b);
+    entry = 0;
+  }
   int64_t slot = free_head_;
   if (slot != kAbsent) {
     free_head_ = slots_[slot].last_seen;
   } else {
     slot = never_used_++;
   }
-  positions_[position] = Position{key, static_cast<uint32_t>(slot)};
-  Slot& entry = slots_[slot];
-  entry.last_seen = step;
-  entry.count = count;
-  entry.position = static_cast<uint32_t>(position);
-  ++entry.generation;
+  buckets_[b].keys[entry] = key;
+  buckets_[b].slots[entry] = static_cast<uint32_t>(slot);
+  Slot& metadata = slots_[slot];
+  metadata.last_seen = step;
+  metadata.count = count;
+  metadata.position = static_cast<uint32_t>(b * kBucketWidth + static_cast<size_t>(entry));
+  ++metadata.generation;
   ++size_;
   append_recency(slot);
   return slot;
@@ -189,22 +221,20 @@ int64_t KeyIndex::insert(int64_t key, int64_t step, int64_t count) {
 
 void KeyIndex::erase(int64_t slot) {
   RECEMB_CHECK(occupied(slot));
-  erase_position(slots_[slot].position);
-  Slot& entry = slots_[slot];
-  entry.position = kFreeSlot;
-  entry.count = 0;
-  entry.last_seen = free_head_;
+  Slot& metadata = slots_[slot];
+  const size_t b = metadata.position / kBucketWidth;
+  const size_t entry = metadata.position % kBucketWidth;
+  for (size_t passed = home_bucket(buckets_[b].keys[entry]); passed != b;
+       passed = next_bucket(passed)) {
+    --buckets_[passed].passed;
+  }
+  buckets_[b].keys[entry] = 0;
+  buckets_[b].slots[entry] = kEmptyEntry;
+  metadata.position = kFreeSlot;
+  metadata.count = 0;
+  metadata.last_seen = free_head_;
   free_head_ = slot;
   --size_;
-}
-
-void KeyIndex::erase_position(size_t position) {
-  erase_at(
-      std::span<Position>(positions_), position, [this](int64_t key) { return home(key); },
-      [](const Position& entry) { return entry.slot == kEmptyPosition; },
-      [this](const Position& entry, size_t moved_to) {
-        slots_[entry.slot].position = static_cast<uint32_t>(moved_to);
-      });
 }
 
 // ---- Recency FIFO --------------------------------------------------------------------------
@@ -241,6 +271,15 @@ void KeyIndex::sort_recency() {
   });
   recency_sorted_ = true;
   if (!recency_.empty()) recency_back_step_ = slots_[recency_.back().slot].last_seen;
+}
+
+template <class Visit>
+void KeyIndex::for_each_key(Visit visit) const {
+  for (const Bucket& bucket : buckets_) {
+    for (int i = 0; i < kBucketWidth; ++i) {
+      if (bucket.slots[i] != kEmptyEntry) visit(bucket.keys[i], int64_t{bucket.slots[i]});
+    }
+  }
 }
 
 template <class Visit>
@@ -300,11 +339,10 @@ std::span<const int64_t> KeyIndex::choose_victims(EvictionOrder order, int64_t n
   const auto less = [](const Candidate& a, const Candidate& b) {
     return std::tie(a.first, a.second, a.key) < std::tie(b.first, b.second, b.key);
   };
-  for (const Position& position : positions_) {
-    if (position.slot == kEmptyPosition) continue;
-    const Slot& entry = slots_[position.slot];
-    if (entry.last_seen >= pinned_from) continue;
-    const Candidate candidate{entry.count, entry.last_seen, position.key, position.slot};
+  for_each_key([&](int64_t key, int64_t slot) {
+    const Slot& entry = slots_[slot];
+    if (entry.last_seen >= pinned_from) return;
+    const Candidate candidate{entry.count, entry.last_seen, key, slot};
     if (static_cast<int64_t>(candidates_.size()) < n) {
       candidates_.push_back(candidate);
       std::push_heap(candidates_.begin(), candidates_.end(), less);
@@ -313,7 +351,7 @@ std::span<const int64_t> KeyIndex::choose_victims(EvictionOrder order, int64_t n
       candidates_.back() = candidate;
       std::push_heap(candidates_.begin(), candidates_.end(), less);
     }
-  }
+  });
   return ordered_victims(n);
 }
 
@@ -332,9 +370,7 @@ std::span<const int64_t> KeyIndex::expired(int64_t before_step, int64_t pinned_f
 std::vector<int64_t> KeyIndex::slots_by_key() const {
   std::vector<std::pair<int64_t, int64_t>> keyed;
   keyed.reserve(static_cast<size_t>(size_));
-  for (const Position& position : positions_) {
-    if (position.slot != kEmptyPosition) keyed.emplace_back(position.key, position.slot);
-  }
+  for_each_key([&](int64_t key, int64_t slot) { keyed.emplace_back(key, slot); });
   std::sort(keyed.begin(), keyed.end());
   std::vector<int64_t> slots;
   slots.reserve(keyed.size());
@@ -379,7 +415,7 @@ void KeyIndex::add_pending(int64_t key, int64_t occurrences) {
 }
 
 void KeyIndex::insert_pending(int64_t key, int64_t count) {
-  // At most 80% full, as positions_.
+  // At most 80% full, as buckets_.
   if ((pending_size_ + 1) * 5 > static_cast<int64_t>(pending_.size()) * 4) grow_pending();
   pending_[probe_pending(key)] = PendingEntry{key, count};
   ++pending_size_;
@@ -401,8 +437,7 @@ void KeyIndex::forget_pending(int64_t key) {
   erase_at(
       std::span<PendingEntry>(pending_), position,
       [this](int64_t moved_key) { return pending_home(moved_key); },
-      [](const PendingEntry& entry) { return entry.count == 0; },
-      [](const PendingEntry&, size_t) {});
+      [](const PendingEntry& entry) { return entry.count == 0; });
   --pending_size_;
 }
 
@@ -444,7 +479,7 @@ int64_t KeyIndex::memory_bytes() const {
   const auto bytes = [](const auto& vector) {
     return static_cast<int64_t>(vector.capacity() * sizeof(vector[0]));
   };
-  return bytes(positions_) + bytes(slots_) + bytes(recency_) + bytes(pending_) + bytes(sketch_) +
+  return bytes(buckets_) + bytes(slots_) + bytes(recency_) + bytes(pending_) + bytes(sketch_) +
          bytes(candidates_) + bytes(chosen_);
 }
 

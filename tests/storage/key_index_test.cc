@@ -434,8 +434,9 @@ TEST(KeyIndexTest, ZeroPendingLimitUsesOnlyTheSketch) {
 TEST(KeyIndexTest, MemoryIsBoundedPerSlot) {
   const int64_t capacity = 100000;
   KeyIndex index(capacity, 0);
-  // 24 bytes of slot metadata, 12 * 1.25 of hash table and 2 * 8 of recency FIFO a slot.
-  const int64_t expected = capacity * 24 + (capacity + capacity / 4) * 12 + (2 * capacity + 64) * 8;
+  // 24 bytes of slot metadata, 64 / 5 * 1.25 of hash table and 2 * 8 of recency FIFO a slot.
+  const int64_t expected =
+      capacity * 24 + (capacity + capacity / 4) / 5 * 64 + (2 * capacity + 64) * 8;
   EXPECT_EQ(index.memory_bytes(), expected);
   for (int64_t key = 0; key < capacity; ++key) index.insert(key * 977, key / 100, 1);
   for (int round = 0; round < 5; ++round) {
