@@ -10,7 +10,8 @@
 //   BM_ArrayReadPrefetched/<keys>   the same with the line prefetched kPrefetchAhead ahead.
 //
 // Each index holds <keys> random 64-bit keys at full capacity (its hash table 80% full: the
-// longest probes), inserted in random order. Counters: Mfinds/s, bytes/key (memory_bytes() /
+// longest probes), inserted in random order, then churned: each key erased and replaced by a new
+// one, as eviction at full capacity does. Counters: Mfinds/s, bytes/key (memory_bytes() /
 // keys: hash table, slot metadata and recency FIFO). Default sizes 1e6 and 1e7 keys;
 // RECEMB_BENCH_KEYS=1e6,1e8 sets others.
 #include <algorithm>
@@ -63,6 +64,14 @@ const Fixture& fixture(int64_t keys) {
   std::shuffle(held.begin(), held.end(), random);
   fixture.index = std::make_unique<KeyIndex>(static_cast<int64_t>(held.size()), 0);
   for (const int64_t key : held) fixture.index->insert(key, 0, 1);
+  // Churn, as eviction at full capacity does: as many erase-and-insert of random keys as keys.
+  for (int64_t& key : held) {
+    fixture.index->erase(fixture.index->find(key));
+    do {
+      key = static_cast<int64_t>(random());
+    } while (fixture.index->find(key) != KeyIndex::kAbsent);
+    fixture.index->insert(key, 0, 1);
+  }
   std::uniform_int_distribution<size_t> pick(0, held.size() - 1);
   for (size_t i = 0; i < kQueries; ++i) {
     fixture.present.push_back(held[pick(random)]);
