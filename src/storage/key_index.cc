@@ -234,7 +234,8 @@ void KeyIndex::erase(int64_t slot) {
     const auto distance = [n](size_t from, size_t to) { return (to + n - from) % n; };
     size_t from = next_bucket(hole);
     int from_entry = -1;
-    while (true) {
+    for (size_t scanned = 0;; ++scanned) {
+      RECEMB_CHECK(scanned < buckets_.size());  // a key passed the hole: it is held further on
       for (int i = 0; i < kBucketWidth && from_entry < 0; ++i) {
         const Bucket& bucket = buckets_[from];
         if (bucket.slots[i] != kEmptyEntry &&
