@@ -36,7 +36,8 @@ int64_t saturating_add(int64_t a, int64_t b) {  // a, b >= 0
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
 }
 
-// The position of `key` in a linear-probing table, or of the empty position where it would go.
+// The pending counts' table (linear probing over single entries; not on the lookup path, so it
+// keeps to the simplest scheme): the position of `key`, or of the empty one where it would go.
 template <class Entry, class IsEmpty>
 size_t probe(std::span<const Entry> table, size_t home, int64_t key, IsEmpty is_empty) {
   size_t position = home;
@@ -236,8 +237,8 @@ void KeyIndex::erase(int64_t slot) {
     int from_entry = -1;
     for (size_t scanned = 0;; ++scanned) {
       RECEMB_CHECK(scanned < buckets_.size());  // a key passed the hole: it is held further on
+      const Bucket& bucket = buckets_[from];
       for (int i = 0; i < kBucketWidth && from_entry < 0; ++i) {
-        const Bucket& bucket = buckets_[from];
         if (bucket.slots[i] != kEmptyEntry &&
             distance(home_bucket(bucket.keys[i]), from) >= distance(hole, from)) {
           from_entry = i;
