@@ -10,14 +10,13 @@
 //   BM_ArrayReadPrefetched/<keys>   the same with the line prefetched kPrefetchAhead ahead.
 //
 // Each index holds <keys> random 64-bit keys at full capacity (its hash table 80% full: the
-// longest probes), inserted in random order. Counters: Mfinds/s, bytes/key (memory_bytes() /
-// keys: hash table, slot metadata and recency FIFO). Default sizes 1e6 and 1e7 keys;
-// RECEMB_BENCH_KEYS=1e6,1e8 sets others.
+// longest probes), inserted in random order, then churned: each key erased and replaced by a new
+// one, as eviction at full capacity does. Counters: Mfinds/s, bytes/key (memory_bytes() /
+// keys: hash table, slot metadata and recency FIFO). Sizes: 1e6 keys (70 MB), and 1e7 (0.7 GB)
+// with RECEMB_BENCH_LARGE=1; RECEMB_BENCH_KEYS=1e6,1e8 sets others.
 #include <algorithm>
 #include <benchmark/benchmark.h>
-#include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -28,6 +27,7 @@
 #include "benchmark_main.h"
 #include "kernels/prefetch.h"
 #include "storage/key_index.h"
+#include "workload.h"
 
 namespace {
 
@@ -63,6 +63,14 @@ const Fixture& fixture(int64_t keys) {
   std::shuffle(held.begin(), held.end(), random);
   fixture.index = std::make_unique<KeyIndex>(static_cast<int64_t>(held.size()), 0);
   for (const int64_t key : held) fixture.index->insert(key, 0, 1);
+  // Churn, as eviction at full capacity does: as many erase-and-insert of random keys as keys.
+  for (int64_t& key : held) {
+    fixture.index->erase(fixture.index->find(key));
+    do {
+      key = static_cast<int64_t>(random());
+    } while (fixture.index->find(key) != KeyIndex::kAbsent);
+    fixture.index->insert(key, 0, 1);
+  }
   std::uniform_int_distribution<size_t> pick(0, held.size() - 1);
   for (size_t i = 0; i < kQueries; ++i) {
     fixture.present.push_back(held[pick(random)]);
@@ -119,13 +127,16 @@ void read_array(benchmark::State& state, int64_t keys, Prefetch prefetch) {
 }
 
 std::vector<int64_t> key_counts() {
-  const char* text = std::getenv("RECEMB_BENCH_KEYS");
-  if (text == nullptr || *text == '\0') return {1000000, 10000000};
+  const std::string text = recemb_bench::env_string("RECEMB_BENCH_KEYS");
+  if (text.empty()) {
+    if (recemb_bench::env_flag("RECEMB_BENCH_LARGE")) return {1000000, 10000000};
+    return {1000000};
+  }
   std::vector<int64_t> counts;
   std::stringstream list(text);
   std::string item;
   while (std::getline(list, item, ',')) {
-    if (!item.empty()) counts.push_back(static_cast<int64_t>(std::llround(std::stod(item))));
+    if (!item.empty()) counts.push_back(recemb_bench::parse_count(item));
   }
   return counts;
 }

@@ -36,7 +36,8 @@ int64_t saturating_add(int64_t a, int64_t b) {  // a, b >= 0
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
 }
 
-// The position of `key` in a linear-probing table, or of the empty position where it would go.
+// The pending counts' table (linear probing over single entries; not on the lookup path, so it
+// keeps to the simplest scheme): the position of `key`, or of the empty one where it would go.
 template <class Entry, class IsEmpty>
 size_t probe(std::span<const Entry> table, size_t home, int64_t key, IsEmpty is_empty) {
   size_t position = home;
@@ -138,6 +139,7 @@ int64_t KeyIndex::exact_pending_limit() const { return exact_pending_limit_; }
 size_t KeyIndex::home_bucket(int64_t key) const { return scale(mix(key), buckets_.size()); }
 
 int64_t KeyIndex::find(int64_t key) const {
+  // Ends: a bucket with a free entry is never passed (erase keeps it so), and one always exists.
   for (size_t b = home_bucket(key);; b = next_bucket(b)) {
     const Bucket& bucket = buckets_[b];
     // All entries compared without branches: one well-predicted branch per bucket.
@@ -222,19 +224,48 @@ int64_t KeyIndex::insert(int64_t key, int64_t step, int64_t count) {
 void KeyIndex::erase(int64_t slot) {
   RECEMB_CHECK(occupied(slot));
   Slot& metadata = slots_[slot];
-  const size_t b = metadata.position / kBucketWidth;
-  const size_t entry = metadata.position % kBucketWidth;
-  for (size_t passed = home_bucket(buckets_[b].keys[entry]); passed != b;
-       passed = next_bucket(passed)) {
-    --buckets_[passed].passed;
+  size_t hole = metadata.position / kBucketWidth;
+  size_t hole_entry = metadata.position % kBucketWidth;
+  unpass(home_bucket(buckets_[hole].keys[hole_entry]), hole);
+  // Backward shift: while a key held further on passed the hole's bucket, the nearest one moves
+  // into the hole, which moves to where it was. So no key ever passes a bucket with a free entry,
+  // and the table stays as short to search as one built by inserts only, however long it churns.
+  while (buckets_[hole].passed > 0) {
+    const size_t n = buckets_.size();
+    const auto distance = [n](size_t from, size_t to) { return (to + n - from) % n; };
+    size_t from = next_bucket(hole);
+    int from_entry = -1;
+    for (size_t scanned = 0;; ++scanned) {
+      RECEMB_CHECK(scanned < buckets_.size());  // a key passed the hole: it is held further on
+      const Bucket& bucket = buckets_[from];
+      for (int i = 0; i < kBucketWidth && from_entry < 0; ++i) {
+        if (bucket.slots[i] != kEmptyEntry &&
+            distance(home_bucket(bucket.keys[i]), from) >= distance(hole, from)) {
+          from_entry = i;
+        }
+      }
+      if (from_entry >= 0) break;
+      from = next_bucket(from);
+    }
+    const uint32_t moved_slot = buckets_[from].slots[from_entry];
+    buckets_[hole].keys[hole_entry] = buckets_[from].keys[from_entry];
+    buckets_[hole].slots[hole_entry] = moved_slot;
+    slots_[moved_slot].position = static_cast<uint32_t>(hole * kBucketWidth + hole_entry);
+    unpass(hole, from);
+    hole = from;
+    hole_entry = static_cast<size_t>(from_entry);
   }
-  buckets_[b].keys[entry] = 0;
-  buckets_[b].slots[entry] = kEmptyEntry;
+  buckets_[hole].keys[hole_entry] = 0;
+  buckets_[hole].slots[hole_entry] = kEmptyEntry;
   metadata.position = kFreeSlot;
   metadata.count = 0;
   metadata.last_seen = free_head_;
   free_head_ = slot;
   --size_;
+}
+
+void KeyIndex::unpass(size_t first, size_t end) {
+  for (size_t b = first; b != end; b = next_bucket(b)) --buckets_[b].passed;
 }
 
 // ---- Recency FIFO --------------------------------------------------------------------------

@@ -31,8 +31,9 @@
 //               being its mixed 64-bit hash scaled to the bucket count, with linear probing over
 //               buckets; each bucket counts the keys that passed it full on their way further
 //               (`passed`), so a search stops at the first bucket that holds the key or that no
-//               key passed. Sized so that it is at most 80% full; entries never move, and erasing
-//               decrements the passed counts back to the key's home (no tombstones). find() of a
+//               key passed. Sized so that it is at most 80% full. Erasing shifts keys back
+//               (no tombstones) so that no key passes a bucket with a free entry: probe lengths
+//               stay those of a table built by inserts only, however long keys churn. find() of a
 //               present key reads its home bucket's line and, rarely, the next.
 //   slots_:     per slot {last_seen, count, position of its entry in buckets_, generation}.
 //               Free slots form a LIFO list threaded through last_seen; never-used slots follow
@@ -166,6 +167,8 @@ class KeyIndex {
 
   size_t home_bucket(int64_t key) const;
   size_t next_bucket(size_t bucket) const { return bucket + 1 == buckets_.size() ? 0 : bucket + 1; }
+  // A key held in bucket `end` no longer passes buckets [first, end) (cyclically).
+  void unpass(size_t first, size_t end);
   void append_recency(int64_t slot);
   bool recency_live(RecencyEntry entry) const;
   void compact_recency();
