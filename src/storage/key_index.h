@@ -52,6 +52,8 @@
 #include <utility>
 #include <vector>
 
+#include "recemb/config.h"
+
 namespace recemb::internal {
 
 enum class EvictionOrder { kLeastRecent, kLeastFrequent };
@@ -60,7 +62,7 @@ class KeyIndex {
  public:
   static constexpr int64_t kAbsent = -1;
   // The most slots one index holds (slots and hash positions are 32-bit).
-  static constexpr int64_t kMaxCapacity = int64_t{1} << 31;
+  static constexpr int64_t kMaxCapacity = kMaxDynamicCapacity;
 
   // An empty index of `capacity` slots (1 <= capacity; exact_pending_limit >= 0). Memory: the slot
   // metadata (last_seen, count, position, generation: 24 bytes a slot), a hash table of 64-byte

@@ -499,7 +499,7 @@ def test_dynamic_vocabulary_config_and_repr():
 
 
 @pytest.mark.parametrize("arguments, match", [
-    ({"capacity": 0}, "capacity must be >= 1, got 0"),
+    ({"capacity": 0}, "capacity must be in [1, 2147483648], got 0"),
     ({"capacity": 5, "min_count": 0}, "min_count must be >= 1, got 0"),
     ({"capacity": 5, "ttl_steps": 0}, "ttl_steps must be >= 1"),
     ({"capacity": 5, "ttl_steps": -3}, "ttl_steps must be >= 1"),
