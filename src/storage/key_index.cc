@@ -156,6 +156,8 @@ int64_t KeyIndex::find(int64_t key) const {
 
 void KeyIndex::prefetch(int64_t key) const { prefetch_line(&buckets_[home_bucket(key)]); }
 
+void KeyIndex::prefetch_slot(int64_t slot) const { prefetch_line_for_write(&slots_[slot]); }
+
 bool KeyIndex::occupied(int64_t slot) const {
   RECEMB_CHECK(slot >= 0 && slot < capacity_);
   return slots_[slot].position != kFreeSlot;

@@ -80,6 +80,8 @@ class KeyIndex {
   int64_t find(int64_t key) const;
   // Prefetches what find(key) will read.
   void prefetch(int64_t key) const;
+  // Prefetches what touch(slot, ...) will read.
+  void prefetch_slot(int64_t slot) const;
 
   int64_t key_of(int64_t slot) const;     // slot must be occupied
   int64_t last_seen(int64_t slot) const;  // slot must be occupied
