@@ -13,8 +13,8 @@
 namespace recemb::internal {
 namespace {
 
-// How far ahead find() prefetches the index.
-constexpr int64_t kPrefetchDistance = 8;
+// How many keys ahead find() prefetches the index (and commit the slots).
+constexpr int64_t kKeysAhead = 8;
 
 uint64_t mix(int64_t key) {
   auto h = static_cast<uint64_t>(key);
@@ -59,7 +59,7 @@ DynamicPart::DynamicPart(const TableConfig& table, const TablePart& part, uint64
 
 void DynamicPart::find(const KeyRun& run, int64_t first, int64_t last, int64_t absent) const {
   for (int64_t j = first; j < last; ++j) {
-    if (j + kPrefetchDistance < last) index_.prefetch(run.keys[j + kPrefetchDistance]);
+    if (j + kKeysAhead < last) index_.prefetch(run.keys[j + kKeysAhead]);
     const int64_t slot = index_.find(run.keys[j]);
     run.slots[j] = slot == KeyIndex::kAbsent ? absent : slot;
   }
@@ -166,9 +166,8 @@ void DynamicPart::commit(std::span<const KeyRun> runs, int64_t step, TableStorag
   // The present keys' sightings, one occurrence at a time, in run order.
   for (const KeyRun& run : runs) {
     for (int64_t j = 0; j < run.size; ++j) {
-      if (j + kPrefetchDistance < run.size &&
-          run.slots[j + kPrefetchDistance] != KeyIndex::kAbsent) {
-        index_.prefetch_slot(run.slots[j + kPrefetchDistance]);
+      if (j + kKeysAhead < run.size && run.slots[j + kKeysAhead] != KeyIndex::kAbsent) {
+        index_.prefetch_slot(run.slots[j + kKeysAhead]);
       }
       if (run.slots[j] != KeyIndex::kAbsent) index_.touch(run.slots[j], step, 1);
     }

@@ -46,6 +46,8 @@
 #ifndef RECEMB_STORAGE_KEY_INDEX_H_
 #define RECEMB_STORAGE_KEY_INDEX_H_
 
+#include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -53,6 +55,8 @@
 #include <vector>
 
 #include "recemb/config.h"
+
+#include "kernels/prefetch.h"
 
 namespace recemb::internal {
 
@@ -169,7 +173,22 @@ class KeyIndex {
     int64_t slot;
   };
 
-  size_t home_bucket(int64_t key) const;
+  // Murmur3's 64-bit finalizer: a bijection in which every key bit flips about half the output
+  // bits, so that adversarial keys (0, negatives, INT64_MIN/MAX, sequential runs) spread evenly.
+  static uint64_t mix(int64_t key) {
+    auto z = static_cast<uint64_t>(key);
+    z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdULL;
+    z = (z ^ (z >> 33)) * 0xc4ceb9fe1a85ec53ULL;
+    return z ^ (z >> 33);
+  }
+  // [0, n) from a hash's high bits (multiply-shift): no division, and any n, so that the hash
+  // table can be sized at exactly capacity / 0.8 rather than the next power of two (up to 2x the
+  // memory).
+  static size_t scale(uint64_t hash, size_t n) {
+    __extension__ using Wide = unsigned __int128;
+    return static_cast<size_t>((static_cast<Wide>(hash) * n) >> 64);
+  }
+  size_t home_bucket(int64_t key) const { return scale(mix(key), buckets_.size()); }
   size_t next_bucket(size_t bucket) const { return bucket + 1 == buckets_.size() ? 0 : bucket + 1; }
   // A key held in bucket `end` no longer passes buckets [first, end) (cyclically).
   void unpass(size_t first, size_t end);
@@ -213,6 +232,25 @@ class KeyIndex {
   std::vector<Candidate> candidates_;
   std::vector<int64_t> chosen_;
 };
+
+// find and prefetch are on every lookup's path: inline.
+inline int64_t KeyIndex::find(int64_t key) const {
+  // Ends: a bucket with a free entry is never passed (erase keeps it so), and one always exists.
+  for (size_t b = home_bucket(key);; b = next_bucket(b)) {
+    const Bucket& bucket = buckets_[b];
+    // All entries compared without branches: one well-predicted branch per bucket.
+    unsigned matches = 0;
+    for (int i = 0; i < kBucketWidth; ++i) {
+      matches |= (static_cast<unsigned>(bucket.keys[i] == key) &
+                  static_cast<unsigned>(bucket.slots[i] != kEmptyEntry))
+                 << i;
+    }
+    if (matches != 0) return bucket.slots[std::countr_zero(matches)];
+    if (bucket.passed == 0) return kAbsent;
+  }
+}
+
+inline void KeyIndex::prefetch(int64_t key) const { prefetch_line(&buckets_[home_bucket(key)]); }
 
 }  // namespace recemb::internal
 
