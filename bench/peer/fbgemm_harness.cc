@@ -4,8 +4,8 @@
 // build.
 //
 // Workloads and ids come from recemb's bench/workload.h (included, not re-implemented): the same
-// table shapes (RECEMB_BENCH_LARGE=1 adds 1 GiB, RECEMB_BENCH_HUGE=1 4 GiB), 4096 bags x L int64 ids
-// per feature, the same uniform and Zipf id pools cut into the same per-step segments, the same
+// table shapes (RECEMB_BENCH_LARGE=1 adds 1 GiB, RECEMB_BENCH_HUGE=1 4 GiB), 4096 bags x L int64
+// ids per feature, the same uniform and Zipf id pools cut into the same per-step segments, the same
 // fixed gradient, and the same workload names, so that bench/peer/compare.sh joins a workload's
 // FBGEMM figure with embedding_bench's and roofline_bench's by name.
 //
@@ -48,12 +48,12 @@
 namespace recemb_bench {
 namespace {
 
-constexpr int kPrefetch = 16;          // FBGEMM's default prefetch distance, in ids
+constexpr int kPrefetch = 16;           // FBGEMM's default prefetch distance, in ids
 constexpr float kInitialValue = 0.01f;  // embedding_bench's Constant initializer
 constexpr float kInitialAccumulator = 0.1f;
 constexpr float kLearningRate = 0.01f;
 constexpr float kEpsilon = 1e-8f;
-constexpr float kInt8Scale = 1e-4f;   // dequantised value = byte * scale + bias
+constexpr float kInt8Scale = 1e-4f;               // dequantised value = byte * scale + bias
 constexpr uint16_t kHalfOfInitialValue = 0x211f;  // 0.01 as IEEE half
 
 // An anonymous mapping of `count` T advised to use transparent huge pages, then filled with
@@ -115,8 +115,8 @@ FloatTables& float_tables_for(const Workload& workload) {
   const auto wanted = std::make_tuple(workload.rows, workload.dim, workload.num_tables);
   if (tables.weights == nullptr || key != wanted) {
     tables = FloatTables();  // free the previous shape's first
-    tables.weights =
-        std::make_unique<HugePagesArray<float>>(workload.total_rows() * workload.dim, kInitialValue);
+    tables.weights = std::make_unique<HugePagesArray<float>>(workload.total_rows() * workload.dim,
+                                                             kInitialValue);
     tables.accumulators =
         std::make_unique<HugePagesArray<float>>(workload.total_rows(), kInitialAccumulator);
     tables.huge_fraction = huge_page_fraction(tables.weights->data());
@@ -133,9 +133,8 @@ void check(benchmark::State& state, const std::atomic<bool>& ok) {
 void BM_FbgemmLookup(benchmark::State& state, Workload workload) {
   const IdStream stream(workload);
   FloatTables& tables = float_tables_for(workload);
-  const auto kernel =
-      fbgemm::GenerateEmbeddingSpMDM<float, int64_t, int32_t, float>(workload.dim, false, false,
-                                                                      kPrefetch, false, true);
+  const auto kernel = fbgemm::GenerateEmbeddingSpMDM<float, int64_t, int32_t, float>(
+      workload.dim, false, false, kPrefetch, false, true);
   const std::vector<int32_t> offsets = bag_offsets(workload.bag_size);
   std::vector<float> out(static_cast<size_t>(workload.bags_per_step() * workload.dim));
   std::atomic<bool> ok = true;
@@ -166,9 +165,8 @@ void BM_FbgemmLookup(benchmark::State& state, Workload workload) {
 void BM_FbgemmLookupAndUpdate(benchmark::State& state, Workload workload) {
   const IdStream stream(workload);
   FloatTables& tables = float_tables_for(workload);
-  const auto lookup_kernel =
-      fbgemm::GenerateEmbeddingSpMDM<float, int64_t, int32_t, float>(workload.dim, false, false,
-                                                                      kPrefetch, false, true);
+  const auto lookup_kernel = fbgemm::GenerateEmbeddingSpMDM<float, int64_t, int32_t, float>(
+      workload.dim, false, false, kPrefetch, false, true);
   const auto update_kernel = fbgemm::GenerateRowWiseSparseAdaGradFused<int64_t, int32_t, float>(
       static_cast<int>(workload.dim), kPrefetch, true);
   const std::vector<int32_t> offsets = bag_offsets(workload.bag_size);
@@ -337,8 +335,8 @@ void register_all() {
         workload.threads = threads;
         const std::string name = std::string("BM_FbgemmServingLookup/dtype:") + dtype_name +
                                  "/table:" + workload.table + "/threads:" + std::to_string(threads);
-        configure(benchmark::RegisterBenchmark(name.c_str(), BM_FbgemmServingLookup, workload,
-                                               dtype));
+        configure(
+            benchmark::RegisterBenchmark(name.c_str(), BM_FbgemmServingLookup, workload, dtype));
       }
     }
   }
