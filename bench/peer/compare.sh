@@ -15,6 +15,7 @@
 # rows are 1 GiB only: serving_bench has no 4 GiB model). Each round runs the programs in turn,
 # the order reversed every other round; every program is a fresh process.
 set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 fbgemm="" recemb="" rounds=5 serving=1
 while [ $# -gt 0 ]; do
@@ -79,6 +80,8 @@ for run in output["benchmarks"]:
 ' "$side" "$round"
 }
 
+started=$(date -u '+%Y-%m-%d %H:%M UTC')
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 sides=(fbgemm recemb roofline)
 [ "$serving" = 1 ] && sides+=(serving)
 results=$(mktemp)
@@ -95,12 +98,14 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs;" \
   "FBGEMM ISA: $(sed -n 's/^isa //p' "$results" | sort -u | tr '\n' ' ')"
 echo "FBGEMM commit: $(cat "$fbgemm/fbgemm_commit.txt" 2>/dev/null || echo unknown)"
-echo "recemb commit: $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-echo "table: $table, $rounds rounds, $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+recemb_source=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$recemb/CMakeCache.txt" 2>/dev/null || true)
+echo "recemb commit: $(git -C "${recemb_source:-$here}" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+  "(the HEAD of $recemb's source tree now)"
+echo "table: $table, $rounds rounds, started $started, ended $(date -u '+%H:%M UTC');" \
+  "load average at the start $load_before, at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 /usr/bin/env python3 - "$results" <<'PY'
 import collections, re, statistics, sys
