@@ -13,7 +13,8 @@
 # RECEMB_BUILD a recemb build tree with the benchmarks (bench/embedding_bench, roofline_bench,
 # serving_bench). Tables are 1 GiB; RECEMB_PEER_HUGE=1 measures 4 GiB tables instead (serving
 # rows are 1 GiB only: serving_bench has no 4 GiB model). Each round runs the programs in turn,
-# the order reversed every other round; every program is a fresh process.
+# the order reversed every other round; every program is a fresh process. Run it with raised
+# priority on a shared host (bench/peer/README.md).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
@@ -28,6 +29,14 @@ while [ $# -gt 0 ]; do
     *) echo "bench/peer/compare.sh: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
+if [ "${RECEMB_PEER_HUGE:-0}" != 0 ]; then
+  table=4GiB
+  export RECEMB_BENCH_HUGE=1
+  serving=0  # serving_bench has no 4 GiB model
+else
+  table=1GiB
+  export RECEMB_BENCH_LARGE=1
+fi
 harness="$fbgemm/harness/fbgemm_harness"
 programs=("$harness" "$recemb/bench/embedding_bench" "$recemb/bench/roofline_bench")
 [ "$serving" = 1 ] && programs+=("$recemb/bench/serving_bench")
@@ -43,14 +52,6 @@ if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 
-if [ "${RECEMB_PEER_HUGE:-0}" != 0 ]; then
-  table=4GiB
-  export RECEMB_BENCH_HUGE=1
-else
-  table=1GiB
-  export RECEMB_BENCH_LARGE=1
-fi
-[ "$table" = 4GiB ] && serving=0
 workload="table:$table/dim:64/bag:20/ids:(uniform|zipf)/tables:1/threads:[12]/"
 serving_filter="^BM_(Fbgemm)?ServingLookup/dtype:(int8|float16)/table:1GiB/"
 fbgemm_filter="^BM_Fbgemm(Lookup|LookupAndUpdate/rowwise_adagrad)/$workload"
