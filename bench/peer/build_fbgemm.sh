@@ -32,7 +32,7 @@ done
 
 if [[ -n ${FBGEMM_COMMIT:-} ]]; then
   commit=$FBGEMM_COMMIT
-elif git -C "$src" rev-parse --verify -q HEAD >/dev/null 2>&1; then
+elif [[ $(git -C "$src" rev-parse --show-toplevel 2>/dev/null) == "$src" ]]; then  # its own clone
   commit=$(git -C "$src" rev-parse HEAD)
 else
   echo "$0: $src is not a git clone: set FBGEMM_COMMIT to the commit the archive was made from" >&2
