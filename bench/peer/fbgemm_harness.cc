@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <atomic>
 #include <benchmark/benchmark.h>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fbgemm/FbgemmEmbedding.h>
@@ -102,17 +103,19 @@ std::vector<int32_t> bag_offsets(int64_t bag_size) {
 }
 
 // The float tables of a workload laid end to end (table f at f rows dim), and the row-wise Adagrad
-// accumulators; one set alive at a time, shared by the benchmarks of a shape.
+// accumulators; one set alive at a time. As in embedding_bench, the lookups and the training steps
+// of a shape use different tables, so the lookups read the untrained rows their output check
+// expects.
 struct FloatTables {
   std::unique_ptr<HugePagesArray<float>> weights;
   std::unique_ptr<HugePagesArray<float>> accumulators;  // [F rows]
   double huge_fraction = -1.0;
 };
 
-FloatTables& float_tables_for(const Workload& workload) {
+FloatTables& float_tables_for(const Workload& workload, bool trained) {
   static FloatTables tables;
-  static std::tuple<int64_t, int64_t, int64_t> key;
-  const auto wanted = std::make_tuple(workload.rows, workload.dim, workload.num_tables);
+  static std::tuple<int64_t, int64_t, int64_t, bool> key;
+  const auto wanted = std::make_tuple(workload.rows, workload.dim, workload.num_tables, trained);
   if (tables.weights == nullptr || key != wanted) {
     tables = FloatTables();  // free the previous shape's first
     tables.weights = std::make_unique<HugePagesArray<float>>(workload.total_rows() * workload.dim,
@@ -130,9 +133,27 @@ void check(benchmark::State& state, const std::atomic<bool>& ok) {
   if (!ok.load()) state.SkipWithError("an FBGEMM kernel returned false (id out of range)");
 }
 
+// Fails the benchmark unless every pooled bag of `out` ([bags, dim]) is L times the one row value
+// the table holds at each column (every row of the harness's tables is the same row):
+// `row_value(d)`. This checks that every bag was written and summed its L ids.
+template <class RowValue>
+void check_pooled(benchmark::State& state, const std::vector<float>& out, int64_t dim,
+                  int64_t bag_size, RowValue&& row_value) {
+  constexpr float kTolerance = 1e-3f;  // relative: float16 rows hold 0.01 to 2e-4
+  for (size_t i = 0; i < out.size(); ++i) {
+    const float expected = static_cast<float>(bag_size) * row_value(static_cast<int64_t>(i) % dim);
+    if (std::abs(out[i] - expected) > kTolerance * std::abs(expected)) {
+      state.SkipWithError(("pooled value " + std::to_string(out[i]) + " at " + std::to_string(i) +
+                           " is not " + std::to_string(expected))
+                              .c_str());
+      return;
+    }
+  }
+}
+
 void BM_FbgemmLookup(benchmark::State& state, Workload workload) {
   const IdStream stream(workload);
-  FloatTables& tables = float_tables_for(workload);
+  FloatTables& tables = float_tables_for(workload, false);
   const auto kernel = fbgemm::GenerateEmbeddingSpMDM<float, int64_t, int32_t, float>(
       workload.dim, false, false, kPrefetch, false, true);
   const std::vector<int32_t> offsets = bag_offsets(workload.bag_size);
@@ -157,6 +178,7 @@ void BM_FbgemmLookup(benchmark::State& state, Workload workload) {
     step = (step + 1) % stream.num_steps();
   }
   check(state, ok);
+  check_pooled(state, out, workload.dim, workload.bag_size, [](int64_t) { return kInitialValue; });
   report(state, workload.ids_per_step(), bytes_per_row("lookup", workload.dim),
          stream.unique_fraction());
   state.counters["thp"] = tables.huge_fraction;
@@ -164,7 +186,7 @@ void BM_FbgemmLookup(benchmark::State& state, Workload workload) {
 
 void BM_FbgemmLookupAndUpdate(benchmark::State& state, Workload workload) {
   const IdStream stream(workload);
-  FloatTables& tables = float_tables_for(workload);
+  FloatTables& tables = float_tables_for(workload, true);
   const auto lookup_kernel = fbgemm::GenerateEmbeddingSpMDM<float, int64_t, int32_t, float>(
       workload.dim, false, false, kPrefetch, false, true);
   const auto update_kernel = fbgemm::GenerateRowWiseSparseAdaGradFused<int64_t, int32_t, float>(
@@ -275,6 +297,10 @@ void serving_loop(benchmark::State& state, const Workload& workload, const InTyp
     step = (step + 1) % stream.num_steps();
   }
   check(state, ok);
+  // int8 rows: code d at column d, then scale and bias; float16 rows: 0.01 everywhere.
+  check_pooled(state, out, workload.dim, workload.bag_size, [&](int64_t d) {
+    return is_int8 ? static_cast<float>(d) * kInt8Scale + kInitialValue : kInitialValue;
+  });
   const ServingDtype dtype = is_int8 ? ServingDtype::kInt8 : ServingDtype::kFloat16;
   report(state, workload.ids_per_step(), serving_row_bytes(dtype, workload.dim),
          stream.unique_fraction());
