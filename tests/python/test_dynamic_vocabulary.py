@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import recemb
+from reference import gains  # noqa: E402 (the combiner gains of the static reference)
 
 # ---------------------------------------------------------------------------------------------
 # The reference: one dynamic table as a dict of rows.
@@ -105,20 +106,6 @@ class DynamicTableReference:
         self.stats["size"] = len(self.rows)
 
 
-def bag_gains(weights, combiner):
-    """The factor of each entry of a bag: its weight times the combiner's scale (every entry
-    counts, with or without a row)."""
-    if combiner == "sum":
-        scale = 1.0
-    elif combiner == "mean":
-        total = sum(weights)
-        scale = 0.0 if total == 0 else 1.0 / total
-    else:
-        total = sum(w * w for w in weights)
-        scale = 0.0 if total == 0 else 1.0 / math.sqrt(total)
-    return [w * scale for w in weights]
-
-
 def reference_bags(dense_ids, dense_weights, ragged_rows):
     """The bags (lists of (key, weight)) of the two features of make_layer's config."""
     dense = [list(zip(row, weights)) for row, weights in zip(dense_ids.tolist(),
@@ -192,7 +179,7 @@ def test_training_matches_the_dict_reference(setting, optimizer, combiner):
         assert layer.vocabulary_stats("user") == before
         for name, feature_bags in bags.items():
             expected = [[sum(g * reference.row(key)[d] for (key, _), g in
-                             zip(bag, bag_gains([w for _, w in bag], combiner)))
+                             zip(bag, gains(bag, combiner)))
                          for d in range(DIM)] for bag in feature_bags]
             np.testing.assert_allclose(evaluation[name], expected, rtol=1e-5, atol=1e-6)
         # The training lookup: admission and eviction first, then the rows of this step.
@@ -203,14 +190,14 @@ def test_training_matches_the_dict_reference(setting, optimizer, combiner):
         summed = defaultdict(lambda: [0.0] * DIM)
         for name, feature_bags in bags.items():
             expected = [[sum(g * reference.row(key)[d] for (key, _), g in
-                             zip(bag, bag_gains([w for _, w in bag], combiner)))
+                             zip(bag, gains(bag, combiner)))
                          for d in range(DIM)] for bag in feature_bags]
             np.testing.assert_allclose(activations[name], expected, rtol=1e-5, atol=1e-6,
                                        err_msg=f"step {step} feature {name}")
             gradient = rng.normal(size=(len(feature_bags), DIM)).astype(np.float32)
             gradients[name] = gradient
             for b, bag in enumerate(feature_bags):
-                for (key, _), g in zip(bag, bag_gains([w for _, w in bag], combiner)):
+                for (key, _), g in zip(bag, gains(bag, combiner)):
                     summed[key] = [summed[key][d] + g * float(gradient[b, d])
                                    for d in range(DIM)]
         layer.apply_gradients(gradients)
