@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import recemb
-from reference import gains  # noqa: E402 (the combiner gains of the static reference)
+from reference import gains
 
 # ---------------------------------------------------------------------------------------------
 # The reference: one dynamic table as a dict of rows.
