@@ -58,7 +58,7 @@ void append(std::vector<std::byte>& out, const T* values, size_t count) {
 
 template <class T>
 void take(std::span<const std::byte>& in, T* values, size_t count) {
-  std::memcpy(values, in.data(), count * sizeof(T));
+  if (count > 0) std::memcpy(values, in.data(), count * sizeof(T));  // values may be null then
   in = in.subspan(count * sizeof(T));
 }
 
