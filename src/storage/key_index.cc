@@ -198,6 +198,21 @@ void KeyIndex::erase(int64_t slot) {
   --size_;
 }
 
+void KeyIndex::clear() {
+  std::fill(positions_.begin(), positions_.end(), Position{0, kEmptyPosition});
+  std::fill(slots_.begin(), slots_.end(), Slot{kAbsent, 0, kFreeSlot, 0});
+  size_ = 0;
+  free_head_ = kAbsent;
+  never_used_ = 0;
+  recency_.clear();
+  recency_head_ = 0;
+  recency_sorted_ = true;
+  recency_back_step_ = 0;
+  std::fill(pending_.begin(), pending_.end(), PendingEntry{});
+  pending_size_ = 0;
+  sketch_.clear();
+}
+
 void KeyIndex::erase_position(size_t position) {
   erase_at(
       std::span<Position>(positions_), position, [this](int64_t key) { return home(key); },
