@@ -150,6 +150,21 @@ RECEMB_EXPORT RestoredState restore_checkpoint(Embedding& embedding,
                                                const std::filesystem::path& checkpoint,
                                                const RestoreOptions& options = {});
 
+// The explicit conversion of a static table into a dynamic one (restore_checkpoint refuses to
+// restore either into the other): table `table` of the checkpoint `checkpoint` (a ckpt-* directory
+// or a root, as restore_checkpoint), which must be static, as a dynamic table's contents: row r
+// becomes key r for r in [0, vocabulary_size), with its parameters and the slots of the optimizer
+// that trained it. Its files are verified first. Give it to Embedding::write_dynamic_table of a
+// dynamic table with the same dim and optimizer (which counts each key as seen once, at the
+// embedding's step, and needs a capacity of at least vocabulary_size):
+//
+//   layer.write_dynamic_table("user", recemb::read_static_table_as_dynamic(ckpt, "user"));
+//
+// Errors: InvalidArgument naming the table when the checkpoint has no such table or it is
+// dynamic; DataLoss and std::system_error as restore_checkpoint. Holds the whole table in memory.
+RECEMB_EXPORT DynamicTableContents
+read_static_table_as_dynamic(const std::filesystem::path& checkpoint, std::string_view table);
+
 struct LoadOptions {
   // true: only the tables, no optimizers and no slots (a lookup-only Embedding, as for export).
   bool tables_only = false;

@@ -3,12 +3,16 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <span>
 #include <tuple>
 #include <utility>
 
+#include "recemb/checkpoint.h"
 #include "recemb/error.h"
 
+#include "checkpoint/data_file.h"
+#include "checkpoint/layout.h"
 #include "format/file_io.h"
 #include "placement/partition.h"
 #include "storage/key_index.h"
@@ -281,3 +285,42 @@ void load_dynamic_part(const fs::path& directory, const TableEntry& table,
 }
 
 }  // namespace recemb::internal
+
+namespace recemb {
+
+DynamicTableContents read_static_table_as_dynamic(const std::filesystem::path& checkpoint,
+                                                  std::string_view table) {
+  const std::filesystem::path directory = internal::resolve_checkpoint(checkpoint);
+  const internal::Manifest manifest = internal::read_manifest(directory).manifest;
+  const std::string owner =
+      "checkpoint '" + directory.string() + "': table '" + std::string(table) + "'";
+  const auto found =
+      std::find_if(manifest.tables.begin(), manifest.tables.end(),
+                   [&](const internal::TableEntry& entry) { return entry.config.name == table; });
+  if (found == manifest.tables.end()) {
+    throw InvalidArgument(owner + ": not in the checkpoint");
+  }
+  if (found->dynamic) {
+    throw InvalidArgument(owner + " is dynamic already: restore it with restore_checkpoint");
+  }
+  const int64_t rows = found->config.vocabulary_size;
+  DynamicTableContents contents;
+  contents.keys.resize(static_cast<size_t>(rows));
+  std::iota(contents.keys.begin(), contents.keys.end(), int64_t{0});
+  std::vector<std::byte> scratch;
+  for (const internal::ArrayEntry& variable : found->variables) {
+    std::vector<float> values(variable.data.bytes / sizeof(float));
+    internal::read_data_file(format::InputFile::open(directory / variable.data.file), variable.data,
+                             manifest.checksum_block_bytes,
+                             "table '" + std::string(table) + "' variable '" + variable.name + "'",
+                             std::as_writable_bytes(std::span(values)), scratch);
+    if (variable.name == "parameters") {
+      contents.parameters = std::move(values);
+    } else {
+      contents.slots.emplace_back(variable.name, std::move(values));
+    }
+  }
+  return contents;
+}
+
+}  // namespace recemb

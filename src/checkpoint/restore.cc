@@ -142,6 +142,14 @@ std::vector<VariableLoad> plan_loads(const Embedding& embedding, const Manifest&
           "), the embedding a dynamic one: convert it with read_static_table_as_dynamic and "
           "Embedding::write_dynamic_table (recemb/checkpoint.h)");
     }
+    // The rows of keys admitted from now on are initialised from (table seed, key): a restored run
+    // continues as the saved one only with its seed.
+    if (config.dynamic_vocabulary && manifest.seed != embedding.options().seed) {
+      throw InvalidArgument(owner + "a dynamic table needs the checkpoint's seed, " +
+                            std::to_string(manifest.seed) + " (EmbeddingOptions::seed), for the " +
+                            "initial rows of the keys it admits; the embedding's is " +
+                            std::to_string(embedding.options().seed));
+    }
     if (config.dynamic_vocabulary && internal::PartAccess::has_pending_training_lookup(embedding)) {
       throw FailedPrecondition(owner +
                                "a training lookup is not applied yet (its batch holds slots of the "
