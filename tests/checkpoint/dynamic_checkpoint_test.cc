@@ -10,13 +10,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "recemb/checkpoint.h"
+#include "recemb/communicator.h"
 #include "recemb/error.h"
 
 #include "checkpoint/layout.h"
@@ -296,6 +299,66 @@ TEST(DynamicCheckpointTest, RestoresIntoEveryInProcessPlacement) {
   Embedding whole = make_layer(std::nullopt, roomy_items, roomy_users);
   restore_checkpoint(whole, from_split);
   EXPECT_TRUE(bitwise_equal(state_of(whole), expected));
+}
+
+// Several ranks (threads joined by in_process_communicators) restore a checkpoint, each rank its
+// parts' keys, and save it again: the same files, byte for byte, which one process restores bit
+// for bit.
+TEST(DynamicCheckpointTest, SeveralRanksRestoreAndSaveTheSameFiles) {
+  const DynamicVocabulary roomy_items{.capacity = 600, .min_count = 2, .ttl_steps = 4};
+  const DynamicVocabulary roomy_users{.capacity = 600, .min_count = 2, .ttl_steps = 5};
+  TemporaryDirectory directory;
+  Embedding source = make_layer(std::nullopt, roomy_items, roomy_users);
+  train(source, 0, 8);
+  const fs::path saved = save_checkpoint(source, directory.path() / "source");
+  const internal::Manifest manifest = internal::read_manifest(saved).manifest;
+  struct Setup {
+    int ranks;
+    PlacementOptions placement;
+  };
+  for (const Setup& setup :
+       {Setup{2, {.num_shards = 2, .strategy = ShardingStrategy::kRowWise}},
+        Setup{3, {.num_shards = 3, .strategy = ShardingStrategy::kRowWise}},
+        Setup{2, {.num_shards = 4, .strategy = ShardingStrategy::kRowWise}},
+        Setup{2, {.num_shards = 2, .strategy = ShardingStrategy::kTableWise}},
+        Setup{2, {.num_shards = 2, .strategy = ShardingStrategy::kReplicated}}}) {
+    const std::string name = std::to_string(setup.ranks) + " ranks " + name_of(setup.placement);
+    SCOPED_TRACE(name);
+    const fs::path root = directory.path() / name;
+    std::vector<std::string> errors(static_cast<size_t>(setup.ranks));
+    std::vector<std::thread> threads;
+    const std::vector<std::shared_ptr<Communicator>> communicators =
+        in_process_communicators(setup.ranks);
+    for (int r = 0; r < setup.ranks; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          Embedding layer(tables(roomy_items, roomy_users), source.features(),
+                          {.optimizer = source.options().optimizer,
+                           .num_threads = 1,
+                           .seed = kSeed,
+                           .placement = setup.placement,
+                           .communicator = communicators[static_cast<size_t>(r)]});
+          restore_checkpoint(layer, saved);
+          save_checkpoint(layer, root);
+        } catch (const std::exception& error) {
+          errors[static_cast<size_t>(r)] = error.what();
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (const std::string& error : errors) EXPECT_EQ(error, "");
+    const fs::path again = root / saved.filename();
+    for (const internal::TableEntry& table : manifest.tables) {
+      for (const internal::ArrayEntry* array : table.arrays()) {
+        EXPECT_EQ(test::read_text(again / array->data.file),
+                  test::read_text(saved / array->data.file))
+            << array->data.file;
+      }
+    }
+    Embedding whole = make_layer(std::nullopt, roomy_items, roomy_users);
+    restore_checkpoint(whole, again);
+    EXPECT_TRUE(bitwise_equal(state_of(whole), state_of(source)));
+  }
 }
 
 TEST(DynamicCheckpointTest, ColumnWisePartsRestoreTheirColumns) {
