@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <map>
@@ -22,6 +23,7 @@
 #include "recemb/communicator.h"
 #include "recemb/error.h"
 
+#include "checkpoint/data_file.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
 #include "testing/error_of.h"
@@ -545,6 +547,91 @@ TEST(DynamicCheckpointTest, RestoreWaitsForPendingTrainingLookups) {
   EXPECT_THAT(error_of<FailedPrecondition>([&] { restore_checkpoint(layer, saved); }),
               HasSubstr("table 'items': a training lookup is not applied yet"));
   EXPECT_TRUE(bitwise_equal(state_of(layer), before));
+}
+
+// Beyond the exact pending counts (as many keys as a part holds, at least 2^16) a sketch counts;
+// its counts are not saved: the manifest says so, and a restored run admits such keys later.
+TEST(DynamicCheckpointTest, PendingCountsInTheSketchAreNotSaved) {
+  const auto make = [] {
+    return Embedding({{.name = "items",
+                       .dim = 2,
+                       .dynamic_vocabulary = DynamicVocabulary{.capacity = 10, .min_count = 2}}},
+                     {{.name = "clicked", .table = "items"}},
+                     {.optimizer = Sgd{.learning_rate = 0.1f}, .seed = kSeed});
+  };
+  const auto train_on = [](Embedding& layer, const std::vector<int64_t>& ids) {
+    const std::vector<FeatureInput> inputs{DenseIds{.ids = std::span<const int64_t>(ids),
+                                                    .shape = {static_cast<int64_t>(ids.size())}}};
+    std::vector<float> activations(ids.size() * 2);
+    LookupBatch batch;
+    layer.lookup(inputs, std::vector<std::span<float>>{activations}, batch);
+    layer.apply_gradients(batch, std::vector<std::span<const float>>{activations});
+  };
+  constexpr int64_t kExact = int64_t{1} << 16;
+  std::vector<int64_t> once(kExact + 1000);
+  for (size_t i = 0; i < once.size(); ++i) once[i] = static_cast<int64_t>(i);
+  TemporaryDirectory directory;
+  Embedding straight = make();
+  train_on(straight, once);  // keys in order of first occurrence: the last 1000 in the sketch
+  const fs::path saved = save_checkpoint(straight, directory.path());
+  const internal::DynamicEntry dynamic = *internal::read_manifest(saved).manifest.tables[0].dynamic;
+  EXPECT_TRUE(dynamic.pending_sketch_in_use);
+  EXPECT_EQ(dynamic.num_pending(), kExact);
+  Embedding restored = make();
+  restore_checkpoint(restored, saved);
+  // Key 5 was counted exactly, key kExact + 5 in the sketch.
+  const std::vector<int64_t> again{5, kExact + 5};
+  train_on(straight, again);
+  train_on(restored, again);
+  EXPECT_EQ(straight.read_dynamic_table("items").keys, again);
+  EXPECT_EQ(restored.read_dynamic_table("items").keys, std::vector<int64_t>{5});
+}
+
+// Rewrites the key array `array` of table 0 of `checkpoint` by `change`, with valid checksums.
+void rewrite_key_array(const fs::path& checkpoint, internal::DynamicArray array,
+                       const std::function<void(std::vector<int64_t>&)>& change) {
+  internal::Manifest manifest = internal::read_manifest(checkpoint).manifest;
+  internal::DataFile& data = manifest.tables[0].dynamic->arrays[array].data;
+  const std::string bytes = test::read_text(checkpoint / data.file);
+  std::vector<int64_t> values(bytes.size() / sizeof(int64_t));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  change(values);
+  fs::remove(checkpoint / data.file);
+  data = internal::write_data_file(checkpoint / data.file, std::as_bytes(std::span(values)),
+                                   manifest.checksum_block_bytes);
+  internal::write_manifest(checkpoint, manifest);
+}
+
+TEST(DynamicCheckpointTest, InconsistentKeyArraysAreDataLossWithNothingChanged) {
+  struct Damage {
+    internal::DynamicArray array;
+    std::function<void(std::vector<int64_t>&)> change;
+    std::string message;
+  };
+  const std::vector<Damage> damages = {
+      {internal::kKeys, [](auto& keys) { std::swap(keys[1], keys[2]); },
+       "out of (bucket, key) order"},
+      {internal::kKeys, [](auto& keys) { keys[2] = keys[1]; }, "out of (bucket, key) order"},
+      {internal::kLastSeen, [](auto& steps) { steps[3] = 8; }, "value 8 at index 3 is outside"},
+      {internal::kCounts, [](auto& counts) { counts[0] = -1; }, "value -1 at index 0 is outside"},
+      {internal::kPendingCounts, [](auto& counts) { counts[0] = 0; },
+       "value 0 at index 0 is outside [1, "},
+  };
+  for (const Damage& damage : damages) {
+    SCOPED_TRACE(damage.message);
+    TemporaryDirectory directory;
+    Embedding layer = make_layer();
+    train(layer, 0, 6);
+    const fs::path saved = save_checkpoint(layer, directory.path());
+    rewrite_key_array(saved, damage.array, damage.change);
+    Embedding target = make_layer();
+    train(target, 0, 2);
+    const State before = state_of(target);
+    const std::string error = error_of<DataLoss>([&] { restore_checkpoint(target, saved); });
+    EXPECT_THAT(error, HasSubstr(damage.message));
+    EXPECT_THAT(error, HasSubstr(std::string(internal::kDynamicArrayNames[damage.array])));
+    EXPECT_TRUE(bitwise_equal(state_of(target), before));
+  }
 }
 
 TEST(DynamicCheckpointTest, LoadCheckpointRebuildsDynamicTables) {
