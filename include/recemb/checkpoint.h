@@ -17,7 +17,9 @@
 // machine, or a shared file system on a cluster: NFS, Lustre, GPFS). Each rank writes and reads
 // only the rows and columns of the table parts it holds, at their places in the files, in
 // parallel; no rank ever holds a whole table it does not own. The checkpoint is the same whatever
-// wrote it, so it restores under any placement and rank count, in one process or several.
+// wrote it, so it restores under any placement and rank count, in one process or several. A
+// dynamic table is saved as its keys (with their rows, slots, last-seen steps and counts) and
+// restored key by key into the parts owning them.
 //
 // Thread safety: these functions read or write `embedding` like any other call on it (no other
 // call on the same Embedding may run meanwhile). One job at a time may save into a root.
@@ -127,6 +129,15 @@ struct RestoredState {
 // set of table names; equal dims; equal vocabulary sizes unless options.resize allows the
 // difference; the same optimizer (name, hence the same slots), except that a table without an
 // optimizer (lookup only) takes the parameters alone.
+//
+// Dynamic tables (docs/formats.md, "Dynamic tables"): their keys with their last-seen steps and
+// counts, the exact counts of keys not yet admitted and the vocabulary_stats counters are
+// restored too, each key into the part owning its bucket, so that training continues exactly as
+// the saved run would have (counts that were held in a sketch are not saved). Each table must be
+// dynamic in both or static in both (read_static_table_as_dynamic converts a static one), the
+// embedding must have the checkpoint's seed (InvalidArgument), every part must have room for its
+// share of the keys (InvalidArgument naming the table, found after the verification, with nothing
+// changed), and no training lookup may be pending (FailedPrecondition).
 //
 // Verifies the manifest and every checksum of every file before changing anything, then reads
 // the rows a second time, straight into the tables (each rank only its parts' rows and columns),
