@@ -99,7 +99,7 @@ struct EmbeddingOptions {
 
 // A dynamic table's keys (config.h, DynamicVocabulary), all its parts together.
 struct VocabularyStats {
-  int64_t size = 0;                  // keys held now
+  int64_t size = 0;  // keys held now
   // Since construction (restore_checkpoint sets them to the saved run's, recemb/checkpoint.h):
   int64_t inserted = 0;              // keys admitted
   int64_t evicted = 0;               // keys removed (TTL or when_full)
