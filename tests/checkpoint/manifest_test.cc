@@ -191,7 +191,8 @@ TEST_F(ManifestTest, StructureErrorsNameTheField) {
       {[](Json& j) {
          j["tables"][0]["variables"][0]["shape"] = {40, 4};
        },
-       "tables[0].variables[0].bytes: 1280 bytes do not hold the 160 float32 elements of the shape"},
+       "tables[0].variables[0].bytes: 1280 bytes do not hold the 160 float32 elements of the "
+       "shape"},
       {[](Json& j) {
          j["tables"][0]["variables"][0]["shape"] = {int64_t{1} << 62, 8};
        },
