@@ -634,6 +634,56 @@ TEST(DynamicCheckpointTest, InconsistentKeyArraysAreDataLossWithNothingChanged) 
   }
 }
 
+// tests/data/checkpoint-v2 was saved by format version 2, the first with dynamic tables, and must
+// keep loading. Seed 3, the global Adagrad (learning rate 0.5, initial accumulator 0.125), step 6:
+//   "users": dynamic, dim 2, Constant 0.5, capacity 8, min_count 3, ttl_steps 3; keys -7, 3, 2^62
+//            (write_dynamic_table at step 5: last seen 5, count 1), parameters 0.25, 0.5, ... 1.5
+//            and accumulators 1.5, 1.75, ... 2.75 in key order; then a training lookup for step 6
+//            of keys 11, 11, 12 (not admitted: pending counts 2 and 1, not_admitted_lookups 3);
+//   "video": static [3, 2], parameters 0.25, accumulators 0.125 (zero gradients).
+// Checksum blocks of 16 bytes.
+TEST(DynamicCheckpointTest, ReadsTheCheckedInVersion2Checkpoint) {
+  const fs::path root = test::checked_in_data_dir() / "checkpoint-v2";
+  Embedding loaded = load_checkpoint(root, {.num_threads = 1});
+  EXPECT_EQ(loaded.step(), 6);
+  ASSERT_TRUE(loaded.tables()[0].dynamic_vocabulary);
+  EXPECT_EQ(loaded.tables()[0].dynamic_vocabulary->ttl_steps, 3);
+  const DynamicTableContents users = loaded.read_dynamic_table("users");
+  EXPECT_EQ(users.keys, (std::vector<int64_t>{-7, 3, int64_t{1} << 62}));
+  EXPECT_EQ(users.parameters, (std::vector<float>{0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f}));
+  ASSERT_EQ(users.slots.size(), 1u);
+  EXPECT_EQ(users.slots[0].second, (std::vector<float>{1.5f, 1.75f, 2.0f, 2.25f, 2.5f, 2.75f}));
+  const VocabularyStats stats = loaded.vocabulary_stats("users");
+  EXPECT_EQ(stats.size, 3);
+  EXPECT_EQ(stats.inserted, 0);
+  EXPECT_EQ(stats.not_admitted_lookups, 3);
+  std::vector<float> video(6);
+  loaded.read_variable("video", "parameters", video);
+  EXPECT_EQ(video, std::vector<float>(6, 0.25f));
+
+  // Key 11 reaches min_count 3 with one more occurrence, keys 12 and 13 do not; at the end of step
+  // 8 the TTL removes the keys last seen at step 5.
+  const auto step = [&loaded](std::vector<int64_t> user_ids) {
+    std::vector<int64_t> video_ids{0};
+    const std::vector<FeatureInput> inputs{
+        DenseIds{.ids = std::span<const int64_t>(user_ids),
+                 .shape = {static_cast<int64_t>(user_ids.size())}},
+        DenseIds{.ids = std::span<const int64_t>(video_ids), .shape = {1}}};
+    std::vector<float> a(user_ids.size() * 2);
+    std::vector<float> b(2);
+    LookupBatch batch;
+    loaded.lookup(inputs, std::vector<std::span<float>>{a, b}, batch);
+    std::fill(a.begin(), a.end(), 0.0f);
+    std::fill(b.begin(), b.end(), 0.0f);
+    loaded.apply_gradients(batch, std::vector<std::span<const float>>{a, b});
+  };
+  step({11, 12});
+  EXPECT_EQ(loaded.read_dynamic_table("users").keys,
+            (std::vector<int64_t>{-7, 3, 11, int64_t{1} << 62}));
+  step({13});
+  EXPECT_EQ(loaded.read_dynamic_table("users").keys, (std::vector<int64_t>{11}));
+}
+
 TEST(DynamicCheckpointTest, LoadCheckpointRebuildsDynamicTables) {
   TemporaryDirectory directory;
   Embedding layer = make_layer();
