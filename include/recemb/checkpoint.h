@@ -209,6 +209,9 @@ struct CheckpointTable {
   int64_t vocabulary_size = 0;
   int64_t dim = 0;
   std::string optimizer = {};  // optimizer_name of the optimizer training it; empty: none
+  // A dynamic table (vocabulary_size 0): the keys it holds (docs/formats.md, "Dynamic tables").
+  bool dynamic = false;
+  int64_t num_keys = 0;
 };
 
 struct CheckpointInfo {

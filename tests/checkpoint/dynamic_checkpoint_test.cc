@@ -248,6 +248,11 @@ TEST(DynamicCheckpointTest, ManifestRecordsKeysCountsAndCounters) {
   const CheckpointInfo info = inspect_checkpoint(saved);
   EXPECT_TRUE(info.ok);
   EXPECT_EQ(info.format_version, 2);
+  EXPECT_TRUE(info.tables[0].dynamic);
+  EXPECT_EQ(info.tables[0].num_keys, stats.size);
+  EXPECT_FALSE(info.tables[2].dynamic);
+  // The manifest and every data file, the key arrays included.
+  EXPECT_EQ(info.files.size(), 1 + (2 + 5) + (2 + 5) + 2u);
 }
 
 // Placements that hold the tables as one part, or split them by keys (2 or 3 parts, each a range
@@ -770,6 +775,10 @@ TEST(DynamicCheckpointTest, LoadCheckpointRebuildsDynamicTables) {
   ASSERT_TRUE(loaded.tables()[0].dynamic_vocabulary);
   EXPECT_EQ(loaded.tables()[0].dynamic_vocabulary->min_count, 2);
   EXPECT_TRUE(bitwise_equal(state_of(loaded), state_of(layer)));
+  const Embedding tables_only = load_checkpoint(saved, {.tables_only = true, .num_threads = 1});
+  EXPECT_EQ(tables_only.read_dynamic_table("items").keys, layer.read_dynamic_table("items").keys);
+  EXPECT_TRUE(same_bits(tables_only.read_dynamic_table("items").parameters,
+                        layer.read_dynamic_table("items").parameters));
 }
 
 }  // namespace
