@@ -80,31 +80,34 @@ std::pair<int64_t, int64_t> part_range(const format::InputFile& keys, int64_t si
           first_key_of_part(keys, size, part.index_in_table + 1, part.row_stride)};
 }
 
-// Throws DataLoss naming `file` unless `keys` are in strictly increasing file order and, for a
-// part split by rows, all its own.
-void check_keys(std::span<const int64_t> keys, const TablePart& part,
-                const format::InputFile& file) {
+// "checkpoint file '<path>' (table '<name>' array '<array>') is damaged: ".
+std::string damaged(const format::InputFile& file, const TableEntry& table, DynamicArray array) {
+  return "checkpoint file '" + file.path().string() + "' (table '" + table.config.name +
+         "' array '" + std::string(kDynamicArrayNames[array]) + "') is damaged: ";
+}
+
+// Throws DataLoss (`damage` + what) unless `keys` are in strictly increasing file order and, for
+// a part split by rows, all its own.
+void check_keys(std::span<const int64_t> keys, const TablePart& part, const std::string& damage) {
   for (size_t i = 0; i < keys.size(); ++i) {
     if (i > 0 && !(file_order(keys[i - 1]) < file_order(keys[i]))) {
-      throw DataLoss("checkpoint file '" + file.path().string() + "' is damaged: key " +
-                     std::to_string(keys[i]) + " follows key " + std::to_string(keys[i - 1]) +
-                     ", out of (bucket, key) order or repeated");
+      throw DataLoss(damage + "key " + std::to_string(keys[i]) + " follows key " +
+                     std::to_string(keys[i - 1]) + ", out of (bucket, key) order or repeated");
     }
     if (part.strategy == ShardingStrategy::kRowWise &&
         key_part(keys[i], part.row_stride) != part.index_in_table) {
-      throw DataLoss("checkpoint file '" + file.path().string() + "' is damaged: key " +
-                     std::to_string(keys[i]) + " is out of (bucket, key) order");
+      throw DataLoss(damage + "key " + std::to_string(keys[i]) + " is out of (bucket, key) order");
     }
   }
 }
 
-// Throws DataLoss naming `file` unless every value is in [minimum, maximum].
-void check_range(std::span<const int64_t> values, int64_t minimum, int64_t maximum,
-                 const format::InputFile& file, int64_t first) {
+// Throws DataLoss (`damage` + what) unless every value is in [minimum, maximum]; `first` is the
+// index of values[0] in its array.
+void check_range(std::span<const int64_t> values, int64_t minimum, int64_t maximum, int64_t first,
+                 const std::string& damage) {
   for (size_t i = 0; i < values.size(); ++i) {
     if (values[i] < minimum || values[i] > maximum) {
-      throw DataLoss("checkpoint file '" + file.path().string() + "' is damaged: value " +
-                     std::to_string(values[i]) + " at index " +
+      throw DataLoss(damage + "value " + std::to_string(values[i]) + " at index " +
                      std::to_string(first + static_cast<int64_t>(i)) + " is outside [" +
                      std::to_string(minimum) + ", " + std::to_string(maximum) + "]");
     }
@@ -225,25 +228,27 @@ PartKeys read_part_keys(const fs::path& directory, const TableEntry& table, cons
         "more parts");
   }
   PartKeys keys{.first = first, .keys = read_int64s(keys_file, first, end - first)};
-  check_keys(keys.keys, part, keys_file);
+  check_keys(keys.keys, part, damaged(keys_file, table, kKeys));
   const format::InputFile last_seen_file = open_array(directory, table, kLastSeen);
   keys.last_seen = read_int64s(last_seen_file, first, end - first);
   // A key is last seen by a training lookup for step `step` + 1 at the latest.
-  check_range(keys.last_seen, std::numeric_limits<int64_t>::min(), step + 1, last_seen_file, first);
+  check_range(keys.last_seen, std::numeric_limits<int64_t>::min(), step + 1, first,
+              damaged(last_seen_file, table, kLastSeen));
   const format::InputFile counts_file = open_array(directory, table, kCounts);
   keys.counts = read_int64s(counts_file, first, end - first);
-  check_range(keys.counts, 0, std::numeric_limits<int64_t>::max(), counts_file, first);
+  check_range(keys.counts, 0, std::numeric_limits<int64_t>::max(), first,
+              damaged(counts_file, table, kCounts));
 
   const format::InputFile pending_keys_file = open_array(directory, table, kPendingKeys);
   const auto [pending_first, pending_end] =
       part_range(pending_keys_file, dynamic.num_pending(), part);
   keys.pending_keys = read_int64s(pending_keys_file, pending_first, pending_end - pending_first);
-  check_keys(keys.pending_keys, part, pending_keys_file);
+  check_keys(keys.pending_keys, part, damaged(pending_keys_file, table, kPendingKeys));
   const format::InputFile pending_counts_file = open_array(directory, table, kPendingCounts);
   keys.pending_counts =
       read_int64s(pending_counts_file, pending_first, pending_end - pending_first);
-  check_range(keys.pending_counts, 1, std::numeric_limits<int64_t>::max(), pending_counts_file,
-              pending_first);
+  check_range(keys.pending_counts, 1, std::numeric_limits<int64_t>::max(), pending_first,
+              damaged(pending_counts_file, table, kPendingCounts));
   return keys;
 }
 

@@ -39,9 +39,11 @@
 
 namespace recemb::internal {
 
-// The format version this code writes, and the newest it reads. A change that an older reader
-// would misread bumps it. Version 2 added dynamic tables (TableEntry::dynamic, int64 arrays).
+// The newest format version this code reads and writes. A change that an older reader would
+// misread bumps it. Version 2 added dynamic tables (TableEntry::dynamic, int64 arrays); a
+// checkpoint without one is written as version 1, which readers of version 1 read.
 inline constexpr int kCheckpointFormatVersion = 2;
+inline constexpr int kStaticCheckpointFormatVersion = 1;
 
 enum class ArrayType { kFloat32, kInt64 };
 

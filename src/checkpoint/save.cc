@@ -19,6 +19,9 @@
 //   b. every rank writes and fsyncs its parts' rows (a replicated table: rank 0's copy); a part
 //      holding its whole table is written as one stream, checksummed on the way; rank 0 writes
 //      the extra arrays (checksummed on the way too);
+//      a dynamic table's part gathers its keys' rows and key arrays in file order and writes them
+//      at its range of the files (checkpoint/dynamic_checkpoint.h; the ranks all-gather every
+//      part's number of keys before phase a, which sizes the files);
 //   c. the checksums of the wholly written files are all-gathered; the other files are dealt
 //      round-robin to the ranks, which read them back for their block and whole-file checksums,
 //      and those records are all-gathered too;
@@ -187,6 +190,8 @@ Manifest describe(const Embedding& embedding, const SaveOptions& options,
     }
     manifest.tables.push_back(std::move(table));
   }
+  manifest.format_version = dynamic_tables.empty() ? internal::kStaticCheckpointFormatVersion
+                                                   : internal::kCheckpointFormatVersion;
   for (size_t i = 0; i < options.extra_arrays.size(); ++i) {
     const NamedArray& extra = options.extra_arrays[i];
     manifest.extra_arrays.push_back(

@@ -711,7 +711,9 @@ TEST(DynamicCheckpointTest, InconsistentKeyArraysAreDataLossWithNothingChanged) 
     const State before = state_of(target);
     const std::string error = error_of<DataLoss>([&] { restore_checkpoint(target, saved); });
     EXPECT_THAT(error, HasSubstr(damage.message));
-    EXPECT_THAT(error, HasSubstr(std::string(internal::kDynamicArrayNames[damage.array])));
+    EXPECT_THAT(error, HasSubstr("(table 'items' array '" +
+                                 std::string(internal::kDynamicArrayNames[damage.array]) +
+                                 "') is damaged: "));
     EXPECT_TRUE(bitwise_equal(state_of(target), before));
   }
 }

@@ -41,7 +41,7 @@ class InspectCheckpointTest : public ::testing::Test {
 TEST_F(InspectCheckpointTest, DescribesEveryFile) {
   const CheckpointInfo info = inspect_checkpoint(directory_.path());  // a root: its latest
   EXPECT_TRUE(info.ok);
-  EXPECT_EQ(info.format_version, 2);
+  EXPECT_EQ(info.format_version, 1);
   EXPECT_EQ(info.step, 4);
   ASSERT_EQ(info.tables.size(), 3u);
   const std::vector<std::pair<std::string, std::string>> optimizers = {

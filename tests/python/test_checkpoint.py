@@ -147,7 +147,7 @@ def test_inspect_checkpoint(tmp_path):
     train(layer, rng, 2)
     path = layer.save(tmp_path)
     info = recemb.inspect_checkpoint(tmp_path)
-    assert info.ok and info.step == 2 and info.format_version == 2
+    assert info.ok and info.step == 2 and info.format_version == 1
     manifest = json.loads(info.manifest_json)
     assert [table["config"]["name"] for table in manifest["tables"]] == ["video", "user"]
     files = {f.path: f for f in info.files}
