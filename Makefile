@@ -5,6 +5,7 @@
 #   make test-full  `make test`, then clang-tidy, ASan+UBSan, TSan, benchmark smoke runs and fuzzing:
 #                every check CI runs (.ci/run is `make test-full`)
 #   make build   Release build of everything in build/release
+#   make python  a wheel of the Python package in build/wheel, built offline (pip install it)
 #   make format  apply clang-format to every C++ file
 #   make clean   remove build/
 # Single phases: check-format check-mirror test-release check-install test-python (make test);
@@ -14,7 +15,7 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .NOTPARALLEL:
 .DEFAULT_GOAL := build
-.PHONY: build run test test-full deps format clean help release-build test-begin test-summary \
+.PHONY: build run test test-full deps format clean help python release-build test-begin test-summary \
         check-format check-mirror test-release check-tidy test-asan test-tsan check-install \
         bench-smoke fuzz-smoke test-python
 
@@ -41,7 +42,7 @@ CTEST = $(2) ctest --preset $(1) -j $(JOBS) 2>&1 | tee build/ctest-$(1).log; \
           build/ctest-$(1).log >>$(COUNTS)
 
 help:
-	@sed -n '2,11s/^# \{0,1\}//p' Makefile
+	@sed -n '2,12s/^# \{0,1\}//p' Makefile
 
 deps:
 	@$(PHASE_START); scripts/install-deps; $(PHASE_END)
@@ -160,6 +161,12 @@ format:
 
 clean:
 	rm -rf build
+
+# A wheel of the Python package for /usr/bin/python3 (docs/python.md), built offline: no build
+# isolation (setuptools, wheel, numpy and pybind11 come from scripts/install-deps), no
+# dependencies downloaded. `/usr/bin/python3 -m pip install build/wheel/recemb-*.whl` installs it.
+python:
+	/usr/bin/python3 -m pip wheel --no-build-isolation --no-deps -w build/wheel .
 
 # The Python package (docs/python.md): the extension for Debian's /usr/bin/python3 (which has
 # numpy, pytest and torch), then the pytest suite; its passed count joins the final line.

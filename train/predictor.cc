@@ -1,7 +1,6 @@
 #include "train/predictor.h"
 
 #include <algorithm>
-#include <system_error>
 #include <utility>
 
 #include "recemb/error.h"
@@ -10,40 +9,19 @@
 
 namespace recemb::train {
 
-Predictor Predictor::open(const std::filesystem::path& model_dir, const OpenOptions& options) {
-  const std::filesystem::path embeddings_path = model_dir / kEmbeddingsFileName;
-  const std::filesystem::path dense_path = model_dir / kDenseFileName;
-  ServingModel embeddings = ServingModel::open(embeddings_path, options);
-  if (!std::filesystem::exists(dense_path)) {
-    throw std::system_error(std::make_error_code(std::errc::no_such_file_or_directory),
-                            "'" + model_dir.string() + "' has no dense model (" + kDenseFileName +
-                                "): it was exported from a checkpoint that is not one of recemb "
-                                "train, and serves lookups only");
-  }
-  DenseModelFile dense = read_dense_model_file(dense_path);
-  CriteoInput served;
-  try {
-    served = criteo_input(embeddings.tables(), embeddings.features(), dense.config.embedding_dim);
-  } catch (const InvalidArgument& error) {
-    throw DataLoss("'" + embeddings_path.string() + "' does not fit the dense model '" +
-                   dense_path.string() + "': " + error.what());
-  }
-  if (served.features != dense.input.features ||
-      served.vocabulary_sizes != dense.input.vocabulary_sizes) {
-    throw DataLoss("'" + embeddings_path.string() + "' does not fit the dense model '" +
-                   dense_path.string() +
-                   "': its features or vocabulary sizes differ from those the dense model was "
-                   "trained with (export both from one checkpoint)");
-  }
+Predictor Predictor::open(const std::filesystem::path& model, const OpenOptions& options) {
+  ServingModel embeddings = ServingModel::open(model_file_path(model), options);
+  ModelFileDensePart dense = read_dense_part(embeddings);
   return Predictor(std::move(embeddings), std::move(dense));
 }
 
-Predictor::Predictor(ServingModel embeddings, DenseModelFile dense)
+Predictor::Predictor(ServingModel embeddings, ModelFileDensePart dense)
     : embeddings_(std::move(embeddings)),
-      input_(std::move(dense.input)),
-      model_(dense.config),
-      buffers_(dense.config.embedding_dim) {
-  std::copy(dense.parameters.begin(), dense.parameters.end(), model_.parameters().begin());
+      vocabulary_sizes_(std::move(dense.vocabulary_sizes)),
+      model_(dense.dense.config),
+      buffers_(dense.dense.config.embedding_dim) {
+  std::copy(dense.dense.parameters.begin(), dense.dense.parameters.end(),
+            model_.parameters().begin());
 }
 
 void Predictor::predict(std::span<const std::string_view> lines, std::span<Prediction> results) {
@@ -65,7 +43,7 @@ void Predictor::predict(std::span<const std::string_view> lines, std::span<Predi
                                   : CriteoLabel::kPresent;
     const size_t slot = line_of_example_.size();
     std::optional<std::string> error = parse_criteo_line(
-        line, label, input_.vocabulary_sizes, batch_.labels[slot],
+        line, label, vocabulary_sizes_, batch_.labels[slot],
         std::span(batch_.dense).subspan(slot * kNumDenseFeatures, kNumDenseFeatures),
         batch_.categorical.data() + slot, lines.size());
     results[i] = Prediction{.error = error.value_or("")};

@@ -1,5 +1,5 @@
-// Predictor: click probabilities for raw Criteo lines from a model directory written by
-// `recemb export` (dense_export.h): the tables' serving model and the dense model. The one
+// Predictor: click probabilities for raw Criteo lines from the model file written by `recemb
+// export` (model_file.h: the tables and the dense model in one serving model). The one
 // implementation of prediction: `recemb predict` and a server call it.
 //
 //   Predictor predictor = Predictor::open("model");
@@ -14,7 +14,7 @@
 // are grouped into batches (docs/serving.md, "recemb predict").
 //
 // Thread safety: predict uses the Predictor's buffers: one Predictor per thread. Copies are
-// independent predictors sharing the mapped tables (a server copies one per worker).
+// independent predictors sharing the tables in memory (a server copies one per worker).
 #ifndef RECEMB_TRAIN_PREDICTOR_H_
 #define RECEMB_TRAIN_PREDICTOR_H_
 
@@ -27,9 +27,9 @@
 #include "recemb/serving.h"
 
 #include "train/batch_buffers.h"
-#include "train/dense_export.h"
 #include "train/dlrm_dense_model.h"
 #include "train/example_batch.h"
+#include "train/model_file.h"
 
 namespace recemb::train {
 
@@ -40,14 +40,12 @@ struct Prediction {
 
 class Predictor {
  public:
-  // Opens model_dir/embeddings.recemb (ServingModel::open with `options`) and
-  // model_dir/dense.recemb (read_dense_model_file) and checks that they belong together: the
-  // serving model's features are the dense model's input features, in order, each looking up a
-  // table of the recorded vocabulary size and of embedding_dim columns. Throws what those opens
-  // throw (DataLoss naming the file and part, std::system_error ENOENT for a missing file:
-  // exported from a checkpoint without a dense part), and DataLoss naming both files when they
-  // do not belong together.
-  static Predictor open(const std::filesystem::path& model_dir, const OpenOptions& options = {});
+  // Opens the model file `model` (a model directory: its model.recemb; model_file_path) with
+  // ServingModel::open and `options`, and reads its dense part (read_dense_part). Throws what
+  // those throw: DataLoss naming the file and the part, InvalidArgument for a model without a
+  // dense part (exported from a checkpoint that is not one of recemb train), std::system_error
+  // (ENOENT: a missing file or a directory without model.recemb).
+  static Predictor open(const std::filesystem::path& model, const OpenOptions& options = {});
 
   // The probability (or the refusal) of each line: results[i] for lines[i], results.size() ==
   // lines.size() (else InvalidArgument, nothing written). A line is a Criteo line without its
@@ -57,13 +55,12 @@ class Predictor {
   void predict(std::span<const std::string_view> lines, std::span<Prediction> results);
 
   const DlrmDenseConfig& config() const { return model_.config(); }
-  const CriteoInput& input() const { return input_; }
 
  private:
-  Predictor(ServingModel embeddings, DenseModelFile dense);
+  Predictor(ServingModel embeddings, ModelFileDensePart dense);
 
   ServingModel embeddings_;
-  CriteoInput input_;
+  std::vector<int64_t> vocabulary_sizes_;  // the rows C1..C26 are hashed into
   DlrmDenseModel model_;
   // Per call: the valid lines as a batch, the lookups' buffers, their probabilities and where
   // each valid line came from.

@@ -10,13 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <optional>
-#include <sys/resource.h>
-#include <unistd.h>
 #include <utility>
-#include <variant>
 
 #include "recemb/checkpoint.h"
 #include "recemb/embedding.h"
@@ -27,15 +23,15 @@
 #include "train/criteo_profile.h"
 #include "train/criteo_reader.h"
 #include "train/data_parallel.h"
-#include "train/dense_export.h"
 #include "train/dense_optimizer.h"
 #include "train/dlrm_dense_model.h"
 #include "train/embedding_model.h"
-#include "train/float_text.h"
 #include "train/metrics.h"
 #include "train/metrics_log.h"
 #include "train/prefetching_source.h"
-#include "train/synthetic_criteo.h"
+#include "train/run_resources.h"
+#include "train/trainer_checkpoint.h"
+#include "train/training_data.h"
 
 namespace recemb::train {
 namespace {
@@ -46,81 +42,9 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Checkpoint names of the trainer's own state (beside recemb's tables and slots, and the dense
-// model's parameters and shape: dense_export.h).
-constexpr char kDenseOptimizerSlots[] = "dense/optimizer_slots";
-constexpr char kDataPosition[] = "data_position";
-constexpr char kDenseOptimizerStep[] = "dense_optimizer_step";
-constexpr char kExamples[] = "examples";
-constexpr char kLossWindow[] = "loss_window";  // "<sum> <count>" of the unrecorded steps
-constexpr char kSettings[] = "train_config";   // to_toml of the run's settings
-
-// The held-out set taken from the head of data.path (no data.eval_path) holds at most this share
-// of the file's bytes (docs/training.md, "The held-out set").
-constexpr double kMaxHeldOutShare = 0.2;
-
 // A run "did not learn" when its held-out AUC ends below this, or its log loss not below the one
 // before its first step (docs/training.md, "What a run prints and writes").
 constexpr double kLearnedAuc = 0.52;
-
-// The bytes of the file `path` before a CriteoReader `position` of a reader of that file alone
-// ("criteo:<file index>:<offset>:<line>", criteo_reader.h; at its end, the index is 1).
-int64_t bytes_before(const std::string& position, const std::string& path) {
-  const size_t first = position.find(':'), second = position.find(':', first + 1);
-  if (std::stoll(position.substr(first + 1)) > 0) {
-    return static_cast<int64_t>(std::filesystem::file_size(path));
-  }
-  return std::stoll(position.substr(second + 1));
-}
-
-// The bytes one step needs beyond the tables, per example of train.batch_size: the batch as read
-// (three copies: the one trained on, the one read ahead, the reader's), the embedding activations
-// and their gradients, the lookup's record of the ids, and the dense layers' activations and
-// gradients (bottom MLP, the interaction's vectors, Gram matrix and output, top MLP).
-int64_t bytes_per_example(const TrainConfig& config) {
-  const int64_t d = config.model.embedding_dim, n = kNumCategoricalFeatures, f = n + 1;
-  const int64_t example = 4 * (1 + kNumDenseFeatures) + 8 * n;
-  int64_t dense = kNumDenseFeatures + f * d + f * f + d + f * (f - 1) / 2 + 1;
-  for (int64_t width : config.model.bottom_mlp) dense += width;
-  for (int64_t width : config.model.top_mlp) dense += width;
-  return 3 * example + 2 * 4 * n * d + 3 * 8 * n + 2 * 4 * dense;
-}
-
-// What this process may allocate: the machine's memory, or less under an address-space limit.
-int64_t memory_limit_bytes(std::string& what) {
-  what = "the machine's memory";
-  int64_t limit = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  rlimit address_space{};
-  if (getrlimit(RLIMIT_AS, &address_space) == 0 && address_space.rlim_cur != RLIM_INFINITY &&
-      static_cast<int64_t>(address_space.rlim_cur) < limit) {
-    limit = static_cast<int64_t>(address_space.rlim_cur);
-    what = "this process's address-space limit (ulimit -v)";
-  }
-  return limit;
-}
-
-std::string gib(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
-  return text;
-}
-
-// Refuses a batch (and held-out set) whose buffers would not fit, before they are allocated
-// (docs/training.md, "Scale").
-void check_memory(const TrainConfig& config) {
-  const int64_t step = config.train.batch_size * bytes_per_example(config);
-  const int64_t held_out =
-      config.data.eval_examples * (4 * (2 + kNumDenseFeatures) + 8 * kNumCategoricalFeatures);
-  std::string what;
-  const int64_t limit = memory_limit_bytes(what);
-  if (step + held_out > limit) {
-    throw InvalidArgument("train.batch_size " + std::to_string(config.train.batch_size) +
-                          " needs about " + gib(step) + " per step and data.eval_examples " +
-                          std::to_string(config.data.eval_examples) + " about " + gib(held_out) +
-                          ", more than " + what + " (" + gib(limit) +
-                          "): lower train.batch_size or data.eval_examples");
-  }
-}
 
 // The Embedding of every rank of `group`: with several ranks, its tables placed over them as
 // embedding.sharding says; alone, whole tables exactly as without a communicator.
@@ -156,41 +80,6 @@ std::vector<int64_t> vocabulary_sizes(const Embedding& embedding) {
   return sizes;
 }
 
-// Of the whole tables and slots, wherever they lie.
-int64_t embedding_bytes(const Embedding& embedding) {
-  int64_t bytes = 0;
-  for (const TableConfig& table : embedding.tables()) {
-    for (const std::string& variable : embedding.variable_names(table.name)) {
-      int64_t floats = 1;
-      for (int64_t extent : embedding.variable_shape(table.name, variable)) floats *= extent;
-      bytes += floats * static_cast<int64_t>(sizeof(float));
-    }
-  }
-  return bytes;
-}
-
-// "20 table-wise, 6 row-wise": how many tables follow each strategy.
-std::string strategy_counts(const Placement& placement) {
-  std::map<std::string, int> counts;
-  for (const TablePlacement& table : placement.tables) {
-    ++counts[std::string(sharding_strategy_name(table.strategy))];
-  }
-  std::string text;
-  for (const auto& [name, count] : counts) {
-    if (!text.empty()) text += ", ";
-    std::string words = name;
-    std::replace(words.begin(), words.end(), '_', '-');
-    text += std::to_string(count) + " " + words;
-  }
-  return text;
-}
-
-int64_t peak_resident_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
-}
-
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const RunOptions& options)
@@ -217,12 +106,14 @@ class Trainer {
                             : std::filesystem::path(config.checkpoint.dir)) {
     // Checked by every rank and agreed on: ranks on other machines may have other limits.
     locally([&] {
-      check_memory(config_);
-      open_data();
+      check_memory(config_, memory_limit());
+      data_ = open_training_data(config_, sizes_);
+      summary_.best_auc = data_.best_auc;
+      summary_.best_log_loss = data_.best_log_loss;
     });
     sync();
-    if (group_.size() > 1) expect_same_on_every_rank(eval_set_.size, "held-out examples");
-    prefetching_.emplace(*train_source_, config.train.batch_size);
+    if (group_.size() > 1) expect_same_on_every_rank(data_.eval_set.size, "held-out examples");
+    prefetching_.emplace(*data_.train_source, config.train.batch_size);
   }
 
   TrainSummary run() {
@@ -407,88 +298,14 @@ class Trainer {
     }
   }
 
-  void open_data() {
-    if (config_.data.path.empty()) {
-      train_source_ = std::make_unique<SyntheticCriteo>(
-          SyntheticOptions{.seed = config_.data.synthetic_seed, .vocabulary_sizes = sizes_});
-      SyntheticCriteo eval_source(SyntheticOptions{.seed = config_.data.synthetic_seed,
-                                                   .vocabulary_sizes = sizes_,
-                                                   .split = SyntheticSplit::kEval});
-      eval_source.next(eval_set_, config_.data.eval_examples);
-      // The planted model's own scores: the ceiling the trained model is measured against.
-      std::vector<float> best(static_cast<size_t>(eval_set_.size));
-      for (int64_t i = 0; i < eval_set_.size; ++i) {
-        best[i] = static_cast<float>(1 / (1 + std::exp(-eval_source.logit(eval_set_, i))));
-      }
-      summary_.best_auc = roc_auc(best, eval_set_.labels);
-      summary_.best_log_loss = log_loss(best, eval_set_.labels);
-      return;
-    }
-    summary_.best_auc = summary_.best_log_loss = std::nan("");
-    const ReaderOptions reader_options{.vocabulary_sizes = sizes_,
-                                       .max_malformed = config_.data.max_malformed};
-    const std::vector<std::string> paths{config_.data.path};
-    auto reader = std::make_unique<CriteoReader>(paths, reader_options);
-    const CriteoReader* held_out_reader = reader.get();
-    if (config_.data.eval_path.empty()) {
-      reader->next(eval_set_, config_.data.eval_examples);  // the file's first examples
-    } else {
-      eval_reader_ = std::make_unique<CriteoReader>(
-          std::vector<std::string>{config_.data.eval_path}, reader_options);
-      eval_reader_->next(eval_set_, config_.data.eval_examples);
-      held_out_reader = eval_reader_.get();
-    }
-    if (eval_set_.size == 0) {
-      throw InvalidArgument(
-          "no held-out examples could be read from " +
-          (config_.data.eval_path.empty() ? config_.data.path : config_.data.eval_path));
-    }
-    bytes_per_line_ =
-        static_cast<double>(bytes_before(
-            held_out_reader->position(),
-            held_out_reader == reader.get() ? config_.data.path : config_.data.eval_path)) /
-        static_cast<double>(eval_set_.size);
-    const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(config_.data.path));
-    const int64_t held_out_bytes = bytes_before(reader->position(), config_.data.path);
-    if (config_.data.eval_path.empty() &&
-        static_cast<double>(held_out_bytes) > kMaxHeldOutShare * static_cast<double>(file_bytes)) {
-      // A small file: hold out its first examples up to a fifth of its bytes, and train on the
-      // rest (docs/training.md, "The held-out set").
-      const int64_t read = eval_set_.size;
-      if (read < 2) {
-        throw InvalidArgument(config_.data.path + " holds " + std::to_string(read) +
-                              " example: too few to hold some out and train on the rest; give "
-                              "more data, and a held-out file as data.eval_path (--eval-data)");
-      }
-      const int64_t kept =
-          std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(read) * kMaxHeldOutShare *
-                                                   static_cast<double>(file_bytes) /
-                                                   static_cast<double>(held_out_bytes)),
-                              1, read - 1);
-      reader = std::make_unique<CriteoReader>(paths, reader_options);  // from the start again
-      reader->next(eval_set_, kept);
-      held_out_message_ =
-          "data.eval_examples = " + std::to_string(config_.data.eval_examples) +
-          " would hold out " + std::to_string(read) + " examples of " + config_.data.path + " (" +
-          std::to_string(std::lround(100.0 * static_cast<double>(held_out_bytes) /
-                                     static_cast<double>(file_bytes))) +
-          "% of the file): holding out its first " + std::to_string(eval_set_.size) +
-          " examples instead (at most a fifth of the file) and training on the "
-          "rest; give a held-out file as data.eval_path (--eval-data) to train on "
-          "all of it";
-    }
-    train_reader_ = reader.get();
-    train_source_ = std::move(reader);
-  }
-
   // The step at which the data is expected to end, or train.steps if it is expected to last:
   // for a Criteo file, from its bytes left and the held-out lines' mean length.
   int64_t expected_last_step() {
-    if (train_reader_ == nullptr) return config_.train.steps;
+    if (data_.train_reader == nullptr) return config_.train.steps;
     const auto left =
         static_cast<double>(static_cast<int64_t>(std::filesystem::file_size(config_.data.path)) -
                             bytes_before(trained_position_, config_.data.path));
-    const auto examples = static_cast<int64_t>(std::ceil(left / bytes_per_line_));
+    const auto examples = static_cast<int64_t>(std::ceil(left / data_.bytes_per_line));
     const int64_t steps = (examples + config_.train.batch_size - 1) / config_.train.batch_size;
     if (embedding_.step() + steps >= config_.train.steps) return config_.train.steps;
     progress_.message(
@@ -501,7 +318,7 @@ class Trainer {
 
   void collect_malformed_lines() {
     prefetching_->pause();  // the readers' counters are then ours to read
-    for (const CriteoReader* reader : {train_reader_, eval_reader_.get()}) {
+    for (const CriteoReader* reader : {data_.train_reader, data_.eval_reader.get()}) {
       if (reader == nullptr) continue;
       summary_.malformed_lines += reader->malformed_lines();
       const auto messages = reader->malformed_messages();
@@ -522,7 +339,7 @@ class Trainer {
                   model_.parameters().size(),
                   config_.data.path.empty() ? "synthetic Criteo-like" : config_.data.path.c_str());
     progress_.message(line);
-    if (!held_out_message_.empty()) progress_.message("warning: " + held_out_message_);
+    if (!data_.held_out_message.empty()) progress_.message("warning: " + data_.held_out_message);
     if (group_.size() > 1) {
       const Slice largest = rank_slice(config_.train.batch_size, group_.size() - 1, group_.size());
       progress_.message("data-parallel on " + std::to_string(group_.size()) +
@@ -599,21 +416,21 @@ class Trainer {
   // predictions are then gathered, so every rank computes the metrics of the whole set.
   EvalRecord evaluate() {
     const Clock::time_point t = Clock::now();
-    const Slice mine = group_.slice(eval_set_.size);
+    const Slice mine = group_.slice(data_.eval_set.size);
     // Lookups are collective: every rank makes as many as the largest slice needs (a rank whose
     // slice is shorter looks up empty batches).
-    const int64_t largest = (eval_set_.size + group_.size() - 1) / group_.size();
+    const int64_t largest = (data_.eval_set.size + group_.size() - 1) / group_.size();
     const int64_t batches = (largest + config_.train.batch_size - 1) / config_.train.batch_size;
     std::vector<float>& mine_predicted = group_.size() == 1 ? probabilities_ : local_probabilities_;
     mine_predicted.resize(static_cast<size_t>(mine.count));
     for (int64_t b = 0; b < batches; ++b) {
       const int64_t begin = std::min(b * config_.train.batch_size, mine.count);
       const int64_t count = std::min(config_.train.batch_size, mine.count - begin);
-      buffers_.bind(eval_set_, mine.begin + begin, count);
+      buffers_.bind(data_.eval_set, mine.begin + begin, count);
       embedding_.lookup(buffers_.inputs(), buffers_.activations());
       if (count == 0) continue;
       locally([&] {
-        model_.predict(std::span(eval_set_.dense)
+        model_.predict(std::span(data_.eval_set.dense)
                            .subspan(static_cast<size_t>((mine.begin + begin) * kNumDenseFeatures),
                                     static_cast<size_t>(count * kNumDenseFeatures)),
                        buffers_.activation_views(),
@@ -626,8 +443,8 @@ class Trainer {
       group_.all_gather(local_probabilities_, probabilities_);
     }
     const EvalRecord record{.step = embedding_.step(),
-                            .auc = roc_auc(probabilities_, eval_set_.labels),
-                            .log_loss = log_loss(probabilities_, eval_set_.labels)};
+                            .auc = roc_auc(probabilities_, data_.eval_set.labels),
+                            .log_loss = log_loss(probabilities_, data_.eval_set.labels)};
     locally([&] {
       if (metrics_) metrics_->add(record);
     });
@@ -635,7 +452,7 @@ class Trainer {
     std::snprintf(line, sizeof line,
                   "eval at step %" PRId64 ": AUC %.4f, log loss %.4f (%" PRId64
                   " held-out examples)",
-                  record.step, record.auc, record.log_loss, eval_set_.size);
+                  record.step, record.auc, record.log_loss, data_.eval_set.size);
     progress_.message(line);
     summary_.eval_seconds += seconds_since(t);
     return record;
@@ -645,18 +462,14 @@ class Trainer {
     if (embedding_.step() == last_saved_step_) return;  // e.g. resumed at the final step
     last_saved_step_ = embedding_.step();
     const Clock::time_point t = Clock::now();
-    const std::filesystem::path path = save_checkpoint(
-        embedding_, checkpoint_dir_,
-        {.keep_last = config_.checkpoint.keep,
-         .extra_arrays = {{.name = kDenseParametersArray, .values = model_.parameters()},
-                          {.name = kDenseOptimizerSlots, .values = dense_optimizer_.slots()}},
-         .metadata = {{kDataPosition, trained_position_},
-                      {kSettings, to_toml(config_)},
-                      {kDenseModelMetadata, dense_config_to_json(model_.config())},
-                      {kDenseOptimizerStep, std::to_string(dense_optimizer_.step())},
-                      {kExamples, std::to_string(examples_total_)},
-                      {kLossWindow,
-                       double_text(loss_window_sum_) + " " + std::to_string(loss_window_count_)}}});
+    const std::filesystem::path path =
+        save_checkpoint(embedding_, checkpoint_dir_,
+                        trainer_save_options(config_, model_, dense_optimizer_,
+                                             {.data_position = trained_position_,
+                                              .examples = examples_total_,
+                                              .loss_window_sum = loss_window_sum_,
+                                              .loss_window_count = loss_window_count_},
+                                             config_.checkpoint.keep));
     summary_.checkpoint_seconds += seconds_since(t);
     progress_.message("checkpoint " + path.string());
   }
@@ -675,39 +488,15 @@ class Trainer {
                         "; starting from step 0");
       return;
     }
-    const std::optional<std::filesystem::path> latest = std::filesystem::path(newest);
-    RestoredState state = restore_checkpoint(embedding_, *latest);
+    const RestoredState state = restore_checkpoint(embedding_, newest);
     last_saved_step_ = embedding_.step();
-    const auto array = [&](const char* name, std::span<float> into) {
-      auto it = state.extra_arrays.find(name);
-      if (it == state.extra_arrays.end() || it->second.size() != into.size()) {
-        throw InvalidArgument(latest->string() + ": '" + name + "' is missing or has " +
-                              "another size than this configuration's model");
-      }
-      std::copy(it->second.begin(), it->second.end(), into.begin());
-    };
-    const auto text = [&](const char* name) -> const std::string& {
-      auto it = state.metadata.find(name);
-      if (it == state.metadata.end()) {
-        throw InvalidArgument(latest->string() + ": metadata '" + name + "' is missing");
-      }
-      return it->second;
-    };
-    // Checkpoints of older versions hold no settings: they resume unchecked.
-    if (const auto saved = state.metadata.find(kSettings); saved != state.metadata.end()) {
-      check_resume_settings(saved->second, config_, latest->string());
-    }
-    array(kDenseParametersArray, model_.parameters());
-    array(kDenseOptimizerSlots, dense_optimizer_.slots());
-    dense_optimizer_.set_step(std::stoll(text(kDenseOptimizerStep)));
-    prefetching_->seek(text(kDataPosition));
-    examples_total_ = std::stoll(text(kExamples));
-    if (std::sscanf(text(kLossWindow).c_str(), "%lf %" SCNd64, &loss_window_sum_,
-                    &loss_window_count_) != 2) {
-      throw InvalidArgument(latest->string() + ": malformed metadata '" + kLossWindow + "'");
-    }
-    progress_.message("resumed from " + latest->string() + " at step " +
-                      std::to_string(embedding_.step()));
+    const TrainerProgress progress =
+        restore_trainer_state(state, config_, newest, model_, dense_optimizer_);
+    prefetching_->seek(progress.data_position);
+    examples_total_ = progress.examples;
+    loss_window_sum_ = progress.loss_window_sum;
+    loss_window_count_ = progress.loss_window_count;
+    progress_.message("resumed from " + newest + " at step " + std::to_string(embedding_.step()));
   }
 
   const TrainConfig& config_;
@@ -723,12 +512,9 @@ class Trainer {
   BatchBuffers buffers_;
   LookupBatch lookup_batch_;
   std::filesystem::path output_dir_, checkpoint_dir_;
-  std::unique_ptr<ExampleSource> train_source_;
-  CriteoReader* train_reader_ = nullptr;  // train_source_ when it reads a file
-  // Reads train_source_ one batch ahead on its own thread; the loop uses only this.
+  TrainingData data_;
+  // Reads data_.train_source one batch ahead on its own thread; the loop uses only this.
   std::optional<PrefetchingSource> prefetching_;
-  std::unique_ptr<CriteoReader> eval_reader_;
-  ExampleBatch eval_set_;
   std::vector<float> probabilities_;        // of the whole held-out set
   std::vector<float> local_probabilities_;  // of this rank's slice (several ranks)
   std::vector<float> dense_gradients_;      // averaged over the ranks (several ranks)
@@ -742,8 +528,6 @@ class Trainer {
   int64_t last_saved_step_ = -1;
   // The data position after the last batch trained on (what a checkpoint saves).
   std::string trained_position_;
-  double bytes_per_line_ = 0;     // of the held-out examples read (Criteo files)
-  std::string held_out_message_;  // why the held-out set is smaller than data.eval_examples
 };
 
 }  // namespace

@@ -40,6 +40,9 @@ RECEMB_EXPORT std::string_view when_full_name(WhenFull value);
 // The inverse of when_full_name; anything else throws InvalidArgument listing the valid names.
 RECEMB_EXPORT WhenFull parse_when_full(std::string_view name);
 
+// The most keys a dynamic table holds (its index numbers slots in 32 bits).
+inline constexpr int64_t kMaxDynamicCapacity = int64_t{1} << 31;
+
 // A dynamic table: rows keyed by any int64 id, admitted and evicted as training sees them
 // (docs/semantics.md, "Dynamic vocabularies"). In short: a key without a row looks up a zero row
 // (its weight still counts in mean and sqrtn); each occurrence in a training lookup counts, and
@@ -47,7 +50,8 @@ RECEMB_EXPORT WhenFull parse_when_full(std::string_view name);
 // (table seed, key) alone; pure lookups never insert, count or evict.
 struct DynamicVocabulary {
   // Most keys held, all shards together (>= 1). A table split by rows into P parts holds at most
-  // ceil(capacity / P) keys in each, and when_full applies per part.
+  // ceil(capacity / P) keys in each, and when_full applies per part. At most
+  // kMaxDynamicCapacity.
   int64_t capacity = 0;
   int64_t min_count = 1;  // training-lookup occurrences before a key gets a row, >= 1
   // Unset: keys stay until evicted to make room. T >= 1: at the end of the apply_gradients that
@@ -56,11 +60,17 @@ struct DynamicVocabulary {
   WhenFull when_full = WhenFull::kEvictLeastRecent;
 };
 
+// Throws InvalidArgument naming `owner` (for example "table 'user'") and the field when capacity
+// or min_count is < 1, ttl_steps is set and < 1, or when_full is not a WhenFull value. The
+// Embedding's constructor checks every dynamic table so; bindings call it to check a config early.
+RECEMB_EXPORT void validate_dynamic_vocabulary(const DynamicVocabulary& vocabulary,
+                                               std::string_view owner);
+
 struct TableConfig {
   std::string name = {};  // required, unique among the tables of an Embedding
   // Number of rows (>= 1): ids are rows [0, vocabulary_size). 0 for a dynamic table.
   int64_t vocabulary_size = 0;
-  int64_t dim = 0;              // row width, >= 1
+  int64_t dim = 0;  // row width, >= 1
   Initializer initializer = TruncatedNormal{};
   // This table's optimizer; unset means the Embedding's global optimizer.
   std::optional<Optimizer> optimizer = {};

@@ -257,9 +257,10 @@ class RECEMB_EXPORT Embedding {
 
   // Dynamic tables (config.h, DynamicVocabulary; docs/semantics.md, "Dynamic vocabularies"). The
   // whole-variable calls above throw FailedPrecondition for them: they have keys, not rows.
-  // vocabulary_stats and read_dynamic_table need every part of the table on this rank (one
-  // process, or a replicated table); otherwise FailedPrecondition. InvalidArgument for an unknown
-  // table, FailedPrecondition for a static one.
+  // With several ranks all three are collective: the stats and contents are of the whole table
+  // (gathered from every rank), and every rank passes write_dynamic_table the same contents, of
+  // which it keeps the keys its parts hold. InvalidArgument for an unknown table,
+  // FailedPrecondition for a static one.
   VocabularyStats vocabulary_stats(std::string_view table) const;
   DynamicTableContents read_dynamic_table(std::string_view table) const;
   // Replaces the table's keys, rows and slots with `contents` (as read_dynamic_table gives them),

@@ -14,5 +14,6 @@
 #include "recemb/optimizer.h"
 #include "recemb/placement.h"
 #include "recemb/serving.h"
+#include "recemb/string_key.h"
 
 #endif  // RECEMB_RECEMB_H_

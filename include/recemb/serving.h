@@ -5,16 +5,27 @@
 //   const recemb::ServingModel model = recemb::ServingModel::open("model.recemb");
 //   model.lookup(inputs, activations);  // as Embedding::lookup; from any number of threads
 //
-// The file holds the tables (no optimizer slots) and the table and feature configs; its format
-// (header, JSON manifest, 64-byte-aligned table blobs, XXH3-64 checksums covering every byte) is
-// specified in docs/serving.md, with the error bounds of float16 and int8.
+// The file holds the tables (no optimizer slots) and the table and feature configs, and may hold
+// the caller's named float32 arrays and string metadata beside them (the dense part of a ranking
+// model and its settings, so that one file serves the whole model):
+//
+//   recemb::export_serving_model(layer, "model.recemb",
+//                                {.extra_arrays = {{.name = "top/weights", .shape = {64, 1},
+//                                                   .values = weights}},
+//                                 .metadata = {{"top/activation", "sigmoid"}}});
+//   model.extra_array("top/weights").values;  model.metadata().at("top/activation");
+//
+// Its format (header, JSON manifest, 64-byte-aligned blobs, XXH3-64 checksums covering every
+// byte) is specified in docs/serving.md, with the error bounds of float16 and int8.
 #ifndef RECEMB_SERVING_H_
 #define RECEMB_SERVING_H_
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -40,8 +51,23 @@ RECEMB_EXPORT std::string_view serving_dtype_name(ServingDtype dtype);
 // names.
 RECEMB_EXPORT ServingDtype parse_serving_dtype(std::string_view name);
 
+// A named float32 array stored in a serving model beside the tables (as SaveOptions::extra_arrays
+// beside a checkpoint's), with its shape.
+struct ServingArray {
+  std::string name = {};            // non-empty, unique among the model's extra arrays
+  std::vector<int64_t> shape = {};  // row-major extents, each >= 0; {} holds one value
+  // product(shape) values. Given to export_serving_model: borrowed for the call only. Read from
+  // a ServingModel: in the model's memory, valid as long as any copy of the model.
+  std::span<const float> values = {};
+};
+
 struct ExportOptions {
   ServingDtype dtype = ServingDtype::kFloat32;  // how table values are stored
+  // Stored in float32 whatever the dtype (read back bitwise), in this order, and checksummed as
+  // the tables are.
+  std::vector<ServingArray> extra_arrays = {};
+  // Small caller strings (the settings a model was trained with, how to read its inputs, ...).
+  std::map<std::string, std::string> metadata = {};
 };
 
 // Writes `embedding`'s tables ("parameters" only, no slots) in options.dtype, with its table
@@ -51,21 +77,24 @@ struct ExportOptions {
 // Throws, before creating any file, InvalidArgument for an options.dtype that is not a
 // ServingDtype or a table value that the dtype cannot hold (any non-finite value; |x| >= 65520
 // for kFloat16; a row whose max - min overflows float for kInt8), naming the table, row, column
-// and value. A failing file-system call throws std::system_error with its errno, naming the call
-// and the file (an existing directory is needed). On any throw `path` is as it was (absent, or
-// the previous file) and the temporary file is removed, except when only the fsync of the
-// directory after the rename failed: `path` then holds the new, complete model.
-// Reads the tables while it runs: no call that changes `embedding` may run concurrently.
+// and value; for an extra array with an empty or repeated name, a negative extent, a shape whose
+// product is not values.size(), or a non-finite value (naming the array and the index); for
+// names, keys or values that are not UTF-8. A failing file-system call throws std::system_error
+// with its errno, naming the call and the file (an existing directory is needed). On any throw
+// `path` is as it was (absent, or the previous file) and the temporary file is removed, except when
+// only the fsync of the directory after the rename failed: `path` then holds the new, complete
+// model. Reads the tables while it runs: no call that changes `embedding` may run concurrently.
 RECEMB_EXPORT void export_serving_model(const Embedding& embedding,
                                         const std::filesystem::path& path,
                                         const ExportOptions& options = {});
 
 struct OpenOptions {
   // What ServingModel::open checks, as InspectOptions::verify for checkpoints. Always the header,
-  // the manifest (checksummed, parsed, configs validated) and that every table blob lies inside
-  // the file. true: also the checksum of every table blob, one more pass over the bytes read, at
-  // the speed of memory. false: skips that pass; damaged table bytes then go undetected and give
-  // wrong activations (never an access outside the model). Either way open reads the whole file.
+  // the manifest (checksummed, parsed, configs validated) and that every blob lies inside the
+  // file. true: also the checksum of every blob (tables and extra arrays), one more pass over the
+  // bytes read, at the speed of memory. false: skips that pass; damaged blob bytes then go
+  // undetected and give wrong activations or array values (never an access outside the model).
+  // Either way open reads the whole file.
   bool verify = true;
 };
 
@@ -81,11 +110,11 @@ class RECEMB_EXPORT ServingModel {
   // Reads and checks `path` (see OpenOptions::verify), through the library's file system
   // (as checkpoints are read). Throws, naming the file: DataLoss when it is
   // not a serving model, of an unsupported format version, truncated, or damaged (a checksum
-  // mismatch, naming the header, the manifest or the table), or when its manifest or configs are
-  // invalid (naming the field, table or feature); InvalidArgument when it is not a regular file (a
-  // directory, a FIFO: found without blocking); std::system_error with the errno for a failing
-  // system call (open, read; ENOENT: a missing file); std::bad_alloc when the file does not fit
-  // in memory.
+  // mismatch, naming the header, the manifest, the table or the extra array), or when its manifest
+  // or configs are invalid (naming the field, table or feature); InvalidArgument when it is not a
+  // regular file (a directory, a FIFO: found without blocking); std::system_error with the errno
+  // for a failing system call (open, read; ENOENT: a missing file); std::bad_alloc when the file
+  // does not fit in memory.
   static ServingModel open(const std::filesystem::path& path, const OpenOptions& options = {});
 
   ServingModel(const ServingModel&);
@@ -99,6 +128,12 @@ class RECEMB_EXPORT ServingModel {
   // The exported configs, in the Embedding's order; tables have no optimizer.
   const std::vector<TableConfig>& tables() const;
   const std::vector<FeatureConfig>& features() const;
+  // ExportOptions::extra_arrays as exported (names, shapes, values bitwise), in their order, and
+  // ExportOptions::metadata. None in a file of format version 1.
+  const std::vector<ServingArray>& extra_arrays() const;
+  const std::map<std::string, std::string>& metadata() const;
+  // The extra array named `name`; InvalidArgument listing the model's array names otherwise.
+  const ServingArray& extra_array(std::string_view name) const;
 
   // As Embedding::activation_shape: output shape + [dim]; InvalidArgument if `feature` is out of
   // range or the input does not fit the feature's config.

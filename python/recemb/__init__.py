@@ -17,9 +17,9 @@ from recemb import initializers, optimizers, schedules
 from recemb._recemb import (Communicator, DataLoss, FailedPrecondition, InvalidArgument,
                             ResourceExhausted,
                             in_process_communicators, local_communicator, mpi_available,
-                            mpi_communicator)
+                            mpi_communicator, string_key, string_keys)
 from recemb.checkpoint import inspect_checkpoint, latest_checkpoint
-from recemb.config import FeatureConfig, QuantizationConfig, TableConfig
+from recemb.config import DynamicVocabulary, FeatureConfig, QuantizationConfig, TableConfig
 from recemb.embedding import Embedding, LookupBatch, serving_embedding_lookup
 from recemb.inputs import Ragged, Sparse
 from recemb.placement import Placement
@@ -27,7 +27,8 @@ from recemb.serving import ServingModel
 
 __version__ = "0.1.0"
 
-__all__ = ["TableConfig", "FeatureConfig", "QuantizationConfig", "Ragged", "Sparse", "Embedding",
+__all__ = ["TableConfig", "FeatureConfig", "QuantizationConfig", "DynamicVocabulary",
+           "string_key", "string_keys", "Ragged", "Sparse", "Embedding",
            "LookupBatch", "serving_embedding_lookup", "ServingModel", "latest_checkpoint",
            "inspect_checkpoint", "InvalidArgument", "FailedPrecondition", "DataLoss", "ResourceExhausted", "Placement",
            "Communicator", "local_communicator", "in_process_communicators", "mpi_available",

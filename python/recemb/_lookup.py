@@ -166,7 +166,8 @@ def _lookup_arguments(engine, resolved, features, weights, new_arrays, out=None)
     flat_ids = _nest.flatten_up_to(resolved.structure, features, "features")
     flat_weights = ([None] * len(names) if weights is None else
                     _nest.flatten_up_to(resolved.structure, weights, "weights"))
-    views = [feature_input(name, ids, w) for name, ids, w in zip(names, flat_ids, flat_weights)]
+    views = [feature_input(name, ids, w, dynamic_table) for name, ids, w, dynamic_table
+             in zip(names, flat_ids, flat_weights, resolved.dynamic_tables)]
     shapes = [engine.activation_shape(f, view) for f, view in enumerate(views)]
     if out is None:
         _check_activation_sizes(names, shapes)

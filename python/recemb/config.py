@@ -55,26 +55,83 @@ class QuantizationConfig:
                 f"upper={self.upper})")
 
 
+class DynamicVocabulary:
+    """The keys of a dynamic table (TableConfig(vocabulary=...)): rows keyed by any int64 id (or a
+    str / bytes id, by its string key), admitted and evicted as training sees them
+    (docs/semantics.md, "Dynamic vocabularies").
+
+    capacity: the most keys held, all shards together (>= 1).
+    min_count: occurrences in training lookups before a key gets a row (>= 1).
+    ttl_steps: None (keys stay until evicted to make room), or T >= 1: keys not seen by a training
+        lookup for T steps are removed at the end of apply_gradients.
+    when_full: what admitting a key beyond capacity does: "evict_least_recent",
+        "evict_least_frequent" or "error".
+
+    Every argument is checked here (ValueError naming the field), as optimizers are.
+    """
+
+    def __init__(self, capacity: int, min_count: int = 1, ttl_steps: Optional[int] = None,
+                 when_full: str = "evict_least_recent") -> None:
+        owner = "recemb.DynamicVocabulary"
+        self.capacity = _int(owner, "capacity", capacity)
+        self.min_count = _int(owner, "min_count", min_count)
+        self.ttl_steps = None if ttl_steps is None else _int(owner, "ttl_steps", ttl_steps)
+        try:
+            _parse_name(_recemb.parse_when_full, "when_full", when_full)
+        except ValueError as error:
+            raise ValueError(f"{owner}: {error}") from None
+        self.when_full = when_full
+        _recemb.validate_dynamic_vocabulary(self._to_cpp(), owner)
+
+    def __repr__(self):
+        return (f"DynamicVocabulary(capacity={self.capacity}, min_count={self.min_count}, "
+                f"ttl_steps={self.ttl_steps}, when_full={self.when_full!r})")
+
+    def _to_cpp(self):
+        return _recemb.DynamicVocabulary(capacity=self.capacity, min_count=self.min_count,
+                                         ttl_steps=self.ttl_steps,
+                                         when_full=_recemb.parse_when_full(self.when_full))
+
+
 class TableConfig:
-    """One embedding table: vocabulary_size rows of dim float32 values.
+    """One embedding table: vocabulary_size rows of dim float32 values, or a dynamic table
+    (vocabulary=DynamicVocabulary(...), no vocabulary_size) of rows keyed by any int64, str or
+    bytes id.
 
     initializer: None or "truncated_normal" (TF's default: truncated normal with stddev
         1/sqrt(dim)), "zeros", "ones", a float constant, an array of shape [vocabulary_size,
         dim], a callable shape -> array (called once with (vocabulary_size, dim) when the
-        Embedding is built), or one of recemb.initializers.
+        Embedding is built), or one of recemb.initializers. A dynamic table's rows are initialised
+        as keys arrive, from (seed, table name, key) alone: not by an array or a callable
+        (RowId gives the key's row offset + key).
     optimizer: this table's optimizer (a recemb.optimizers object or name); None uses the
         Embedding's optimizer.
     combiner: "mean" (default, as TF), "sum" or "sqrtn"; applies to every feature of the table.
     name: unique among the tables of an Embedding; None gives "table_<i>", i being the table's
         index in order of first appearance in the flattened feature config (as TF).
+    vocabulary: None (a static table of vocabulary_size rows) or a DynamicVocabulary (a dynamic
+        table; vocabulary_size must then be None).
     """
 
-    def __init__(self, vocabulary_size: int, dim: int, initializer: Any = None,
+    def __init__(self, vocabulary_size: Optional[int] = None, dim: Optional[int] = None,
+                 initializer: Any = None,
                  optimizer: Union[None, str, optimizers._Optimizer] = None,
                  combiner: str = "mean", name: Optional[str] = None,
-                 quantization_config: Optional[QuantizationConfig] = None) -> None:
+                 quantization_config: Optional[QuantizationConfig] = None,
+                 vocabulary: Optional[DynamicVocabulary] = None) -> None:
         owner = f"TableConfig '{name}'" if name is not None else "TableConfig"
-        self.vocabulary_size = _int(owner, "vocabulary_size", vocabulary_size)
+        if vocabulary is not None and not isinstance(vocabulary, DynamicVocabulary):
+            raise ValueError(f"{owner}: vocabulary must be None or a recemb.DynamicVocabulary, "
+                             f"got {vocabulary!r}")
+        if (vocabulary_size is None) == (vocabulary is None):
+            raise ValueError(
+                f"{owner}: give vocabulary_size (a static table) or vocabulary="
+                "recemb.DynamicVocabulary(...) (a dynamic table), " +
+                ("not both" if vocabulary is not None else "got neither"))
+        self.vocabulary_size = (None if vocabulary_size is None else
+                                _int(owner, "vocabulary_size", vocabulary_size))
+        if dim is None:
+            raise ValueError(f"{owner}: dim is required")
         self.dim = _int(owner, "dim", dim)
         try:
             _parse_name(_recemb.parse_combiner, "combiner", combiner)
@@ -90,14 +147,21 @@ class TableConfig:
         if quantization_config is not None and not isinstance(quantization_config,
                                                               QuantizationConfig):
             raise ValueError(f"{owner}: quantization_config must be a QuantizationConfig")
+        if vocabulary is not None and _cpp_initializer(initializer) is None:
+            raise ValueError(f"{owner}: a dynamic table's rows are initialised from (seed, key) "
+                             "as keys arrive: its initializer must be None, a name, a float or "
+                             "one of recemb.initializers, not an array or a callable")
         self.initializer = initializer
         self.optimizer = optimizers.get(optimizer)
         self.combiner = combiner
         self.name = name
         self.quantization_config = quantization_config
+        self.vocabulary = vocabulary
 
     def __repr__(self):
-        return (f"TableConfig(vocabulary_size={self.vocabulary_size}, dim={self.dim}, "
+        size = (f"vocabulary_size={self.vocabulary_size}" if self.vocabulary is None else
+                f"vocabulary={self.vocabulary!r}")
+        return (f"TableConfig({size}, dim={self.dim}, "
                 f"initializer={_initializer_repr(self.initializer)}, "
                 f"optimizer={self.optimizer!r}, combiner={self.combiner!r}, name={self.name!r}, "
                 f"quantization_config={self.quantization_config!r})")
@@ -143,9 +207,9 @@ def _initializer_repr(initializer):
     return repr(initializer)
 
 
-def _cpp_initializer(table):
-    """The C++ initializer of a table; None for an array or a callable (see initial_values)."""
-    init = table.initializer
+def _cpp_initializer(init):
+    """The C++ initializer of a table's initializer `init`; None for an array or a callable (see
+    initial_values)."""
     if init is None:
         return _recemb.TruncatedNormal()
     if isinstance(init, _CPP_INITIALIZERS):
@@ -183,6 +247,11 @@ class Resolved:
                                                         f"table_{len(self.tables)}")
                 self.tables.append(feature.table)
         self.table_names = [self._table_names[id(table)] for table in self.tables]
+        # Per feature: its table's name if the table is dynamic (its ids are keys, and may be
+        # strings), else None.
+        self.dynamic_tables = [self._table_names[id(feature.table)]
+                               if feature.table.vocabulary is not None else None
+                               for feature in self.features]
 
     def table_name(self, key):
         """The name of a table given by name or by its TableConfig."""
@@ -201,7 +270,7 @@ class Resolved:
         result = []
         for table, name in zip(self.tables, self.table_names):
             init = table.initializer
-            if init is None or _cpp_initializer(table) is not None:
+            if _cpp_initializer(init) is not None:  # always, for a dynamic table
                 continue
             if callable(init) and not hasattr(init, "__array__"):
                 init = init((table.vocabulary_size, table.dim))
@@ -213,14 +282,16 @@ class Resolved:
         return result
 
     def cpp_tables(self, zero_tables=False):
-        """The C++ TableConfigs; zero_tables initializes every table to zeros."""
+        """The C++ TableConfigs; zero_tables initializes every static table to zeros."""
         result = []
         for table, name in zip(self.tables, self.table_names):
             quantization = table.quantization_config
-            initializer = None if zero_tables else _cpp_initializer(table)
+            # A dynamic table initialises the rows of keys as they arrive: it keeps its own.
+            initializer = (None if zero_tables and table.vocabulary is None else
+                           _cpp_initializer(table.initializer))
             result.append(_recemb.TableConfig(
                 name=name,
-                vocabulary_size=table.vocabulary_size,
+                vocabulary_size=table.vocabulary_size or 0,  # None (dynamic) is 0 in C++
                 dim=table.dim,
                 initializer=_recemb.Constant() if initializer is None else initializer,
                 optimizer=(None if table.optimizer is None else
@@ -228,7 +299,9 @@ class Resolved:
                 combiner=_recemb.parse_combiner(table.combiner),
                 quantization_config=(None if quantization is None else _recemb.QuantizationConfig(
                     num_buckets=quantization.num_buckets, lower=quantization.lower,
-                    upper=quantization.upper))))
+                    upper=quantization.upper)),
+                dynamic_vocabulary=None if table.vocabulary is None else (
+                    table.vocabulary._to_cpp())))
         return result
 
     def cpp_features(self):

@@ -32,7 +32,7 @@ from recemb import _nest, _recemb, optimizers
 from recemb._activations import ActivationArrays
 from recemb._lookup import _lookup_arguments, _pure_lookup
 from recemb.config import Resolved, TableConfig, _parse_name
-from recemb.inputs import ArrayLike, float32_array
+from recemb.inputs import ArrayLike, float32_array, id_array
 from recemb.placement import Placement, _cpp_communicator
 
 _NO_GRADIENT = np.empty(0, dtype=np.float32)
@@ -201,8 +201,9 @@ class Embedding:
         self._new_arrays = ActivationArrays()
 
     def __getstate__(self):
-        """What pickle and copy.deepcopy keep: the configs, options, every variable and the
-        step (a pending batch is not kept, as in a checkpoint)."""
+        """What pickle and copy.deepcopy keep: the configs, options, every variable (a dynamic
+        table's keys, rows and slots, as read_dynamic_table gives them) and the step (a pending
+        batch is not kept, as in a checkpoint)."""
         if self.world_size > 1:
             raise RuntimeError(
                 f"a layer sharded over {self.world_size} ranks cannot be copied or pickled: "
@@ -214,11 +215,14 @@ class Embedding:
             options["pipeline_staleness"])
         with self._lock:
             variables = {(table, variable): np.array(self._variable(table, variable))
-                         for table in self._resolved.table_names
+                         for table in self._static_table_names()
                          for variable in self._engine.variable_names(table)}
+            dynamic_tables = {table: self.read_dynamic_table(table)
+                              for table in self._dynamic_table_names()}
             step = self._engine.step()
         return {"feature_config": self._resolved.structure, "optimizer": self._optimizer,
-                "options": options, "variables": variables, "step": step}
+                "options": options, "variables": variables, "dynamic_tables": dynamic_tables,
+                "step": step}
 
     def __setstate__(self, state):
         options = dict(state["options"])
@@ -230,6 +234,8 @@ class Embedding:
         for (table, variable), values in state["variables"].items():
             self._engine.write_variable(table, variable, float32_array(values))
         self._engine.set_step(state["step"])
+        for table, contents in state.get("dynamic_tables", {}).items():
+            self.write_dynamic_table(table, *contents)
 
     @property
     def feature_config(self) -> Nest:
@@ -451,9 +457,18 @@ class Embedding:
             self._engine.read_variable(table, variable, copy)
         return copy
 
+    def _static_table_names(self):
+        return [name for name, table in zip(self._resolved.table_names, self._resolved.tables)
+                if table.vocabulary is None]
+
+    def _dynamic_table_names(self):
+        return [name for name, table in zip(self._resolved.table_names, self._resolved.tables)
+                if table.vocabulary is not None]
+
     @property
     def embedding_tables(self) -> dict[str, np.ndarray]:
-        """{table name: float32 array [vocabulary_size, dim]} (a TableConfig works as a key too).
+        """{table name: float32 array [vocabulary_size, dim]} (a TableConfig works as a key too)
+        of the static tables (a dynamic table has keys, not rows: see read_dynamic_table).
 
         A table this rank holds whole (every table of an unsharded layer) is a view sharing
         memory with the engine: reads see every later update; writes through it are allowed
@@ -463,15 +478,16 @@ class Embedding:
         this is collective: every rank reads the property, in the same order as its other calls.
         """
         return _Tables({name: self._variable(name, "parameters")
-                        for name in self._resolved.table_names}, self._resolved)
+                        for name in self._static_table_names()}, self._resolved)
 
     @property
     def slot_variables(self) -> dict[str, dict[str, np.ndarray]]:
-        """{table name: {slot name: float32 array}} (TF's slot names, e.g. "accumulators"):
-        views or copies as embedding_tables (collective with several ranks)."""
+        """{table name: {slot name: float32 array}} (TF's slot names, e.g. "accumulators") of
+        the static tables: views or copies as embedding_tables (collective with several
+        ranks)."""
         return _Tables({name: {slot: self._variable(name, slot)
                                for slot in self._engine.variable_names(name)[1:]}
-                        for name in self._resolved.table_names}, self._resolved)
+                        for name in self._static_table_names()}, self._resolved)
 
     def variable_names(self, table: TableKey) -> list[str]:
         """"parameters" (the table), then the table's slots."""
@@ -503,6 +519,68 @@ class Embedding:
                     return  # the variable itself: nothing to copy
                 array = array.copy()  # every rank still takes part in the collective write
             self._engine.write_variable(name, variable, array)
+
+    def vocabulary_stats(self, table: TableKey) -> dict[str, int]:
+        """A dynamic table's keys: {"size": keys held now, "inserted": keys admitted,
+        "evicted": keys removed (TTL or when_full), "not_admitted_lookups": occurrences in
+        training lookups of keys that had no row}, the last three since the layer was built (or
+        restored). Raises RuntimeError (recemb.FailedPrecondition) for a static table, or one
+        split over ranks (every part of it must be on this rank)."""
+        stats = self._engine.vocabulary_stats(self._resolved.table_name(table))
+        return {field: getattr(stats, field) for field in stats._fields}
+
+    def read_dynamic_table(self, table: TableKey) -> tuple[np.ndarray, np.ndarray,
+                                                           dict[str, np.ndarray]]:
+        """A dynamic table's contents, copied: (keys, rows, slots): keys int64 [n] in increasing
+        order, rows float32 [n, dim] (row i is key i's), slots {slot name: float32 [n, dim], or
+        [n] for a row-wise slot} (the shapes of the static tables' slot_variables). Raises
+        RuntimeError (recemb.FailedPrecondition) for a static table, or one split over ranks."""
+        name = self._resolved.table_name(table)
+        dim = self._table_config(name).dim
+        with self._lock:
+            keys, parameters, slots = self._engine.read_dynamic_table(name)
+        n = keys.size
+        # A slot has dim or 1 floats per key; without keys its width is unknown: [0, dim].
+        return keys, parameters.reshape(n, dim), {
+            slot: values.reshape((n,) if n and values.size == n else (n, values.size // n if n
+                                                                       else dim))
+            for slot, values in slots}
+
+    def _table_config(self, name):
+        return self._resolved.tables[self._resolved.table_names.index(name)]
+
+    def write_dynamic_table(self, table: TableKey, keys: ArrayLike, rows: ArrayLike,
+                            slots: Optional[dict[str, ArrayLike]] = None) -> None:
+        """Replaces a dynamic table's keys, rows and slots with those given, in the layout
+        read_dynamic_table returns (keys int64 [n] strictly increasing, rows [n, dim], every slot
+        of the table's optimizer by name; slots may be None for a table without one), each key
+        counted as seen once at the current step. Raises ValueError, changing nothing, for keys
+        out of order, wrong shapes, missing or unknown slots, non-finite values or more keys than
+        the table holds; RuntimeError (recemb.FailedPrecondition) for a static table, one split
+        over ranks, or while a training lookup is not applied yet."""
+        name = self._resolved.table_name(table)
+        owner = f"write_dynamic_table: table '{name}'"
+        key_array = id_array(f"{owner}: keys", keys, ndim=1).astype(np.int64, copy=False)
+        n = key_array.size
+        dim = self._table_config(name).dim
+        row_array = float32_array(rows, f"{owner}: rows")
+        if row_array.shape != (n, dim):
+            raise ValueError(f"{owner}: rows of shape {row_array.shape}, expected {(n, dim)} "
+                             f"({n} keys)")
+        slot_names = self._engine.variable_names(name)[1:]
+        given = {} if slots is None else dict(slots)
+        if sorted(given) != sorted(slot_names):
+            raise ValueError(f"{owner}: slots {sorted(given)}, expected the optimizer's "
+                             f"{slot_names}")
+        slot_arrays = []
+        for slot in slot_names:
+            array = float32_array(given[slot], f"{owner}: slot '{slot}'")
+            if array.ndim not in (1, 2) or array.shape[0] != n:
+                raise ValueError(f"{owner}: slot '{slot}' of shape {array.shape}, expected "
+                                 f"[{n}, ...] ({n} keys)")
+            slot_arrays.append((slot, array))
+        with self._lock:
+            self._engine.write_dynamic_table(name, key_array, row_array, slot_arrays)
 
     def save(self, directory: PathLike, keep_last: int = 3) -> pathlib.Path:
         """Saves the tables, slots, step and configs as the checkpoint directory/ckpt-<step, 12
@@ -593,6 +671,9 @@ def _viewable_tables(engine, resolved):
     plan = {table.table: table for table in engine.placement().tables}
     views = {}
     for table, name in zip(resolved.tables, resolved.table_names):
+        if table.vocabulary is not None:
+            views[name] = False  # keys, not rows: no variable to view
+            continue
         holders = {shard.shard % world_size for shard in plan[name].shards
                    if shard.rows == table.vocabulary_size and shard.num_columns == table.dim}
         views[name] = engine.has_whole_table(name) and len(holders) == world_size
@@ -605,13 +686,17 @@ def serving_embedding_lookup(inputs: Nest, weights: Nest, tables: dict[Any, Arra
     same activations as Embedding(feature_config) holding those tables would give.
 
     tables: {table name or TableConfig: array [vocabulary_size, dim]}, for example an
-    Embedding's embedding_tables. Each call builds a temporary engine and copies the tables into
-    it: O(total table size) per call, fine for tests and small models.
+    Embedding's embedding_tables (static tables only). Each call builds a temporary engine and
+    copies the tables into it: O(total table size) per call, fine for tests and small models.
     """
     resolved = Resolved(feature_config)
     options = {"num_threads": _int_setting("num_threads", num_threads, 2**31 - 1), "seed": 0}
     engine = _build_engine(resolved, None, options, zero_tables=True)
     for table, name in zip(resolved.tables, resolved.table_names):
+        if table.vocabulary is not None:
+            raise ValueError(f"table '{name}' is dynamic: serving_embedding_lookup takes static "
+                             "tables (look a dynamic table up with layer.lookup(features), or "
+                             "in a ServingModel)")
         if table in tables:
             values = tables[table]
         elif name in tables:

@@ -5,12 +5,16 @@ A feature's ids are one of
     [..., N] (the last axis is a bag of N ids);
   - Ragged(values, row_splits): example b holds values[row_splits[b]:row_splits[b + 1]];
   - Sparse(indices, values, dense_shape): TF's SparseTensor, entries in canonical order.
-Ids are int32 or int64 (other integer types are converted). Weights are None or, per feature,
+Ids are int32 or int64 (other integer types are converted). The ids of a dynamic table
+(TableConfig(vocabulary=...)) are any int64 value, or strings: str or bytes (in a numpy object, U
+or S array, or a list), each mapped to the int64 key recemb.string_key gives (XXH3-64 of its
+UTF-8 bytes or its bytes). Weights are None or, per feature,
 the same layout holding floats: an array of the ids' shape for dense ids, a Ragged or Sparse with
 the same row_splits or indices (or just the array of one weight per value).
 
 Zero copy: an int32 or int64 array that is C-contiguous (a slice of rows of a larger array is)
-is handed to the engine as is; so are float32 weights. Anything else is converted (copied) once.
+is handed to the engine as is; so are float32 weights. Anything else is converted (copied) once;
+string ids are hashed into a new int64 array.
 The engine reads the arrays only during the lookup call.
 """
 
@@ -47,10 +51,15 @@ class Ragged:
 
     @classmethod
     def from_lists(cls, rows: Sequence[Sequence[Any]], dtype: Any = np.int64) -> Ragged:
-        """From a list of lists, for example [[1, 2], [], [3]]."""
+        """From a list of lists, for example [[1, 2], [], [3]]; rows holding str or bytes ids
+        (of a dynamic table: [["ann", "bob"], [], ["cy"]]) give an object array of values."""
         lengths = [len(row) for row in rows]
-        values = np.fromiter((value for row in rows for value in row), dtype=dtype,
-                             count=sum(lengths))
+        flat = [value for row in rows for value in row]
+        if any(isinstance(value, (str, bytes)) for value in flat):
+            values = np.empty(len(flat), dtype=object)
+            values[:] = flat
+        else:
+            values = np.fromiter(flat, dtype=dtype, count=len(flat))
         return cls.from_row_lengths(values, lengths)
 
     def __repr__(self):
@@ -89,15 +98,45 @@ def _array(owner, value):
                          "lengths pass a recemb.Ragged (Ragged.from_lists(rows))") from None
 
 
-def _ids(feature, value, what, ndim=None):
-    """The int32 or int64 C-contiguous array of ids (or row_splits, indices) `value`; ValueError
-    naming the feature for anything else: other than integers, not empty and of another rank
-    than `ndim`, or unsigned ids beyond the int64 range (reported as given, not as their wrapped
-    value)."""
-    owner = f"feature '{feature}': {what}"
+_STRING_KINDS = "OUS"  # numpy object, str and bytes arrays
+
+
+def _string_keys(owner, value, array, dynamic_table):
+    """The int64 keys of the string ids `array` (np.asarray(value), of a kind in _STRING_KINDS)
+    of a dynamic table; ValueError starting with `owner` for the ids of a static table
+    (dynamic_table None), or an id that is not a str or bytes."""
+    if dynamic_table is None:
+        raise ValueError(f"{owner} are strings (dtype {array.dtype}), but only the ids of a "
+                         "dynamic table (TableConfig(vocabulary=recemb.DynamicVocabulary(...))) "
+                         "may be strings")
+    if not isinstance(value, np.ndarray) and array.dtype.kind != "O":
+        # A list: keep each element's own type (np.asarray turns [1, "a"] into ["1", "a"]).
+        array = np.empty(array.shape, dtype=object)
+        array[...] = value
+    try:
+        return _recemb.string_keys(array)
+    except ValueError as error:
+        raise ValueError(f"{owner} of dynamic table '{dynamic_table}': {error}") from None
+
+
+def _ids(feature, value, what, ndim=None, dynamic_table=None):
+    """The int32 or int64 C-contiguous array of ids (or row_splits, indices: `what`) `value`;
+    ValueError naming the feature for anything else, as id_array."""
+    return id_array(f"feature '{feature}': {what}", value, ndim, dynamic_table)
+
+
+def id_array(owner: str, value: Any, ndim: Optional[int] = None,
+             dynamic_table: Optional[str] = None) -> np.ndarray:
+    """The int32 or int64 C-contiguous array of ids `value`; ValueError starting with `owner`
+    (what the ids are) for anything else: other than integers (or strings, for the ids of a
+    dynamic table: named by dynamic_table), not empty and of another rank than `ndim`, or
+    unsigned ids beyond the int64 range (reported as given, not as their wrapped value)."""
     array = _array(owner, value)
     if ndim is not None and array.ndim != ndim and array.size != 0:
         raise ValueError(f"{owner} must be a {ndim}-D array, got shape {array.shape}")
+    # Strings (or, for a dynamic table, objects: str / bytes ones), not empty.
+    if array.size != 0 and array.dtype.kind in (_STRING_KINDS if dynamic_table else "US"):
+        return _string_keys(owner, value, array, dynamic_table)
     if array.dtype not in _ID_DTYPES:
         if array.dtype.kind not in "iu" and array.size != 0:
             raise ValueError(f"{owner} must be integers, got dtype {array.dtype}")
@@ -105,7 +144,7 @@ def _ids(feature, value, what, ndim=None):
         if beyond is not None and beyond.any():
             index = np.unravel_index(int(np.argmax(beyond)), array.shape)
             raise ValueError(f"{owner}: {array[index]} at index {tuple(int(i) for i in index)} "
-                             "is out of range (beyond int64, so beyond any vocabulary)")
+                             "is out of range (beyond int64, so beyond any vocabulary or key)")
         array = array.astype(np.int64)
     return _contiguous(array)
 
@@ -160,10 +199,13 @@ def _dense_shape(feature, dense_shape):
     return result
 
 
-def feature_input(feature: str, ids: Any, weights: Optional[Any]) -> Any:
-    """The C++ view (DenseIds, RaggedIds or SparseIds) of one feature's ids and weights."""
+def feature_input(feature: str, ids: Any, weights: Optional[Any],
+                  dynamic_table: Optional[str] = None) -> Any:
+    """The C++ view (DenseIds, RaggedIds or SparseIds) of one feature's ids and weights.
+    dynamic_table: the name of the feature's table if it is dynamic (its ids may be strings)."""
     if isinstance(ids, Ragged):
-        return _recemb.RaggedIds(values=_ids(feature, ids.values, "values", ndim=1),
+        return _recemb.RaggedIds(values=_ids(feature, ids.values, "values", ndim=1,
+                                             dynamic_table=dynamic_table),
                                  row_splits=_ids(feature, ids.row_splits, "row_splits", ndim=1),
                                  weights=_weights(feature, weights, ids, "ragged"))
     if isinstance(ids, Sparse):
@@ -171,11 +213,12 @@ def feature_input(feature: str, ids: Any, weights: Optional[Any]) -> Any:
         if indices.dtype != np.int64:
             indices = indices.astype(np.int64)
         return _recemb.SparseIds(indices=indices,
-                                 values=_ids(feature, ids.values, "values", ndim=1),
+                                 values=_ids(feature, ids.values, "values", ndim=1,
+                                             dynamic_table=dynamic_table),
                                  dense_shape=_dense_shape(feature, ids.dense_shape),
                                  weights=_weights(feature, weights, ids, "sparse"))
     if ids is None:
         raise ValueError(f"feature '{feature}': no ids (None)")
-    array = _ids(feature, ids, "ids")
+    array = _ids(feature, ids, "ids", dynamic_table=dynamic_table)
     return _recemb.DenseIds(ids=array, shape=list(array.shape),
                             weights=_weights(feature, weights, array, "dense"))

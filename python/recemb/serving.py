@@ -7,12 +7,15 @@ up as the layer that exported it (docs/serving.md).
 
 The file holds the tables (float32, float16 or int8) and the flat list of named table and
 feature configs, not the Python structure of the feature config: give that structure to open (it
-is checked against the file), or use the default, a dict keyed by feature name.
+is checked against the file), or use the default, a dict keyed by feature name. It may also hold
+named float32 arrays and string metadata beside the tables (the dense part of a model exported by
+`recemb export`, for instance): model.extra_arrays and model.metadata.
 """
 
 from recemb import _nest, _recemb
 from recemb._activations import ActivationArrays
-from recemb.config import FeatureConfig, QuantizationConfig, Resolved, TableConfig
+from recemb.config import (DynamicVocabulary, FeatureConfig, QuantizationConfig, Resolved,
+                           TableConfig)
 from recemb._lookup import _pure_lookup
 
 
@@ -21,17 +24,24 @@ def _file_tables(model):
     tables = {}
     for table in model.tables():
         quantization = table.quantization_config
+        vocabulary = table.dynamic_vocabulary
         tables[table.name] = TableConfig(
-            table.vocabulary_size, table.dim, combiner=_recemb.combiner_name(table.combiner),
+            None if vocabulary is not None else table.vocabulary_size, table.dim,
+            combiner=_recemb.combiner_name(table.combiner),
             name=table.name, quantization_config=None if quantization is None else
-            QuantizationConfig(quantization.num_buckets, quantization.lower, quantization.upper))
+            QuantizationConfig(quantization.num_buckets, quantization.lower, quantization.upper),
+            vocabulary=None if vocabulary is None else DynamicVocabulary(
+                vocabulary.capacity, vocabulary.min_count, vocabulary.ttl_steps,
+                _recemb.when_full_name(vocabulary.when_full)))
     return tables
 
 
 def _table_fields(table):
     """The fields of a C++ TableConfig that change what a lookup returns."""
     quantization = table.quantization_config
+    vocabulary = table.dynamic_vocabulary
     return {"vocabulary_size": table.vocabulary_size, "dim": table.dim,
+            "dynamic": vocabulary is not None,
             "combiner": _recemb.combiner_name(table.combiner),
             "quantization_config": None if quantization is None else (
                 quantization.num_buckets, quantization.lower, quantization.upper)}
@@ -99,7 +109,8 @@ class ServingModel:
     may be replaced, rewritten in place, truncated or deleted meanwhile: the model keeps serving
     what it opened."""
 
-    __slots__ = ("_model", "_resolved", "_engine", "_tables", "_new_arrays")
+    __slots__ = ("_model", "_resolved", "_engine", "_tables", "_new_arrays", "_extra_arrays",
+                 "_metadata")
 
     def __init__(self, model, feature_config):
         """Use ServingModel.open."""
@@ -114,6 +125,8 @@ class ServingModel:
         self._resolved = Resolved(feature_config)
         self._engine = _Reordered(model, _feature_order(self._resolved, model))
         self._new_arrays = ActivationArrays()
+        self._extra_arrays = model.extra_arrays()
+        self._metadata = model.metadata()
 
     @classmethod
     def open(cls, path, feature_config=None, *, verify=True):
@@ -158,6 +171,18 @@ class ServingModel:
         """{name: TableConfig} of the file's tables, in the exporting layer's order (no
         initializer, no optimizer: a serving model is not trained)."""
         return dict(self._tables)
+
+    @property
+    def extra_arrays(self):
+        """{name: numpy float32 array of its shape} of the arrays exported beside the tables, in
+        export order (bitwise as exported; none in a file of format version 1). The arrays are
+        read-only views of the model's memory, valid as long as they are referenced."""
+        return dict(self._extra_arrays)
+
+    @property
+    def metadata(self):
+        """{key: str} exported beside the tables (none in a file of format version 1)."""
+        return dict(self._metadata)
 
     def lookup(self, features, weights=None, *, out=None):
         """The activations of `features` (and `weights`), in the structure of feature_config:

@@ -13,7 +13,8 @@ mode (module.train(), the default) with grad enabled keeps its own LookupBatch, 
 backward reaches its activations (at most once), so evaluation passes in between (in eval mode,
 module.eval(), or under torch.no_grad(): pure lookups) change nothing. CPU tensors
 only; inputs may be torch tensors (dense, or sparse COO), numpy arrays, recemb.Ragged or
-recemb.Sparse holding either.
+recemb.Sparse holding either; the ids of a dynamic table may be any int64 value, or str / bytes
+(lists, numpy arrays, Ragged.from_lists).
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ class Embedding(torch.nn.Module):
 
     state_dict() holds "<table>.<variable>" (the table as "parameters", and its slots) as tensors
     sharing memory with the engine (copies for tables split into shards, as
-    recemb.Embedding.embedding_tables), and "step"; load_state_dict() restores them. These are
+    recemb.Embedding.embedding_tables), and "step"; load_state_dict() restores them. A dynamic
+    table's entries are copies of read_dynamic_table: "<table>.keys" (int64 [n]),
+    "<table>.parameters" ([n, dim]) and its slots, written back by write_dynamic_table. These are
     exactly the variables of a recemb checkpoint (save / restore): the checkpoint stores each
     "<table>.<variable>" tensor as a raw float32 file and "step" in its manifest, so restore(save)
     and load_state_dict(state_dict()) leave the same state, and either can continue the other.
@@ -159,7 +162,8 @@ class Embedding(torch.nn.Module):
     def extra_repr(self) -> str:
         layer = self.layer
         tables = ", ".join(
-            f"{name!r}: ({table.vocabulary_size}, {table.dim}"
+            f"{name!r}: ({table.vocabulary_size if table.vocabulary is None else 'dynamic'}, "
+            f"{table.dim}"
             f"{'' if table.optimizer is None else ', ' + _optimizer_repr(table.optimizer)})"
             for name, table in zip(layer.table_names, layer._resolved.tables))
         return (f"tables={{{tables}}}, features={layer.feature_names}, "
@@ -220,6 +224,24 @@ class Embedding(torch.nn.Module):
     def assign_table(self, table: Any, values: Any) -> None:
         self.layer.assign_table(table, _numpy(values))
 
+    def vocabulary_stats(self, table: Any) -> dict[str, int]:
+        """recemb.Embedding.vocabulary_stats: a dynamic table's size, inserted, evicted and
+        not_admitted_lookups."""
+        return self.layer.vocabulary_stats(table)
+
+    def read_dynamic_table(self, table: Any) -> tuple[torch.Tensor, torch.Tensor,
+                                                      dict[str, torch.Tensor]]:
+        """recemb.Embedding.read_dynamic_table as tensors: (keys int64 [n], rows float32
+        [n, dim], {slot name: float32 tensor})."""
+        keys, rows, slots = self.layer.read_dynamic_table(table)
+        return (torch.from_numpy(keys), torch.from_numpy(rows),
+                {name: torch.from_numpy(values) for name, values in slots.items()})
+
+    def write_dynamic_table(self, table: Any, keys: Any, rows: Any, slots: Any = None) -> None:
+        """recemb.Embedding.write_dynamic_table, from tensors or arrays."""
+        self.layer.write_dynamic_table(table, _numpy(keys), _numpy(rows), None if slots is None
+                                       else {name: _numpy(v) for name, v in slots.items()})
+
     def save(self, directory: Any, keep_last: int = 3) -> pathlib.Path:
         """recemb.Embedding.save: a checkpoint of every state_dict() entry, plus the configs."""
         return self.layer.save(directory, keep_last)
@@ -234,18 +256,31 @@ class Embedding(torch.nn.Module):
         self.layer.export(path, dtype)
 
     def _variables(self, prefix):
+        """{state_dict key: (table, variable)} of the static tables' variables."""
         return {f"{prefix}{name}.{variable}": (name, variable)
-                for name in self.layer.table_names
+                for name in self.layer._static_table_names()
                 for variable in self.layer.variable_names(name)}
+
+    def _dynamic_entries(self, prefix):
+        """{table: {part: state_dict key}} of the dynamic tables: part "keys", "parameters"
+        and each slot, as read_dynamic_table gives them."""
+        return {name: {part: f"{prefix}{name}.{part}"
+                       for part in ["keys"] + self.layer.variable_names(name)}
+                for name in self.layer._dynamic_table_names()}
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         for key, (name, variable) in self._variables(prefix).items():
             destination[key] = torch.from_numpy(self.layer._variable(name, variable))
+        for name, keys in self._dynamic_entries(prefix).items():
+            table_keys, rows, slots = self.layer.read_dynamic_table(name)
+            for part, values in {"keys": table_keys, "parameters": rows, **slots}.items():
+                destination[keys[part]] = torch.from_numpy(values)
         destination[prefix + "step"] = torch.tensor(self.layer.step, dtype=torch.int64)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):
         expected = self._variables(prefix)
+        dynamic = self._dynamic_entries(prefix)
         step_key = prefix + "step"
         errors = []
         updates = []
@@ -263,18 +298,46 @@ class Embedding(torch.nn.Module):
                 errors.append(f"{key}: holds non-finite values")
             else:
                 updates.append((name, variable, values))
+        dynamic_updates = {}
+        for name, keys in dynamic.items():
+            missing = [key for key in keys.values() if key not in state_dict]
+            missing_keys.extend(missing)
+            if not missing:
+                parts = {part: _numpy(state_dict[key]) for part, key in keys.items()}
+                dynamic_updates[name] = (parts.pop("keys"), parts.pop("parameters"), parts)
         if step_key not in state_dict:
             missing_keys.append(step_key)
         if strict:
+            known = set(expected) | {key for keys in dynamic.values() for key in keys.values()}
             unexpected_keys.extend(key for key in state_dict if key.startswith(prefix) and
-                                   key not in expected and key != step_key)
+                                   key not in known and key != step_key)
         if errors:
             error_msgs.extend(errors)
+            return
+        error = self._write_dynamic_tables(dynamic_updates)
+        if error is not None:
+            error_msgs.append(error)
             return
         for name, variable, values in updates:
             self.layer.assign_variable(name, variable, values)
         if step_key in state_dict:
             self.layer.step = int(state_dict[step_key])
+
+    def _write_dynamic_tables(self, contents):
+        """Writes {table: (keys, rows, slots)} into the dynamic tables, all or none: returns
+        None, or the message of the first table's ValueError after writing back what the tables
+        held."""
+        before = {name: self.layer.read_dynamic_table(name) for name in contents}
+        written = []
+        for name, (keys, rows, slots) in contents.items():
+            try:
+                self.layer.write_dynamic_table(name, keys, rows, slots)
+            except ValueError as error:
+                for done in written:
+                    self.layer.write_dynamic_table(done, *before[done])
+                return str(error)
+            written.append(name)
+        return None
 
 
 def _optimizer_repr(optimizer):

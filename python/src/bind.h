@@ -141,6 +141,7 @@ void bind_batch(py::module_& module);
 void bind_embedding(py::module_& module);
 void bind_checkpoint(py::module_& module);
 void bind_serving(py::module_& module);
+void bind_string_key(py::module_& module);
 
 }  // namespace recemb::python
 

@@ -13,14 +13,40 @@ void bind_config(py::module_& module) {
               Field{"lower", &QuantizationConfig::lower},
               Field{"upper", &QuantizationConfig::upper});
 
-  py::class_<TableConfig> table(module, "TableConfig",
-                                "One table of vocabulary_size rows of dim floats.");
+  py::enum_<WhenFull>(module, "WhenFull",
+                      "What a dynamic table does when admitting a key would exceed its capacity.")
+      .value("kEvictLeastRecent", WhenFull::kEvictLeastRecent)
+      .value("kEvictLeastFrequent", WhenFull::kEvictLeastFrequent)
+      .value("kError", WhenFull::kError);
+  module.def("when_full_name", &when_full_name, py::arg("value"),
+             "'evict_least_recent', 'evict_least_frequent' or 'error'.");
+  module.def("parse_when_full", &parse_when_full, py::arg("name"),
+             "The inverse of when_full_name; anything else raises InvalidArgument listing the "
+             "valid names.");
+
+  py::class_<DynamicVocabulary> vocabulary(
+      module, "DynamicVocabulary",
+      "A dynamic table's keys: capacity, admission (min_count) and eviction (ttl_steps, "
+      "when_full).");
+  bind_fields(vocabulary, Field{"capacity", &DynamicVocabulary::capacity},
+              Field{"min_count", &DynamicVocabulary::min_count},
+              Field{"ttl_steps", &DynamicVocabulary::ttl_steps},
+              Field{"when_full", &DynamicVocabulary::when_full});
+  module.def("validate_dynamic_vocabulary", &validate_dynamic_vocabulary, py::arg("vocabulary"),
+             py::arg("owner"),
+             "Raises InvalidArgument naming `owner` and the field for a capacity or min_count < 1, "
+             "a ttl_steps < 1.");
+
+  py::class_<TableConfig> table(
+      module, "TableConfig",
+      "One table of vocabulary_size rows of dim floats, or a dynamic one (dynamic_vocabulary).");
   bind_fields(table, Field{"name", &TableConfig::name},
               Field{"vocabulary_size", &TableConfig::vocabulary_size},
               Field{"dim", &TableConfig::dim}, Field{"initializer", &TableConfig::initializer},
               Field{"optimizer", &TableConfig::optimizer},
               Field{"combiner", &TableConfig::combiner},
-              Field{"quantization_config", &TableConfig::quantization_config});
+              Field{"quantization_config", &TableConfig::quantization_config},
+              Field{"dynamic_vocabulary", &TableConfig::dynamic_vocabulary});
 
   py::class_<FeatureConfig> feature(module, "FeatureConfig",
                                     "A feature looked up in the table named `table`.");

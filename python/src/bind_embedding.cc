@@ -4,7 +4,11 @@
 // callbacks (initializers, learning rates) take it back when they are called. variable_data returns
 // a numpy view of the variable whose base is the Embedding object.
 #include <exception>
+#include <span>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "recemb/embedding.h"
 #include "recemb/error.h"
@@ -12,6 +16,19 @@
 #include "bind.h"
 
 namespace recemb::python {
+namespace {
+
+// A 1-D numpy array owning `values` (moved into it: no copy).
+template <typename T>
+py::array_t<T> owning_array(std::vector<T>&& values) {
+  auto* owned = new std::vector<T>(std::move(values));
+  const py::capsule owner(owned,
+                          [](void* pointer) { delete static_cast<std::vector<T>*>(pointer); });
+  return py::array_t<T>({static_cast<ssize_t>(owned->size())}, {ssize_t{sizeof(T)}}, owned->data(),
+                        owner);
+}
+
+}  // namespace
 
 void bind_embedding(py::module_& module) {
   py::enum_<NonFiniteGradients>(module, "NonFiniteGradients",
@@ -43,6 +60,14 @@ void bind_embedding(py::module_& module) {
               Field{"placement", &EmbeddingOptions::placement},
               Field{"communicator", &EmbeddingOptions::communicator},
               Field{"pipeline_staleness", &EmbeddingOptions::pipeline_staleness});
+
+  py::class_<VocabularyStats> stats(module, "VocabularyStats",
+                                    "A dynamic table's keys: held now, and inserted, evicted and "
+                                    "not-admitted lookups since construction (or restore).");
+  bind_fields(stats, Field{"size", &VocabularyStats::size},
+              Field{"inserted", &VocabularyStats::inserted},
+              Field{"evicted", &VocabularyStats::evicted},
+              Field{"not_admitted_lookups", &VocabularyStats::not_admitted_lookups});
 
   py::class_<LookupBatch>(module, "LookupBatch",
                           "The validated ids of one training lookup: what apply_gradients needs. "
@@ -122,6 +147,43 @@ void bind_embedding(py::module_& module) {
            "keeps the parts it holds. Collective with several ranks.")
       .def("has_whole_table", &Embedding::has_whole_table, py::arg("table"),
            "Whether this rank holds the whole table (and so variable_data works).")
+      .def("vocabulary_stats", &Embedding::vocabulary_stats, py::arg("table"), Release(),
+           "A dynamic table's VocabularyStats (every part of it must be on this rank).")
+      .def(
+          "read_dynamic_table",
+          [](const Embedding& embedding, std::string_view table) {
+            DynamicTableContents contents;
+            {
+              py::gil_scoped_release release;
+              contents = embedding.read_dynamic_table(table);
+            }
+            py::list slots;
+            for (auto& [name, values] : contents.slots) {
+              slots.append(py::make_tuple(name, owning_array(std::move(values))));
+            }
+            return py::make_tuple(owning_array(std::move(contents.keys)),
+                                  owning_array(std::move(contents.parameters)), slots);
+          },
+          py::arg("table"),
+          "A dynamic table's (keys int64 [n] increasing, parameters float32 [n * dim], [(slot "
+          "name, float32 [n * width])]), flat arrays (every part of it must be on this rank).")
+      .def(
+          "write_dynamic_table",
+          [](Embedding& embedding, std::string_view table, std::span<const int64_t> keys,
+             std::span<const float> parameters,
+             const std::vector<std::pair<std::string, std::span<const float>>>& slots) {
+            DynamicTableContents contents{.keys = {keys.begin(), keys.end()},
+                                          .parameters = {parameters.begin(), parameters.end()},
+                                          .slots = {}};
+            for (const auto& [name, values] : slots) {
+              contents.slots.emplace_back(name, std::vector<float>(values.begin(), values.end()));
+            }
+            py::gil_scoped_release release;
+            embedding.write_dynamic_table(table, contents);
+          },
+          py::arg("table"), py::arg("keys"), py::arg("parameters"), py::arg("slots"),
+          "Replaces a dynamic table's keys, rows and slots (flat arrays as read_dynamic_table "
+          "gives them; validated, nothing changed on error).")
       .def("variable_data",
            py::overload_cast<std::string_view, std::string_view>(&Embedding::variable_data),
            py::arg("table"), py::arg("variable"), py::return_value_policy::reference_internal,

@@ -1,7 +1,15 @@
 // recemb/serving.h. Paths convert from str or os.PathLike and to pathlib.Path. export, open
 // (which may read the whole file to verify it) and lookup release the interpreter lock; a
-// ServingModel is immutable, so lookups from several Python threads run in parallel.
+// ServingModel is immutable, so lookups from several Python threads run in parallel. The numpy
+// arrays of ExportOptions.extra_arrays are borrowed as SaveOptions' are (bind_checkpoint.cc): each
+// ServingArray keeps its array alive, and ExportOptions its ServingArrays. ServingModel's
+// extra_arrays are read-only numpy arrays of their shapes over the model's memory (their base is
+// the model).
+#include <map>
 #include <pybind11/stl/filesystem.h>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "recemb/serving.h"
 
@@ -21,8 +29,40 @@ void bind_serving(py::module_& module) {
   module.def("parse_serving_dtype", &parse_serving_dtype, py::arg("name"),
              "The inverse of serving_dtype_name; anything else raises InvalidArgument.");
 
-  py::class_<ExportOptions> export_options(module, "ExportOptions");
-  bind_fields(export_options, Field{"dtype", &ExportOptions::dtype});
+  py::class_<ServingArray>(module, "ServingArray",
+                           "A named float32 array stored beside the tables: a name, a shape and "
+                           "the values (C-contiguous, borrowed until export_serving_model "
+                           "returns).")
+      .def(
+          py::init([](std::string name, std::vector<int64_t> shape, std::span<const float> values) {
+            return ServingArray{
+                .name = std::move(name), .shape = std::move(shape), .values = values};
+          }),
+          py::arg("name"), py::arg("shape"), py::arg("values"), py::keep_alive<1, 4>())
+      .def_readonly("name", &ServingArray::name)
+      .def_readonly("shape", &ServingArray::shape)
+      .def_readonly("values", &ServingArray::values);
+
+  // Not bind_fields: extra_arrays must keep the ServingArrays (and so their arrays) alive.
+  const ExportOptions defaults{};
+  py::class_<ExportOptions>(module, "ExportOptions")
+      .def(py::init([](ServingDtype dtype, std::vector<ServingArray> extra_arrays,
+                       std::map<std::string, std::string> metadata) {
+             return ExportOptions{.dtype = dtype,
+                                  .extra_arrays = std::move(extra_arrays),
+                                  .metadata = std::move(metadata)};
+           }),
+           py::arg("dtype") = defaults.dtype, py::arg("extra_arrays") = defaults.extra_arrays,
+           py::arg("metadata") = defaults.metadata, py::keep_alive<1, 3>())
+      .def_readwrite("dtype", &ExportOptions::dtype)
+      .def_property(
+          "extra_arrays", [](const ExportOptions& options) { return options.extra_arrays; },
+          py::cpp_function(
+              [](ExportOptions& options, std::vector<ServingArray> extra_arrays) {
+                options.extra_arrays = std::move(extra_arrays);
+              },
+              py::keep_alive<1, 2>()))
+      .def_readwrite("metadata", &ExportOptions::metadata);
   module.def("export_serving_model", &export_serving_model, py::arg("embedding"), py::arg("path"),
              py::arg("options") = ExportOptions{}, Release(),
              "Writes the embedding's tables (no slots) and configs to the file `path`, "
@@ -40,6 +80,29 @@ void bind_serving(py::module_& module) {
       .def("dtype", &ServingModel::dtype)
       .def("tables", &ServingModel::tables)
       .def("features", &ServingModel::features)
+      .def(
+          "extra_arrays",
+          [](py::object self) {
+            py::dict result;
+            for (const ServingArray& array : self.cast<const ServingModel&>().extra_arrays()) {
+              std::vector<py::ssize_t> strides(array.shape.size());
+              py::ssize_t stride = sizeof(float);
+              for (size_t i = array.shape.size(); i-- > 0;) {
+                strides[i] = stride;
+                stride *= static_cast<py::ssize_t>(array.shape[i]);
+              }
+              py::array_t<float> values(
+                  std::vector<py::ssize_t>(array.shape.begin(), array.shape.end()), strides,
+                  array.values.data(), self);
+              py::detail::array_proxy(values.ptr())->flags &=
+                  ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+              result[py::str(array.name)] = values;
+            }
+            return result;
+          },
+          "{name: float32 array of its shape}, in export order: read-only views of the "
+          "model's memory.")
+      .def("metadata", &ServingModel::metadata)
       .def("activation_shape", &ServingModel::activation_shape, py::arg("feature"),
            py::arg("input"),
            "The shape of feature `feature`'s activation for `input`: output shape + [dim].")

@@ -19,4 +19,5 @@ PYBIND11_MODULE(_recemb, module) {
   recemb::python::bind_embedding(module);
   recemb::python::bind_checkpoint(module);
   recemb::python::bind_serving(module);
+  recemb::python::bind_string_key(module);
 }

@@ -4,30 +4,36 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "recemb/error.h"
+
+namespace recemb {
+
+void validate_dynamic_vocabulary(const DynamicVocabulary& vocabulary, std::string_view owner) {
+  const std::string field = std::string(owner) + ": dynamic_vocabulary.";
+  if (vocabulary.capacity < 1 || vocabulary.capacity > kMaxDynamicCapacity) {
+    throw InvalidArgument(field + "capacity must be in [1, " + std::to_string(kMaxDynamicCapacity) +
+                          "], got " + std::to_string(vocabulary.capacity));
+  }
+  if (vocabulary.min_count < 1) {
+    throw InvalidArgument(field + "min_count must be >= 1, got " +
+                          std::to_string(vocabulary.min_count));
+  }
+  if (vocabulary.ttl_steps && *vocabulary.ttl_steps < 1) {
+    throw InvalidArgument(field + "ttl_steps must be >= 1 (or unset: no TTL), got " +
+                          std::to_string(*vocabulary.ttl_steps));
+  }
+  when_full_name(vocabulary.when_full);  // throws for a non-enumerator
+}
+
+}  // namespace recemb
 
 namespace recemb::internal {
 namespace {
 
 std::string quoted(const std::string& name) { return "'" + name + "'"; }
-
-void validate_dynamic_vocabulary(const DynamicVocabulary& vocabulary, const std::string& owner) {
-  if (vocabulary.capacity < 1) {
-    throw InvalidArgument(owner + ": dynamic_vocabulary.capacity must be >= 1, got " +
-                          std::to_string(vocabulary.capacity));
-  }
-  if (vocabulary.min_count < 1) {
-    throw InvalidArgument(owner + ": dynamic_vocabulary.min_count must be >= 1, got " +
-                          std::to_string(vocabulary.min_count));
-  }
-  if (vocabulary.ttl_steps && *vocabulary.ttl_steps < 1) {
-    throw InvalidArgument(owner + ": dynamic_vocabulary.ttl_steps must be >= 1 (or unset: no TTL), got " +
-                          std::to_string(*vocabulary.ttl_steps));
-  }
-  when_full_name(vocabulary.when_full);  // throws for a non-enumerator
-}
 
 void validate_table(const TableConfig& table) {
   const std::string owner = "table " + quoted(table.name);
@@ -52,9 +58,9 @@ void validate_table(const TableConfig& table) {
     throw InvalidArgument(owner + ": dim must be >= 1, got " + std::to_string(table.dim));
   }
   if (table_rows(table) > std::numeric_limits<int64_t>::max() / table.dim) {
-    throw InvalidArgument(owner + (table.dynamic_vocabulary ? ": dynamic_vocabulary.capacity"
-                                                            : ": vocabulary_size") +
-                          " * dim overflows");
+    throw InvalidArgument(
+        owner + (table.dynamic_vocabulary ? ": dynamic_vocabulary.capacity" : ": vocabulary_size") +
+        " * dim overflows");
   }
   switch (table.combiner) {
     case Combiner::kSum:

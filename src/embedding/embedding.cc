@@ -111,8 +111,12 @@ Model::Model(std::vector<TableConfig> table_configs, std::vector<FeatureConfig> 
   for (const TablePart& part : held) {
     states.emplace_back(tables[part.table], part, optimizers[part.table],
                         table_seed(options.seed, tables[part.table].name));
-    has_dynamic_tables = has_dynamic_tables || part.keyed;
   }
+  // The same on every rank, whether it holds a dynamic part or not: the training lookup's
+  // agreement on admissions is collective.
+  has_dynamic_tables = std::any_of(tables.begin(), tables.end(), [](const TableConfig& table) {
+    return table.dynamic_vocabulary.has_value();
+  });
 }
 
 size_t Model::table_index(std::string_view name) const {
@@ -165,9 +169,9 @@ int64_t Model::variable_width(std::string_view table, std::string_view name) con
 }
 
 void Model::check_variable_size(std::string_view table, std::string_view name, size_t size) const {
-  const auto expected = static_cast<size_t>(
-      tables[static_table_index(table, "a whole variable")].vocabulary_size *
-      variable_width(table, name));
+  const auto expected =
+      static_cast<size_t>(tables[static_table_index(table, "a whole variable")].vocabulary_size *
+                          variable_width(table, name));
   if (size != expected) {
     throw InvalidArgument("table '" + std::string(table) + "' variable '" + std::string(name) +
                           "': expected " + std::to_string(expected) + " floats, got " +

@@ -59,7 +59,8 @@ inline uint64_t key_bucket(int64_t key) {
   return (h ^ (h >> 33)) >> (64 - kKeyBucketBits);
 }
 inline size_t key_part(int64_t key, int64_t num_parts) {
-  return static_cast<size_t>((key_bucket(key) * static_cast<uint64_t>(num_parts)) >> kKeyBucketBits);
+  return static_cast<size_t>((key_bucket(key) * static_cast<uint64_t>(num_parts)) >>
+                             kKeyBucketBits);
 }
 
 struct Section {

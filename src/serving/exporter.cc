@@ -1,4 +1,5 @@
-// export_serving_model: two passes over the tables. The first encodes every table chunk by chunk
+// export_serving_model: two passes over the tables (the extra arrays are written as given, after
+// them). The first encodes every table chunk by chunk
 // (checking that each value can be stored) and checksums it; only then, with the manifest
 // complete, is the file written front to back, encoding again. Encoding twice costs less than
 // holding an encoded copy of every table, and no file is created for a model that cannot be
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <optional>
+#include <set>
 #include <span>
 #include <sstream>
 #include <string>
@@ -21,6 +23,7 @@
 #include "format/checksum.h"
 #include "format/file_io.h"
 #include "format/json.h"
+#include "format/json_reader.h"
 #include "kernels/quantized_rows.h"
 #include "serving/format.h"
 
@@ -109,6 +112,36 @@ class TableEncoder {
   std::vector<uint8_t> codes_;
 };
 
+// Throws InvalidArgument, naming the array, unless `arrays` have non-empty, unique names, extents
+// >= 0 whose product is the number of values, and finite values.
+void check_extra_arrays(std::span<const ServingArray> arrays) {
+  std::set<std::string_view> names;
+  for (size_t a = 0; a < arrays.size(); ++a) {
+    const ServingArray& array = arrays[a];
+    const std::string owner = "ExportOptions.extra_arrays[" + std::to_string(a) + "] '" +
+                              format::truncated(array.name) + "'";
+    if (array.name.empty() || !names.insert(array.name).second) {
+      throw InvalidArgument(owner + ": the name is empty or repeated (names must be unique)");
+    }
+    uint64_t count = 1;
+    for (const int64_t extent : array.shape) {
+      if (extent < 0 || __builtin_mul_overflow(count, static_cast<uint64_t>(extent), &count)) {
+        throw InvalidArgument(owner + ": the shape has a negative extent or overflows");
+      }
+    }
+    if (count != array.values.size()) {
+      throw InvalidArgument(owner + ": the shape holds " + std::to_string(count) + " values but " +
+                            std::to_string(array.values.size()) + " were given");
+    }
+    const auto found = std::find_if(array.values.begin(), array.values.end(),
+                                    [](float x) { return !std::isfinite(x); });
+    if (found != array.values.end()) {
+      throw InvalidArgument(owner + ": value " + std::to_string(found - array.values.begin()) +
+                            " is " + format_value(*found) + " (values must be finite)");
+    }
+  }
+}
+
 // The zero bytes that pad a blob of `size` bytes to the alignment.
 std::span<const std::byte> padding_after(uint64_t size) {
   static constexpr std::byte kZeros[internal::kServingAlignment] = {};
@@ -124,8 +157,11 @@ void export_serving_model(const Embedding& embedding, const std::filesystem::pat
   } catch (const InvalidArgument& error) {
     throw InvalidArgument(std::string("ExportOptions.dtype: ") + error.what());
   }
-  internal::ServingManifest manifest{
-      .dtype = options.dtype, .tables = embedding.tables(), .features = embedding.features()};
+  check_extra_arrays(options.extra_arrays);
+  internal::ServingManifest manifest{.dtype = options.dtype,
+                                     .tables = embedding.tables(),
+                                     .features = embedding.features(),
+                                     .metadata = options.metadata};
   if (embedding.world_size() > 1) {
     throw FailedPrecondition("export_serving_model: the Embedding spans " +
                              std::to_string(embedding.world_size()) +
@@ -149,11 +185,24 @@ void export_serving_model(const Embedding& embedding, const std::filesystem::pat
     manifest.blobs.push_back({.offset = data_size, .size = size, .checksum = checksum.digest()});
     data_size += padded_size(size);
   }
+  for (const ServingArray& array : options.extra_arrays) {
+    const std::span<const std::byte> bytes = std::as_bytes(array.values);
+    format::StreamingChecksum checksum;
+    checksum.update(bytes);
+    checksum.update(padding_after(bytes.size()));
+    manifest.extra_arrays.push_back({.name = array.name, .shape = array.shape});
+    manifest.extra_blobs.push_back(
+        {.offset = data_size, .size = bytes.size(), .checksum = checksum.digest()});
+    data_size += padded_size(bytes.size());
+  }
   std::string text;
   try {
     text = internal::encode_manifest(manifest);
   } catch (const format::JsonError& error) {  // names that are not UTF-8
-    throw InvalidArgument(context + ": the configs cannot be written as JSON: " + error.what());
+    throw InvalidArgument(context +
+                          ": the configs, extra array names or metadata cannot be written as "
+                          "JSON (UTF-8): " +
+                          error.what());
   }
   const auto manifest_bytes = std::as_bytes(std::span(text));
   const internal::ServingHeader header{
@@ -168,6 +217,10 @@ void export_serving_model(const Embedding& embedding, const std::filesystem::pat
       encoder.encode(manifest.tables[t], values[t],
                      [&](std::span<const std::byte> bytes) { file.write(bytes); });
       file.write(padding_after(manifest.blobs[t].size));
+    }
+    for (const ServingArray& array : options.extra_arrays) {
+      file.write(std::as_bytes(array.values));
+      file.write(padding_after(array.values.size_bytes()));
     }
   });
 }

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include "recemb/embedding.h"
 #include "recemb/error.h"
@@ -100,7 +101,7 @@ std::optional<uint64_t> serving_blob_size(ServingDtype dtype, int64_t vocabulary
 std::array<std::byte, kServingHeaderSize> encode_header(const ServingHeader& header) {
   std::array<std::byte, kServingHeaderSize> bytes{};
   std::memcpy(bytes.data(), kMagic, sizeof kMagic);
-  store<uint32_t>(bytes, 8, kServingFormatVersion);
+  store<uint32_t>(bytes, 8, header.format_version);
   store<uint64_t>(bytes, 16, header.manifest_size);
   store<uint64_t>(bytes, 24, header.manifest_checksum);
   store<uint64_t>(bytes, 32, header.file_size);
@@ -117,23 +118,21 @@ ServingHeader decode_header(std::span<const std::byte> file, const std::string& 
     fail(context, "not a recemb serving model (it does not start with \"RECEMBSV\")");
   }
   const uint32_t version = load<uint32_t>(file, 8);
+  const bool known = version >= 1 && version <= kServingFormatVersion;
+  const std::string unsupported = "format version " + std::to_string(version) +
+                                  " is not supported (this recemb reads versions 1 to " +
+                                  std::to_string(kServingFormatVersion) + ")";
   if (format::checksum(file.first(56)) != load<uint64_t>(file, 56)) {
-    if (version != kServingFormatVersion) {
-      fail(context, "format version " + std::to_string(version) +
-                        " is not supported (this recemb reads version 1), or the header is "
-                        "damaged");
-    }
+    if (!known) fail(context, unsupported + ", or the header is damaged");
     fail(context, "the header checksum does not match: the header is damaged");
   }
-  if (version != kServingFormatVersion) {
-    fail(context, "format version " + std::to_string(version) +
-                      " is not supported (this recemb reads version 1)");
-  }
+  if (!known) fail(context, unsupported);
   if (load<uint32_t>(file, 12) != 0 || load<uint64_t>(file, 40) != 0 ||
       load<uint64_t>(file, 48) != 0) {
     fail(context, "the header's reserved bytes are not zero");
   }
-  const ServingHeader header{.manifest_size = load<uint64_t>(file, 16),
+  const ServingHeader header{.format_version = version,
+                             .manifest_size = load<uint64_t>(file, 16),
                              .manifest_checksum = load<uint64_t>(file, 24),
                              .file_size = load<uint64_t>(file, 32)};
   if (header.file_size != file.size()) {
@@ -162,21 +161,36 @@ std::string encode_manifest(const ServingManifest& manifest) {
   for (const FeatureConfig& feature : manifest.features) {
     features.push_back(format::feature_to_json(feature));
   }
+  Json extra_arrays = Json::array();
+  for (size_t a = 0; a < manifest.extra_arrays.size(); ++a) {
+    const TableBlob& blob = manifest.extra_blobs[a];
+    extra_arrays.push_back({{"name", manifest.extra_arrays[a].name},
+                            {"shape", manifest.extra_arrays[a].shape},
+                            {"offset", blob.offset},
+                            {"size", blob.size},
+                            {"checksum", format::checksum_to_hex(blob.checksum)}});
+  }
   const Json json = {{"dtype", serving_dtype_name(manifest.dtype)},
                      {"tables", std::move(tables)},
-                     {"features", std::move(features)}};
+                     {"features", std::move(features)},
+                     {"extra_arrays", std::move(extra_arrays)},
+                     {"metadata", manifest.metadata}};
   std::string text = json.dump(1) + "\n";
   text.resize(padded_size(text.size()), ' ');
   return text;
 }
 
-ServingManifest decode_manifest(std::string_view text, uint64_t data_size,
+ServingManifest decode_manifest(std::string_view text, uint32_t version, uint64_t data_size,
                                 const std::string& context) {
   const format::JsonDocument document{.name = context + ": manifest",
                                       .source = format::JsonSource::kFile};
   const Json json = format::parse_json(text, document);
   const JsonReader root(json, document);
-  root.expect_only({"dtype", "tables", "features"});
+  if (version == 1) {
+    root.expect_only({"dtype", "tables", "features"});
+  } else {
+    root.expect_only({"dtype", "tables", "features", "extra_arrays", "metadata"});
+  }
   ServingManifest manifest;
   const JsonReader dtype = root.member("dtype");
   try {
@@ -185,14 +199,17 @@ ServingManifest decode_manifest(std::string_view text, uint64_t data_size,
   } catch (const InvalidArgument& error) {
     dtype.fail(error.what());
   }
+  const auto blob_of = [](const JsonReader& entry) {
+    return TableBlob{.offset = entry.member("offset").unsigned_integer(),
+                     .size = entry.member("size").unsigned_integer(),
+                     .checksum = format::checksum_from_json(entry.member("checksum"))};
+  };
   const JsonReader tables = root.member("tables");
   for (size_t t = 0; t < tables.size(); ++t) {
     const JsonReader entry = tables.element(t);
     entry.expect_only({"config", "offset", "size", "checksum"});
     manifest.tables.push_back(format::table_from_json(entry.member("config")));
-    manifest.blobs.push_back({.offset = entry.member("offset").unsigned_integer(),
-                              .size = entry.member("size").unsigned_integer(),
-                              .checksum = format::checksum_from_json(entry.member("checksum"))});
+    manifest.blobs.push_back(blob_of(entry));
   }
   const JsonReader features = root.member("features");
   for (size_t f = 0; f < features.size(); ++f) {
@@ -203,23 +220,49 @@ ServingManifest decode_manifest(std::string_view text, uint64_t data_size,
   } catch (const InvalidArgument& error) {
     format::fail(document, error.what());
   }
+  // The byte size of each extra array's values, from its shape (nullopt: beyond 64 bits).
+  std::vector<std::optional<uint64_t>> array_sizes;
+  if (version >= 2) {
+    const JsonReader arrays = root.member("extra_arrays");
+    std::set<std::string> names;
+    for (size_t a = 0; a < arrays.size(); ++a) {
+      const JsonReader entry = arrays.element(a);
+      entry.expect_only({"name", "shape", "offset", "size", "checksum"});
+      ServingArray array{.name = entry.member("name").string()};
+      if (array.name.empty() || !names.insert(array.name).second) {
+        entry.member("name").fail("extra array name '" + format::truncated(array.name) +
+                                  "' is empty or repeated");
+      }
+      const JsonReader shape = entry.member("shape");
+      std::optional<uint64_t> bytes = sizeof(float);
+      for (size_t i = 0; i < shape.size(); ++i) {
+        array.shape.push_back(shape.element(i).integer(0));
+        if (bytes &&
+            __builtin_mul_overflow(*bytes, static_cast<uint64_t>(array.shape.back()), &*bytes)) {
+          bytes.reset();
+        }
+      }
+      manifest.extra_arrays.push_back(std::move(array));
+      manifest.extra_blobs.push_back(blob_of(entry));
+      array_sizes.push_back(bytes);
+    }
+    root.member("metadata").for_each_member([&](const std::string& key, const JsonReader& value) {
+      manifest.metadata[key] = value.string();
+    });
+  }
 
   uint64_t end = 0;  // of the blobs so far, padding included
-  for (size_t t = 0; t < manifest.tables.size(); ++t) {
-    const TableConfig& table = manifest.tables[t];
-    const TableBlob& blob = manifest.blobs[t];
-    const std::string owner = "table '" + table.name + "'";
-    const std::optional<uint64_t> expected =
-        serving_blob_size(manifest.dtype, table.vocabulary_size, table.dim);
+  // Checks that the blob of `owner` of `expected` bytes (`what` says how many it must be) comes
+  // next, and moves past it.
+  const auto place = [&](const TableBlob& blob, std::optional<uint64_t> expected,
+                         const std::string& owner, const std::string& what) {
     if (!expected || blob.size != *expected) {
-      fail(context, owner + ": blob size " + std::to_string(blob.size) +
-                        " is not vocabulary_size " + std::to_string(table.vocabulary_size) + " x " +
-                        std::string(serving_dtype_name(manifest.dtype)) + " rows of dim " +
-                        std::to_string(table.dim));
+      fail(context, owner + ": blob size " + std::to_string(blob.size) + " is not " + what);
     }
     if (blob.offset != end) {
       fail(context, owner + ": blob offset " + std::to_string(blob.offset) + " should be " +
-                        std::to_string(end) + " (blobs are contiguous, in table order)");
+                        std::to_string(end) +
+                        " (blobs are contiguous: the tables', then the extra arrays', in order)");
     }
     if (blob.size > data_size - end || padded_size(blob.size) > data_size - end) {
       fail(context, owner + ": its blob of " + std::to_string(blob.size) + " bytes at offset " +
@@ -227,10 +270,23 @@ ServingManifest decode_manifest(std::string_view text, uint64_t data_size,
                         std::to_string(data_size) + " bytes (truncated?)");
     }
     end += padded_size(blob.size);
+  };
+  for (size_t t = 0; t < manifest.tables.size(); ++t) {
+    const TableConfig& table = manifest.tables[t];
+    place(manifest.blobs[t], serving_blob_size(manifest.dtype, table.vocabulary_size, table.dim),
+          "table '" + table.name + "'",
+          "vocabulary_size " + std::to_string(table.vocabulary_size) + " x " +
+              std::string(serving_dtype_name(manifest.dtype)) + " rows of dim " +
+              std::to_string(table.dim));
+  }
+  for (size_t a = 0; a < manifest.extra_arrays.size(); ++a) {
+    place(manifest.extra_blobs[a], array_sizes[a],
+          "extra array '" + format::truncated(manifest.extra_arrays[a].name) + "'",
+          "4 bytes (float32) per value of its shape");
   }
   if (end != data_size) {
     fail(context, "the data section has " + std::to_string(data_size) +
-                      " bytes but the tables use " + std::to_string(end));
+                      " bytes but the tables and extra arrays use " + std::to_string(end));
   }
   return manifest;
 }

@@ -4,11 +4,12 @@
 //   0                            64             header
 //   64                           manifest_size  manifest: JSON (UTF-8), padded with spaces to a
 //                                               multiple of 64 bytes
-//   64 + manifest_size           data_size      table blobs in table order, each starting at a
-//                                               multiple of 64 and padded with zeros to one
+//   64 + manifest_size           data_size      table blobs in table order, then the extra arrays'
+//                                               blobs in their order, each starting at a multiple
+//                                               of 64 and padded with zeros to one
 //
 //   header:  0  char[8]   magic "RECEMBSV"
-//            8  uint32    format_version (kFormatVersion)
+//            8  uint32    format_version (kServingFormatVersion; version 1 is read too)
 //           12  uint32    reserved, 0
 //           16  uint64    manifest_size
 //           24  uint64    manifest_checksum   XXH3-64 of the manifest_size manifest bytes
@@ -20,9 +21,14 @@
 //                          "offset": <bytes from the start of the data section>,
 //                          "size": <vocabulary_size * row_bytes, without padding>,
 //                          "checksum": <16 hex digits: XXH3-64 of the padded blob>}, ...],
-//              "features": [<FeatureConfig>, ...]}
+//              "features": [<FeatureConfig>, ...],
+//              "extra_arrays": [{"name": <non-empty, unique>, "shape": [<extent >= 0>, ...],
+//                                "offset", "size": <4 * product(shape)>, "checksum"}, ...],
+//              "metadata": {<key>: <string value>, ...}}
+//            Version 1 has neither "extra_arrays" nor "metadata" (and no extra array blobs).
 //   blob:    vocabulary_size rows of row_bytes(dtype, dim) bytes: dim float32 | dim binary16 |
-//            dim uint8 codes + float32 scale + float32 bias (kernels/quantized_rows.h).
+//            dim uint8 codes + float32 scale + float32 bias (kernels/quantized_rows.h); an extra
+//            array's: its values, float32 whatever the dtype.
 // Integers and floats are little-endian; the blobs are read in place (in memory), which needs a
 // little-endian host. The blobs are contiguous (the first at offset 0, each next one where the
 // padding of the previous ends, the last ending at file_size), so the three checksums together
@@ -33,6 +39,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -44,7 +51,8 @@
 
 namespace recemb::internal {
 
-inline constexpr uint32_t kServingFormatVersion = 1;
+// The version written; readers accept every version from 1 to it (docs/serving.md, "Versioning").
+inline constexpr uint32_t kServingFormatVersion = 2;
 inline constexpr uint64_t kServingHeaderSize = 64;
 inline constexpr uint64_t kServingAlignment = 64;
 
@@ -58,6 +66,7 @@ inline constexpr uint64_t padded_size(uint64_t size) {
 std::optional<uint64_t> serving_blob_size(ServingDtype dtype, int64_t vocabulary_size, int64_t dim);
 
 struct ServingHeader {
+  uint32_t format_version = kServingFormatVersion;
   uint64_t manifest_size = 0;
   uint64_t manifest_checksum = 0;
   uint64_t file_size = 0;
@@ -67,11 +76,12 @@ std::array<std::byte, kServingHeaderSize> encode_header(const ServingHeader& hea
 
 // Reads the header at the start of `file` (the whole file). Throws DataLoss starting with
 // `context` (e.g. "serving model 'm.recemb'") when the file is shorter than a header, lacks the
-// magic, fails the header checksum, has another format version, is not file_size bytes long
-// (truncated or extended) or its manifest_size is not a multiple of 64 inside the file.
+// magic, fails the header checksum, has a format version outside [1, kServingFormatVersion], is not
+// file_size bytes long (truncated or extended) or its manifest_size is not a multiple of 64 inside
+// the file.
 ServingHeader decode_header(std::span<const std::byte> file, const std::string& context);
 
-// Where a table's blob lies in the data section.
+// Where a table's (or an extra array's) blob lies in the data section.
 struct TableBlob {
   uint64_t offset = 0;    // from the start of the data section; a multiple of 64
   uint64_t size = 0;      // without the padding
@@ -83,17 +93,23 @@ struct ServingManifest {
   std::vector<TableConfig> tables;
   std::vector<TableBlob> blobs;  // one per table
   std::vector<FeatureConfig> features;
+  // The extra arrays' names and shapes (their `values` are left empty here) and blobs.
+  std::vector<ServingArray> extra_arrays;
+  std::vector<TableBlob> extra_blobs;  // one per extra array
+  std::map<std::string, std::string> metadata;
 };
 
-// The manifest's JSON text padded with spaces to a multiple of 64 bytes.
+// The manifest's JSON text (of kServingFormatVersion) padded with spaces to a multiple of 64 bytes.
 std::string encode_manifest(const ServingManifest& manifest);
 
-// Parses and validates a manifest for a data section of `data_size` bytes: JSON structure
-// (unknown keys are errors, nesting bounded by format::kMaxJsonDepth), the configs (as an
-// Embedding validates them) and the layout (each blob of exactly vocabulary_size * row_bytes
-// bytes, the blobs contiguous from 0 to data_size). Throws DataLoss starting with `context` and
-// naming the field's path ("<context>: manifest: tables[1].size: ..."), the table or the feature.
-ServingManifest decode_manifest(std::string_view text, uint64_t data_size,
+// Parses and validates a manifest of format `version` for a data section of `data_size` bytes:
+// JSON structure (unknown keys are errors, nesting bounded by format::kMaxJsonDepth), the configs
+// (as an Embedding validates them), the extra arrays' names (non-empty, unique) and shapes, and
+// the layout (each table blob of exactly vocabulary_size * row_bytes bytes, each array blob of 4
+// values each, the blobs contiguous from 0 to data_size). Throws DataLoss starting with `context`
+// and naming the field's path ("<context>: manifest: tables[1].size: ..."), the table, the
+// feature or the array.
+ServingManifest decode_manifest(std::string_view text, uint32_t version, uint64_t data_size,
                                 const std::string& context);
 
 }  // namespace recemb::internal

@@ -8,6 +8,7 @@
 #include "batch/lookup.h"
 #include "format/checksum.h"
 #include "format/file_io.h"
+#include "format/json_reader.h"
 #include "kernels/pool.h"
 #include "serving/format.h"
 #include "storage/float_buffer.h"
@@ -72,20 +73,24 @@ ServingModel ServingModel::open(const std::filesystem::path& path, const OpenOpt
       file.subspan(internal::kServingHeaderSize + header.manifest_size);
   state->manifest = internal::decode_manifest(
       std::string_view(reinterpret_cast<const char*>(manifest.data()), manifest.size()),
-      data.size(), context);
+      header.format_version, data.size(), context);
 
-  const internal::ServingManifest& parsed = state->manifest;
-  for (size_t t = 0; t < parsed.tables.size(); ++t) {
-    const internal::TableBlob& blob = parsed.blobs[t];
+  internal::ServingManifest& parsed = state->manifest;
+  // The bytes of `blob` (with its padding), checked against its checksum when options.verify.
+  const auto blob_bytes = [&](const internal::TableBlob& blob, const std::string& owner) {
     const std::span<const std::byte> bytes =
         data.subspan(blob.offset, internal::padded_size(blob.size));
     if (options.verify && format::checksum(bytes) != blob.checksum) {
       const uint64_t begin = internal::kServingHeaderSize + header.manifest_size + blob.offset;
-      fail(context, "table '" + parsed.tables[t].name +
-                        "': the checksum does not match: its blob (file bytes [" +
+      fail(context, owner + ": the checksum does not match: its blob (file bytes [" +
                         std::to_string(begin) + ", " + std::to_string(begin + bytes.size()) +
                         ")) is damaged");
     }
+    return bytes;
+  };
+  for (size_t t = 0; t < parsed.tables.size(); ++t) {
+    const std::span<const std::byte> bytes =
+        blob_bytes(parsed.blobs[t], "table '" + parsed.tables[t].name + "'");
     switch (parsed.dtype) {
       case ServingDtype::kFloat32:
         state->tables.emplace_back(reinterpret_cast<const float*>(bytes.data()));
@@ -99,6 +104,14 @@ ServingModel ServingModel::open(const std::filesystem::path& path, const OpenOpt
             internal::Int8Rows{reinterpret_cast<const uint8_t*>(bytes.data())});
         break;
     }
+  }
+  for (size_t a = 0; a < parsed.extra_arrays.size(); ++a) {
+    ServingArray& array = parsed.extra_arrays[a];
+    const internal::TableBlob& blob = parsed.extra_blobs[a];
+    const std::span<const std::byte> bytes = blob_bytes(blob, "extra array '" + array.name + "'");
+    // 64-byte aligned in memory the model owns (FileContents), as every blob.
+    array.values =
+        std::span(reinterpret_cast<const float*>(bytes.data()), blob.size / sizeof(float));
   }
   for (const FeatureConfig& feature : parsed.features) {
     size_t t = 0;
@@ -120,6 +133,24 @@ ServingDtype ServingModel::dtype() const { return state_->manifest.dtype; }
 const std::vector<TableConfig>& ServingModel::tables() const { return state_->manifest.tables; }
 const std::vector<FeatureConfig>& ServingModel::features() const {
   return state_->manifest.features;
+}
+
+const std::vector<ServingArray>& ServingModel::extra_arrays() const {
+  return state_->manifest.extra_arrays;
+}
+const std::map<std::string, std::string>& ServingModel::metadata() const {
+  return state_->manifest.metadata;
+}
+
+const ServingArray& ServingModel::extra_array(std::string_view name) const {
+  std::string names;
+  for (const ServingArray& array : state_->manifest.extra_arrays) {
+    if (array.name == name) return array;
+    names += (names.empty() ? "'" : ", '") + format::truncated(array.name) + "'";
+  }
+  throw InvalidArgument("serving model '" + state_->path.string() + "' has no extra array '" +
+                        format::truncated(name) + "' (" +
+                        (names.empty() ? std::string("it has none") : "it has " + names) + ")");
 }
 
 std::vector<int64_t> ServingModel::activation_shape(size_t feature,

@@ -1,9 +1,11 @@
 #include "storage/key_index.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <new>
 #include <string>
+#include <sys/mman.h>
 #include <tuple>
 
 #include "recemb/error.h"
@@ -14,27 +16,12 @@
 namespace recemb::internal {
 namespace {
 
-// Murmur3's 64-bit finalizer: a bijection in which every key bit flips about half the output
-// bits, so that adversarial keys (0, negatives, INT64_MIN/MAX, sequential runs) spread evenly.
-uint64_t mix(int64_t key) {
-  uint64_t z = static_cast<uint64_t>(key);
-  z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdULL;
-  z = (z ^ (z >> 33)) * 0xc4ceb9fe1a85ec53ULL;
-  return z ^ (z >> 33);
-}
-
-// [0, n) from a hash's high bits (multiply-shift): no division, and any n, so that the hash table
-// can be sized at exactly capacity / 0.8 rather than the next power of two (up to 2x the memory).
-size_t scale(uint64_t hash, size_t n) {
-  __extension__ using Wide = unsigned __int128;
-  return static_cast<size_t>((static_cast<Wide>(hash) * n) >> 64);
-}
-
 int64_t saturating_add(int64_t a, int64_t b) {  // a, b >= 0
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
 }
 
-// The position of `key` in a linear-probing table, or of the empty position where it would go.
+// The pending counts' table (linear probing over single entries; not on the lookup path, so it
+// keeps to the simplest scheme): the position of `key`, or of the empty one where it would go.
 template <class Entry, class IsEmpty>
 size_t probe(std::span<const Entry> table, size_t home, int64_t key, IsEmpty is_empty) {
   size_t position = home;
@@ -46,10 +33,9 @@ size_t probe(std::span<const Entry> table, size_t home, int64_t key, IsEmpty is_
 
 // Backward-shift deletion from a linear-probing table: empties `hole`, then moves each following
 // entry of the run whose home does not lie cyclically in (hole, entry] into the hole, so that
-// every key stays reachable from its home without tombstones. moved(entry, position) is called
-// for each entry moved.
-template <class Entry, class Home, class IsEmpty, class Moved>
-void erase_at(std::span<Entry> table, size_t hole, Home home, IsEmpty is_empty, Moved moved) {
+// every key stays reachable from its home without tombstones.
+template <class Entry, class Home, class IsEmpty>
+void erase_at(std::span<Entry> table, size_t hole, Home home, IsEmpty is_empty) {
   const size_t n = table.size();
   const auto distance = [n](size_t from, size_t to) {
     return to >= from ? to - from : to + n - from;
@@ -58,7 +44,6 @@ void erase_at(std::span<Entry> table, size_t hole, Home home, IsEmpty is_empty, 
        position = position + 1 == n ? 0 : position + 1) {
     if (distance(home(table[position].key), position) >= distance(hole, position)) {
       table[hole] = table[position];
-      moved(table[hole], hole);
       hole = position;
     }
   }
@@ -82,6 +67,19 @@ size_t sketch_index(uint64_t hash, int row) {
 
 constexpr size_t kMinPendingPositions = 16;
 
+// Asks for transparent huge pages over the whole 2 MiB pages inside a vector's reserved memory,
+// before it is first written: find() reads a random position of a table far larger than the TLB
+// covers with 4 KiB pages, as the row gather does (storage/float_buffer.h). Advice only.
+template <class T>
+void advise_huge_pages(const std::vector<T>& vector) {
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  const auto begin = reinterpret_cast<uintptr_t>(vector.data());
+  const uintptr_t end = begin + vector.capacity() * sizeof(T);
+  const uintptr_t first = (begin + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t last = end & ~(kHugePage - 1);
+  if (first < last) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+}
+
 }  // namespace
 
 KeyIndex::KeyIndex(int64_t capacity, int64_t exact_pending_limit)
@@ -93,17 +91,23 @@ KeyIndex::KeyIndex(int64_t capacity, int64_t exact_pending_limit)
                           std::to_string(kMaxCapacity) +
                           "): lower capacity or shard the table over more processes");
   }
-  // ceil(capacity / 0.8): at most 80% full, and always one empty position, which ends every probe.
-  const int64_t positions = capacity + (capacity + 3) / 4;
+  // ceil(capacity / 0.8) entries: at most 80% full.
+  const int64_t entries = capacity + (capacity + 3) / 4;
+  const int64_t buckets = (entries + kBucketWidth - 1) / kBucketWidth;
   // Recency entries: at most one live per slot, compacted when the room is used up, which then
   // happens at most once every capacity + 64 appends (compact_recency).
   const int64_t recency_room = 2 * capacity + 64;
   try {
-    positions_.assign(static_cast<size_t>(positions), Position{0, kEmptyPosition});
-    slots_.assign(static_cast<size_t>(capacity), Slot{kAbsent, 0, kFreeSlot, 0});
+    buckets_.reserve(static_cast<size_t>(buckets));
+    slots_.reserve(static_cast<size_t>(capacity));
     recency_.reserve(static_cast<size_t>(recency_room));
+    advise_huge_pages(buckets_);
+    advise_huge_pages(slots_);
+    advise_huge_pages(recency_);
+    buckets_.resize(static_cast<size_t>(buckets));
+    slots_.assign(static_cast<size_t>(capacity), Slot{kAbsent, 0, kFreeSlot, 0});
   } catch (const std::bad_alloc&) {
-    const int64_t bytes = positions * int64_t{sizeof(Position)} + capacity * int64_t{sizeof(Slot)} +
+    const int64_t bytes = buckets * int64_t{sizeof(Bucket)} + capacity * int64_t{sizeof(Slot)} +
                           recency_room * int64_t{sizeof(RecencyEntry)};
     throw ResourceExhausted("cannot allocate " + std::to_string(bytes) +
                             " bytes for the key index of " + std::to_string(capacity) +
@@ -116,22 +120,7 @@ int64_t KeyIndex::capacity() const { return capacity_; }
 int64_t KeyIndex::size() const { return size_; }
 int64_t KeyIndex::exact_pending_limit() const { return exact_pending_limit_; }
 
-size_t KeyIndex::home(int64_t key) const { return scale(mix(key), positions_.size()); }
-
-int64_t KeyIndex::find(int64_t key) const {
-  for (size_t position = home(key);; position = next_position(position)) {
-    const Position& entry = positions_[position];
-    if (entry.slot == kEmptyPosition) return kAbsent;
-    if (entry.key == key) return entry.slot;
-  }
-}
-
-void KeyIndex::prefetch(int64_t key) const {
-  // A 12-byte position may straddle two lines: ask for both ends.
-  const Position* entry = &positions_[home(key)];
-  prefetch_line(entry);
-  prefetch_line(reinterpret_cast<const char*>(entry) + sizeof(Position) - 1);
-}
+void KeyIndex::prefetch_slot(int64_t slot) const { prefetch_line_for_write(&slots_[slot]); }
 
 bool KeyIndex::occupied(int64_t slot) const {
   RECEMB_CHECK(slot >= 0 && slot < capacity_);
@@ -140,7 +129,8 @@ bool KeyIndex::occupied(int64_t slot) const {
 
 int64_t KeyIndex::key_of(int64_t slot) const {
   RECEMB_CHECK(occupied(slot));
-  return positions_[slots_[slot].position].key;
+  const uint32_t position = slots_[slot].position;
+  return buckets_[position / kBucketWidth].keys[position % kBucketWidth];
 }
 
 int64_t KeyIndex::last_seen(int64_t slot) const {
@@ -167,21 +157,31 @@ void KeyIndex::touch(int64_t slot, int64_t step, int64_t occurrences) {
 
 int64_t KeyIndex::insert(int64_t key, int64_t step, int64_t count) {
   RECEMB_CHECK(size_ < capacity_ && count >= 0);
-  const size_t position = probe(std::span<const Position>(positions_), home(key), key,
-                                [](const Position& entry) { return entry.slot == kEmptyPosition; });
-  RECEMB_CHECK(positions_[position].slot == kEmptyPosition);  // the key is absent
+  RECEMB_CHECK(find(key) == kAbsent);
+  // The first bucket from home with a free entry; the full ones before it count the key passing.
+  size_t b = home_bucket(key);
+  int entry = 0;
+  while (true) {
+    Bucket& bucket = buckets_[b];
+    while (entry < kBucketWidth && bucket.slots[entry] != kEmptyEntry) ++entry;
+    if (entry < kBucketWidth) break;
+    ++bucket.passed;
+    b = next_bucket(b);
+    entry = 0;
+  }
   int64_t slot = free_head_;
   if (slot != kAbsent) {
     free_head_ = slots_[slot].last_seen;
   } else {
     slot = never_used_++;
   }
-  positions_[position] = Position{key, static_cast<uint32_t>(slot)};
-  Slot& entry = slots_[slot];
-  entry.last_seen = step;
-  entry.count = count;
-  entry.position = static_cast<uint32_t>(position);
-  ++entry.generation;
+  buckets_[b].keys[entry] = key;
+  buckets_[b].slots[entry] = static_cast<uint32_t>(slot);
+  Slot& metadata = slots_[slot];
+  metadata.last_seen = step;
+  metadata.count = count;
+  metadata.position = static_cast<uint32_t>(b * kBucketWidth + static_cast<size_t>(entry));
+  ++metadata.generation;
   ++size_;
   append_recency(slot);
   return slot;
@@ -189,17 +189,49 @@ int64_t KeyIndex::insert(int64_t key, int64_t step, int64_t count) {
 
 void KeyIndex::erase(int64_t slot) {
   RECEMB_CHECK(occupied(slot));
-  erase_position(slots_[slot].position);
-  Slot& entry = slots_[slot];
-  entry.position = kFreeSlot;
-  entry.count = 0;
-  entry.last_seen = free_head_;
+  Slot& metadata = slots_[slot];
+  size_t hole = metadata.position / kBucketWidth;
+  size_t hole_entry = metadata.position % kBucketWidth;
+  unpass(home_bucket(buckets_[hole].keys[hole_entry]), hole);
+  // Backward shift: while a key held further on passed the hole's bucket, the nearest one moves
+  // into the hole, which moves to where it was. So no key ever passes a bucket with a free entry,
+  // and the table stays as short to search as one built by inserts only, however long it churns.
+  while (buckets_[hole].passed > 0) {
+    const size_t n = buckets_.size();
+    const auto distance = [n](size_t from, size_t to) { return (to + n - from) % n; };
+    size_t from = next_bucket(hole);
+    int from_entry = -1;
+    for (size_t scanned = 0;; ++scanned) {
+      RECEMB_CHECK(scanned < buckets_.size());  // a key passed the hole: it is held further on
+      const Bucket& bucket = buckets_[from];
+      for (int i = 0; i < kBucketWidth && from_entry < 0; ++i) {
+        if (bucket.slots[i] != kEmptyEntry &&
+            distance(home_bucket(bucket.keys[i]), from) >= distance(hole, from)) {
+          from_entry = i;
+        }
+      }
+      if (from_entry >= 0) break;
+      from = next_bucket(from);
+    }
+    const uint32_t moved_slot = buckets_[from].slots[from_entry];
+    buckets_[hole].keys[hole_entry] = buckets_[from].keys[from_entry];
+    buckets_[hole].slots[hole_entry] = moved_slot;
+    slots_[moved_slot].position = static_cast<uint32_t>(hole * kBucketWidth + hole_entry);
+    unpass(hole, from);
+    hole = from;
+    hole_entry = static_cast<size_t>(from_entry);
+  }
+  buckets_[hole].keys[hole_entry] = 0;
+  buckets_[hole].slots[hole_entry] = kEmptyEntry;
+  metadata.position = kFreeSlot;
+  metadata.count = 0;
+  metadata.last_seen = free_head_;
   free_head_ = slot;
   --size_;
 }
 
 void KeyIndex::clear() {
-  std::fill(positions_.begin(), positions_.end(), Position{0, kEmptyPosition});
+  std::fill(buckets_.begin(), buckets_.end(), Bucket{});
   std::fill(slots_.begin(), slots_.end(), Slot{kAbsent, 0, kFreeSlot, 0});
   size_ = 0;
   free_head_ = kAbsent;
@@ -207,19 +239,14 @@ void KeyIndex::clear() {
   recency_.clear();
   recency_head_ = 0;
   recency_sorted_ = true;
-  recency_back_step_ = 0;
+  recency_back_step_ = std::numeric_limits<int64_t>::min();
   std::fill(pending_.begin(), pending_.end(), PendingEntry{});
   pending_size_ = 0;
   sketch_.clear();
 }
 
-void KeyIndex::erase_position(size_t position) {
-  erase_at(
-      std::span<Position>(positions_), position, [this](int64_t key) { return home(key); },
-      [](const Position& entry) { return entry.slot == kEmptyPosition; },
-      [this](const Position& entry, size_t moved_to) {
-        slots_[entry.slot].position = static_cast<uint32_t>(moved_to);
-      });
+void KeyIndex::unpass(size_t first, size_t end) {
+  for (size_t b = first; b != end; b = next_bucket(b)) --buckets_[b].passed;
 }
 
 // ---- Recency FIFO --------------------------------------------------------------------------
@@ -256,6 +283,15 @@ void KeyIndex::sort_recency() {
   });
   recency_sorted_ = true;
   if (!recency_.empty()) recency_back_step_ = slots_[recency_.back().slot].last_seen;
+}
+
+template <class Visit>
+void KeyIndex::for_each_key(Visit visit) const {
+  for (const Bucket& bucket : buckets_) {
+    for (int i = 0; i < kBucketWidth; ++i) {
+      if (bucket.slots[i] != kEmptyEntry) visit(bucket.keys[i], int64_t{bucket.slots[i]});
+    }
+  }
 }
 
 template <class Visit>
@@ -315,11 +351,10 @@ std::span<const int64_t> KeyIndex::choose_victims(EvictionOrder order, int64_t n
   const auto less = [](const Candidate& a, const Candidate& b) {
     return std::tie(a.first, a.second, a.key) < std::tie(b.first, b.second, b.key);
   };
-  for (const Position& position : positions_) {
-    if (position.slot == kEmptyPosition) continue;
-    const Slot& entry = slots_[position.slot];
-    if (entry.last_seen >= pinned_from) continue;
-    const Candidate candidate{entry.count, entry.last_seen, position.key, position.slot};
+  for_each_key([&](int64_t key, int64_t slot) {
+    const Slot& entry = slots_[slot];
+    if (entry.last_seen >= pinned_from) return;
+    const Candidate candidate{entry.count, entry.last_seen, key, slot};
     if (static_cast<int64_t>(candidates_.size()) < n) {
       candidates_.push_back(candidate);
       std::push_heap(candidates_.begin(), candidates_.end(), less);
@@ -328,7 +363,7 @@ std::span<const int64_t> KeyIndex::choose_victims(EvictionOrder order, int64_t n
       candidates_.back() = candidate;
       std::push_heap(candidates_.begin(), candidates_.end(), less);
     }
-  }
+  });
   return ordered_victims(n);
 }
 
@@ -347,9 +382,7 @@ std::span<const int64_t> KeyIndex::expired(int64_t before_step, int64_t pinned_f
 std::vector<int64_t> KeyIndex::slots_by_key() const {
   std::vector<std::pair<int64_t, int64_t>> keyed;
   keyed.reserve(static_cast<size_t>(size_));
-  for (const Position& position : positions_) {
-    if (position.slot != kEmptyPosition) keyed.emplace_back(position.key, position.slot);
-  }
+  for_each_key([&](int64_t key, int64_t slot) { keyed.emplace_back(key, slot); });
   std::sort(keyed.begin(), keyed.end());
   std::vector<int64_t> slots;
   slots.reserve(keyed.size());
@@ -359,7 +392,9 @@ std::vector<int64_t> KeyIndex::slots_by_key() const {
 
 // ---- Pending counts ------------------------------------------------------------------------
 
-size_t KeyIndex::pending_home(int64_t key) const { return scale(mix(key), pending_.size()); }
+size_t KeyIndex::pending_home(int64_t key) const {
+  return KeyIndex::scale(KeyIndex::mix(key), pending_.size());
+}
 
 size_t KeyIndex::probe_pending(int64_t key) const {
   return probe(std::span<const PendingEntry>(pending_), pending_home(key), key,
@@ -394,7 +429,7 @@ void KeyIndex::add_pending(int64_t key, int64_t occurrences) {
 }
 
 void KeyIndex::insert_pending(int64_t key, int64_t count) {
-  // At most 80% full, as positions_.
+  // At most 80% full, as buckets_.
   if ((pending_size_ + 1) * 5 > static_cast<int64_t>(pending_.size()) * 4) grow_pending();
   pending_[probe_pending(key)] = PendingEntry{key, count};
   ++pending_size_;
@@ -416,8 +451,7 @@ void KeyIndex::forget_pending(int64_t key) {
   erase_at(
       std::span<PendingEntry>(pending_), position,
       [this](int64_t moved_key) { return pending_home(moved_key); },
-      [](const PendingEntry& entry) { return entry.count == 0; },
-      [](const PendingEntry&, size_t) {});
+      [](const PendingEntry& entry) { return entry.count == 0; });
   --pending_size_;
 }
 
@@ -436,7 +470,7 @@ std::vector<std::pair<int64_t, int64_t>> KeyIndex::exact_pending() const {
 bool KeyIndex::sketch_in_use() const { return !sketch_.empty(); }
 
 int64_t KeyIndex::sketch_estimate(int64_t key) const {
-  const uint64_t hash = mix(key ^ kSketchSalt);
+  const uint64_t hash = KeyIndex::mix(key ^ kSketchSalt);
   uint32_t estimate = std::numeric_limits<uint32_t>::max();
   for (int row = 0; row < kSketchRows; ++row) {
     estimate = std::min(estimate, sketch_[sketch_index(hash, row)]);
@@ -448,7 +482,7 @@ void KeyIndex::add_to_sketch(int64_t key, int64_t occurrences) {
   if (sketch_.empty()) sketch_.assign(kSketchRows * kSketchColumns, 0);
   const int64_t target = std::min<int64_t>(saturating_add(sketch_estimate(key), occurrences),
                                            std::numeric_limits<uint32_t>::max());
-  const uint64_t hash = mix(key ^ kSketchSalt);
+  const uint64_t hash = KeyIndex::mix(key ^ kSketchSalt);
   for (int row = 0; row < kSketchRows; ++row) {
     uint32_t& counter = sketch_[sketch_index(hash, row)];
     counter = std::max(counter, static_cast<uint32_t>(target));
@@ -459,7 +493,7 @@ int64_t KeyIndex::memory_bytes() const {
   const auto bytes = [](const auto& vector) {
     return static_cast<int64_t>(vector.capacity() * sizeof(vector[0]));
   };
-  return bytes(positions_) + bytes(slots_) + bytes(recency_) + bytes(pending_) + bytes(sketch_) +
+  return bytes(buckets_) + bytes(slots_) + bytes(recency_) + bytes(pending_) + bytes(sketch_) +
          bytes(candidates_) + bytes(chosen_);
 }
 

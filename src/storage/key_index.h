@@ -14,7 +14,8 @@
 // yet, docs/semantics.md).
 //
 // Not-yet-admitted counts are exact for up to exact_pending_limit() distinct keys; beyond that a
-// count-min sketch holds the rest, which may over-count (admit early) but never under-count.
+// count-min sketch holds the rest (4 rows of 2^16 saturating 32-bit counters, 1 MiB, conservative
+// update), which may over-count (admit early) but never under-count a count below 2^32.
 //
 // Thread safety: find, prefetch, key_of, last_seen and count may run concurrently with each other;
 // every other call needs exclusive access. Nothing here throws except the constructor
@@ -26,10 +27,15 @@
 // of the caller, never bad user input.
 //
 // Layout (key_index.cc says why):
-//   positions_: an open-addressing hash table (linear probing, backward-shift deletion, no
-//               tombstones) of {key, slot} over ceil(capacity / 0.8) positions; a key's home
-//               position is its mixed 64-bit hash scaled to the table size. find() reads it only.
-//   slots_:     per slot {last_seen, count, position of its key in positions_, generation}.
+//   buckets_:   the hash table: cache-line buckets of 5 {key, slot} entries, a key's home bucket
+//               being its mixed 64-bit hash scaled to the bucket count, with linear probing over
+//               buckets; each bucket counts the keys that passed it full on their way further
+//               (`passed`), so a search stops at the first bucket that holds the key or that no
+//               key passed. Sized so that it is at most 80% full. Erasing shifts keys back
+//               (no tombstones) so that no key passes a bucket with a free entry: probe lengths
+//               stay those of a table built by inserts only, however long keys churn. find() of a
+//               present key reads its home bucket's line and, rarely, the next.
+//   slots_:     per slot {last_seen, count, position of its entry in buckets_, generation}.
 //               Free slots form a LIFO list threaded through last_seen; never-used slots follow
 //               in increasing order.
 //   recency_:   a FIFO of {slot, generation} appended whenever a slot's last_seen changes; an
@@ -40,10 +46,17 @@
 #ifndef RECEMB_STORAGE_KEY_INDEX_H_
 #define RECEMB_STORAGE_KEY_INDEX_H_
 
+#include <bit>
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <utility>
 #include <vector>
+
+#include "recemb/config.h"
+
+#include "kernels/prefetch.h"
 
 namespace recemb::internal {
 
@@ -53,11 +66,11 @@ class KeyIndex {
  public:
   static constexpr int64_t kAbsent = -1;
   // The most slots one index holds (slots and hash positions are 32-bit).
-  static constexpr int64_t kMaxCapacity = int64_t{1} << 31;
+  static constexpr int64_t kMaxCapacity = kMaxDynamicCapacity;
 
   // An empty index of `capacity` slots (1 <= capacity; exact_pending_limit >= 0). Memory: the slot
-  // metadata (last_seen, count, position, generation: 24 bytes a slot), a hash table of 12-byte
-  // positions sized so that it is at most 80% full when every slot is taken (15 bytes a slot), the
+  // metadata (last_seen, count, position, generation: 24 bytes a slot), a hash table of 64-byte
+  // buckets of 5 keys at most 80% full when every slot is taken (16 bytes a slot), the
   // recency FIFO (room for 2 * capacity + 64 entries of 8 bytes, 16 bytes a slot); plus the
   // pending counts (at most exact_pending_limit keys, then a fixed 1 MiB sketch). Throws
   // InvalidArgument when capacity > kMaxCapacity, ResourceExhausted when memory is short.
@@ -71,6 +84,8 @@ class KeyIndex {
   int64_t find(int64_t key) const;
   // Prefetches what find(key) will read.
   void prefetch(int64_t key) const;
+  // Prefetches what touch(slot, ...) will read.
+  void prefetch_slot(int64_t slot) const;
 
   int64_t key_of(int64_t slot) const;     // slot must be occupied
   int64_t last_seen(int64_t slot) const;  // slot must be occupied
@@ -83,7 +98,8 @@ class KeyIndex {
 
   // Inserts an absent `key` (size() < capacity()) into a free slot and returns the slot, with
   // last_seen = step and count = `count`. Which free slot is taken depends only on the sequence
-  // of inserts and erases made so far (deterministic).
+  // of inserts and erases made so far (deterministic): the slot freed last, else the lowest slot
+  // never used.
   int64_t insert(int64_t key, int64_t step, int64_t count);
   // Frees an occupied slot (its key becomes absent).
   void erase(int64_t slot);
@@ -101,11 +117,15 @@ class KeyIndex {
   int64_t exact_pending_size() const;
 
   // The `n` occupied, unpinned slots smallest in `order`, smallest first; fewer when fewer exist.
-  // Reads only; the result is valid until the next non-const call.
+  // Reads only; the result is valid until the next non-const call. Cost: kLeastRecent, the
+  // number of keys with last_seen up to the n-th's (plus keys touched since the previous call);
+  // kLeastFrequent, one pass over every key (O(size() log n)).
   std::span<const int64_t> choose_victims(EvictionOrder order, int64_t n, int64_t pinned_from);
   // The occupied, unpinned slots whose last_seen < before_step, in increasing (last_seen, key).
   // Cost proportional to the number returned plus the number of keys touched since the previous
-  // call (not to size()), so that a TTL sweep every step stays cheap.
+  // call (not to size()), so that a TTL sweep every step stays cheap. (After inserts with older
+  // steps than earlier ones, as a restore makes, the first expired / choose_victims sorts the
+  // recency order once: O(size() log size()).)
   std::span<const int64_t> expired(int64_t before_step, int64_t pinned_from);
 
   // Every occupied slot, in increasing key order (checkpoints, read_dynamic_table).
@@ -119,25 +139,31 @@ class KeyIndex {
   int64_t memory_bytes() const;
 
  private:
-  static constexpr uint32_t kEmptyPosition = 0xffffffffu;
+  static constexpr uint32_t kEmptyEntry = 0xffffffffu;
   static constexpr uint32_t kFreeSlot = 0xffffffffu;
 
-  // A hash table position: 12 bytes (4-byte aligned), so that 5 1/3 fit a cache line.
-  struct __attribute__((packed, aligned(4))) Position {
-    int64_t key = 0;
-    uint32_t slot = kEmptyPosition;  // kEmptyPosition: no key here
+  static constexpr int kBucketWidth = 5;
+  // One cache line: 5 keys and their slots, and the count of keys that passed it.
+  struct alignas(64) Bucket {
+    int64_t keys[kBucketWidth] = {};
+    uint32_t slots[kBucketWidth] = {kEmptyEntry, kEmptyEntry, kEmptyEntry, kEmptyEntry,
+                                    kEmptyEntry};
+    // Keys whose home bucket is this one or one before it (cyclically) and that are held after
+    // it, because it was full when they were inserted.
+    uint32_t passed = 0;
   };
   struct Slot {
     int64_t last_seen;    // free slot: the next free slot, or kAbsent
     int64_t count;        // free slot: 0
-    uint32_t position;    // index in positions_; kFreeSlot when the slot is free
+    uint32_t position;    // bucket * kBucketWidth + entry; kFreeSlot when the slot is free
     uint32_t generation;  // which recency_ entry of this slot is live
   };
   struct RecencyEntry {
     uint32_t slot;
     uint32_t generation;
   };
-  // Exact pending counts: open addressing like positions_, grown by doubling; count 0 = empty.
+  // Exact pending counts: linear probing with backward-shift deletion, grown by doubling; count 0
+  // = empty.
   struct PendingEntry {
     int64_t key = 0;
     int64_t count = 0;
@@ -150,11 +176,25 @@ class KeyIndex {
     int64_t slot;
   };
 
-  size_t home(int64_t key) const;
-  size_t next_position(size_t position) const {
-    return position + 1 == positions_.size() ? 0 : position + 1;
+  // Murmur3's 64-bit finalizer: a bijection in which every key bit flips about half the output
+  // bits, so that adversarial keys (0, negatives, INT64_MIN/MAX, sequential runs) spread evenly.
+  static uint64_t mix(int64_t key) {
+    auto z = static_cast<uint64_t>(key);
+    z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdULL;
+    z = (z ^ (z >> 33)) * 0xc4ceb9fe1a85ec53ULL;
+    return z ^ (z >> 33);
   }
-  void erase_position(size_t position);
+  // [0, n) from a hash's high bits (multiply-shift): no division, and any n, so that the hash
+  // table can be sized at exactly capacity / 0.8 rather than the next power of two (up to 2x the
+  // memory).
+  static size_t scale(uint64_t hash, size_t n) {
+    __extension__ using Wide = unsigned __int128;
+    return static_cast<size_t>((static_cast<Wide>(hash) * n) >> 64);
+  }
+  size_t home_bucket(int64_t key) const { return scale(mix(key), buckets_.size()); }
+  size_t next_bucket(size_t bucket) const { return bucket + 1 == buckets_.size() ? 0 : bucket + 1; }
+  // A key held in bucket `end` no longer passes buckets [first, end) (cyclically).
+  void unpass(size_t first, size_t end);
   void append_recency(int64_t slot);
   bool recency_live(RecencyEntry entry) const;
   void compact_recency();
@@ -163,6 +203,9 @@ class KeyIndex {
   // stale entries among those visited.
   template <class Visit>
   void scan_recency(Visit visit);
+  // Calls visit(key, slot) for every key held, in bucket order.
+  template <class Visit>
+  void for_each_key(Visit visit) const;
   std::span<const int64_t> ordered_victims(int64_t n);
 
   // Pending counts.
@@ -177,20 +220,40 @@ class KeyIndex {
   int64_t capacity_;
   int64_t exact_pending_limit_;
   int64_t size_ = 0;
-  std::vector<Position> positions_;
+  std::vector<Bucket> buckets_;
   std::vector<Slot> slots_;
   int64_t free_head_ = kAbsent;  // the most recently freed slot
   int64_t never_used_ = 0;       // slots [never_used_, capacity_) were never taken
   std::vector<RecencyEntry> recency_;
-  size_t recency_head_ = 0;            // entries before it were consumed
-  bool recency_sorted_ = true;         // live entries are in non-decreasing last_seen
-  int64_t recency_back_step_ = 0;      // last_seen of the last entry appended
+  size_t recency_head_ = 0;     // entries before it were consumed
+  bool recency_sorted_ = true;  // live entries are in non-decreasing last_seen
+  // last_seen of the last entry appended.
+  int64_t recency_back_step_ = std::numeric_limits<int64_t>::min();
   std::vector<PendingEntry> pending_;  // empty until the first add_pending
   int64_t pending_size_ = 0;
   std::vector<uint32_t> sketch_;  // empty until a key does not fit in pending_
   std::vector<Candidate> candidates_;
   std::vector<int64_t> chosen_;
 };
+
+// find and prefetch are on every lookup's path: inline.
+inline int64_t KeyIndex::find(int64_t key) const {
+  // Ends: a bucket with a free entry is never passed (erase keeps it so), and one always exists.
+  for (size_t b = home_bucket(key);; b = next_bucket(b)) {
+    const Bucket& bucket = buckets_[b];
+    // All entries compared without branches: one well-predicted branch per bucket.
+    unsigned matches = 0;
+    for (int i = 0; i < kBucketWidth; ++i) {
+      matches |= (static_cast<unsigned>(bucket.keys[i] == key) &
+                  static_cast<unsigned>(bucket.slots[i] != kEmptyEntry))
+                 << i;
+    }
+    if (matches != 0) return bucket.slots[std::countr_zero(matches)];
+    if (bucket.passed == 0) return kAbsent;
+  }
+}
+
+inline void KeyIndex::prefetch(int64_t key) const { prefetch_line(&buckets_[home_bucket(key)]); }
 
 }  // namespace recemb::internal
 

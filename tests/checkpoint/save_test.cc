@@ -9,6 +9,7 @@
 #include <functional>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <map>
 #include <optional>
 #include <random>
 #include <set>
@@ -285,6 +286,44 @@ TEST(SaveCheckpointTest, SigkillDuringSavesAlwaysLeavesTheLatestCompleteCheckpoi
               interrupted_saves, kRounds, static_cast<long long>(previous_step));
 }
 
+// The two fault tests' setup: a checkpoint of step 2 (`previous`) saved under a fresh root, then
+// the embedding trained to step 3 (`current`), to be saved under faults.
+class SaveAfterACheckpoint {
+ public:
+  SaveAfterACheckpoint() {
+    test::train_steps(embedding_, 0, 2);
+    previous_ = snapshot(embedding_);
+    save_checkpoint(embedding_, root(), {.checksum_block_bytes = 256});
+    test::train_steps(embedding_, 2, 3);
+    current_ = snapshot(embedding_);
+  }
+
+  const fs::path& root() const { return directory_.path(); }
+
+  // The second save, of step 3, keeping one checkpoint.
+  void save() {
+    save_checkpoint(embedding_, root(), {.keep_last = 1, .checksum_block_bytes = 256});
+  }
+
+  // The embedding is unchanged by the save.
+  bool embedding_unchanged() const { return bitwise_equal(snapshot(embedding_), current_); }
+
+  // Restores `checkpoint` into a fresh embedding and checks that it is step 2 or 3 and equals that
+  // step's snapshot bitwise; returns its step.
+  int64_t expect_restores(const fs::path& checkpoint) const {
+    Embedding restored = make_fixture(9);
+    const int64_t step = restore_checkpoint(restored, checkpoint).step;
+    EXPECT_TRUE(step == 2 || step == 3) << step;
+    EXPECT_TRUE(bitwise_equal(snapshot(restored), step == 2 ? previous_ : current_));
+    return step;
+  }
+
+ private:
+  TemporaryDirectory directory_;
+  Embedding embedding_ = make_fixture(5);
+  std::map<std::string, std::vector<float>> previous_, current_;
+};
+
 // Every call of a save that can fail (each write, fsync, rename and directory fsync) fails in
 // turn, with ENOSPC, EIO, or a short write then ENOSPC: the save throws std::system_error with
 // that errno, the embedding is unchanged, and the root's latest checkpoint is a complete one (the
@@ -302,20 +341,12 @@ TEST(SaveCheckpointFaultTest, EveryFailingCallLeavesACompleteLatestCheckpoint) {
         SCOPED_TRACE(test::fault_point_name(point) + " number " + std::to_string(nth) +
                      " fails with errno " + std::to_string(fault.error) +
                      (fault.short_write ? " after a short write" : ""));
-        TemporaryDirectory directory;
-        Embedding embedding = make_fixture(5);
-        test::train_steps(embedding, 0, 2);
-        const auto previous = snapshot(embedding);
-        save_checkpoint(embedding, directory.path(), {.checksum_block_bytes = 256});
-        test::train_steps(embedding, 2, 3);
-        const auto current = snapshot(embedding);
-
+        SaveAfterACheckpoint saves;
         test::FaultFileSystem file_system;
         file_system.fail(point, nth, fault.error, fault.short_write);
         bool failed = false;
         try {
-          save_checkpoint(embedding, directory.path(),
-                          {.keep_last = 1, .checksum_block_bytes = 256});
+          saves.save();
         } catch (const std::system_error& error) {
           failed = true;
           EXPECT_EQ(error.code().value(), fault.error) << error.what();
@@ -325,13 +356,10 @@ TEST(SaveCheckpointFaultTest, EveryFailingCallLeavesACompleteLatestCheckpoint) {
           break;
         }
         ++injected;
-        EXPECT_TRUE(bitwise_equal(snapshot(embedding), current));
-        const std::optional<fs::path> latest = latest_checkpoint(directory.path());
+        EXPECT_TRUE(saves.embedding_unchanged());
+        const std::optional<fs::path> latest = latest_checkpoint(saves.root());
         ASSERT_TRUE(latest.has_value());
-        Embedding restored = make_fixture(9);
-        const int64_t step = restore_checkpoint(restored, *latest).step;
-        ASSERT_TRUE(step == 2 || step == 3) << step;
-        EXPECT_TRUE(bitwise_equal(snapshot(restored), step == 2 ? previous : current));
+        saves.expect_restores(*latest);
       }
     }
   }
@@ -346,31 +374,21 @@ TEST(SaveCheckpointFaultTest, ACrashAnywhereLeavesOnlyCompleteCheckpoints) {
   bool saw_new = false;
   for (int nth = 1;; ++nth) {
     SCOPED_TRACE("crash at change " + std::to_string(nth));
-    TemporaryDirectory directory;
-    Embedding embedding = make_fixture(5);
-    test::train_steps(embedding, 0, 2);
-    const auto previous = snapshot(embedding);
-    save_checkpoint(embedding, directory.path(), {.checksum_block_bytes = 256});
-    test::train_steps(embedding, 2, 3);
-    const auto current = snapshot(embedding);
-
+    SaveAfterACheckpoint saves;
     test::FaultFileSystem file_system;
     file_system.crash_at(nth);
     bool crashed = false;
     try {
-      save_checkpoint(embedding, directory.path(), {.keep_last = 1, .checksum_block_bytes = 256});
+      saves.save();
     } catch (const test::SimulatedCrash&) {
       crashed = true;
     }
     file_system.drop_unsynced();
-    const std::optional<fs::path> latest = latest_checkpoint(directory.path());
+    const std::optional<fs::path> latest = latest_checkpoint(saves.root());
     ASSERT_TRUE(latest.has_value());
-    for (const fs::directory_entry& entry : fs::directory_iterator(directory.path())) {
+    for (const fs::directory_entry& entry : fs::directory_iterator(saves.root())) {
       if (!entry.path().filename().string().starts_with("ckpt-")) continue;
-      Embedding restored = make_fixture(9);
-      const int64_t step = restore_checkpoint(restored, entry.path()).step;
-      ASSERT_TRUE(step == 2 || step == 3) << step;
-      EXPECT_TRUE(bitwise_equal(snapshot(restored), step == 2 ? previous : current));
+      const int64_t step = saves.expect_restores(entry.path());
       if (entry.path() == *latest) (step == 2 ? saw_previous : saw_new) = true;
     }
     if (!crashed) break;  // nth is past the save's last change

@@ -72,6 +72,21 @@ TEST(ValidateConfigsTest, TableErrorsNameTheTableAndField) {
       AllOf(HasSubstr("table 'user'"), HasSubstr("stddev")));
 }
 
+TEST(ValidateConfigsTest, DynamicVocabularyErrorsNameTheOwnerAndField) {
+  const auto error = [](const DynamicVocabulary& vocabulary) {
+    return test::error_of<InvalidArgument>(
+        [&] { validate_dynamic_vocabulary(vocabulary, "table 'user'"); });
+  };
+  EXPECT_NO_THROW(validate_dynamic_vocabulary({.capacity = 1, .ttl_steps = 1}, "t"));
+  EXPECT_EQ(error({.capacity = 0}),
+            "table 'user': dynamic_vocabulary.capacity must be in [1, 2147483648], got 0");
+  EXPECT_EQ(error({.capacity = 5, .min_count = 0}),
+            "table 'user': dynamic_vocabulary.min_count must be >= 1, got 0");
+  EXPECT_THAT(error({.capacity = 5, .ttl_steps = -2}),
+              HasSubstr("table 'user': dynamic_vocabulary.ttl_steps must be >= 1"));
+  EXPECT_THAT(error({.capacity = 5, .when_full = static_cast<WhenFull>(7)}), HasSubstr("WhenFull"));
+}
+
 TEST(ValidateConfigsTest, OptimizerErrorsNameTheirOwner) {
   EXPECT_THAT(config_error([](Configs& c) {
                 c.tables[1].optimizer = Adagrad{.initial_accumulator_value = 0};

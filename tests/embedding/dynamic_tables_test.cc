@@ -78,20 +78,19 @@ std::vector<double> initial_row(int64_t key) {
   return {row.begin(), row.end()};
 }
 
-Embedding make_layer(const Setting& setting, int threads, std::optional<PlacementOptions> placement) {
+Embedding make_layer(const Setting& setting, int threads,
+                     std::optional<PlacementOptions> placement) {
   Optimizer optimizer = Sgd{.learning_rate = 0.5f};
   if (setting.optimizer == ReferenceDynamicTable::Optimizer::kAdagrad) {
     optimizer = Adagrad{.learning_rate = 0.5f, .initial_accumulator_value = 0.1f};
   }
-  return Embedding({{.name = "items",
-                     .dim = kDim,
-                     .combiner = setting.combiner,
-                     .dynamic_vocabulary = setting.vocabulary}},
-                   {{.name = "clicked", .table = "items"}},
-                   {.optimizer = optimizer,
-                    .num_threads = threads,
-                    .seed = kSeed,
-                    .placement = placement});
+  return Embedding(
+      {{.name = "items",
+        .dim = kDim,
+        .combiner = setting.combiner,
+        .dynamic_vocabulary = setting.vocabulary}},
+      {{.name = "clicked", .table = "items"}},
+      {.optimizer = optimizer, .num_threads = threads, .seed = kSeed, .placement = placement});
 }
 
 // Runs `steps` random training steps on the layer and the reference and compares activations,
@@ -116,8 +115,8 @@ void expect_matches_reference(const Setting& setting, int threads,
     const std::vector<std::vector<double>> expected = model.train_lookup(batch.bags);
     for (size_t b = 0; b < expected.size(); ++b) {
       for (int64_t d = 0; d < kDim; ++d) {
-        ASSERT_NEAR(activations[b * kDim + static_cast<size_t>(d)], expected[b][static_cast<size_t>(d)],
-                    1e-5)
+        ASSERT_NEAR(activations[b * kDim + static_cast<size_t>(d)],
+                    expected[b][static_cast<size_t>(d)], 1e-5)
             << "step " << step << " bag " << b;
       }
     }
@@ -159,8 +158,8 @@ void expect_matches_reference(const Setting& setting, int threads,
   const std::vector<std::vector<double>> expected = model.lookup(batch.bags);
   for (size_t b = 0; b < expected.size(); ++b) {
     for (int64_t d = 0; d < kDim; ++d) {
-      EXPECT_NEAR(activations[b * kDim + static_cast<size_t>(d)], expected[b][static_cast<size_t>(d)],
-                  1e-5);
+      EXPECT_NEAR(activations[b * kDim + static_cast<size_t>(d)],
+                  expected[b][static_cast<size_t>(d)], 1e-5);
     }
   }
   const VocabularyStats after = layer.vocabulary_stats("items");
@@ -172,9 +171,9 @@ void expect_matches_reference(const Setting& setting, int threads,
 TEST(DynamicTables, MatchTheDictReference) {
   using Optimizer = ReferenceDynamicTable::Optimizer;
   const std::vector<DynamicVocabulary> vocabularies = {
-      {.capacity = 1000},                                   // admits all, never full
-      {.capacity = 1000, .min_count = 2},                   // admission
-      {.capacity = 1000, .ttl_steps = 3},                   // TTL
+      {.capacity = 1000},                  // admits all, never full
+      {.capacity = 1000, .min_count = 2},  // admission
+      {.capacity = 1000, .ttl_steps = 3},  // TTL
       {.capacity = 40, .when_full = WhenFull::kEvictLeastRecent},
       {.capacity = 40, .min_count = 2, .ttl_steps = 5, .when_full = WhenFull::kEvictLeastFrequent},
   };
@@ -197,7 +196,8 @@ TEST(DynamicTables, MatchTheDictReference) {
 }
 
 TEST(DynamicTables, MatchTheReferenceOnTwoThreadsAndEveryInProcessPlacement) {
-  const Setting setting{Combiner::kMean, ReferenceDynamicTable::Optimizer::kAdagrad,
+  const Setting setting{Combiner::kMean,
+                        ReferenceDynamicTable::Optimizer::kAdagrad,
                         {.capacity = 1000, .min_count = 2, .ttl_steps = 4}};
   expect_matches_reference(setting, 2, std::nullopt, 10);
   for (const ShardingStrategy strategy :
@@ -209,7 +209,8 @@ TEST(DynamicTables, MatchTheReferenceOnTwoThreadsAndEveryInProcessPlacement) {
 }
 
 TEST(DynamicTables, ResultsAreBitwiseTheSameOnAnyThreadCount) {
-  const Setting setting{Combiner::kSqrtn, ReferenceDynamicTable::Optimizer::kAdagrad,
+  const Setting setting{Combiner::kSqrtn,
+                        ReferenceDynamicTable::Optimizer::kAdagrad,
                         {.capacity = 45, .min_count = 2, .ttl_steps = 6}};
   std::vector<DynamicTableContents> results;
   for (const int threads : {1, 2, 3}) {
@@ -240,12 +241,14 @@ TEST(DynamicTables, ResultsAreBitwiseTheSameOnAnyThreadCount) {
 
 TEST(DynamicTables, KeyGetsTheStaticTablesInitialRow) {
   // The initial row of key k is row k of a static table of the same name and seed.
-  Embedding dynamic({{.name = "items", .dim = kDim, .dynamic_vocabulary = DynamicVocabulary{.capacity = 8}}},
-                    {{.name = "f", .table = "items"}}, {.optimizer = Sgd{}, .seed = kSeed});
+  Embedding dynamic(
+      {{.name = "items", .dim = kDim, .dynamic_vocabulary = DynamicVocabulary{.capacity = 8}}},
+      {{.name = "f", .table = "items"}}, {.optimizer = Sgd{}, .seed = kSeed});
   Embedding fixed({{.name = "items", .vocabulary_size = 10, .dim = kDim}},
                   {{.name = "f", .table = "items"}}, {.optimizer = Sgd{}, .seed = kSeed});
   const std::vector<int64_t> ids{7, 3};
-  const std::vector<FeatureInput> inputs{DenseIds{.ids = std::span<const int64_t>(ids), .shape = {2}}};
+  const std::vector<FeatureInput> inputs{
+      DenseIds{.ids = std::span<const int64_t>(ids), .shape = {2}}};
   std::vector<float> from_dynamic(2 * kDim);
   std::vector<float> from_fixed(2 * kDim);
   LookupBatch batch;
@@ -255,12 +258,15 @@ TEST(DynamicTables, KeyGetsTheStaticTablesInitialRow) {
 }
 
 TEST(DynamicTables, AbsentKeysLookUpZeroRowsAndPureLookupsChangeNothing) {
-  Embedding layer({{.name = "items", .dim = kDim, .combiner = Combiner::kMean,
+  Embedding layer({{.name = "items",
+                    .dim = kDim,
+                    .combiner = Combiner::kMean,
                     .dynamic_vocabulary = DynamicVocabulary{.capacity = 8}}},
                   {{.name = "f", .table = "items"}}, {.optimizer = Sgd{}, .seed = kSeed});
   const std::vector<int64_t> ids{std::numeric_limits<int64_t>::min(), -1, 0,
                                  std::numeric_limits<int64_t>::max()};
-  const std::vector<FeatureInput> inputs{DenseIds{.ids = std::span<const int64_t>(ids), .shape = {4}}};
+  const std::vector<FeatureInput> inputs{
+      DenseIds{.ids = std::span<const int64_t>(ids), .shape = {4}}};
   std::vector<float> activations(4 * kDim, 1.0f);
   layer.lookup(inputs, std::vector<std::span<float>>{activations});
   EXPECT_THAT(activations, ::testing::Each(0.0f));
@@ -269,12 +275,14 @@ TEST(DynamicTables, AbsentKeysLookUpZeroRowsAndPureLookupsChangeNothing) {
 }
 
 TEST(DynamicTables, FullTableWithWhenFullErrorChangesNothing) {
-  Embedding layer({{.name = "items", .dim = kDim,
-                    .dynamic_vocabulary = DynamicVocabulary{.capacity = 3, .when_full = WhenFull::kError}}},
-                  {{.name = "f", .table = "items"}}, {.optimizer = Sgd{}, .seed = kSeed});
+  Embedding layer(
+      {{.name = "items",
+        .dim = kDim,
+        .dynamic_vocabulary = DynamicVocabulary{.capacity = 3, .when_full = WhenFull::kError}}},
+      {{.name = "f", .table = "items"}}, {.optimizer = Sgd{}, .seed = kSeed});
   auto train = [&](std::vector<int64_t> ids) {
-    const std::vector<FeatureInput> inputs{
-        DenseIds{.ids = std::span<const int64_t>(ids), .shape = {static_cast<int64_t>(ids.size())}}};
+    const std::vector<FeatureInput> inputs{DenseIds{.ids = std::span<const int64_t>(ids),
+                                                    .shape = {static_cast<int64_t>(ids.size())}}};
     std::vector<float> activations(ids.size() * kDim);
     LookupBatch batch;
     layer.lookup(inputs, std::vector<std::span<float>>{activations}, batch);
@@ -296,11 +304,12 @@ TEST(DynamicTables, FullTableWithWhenFullErrorChangesNothing) {
 }
 
 TEST(DynamicTables, KeysOfAPendingBatchAreNeverEvicted) {
-  Embedding layer({{.name = "items", .dim = kDim, .dynamic_vocabulary = DynamicVocabulary{.capacity = 2}}},
-                  {{.name = "f", .table = "items"}}, {.optimizer = Sgd{}, .seed = kSeed});
+  Embedding layer(
+      {{.name = "items", .dim = kDim, .dynamic_vocabulary = DynamicVocabulary{.capacity = 2}}},
+      {{.name = "f", .table = "items"}}, {.optimizer = Sgd{}, .seed = kSeed});
   auto look_up = [&](std::vector<int64_t> ids, LookupBatch& batch) {
-    const std::vector<FeatureInput> inputs{
-        DenseIds{.ids = std::span<const int64_t>(ids), .shape = {static_cast<int64_t>(ids.size())}}};
+    const std::vector<FeatureInput> inputs{DenseIds{.ids = std::span<const int64_t>(ids),
+                                                    .shape = {static_cast<int64_t>(ids.size())}}};
     std::vector<float> activations(ids.size() * kDim);
     layer.lookup(inputs, std::vector<std::span<float>>{activations}, batch);
   };
@@ -316,10 +325,12 @@ TEST(DynamicTables, KeysOfAPendingBatchAreNeverEvicted) {
 }
 
 TEST(DynamicTables, WriteThenReadRoundTripsAndValidates) {
-  Embedding layer({{.name = "items", .dim = 2, .dynamic_vocabulary = DynamicVocabulary{.capacity = 4}}},
-                  {{.name = "f", .table = "items"}},
-                  {.optimizer = Adagrad{.learning_rate = 0.1f}, .seed = kSeed,
-                   .placement = PlacementOptions{.num_shards = 2, .strategy = ShardingStrategy::kRowWise}});
+  Embedding layer(
+      {{.name = "items", .dim = 2, .dynamic_vocabulary = DynamicVocabulary{.capacity = 4}}},
+      {{.name = "f", .table = "items"}},
+      {.optimizer = Adagrad{.learning_rate = 0.1f},
+       .seed = kSeed,
+       .placement = PlacementOptions{.num_shards = 2, .strategy = ShardingStrategy::kRowWise}});
   DynamicTableContents contents{.keys = {-5, 0, 9},
                                 .parameters = {1, 2, 3, 4, 5, 6},
                                 .slots = {{"accumulators", {0.5f, 0.5f, 1, 1, 2, 2}}}};
@@ -331,8 +342,9 @@ TEST(DynamicTables, WriteThenReadRoundTripsAndValidates) {
   EXPECT_EQ(read.slots[0], contents.slots[0]);
   DynamicTableContents unsorted = contents;
   std::swap(unsorted.keys[0], unsorted.keys[1]);
-  EXPECT_THAT(test::error_of<InvalidArgument>([&] { layer.write_dynamic_table("items", unsorted); }),
-              HasSubstr("strictly increasing"));
+  EXPECT_THAT(
+      test::error_of<InvalidArgument>([&] { layer.write_dynamic_table("items", unsorted); }),
+      HasSubstr("strictly increasing"));
   DynamicTableContents nan = contents;
   nan.parameters[3] = std::nanf("");
   EXPECT_THAT(test::error_of<InvalidArgument>([&] { layer.write_dynamic_table("items", nan); }),
@@ -347,17 +359,17 @@ TEST(DynamicTables, WriteThenReadRoundTripsAndValidates) {
 
 TEST(DynamicTables, ConfigErrorsNameTheTableAndField) {
   auto error = [](TableConfig table) {
-    return test::error_of<InvalidArgument>([&] {
-      Embedding({table}, {{.name = "f", .table = table.name}}, {.optimizer = Sgd{}});
-    });
+    return test::error_of<InvalidArgument>(
+        [&] { Embedding({table}, {{.name = "f", .table = table.name}}, {.optimizer = Sgd{}}); });
   };
-  const TableConfig good{.name = "user", .dim = 2, .dynamic_vocabulary = DynamicVocabulary{.capacity = 5}};
+  const TableConfig good{
+      .name = "user", .dim = 2, .dynamic_vocabulary = DynamicVocabulary{.capacity = 5}};
   TableConfig both = good;
   both.vocabulary_size = 10;
   EXPECT_THAT(error(both), HasSubstr("table 'user': a dynamic table has no vocabulary_size"));
   TableConfig capacity = good;
   capacity.dynamic_vocabulary->capacity = 0;
-  EXPECT_THAT(error(capacity), HasSubstr("dynamic_vocabulary.capacity must be >= 1, got 0"));
+  EXPECT_THAT(error(capacity), HasSubstr("dynamic_vocabulary.capacity must be in [1, 2147483648], got 0"));
   TableConfig min_count = good;
   min_count.dynamic_vocabulary->min_count = 0;
   EXPECT_THAT(error(min_count), HasSubstr("dynamic_vocabulary.min_count must be >= 1"));

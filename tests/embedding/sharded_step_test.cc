@@ -63,17 +63,27 @@ bool can_run(int ranks) { return !under_mpi() || mpi_communicator()->size() == r
 struct Problem {
   std::vector<TableConfig> tables;
   std::vector<FeatureConfig> features;
+  std::vector<int64_t> id_ranges;  // per table: its ids are drawn from [0, range)
 };
 
 // Three tables of awkward sizes (7 rows: fewer than some shard counts' rows per shard; dim 3:
 // fewer columns than 4 shards), five features: shared tables, every combiner, a sequence feature.
-Problem make_problem(const Optimizer& optimizer) {
+// `dynamic`: tables a and c are dynamic (docs/semantics.md section 7), a admitting keys seen
+// twice, c forgetting keys not seen for 2 steps; their keys are drawn from the same ranges.
+Problem make_problem(const Optimizer& optimizer, bool dynamic = false) {
   Problem p;
   p.tables = {
       {.name = "a", .vocabulary_size = 53, .dim = 8, .combiner = Combiner::kSum},
       {.name = "b", .vocabulary_size = 7, .dim = 3, .combiner = Combiner::kSqrtn},
       {.name = "c", .vocabulary_size = 211, .dim = 16, .combiner = Combiner::kMean},
   };
+  for (const TableConfig& table : p.tables) p.id_ranges.push_back(table.vocabulary_size);
+  if (dynamic) {
+    p.tables[0].vocabulary_size = 0;
+    p.tables[0].dynamic_vocabulary = DynamicVocabulary{.capacity = 1000, .min_count = 2};
+    p.tables[2].vocabulary_size = 0;
+    p.tables[2].dynamic_vocabulary = DynamicVocabulary{.capacity = 1000, .ttl_steps = 2};
+  }
   for (TableConfig& table : p.tables) table.optimizer = optimizer;
   p.features = {
       {.name = "f0", .table = "a"}, {.name = "f1", .table = "c"},
@@ -93,7 +103,9 @@ Batch random_batch(std::mt19937_64& rng, const Problem& p, int64_t batch_size) {
                                     [&](const TableConfig& t) { return t.name == feature.table; });
     batch.push_back(test::random_bags(
         rng, batch_size,
-        {.vocabulary_size = table->vocabulary_size, .max_length = 5, .weighted = true}));
+        {.vocabulary_size = p.id_ranges[static_cast<size_t>(table - p.tables.begin())],
+         .max_length = 5,
+         .weighted = true}));
   }
   return batch;
 }
@@ -122,10 +134,18 @@ std::vector<std::span<T>> spans_of(std::vector<std::vector<float>>& arrays) {
   return {arrays.begin(), arrays.end()};
 }
 
-// Every variable of every table, whole.
+// Every variable of every table, whole; a dynamic table's keys (as floats: they are small),
+// parameters and slots.
 std::vector<std::vector<float>> read_all(const Embedding& layer) {
   std::vector<std::vector<float>> all;
   for (const TableConfig& table : layer.tables()) {
+    if (table.dynamic_vocabulary) {
+      const DynamicTableContents contents = layer.read_dynamic_table(table.name);
+      all.emplace_back(contents.keys.begin(), contents.keys.end());
+      all.push_back(contents.parameters);
+      for (const auto& [name, values] : contents.slots) all.push_back(values);
+      continue;
+    }
     for (const std::string& variable : layer.variable_names(table.name)) {
       int64_t size = 1;
       for (const int64_t extent : layer.variable_shape(table.name, variable)) size *= extent;
@@ -351,16 +371,17 @@ std::vector<ShardLayout> layouts() {
   return all;
 }
 
-class ShardedEquivalence : public ::testing::TestWithParam<std::tuple<Case, ShardLayout>> {};
+// Static tables, then with two tables dynamic.
+class ShardedEquivalence : public ::testing::TestWithParam<std::tuple<Case, ShardLayout, bool>> {};
 
 TEST_P(ShardedEquivalence, MatchesTheSingleShardEngine) {
-  const auto& [c, layout] = GetParam();
+  const auto& [c, layout, dynamic] = GetParam();
   if (layout.strategy == ShardingStrategy::kColumnWise &&
       std::holds_alternative<RowwiseAdagrad>(c.optimizer)) {
     GTEST_SKIP() << "column_wise cannot split RowwiseAdagrad tables (tested below)";
   }
   if (!can_run(layout.ranks)) GTEST_SKIP() << "another MPI group size";
-  const Problem p = make_problem(c.optimizer);
+  const Problem p = make_problem(c.optimizer, dynamic);
   const RunSetup setup{.optimizer = c.optimizer,
                        .placement = {.num_shards = layout.shards, .strategy = layout.strategy},
                        .ranks = layout.ranks};
@@ -394,10 +415,11 @@ TEST_P(ShardedEquivalence, MatchesTheSingleShardEngine) {
 
 INSTANTIATE_TEST_SUITE_P(AllPlacements, ShardedEquivalence,
                          ::testing::Combine(::testing::ValuesIn(optimizer_cases()),
-                                            ::testing::ValuesIn(layouts())),
+                                            ::testing::ValuesIn(layouts()), ::testing::Bool()),
                          [](const auto& test_info) {
                            return std::get<0>(test_info.param).name + "_" +
-                                  std::get<1>(test_info.param).name;
+                                  std::get<1>(test_info.param).name +
+                                  (std::get<2>(test_info.param) ? "_dynamic" : "");
                          });
 
 TEST(ShardedStep, TableAndColumnWiseAreBitwiseEqualToTheSingleShardEngine) {

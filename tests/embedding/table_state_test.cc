@@ -11,6 +11,9 @@
 namespace recemb::internal {
 namespace {
 
+// The seed a dynamic part would initialise rows from (these parts are static).
+constexpr uint64_t kTableSeed = 3;
+
 TableConfig video() {
   return {.name = "video", .vocabulary_size = 6, .dim = 2, .initializer = RowId{.offset = 0.5f}};
 }
@@ -28,8 +31,11 @@ ContributionSegment segment_of(const RequestSection& section, std::span<const fl
 }
 
 TEST(TableStateTest, SlotsFollowTheOptimizer) {
-  EXPECT_EQ(TableState(video(), whole(video()), std::nullopt).storage().slot_specs().size(), 0u);
-  TableState adagrad(video(), whole(video()), Adagrad{.initial_accumulator_value = 0.25f});
+  EXPECT_EQ(
+      TableState(video(), whole(video()), std::nullopt, kTableSeed).storage().slot_specs().size(),
+      0u);
+  TableState adagrad(video(), whole(video()), Adagrad{.initial_accumulator_value = 0.25f},
+                     kTableSeed);
   ASSERT_EQ(adagrad.storage().slot_specs().size(), 1u);
   adagrad.initialize(0, 0, 6);
   EXPECT_EQ(adagrad.storage().variable("accumulators")->data()[11], 0.25f);
@@ -41,10 +47,11 @@ TEST(TableStateTest, SlotsFollowTheOptimizer) {
 }
 
 TEST(TableStateTest, OnlyNonLazyAdamUpdatesAllRows) {
-  EXPECT_FALSE(TableState(video(), whole(video()), Adam{}).updates_all_rows());
-  EXPECT_TRUE(TableState(video(), whole(video()), Adam{.lazy_adam = false}).updates_all_rows());
-  EXPECT_FALSE(TableState(video(), whole(video()), Sgd{}).updates_all_rows());
-  EXPECT_FALSE(TableState(video(), whole(video()), std::nullopt).updates_all_rows());
+  EXPECT_FALSE(TableState(video(), whole(video()), Adam{}, kTableSeed).updates_all_rows());
+  EXPECT_TRUE(
+      TableState(video(), whole(video()), Adam{.lazy_adam = false}, kTableSeed).updates_all_rows());
+  EXPECT_FALSE(TableState(video(), whole(video()), Sgd{}, kTableSeed).updates_all_rows());
+  EXPECT_FALSE(TableState(video(), whole(video()), std::nullopt, kTableSeed).updates_all_rows());
 }
 
 TEST(TableStateTest, ContributionsCarryGainsSourcesAndOrder) {
@@ -54,7 +61,8 @@ TEST(TableStateTest, ContributionsCarryGainsSourcesAndOrder) {
     TableConfig large = video();
     large.vocabulary_size = 1 << 20;
     TableState state(large, whole(large),
-                     every_row ? Optimizer{Adam{.lazy_adam = false}} : Optimizer{Sgd{}});
+                     every_row ? Optimizer{Adam{.lazy_adam = false}} : Optimizer{Sgd{}},
+                     kTableSeed);
     // Feature 0: bags {3, 1} (weights 2, 4, scale 0.5) and {} ; feature 1 (unused by this table);
     // feature 2: one bag {3}, no weights, scale 1, gradient given as empty (zeros).
     std::vector<CsrFeature> batch(3);
@@ -140,7 +148,7 @@ TEST(TableStateTest, PoolListsLargeFeaturesInOrder) {
   const std::vector<std::span<const float>> gradients{gradient_values[0], gradient_values[1], {}};
   const std::vector<float> zeros(kDim, 0.0f);
   TableConfig config{.name = "large", .vocabulary_size = 100000, .dim = kDim};
-  TableState state(config, whole(config), Sgd{});
+  TableState state(config, whole(config), Sgd{}, kTableSeed);
   ThreadPool pool(2);
   std::vector<RequestSection> views;
   for (CsrFeature& csr : batch) views.push_back(local_view(csr));
@@ -184,7 +192,7 @@ TEST(TableStateTest, ReceivedSectionsListTheirGradientRowsInSectionOrder) {
                        .rows = 10,
                        .row_stride = 3,
                        .num_columns = 4};
-  TableState state(table, part, Sgd{});
+  TableState state(table, part, Sgd{}, kTableSeed);
   std::mt19937_64 random(31);
   // Two received sections (from two ranks) of random bags, weighted and not, with their packed
   // gradient rows: row i is section bag i's, whatever the sender's bag index.
@@ -249,16 +257,16 @@ TEST(TableStateTest, APartInitialisesItsRowsAndColumnsOfTheTable) {
                        .rows = 2,
                        .row_stride = 3,
                        .num_columns = 5};
-  TableState row_part(table, rows, Adagrad{});
+  TableState row_part(table, rows, Adagrad{}, kTableSeed);
   row_part.initialize(0, 0, 2);
   const TablePart columns{.strategy = ShardingStrategy::kColumnWise,
                           .shard = 1,
                           .rows = 7,
                           .first_column = 3,
                           .num_columns = 2};
-  TableState column_part(table, columns, Adagrad{});
+  TableState column_part(table, columns, Adagrad{}, kTableSeed);
   column_part.initialize(0, 0, 7);
-  TableState whole_table(table, whole(table), Adagrad{});
+  TableState whole_table(table, whole(table), Adagrad{}, kTableSeed);
   whole_table.initialize(0, 0, 7);
   EXPECT_EQ(row_part.columns(), 5);
   EXPECT_EQ(column_part.columns(), 2);

@@ -363,12 +363,12 @@ TEST(ConfigJsonTest, TablesRoundTripWithEveryInitializerAndCombiner) {
           table.optimizer = random.optimizer(3, 2);
           table.quantization_config = QuantizationConfig{
               .num_buckets = random.integer(), .lower = -random.real(), .upper = random.real()};
-          table.dynamic_vocabulary =
-              DynamicVocabulary{.capacity = random.integer(),
-                                .min_count = random.integer(),
-                                .ttl_steps = random.integer(),
-                                .when_full = random.integer() % 2 == 0 ? WhenFull::kError
-                                                                       : WhenFull::kEvictLeastFrequent};
+          table.dynamic_vocabulary = DynamicVocabulary{
+              .capacity = random.integer(),
+              .min_count = random.integer(),
+              .ttl_steps = random.integer(),
+              .when_full =
+                  random.integer() % 2 == 0 ? WhenFull::kError : WhenFull::kEvictLeastFrequent};
         }
         const Json json = table_to_json(table);
         EXPECT_EQ(json.contains("optimizer"), with_optionals);

@@ -320,3 +320,43 @@ def test_concurrent_lookups(exported):
         results = list(pool.map(lambda batch: model.lookup(*batch), batches))
     for got, want in zip(results, expected):
         assert_same_structure_and_values(got, want)
+
+
+def test_extra_arrays_and_metadata_round_trip(tmp_path):
+    """Arrays exported beside the tables come back bitwise, of their shapes, read-only, in export
+    order, and outlive the model object; metadata as given; a model without any has none."""
+    rng = np.random.default_rng(12)
+    table = recemb.TableConfig(20, 3, name="t")
+    layer = recemb.Embedding({"f": recemb.FeatureConfig(table, name="f")}, optimizer="sgd")
+    arrays = {"dense/weights": rng.normal(size=(4, 3)).astype(np.float32),
+              "scale": np.array(rng.normal(), dtype=np.float32).reshape(()),
+              "dense/bias": rng.normal(size=7).astype(np.float32)}
+    metadata = {"dense/bottom_mlp": "64,16", "run": "", "caf\u00e9": "\u00fcber"}
+    # Embedding.export writes the tables alone; the library's ExportOptions carries the extras.
+    options = recemb._recemb.ExportOptions(
+        dtype=recemb._recemb.ServingDtype.kInt8,
+        extra_arrays=[recemb._recemb.ServingArray(name, list(values.shape), values.reshape(-1))
+                      for name, values in arrays.items()],
+        metadata=metadata)
+    recemb._recemb.export_serving_model(layer._engine, tmp_path / "m.recemb", options)
+    model = recemb.ServingModel.open(tmp_path / "m.recemb")
+    assert model.metadata == metadata
+    got = model.extra_arrays
+    assert list(got) == list(arrays)
+    for name, values in arrays.items():
+        assert got[name].dtype == np.float32 and got[name].shape == values.shape
+        assert got[name].tobytes() == values.tobytes(), name
+        assert not got[name].flags.writeable
+    weights = got["dense/weights"]
+    del model, got
+    assert weights.tobytes() == arrays["dense/weights"].tobytes()  # the memory lives on
+
+    layer.export(tmp_path / "plain.recemb")
+    plain = recemb.ServingModel.open(tmp_path / "plain.recemb")
+    assert plain.extra_arrays == {} and plain.metadata == {}
+
+    bad = recemb._recemb.ExportOptions(extra_arrays=[
+        recemb._recemb.ServingArray("w", [2, 2], arrays["dense/bias"])])
+    with pytest.raises(ValueError, match="the shape holds 4 values but 7 were given"):
+        recemb._recemb.export_serving_model(layer._engine, tmp_path / "bad.recemb", bad)
+    assert not (tmp_path / "bad.recemb").exists()

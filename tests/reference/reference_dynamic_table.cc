@@ -67,8 +67,7 @@ std::vector<std::vector<double>> ReferenceDynamicTable::train_lookup(const std::
     if (!rows_.contains(key) && pending_[key] + n >= vocabulary_.min_count) admitted.push_back(key);
   }
   // Evict to make room: the smallest unpinned keys (this lookup's keys are pinned).
-  const auto excess =
-      static_cast<int64_t>(rows_.size() + admitted.size()) - vocabulary_.capacity;
+  const auto excess = static_cast<int64_t>(rows_.size() + admitted.size()) - vocabulary_.capacity;
   if (excess > 0) {
     if (vocabulary_.when_full == WhenFull::kError) throw std::runtime_error("full");
     std::set<std::tuple<int64_t, int64_t, int64_t>> order;

@@ -30,8 +30,8 @@ class ReferenceDynamicTable {
   enum class Optimizer { kSgd, kAdagrad };
 
   ReferenceDynamicTable(int64_t dim, DynamicVocabulary vocabulary, Combiner combiner,
-                        Optimizer optimizer, double learning_rate,
-                        double initial_accumulator, InitialRow initial_row);
+                        Optimizer optimizer, double learning_rate, double initial_accumulator,
+                        InitialRow initial_row);
 
   // A pure lookup: one activation (dim values) per bag.
   std::vector<std::vector<double>> lookup(const std::vector<Bag>& bags) const;

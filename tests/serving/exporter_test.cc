@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <sys/resource.h>
@@ -37,6 +38,7 @@ using test::TemporaryDirectory;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -92,7 +94,7 @@ TEST_P(ExporterLayoutTest, WritesTheSpecifiedLayout) {
   const std::vector<std::byte>& bytes = file.bytes;
 
   // Header.
-  EXPECT_EQ(file.format_version, 1u);
+  EXPECT_EQ(file.format_version, 2u);
   EXPECT_EQ(file.file_size, bytes.size());
   EXPECT_EQ(bytes.size() % 64, 0u);
   EXPECT_EQ(test::load_le<uint32_t>(bytes, 12), 0u);
@@ -195,6 +197,100 @@ TEST_P(ExporterLayoutTest, StoresTheTablesValues) {
   }
 }
 
+// Random arrays of the given shapes (values of varied magnitude and sign, never zero).
+std::vector<std::vector<float>> random_arrays(const std::vector<std::vector<int64_t>>& shapes,
+                                              uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(0.5f, 2.0f);
+  std::vector<std::vector<float>> arrays;
+  for (const std::vector<int64_t>& shape : shapes) {
+    int64_t count = 1;
+    for (const int64_t extent : shape) count *= extent;
+    std::vector<float> values(static_cast<size_t>(count));
+    for (float& value : values) {
+      value = uniform(rng) * std::exp2(static_cast<float>(rng() % 40) - 20.0f) *
+              (rng() % 2 == 0 ? 1.0f : -1.0f);
+    }
+    arrays.push_back(std::move(values));
+  }
+  return arrays;
+}
+
+// Extra arrays follow the tables' blobs in the data section, each 64-aligned, of 4 bytes per value
+// (float32 whatever the dtype), zero-padded and checksummed as a table blob; the manifest lists
+// their names and shapes and the metadata. ServingModel reads them back bitwise, and the tables'
+// lookups are those of the same model exported without them.
+TEST_P(ExporterLayoutTest, WritesExtraArraysAndMetadataAfterTheTables) {
+  const ServingDtype dtype = GetParam();
+  const Embedding layer = make_layer();
+  const TemporaryDirectory directory;
+  const std::vector<std::vector<int64_t>> shapes = {{3, 5}, {}, {0, 4}, {7}};
+  const std::vector<std::vector<float>> values = random_arrays(shapes, 17);
+  const std::vector<std::string> names = {"dense/weights", "scale", "empty", "dense/bias"};
+  ExportOptions options{.dtype = dtype,
+                        .metadata = {{"settings", "[model]\nbottom_mlp = [64, 16]\n"},
+                                     {"empty", ""},
+                                     {"caf\u00e9", "\u00fcber"}}};
+  for (size_t a = 0; a < names.size(); ++a) {
+    options.extra_arrays.push_back({.name = names[a], .shape = shapes[a], .values = values[a]});
+  }
+  export_serving_model(layer, directory / "model.recemb", options);
+  const ModelFile file = ModelFile::read(directory / "model.recemb");
+  const std::vector<std::byte>& bytes = file.bytes;
+  EXPECT_EQ(file.manifest["metadata"], format::Json(options.metadata));
+  const format::Json& entries = file.manifest["extra_arrays"];
+  ASSERT_EQ(entries.size(), names.size());
+  uint64_t offset = file.blobs.back().offset + ModelFile::padded(file.blobs.back().size);
+  for (size_t a = 0; a < names.size(); ++a) {
+    SCOPED_TRACE(names[a]);
+    EXPECT_EQ(entries[a]["name"], names[a]);
+    EXPECT_EQ(entries[a]["shape"], format::Json(shapes[a]));
+    const uint64_t start = file.data_offset() + entries[a]["offset"].get<uint64_t>();
+    const auto size = entries[a]["size"].get<uint64_t>();
+    EXPECT_EQ(start, offset);
+    EXPECT_EQ(size, values[a].size() * 4);
+    EXPECT_EQ(std::memcmp(bytes.data() + start, values[a].data(), size), 0);
+    const uint64_t padded = ModelFile::padded(size);
+    for (uint64_t i = start + size; i < start + padded; ++i) {
+      EXPECT_EQ(bytes[i], std::byte{0}) << "padding byte " << i;
+    }
+    uint64_t checksum = 0;
+    format::parse_checksum(entries[a]["checksum"].get<std::string>(), checksum);
+    EXPECT_EQ(checksum, format::checksum(std::span(bytes).subspan(start, padded)));
+    offset += padded;
+  }
+  EXPECT_EQ(offset, bytes.size());
+
+  ServingModel copy = ServingModel::open(directory / "model.recemb");
+  const ServingModel model = std::move(copy);  // the values live in the model's memory
+  EXPECT_EQ(model.metadata(), options.metadata);
+  ASSERT_EQ(model.extra_arrays().size(), names.size());
+  for (size_t a = 0; a < names.size(); ++a) {
+    const ServingArray& array = model.extra_array(names[a]);
+    EXPECT_EQ(&array, &model.extra_arrays()[a]);
+    EXPECT_EQ(array.name, names[a]);
+    EXPECT_EQ(array.shape, shapes[a]);
+    ASSERT_EQ(array.values.size(), values[a].size());
+    EXPECT_EQ(std::memcmp(array.values.data(), values[a].data(), values[a].size() * 4), 0);
+  }
+  EXPECT_THAT(error_of<InvalidArgument>([&] { model.extra_array("dense/Weights"); }),
+              AllOf(HasSubstr("no extra array 'dense/Weights'"),
+                    HasSubstr("'dense/weights', 'scale', 'empty', 'dense/bias'")));
+
+  export_serving_model(layer, directory / "plain.recemb", {.dtype = dtype});
+  const ServingModel plain = ServingModel::open(directory / "plain.recemb");
+  EXPECT_TRUE(plain.extra_arrays().empty());
+  EXPECT_TRUE(plain.metadata().empty());
+  EXPECT_THAT(error_of<InvalidArgument>([&] { plain.extra_array("scale"); }),
+              HasSubstr("it has none"));
+  const std::vector<std::byte> table_blobs(
+      bytes.begin() + static_cast<std::ptrdiff_t>(file.data_offset()),
+      bytes.begin() + static_cast<std::ptrdiff_t>(file.blobs.back().offset +
+                                                  ModelFile::padded(file.blobs.back().size)));
+  EXPECT_EQ(ModelFile::read(directory / "plain.recemb").data_section(), table_blobs)
+      << "the same table blobs";
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDtypes, ExporterLayoutTest,
                          ::testing::Values(ServingDtype::kFloat32, ServingDtype::kFloat16,
                                            ServingDtype::kInt8),
@@ -278,6 +374,45 @@ TEST_F(ExporterErrorTest, InvalidDtypeAndNamesThatAreNotUtf8) {
   const Embedding latin1({{.name = "caf\xe9", .vocabulary_size = 2, .dim = 2}},
                          {{.name = "f", .table = "caf\xe9"}});
   expect_rejected(latin1, ServingDtype::kFloat32, {"cannot be written as JSON"});
+}
+
+TEST_F(ExporterErrorTest, BadExtraArraysAndMetadataAreRejectedBeforeAnyWrite) {
+  const Embedding layer = make_layer();
+  const std::vector<float> six = {1, 2, 3, 4, 5, 6};
+  const std::vector<float> not_finite = {1, kNaN, 3};
+  const auto rejected = [&](const std::vector<ServingArray>& arrays,
+                            const std::map<std::string, std::string>& metadata) {
+    const std::string message = error_of<InvalidArgument>([&] {
+      export_serving_model(layer, path_, {.extra_arrays = arrays, .metadata = metadata});
+    });
+    expect_previous_model_only();
+    return message;
+  };
+  EXPECT_EQ(rejected({{.name = "w", .shape = {2, 3}, .values = six},
+                      {.name = "w", .shape = {6}, .values = six}},
+                     {}),
+            "ExportOptions.extra_arrays[1] 'w': the name is empty or repeated (names must be "
+            "unique)");
+  EXPECT_THAT(rejected({{.shape = {6}, .values = six}}, {}),
+              HasSubstr("extra_arrays[0] '': the name is empty"));
+  EXPECT_THAT(rejected({{.name = "w", .shape = {-2, -3}, .values = six}}, {}),
+              HasSubstr("'w': the shape has a negative extent"));
+  EXPECT_THAT(
+      rejected({{.name = "w", .shape = {int64_t{1} << 40, int64_t{1} << 40}, .values = six}}, {}),
+      HasSubstr("'w': the shape has a negative extent or overflows"));
+  EXPECT_EQ(rejected({{.name = "w", .shape = {4}, .values = six}}, {}),
+            "ExportOptions.extra_arrays[0] 'w': the shape holds 4 values but 6 were given");
+  EXPECT_THAT(rejected({{.name = "w", .values = six}}, {}),
+              HasSubstr("the shape holds 1 values but 6"));
+  EXPECT_EQ(rejected({{.name = "w", .shape = {3}, .values = not_finite}}, {}),
+            "ExportOptions.extra_arrays[0] 'w': value 1 is nan (values must be finite)");
+  EXPECT_THAT(rejected({{.name = "caf\xe9", .shape = {6}, .values = six}}, {}),
+              AllOf(HasSubstr("serving model '" + path_.string() + "'"),
+                    HasSubstr("cannot be written as JSON")));
+  EXPECT_THAT(rejected({}, {{"run", "caf\xe9"}}), HasSubstr("cannot be written as JSON"));
+  // A long name is quoted cut.
+  EXPECT_THAT(rejected({{.name = std::string(10000, 'n'), .shape = {4}, .values = six}}, {}),
+              AllOf(HasSubstr("'nnnnnnnn"), Not(HasSubstr(std::string(100, 'n')))));
 }
 
 TEST_F(ExporterErrorTest, MissingDirectoryIsASystemError) {

@@ -69,7 +69,8 @@ TEST(ServingHeaderTest, RoundTripsWithTheSpecifiedLayout) {
     return value;
   };
   EXPECT_EQ(std::memcmp(file.data(), "RECEMBSV", 8), 0);
-  EXPECT_EQ(field(8, 4), 1u);
+  EXPECT_EQ(field(8, 4), kServingFormatVersion);
+  EXPECT_EQ(kServingFormatVersion, 2u);
   EXPECT_EQ(field(12, 4), 0u);
   EXPECT_EQ(field(16, 8), 192u);
   EXPECT_EQ(field(24, 8), 0x0123456789abcdefu);
@@ -81,6 +82,16 @@ TEST(ServingHeaderTest, RoundTripsWithTheSpecifiedLayout) {
   EXPECT_EQ(decoded.manifest_size, 192u);
   EXPECT_EQ(decoded.manifest_checksum, 0x0123456789abcdefu);
   EXPECT_EQ(decoded.file_size, 1024u);
+  EXPECT_EQ(decoded.format_version, kServingFormatVersion);
+  // Version 1 (files written before the extra arrays) is read too, and says so.
+  EXPECT_EQ(decode_header(file_with_header({.format_version = 1,
+                                            .manifest_size = 192,
+                                            .manifest_checksum = 1,
+                                            .file_size = 1024},
+                                           1024),
+                          kContext)
+                .format_version,
+            1u);
 }
 
 TEST(ServingHeaderTest, EveryDamagedHeaderByteIsDetected) {
@@ -109,15 +120,18 @@ TEST(ServingHeaderTest, RejectsShortTruncatedExtendedAndOtherVersions) {
   EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext); }), HasSubstr("appended"));
 
   // A valid header of another version (checksum recomputed): not supported, not "damaged".
-  file = file_with_header(header, 256);
-  const uint32_t version = 2;
-  std::memcpy(file.data() + 8, &version, 4);
-  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext); }),
-              AllOf(HasSubstr("version 2"), HasSubstr("or the header is damaged")));
-  const uint64_t fixed = format::checksum(std::span(file).first(56));
-  std::memcpy(file.data() + 56, &fixed, 8);
-  EXPECT_EQ(error_of<DataLoss>([&] { decode_header(file, kContext); }),
-            kContext + ": format version 2 is not supported (this recemb reads version 1)");
+  for (const uint32_t version : {0u, 3u}) {
+    file = file_with_header(header, 256);
+    std::memcpy(file.data() + 8, &version, 4);
+    EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext); }),
+                AllOf(HasSubstr("version " + std::to_string(version)),
+                      HasSubstr("or the header is damaged")));
+    const uint64_t fixed = format::checksum(std::span(file).first(56));
+    std::memcpy(file.data() + 56, &fixed, 8);
+    EXPECT_EQ(error_of<DataLoss>([&] { decode_header(file, kContext); }),
+              kContext + ": format version " + std::to_string(version) +
+                  " is not supported (this recemb reads versions 1 to 2)");
+  }
 
   // Reserved bytes set by some other writer.
   file = file_with_header(header, 256);
@@ -177,7 +191,8 @@ TEST(ServingManifestTest, RoundTripsPaddedWithSpaces) {
     EXPECT_EQ(json["tables"][0]["checksum"], "fedcba9876543210");
     EXPECT_EQ(json["tables"][1]["offset"], manifest.blobs[1].offset);
 
-    const ServingManifest decoded = decode_manifest(text, data_size_of(manifest), kContext);
+    const ServingManifest decoded =
+        decode_manifest(text, kServingFormatVersion, data_size_of(manifest), kContext);
     EXPECT_EQ(decoded.dtype, dtype);
     ASSERT_EQ(decoded.tables.size(), 2u);
     EXPECT_EQ(decoded.tables[0].name, "video");
@@ -202,14 +217,15 @@ format::Json sample_json() {
 }
 
 std::string decode_error(const format::Json& json, uint64_t data_size) {
-  return error_of<DataLoss>([&] { decode_manifest(json.dump(), data_size, kContext); });
+  return error_of<DataLoss>(
+      [&] { decode_manifest(json.dump(), kServingFormatVersion, data_size, kContext); });
 }
 
 TEST(ServingManifestTest, RejectsBadStructureNamingTheField) {
   const uint64_t data_size = data_size_of(sample_manifest(ServingDtype::kFloat16));
-  EXPECT_THAT(error_of<DataLoss>([&] { decode_manifest("{\"dtype\": ", data_size, kContext); }),
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_manifest("{\"dtype\": ", 2, data_size, kContext); }),
               AllOf(HasSubstr(kContext), HasSubstr("not valid JSON")));
-  EXPECT_THAT(error_of<DataLoss>([&] { decode_manifest("[1, 2]", data_size, kContext); }),
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_manifest("[1, 2]", 2, data_size, kContext); }),
               HasSubstr(kContext + ": manifest: expected an object, got [1,2]"));
 
   struct Edit {
@@ -218,7 +234,8 @@ TEST(ServingManifestTest, RejectsBadStructureNamingTheField) {
   };
   const std::vector<Edit> edits = {
       {[](format::Json& j) { j["extra"] = 1; },
-       {"manifest: extra: not a known field (known: dtype, tables, features)"}},
+       {"manifest: extra: not a known field (known: dtype, tables, features, extra_arrays, "
+        "metadata)"}},
       {[](format::Json& j) { j.erase("features"); }, {"manifest: features: required but missing"}},
       {[](format::Json& j) { j["dtype"] = 16; }, {"manifest: dtype: expected a string, got 16"}},
       {[](format::Json& j) { j["dtype"] = "bfloat16"; },
@@ -279,14 +296,108 @@ TEST(ServingManifestTest, RejectsBlobsThatDoNotTileTheDataSection) {
   EXPECT_THAT(decode_error(sample_json(), data_size - 1), HasSubstr("table 'user'"));
   EXPECT_THAT(decode_error(sample_json(), data_size + 64),
               AllOf(HasSubstr(std::to_string(data_size + 64) + " bytes"),
-                    HasSubstr("tables use " + std::to_string(data_size))));
+                    HasSubstr("tables and extra arrays use " + std::to_string(data_size))));
   // Sizes too large for 64 bits never overflow into a small, valid-looking size.
   json = sample_json();
   json["dtype"] = "int8";
   json["tables"][0]["config"]["vocabulary_size"] = int64_t{1} << 62;  // x 9 bytes per row
   json["tables"][0]["config"]["dim"] = 1;
   EXPECT_THAT(decode_error(json, data_size), HasSubstr("table 'video': blob size 60 is not"));
-  EXPECT_EQ(decode_manifest(sample_json().dump(), data_size, kContext).tables.size(), 2u);
+  EXPECT_EQ(decode_manifest(sample_json().dump(), 2, data_size, kContext).tables.size(), 2u);
+}
+
+// sample_manifest with two extra arrays after the tables and some metadata.
+ServingManifest sample_with_extras() {
+  ServingManifest manifest = sample_manifest(ServingDtype::kInt8);
+  const uint64_t tables_end = data_size_of(manifest);
+  manifest.extra_arrays = {{.name = "dense/weights", .shape = {2, 3}}, {.name = "bias"}};
+  manifest.extra_blobs = {{.offset = tables_end, .size = 24, .checksum = 7},
+                          {.offset = tables_end + 64, .size = 4, .checksum = 8}};
+  manifest.metadata = {{"settings", "[model]\nembedding_dim = 8\n"}, {"run", ""}};
+  return manifest;
+}
+
+TEST(ServingManifestTest, ExtraArraysAndMetadataRoundTripAfterTheTables) {
+  const ServingManifest manifest = sample_with_extras();
+  const uint64_t data_size = manifest.extra_blobs[1].offset + 64;
+  const std::string text = encode_manifest(manifest);
+  const format::Json json = format::Json::parse(text);
+  EXPECT_EQ(json["extra_arrays"][0]["name"], "dense/weights");
+  EXPECT_EQ(json["extra_arrays"][0]["shape"], format::Json::parse("[2, 3]"));
+  EXPECT_EQ(json["extra_arrays"][1]["shape"], format::Json::array());
+  EXPECT_EQ(json["extra_arrays"][1]["checksum"], "0000000000000008");
+  EXPECT_EQ(json["metadata"]["run"], "");
+
+  const ServingManifest decoded = decode_manifest(text, 2, data_size, kContext);
+  ASSERT_EQ(decoded.extra_arrays.size(), 2u);
+  for (size_t a = 0; a < 2; ++a) {
+    EXPECT_EQ(decoded.extra_arrays[a].name, manifest.extra_arrays[a].name);
+    EXPECT_EQ(decoded.extra_arrays[a].shape, manifest.extra_arrays[a].shape);
+    EXPECT_EQ(decoded.extra_blobs[a].offset, manifest.extra_blobs[a].offset);
+    EXPECT_EQ(decoded.extra_blobs[a].size, manifest.extra_blobs[a].size);
+    EXPECT_EQ(decoded.extra_blobs[a].checksum, manifest.extra_blobs[a].checksum);
+  }
+  EXPECT_EQ(decoded.metadata, manifest.metadata);
+
+  // Version 1 has neither key: a version-1 manifest holding them is refused, one without them is
+  // read with none.
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_manifest(text, 1, data_size, kContext); }),
+              HasSubstr("manifest: extra_arrays: not a known field (known: dtype, tables, "
+                        "features)"));
+  format::Json version_1 = sample_json();
+  version_1.erase("extra_arrays");
+  version_1.erase("metadata");
+  const uint64_t tables_size = data_size_of(sample_manifest(ServingDtype::kFloat16));
+  const ServingManifest old = decode_manifest(version_1.dump(), 1, tables_size, kContext);
+  EXPECT_TRUE(old.extra_arrays.empty());
+  EXPECT_TRUE(old.metadata.empty());
+  EXPECT_THAT(
+      error_of<DataLoss>([&] { decode_manifest(version_1.dump(), 2, tables_size, kContext); }),
+      HasSubstr("manifest: extra_arrays: required but missing"));
+}
+
+TEST(ServingManifestTest, RejectsBadExtraArraysAndMetadata) {
+  const ServingManifest manifest = sample_with_extras();
+  const uint64_t data_size = manifest.extra_blobs[1].offset + 64;
+  const format::Json good = format::Json::parse(encode_manifest(manifest));
+  struct Edit {
+    std::function<void(format::Json&)> apply;
+    std::vector<std::string> fragments;
+  };
+  const std::vector<Edit> edits = {
+      {[](format::Json& j) { j["extra_arrays"][1]["name"] = "dense/weights"; },
+       {"extra_arrays[1].name", "'dense/weights' is empty or repeated"}},
+      {[](format::Json& j) { j["extra_arrays"][0]["name"] = ""; },
+       {"extra_arrays[0].name", "is empty or repeated"}},
+      {[](format::Json& j) { j["extra_arrays"][0]["shape"] = format::Json::parse("[2, -3]"); },
+       {"extra_arrays[0].shape[1]: expected an integer >= 0, got -3"}},
+      {[](format::Json& j) { j["extra_arrays"][0]["shape"] = format::Json::parse("[3, 3]"); },
+       {"extra array 'dense/weights': blob size 24 is not 4 bytes (float32) per value"}},
+      {[](format::Json& j) {
+         j["extra_arrays"][0]["shape"] = format::Json::parse("[4611686018427387904, 4]");
+       },
+       {"extra array 'dense/weights': blob size 24 is not"}},
+      {[](format::Json& j) { j["extra_arrays"][1]["offset"] = 0; },
+       {"extra array 'bias': blob offset 0 should be"}},
+      {[](format::Json& j) { j["extra_arrays"][0]["dtype"] = "float16"; },
+       {"extra_arrays[0].dtype: not a known field"}},
+      {[](format::Json& j) { j["metadata"]["run"] = 3; }, {"metadata.run: expected a string"}},
+      {[](format::Json& j) { j["metadata"] = "run"; }, {"metadata: expected an object"}},
+  };
+  EXPECT_EQ(decode_manifest(good.dump(), 2, data_size, kContext).extra_arrays.size(), 2u);
+  for (const Edit& edit : edits) {
+    format::Json json = good;
+    edit.apply(json);
+    const std::string message = decode_error(json, data_size);
+    EXPECT_THAT(message, HasSubstr(kContext)) << json.dump();
+    for (const std::string& fragment : edit.fragments) {
+      EXPECT_THAT(message, HasSubstr(fragment)) << json.dump();
+    }
+  }
+  // The arrays' blobs must end the data section.
+  EXPECT_THAT(decode_error(good, data_size - 64),
+              AllOf(HasSubstr("extra array 'bias'"), HasSubstr("ends after")));
+  EXPECT_THAT(decode_error(good, data_size + 64), HasSubstr("tables and extra arrays use"));
 }
 
 // Nesting is bounded at parse: a value 100,000 arrays deep is an error, not a stack overflow.
@@ -295,7 +406,7 @@ TEST(ServingManifestTest, RejectsDeepNesting) {
   std::string text = sample_json().dump();
   text.insert(text.rfind('}'),
               ", \"deep\": " + std::string(100000, '[') + std::string(100000, ']'));
-  EXPECT_EQ(error_of<DataLoss>([&] { decode_manifest(text, data_size, kContext); }),
+  EXPECT_EQ(error_of<DataLoss>([&] { decode_manifest(text, 2, data_size, kContext); }),
             kContext + ": manifest: arrays and objects nest deeper than " +
                 std::to_string(format::kMaxJsonDepth) + " levels");
 }

@@ -127,7 +127,7 @@ struct ModelFile {
 // header and manifest checksum (the table checksums are whatever the manifest says).
 inline std::vector<std::byte> build_model_file(std::string manifest_text,
                                                const std::vector<std::byte>& data,
-                                               uint32_t format_version = 1) {
+                                               uint32_t format_version = 2) {
   manifest_text.resize(ModelFile::padded(manifest_text.size()), ' ');
   std::vector<std::byte> bytes(64);
   std::memcpy(bytes.data(), "RECEMBSV", 8);

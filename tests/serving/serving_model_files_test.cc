@@ -9,12 +9,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <limits>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
 #include <sys/stat.h>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "recemb/embedding.h"
@@ -156,8 +158,11 @@ TEST_P(ServingFileErrorTest, EditedManifestsAreValidated) {
   test::write_bytes(damaged_, rebuilt([](format::Json&) {}));
   EXPECT_EQ(ServingModel::open(damaged_).tables().size(), 3u);
 
-  expect_rejected(test::build_model_file(file_.manifest.dump(), data, 2), /*verify=*/false,
-                  "format version 2 is not supported", "version");
+  expect_rejected(test::build_model_file(file_.manifest.dump(), data, 3), /*verify=*/false,
+                  "format version 3 is not supported", "version");
+  // Version 1 has no extra arrays or metadata: its manifest may not name them.
+  expect_rejected(test::build_model_file(file_.manifest.dump(), data, 1), /*verify=*/false,
+                  "manifest: extra_arrays: not a known field", "version 1 with extras");
   expect_rejected(rebuilt([](auto& m) { m["tables"][1]["config"]["dim"] = 16; }),
                   /*verify=*/false, "table 'other': blob size", "dim");
   expect_rejected(rebuilt([](auto& m) { m["features"][3]["table"] = "missing"; }),
@@ -184,21 +189,60 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, ServingFileErrorTest, ::testing::ValuesIn(kD
                            return std::string(serving_dtype_name(test_info.param));
                          });
 
-// tests/data/serving-v1 holds a model of each dtype written by format version 1 (the first
-// release), which must keep loading. Tables: "items" [4, 3], mean, row r column c = (3 r + c) / 4 -
-// 1 (exact in float16); "users" [3, 2], sqrtn, simulated quantization with 5 buckets over [-1, 1],
-// rows
-// {-0.9, 0.6}, {0.1, 1.3}, {-0.4, 0.35} (none near a bucket midpoint). Features: "clicks" (items),
-// "history" (items, max_sequence_length 2), "friends" (users). The exported layer had optimizers.
-class ServingGoldenTest : public ::testing::TestWithParam<ServingDtype> {};
+// An extra array's blob is checksummed as a table's: a damaged value is found with verify (naming
+// the array) and read as it is without.
+TEST_P(ServingFileErrorTest, DamagedExtraArraysAreDetected) {
+  const std::vector<float> values = {0.5f, -1.25f, 3.0f};
+  export_serving_model(
+      layer_, good_,
+      {.dtype = GetParam(),
+       .extra_arrays = {{.name = "w", .shape = {3}, .values = values},
+                        {.name = "b", .shape = {1}, .values = std::span(values).first(1)}}});
+  const ModelFile file = ModelFile::read(good_);
+  std::vector<std::byte> bytes = file.bytes;
+  const uint64_t start =
+      file.data_offset() + file.manifest["extra_arrays"][0]["offset"].get<uint64_t>();
+  bytes[start + 5] ^= std::byte{0x40};
+  expect_rejected(bytes, /*verify=*/true, "extra array 'w': the checksum does not match",
+                  "damaged array");
+  test::write_bytes(damaged_, bytes);
+  const ServingModel unverified = ServingModel::open(damaged_, {.verify = false});
+  EXPECT_NE(unverified.extra_array("w").values[1], values[1]);
+  EXPECT_EQ(unverified.extra_array("b").values[0], values[0]);
+}
 
-TEST_P(ServingGoldenTest, ReadsTheCheckedInVersion1Model) {
-  const ServingDtype dtype = GetParam();
+// tests/data/serving-v<version> holds a model of each dtype written by format version 1 (the first
+// release) and version 2 (extra arrays and metadata), which must keep loading. Tables: "items"
+// [4, 3], mean, row r column c = (3 r + c) / 4 - 1 (exact in float16); "users" [3, 2], sqrtn,
+// simulated quantization with 5 buckets over [-1, 1], rows {-0.9, 0.6}, {0.1, 1.3}, {-0.4, 0.35}
+// (none near a bucket midpoint). Features: "clicks" (items), "history" (items,
+// max_sequence_length 2), "friends" (users). The exported layer had optimizers. Version 2 also
+// holds the extra arrays "dense/weights" [2, 3] {0.5, -1.25, 3, 0.125, -2, 0.001} and "scale" []
+// {7.5}, and the metadata {"model": "golden", "note": "café"} (written with the Python bindings'
+// ExportOptions).
+class ServingGoldenTest : public ::testing::TestWithParam<std::tuple<ServingDtype, uint32_t>> {};
+
+TEST_P(ServingGoldenTest, ReadsTheCheckedInModels) {
+  const auto [dtype, version] = GetParam();
   const std::filesystem::path path =
-      test::checked_in_data_dir() / "serving-v1" /
+      test::checked_in_data_dir() / ("serving-v" + std::to_string(version)) /
       ("model-" + std::string(serving_dtype_name(dtype)) + ".recemb");
-  EXPECT_EQ(ModelFile::read(path).format_version, 1u);
+  EXPECT_EQ(ModelFile::read(path).format_version, version);
   const ServingModel model = ServingModel::open(path);
+  if (version == 1) {
+    EXPECT_TRUE(model.extra_arrays().empty());
+    EXPECT_TRUE(model.metadata().empty());
+  } else {
+    ASSERT_EQ(model.extra_arrays().size(), 2u);
+    EXPECT_EQ(model.extra_arrays()[0].name, "dense/weights");
+    EXPECT_EQ(model.extra_arrays()[0].shape, (std::vector<int64_t>{2, 3}));
+    EXPECT_THAT(model.extra_arrays()[0].values,
+                ::testing::ElementsAre(0.5f, -1.25f, 3.0f, 0.125f, -2.0f, 0.001f));
+    EXPECT_EQ(model.extra_array("scale").shape, std::vector<int64_t>{});
+    EXPECT_THAT(model.extra_array("scale").values, ::testing::ElementsAre(7.5f));
+    EXPECT_EQ(model.metadata(),
+              (std::map<std::string, std::string>{{"model", "golden"}, {"note", "caf\u00e9"}}));
+  }
   EXPECT_EQ(model.dtype(), dtype);
   ASSERT_EQ(model.tables().size(), 2u);
   const auto expect_table = [](const TableConfig& table, const std::string& name, int64_t rows,
@@ -260,9 +304,12 @@ TEST_P(ServingGoldenTest, ReadsTheCheckedInVersion1Model) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllDtypes, ServingGoldenTest, ::testing::ValuesIn(kDtypes),
+INSTANTIATE_TEST_SUITE_P(AllDtypesAndVersions, ServingGoldenTest,
+                         ::testing::Combine(::testing::ValuesIn(kDtypes),
+                                            ::testing::Values(1u, 2u)),
                          [](const auto& test_info) {
-                           return std::string(serving_dtype_name(test_info.param));
+                           return std::string(serving_dtype_name(std::get<0>(test_info.param))) +
+                                  "_v" + std::to_string(std::get<1>(test_info.param));
                          });
 
 TEST(ServingOpenTest, MissingDirectoriesForeignFilesAndBadOptions) {

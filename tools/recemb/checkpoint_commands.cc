@@ -4,14 +4,13 @@
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 
 #include "recemb/checkpoint.h"
 #include "recemb/embedding.h"
 #include "recemb/error.h"
 #include "recemb/serving.h"
 
-#include "train/dense_export.h"
+#include "train/model_file.h"
 
 namespace recemb::tools {
 namespace {
@@ -70,45 +69,21 @@ int run_inspect_command(const InspectArguments& args, std::ostream& out) {
 
 int run_export_command(const ExportArguments& args, std::ostream& out) {
   const ServingDtype dtype = parse_serving_dtype(args.dtype);
-  const std::filesystem::path output = args.output;
-  if (std::filesystem::exists(output) && !std::filesystem::is_directory(output)) {
-    throw InvalidArgument("'" + args.output +
-                          "' is not a directory: recemb export writes a model directory (" +
-                          train::kEmbeddingsFileName + ", and " + train::kDenseFileName +
-                          " for a checkpoint of recemb train)");
-  }
   const auto start = std::chrono::steady_clock::now();
-  // A root stands for its newest checkpoint: both parts are read from that one.
-  const std::filesystem::path checkpoint =
-      latest_checkpoint(args.checkpoint).value_or(args.checkpoint);
-  const Embedding embedding =
-      load_checkpoint(checkpoint, {.tables_only = true, .num_threads = args.threads});
-  const std::optional<train::DenseModelFile> dense =
-      train::read_checkpoint_dense_part(checkpoint, embedding.tables(), embedding.features());
-  std::filesystem::create_directories(output);
-  const std::filesystem::path embeddings_path = output / train::kEmbeddingsFileName;
-  const std::filesystem::path dense_path = output / train::kDenseFileName;
-  export_serving_model(embedding, embeddings_path, {.dtype = dtype});
-  uint64_t bytes = std::filesystem::file_size(embeddings_path);
-  if (dense) {
-    train::write_dense_model_file(dense_path, *dense);
-    bytes += std::filesystem::file_size(dense_path);
-  } else {
-    std::filesystem::remove(dense_path);  // of an earlier export: it would not fit these tables
-  }
+  const train::ExportedModel exported =
+      train::export_checkpoint(args.checkpoint, args.output, dtype, args.threads);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  int64_t rows = 0;
-  for (const TableConfig& table : embedding.tables()) rows += table.vocabulary_size;
   const std::string dense_part =
-      dense ? " and the dense model (" + std::to_string(dense->parameters.size()) + " parameters)"
-            : "";
+      exported.dense_parameters > 0
+          ? " and the dense model (" + std::to_string(exported.dense_parameters) + " parameters)"
+          : "";
   char line[512];
   std::snprintf(line, sizeof line,
-                "exported %zu tables (%" PRId64 " rows) as %s%s to %s: %s in %.2f s\n",
-                embedding.tables().size(), rows, std::string(serving_dtype_name(dtype)).c_str(),
-                dense_part.c_str(), args.output.c_str(),
-                bytes_text(static_cast<double>(bytes)).c_str(), seconds);
+                "exported %" PRId64 " tables (%" PRId64 " rows) as %s%s to %s: %s in %.2f s\n",
+                exported.tables, exported.rows, std::string(serving_dtype_name(dtype)).c_str(),
+                dense_part.c_str(), exported.path.c_str(),
+                bytes_text(static_cast<double>(exported.bytes)).c_str(), seconds);
   out << line;
   return 0;
 }

@@ -1,6 +1,6 @@
 // `recemb checkpoint inspect DIR` and `recemb export CKPT OUT`: a checkpoint's contents and
 // health, and its conversion into a model directory for serving (include/recemb/checkpoint.h,
-// serving.h, train/dense_export.h).
+// serving.h, train/model_file.h).
 #ifndef RECEMB_TOOLS_RECEMB_CHECKPOINT_COMMANDS_H_
 #define RECEMB_TOOLS_RECEMB_CHECKPOINT_COMMANDS_H_
 
@@ -26,12 +26,11 @@ struct ExportArguments {
   int threads = 0;                // for loading the checkpoint; 0 = one per core
 };
 
-// Loads the checkpoint's tables (verified) and writes them as the serving model
-// OUT/embeddings.recemb; for a checkpoint of `recemb train`, also its dense model (verified) as
-// OUT/dense.recemb (removing a dense.recemb of an earlier export otherwise). Each file is
-// written atomically, the tables first. Returns 0. Errors: InvalidArgument when OUT is a file or
-// the dtype is unknown; DataLoss (naming the checkpoint and part) for a damaged checkpoint;
-// std::system_error for a failing system call.
+// Writes the checkpoint's tables (verified) and, for a checkpoint of `recemb train`, its dense
+// model as the one model file OUT/model.recemb, atomically (train::export_checkpoint), and prints
+// what it wrote. Returns 0. Errors: InvalidArgument when OUT is a file or the dtype is unknown;
+// DataLoss (naming the checkpoint and part) for a damaged checkpoint; std::system_error for a
+// failing system call.
 int run_export_command(const ExportArguments& args, std::ostream& out);
 
 }  // namespace recemb::tools

@@ -72,13 +72,11 @@ CLI::App* add_inspect(CLI::App& app, InspectArguments& args) {
 }
 
 CLI::App* add_export(CLI::App& app, ExportArguments& args) {
-  CLI::App* exporter =
-      app.add_subcommand("export", "Write a checkpoint's tables as a serving model");
+  CLI::App* exporter = app.add_subcommand(
+      "export", "Write a checkpoint's model (tables + dense part) as a serving model");
   exporter->add_option("CKPT", args.checkpoint, "A ckpt-* directory, or a root (its newest)")
       ->required();
-  exporter
-      ->add_option("OUT", args.output,
-                   "The model directory to write: embeddings.recemb (+ dense.recemb)")
+  exporter->add_option("OUT", args.output, "The model directory to write: its model.recemb")
       ->required();
   exporter->add_option("--dtype", args.dtype, "float32 | float16 | int8 (row-wise scale and bias)")
       ->check(CLI::IsMember({"float32", "float16", "int8"}));
@@ -98,7 +96,9 @@ CLI::App* add_lookup(CLI::App& app, LookupArguments& args) {
 CLI::App* add_predict(CLI::App& app, PredictArguments& args) {
   CLI::App* predict = app.add_subcommand(
       "predict", "Click probabilities of Criteo lines (stdin or --data), one line out per line in");
-  predict->add_option("MODEL_DIR", args.model, "A model directory (recemb export of a train run)")
+  predict
+      ->add_option("MODEL_DIR", args.model,
+                   "A model directory, or its model.recemb (recemb export of a train run)")
       ->required();
   predict->add_option("--data", args.data,
                       "Criteo TSV files to predict, in order (default: stdin)");

@@ -1,5 +1,6 @@
 // `recemb predict MODEL_DIR [--data FILE...]`: click probabilities for raw Criteo lines, from a
-// model directory written by `recemb export` of a `recemb train` checkpoint (train/predictor.h).
+// model directory (or its model.recemb) written by `recemb export` of a `recemb train` checkpoint
+// (train/predictor.h).
 //
 //   in:   Criteo lines (tab-separated; with the label field, which is ignored, or without it), on
 //         stdin or from the --data files in order
@@ -20,7 +21,7 @@
 namespace recemb::tools {
 
 struct PredictArguments {
-  std::string model = {};              // a model directory (recemb export)
+  std::string model = {};              // a model directory or its model file (recemb export)
   std::vector<std::string> data = {};  // Criteo files; none: stdin
   bool verify = true;                  // check every checksum of the tables when opening
 };

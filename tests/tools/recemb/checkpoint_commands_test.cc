@@ -13,7 +13,7 @@
 #include "recemb/error.h"
 #include "recemb/serving.h"
 
-#include "train/dense_export.h"
+#include "train/model_file.h"
 
 namespace recemb::tools {
 namespace {
@@ -96,17 +96,20 @@ TEST(CheckpointCommands, ExportWritesAServingModelOfTheTables) {
                   {.checkpoint = root.string(), .output = model_dir.string(), .dtype = dtype}, out),
               0);
     EXPECT_THAT(out.str(), AllOf(HasSubstr("exported 2 tables (80 rows)"), HasSubstr(dtype)));
-    const ServingModel model = ServingModel::open(model_dir / train::kEmbeddingsFileName);
+    EXPECT_THAT(out.str(), HasSubstr((model_dir / "model.recemb").string()));
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(model_dir), {}), 1)
+        << "one file, model.recemb";
+    const ServingModel model = ServingModel::open(model_dir / train::kModelFileName);
     EXPECT_EQ(std::string(serving_dtype_name(model.dtype())), dtype);
     ASSERT_EQ(model.tables().size(), 2u);
     EXPECT_EQ(model.tables()[1].dim, 8);
     // Not a checkpoint of recemb train: no dense part.
-    EXPECT_FALSE(std::filesystem::exists(model_dir / train::kDenseFileName));
+    EXPECT_TRUE(model.extra_arrays().empty());
+    EXPECT_TRUE(model.metadata().empty());
     EXPECT_THAT(out.str(), Not(HasSubstr("dense")));
   }
   // float32 serving lookups equal the training lookups bitwise.
-  const ServingModel model =
-      ServingModel::open(root / "model.float32" / train::kEmbeddingsFileName);
+  const ServingModel model = ServingModel::open(root / "model.float32" / train::kModelFileName);
   std::vector<int64_t> users = {0, 49, 7}, items = {29, 3, 3};
   const std::vector<FeatureInput> inputs{
       DenseIds{.ids = std::span<const int64_t>(users), .shape = {3}},
@@ -129,21 +132,6 @@ TEST(CheckpointCommands, ExportWritesAServingModelOfTheTables) {
       run_export_command({.checkpoint = root.string(), .output = (root / "file").string()}, out),
       InvalidArgument);
   EXPECT_EQ(std::filesystem::file_size(root / "file"), 4u);
-}
-
-// A dense.recemb left by an earlier export of a `recemb train` checkpoint does not fit the new
-// tables: exporting a checkpoint without a dense part removes it.
-TEST(CheckpointCommands, ExportWithoutADensePartRemovesAnEarlierOne) {
-  const auto root = fresh_dir("export_stale");
-  save_checkpoint(trained_embedding(), root);
-  const auto model_dir = root / "model";
-  std::filesystem::create_directories(model_dir);
-  std::ofstream(model_dir / train::kDenseFileName) << "an earlier export's";
-  std::ostringstream out;
-  EXPECT_EQ(run_export_command({.checkpoint = root.string(), .output = model_dir.string()}, out),
-            0);
-  EXPECT_FALSE(std::filesystem::exists(model_dir / train::kDenseFileName));
-  EXPECT_TRUE(std::filesystem::exists(model_dir / train::kEmbeddingsFileName));
 }
 
 }  // namespace

@@ -21,10 +21,10 @@
 #include "tools/recemb/checkpoint_commands.h"
 #include "train/batch_buffers.h"
 #include "train/criteo_reader.h"
-#include "train/dense_export.h"
 #include "train/dlrm_dense_model.h"
 #include "train/example_batch.h"
 #include "train/metrics.h"
+#include "train/model_file.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -134,8 +134,10 @@ TEST_F(PredictCommandTest, PredictsTheTrainersProbabilitiesFromFilesAndStdin) {
   EXPECT_EQ(err.str(), "");
   std::ifstream held_out(dir_ / "held_out.tsv");
   std::istringstream in(std::string(std::istreambuf_iterator<char>(held_out), {}));
-  std::ostringstream from_stdin;
-  EXPECT_EQ(run_predict_command({.model = model_dir().string()}, in, from_stdin, err), 0);
+  std::ostringstream from_stdin;  // the model file itself may be given for its directory
+  EXPECT_EQ(
+      run_predict_command({.model = (model_dir() / "model.recemb").string()}, in, from_stdin, err),
+      0);
 
   for (const std::string& text : {from_file.str(), from_stdin.str()}) {
     const std::vector<float> predicted = probabilities_of(text);
@@ -195,18 +197,22 @@ TEST_F(PredictCommandTest, UnusableModelsAndDataThrowBeforeAnyOutput) {
   EXPECT_THROW(run_predict_command({.model = model_dir().string(), .data = {dir_.path().string()}},
                                    in, out, err),
                InvalidArgument);
-  std::vector<std::byte> dense(std::filesystem::file_size(model_dir() / train::kDenseFileName));
+  // The file ends with the dense model's last array (the logit layer's bias, padded to 64
+  // bytes): a damaged byte there is found.
+  const std::filesystem::path file_path = model_dir() / train::kModelFileName;
+  const auto size = static_cast<std::streamoff>(std::filesystem::file_size(file_path));
   {
-    std::fstream file(model_dir() / train::kDenseFileName,
-                      std::ios::in | std::ios::out | std::ios::binary);
-    file.seekp(static_cast<std::streamoff>(dense.size() - 3));
+    std::fstream file(file_path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(size - 64);
     file.put('\x55');
   }
   try {
     run_predict_command({.model = model_dir().string()}, in, out, err);
     ADD_FAILURE() << "predicted";
   } catch (const DataLoss& error) {
-    EXPECT_THAT(error.what(), AllOf(HasSubstr("dense.recemb"), HasSubstr("parameters")));
+    EXPECT_THAT(error.what(), AllOf(HasSubstr("model.recemb"),
+                                    HasSubstr("extra array 'dense/top_mlp/layer_1/bias'"),
+                                    HasSubstr("checksum does not match")));
   }
   EXPECT_EQ(out.str(), "");
 }
