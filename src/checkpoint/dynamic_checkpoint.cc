@@ -188,7 +188,8 @@ void write_dynamic_part(const fs::path& directory, const TableEntry& table,
     };
     if (variable.columns == variable.width) {
       // Whole rows: gathered into chunks of consecutive file rows.
-      const int64_t chunk_rows = std::max<int64_t>(1, kChunkBytes / (variable.width * 4));
+      const int64_t chunk_rows =
+          std::max<int64_t>(1, kChunkBytes / (variable.width * int64_t{sizeof(float)}));
       std::vector<float> chunk;
       for (int64_t begin = 0; begin < num_keys; begin += chunk_rows) {
         const int64_t end = std::min(num_keys, begin + chunk_rows);
@@ -201,8 +202,9 @@ void write_dynamic_part(const fs::path& directory, const TableEntry& table,
       }
     } else {
       // A column range: one write per row, as for a static table's column-wise part.
-      for (int64_t i = 0; i < num_keys; ++i)
+      for (int64_t i = 0; i < num_keys; ++i) {
         file->write_at(row_offset(i), std::as_bytes(row_of(i)));
+      }
     }
     file->sync();
     file->close();
@@ -273,7 +275,8 @@ void load_dynamic_part(const fs::path& directory, const TableEntry& table,
   for (const PartVariable<float>& variable : local.variables) {
     const format::InputFile file =
         format::InputFile::open(directory / saved_variable(table, variable.name).data.file);
-    const int64_t chunk_rows = std::max<int64_t>(1, kChunkBytes / (variable.width * 4));
+    const int64_t chunk_rows =
+        std::max<int64_t>(1, kChunkBytes / (variable.width * int64_t{sizeof(float)}));
     std::vector<float> chunk;
     for (int64_t begin = 0; begin < num_keys; begin += chunk_rows) {
       const int64_t end = std::min(num_keys, begin + chunk_rows);
