@@ -17,7 +17,9 @@
 // machine, or a shared file system on a cluster: NFS, Lustre, GPFS). Each rank writes and reads
 // only the rows and columns of the table parts it holds, at their places in the files, in
 // parallel; no rank ever holds a whole table it does not own. The checkpoint is the same whatever
-// wrote it, so it restores under any placement and rank count, in one process or several.
+// wrote it, so it restores under any placement and rank count, in one process or several. A
+// dynamic table is saved as its keys (with their rows, slots, last-seen steps and counts) and
+// restored key by key into the parts owning them.
 //
 // Thread safety: these functions read or write `embedding` like any other call on it (no other
 // call on the same Embedding may run meanwhile). One job at a time may save into a root.
@@ -128,6 +130,15 @@ struct RestoredState {
 // difference; the same optimizer (name, hence the same slots), except that a table without an
 // optimizer (lookup only) takes the parameters alone.
 //
+// Dynamic tables (docs/formats.md, "Dynamic tables"): their keys with their last-seen steps and
+// counts, the exact counts of keys not yet admitted and the vocabulary_stats counters are
+// restored too, each key into the part owning its bucket, so that training continues exactly as
+// the saved run would have (counts that were held in a sketch are not saved). Each table must be
+// dynamic in both or static in both (read_static_table_as_dynamic converts a static one), the
+// embedding must have the checkpoint's seed (InvalidArgument), every part must have room for its
+// share of the keys (InvalidArgument naming the table, found after the verification, with nothing
+// changed), and no training lookup may be pending (FailedPrecondition).
+//
 // Verifies the manifest and every checksum of every file before changing anything, then reads
 // the rows a second time, straight into the tables (each rank only its parts' rows and columns),
 // without verifying them again. Errors (recemb/error.h), and what remains after each:
@@ -149,6 +160,21 @@ struct RestoredState {
 RECEMB_EXPORT RestoredState restore_checkpoint(Embedding& embedding,
                                                const std::filesystem::path& checkpoint,
                                                const RestoreOptions& options = {});
+
+// The explicit conversion of a static table into a dynamic one (restore_checkpoint refuses to
+// restore either into the other): table `table` of the checkpoint `checkpoint` (a ckpt-* directory
+// or a root, as restore_checkpoint), which must be static, as a dynamic table's contents: row r
+// becomes key r for r in [0, vocabulary_size), with its parameters and the slots of the optimizer
+// that trained it. Its files are verified first. Give it to Embedding::write_dynamic_table of a
+// dynamic table with the same dim and optimizer (which counts each key as seen once, at the
+// embedding's step, and needs a capacity of at least vocabulary_size):
+//
+//   layer.write_dynamic_table("user", recemb::read_static_table_as_dynamic(ckpt, "user"));
+//
+// Errors: InvalidArgument naming the table when the checkpoint has no such table or it is
+// dynamic; DataLoss and std::system_error as restore_checkpoint. Holds the whole table in memory.
+RECEMB_EXPORT DynamicTableContents
+read_static_table_as_dynamic(const std::filesystem::path& checkpoint, std::string_view table);
 
 struct LoadOptions {
   // true: only the tables, no optimizers and no slots (a lookup-only Embedding, as for export).
@@ -183,6 +209,9 @@ struct CheckpointTable {
   int64_t vocabulary_size = 0;
   int64_t dim = 0;
   std::string optimizer = {};  // optimizer_name of the optimizer training it; empty: none
+  // A dynamic table (vocabulary_size 0): the keys it holds (docs/formats.md, "Dynamic tables").
+  bool dynamic = false;
+  int64_t num_keys = 0;
 };
 
 struct CheckpointInfo {

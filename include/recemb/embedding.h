@@ -99,9 +99,10 @@ struct EmbeddingOptions {
 
 // A dynamic table's keys (config.h, DynamicVocabulary), all its parts together.
 struct VocabularyStats {
-  int64_t size = 0;                  // keys held now
-  int64_t inserted = 0;              // keys admitted since construction (or restore)
-  int64_t evicted = 0;               // keys removed since then (TTL or when_full)
+  int64_t size = 0;  // keys held now
+  // Since construction (restore_checkpoint sets them to the saved run's, recemb/checkpoint.h):
+  int64_t inserted = 0;              // keys admitted
+  int64_t evicted = 0;               // keys removed (TTL or when_full)
   int64_t not_admitted_lookups = 0;  // occurrences in training lookups of keys that had no row
 };
 

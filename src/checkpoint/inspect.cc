@@ -33,7 +33,9 @@ CheckpointInfo inspect_checkpoint(const std::filesystem::path& checkpoint,
         {.name = table.config.name,
          .vocabulary_size = table.config.vocabulary_size,
          .dim = table.config.dim,
-         .optimizer = internal::effective_optimizer_name(manifest, table).value_or(std::string())});
+         .optimizer = internal::effective_optimizer_name(manifest, table).value_or(std::string()),
+         .dynamic = table.dynamic.has_value(),
+         .num_keys = table.dynamic ? table.dynamic->num_keys() : 0});
   }
   info.features = manifest.features;
 
@@ -58,8 +60,8 @@ CheckpointInfo inspect_checkpoint(const std::filesystem::path& checkpoint,
     info.files.push_back(std::move(file));
   };
   for (const internal::TableEntry& table : manifest.tables) {
-    for (const internal::ArrayEntry& variable : table.variables) {
-      check(variable.data, "table '" + table.config.name + "' variable '" + variable.name + "'");
+    for (const internal::ArrayEntry* array : table.arrays()) {
+      check(array->data, "table '" + table.config.name + "' variable '" + array->name + "'");
     }
   }
   for (const internal::ArrayEntry& extra : manifest.extra_arrays) {

@@ -50,6 +50,10 @@ std::string variable_file_name(size_t table_index, std::string_view variable) {
   return "t" + std::to_string(table_index) + "." + std::string(variable) + ".f32";
 }
 
+std::string key_array_file_name(size_t table_index, std::string_view array) {
+  return "t" + std::to_string(table_index) + "." + std::string(array) + ".i64";
+}
+
 std::string extra_array_file_name(size_t index) { return "x" + std::to_string(index) + ".f32"; }
 
 std::vector<CheckpointDirectory> list_checkpoints(const std::filesystem::path& root) {

@@ -6,6 +6,8 @@
 //       manifest.xxh3              XXH3-64 of manifest.json: 16 lowercase hex digits + "\n"
 //       t0.parameters.f32          table 0's parameters, float32 little-endian, row-major
 //       t0.accumulators.f32        table 0's slot "accumulators"
+//       t1.keys.i64                a dynamic table 1's keys, int64 little-endian (and its other
+//                                  key arrays: last_seen, count, pending_keys, pending_count)
 //       x0.f32                     extra array 0
 //     .tmp-ckpt-000000002000-...   a save in progress (or interrupted): never read
 //
@@ -37,6 +39,8 @@ std::optional<int64_t> checkpoint_step(std::string_view directory_name);
 std::string temporary_name(std::string_view purpose);
 
 std::string variable_file_name(size_t table_index, std::string_view variable);
+// A dynamic table's key array (checkpoint/manifest.h, DynamicArray): "t<index>.<array>.i64".
+std::string key_array_file_name(size_t table_index, std::string_view array);
 std::string extra_array_file_name(size_t index);
 
 struct CheckpointDirectory {

@@ -26,7 +26,10 @@ constexpr std::string_view kFormatName = "recemb-checkpoint";
 // terabytes of tables. The limit keeps a damaged size field from allocating without bound.
 constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 30;
 constexpr int64_t kMaxBlockBytes = int64_t{1} << 40;
-constexpr int64_t kFloatBytes = 4;
+
+std::string_view dtype_name(ArrayType dtype) {
+  return dtype == ArrayType::kInt64 ? "int64" : "float32";
+}
 
 // a * b, or nullopt if it overflows int64.
 std::optional<int64_t> checked_multiply(int64_t a, int64_t b) {
@@ -54,7 +57,7 @@ bool is_plain_file_name(std::string_view name) {
 Json array_to_json(const ArrayEntry& array) {
   Json json = Json::object();
   json["name"] = array.name;
-  json["dtype"] = "float32";
+  json["dtype"] = dtype_name(array.dtype);
   json["shape"] = array.shape;
   json["file"] = array.data.file;
   json["bytes"] = array.data.bytes;
@@ -70,6 +73,16 @@ Json array_to_json(const ArrayEntry& array) {
 Json arrays_to_json(const std::vector<ArrayEntry>& arrays) {
   Json json = Json::array();
   for (const ArrayEntry& array : arrays) json.push_back(array_to_json(array));
+  return json;
+}
+
+Json dynamic_to_json(const DynamicEntry& dynamic) {
+  Json json = Json::object();
+  json["arrays"] = arrays_to_json(dynamic.arrays);
+  json["inserted"] = dynamic.counters.inserted;
+  json["evicted"] = dynamic.counters.evicted;
+  json["not_admitted_lookups"] = dynamic.counters.not_admitted_lookups;
+  json["pending_sketch_in_use"] = dynamic.pending_sketch_in_use;
   return json;
 }
 
@@ -95,10 +108,11 @@ std::optional<std::string> training_optimizer_name(const Json& own, const Json& 
   return optimizer["name"].get<std::string>();
 }
 
-ArrayEntry array_from_json(const JsonReader& json, int64_t block_bytes) {
-  ArrayEntry array;
+ArrayEntry array_from_json(const JsonReader& json, int64_t block_bytes,
+                           ArrayType dtype = ArrayType::kFloat32) {
+  ArrayEntry array{.dtype = dtype};
   array.name = json.member("name").string();
-  json.member("dtype").expect_string("float32");
+  json.member("dtype").expect_string(dtype_name(dtype));
   const JsonReader shape = json.member("shape");
   int64_t elements = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -115,9 +129,9 @@ ArrayEntry array_from_json(const JsonReader& json, int64_t block_bytes) {
   }
   const JsonReader bytes_json = json.member("bytes");
   const int64_t bytes = bytes_json.integer(0);
-  if (checked_multiply(elements, kFloatBytes) != bytes) {
+  if (checked_multiply(elements, element_bytes(dtype)) != bytes) {
     bytes_json.fail(std::to_string(bytes) + " bytes do not hold the " + std::to_string(elements) +
-                    " floats of the shape");
+                    " " + std::string(dtype_name(dtype)) + " elements of the shape");
   }
   array.data.bytes = static_cast<uint64_t>(bytes);
   array.data.checksum = format::checksum_from_json(json.member("checksum"));
@@ -142,8 +156,40 @@ std::vector<ArrayEntry> arrays_from_json(const JsonReader& json, int64_t block_b
   return arrays;
 }
 
+// A dynamic table's entry: its arrays (names, dtype and shapes as expected_dynamic_entry's) and
+// counters.
+DynamicEntry dynamic_from_json(const JsonReader& json, int64_t block_bytes) {
+  DynamicEntry dynamic;
+  const JsonReader arrays = json.member("arrays");
+  if (arrays.size() != kNumDynamicArrays) {
+    arrays.fail("expected " + std::to_string(kNumDynamicArrays) + " arrays, got " +
+                std::to_string(arrays.size()));
+  }
+  for (size_t a = 0; a < kNumDynamicArrays; ++a) {
+    dynamic.arrays.push_back(array_from_json(arrays.element(a), block_bytes, ArrayType::kInt64));
+    const ArrayEntry& array = dynamic.arrays.back();
+    if (array.name != kDynamicArrayNames[a] || array.shape.size() != 1) {
+      arrays.element(a).fail(
+          "expected the one-dimensional array '" + std::string(kDynamicArrayNames[a]) + "', got '" +
+          format::truncated(array.name) + "' " + format::truncated(shape_string(array.shape)));
+    }
+  }
+  if (dynamic.arrays[kLastSeen].shape != dynamic.arrays[kKeys].shape ||
+      dynamic.arrays[kCounts].shape != dynamic.arrays[kKeys].shape ||
+      dynamic.arrays[kPendingCounts].shape != dynamic.arrays[kPendingKeys].shape) {
+    arrays.fail(
+        "'last_seen' and 'count' need the shape of 'keys', 'pending_count' that of "
+        "'pending_keys'");
+  }
+  dynamic.counters.inserted = json.member("inserted").integer(0);
+  dynamic.counters.evicted = json.member("evicted").integer(0);
+  dynamic.counters.not_admitted_lookups = json.member("not_admitted_lookups").integer(0);
+  dynamic.pending_sketch_in_use = json.member("pending_sketch_in_use").boolean();
+  return dynamic;
+}
+
 TableEntry table_from_json(const JsonReader& json, const Json& global_optimizer,
-                           int64_t block_bytes) {
+                           int64_t block_bytes, int format_version) {
   const JsonReader config = json.member("config");
   TableEntry table;
   // The table's optimizer stays JSON (see Manifest); the rest of the config is read as such.
@@ -154,15 +200,29 @@ TableEntry table_from_json(const JsonReader& json, const Json& global_optimizer,
   Json config_without_optimizer = config.json();
   config_without_optimizer.erase("optimizer");
   table.config = format::table_from_json(config.at_same_path(config_without_optimizer));
+  const std::optional<JsonReader> dynamic = json.find("dynamic");
   // Validated again when an Embedding is built; here because the reader divides by them.
-  if (table.config.vocabulary_size < 1 || table.config.dim < 1) {
-    config.fail("vocabulary_size and dim must be >= 1");
+  if (table.config.dynamic_vocabulary) {
+    if (format_version < 2) config.fail("a dynamic table needs format version 2 or later");
+    if (table.config.vocabulary_size != 0 || table.config.dim < 1 ||
+        table.config.dynamic_vocabulary->capacity < 1) {
+      config.fail("a dynamic table needs vocabulary_size 0, dim >= 1 and capacity >= 1");
+    }
+    if (!dynamic) json.member("dynamic");  // fails: a dynamic table has its keys
+    table.dynamic = dynamic_from_json(*dynamic, block_bytes);
+  } else {
+    if (table.config.vocabulary_size < 1 || table.config.dim < 1) {
+      config.fail("vocabulary_size and dim must be >= 1");
+    }
+    if (dynamic) dynamic->fail("a static table has no keys");
   }
   const JsonReader variables = json.member("variables");
   table.variables = arrays_from_json(variables, block_bytes);
   const std::optional<std::string> optimizer =
       training_optimizer_name(table.optimizer, global_optimizer);
-  const std::vector<ArrayEntry> expected = expected_variables(table.config, optimizer);
+  const std::vector<ArrayEntry> expected = expected_variables(
+      table.config, table.dynamic ? table.dynamic->num_keys() : table.config.vocabulary_size,
+      optimizer);
   if (table.variables.size() != expected.size()) {
     variables.fail("expected " + std::to_string(expected.size()) + " variables for table '" +
                    format::truncated(table.config.name) + "' (optimizer " +
@@ -187,20 +247,51 @@ std::optional<std::string> effective_optimizer_name(const Manifest& manifest,
   return training_optimizer_name(table.optimizer, manifest.optimizer);
 }
 
-std::vector<ArrayEntry> expected_variables(const TableConfig& table,
+std::vector<const ArrayEntry*> TableEntry::arrays() const {
+  std::vector<const ArrayEntry*> all;
+  for (const ArrayEntry& variable : variables) all.push_back(&variable);
+  if (dynamic) {
+    for (const ArrayEntry& array : dynamic->arrays) all.push_back(&array);
+  }
+  return all;
+}
+
+std::vector<ArrayEntry*> TableEntry::arrays() {
+  std::vector<ArrayEntry*> all;
+  for (const ArrayEntry* array : std::as_const(*this).arrays()) {
+    all.push_back(const_cast<ArrayEntry*>(array));
+  }
+  return all;
+}
+
+std::vector<ArrayEntry> expected_variables(const TableConfig& table, int64_t rows,
                                            const std::optional<std::string>& optimizer_name) {
-  std::vector<ArrayEntry> variables = {
-      {.name = "parameters", .shape = {table.vocabulary_size, table.dim}}};
+  std::vector<ArrayEntry> variables = {{.name = "parameters", .shape = {rows, table.dim}}};
   if (optimizer_name) {
     for (SlotSpec& slot : slot_specs(parse_optimizer(*optimizer_name), table.dim)) {
       variables.push_back({.name = std::move(slot.name),
-                           .shape = slot.width == 1
-                                        ? std::vector<int64_t>{table.vocabulary_size}
-                                        : std::vector<int64_t>{table.vocabulary_size, slot.width}});
+                           .shape = slot.width == 1 ? std::vector<int64_t>{rows}
+                                                    : std::vector<int64_t>{rows, slot.width}});
     }
   }
   return variables;
 }
+
+DynamicEntry expected_dynamic_entry(size_t table_index, int64_t num_keys, int64_t num_pending) {
+  DynamicEntry dynamic;
+  for (size_t a = 0; a < kNumDynamicArrays; ++a) {
+    const int64_t elements = a < kPendingKeys ? num_keys : num_pending;
+    dynamic.arrays.push_back(
+        {.name = std::string(kDynamicArrayNames[a]),
+         .dtype = ArrayType::kInt64,
+         .shape = {elements},
+         .data = {.file = key_array_file_name(table_index, kDynamicArrayNames[a]),
+                  .bytes = static_cast<uint64_t>(elements * element_bytes(ArrayType::kInt64))}});
+  }
+  return dynamic;
+}
+
+int64_t element_bytes(ArrayType dtype) { return dtype == ArrayType::kInt64 ? 8 : 4; }
 
 Json manifest_to_json(const Manifest& manifest) {
   Json json = Json::object();
@@ -219,8 +310,9 @@ Json manifest_to_json(const Manifest& manifest) {
   for (const TableEntry& table : manifest.tables) {
     Json config = format::table_to_json(table.config);
     if (!table.optimizer.is_null()) config["optimizer"] = table.optimizer;
-    tables.push_back(
-        {{"config", std::move(config)}, {"variables", arrays_to_json(table.variables)}});
+    Json entry = {{"config", std::move(config)}, {"variables", arrays_to_json(table.variables)}};
+    if (table.dynamic) entry["dynamic"] = dynamic_to_json(*table.dynamic);
+    tables.push_back(std::move(entry));
   }
   json["tables"] = std::move(tables);
   Json features = Json::array();
@@ -273,8 +365,9 @@ Manifest manifest_from_json(const JsonReader& json) {
   if (tables.size() == 0) tables.fail("a checkpoint has at least one table");
   std::set<std::string> table_names;
   for (size_t t = 0; t < tables.size(); ++t) {
-    manifest.tables.push_back(
-        table_from_json(tables.element(t), manifest.optimizer, manifest.checksum_block_bytes));
+    manifest.tables.push_back(table_from_json(tables.element(t), manifest.optimizer,
+                                              manifest.checksum_block_bytes,
+                                              manifest.format_version));
     if (!table_names.insert(manifest.tables.back().config.name).second) {
       tables.element(t).fail("table name '" +
                              format::truncated(manifest.tables.back().config.name) +
@@ -312,6 +405,12 @@ Manifest manifest_from_json(const JsonReader& json) {
     const JsonReader variables = tables.element(t).member("variables");
     for (size_t v = 0; v < manifest.tables[t].variables.size(); ++v) {
       add_file(manifest.tables[t].variables[v], variables.element(v));
+    }
+    if (const std::optional<DynamicEntry>& dynamic = manifest.tables[t].dynamic) {
+      const JsonReader arrays = tables.element(t).member("dynamic").member("arrays");
+      for (size_t a = 0; a < dynamic->arrays.size(); ++a) {
+        add_file(dynamic->arrays[a], arrays.element(a));
+      }
     }
   }
   for (size_t i = 0; i < manifest.extra_arrays.size(); ++i) {

@@ -7,46 +7,82 @@
 //    "embedding": {"optimizer": <optimizer JSON> | null, "seed": 0,
 //                  "non_finite_gradients": "reject" | "skip_rows"},
 //    "tables": [{"config": <table JSON>,
-//                "variables": [<array>, ...]}],     "parameters", then the slots in TF's order
+//                "variables": [<array>, ...],       "parameters", then the slots in TF's order
+//                "dynamic": <dynamic>}],            only for a dynamic table (format version 2)
 //    "features": [<feature JSON>, ...],
 //    "extra_arrays": [<array>, ...],
 //    "metadata": {"key": "value", ...}}
-//   <array> = {"name", "dtype": "float32", "shape": [...], "file", "bytes",
+//   <array> = {"name", "dtype": "float32" | "int64", "shape": [...], "file", "bytes",
 //              "checksum": "<16 hex>", "block_checksums": ["<16 hex>", ...]}
+//   <dynamic> = {"arrays": [<array> "keys", "last_seen", "count", "pending_keys", "pending_count"],
+//                "inserted", "evicted", "not_admitted_lookups", "pending_sketch_in_use"}
 // Config JSON as format/config_json.h writes it.
 #ifndef RECEMB_CHECKPOINT_MANIFEST_H_
 #define RECEMB_CHECKPOINT_MANIFEST_H_
 
 #include <cstdint>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "recemb/config.h"
 #include "recemb/embedding.h"
 
 #include "checkpoint/data_file.h"
+#include "embedding/dynamic_part.h"
 #include "format/json.h"
 #include "format/json_reader.h"
 
 namespace recemb::internal {
 
-// The format version this code writes, and the newest it reads. A change that an older reader
-// would misread bumps it.
-inline constexpr int kCheckpointFormatVersion = 1;
+// The newest format version this code reads and writes. A change that an older reader would
+// misread bumps it. Version 2 added dynamic tables (TableEntry::dynamic, int64 arrays); a
+// checkpoint without one is written as version 1, which readers of version 1 read.
+inline constexpr int kCheckpointFormatVersion = 2;
+inline constexpr int kStaticCheckpointFormatVersion = 1;
+
+enum class ArrayType { kFloat32, kInt64 };
 
 struct ArrayEntry {
-  std::string name;            // a table variable ("parameters" or a slot) or an extra array
-  std::vector<int64_t> shape;  // product(shape) * 4 == data.bytes
+  std::string name;  // a table variable ("parameters" or a slot), a key array or an extra array
+  ArrayType dtype = ArrayType::kFloat32;
+  std::vector<int64_t> shape;  // product(shape) * element bytes == data.bytes
   DataFile data;
+};
+
+// The arrays of a dynamic table's keys (docs/formats.md, "Dynamic tables"), in this order: its n
+// keys, their last_seen steps and counts ([n] each), and the m exactly counted keys not yet
+// admitted with their counts ([m] each); every one int64, keys in (key_bucket, key) order.
+enum DynamicArray : size_t { kKeys, kLastSeen, kCounts, kPendingKeys, kPendingCounts };
+inline constexpr std::string_view kDynamicArrayNames[] = {"keys", "last_seen", "count",
+                                                          "pending_keys", "pending_count"};
+inline constexpr size_t kNumDynamicArrays = std::size(kDynamicArrayNames);
+
+struct DynamicEntry {
+  std::vector<ArrayEntry> arrays;  // kNumDynamicArrays, in DynamicArray order
+  VocabularyCounters counters;     // all parts together
+  // Whether a part counted keys not yet admitted in its sketch, whose counts are not saved.
+  bool pending_sketch_in_use = false;
+
+  int64_t num_keys() const { return arrays[kKeys].shape[0]; }
+  int64_t num_pending() const { return arrays[kPendingKeys].shape[0]; }
 };
 
 struct TableEntry {
   TableConfig config;      // without its optimizer, which is kept as JSON below
   format::Json optimizer;  // the table's own optimizer (optimizer_to_json), or null
+  // "parameters" then the slots: [rows, width] (or [rows] for width 1), rows being the
+  // vocabulary_size of a static table, the number of keys of a dynamic one.
   std::vector<ArrayEntry> variables;
+  std::optional<DynamicEntry> dynamic;  // set for a dynamic table
+
+  // Its data files' records: the variables', then the dynamic arrays'.
+  std::vector<const ArrayEntry*> arrays() const;
+  std::vector<ArrayEntry*> arrays();
 };
 
 struct Manifest {
@@ -68,11 +104,18 @@ struct Manifest {
 std::optional<std::string> effective_optimizer_name(const Manifest& manifest,
                                                     const TableEntry& table);
 
-// The variables a table of this shape and optimizer has, in order, with their shapes and no data:
-// "parameters" [V, D], then each slot [V, width], or [V] when width is 1 (as
-// Embedding::variable_shape).
-std::vector<ArrayEntry> expected_variables(const TableConfig& table,
+// The variables a table of `rows` rows (its vocabulary_size, or a dynamic table's number of keys)
+// and this optimizer has, in order, with their shapes and no data: "parameters" [rows, dim], then
+// each slot [rows, width], or [rows] when width is 1 (as Embedding::variable_shape).
+std::vector<ArrayEntry> expected_variables(const TableConfig& table, int64_t rows,
                                            const std::optional<std::string>& optimizer_name);
+
+// The arrays of a dynamic table of `num_keys` keys and `num_pending` pending counts, with their
+// shapes and file names (table `table_index`) and no checksums.
+DynamicEntry expected_dynamic_entry(size_t table_index, int64_t num_keys, int64_t num_pending);
+
+// The bytes of one element of `dtype`.
+int64_t element_bytes(ArrayType dtype);
 
 format::Json manifest_to_json(const Manifest& manifest);
 

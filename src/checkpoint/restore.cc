@@ -8,8 +8,11 @@
 //   2. verify: read every data file once and check its size and every checksum; the table
 //      variables' files are dealt round-robin to the ranks, and every rank reads the small extra
 //      arrays (which it returns);
+//   2b. keys: each rank reads the keys of the dynamic tables that its parts hold
+//      (checkpoint/dynamic_checkpoint.h) and checks that the parts have room for them;
 //   3. load: each rank reads its parts' rows and columns straight into them, at their places in
-//      the files (checkpoint/part_io.h; a whole part is one read of the whole file).
+//      the files (checkpoint/part_io.h; a whole part is one read of the whole file); a dynamic
+//      table's part first takes its keys.
 // The ranks agree on the outcome of each phase (embedding/agreement.h), so an error on one rank
 // throws on all. Phase 3 is not verified again (a rank reads rows, not whole checksum blocks): an
 // I/O error in it, or a file changed or truncated since phase 2, leaves the embedding partially
@@ -26,6 +29,7 @@
 #include "recemb/error.h"
 
 #include "checkpoint/data_file.h"
+#include "checkpoint/dynamic_checkpoint.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/part_io.h"
@@ -67,11 +71,11 @@ std::map<std::string, std::vector<float>> verify_files(const fs::path& directory
   std::vector<std::byte> scratch;
   size_t index = 0;
   for (const TableEntry& table : manifest.tables) {
-    for (const ArrayEntry& variable : table.variables) {
+    for (const ArrayEntry* array : table.arrays()) {
       if (index++ % static_cast<size_t>(size) != static_cast<size_t>(rank)) continue;
-      internal::read_data_file(format::InputFile::open(directory / variable.data.file),
-                               variable.data, manifest.checksum_block_bytes,
-                               variable_description(table.config.name, variable.name), {}, scratch);
+      internal::read_data_file(format::InputFile::open(directory / array->data.file), array->data,
+                               manifest.checksum_block_bytes,
+                               variable_description(table.config.name, array->name), {}, scratch);
     }
   }
   std::map<std::string, std::vector<float>> extra_arrays;
@@ -124,12 +128,42 @@ std::vector<VariableLoad> plan_loads(const Embedding& embedding, const Manifest&
       throw InvalidArgument(owner + "not in the checkpoint (its tables: " + checkpoint_names + ")");
     }
     const TableEntry& saved = *found->second;
+    if (saved.dynamic && !config.dynamic_vocabulary) {
+      throw InvalidArgument(owner + "the checkpoint holds a dynamic table (" +
+                            std::to_string(saved.dynamic->num_keys()) +
+                            " keys), the embedding a static one (vocabulary_size " +
+                            std::to_string(config.vocabulary_size) +
+                            "): keys do not restore into rows; give the table a DynamicVocabulary");
+    }
+    if (!saved.dynamic && config.dynamic_vocabulary) {
+      throw InvalidArgument(
+          owner + "the checkpoint holds a static table (vocabulary_size " +
+          std::to_string(saved.config.vocabulary_size) +
+          "), the embedding a dynamic one: convert it with read_static_table_as_dynamic and "
+          "Embedding::write_dynamic_table (recemb/checkpoint.h)");
+    }
+    // The rows of keys admitted from now on are initialised from (table seed, key): a restored run
+    // continues as the saved one only with its seed.
+    if (config.dynamic_vocabulary && manifest.seed != embedding.options().seed) {
+      throw InvalidArgument(owner + "a dynamic table needs the checkpoint's seed, " +
+                            std::to_string(manifest.seed) + " (EmbeddingOptions::seed), for the " +
+                            "initial rows of the keys it admits; the embedding's is " +
+                            std::to_string(embedding.options().seed));
+    }
+    if (config.dynamic_vocabulary && internal::PartAccess::has_pending_training_lookup(embedding)) {
+      throw FailedPrecondition(owner +
+                               "a training lookup is not applied yet (its batch holds slots of the "
+                               "table's keys); apply it first");
+    }
     if (saved.config.dim != config.dim) {
       throw InvalidArgument(owner + "the checkpoint has dim " + std::to_string(saved.config.dim) +
                             ", the embedding " + std::to_string(config.dim));
     }
-    const int64_t saved_rows = saved.config.vocabulary_size;
-    const int64_t rows = config.vocabulary_size;
+    // A dynamic table's keys are checked against its parts' capacity once the files are verified
+    // (read_dynamic_keys).
+    const int64_t saved_rows =
+        saved.dynamic ? saved.dynamic->num_keys() : saved.config.vocabulary_size;
+    const int64_t rows = saved.dynamic ? saved_rows : config.vocabulary_size;
     const bool allowed = rows == saved_rows ||
                          (rows > saved_rows && options.resize != VocabularyResize::kError) ||
                          (rows < saved_rows && options.resize == VocabularyResize::kGrowOrShrink);
@@ -164,34 +198,73 @@ std::vector<VariableLoad> plan_loads(const Embedding& embedding, const Manifest&
   return loads;
 }
 
-// Phase 3: each of this rank's parts' rows straight from the files.
-void load_parts(Embedding& embedding, const fs::path& directory,
-                const std::vector<VariableLoad>& loads) {
+// Phase 2b: the keys of the checkpoint's dynamic tables that each of this rank's parts holds (in
+// local_parts order; empty for a static table's part), read and checked against the parts.
+std::vector<internal::PartKeys> read_dynamic_keys(Embedding& embedding, const fs::path& directory,
+                                                  const Manifest& manifest,
+                                                  const std::string& prefix) {
+  std::map<std::string_view, const TableEntry*> saved_tables;
+  for (const TableEntry& table : manifest.tables) saved_tables.emplace(table.config.name, &table);
+  std::vector<internal::PartKeys> keys;
+  for (const internal::LocalPart<float>& local : internal::PartAccess::local_parts(embedding)) {
+    keys.emplace_back();
+    if (local.dynamic == nullptr) continue;
+    keys.back() = internal::read_part_keys(
+        directory, *saved_tables.at(embedding.tables()[local.part.table].name), local.part,
+        manifest.step, prefix);
+  }
+  return keys;
+}
+
+// Phase 3: each of this rank's parts' rows straight from the files; a dynamic table's part also
+// its keys (`keys`, read_dynamic_keys).
+void load_parts(Embedding& embedding, const fs::path& directory, const Manifest& manifest,
+                const std::vector<VariableLoad>& loads,
+                const std::vector<internal::PartKeys>& keys) {
   std::map<std::pair<std::string_view, std::string_view>, const VariableLoad*> by_name;
   for (const VariableLoad& variable_load : loads) {
     by_name.emplace(
         std::pair<std::string_view, std::string_view>(variable_load.table, variable_load.variable),
         &variable_load);
   }
-  for (const internal::LocalPart<float>& local : internal::PartAccess::local_parts(embedding)) {
+  const std::vector<internal::LocalPart<float>> parts =
+      internal::PartAccess::local_parts(embedding);
+  RECEMB_CHECK(keys.size() == parts.size());
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const internal::LocalPart<float>& local = parts[p];
     const std::string& table = embedding.tables()[local.part.table].name;
-    for (const internal::PartVariable<float>& variable : local.variables) {
-      const auto found = by_name.find({table, variable.name});
-      RECEMB_CHECK(found != by_name.end());
-      const VariableLoad& variable_load = *found->second;
+    const auto partially_restored = [&](auto&& load, const std::string& what) {
       try {
-        internal::read_part_rows(
-            format::InputFile::open(directory / variable_load.saved->data.file), local.part,
-            variable, variable_load.rows);
+        load();
       } catch (const DataLoss& error) {
-        throw DataLoss(std::string(error.what()) + " (" +
-                       variable_description(table, variable.name) +
+        throw DataLoss(std::string(error.what()) + " (" + what +
                        "); the file changed after it was verified, and the embedding is now "
                        "partially restored");
       } catch (const std::system_error& error) {
         throw std::system_error(
             error.code(), std::string(error.what()) + "; the embedding is now partially restored");
       }
+    };
+    if (local.dynamic != nullptr) {
+      const auto saved =
+          std::find_if(manifest.tables.begin(), manifest.tables.end(),
+                       [&table](const TableEntry& entry) { return entry.config.name == table; });
+      RECEMB_CHECK(saved != manifest.tables.end());
+      partially_restored([&] { internal::load_dynamic_part(directory, *saved, local, keys[p]); },
+                         "table '" + table + "'");
+      continue;
+    }
+    for (const internal::PartVariable<float>& variable : local.variables) {
+      const auto found = by_name.find({table, variable.name});
+      RECEMB_CHECK(found != by_name.end());
+      const VariableLoad& variable_load = *found->second;
+      partially_restored(
+          [&] {
+            internal::read_part_rows(
+                format::InputFile::open(directory / variable_load.saved->data.file), local.part,
+                variable, variable_load.rows);
+          },
+          variable_description(table, variable.name));
     }
   }
 }
@@ -220,7 +293,12 @@ RestoredState restore_checkpoint(Embedding& embedding, const fs::path& checkpoin
   internal::agree(communicator, [&] {
     extra_arrays = verify_files(directory, manifest, communicator.rank(), communicator.size());
   });
-  internal::agree(communicator, [&] { load_parts(embedding, directory, loads); });
+  std::vector<internal::PartKeys> keys;
+  internal::agree(communicator, [&] {
+    keys = read_dynamic_keys(embedding, directory, manifest,
+                             "checkpoint '" + directory.string() + "': ");
+  });
+  internal::agree(communicator, [&] { load_parts(embedding, directory, manifest, loads, keys); });
   embedding.set_step(manifest.step);
   return {.step = manifest.step,
           .extra_arrays = std::move(extra_arrays),
@@ -253,7 +331,9 @@ Embedding load_checkpoint(const fs::path& checkpoint, const LoadOptions& options
   } catch (const InvalidArgument& error) {
     throw InvalidArgument(prefix + "its configs do not build an Embedding: " + error.what());
   }
-  load_parts(*embedding, directory, plan_loads(*embedding, manifest, {}, prefix));
+  const std::vector<VariableLoad> loads = plan_loads(*embedding, manifest, {}, prefix);
+  load_parts(*embedding, directory, manifest, loads,
+             read_dynamic_keys(*embedding, directory, manifest, prefix));
   embedding->set_step(manifest.step);
   return std::move(*embedding);
 }

@@ -19,6 +19,9 @@
 //   b. every rank writes and fsyncs its parts' rows (a replicated table: rank 0's copy); a part
 //      holding its whole table is written as one stream, checksummed on the way; rank 0 writes
 //      the extra arrays (checksummed on the way too);
+//      a dynamic table's part gathers its keys' rows and key arrays in file order and writes them
+//      at its range of the files (checkpoint/dynamic_checkpoint.h; the ranks all-gather every
+//      part's number of keys before phase a, which sizes the files);
 //   c. the checksums of the wholly written files are all-gathered; the other files are dealt
 //      round-robin to the ranks, which read them back for their block and whole-file checksums,
 //      and those records are all-gathered too;
@@ -27,6 +30,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 #include <system_error>
@@ -36,9 +40,11 @@
 #include "recemb/error.h"
 
 #include "checkpoint/data_file.h"
+#include "checkpoint/dynamic_checkpoint.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/part_io.h"
+#include "config/validate.h"
 #include "embedding/agreement.h"
 #include "embedding/parts.h"
 #include "format/config_json.h"
@@ -76,8 +82,74 @@ void validate_options(const SaveOptions& options) {
   }
 }
 
+void append_u64(std::vector<std::byte>& out, uint64_t value) {
+  const auto* bytes = reinterpret_cast<const std::byte*>(&value);
+  out.insert(out.end(), bytes, bytes + sizeof value);
+}
+
+uint64_t take_u64(std::span<const std::byte>& in) {
+  uint64_t value = 0;
+  RECEMB_CHECK(in.size() >= sizeof value);
+  std::memcpy(&value, in.data(), sizeof value);
+  in = in.subspan(sizeof value);
+  return value;
+}
+
+// What the parts of a dynamic table write (checkpoint/dynamic_checkpoint.h): the sizes of the
+// parts that write keys, by index in the table, and the table's counters.
+struct DynamicSummary {
+  std::map<size_t, internal::DynamicPartSize> parts;
+  internal::VocabularyCounters counters;
+  bool pending_sketch_in_use = false;
+
+  // The keys and pending counts of the parts before `part`: where its rows go in the files.
+  internal::DynamicPartSize offset_of(size_t part) const {
+    internal::DynamicPartSize offset;
+    for (auto it = parts.begin(); it != parts.end() && it->first < part; ++it) {
+      offset.keys += it->second.keys;
+      offset.pending += it->second.pending;
+    }
+    return offset;
+  }
+  internal::DynamicPartSize total() const { return offset_of(std::numeric_limits<size_t>::max()); }
+};
+
+// Every dynamic table's summary, by table index, on every rank (one all-gather of what each rank's
+// key-writing parts hold).
+std::map<size_t, DynamicSummary> summarize_dynamic_tables(const Embedding& embedding,
+                                                          Communicator& communicator) {
+  std::vector<std::byte> mine;
+  for (const auto& local : internal::PartAccess::local_parts(embedding)) {
+    if (local.dynamic == nullptr || !internal::writes_keys(local.part)) continue;
+    const internal::DynamicPartSize size = internal::dynamic_part_size(*local.dynamic);
+    const internal::VocabularyCounters& counters = local.dynamic->counters();
+    for (const int64_t value :
+         {static_cast<int64_t>(local.part.table), static_cast<int64_t>(local.part.index_in_table),
+          size.keys, size.pending, counters.inserted, counters.evicted,
+          counters.not_admitted_lookups, int64_t{local.dynamic->index().sketch_in_use() ? 1 : 0}}) {
+      append_u64(mine, static_cast<uint64_t>(value));
+    }
+  }
+  std::vector<std::byte> all;
+  std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
+  communicator.all_gather(mine, all, counts);
+  std::map<size_t, DynamicSummary> summaries;
+  for (std::span<const std::byte> records = all; !records.empty();) {
+    DynamicSummary& summary = summaries[static_cast<size_t>(take_u64(records))];
+    internal::DynamicPartSize& size = summary.parts[static_cast<size_t>(take_u64(records))];
+    size.keys = static_cast<int64_t>(take_u64(records));
+    size.pending = static_cast<int64_t>(take_u64(records));
+    summary.counters.inserted += static_cast<int64_t>(take_u64(records));
+    summary.counters.evicted += static_cast<int64_t>(take_u64(records));
+    summary.counters.not_admitted_lookups += static_cast<int64_t>(take_u64(records));
+    summary.pending_sketch_in_use = summary.pending_sketch_in_use || take_u64(records) != 0;
+  }
+  return summaries;
+}
+
 // The manifest of a save of `embedding`, with every data file's name and size but no checksums.
-Manifest describe(const Embedding& embedding, const SaveOptions& options) {
+Manifest describe(const Embedding& embedding, const SaveOptions& options,
+                  const std::map<size_t, DynamicSummary>& dynamic_tables) {
   const EmbeddingOptions& embedding_options = embedding.options();
   Manifest manifest{
       .step = embedding.step(),
@@ -92,21 +164,34 @@ Manifest describe(const Embedding& embedding, const SaveOptions& options) {
   };
   for (size_t t = 0; t < embedding.tables().size(); ++t) {
     internal::TableEntry table{.config = embedding.tables()[t]};
+    const std::optional<Optimizer>& optimizer =
+        internal::effective_optimizer(table.config, embedding_options.optimizer);
+    const std::optional<std::string> trained_by =
+        optimizer ? std::optional<std::string>(optimizer_name(*optimizer)) : std::nullopt;
+    int64_t rows = table.config.vocabulary_size;
+    if (table.config.dynamic_vocabulary) {
+      const DynamicSummary& summary = dynamic_tables.at(t);  // some part writes its keys
+      const internal::DynamicPartSize total = summary.total();
+      rows = total.keys;
+      table.dynamic = internal::expected_dynamic_entry(t, total.keys, total.pending);
+      table.dynamic->counters = summary.counters;
+      table.dynamic->pending_sketch_in_use = summary.pending_sketch_in_use;
+    }
     if (table.config.optimizer) {
       table.optimizer = format::optimizer_to_json(*table.config.optimizer);
       table.config.optimizer.reset();
     }
-    for (const std::string& variable : embedding.variable_names(table.config.name)) {
-      std::vector<int64_t> shape = embedding.variable_shape(table.config.name, variable);
+    table.variables = internal::expected_variables(table.config, rows, trained_by);
+    for (internal::ArrayEntry& variable : table.variables) {
       int64_t floats = 1;
-      for (int64_t extent : shape) floats *= extent;
-      table.variables.push_back({.name = variable,
-                                 .shape = std::move(shape),
-                                 .data = {.file = internal::variable_file_name(t, variable),
-                                          .bytes = static_cast<uint64_t>(floats) * sizeof(float)}});
+      for (int64_t extent : variable.shape) floats *= extent;
+      variable.data = {.file = internal::variable_file_name(t, variable.name),
+                       .bytes = static_cast<uint64_t>(floats) * sizeof(float)};
     }
     manifest.tables.push_back(std::move(table));
   }
+  manifest.format_version = dynamic_tables.empty() ? internal::kStaticCheckpointFormatVersion
+                                                   : internal::kCheckpointFormatVersion;
   for (size_t i = 0; i < options.extra_arrays.size(); ++i) {
     const NamedArray& extra = options.extra_arrays[i];
     manifest.extra_arrays.push_back(
@@ -210,19 +295,6 @@ std::string broadcast_from_rank0(Communicator& communicator, const std::string& 
   return std::string(reinterpret_cast<const char*>(all.data()), static_cast<size_t>(counts[0]));
 }
 
-void append_u64(std::vector<std::byte>& out, uint64_t value) {
-  const auto* bytes = reinterpret_cast<const std::byte*>(&value);
-  out.insert(out.end(), bytes, bytes + sizeof value);
-}
-
-uint64_t take_u64(std::span<const std::byte>& in) {
-  uint64_t value = 0;
-  RECEMB_CHECK(in.size() >= sizeof value);
-  std::memcpy(&value, in.data(), sizeof value);
-  in = in.subspan(sizeof value);
-  return value;
-}
-
 // Appends the record of the file at `index` (in manifest order) to `out`: the index, the
 // whole-file checksum, the number of blocks and the block checksums.
 void append_record(std::vector<std::byte>& out, size_t index, const internal::DataFile& record) {
@@ -291,13 +363,15 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
   const int64_t step = embedding.step();
   fs::path destination = root / internal::checkpoint_directory_name(step);
   internal::agree(communicator, [&] { validate_options(options); });
-  Manifest manifest = describe(embedding, options);
-  std::vector<internal::DataFile*> files;    // the table variables', in manifest order
+  const std::map<size_t, DynamicSummary> dynamic_tables =
+      summarize_dynamic_tables(embedding, communicator);
+  Manifest manifest = describe(embedding, options, dynamic_tables);
+  std::vector<internal::DataFile*> files;    // the tables' arrays, in manifest order
   std::map<std::string, size_t> file_index;  // by file name
   for (internal::TableEntry& table : manifest.tables) {
-    for (internal::ArrayEntry& variable : table.variables) {
-      file_index.emplace(variable.data.file, files.size());
-      files.push_back(&variable.data);
+    for (internal::ArrayEntry* array : table.arrays()) {
+      file_index.emplace(array->data.file, files.size());
+      files.push_back(&array->data);
     }
   }
 
@@ -323,6 +397,19 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
     internal::agree(communicator, [&] {
       for (const auto& local : internal::PartAccess::local_parts(embedding)) {
         const int64_t dim = embedding.tables()[local.part.table].dim;
+        if (local.dynamic != nullptr) {
+          // Rows gathered in file order: not checksummed on the way (phase c reads them back).
+          std::vector<bool> written;
+          for (const internal::PartVariable<const float>& variable : local.variables) {
+            written.push_back(writes(local.part, variable, dim));
+          }
+          const size_t writer = internal::writes_keys(local.part) ? local.part.index_in_table : 0;
+          const internal::DynamicPartSize offset =
+              dynamic_tables.at(local.part.table).offset_of(writer);
+          internal::write_dynamic_part(directory, manifest.tables[local.part.table], local, written,
+                                       offset.keys, offset.pending);
+          continue;
+        }
         for (const internal::PartVariable<const float>& variable : local.variables) {
           if (!writes(local.part, variable, dim) || local.part.rows == 0) continue;
           const fs::path path =

@@ -1,5 +1,7 @@
 #include "embedding/parts.h"
 
+#include <limits>
+
 #include "embedding/embedding_impl.h"
 
 namespace recemb::internal {
@@ -14,7 +16,8 @@ std::vector<LocalPart<Float>> PartAccess::parts_of(const Embedding& embedding) {
   for (TableState& state : impl.model.states) {
     const TablePart& held = state.part();
     const TableConfig& config = state.table();
-    LocalPart<Float>& local = parts.emplace_back(LocalPart<Float>{.part = held});
+    LocalPart<Float>& local =
+        parts.emplace_back(LocalPart<Float>{.part = held, .dynamic = state.dynamic()});
     for (std::string& name : model.variable_names(config.name)) {
       TableStorage& storage = state.storage();
       const int64_t width = model.variable_width(config.name, name);
@@ -42,6 +45,10 @@ std::vector<LocalPart<float>> PartAccess::local_parts(Embedding& embedding) {
 
 Communicator& PartAccess::communicator(const Embedding& embedding) {
   return embedding.impl_->exchange.communicator();
+}
+
+bool PartAccess::has_pending_training_lookup(const Embedding& embedding) {
+  return embedding.impl_->pending_lookups->oldest() != std::numeric_limits<int64_t>::max();
 }
 
 }  // namespace recemb::internal

@@ -6,18 +6,22 @@
 // row-major; local row l is the table's row part.global_row(l), and its floats are the table
 // variable's columns [first_column, first_column + columns) of a row `width` floats wide. For a
 // variable as wide as the table's dim that is the part's column range; for a narrower one (a
-// row-wise slot, width 1) the part keeps the whole width (first_column 0).
+// row-wise slot, width 1) the part keeps the whole width (first_column 0). A dynamic table's part
+// (LocalPart::dynamic) holds one row more, its zero row, and local row l is the row of the key in
+// slot l of its index (no table row).
 #ifndef RECEMB_EMBEDDING_PARTS_H_
 #define RECEMB_EMBEDDING_PARTS_H_
 
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "recemb/communicator.h"
 #include "recemb/embedding.h"
 
+#include "embedding/dynamic_part.h"
 #include "placement/partition.h"
 
 namespace recemb::internal {
@@ -36,6 +40,9 @@ template <class Float>
 struct LocalPart {
   TablePart part;  // part.table indexes Embedding::tables()
   std::vector<PartVariable<Float>> variables;
+  // A dynamic table's part (part.keyed): its keys, whose slots are the local rows of `variables`
+  // (which also hold the zero row, local row part.rows); nullptr for a static table.
+  std::conditional_t<std::is_const_v<Float>, const DynamicPart*, DynamicPart*> dynamic = nullptr;
 };
 
 struct PartAccess {
@@ -46,6 +53,8 @@ struct PartAccess {
   static std::vector<LocalPart<float>> local_parts(Embedding& embedding);
   // The ranks sharing the tables (local_communicator() for one process alone).
   static Communicator& communicator(const Embedding& embedding);
+  // Whether a training lookup is not applied yet (its batch holds slots of dynamic tables' keys).
+  static bool has_pending_training_lookup(const Embedding& embedding);
 
  private:
   template <class Float>

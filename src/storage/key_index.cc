@@ -230,6 +230,21 @@ void KeyIndex::erase(int64_t slot) {
   --size_;
 }
 
+void KeyIndex::clear() {
+  std::fill(buckets_.begin(), buckets_.end(), Bucket{});
+  std::fill(slots_.begin(), slots_.end(), Slot{kAbsent, 0, kFreeSlot, 0});
+  size_ = 0;
+  free_head_ = kAbsent;
+  never_used_ = 0;
+  recency_.clear();
+  recency_head_ = 0;
+  recency_sorted_ = true;
+  recency_back_step_ = std::numeric_limits<int64_t>::min();
+  std::fill(pending_.begin(), pending_.end(), PendingEntry{});
+  pending_size_ = 0;
+  sketch_.clear();
+}
+
 void KeyIndex::unpass(size_t first, size_t end) {
   for (size_t b = first; b != end; b = next_bucket(b)) --buckets_[b].passed;
 }

@@ -103,6 +103,9 @@ class KeyIndex {
   int64_t insert(int64_t key, int64_t step, int64_t count);
   // Frees an occupied slot (its key becomes absent).
   void erase(int64_t slot);
+  // Empties the index: no key, no pending count, no sketch; slots are then taken in the order of
+  // a new index's (a restore refills it, checkpoint/dynamic_checkpoint.h). Allocates nothing.
+  void clear();
 
   // Not-yet-admitted counts: the count of an absent key (0 if never seen), and adding to it.
   int64_t pending_count(int64_t key) const;

@@ -58,6 +58,7 @@ TEST(LayoutTest, FileNamesUseTheTableIndex) {
   EXPECT_EQ(variable_file_name(0, "parameters"), "t0.parameters.f32");
   EXPECT_EQ(variable_file_name(12, "accumulators"), "t12.accumulators.f32");
   EXPECT_EQ(extra_array_file_name(3), "x3.f32");
+  EXPECT_EQ(key_array_file_name(2, "last_seen"), "t2.last_seen.i64");
 }
 
 TEST(LayoutTest, ListsCompleteCheckpointsByStepAndIgnoresEverythingElse) {

@@ -65,7 +65,7 @@ TEST_F(ManifestTest, RecordsTheEmbedding) {
   const ManifestFile file = read_manifest(checkpoint_);
   EXPECT_EQ(file.text, test::read_text(checkpoint_ / kManifestFile));
   const Manifest& manifest = file.manifest;
-  EXPECT_EQ(manifest.format_version, 1);
+  EXPECT_EQ(manifest.format_version, 1);  // no dynamic table
   EXPECT_EQ(manifest.step, 5);
   EXPECT_EQ(manifest.checksum_block_bytes, 100);
   EXPECT_EQ(manifest.optimizer["name"], "adagrad");
@@ -108,7 +108,7 @@ TEST_F(ManifestTest, ExpectedVariablesFollowTheOptimizer) {
   const TableConfig table{.name = "t", .vocabulary_size = 6, .dim = 3};
   const auto names_and_shapes = [&](const std::optional<std::string>& optimizer) {
     std::vector<std::pair<std::string, std::vector<int64_t>>> result;
-    for (const ArrayEntry& entry : expected_variables(table, optimizer)) {
+    for (const ArrayEntry& entry : expected_variables(table, table.vocabulary_size, optimizer)) {
       result.emplace_back(entry.name, entry.shape);
     }
     return result;
@@ -123,13 +123,13 @@ TEST_F(ManifestTest, ExpectedVariablesFollowTheOptimizer) {
 
 TEST_F(ManifestTest, ANewerVersionIsRefusedBeforeAnythingElse) {
   Json json = json_;
-  json["format_version"] = 2;
-  json["tables"] = "changed in version 2";
+  json["format_version"] = 3;
+  json["tables"] = "changed in version 3";
   rewrite(json);
   EXPECT_EQ(error_of<DataLoss>([&] { read_manifest(checkpoint_); }),
             "checkpoint '" + checkpoint_.string() +
-                "': manifest.json: format_version: checkpoint format version 2 is newer "
-                "than this recemb reads (1); read it with a newer recemb");
+                "': manifest.json: format_version: checkpoint format version 3 is newer "
+                "than this recemb reads (2); read it with a newer recemb");
 }
 
 TEST_F(ManifestTest, ChecksumFileErrors) {
@@ -190,7 +190,8 @@ TEST_F(ManifestTest, StructureErrorsNameTheField) {
       {[](Json& j) {
          j["tables"][0]["variables"][0]["shape"] = {40, 4};
        },
-       "tables[0].variables[0].bytes: 1280 bytes do not hold the 160 floats of the shape"},
+       "tables[0].variables[0].bytes: 1280 bytes do not hold the 160 float32 elements of the "
+       "shape"},
       {[](Json& j) {
          j["tables"][0]["variables"][0]["shape"] = {int64_t{1} << 62, 8};
        },

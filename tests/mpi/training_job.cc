@@ -13,6 +13,11 @@
 // D, rank R damages a data file, every rank restores. A step that throws FailedPrecondition (a
 // rank left the job) prints "rank Q: <message>" and exits with status 5. Rank B, after its steps,
 // computes for T seconds (sleeps) before it exits. Prints "step S" on rank 0 after each step.
+//
+//   training_job --dynamic-resume D
+//
+// instead trains a dynamic table split by keys over the ranks and checks that resuming from a
+// checkpoint ends as the uninterrupted run does (dynamic_resume below).
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -20,6 +25,8 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -40,6 +47,7 @@ struct Arguments {
   std::filesystem::path directory;
   int busy_rank = -1;
   int busy_seconds = 0;
+  std::filesystem::path dynamic_resume;
 };
 
 Arguments parse(int argc, char** argv) {
@@ -63,6 +71,8 @@ Arguments parse(int argc, char** argv) {
       arguments.busy_rank = std::stoi(value);
     } else if (flag == "--busy-seconds") {
       arguments.busy_seconds = std::stoi(value);
+    } else if (flag == "--dynamic-resume") {
+      arguments.dynamic_resume = value;
     } else {
       throw std::invalid_argument("unknown flag " + flag);
     }
@@ -103,10 +113,79 @@ void fail_in_checkpoint(recemb::Embedding& layer, const Arguments& arguments) {
   recemb::restore_checkpoint(layer, checkpoint);
 }
 
+// Every rank trains a dynamic table split by keys (admission at 2 occurrences, a TTL, a capacity
+// that fills) for 12 steps, saving at step 5 into D/first and at the end into D/straight; new
+// Embeddings restore D/first and train steps 5 to 12 again, saving into D/resumed. Rank 0 prints
+// "resumed: the same files" when every file of D/resumed's checkpoint equals D/straight's byte for
+// byte; else it names the file, and the job exits with status 6.
+int dynamic_resume(const std::filesystem::path& directory) {
+  const std::shared_ptr<recemb::Communicator> communicator = recemb::mpi_communicator();
+  const int ranks = communicator->size();
+  const int rank = communicator->rank();
+  constexpr int64_t kDim = 8;
+  constexpr int64_t kBatch = 32;
+  const auto make = [&] {
+    return recemb::Embedding(
+        {{.name = "items",
+          .dim = kDim,
+          .combiner = recemb::Combiner::kSum,
+          .dynamic_vocabulary =
+              recemb::DynamicVocabulary{.capacity = 50 * ranks, .min_count = 2, .ttl_steps = 4}}},
+        {{.name = "clicked", .table = "items"}},
+        {.optimizer = recemb::Adagrad{.learning_rate = 0.1f},
+         .placement = recemb::PlacementOptions{.num_shards = ranks,
+                                               .strategy = recemb::ShardingStrategy::kRowWise},
+         .communicator = communicator});
+  };
+  const auto train = [&](recemb::Embedding& layer, int64_t first, int64_t last) {
+    for (int64_t step = first; step < last; ++step) {
+      std::mt19937_64 rng(static_cast<uint64_t>(1000 * step + rank));
+      std::uniform_int_distribution<int64_t> offset(0, 79);
+      std::vector<int64_t> keys(kBatch);
+      for (int64_t& key : keys) {
+        key = static_cast<int64_t>(static_cast<uint64_t>(step * 5 + offset(rng)) *
+                                   0x9e3779b97f4a7c15ULL);
+      }
+      std::vector<float> activations(kBatch * kDim);
+      const std::vector<recemb::FeatureInput> inputs = {
+          recemb::DenseIds{.ids = keys, .shape = {kBatch}}};
+      const std::vector<std::span<float>> outputs = {activations};
+      recemb::LookupBatch batch;
+      layer.lookup(inputs, outputs, batch);
+      for (float& value : activations) value = value * 0.5f - 0.125f;
+      const std::vector<std::span<const float>> gradients = {activations};
+      layer.apply_gradients(batch, gradients);
+    }
+  };
+  recemb::Embedding straight = make();
+  train(straight, 0, 5);
+  const std::filesystem::path first = recemb::save_checkpoint(straight, directory / "first");
+  train(straight, 5, 12);
+  const std::filesystem::path expected = recemb::save_checkpoint(straight, directory / "straight");
+  recemb::Embedding resumed = make();
+  recemb::restore_checkpoint(resumed, first);
+  train(resumed, 5, 12);
+  const std::filesystem::path actual = recemb::save_checkpoint(resumed, directory / "resumed");
+  if (rank != 0) return 0;
+  const auto read = [](const std::filesystem::path& path) {
+    std::ifstream file(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(file), {});
+  };
+  for (const auto& entry : std::filesystem::directory_iterator(expected)) {
+    if (read(entry.path()) != read(actual / entry.path().filename())) {
+      std::printf("resumed: %s differs\n", entry.path().filename().c_str());
+      return 6;
+    }
+  }
+  std::printf("resumed: the same files\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Arguments arguments = parse(argc, argv);
+  if (!arguments.dynamic_resume.empty()) return dynamic_resume(arguments.dynamic_resume);
   constexpr int64_t kRows = 10000;
   constexpr int64_t kBatch = 256;
   recemb::Embedding layer(

@@ -352,6 +352,60 @@ TEST(KeyIndexTest, SlotAssignmentIsDeterministicAndReusesFreedSlots) {
   EXPECT_EQ(index.insert(-4, 0, 1), 7);
 }
 
+// clear() leaves an index that behaves as a new one: no keys, no pending counts, no sketch, and
+// the same slots for the same inserts.
+TEST(KeyIndexTest, ClearedIndexBehavesAsANewOne) {
+  std::mt19937_64 random(12);
+  KeyIndex used(50, 20);
+  for (int i = 0; i < 400; ++i) {
+    const auto key = static_cast<int64_t>(random() % 1000);
+    const int64_t slot = used.find(key);
+    if (slot != KeyIndex::kAbsent) {
+      used.erase(slot);
+    } else if (used.size() < used.capacity()) {
+      used.insert(key, i, 1);
+    }
+    used.add_pending(key + 5000, 2);  // beyond 20 keys: the sketch
+  }
+  ASSERT_GT(used.size(), 0);
+  ASSERT_TRUE(used.sketch_in_use());
+  const std::vector<int64_t> held = used.slots_by_key();
+  std::vector<int64_t> held_keys;
+  for (const int64_t slot : held) held_keys.push_back(used.key_of(slot));
+  used.clear();
+  EXPECT_EQ(used.size(), 0);
+  EXPECT_FALSE(used.sketch_in_use());
+  EXPECT_EQ(used.exact_pending_size(), 0);
+  EXPECT_TRUE(used.exact_pending().empty());
+  EXPECT_TRUE(used.slots_by_key().empty());
+  for (const int64_t key : held_keys) {
+    EXPECT_EQ(used.find(key), KeyIndex::kAbsent);
+    EXPECT_EQ(used.pending_count(key + 5000), 0);
+  }
+  KeyIndex fresh(50, 20);
+  for (int i = 0; i < 300; ++i) {
+    const auto key = static_cast<int64_t>(random() % 1000);
+    const int64_t slot = fresh.find(key);
+    ASSERT_EQ(used.find(key), slot);
+    if (slot != KeyIndex::kAbsent) {
+      fresh.erase(slot);
+      used.erase(slot);
+    } else if (fresh.size() < fresh.capacity()) {
+      ASSERT_EQ(used.insert(key, 400 - i, 1 + i % 3), fresh.insert(key, 400 - i, 1 + i % 3));
+    }
+    fresh.add_pending(key, 1);
+    used.add_pending(key, 1);
+    ASSERT_EQ(used.pending_count(key), fresh.pending_count(key));
+  }
+  EXPECT_EQ(used.sketch_in_use(), fresh.sketch_in_use());
+  const std::span<const int64_t> expected =
+      fresh.choose_victims(EvictionOrder::kLeastRecent, 10, kMax);
+  const std::vector<int64_t> fresh_victims(expected.begin(), expected.end());
+  const std::span<const int64_t> victims =
+      used.choose_victims(EvictionOrder::kLeastRecent, 10, kMax);
+  EXPECT_EQ(std::vector<int64_t>(victims.begin(), victims.end()), fresh_victims);
+}
+
 TEST(KeyIndexTest, TouchAccumulatesAndSaturatesCounts) {
   KeyIndex index(4, 0);
   const int64_t slot = index.insert(kMax, 1, 3);
