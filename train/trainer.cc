@@ -153,6 +153,7 @@ class Trainer {
     summary_.ranks = group_.size();
     summary_.first_step = embedding_.step();
     summary_.requested_steps = config_.train.steps;
+    summary_.checkpointed = checkpoints_supported(config_);
     summary_.embedding_bytes = embedding_bytes(embedding_);
     trained_position_ = prefetching_->position();
     describe_run();

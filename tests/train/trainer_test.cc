@@ -136,6 +136,7 @@ TEST(Trainer, DynamicVocabulariesLearnAndReportTheirKeys) {
   EXPECT_THAT(log.str(), HasSubstr("26 dynamic tables"));
   // No checkpoints of dynamic tables yet: none is written, and --resume says why.
   EXPECT_FALSE(std::filesystem::exists(dir / "checkpoints"));
+  EXPECT_FALSE(summary.checkpointed);
   EXPECT_THAT(log.str(), HasSubstr("checkpoints of dynamic tables are not supported yet"));
   const std::string metrics = read_text(dir / "metrics.jsonl");
   try {
