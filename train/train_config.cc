@@ -29,6 +29,8 @@ table_budget_mib = 0    # > 0: the preset's sizes cut down to fit this many MiB 
 eval_examples = 65536   # held-out examples, evaluated every train.eval_every steps
 max_malformed = 100     # malformed input lines skipped (and reported) before the run fails
 synthetic_seed = 1      # seed of the synthetic data
+synthetic_item_lifetime = 1048576  # embedding.vocabulary = "dynamic": examples a synthetic item
+                        # (key) lives before a new one takes its place (2^20: about 512 steps)
 
 [model]
 embedding_dim = 16
@@ -283,6 +285,8 @@ void validate(const TrainConfig& c) {
   require(c.data.table_budget_mib >= 0, "data.table_budget_mib must be >= 0");
   require(c.data.eval_examples >= 1, "data.eval_examples must be >= 1");
   require(c.data.max_malformed >= 0, "data.max_malformed must be >= 0");
+  require(c.data.synthetic_item_lifetime >= 1, "data.synthetic_item_lifetime must be >= 1, not " +
+                                                   std::to_string(c.data.synthetic_item_lifetime));
   require(c.model.embedding_dim >= 1, "model.embedding_dim must be >= 1");
   require(!c.model.bottom_mlp.empty() && c.model.bottom_mlp.back() == c.model.embedding_dim,
           "model.bottom_mlp must end with model.embedding_dim (" +
@@ -365,6 +369,7 @@ TrainConfig load_train_config(const std::string& config_path,
   c.data.eval_examples = get<int64_t>(config, "data.eval_examples");
   c.data.max_malformed = get<int64_t>(config, "data.max_malformed");
   c.data.synthetic_seed = get<uint64_t>(config, "data.synthetic_seed");
+  c.data.synthetic_item_lifetime = get<int64_t>(config, "data.synthetic_item_lifetime");
   c.model.embedding_dim = get<int64_t>(config, "model.embedding_dim");
   c.model.bottom_mlp = get_widths(config, "model.bottom_mlp");
   c.model.top_mlp = get_widths(config, "model.top_mlp");
@@ -511,7 +516,8 @@ std::string to_toml(const TrainConfig& c) {
                            {"table_budget_mib", c.data.table_budget_mib},
                            {"eval_examples", c.data.eval_examples},
                            {"max_malformed", c.data.max_malformed},
-                           {"synthetic_seed", static_cast<int64_t>(c.data.synthetic_seed)}}},
+                           {"synthetic_seed", static_cast<int64_t>(c.data.synthetic_seed)},
+                           {"synthetic_item_lifetime", c.data.synthetic_item_lifetime}}},
       {"model", toml::table{{"embedding_dim", c.model.embedding_dim},
                             {"bottom_mlp", widths(c.model.bottom_mlp)},
                             {"top_mlp", widths(c.model.top_mlp)},

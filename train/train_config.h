@@ -3,7 +3,7 @@
 // `--set model.top_mlp=[128,64]`, `--set data.path="day_0.tsv"`).
 //
 //   [data]       path, eval_path, preset, table_budget_mib, eval_examples, max_malformed,
-//                synthetic_seed
+//                synthetic_seed, synthetic_item_lifetime
 //   [model]      embedding_dim, bottom_mlp, top_mlp, seed
 //   [embedding]  optimizer, learning_rate (default: the optimizer's), threads, sharding,
 //                vocabulary (hashed | dynamic), capacity, min_count, ttl_steps, when_full
@@ -43,6 +43,9 @@ struct TrainConfig {
     int64_t eval_examples = 0;     // held-out examples evaluated every eval_every steps
     int64_t max_malformed = 0;     // malformed input lines tolerated before the run fails
     uint64_t synthetic_seed = 0;   // seed of the synthetic data
+    // Examples an item of the synthetic data's open vocabulary lives (embedding.vocabulary =
+    // "dynamic"; SyntheticOptions::item_lifetime).
+    int64_t synthetic_item_lifetime = 0;
   } data;
   struct Model {
     int64_t embedding_dim = 0;

@@ -25,7 +25,8 @@ TrainingData synthetic_data(const TrainConfig& config,
   TrainingData data;
   const SyntheticOptions options{.seed = config.data.synthetic_seed,
                                  .vocabulary_sizes = vocabulary_sizes,
-                                 .ids = categorical_ids(config)};
+                                 .ids = categorical_ids(config),
+                                 .item_lifetime = config.data.synthetic_item_lifetime};
   data.train_source = std::make_unique<SyntheticCriteo>(options);
   SyntheticOptions eval_options = options;
   eval_options.split = SyntheticSplit::kEval;

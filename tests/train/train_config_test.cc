@@ -256,6 +256,9 @@ TEST(TrainConfig, VocabularySettings) {
   EXPECT_THAT(error("embedding.when_full=drop"),
               AllOf(HasSubstr("embedding.when_full: "), HasSubstr("drop")));
   EXPECT_THAT(error("embedding.capacity=1.5"), HasSubstr("'embedding.capacity'"));
+  EXPECT_EQ(hashed.data.synthetic_item_lifetime, 1 << 20);
+  EXPECT_THAT(error("data.synthetic_item_lifetime=0"),
+              HasSubstr("data.synthetic_item_lifetime must be >= 1, not 0"));
 }
 
 TEST(TrainConfig, ResumeRefusesSettingsThatChangeTheUpdates) {
@@ -285,7 +288,8 @@ TEST(TrainConfig, ResumeRefusesSettingsThatChangeTheUpdates) {
   }
   // Settings written before the vocabulary settings existed had their defaults.
   std::string older = saved;
-  for (const std::string key : {"vocabulary", "capacity", "min_count", "ttl_steps", "when_full"}) {
+  for (const std::string key : {"vocabulary", "capacity", "min_count", "ttl_steps", "when_full",
+                                "synthetic_item_lifetime"}) {
     const size_t line = older.find("\n" + key + " = ");
     ASSERT_NE(line, std::string::npos) << key;
     older.erase(line, older.find('\n', line + 1) - line);

@@ -26,6 +26,7 @@
 
 #include "testing/fault_file_system.h"
 #include "testing/files.h"
+#include "train/embedding_model.h"
 
 namespace recemb::train {
 namespace {
@@ -147,6 +148,37 @@ TEST(Trainer, DynamicVocabulariesLearnAndReportTheirKeys) {
     EXPECT_THAT(error.what(), HasSubstr("embedding.vocabulary = dynamic writes no checkpoints"));
   }
   EXPECT_EQ(read_text(dir / "metrics.jsonl"), metrics);
+}
+
+// The synthetic data's open vocabulary drifts: in the smallest table, whose few slots are all seen
+// at every step, the TTL evicts keys only because their items were replaced.
+TEST(Trainer, DriftingItemsAreAdmittedAndTheirPredecessorsEvicted) {
+  std::ostringstream log;
+  const auto run = [&](const std::string& name, int64_t lifetime) {
+    const TrainConfig config = small_config(
+        fresh_dir(name), {"embedding.vocabulary=dynamic", "embedding.ttl_steps=3", "train.steps=40",
+                          "train.eval_every=0", "data.eval_examples=1024",
+                          "data.synthetic_item_lifetime=" + std::to_string(lifetime)});
+    const std::vector<int64_t> sizes = embedding_model(config).sizes;
+    const auto smallest =
+        static_cast<size_t>(std::min_element(sizes.begin(), sizes.end()) - sizes.begin());
+    const TrainSummary summary = run_training(config, {.log = &log});
+    return std::pair(sizes[smallest], summary.vocabularies.at(smallest).stats);
+  };
+  const auto [slots, still] = run("drift_none", int64_t{1} << 40);
+  ASSERT_LE(slots, 10);
+  EXPECT_EQ(still.size, slots);
+  EXPECT_EQ(still.inserted, slots);
+  EXPECT_EQ(still.evicted, 0);
+  // 40 steps of 256 examples: each slot's item is replaced 10 times (every 1024 examples).
+  // The keys held: each slot's current item, and its predecessor if seen in the last 3 steps.
+  const auto [same_slots, drifting] = run("drift_fast", 1024);
+  EXPECT_GE(drifting.size, slots);
+  EXPECT_LE(drifting.size, 2 * slots);
+  EXPECT_GE(drifting.inserted, 10 * slots);
+  EXPECT_LE(drifting.inserted, 11 * slots);
+  EXPECT_EQ(drifting.evicted, drifting.inserted - drifting.size);
+  EXPECT_GE(drifting.evicted, 9 * slots);
 }
 
 // The hashed mode has no vocabulary to report.
