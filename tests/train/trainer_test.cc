@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <system_error>
 #include <thread>
@@ -27,6 +28,7 @@
 #include "testing/fault_file_system.h"
 #include "testing/files.h"
 #include "train/embedding_model.h"
+#include "train/example_batch.h"
 
 namespace recemb::train {
 namespace {
@@ -263,6 +265,47 @@ void write_criteo(const std::filesystem::path& path, int lines, int malformed, u
       if (rng() % 10 != 0) out << std::hex << (f == 0 ? hot : rng() % 5000) << std::dec;
     }
     out << '\n';
+  }
+}
+
+// Criteo files with dynamic tables: every distinct value of the lines trained on (the missing
+// value included) holds a key of its own, and the model learns as with hashed tables.
+TEST(Trainer, TrainsDynamicTablesOnCriteoFilesKeyedByTheirValues) {
+  const auto dir = fresh_dir("criteo_dynamic");
+  std::filesystem::create_directories(dir);
+  write_criteo(dir / "train.tsv", 3000, 4, 1);
+  std::ostringstream log;
+  const TrainSummary summary =
+      run_training(small_config(dir / "out", {"data.path=\"" + (dir / "train.tsv").string() + "\"",
+                                              "data.eval_examples=500", "train.steps=1000",
+                                              "train.batch_size=64", "embedding.vocabulary=dynamic",
+                                              "embedding.capacity=100000"}),
+                   {.log = &log});
+  EXPECT_EQ(summary.malformed_lines, 4);
+  EXPECT_EQ(summary.examples, 2496);
+  EXPECT_GT(summary.final_auc, 0.7);
+  // The reference: the distinct texts of each field in the lines trained on (after the 500 held
+  // out), counted from the file.
+  std::vector<std::set<std::string>> values(kNumCategoricalFeatures);
+  std::istringstream lines(read_text(dir / "train.tsv"));
+  int valid = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> fields;
+    std::istringstream split(line);
+    for (std::string field; std::getline(split, field, '\t');) fields.push_back(field);
+    if (line.back() == '\t') fields.emplace_back();
+    if (fields.size() != 40 || ++valid <= 500) continue;
+    for (int f = 0; f < kNumCategoricalFeatures; ++f) {
+      values[static_cast<size_t>(f)].insert(fields[static_cast<size_t>(14 + f)]);
+    }
+  }
+  ASSERT_EQ(valid, 2996);
+  ASSERT_EQ(summary.vocabularies.size(), 26u);
+  for (int f = 0; f < kNumCategoricalFeatures; ++f) {
+    const VocabularyStats& stats = summary.vocabularies[static_cast<size_t>(f)].stats;
+    EXPECT_EQ(stats.size, static_cast<int64_t>(values[static_cast<size_t>(f)].size()))
+        << "C" << f + 1;
+    EXPECT_EQ(stats.evicted, 0);
   }
 }
 
