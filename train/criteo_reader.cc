@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "recemb/error.h"
+#include "recemb/string_key.h"
 
 #include "train/criteo_profile.h"
 
@@ -41,6 +42,7 @@ bool parse_whole(std::string_view text, Integer& value, int base) {
 // for f in [0, 26). On a malformed line some of the slot may have been written; the caller does
 // not count the slot then.
 std::optional<LineError> parse_line(std::string_view line, CriteoLabel label_field,
+                                    CategoricalIds categorical_ids,
                                     std::span<const int64_t> vocabulary_sizes, float& label,
                                     float* dense, int64_t* ids, size_t stride) {
   const int first = label_field == CriteoLabel::kPresent ? 1 : 0;  // I1's field
@@ -83,7 +85,9 @@ std::optional<LineError> parse_line(std::string_view line, CriteoLabel label_fie
   for (int f = 0; f < kNumCategoricalFeatures; ++f) {
     const std::string_view text = fields[static_cast<size_t>(first + kNumDenseFeatures + f)];
     const std::optional<int64_t> id =
-        categorical_field_id(f, text, vocabulary_sizes[static_cast<size_t>(f)]);
+        categorical_ids == CategoricalIds::kRawKeys
+            ? categorical_key(text)
+            : categorical_field_id(f, text, vocabulary_sizes[static_cast<size_t>(f)]);
     if (!id) return LineError{.kind = LineError::Kind::kCategorical, .detail = f, .text = text};
     ids[static_cast<size_t>(f) * stride] = *id;
   }
@@ -149,24 +153,43 @@ std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel 
     return describe(LineError{.kind = LineError::Kind::kTooLong});
   }
   const std::optional<LineError> error =
-      parse_line(line, label_field, vocabulary_sizes, label, dense.data(), ids, stride);
+      parse_line(line, label_field, CategoricalIds::kHashedRows, vocabulary_sizes, label,
+                 dense.data(), ids, stride);
   if (!error) return std::nullopt;
   return describe(*error);
 }
 
-std::optional<int64_t> categorical_field_id(int feature, std::string_view field,
-                                            int64_t vocabulary_size) {
-  if (field.empty()) return kMissingCategoricalId;
+namespace {
+
+// The value of 1 to 16 hexadecimal digits of either case; nullopt for anything else.
+std::optional<uint64_t> hexadecimal_value(std::string_view field) {
   uint64_t value = 0;
   // from_chars of an unsigned type takes no sign and no "0x"; the length check keeps leading
   // zeros from smuggling in more than 16 digits.
   if (field.size() > kMaxHexDigits || !parse_whole(field, value, 16)) return std::nullopt;
-  return categorical_id(feature, value, vocabulary_size);
+  return value;
+}
+
+}  // namespace
+
+std::optional<int64_t> categorical_field_id(int feature, std::string_view field,
+                                            int64_t vocabulary_size) {
+  if (field.empty()) return kMissingCategoricalId;
+  const std::optional<uint64_t> value = hexadecimal_value(field);
+  if (!value) return std::nullopt;
+  return categorical_id(feature, *value, vocabulary_size);
+}
+
+int64_t categorical_key(std::string_view field) {
+  const std::optional<uint64_t> value = hexadecimal_value(field);
+  return value ? static_cast<int64_t>(*value) : string_key(field);
 }
 
 CriteoReader::CriteoReader(std::vector<std::string> paths, ReaderOptions options)
     : paths_(std::move(paths)), options_(std::move(options)) {
-  validate_vocabulary_sizes(options_.vocabulary_sizes, "CriteoReader");
+  if (options_.ids == CategoricalIds::kHashedRows) {
+    validate_vocabulary_sizes(options_.vocabulary_sizes, "CriteoReader");
+  }
   if (options_.max_malformed < 0) {
     throw InvalidArgument("CriteoReader: max_malformed is " +
                           std::to_string(options_.max_malformed) + ", must be >= 0");
@@ -205,9 +228,9 @@ int64_t CriteoReader::next(ExampleBatch& batch, int64_t max_examples) {
       const std::optional<LineError> error =
           status == LineStatus::kTooLong
               ? LineError{.kind = LineError::Kind::kTooLong}
-              : parse_line(line, CriteoLabel::kPresent, options_.vocabulary_sizes, batch.labels[i],
-                           batch.dense.data() + i * kNumDenseFeatures, batch.categorical.data() + i,
-                           stride);
+              : parse_line(line, CriteoLabel::kPresent, options_.ids, options_.vocabulary_sizes,
+                           batch.labels[i], batch.dense.data() + i * kNumDenseFeatures,
+                           batch.categorical.data() + i, stride);
       if (!error.has_value()) {
         ++count;
         continue;

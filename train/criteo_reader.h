@@ -7,7 +7,9 @@
 //   I1..I13   empty, or a decimal integer in int64 range (optional '-', digits). The batch holds
 //             dense_value(x) = log(1 + max(x, 0)); empty means x = 0.
 //   C1..C26   empty (missing), or 1 to 16 hexadecimal digits of either case: a value v < 2^64.
-//             The batch holds categorical_id(f, v, vocabulary_size_f); missing is id 0.
+//             The batch holds categorical_id(f, v, vocabulary_size_f); missing is id 0. With
+//             CategoricalIds::kRawKeys, any field is valid and the batch holds its
+//             categorical_key.
 // Anything else makes the line malformed: a field count other than 40 (an empty line included), a
 // bad label, integer or hexadecimal field, or a line longer than kMaxLineBytes. A malformed line is
 // skipped, never partly used, and counted; the first kMaxMalformedMessages are kept as
@@ -56,6 +58,12 @@ constexpr int64_t categorical_id(int feature, uint64_t value, int64_t vocabulary
 std::optional<int64_t> categorical_field_id(int feature, std::string_view field,
                                             int64_t vocabulary_size);
 
+// The key of a C<k> field in a dynamic table (CategoricalIds::kRawKeys): the value v of 1 to 16
+// hexadecimal digits of either case as an int64 (two's complement: v >= 2^63 is negative);
+// anything else, the empty (missing) field included, string_key(field) (recemb/string_key.h),
+// so that missing values share a key of their own, as they share row 0 of a hashed table.
+int64_t categorical_key(std::string_view field);
+
 // Whether a line starts with the label field: training data has it; lines to predict may omit it
 // (39 fields, as in Criteo's test sets).
 enum class CriteoLabel { kPresent, kAbsent };
@@ -72,8 +80,10 @@ std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel 
                                              size_t stride);
 
 struct ReaderOptions {
-  // The table size of C1..C26 (required): 26 values >= 1, e.g. preset_vocabulary_sizes(...).
+  // The table size of C1..C26 (required for kHashedRows, unused for kRawKeys): 26 values >= 1,
+  // e.g. preset_vocabulary_sizes(...).
   std::vector<int64_t> vocabulary_sizes = {};
+  CategoricalIds ids = CategoricalIds::kHashedRows;
   // Malformed lines tolerated (skipped); one more makes next() throw. >= 0.
   int64_t max_malformed = 100;
 };

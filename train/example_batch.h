@@ -15,12 +15,20 @@ namespace recemb::train {
 inline constexpr int kNumDenseFeatures = 13;        // I1..I13
 inline constexpr int kNumCategoricalFeatures = 26;  // C1..C26
 
+// What the ids of a categorical feature are (embedding.vocabulary; docs/training.md,
+// "Vocabularies"): the mode changes how a value becomes an id, nothing else.
+enum class CategoricalIds {
+  kHashedRows,  // rows of a fixed table: the value hashed into [0, vocabulary_size of the feature)
+  kRawKeys,     // keys of a dynamic table: any int64, the value itself (no hashing, no collision)
+};
+
 // One batch of examples, struct-of-arrays. A source overwrites it on every call, reusing its
 // memory: once the arrays have grown to the largest batch asked for, filling allocates nothing.
 //   labels       [size]                  0 or 1
 //   dense        [size, 13] row-major     dense_value() of the integer features
 //   categorical  [26, size] feature-major ids of feature f in categorical[f * size, (f+1) * size),
-//                                        each in [0, vocabulary_size of feature f)
+//                                        each in [0, vocabulary_size of feature f) (kHashedRows)
+//                                        or any int64 (kRawKeys)
 // The arrays hold exactly size, 13 * size and 26 * size values.
 struct ExampleBatch {
   int64_t size = 0;  // examples in the batch (the last batch of a source may be short)

@@ -131,6 +131,11 @@ std::vector<int64_t> criteo_vocabulary_sizes(const std::vector<TableConfig>& tab
                             "' is not a bag of one id looked up in a table of dim " +
                             std::to_string(dim) + ", as the dense model takes its embeddings");
     }
+    if (table->dynamic_vocabulary) {
+      throw InvalidArgument("table '" + table->name.substr(0, 40) +
+                            "' is dynamic (a run with embedding.vocabulary = dynamic): serving "
+                            "the dense model with dynamic tables is not supported yet");
+    }
     sizes.push_back(table->vocabulary_size);
   }
   return sizes;

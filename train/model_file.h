@@ -52,8 +52,8 @@ std::filesystem::path model_file_path(const std::filesystem::path& model);
 
 // The vocabulary sizes the Criteo reader hashes C1..C26 into for a model whose categorical
 // features are `features` looking up `tables`. Throws InvalidArgument unless they are what the
-// Criteo reader feeds the dense model: C1..C26 in order, each a bag of one id looked up in a table
-// of `dim` columns.
+// Criteo reader feeds the dense model: C1..C26 in order, each a bag of one id looked up in a
+// static table of `dim` columns (dynamic tables cannot be served with the dense model yet).
 std::vector<int64_t> criteo_vocabulary_sizes(const std::vector<TableConfig>& tables,
                                              const std::vector<FeatureConfig>& features,
                                              int64_t dim);

@@ -22,6 +22,32 @@ std::string signal_name(int signal) {
 // JSON has no NaN: unknown values are null.
 std::string json_number(double value) { return std::isfinite(value) ? double_text(value) : "null"; }
 
+// One line for the dynamic tables together and one for the one holding the most keys; nothing
+// without dynamic tables.
+std::string format_vocabularies(const std::vector<TableVocabulary>& vocabularies) {
+  if (vocabularies.empty()) return {};
+  VocabularyStats total;
+  int64_t total_capacity = 0;
+  const TableVocabulary* largest = &vocabularies.front();
+  for (const TableVocabulary& v : vocabularies) {
+    total.size += v.stats.size;
+    total.inserted += v.stats.inserted;
+    total.evicted += v.stats.evicted;
+    total.not_admitted_lookups += v.stats.not_admitted_lookups;
+    total_capacity += v.capacity;
+    if (v.stats.size > largest->stats.size) largest = &v;
+  }
+  const auto line = [](const std::string& what, const VocabularyStats& stats, int64_t capacity) {
+    return what + ": " + std::to_string(stats.size) + " keys held (capacity " +
+           std::to_string(capacity) + "), " + std::to_string(stats.inserted) + " admitted, " +
+           std::to_string(stats.evicted) + " evicted, " +
+           std::to_string(stats.not_admitted_lookups) + " lookups of keys not admitted\n";
+  };
+  return line("vocabularies of " + std::to_string(vocabularies.size()) + " dynamic tables", total,
+              total_capacity) +
+         line("  largest, " + largest->table, largest->stats, largest->capacity);
+}
+
 }  // namespace
 
 std::string format_summary(const TrainSummary& s) {
@@ -51,15 +77,17 @@ std::string format_summary(const TrainSummary& s) {
       s.data_seconds, s.eval_seconds, s.checkpoint_seconds,
       static_cast<double>(s.embedding_bytes) / (1 << 20),
       static_cast<double>(s.peak_resident_bytes) / (1 << 20));
-  std::string summary = text;
+  std::string summary = text + format_vocabularies(s.vocabularies);
   if (s.ranks > 1) {
     summary += "data-parallel on " + std::to_string(s.ranks) + " ranks (time and memory: rank " +
                std::to_string(s.rank) + "'s)\n";
   }
   if (s.stop_signal != 0) {
-    summary += std::string("stopped by ") + signal_name(s.stop_signal) + " after step " +
-               std::to_string(s.steps) + " of " + std::to_string(s.requested_steps) +
-               ": continue with --resume\n";
+    summary +=
+        std::string("stopped by ") + signal_name(s.stop_signal) + " after step " +
+        std::to_string(s.steps) + " of " + std::to_string(s.requested_steps) +
+        (s.checkpointed ? ": continue with --resume\n"
+                        : " (no checkpoint: a run of dynamic tables cannot be resumed yet)\n");
   }
   if (s.data_ended) {
     summary += "the training data ended at step " + std::to_string(s.steps) +
@@ -110,8 +138,19 @@ void write_summary_json(const TrainSummary& s, const std::filesystem::path& path
       << "  \"checkpoint_seconds\": " << double_text(s.checkpoint_seconds) << ",\n"
       << "  \"embedding_bytes\": " << s.embedding_bytes << ",\n"
       << "  \"peak_resident_bytes\": " << s.peak_resident_bytes << ",\n"
-      << "  \"malformed_lines\": " << s.malformed_lines << "\n"
-      << "}\n";
+      << "  \"malformed_lines\": " << s.malformed_lines;
+  if (!s.vocabularies.empty()) {
+    out << ",\n  \"vocabularies\": {";
+    for (size_t t = 0; t < s.vocabularies.size(); ++t) {
+      const TableVocabulary& v = s.vocabularies[t];
+      out << (t == 0 ? "\n" : ",\n") << "    \"" << v.table << "\": {\"capacity\": " << v.capacity
+          << ", \"keys\": " << v.stats.size << ", \"admitted\": " << v.stats.inserted
+          << ", \"evicted\": " << v.stats.evicted
+          << ", \"not_admitted_lookups\": " << v.stats.not_admitted_lookups << "}";
+    }
+    out << "\n  }";
+  }
+  out << "\n}\n";
 }
 
 void write_training_svg(const MetricsLog& metrics, int64_t log_every,

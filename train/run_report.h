@@ -10,9 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "recemb/embedding.h"
+
 #include "train/metrics_log.h"
 
 namespace recemb::train {
+
+// A dynamic table's vocabulary at the end of a run (embedding.vocabulary = "dynamic").
+struct TableVocabulary {
+  std::string table;  // C1..C26
+  int64_t capacity = 0;
+  VocabularyStats stats = {};  // keys held; admitted, evicted and not-admitted lookups in this run
+};
 
 // The figures are this rank's view of the run: the same on every rank, except the times and the
 // memory (this process's) and, for a resumed run, initial_auc and initial_log_loss (read back
@@ -25,6 +34,7 @@ struct TrainSummary {
   int64_t requested_steps = 0;  // train.steps
   bool data_ended = false;      // the training data ended before train.steps
   int stop_signal = 0;          // the signal that stopped the run early (SIGINT, SIGTERM); 0: none
+  bool checkpointed = true;     // the run wrote checkpoints (not yet with dynamic tables)
   int64_t examples = 0;         // training examples consumed by this run (all ranks together)
   double seconds = 0;           // wall time of this run's training loop (evaluations included)
   double examples_per_second = 0;
@@ -44,6 +54,7 @@ struct TrainSummary {
   double eval_seconds = 0, checkpoint_seconds = 0;
   int64_t embedding_bytes = 0;  // tables + slots
   int64_t peak_resident_bytes = 0;
+  std::vector<TableVocabulary> vocabularies = {};    // the dynamic tables, C1..C26; else empty
   int64_t malformed_lines = 0;                       // input lines skipped (Criteo data)
   std::vector<std::string> malformed_messages = {};  // the first: "<file>:<line>: <reason>"
 };

@@ -5,7 +5,9 @@
 #include <map>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <vector>
 
+#include "recemb/config.h"
 #include "recemb/error.h"
 
 #include "train/example_batch.h"
@@ -67,14 +69,46 @@ void check_memory(const TrainConfig& config, const MemoryLimit& limit) {
   }
 }
 
+namespace {
+
+int64_t variable_bytes(const Embedding& embedding, const std::string& table) {
+  int64_t bytes = 0;
+  for (const std::string& variable : embedding.variable_names(table)) {
+    int64_t floats = 1;
+    for (int64_t extent : embedding.variable_shape(table, variable)) floats *= extent;
+    bytes += floats * static_cast<int64_t>(sizeof(float));
+  }
+  return bytes;
+}
+
+}  // namespace
+
 int64_t embedding_bytes(const Embedding& embedding) {
   int64_t bytes = 0;
+  // A dynamic table's row and slots per key are those of a static table of one row with the same
+  // dim and optimizer: a twin, local to this process.
+  std::vector<TableConfig> twins;
+  std::vector<FeatureConfig> twin_features;
+  std::vector<int64_t> capacities;
   for (const TableConfig& table : embedding.tables()) {
-    for (const std::string& variable : embedding.variable_names(table.name)) {
-      int64_t floats = 1;
-      for (int64_t extent : embedding.variable_shape(table.name, variable)) floats *= extent;
-      bytes += floats * static_cast<int64_t>(sizeof(float));
+    if (!table.dynamic_vocabulary) {
+      bytes += variable_bytes(embedding, table.name);
+      continue;
     }
+    twins.push_back({.name = table.name,
+                     .vocabulary_size = 1,
+                     .dim = table.dim,
+                     .optimizer = table.optimizer,
+                     .combiner = table.combiner});
+    twin_features.push_back({.name = table.name, .table = table.name});
+    capacities.push_back(table.dynamic_vocabulary->capacity);
+  }
+  if (twins.empty()) return bytes;
+  const Embedding twin(
+      twins, twin_features,
+      EmbeddingOptions{.optimizer = embedding.options().optimizer, .num_threads = 1});
+  for (size_t t = 0; t < twins.size(); ++t) {
+    bytes += capacities[t] * variable_bytes(twin, twins[t].name);
   }
   return bytes;
 }

@@ -30,7 +30,8 @@ MemoryLimit memory_limit();
 // limit when run_buffer_bytes(config) exceeds `limit`: before the buffers are allocated.
 void check_memory(const TrainConfig& config, const MemoryLimit& limit);
 
-// The bytes of `embedding`'s whole tables and slots, wherever they lie.
+// The bytes of `embedding`'s whole tables and slots, wherever they lie; dynamic tables' at their
+// capacity (rows and slots, not the index of their keys).
 int64_t embedding_bytes(const Embedding& embedding);
 
 // How many tables follow each strategy, by name: "20 table-wise, 6 row-wise".

@@ -19,7 +19,21 @@ constexpr uint64_t kModelSalt = 0x6d6f64656cULL;
 constexpr uint64_t kTrainSalt = 0x747261696eULL;
 constexpr uint64_t kEvalSalt = 0x6576616cULL;
 
+constexpr uint64_t kItemSalt = 0x6974656d73ULL;  // "items": the open vocabulary's keys
+
 constexpr std::string_view kPositionPrefix = "synthetic:";
+
+// The odd multiplier that scrambles item numbers into keys, and its inverse modulo 2^64 (Newton's
+// iteration x <- x (2 - a x) doubles the correct low bits: 5 steps from a, right to 3 bits, give
+// 96 > 64).
+constexpr uint64_t kKeyMultiplier = kGoldenGamma;
+constexpr uint64_t inverse_modulo_2_64(uint64_t a) {
+  uint64_t x = a;
+  for (int i = 0; i < 5; ++i) x *= 2 - a * x;
+  return x;
+}
+constexpr uint64_t kKeyMultiplierInverse = inverse_modulo_2_64(kKeyMultiplier);
+static_assert(kKeyMultiplier * kKeyMultiplierInverse == 1);
 
 // 2 * (top 53 bits of x) / 2^53 - 1: uniform in [-1, 1).
 double signed_unit(uint64_t x) { return 2.0 * static_cast<double>(x >> 11) * 0x1.0p-53 - 1.0; }
@@ -67,6 +81,10 @@ SyntheticCriteo::SyntheticCriteo(SyntheticOptions options) : options_(std::move(
     throw InvalidArgument("SyntheticCriteo: zipf_alpha is " + std::to_string(options_.zipf_alpha) +
                           ", must be finite and > 0");
   }
+  if (options_.item_lifetime < 1) {
+    throw InvalidArgument("SyntheticCriteo: item_lifetime is " +
+                          std::to_string(options_.item_lifetime) + ", must be >= 1");
+  }
   if (options_.num_examples.has_value() && *options_.num_examples < 0) {
     throw InvalidArgument("SyntheticCriteo: num_examples is " +
                           std::to_string(*options_.num_examples) + ", must be >= 0");
@@ -90,7 +108,10 @@ SyntheticCriteo::SyntheticCriteo(SyntheticOptions options) : options_(std::move(
                     .multiplier = multiplier,
                     .offset = static_cast<int64_t>(model.next() % n),
                     .weight_key = model.next(),
-                    .weight_mean = 0.0};
+                    .weight_mean = 0.0,
+                    // Not from `model`: the hashed ids' model stays what it was before keys.
+                    .item_salt = splitmix64_mix(splitmix64_mix(options_.seed ^ kItemSalt) +
+                                                static_cast<uint64_t>(f))};
     if (carries_signal(f)) {
       // E[u_f] under the Zipf law, exact over the head; the tail ids' weights, independent and of
       // mean 0, add nothing in expectation (and very little in fact: they are many).
@@ -113,6 +134,28 @@ int64_t SyntheticCriteo::id_of_rank(const Feature& feature, int64_t rank) {
                           feature.ranks.num_elements());
 }
 
+int64_t SyntheticCriteo::key_of_slot(const Feature& feature, int64_t slot, int64_t time) const {
+  const auto lifetime = static_cast<uint64_t>(options_.item_lifetime);
+  const uint64_t phase = splitmix64_mix(feature.item_salt ^ static_cast<uint64_t>(slot)) % lifetime;
+  const uint64_t generation = (static_cast<uint64_t>(time) + phase) / lifetime;
+  const uint64_t item = static_cast<uint64_t>(slot) +
+                        static_cast<uint64_t>(feature.ranks.num_elements()) * generation;
+  return static_cast<int64_t>((item * kKeyMultiplier) ^ feature.item_salt);
+}
+
+int64_t SyntheticCriteo::slot_of_key(const Feature& feature, int64_t key) {
+  const uint64_t item = (static_cast<uint64_t>(key) ^ feature.item_salt) * kKeyMultiplierInverse;
+  return static_cast<int64_t>(item % static_cast<uint64_t>(feature.ranks.num_elements()));
+}
+
+void SyntheticCriteo::set_vocabulary_time(std::optional<int64_t> time) {
+  if (time.has_value() && *time < 0) {
+    throw InvalidArgument("SyntheticCriteo::set_vocabulary_time: " + std::to_string(*time) +
+                          ", must be >= 0");
+  }
+  vocabulary_time_ = time;
+}
+
 int64_t SyntheticCriteo::next(ExampleBatch& batch, int64_t max_examples) {
   begin_batch(batch, max_examples);
   const int64_t count = options_.num_examples.has_value()
@@ -132,9 +175,12 @@ int64_t SyntheticCriteo::next(ExampleBatch& batch, int64_t max_examples) {
       dense[j] = dense_value(static_cast<int64_t>(c));
     }
     int64_t* ids = batch.categorical.data() + i;
+    const int64_t time = vocabulary_time_.value_or(index_ + k);
     for (size_t f = 0; f < kNumCategoricalFeatures; ++f) {
       const Feature& feature = features_[f];
-      ids[f * stride] = id_of_rank(feature, feature.ranks.sample(random));
+      const int64_t slot = id_of_rank(feature, feature.ranks.sample(random));
+      ids[f * stride] =
+          options_.ids == CategoricalIds::kRawKeys ? key_of_slot(feature, slot, time) : slot;
     }
     const double click_probability = 1.0 / (1.0 + std::exp(-logit(dense, ids, stride)));
     batch.labels[i] = random.uniform() < click_probability ? 1.0f : 0.0f;
@@ -151,9 +197,10 @@ double SyntheticCriteo::logit(const float* dense, const int64_t* ids, size_t str
   }
   for (int f = 0; f < kNumCategoricalFeatures; ++f) {
     if (!carries_signal(f)) continue;
-    const auto feature = static_cast<size_t>(f);
-    z += categorical_weight(features_[feature].weight_key, ids[feature * stride]) -
-         features_[feature].weight_mean;
+    const Feature& feature = features_[static_cast<size_t>(f)];
+    const int64_t id = ids[static_cast<size_t>(f) * stride];
+    const int64_t slot = options_.ids == CategoricalIds::kRawKeys ? slot_of_key(feature, id) : id;
+    z += categorical_weight(feature.weight_key, slot) - feature.weight_mean;
   }
   return z;
 }

@@ -21,6 +21,19 @@
 // and the Bayes-optimal AUC (that of z itself) about 0.78, for any seed and preset (the tests
 // measure both).
 //
+// An open vocabulary (SyntheticOptions::ids = CategoricalIds::kRawKeys, the data of a dynamic-
+// vocabulary run): the ids above become slots, each held by a succession of items, and the batch
+// holds the items' keys. At moment t (the example's index, or vocabulary_time when set), slot p of
+// feature f holds item n = p + vocabulary_f * g of generation
+//   g = floor((t + phase_f(p)) / item_lifetime),   phase_f(p) in [0, item_lifetime) a hash of
+//                                                  (S, f, p), so that the slots turn over at
+//                                                  staggered moments,
+// and its key is n scrambled by a bijection of the 64-bit integers (times an odd constant, xor a
+// salt of (S, f)): any int64, distinct for distinct items. An item's planted weight is its slot's,
+// u_f(p), so the examples (labels, dense features, slots) are exactly those of kHashedRows and the
+// planted model the same; only the keys carrying them appear, live item_lifetime examples and
+// vanish, as new ads and users do, so that a dynamic table admits new keys and evicts stale ones.
+//
 // Randomness is counter-based: example i is a pure function of (seed, split, i), drawn from a
 // SplitMix64 stream keyed by them, so position() is the example index, seek() is O(1), and two
 // generators with the same options produce the same examples. The planted model depends on the
@@ -54,6 +67,11 @@ struct SyntheticOptions {
   SyntheticSplit split = SyntheticSplit::kTrain;
   // Examples before the source is exhausted; unset: endless (the trainer stops after its steps).
   std::optional<int64_t> num_examples = {};
+  // kHashedRows: ids in [0, vocabulary_sizes[f]); kRawKeys: the keys of an open vocabulary
+  // (above), vocabulary_sizes[f] items of feature f live at any moment.
+  CategoricalIds ids = CategoricalIds::kHashedRows;
+  // kRawKeys: examples an item holds its slot before a new item takes it over (>= 1).
+  int64_t item_lifetime = int64_t{1} << 20;
 };
 
 class SyntheticCriteo final : public ExampleSource {
@@ -80,6 +98,11 @@ class SyntheticCriteo final : public ExampleSource {
   // Accepts "synthetic:<index>" with 0 <= index <= num_examples (if set).
   void seek(std::string_view position) override;
 
+  // kRawKeys: the moment whose items the examples' keys are. Unset (the default): each example's
+  // own index, a stream whose vocabulary drifts; set (>= 0, else InvalidArgument): that moment for
+  // every example, as a held-out set is seen at one time of the training.
+  void set_vocabulary_time(std::optional<int64_t> time);
+
   // The planted logit z of example `example` of `batch` (a batch this generator filled): the label
   // was drawn as Bernoulli(sigmoid(z)). Scoring examples by it gives the Bayes-optimal AUC and log
   // loss, the ceiling of what a model can reach on these data.
@@ -94,10 +117,14 @@ class SyntheticCriteo final : public ExampleSource {
     int64_t offset;       // b_f
     uint64_t weight_key;  // u_f(id) is a hash of weight_key and id
     double weight_mean;   // E[u_f]
+    uint64_t item_salt;   // kRawKeys: the keys' salt and the slots' phases
   };
 
   // (a_f * (rank - 1) + b_f) mod vocabulary_f
   static int64_t id_of_rank(const Feature& feature, int64_t rank);
+  // kRawKeys: the key of the item in slot `slot` at moment `time`, and the slot of a key.
+  int64_t key_of_slot(const Feature& feature, int64_t slot, int64_t time) const;
+  static int64_t slot_of_key(const Feature& feature, int64_t key);
   // z of the example whose 13 dense values start at `dense` and whose id of feature f is
   // ids[f * stride].
   double logit(const float* dense, const int64_t* ids, size_t stride) const;
@@ -108,6 +135,7 @@ class SyntheticCriteo final : public ExampleSource {
   std::array<double, kNumDenseFeatures> dense_means_;  // E[x_j]
   std::vector<Feature> features_;
   int64_t index_ = 0;  // of the next example
+  std::optional<int64_t> vocabulary_time_;
 };
 
 }  // namespace recemb::train

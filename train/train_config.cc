@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 #include <utility>
 
+#include "recemb/config.h"
 #include "recemb/embedding.h"
 #include "recemb/error.h"
 #include "recemb/optimizer.h"
@@ -28,6 +29,8 @@ table_budget_mib = 0    # > 0: the preset's sizes cut down to fit this many MiB 
 eval_examples = 65536   # held-out examples, evaluated every train.eval_every steps
 max_malformed = 100     # malformed input lines skipped (and reported) before the run fails
 synthetic_seed = 1      # seed of the synthetic data
+synthetic_item_lifetime = 1048576  # embedding.vocabulary = "dynamic": examples a synthetic item
+                        # (key) lives before a new one takes its place (2^20: about 512 steps)
 
 [model]
 embedding_dim = 16
@@ -42,6 +45,14 @@ learning_rate = 1.0     # when not set: the optimizer's own default (docs/traini
 threads = 0             # worker threads of the embedding engine; 0 = one per core
 sharding = "auto"       # how tables are split over the ranks of an mpirun job: auto | table_wise |
                         # row_wise | column_wise | replicated (one process keeps tables whole)
+vocabulary = "hashed"   # hashed: categorical values hashed into tables of the preset's sizes;
+                        # dynamic: tables keyed by the raw values, rows admitted and evicted
+capacity = 0            # dynamic: most keys per table; 0 = the table's size (preset, budget,
+                        # override) + train.batch_size (room for a batch's new keys)
+min_count = 1           # dynamic: occurrences in training before a key gets a row
+ttl_steps = 0           # dynamic: keys not seen for this many steps are evicted; 0 = never
+when_full = "evict_least_recent"  # dynamic, a full table: evict_least_recent |
+                        # evict_least_frequent | error
 
 [dense]
 optimizer = "adam"      # adam | adagrad
@@ -274,6 +285,8 @@ void validate(const TrainConfig& c) {
   require(c.data.table_budget_mib >= 0, "data.table_budget_mib must be >= 0");
   require(c.data.eval_examples >= 1, "data.eval_examples must be >= 1");
   require(c.data.max_malformed >= 0, "data.max_malformed must be >= 0");
+  require(c.data.synthetic_item_lifetime >= 1, "data.synthetic_item_lifetime must be >= 1, not " +
+                                                   std::to_string(c.data.synthetic_item_lifetime));
   require(c.model.embedding_dim >= 1, "model.embedding_dim must be >= 1");
   require(!c.model.bottom_mlp.empty() && c.model.bottom_mlp.back() == c.model.embedding_dim,
           "model.bottom_mlp must end with model.embedding_dim (" +
@@ -286,6 +299,20 @@ void validate(const TrainConfig& c) {
           "embedding.threads must be in [0, " + std::to_string(kMaxNumThreads) +
               "] (0: one per core), not " + std::to_string(c.embedding.threads));
   sharding_strategy(c.embedding.sharding);
+  require(c.embedding.vocabulary == "hashed" || c.embedding.vocabulary == "dynamic",
+          "embedding.vocabulary must be hashed or dynamic, not '" + c.embedding.vocabulary + "'");
+  require(c.embedding.capacity >= 0,
+          "embedding.capacity must be >= 0 (0: each table's size + train.batch_size), not " +
+              std::to_string(c.embedding.capacity));
+  require(c.embedding.min_count >= 1,
+          "embedding.min_count must be >= 1, not " + std::to_string(c.embedding.min_count));
+  require(c.embedding.ttl_steps >= 0, "embedding.ttl_steps must be >= 0 (0: no TTL), not " +
+                                          std::to_string(c.embedding.ttl_steps));
+  try {
+    parse_when_full(c.embedding.when_full);
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(std::string("embedding.when_full: ") + error.what());
+  }
   require(c.dense.optimizer == "adam" || c.dense.optimizer == "adagrad",
           "dense.optimizer must be adam or adagrad, not '" + c.dense.optimizer + "'");
   require(c.dense.learning_rate > 0.0, "dense.learning_rate must be > 0");
@@ -342,6 +369,7 @@ TrainConfig load_train_config(const std::string& config_path,
   c.data.eval_examples = get<int64_t>(config, "data.eval_examples");
   c.data.max_malformed = get<int64_t>(config, "data.max_malformed");
   c.data.synthetic_seed = get<uint64_t>(config, "data.synthetic_seed");
+  c.data.synthetic_item_lifetime = get<int64_t>(config, "data.synthetic_item_lifetime");
   c.model.embedding_dim = get<int64_t>(config, "model.embedding_dim");
   c.model.bottom_mlp = get_widths(config, "model.bottom_mlp");
   c.model.top_mlp = get_widths(config, "model.top_mlp");
@@ -350,6 +378,11 @@ TrainConfig load_train_config(const std::string& config_path,
   c.embedding.learning_rate = get<double>(config, "embedding.learning_rate");
   c.embedding.threads = get<int>(config, "embedding.threads");
   c.embedding.sharding = get<std::string>(config, "embedding.sharding");
+  c.embedding.vocabulary = get<std::string>(config, "embedding.vocabulary");
+  c.embedding.capacity = get<int64_t>(config, "embedding.capacity");
+  c.embedding.min_count = get<int64_t>(config, "embedding.min_count");
+  c.embedding.ttl_steps = get<int64_t>(config, "embedding.ttl_steps");
+  c.embedding.when_full = get<std::string>(config, "embedding.when_full");
   c.dense.optimizer = get<std::string>(config, "dense.optimizer");
   c.dense.learning_rate = get<double>(config, "dense.learning_rate");
   c.train.steps = get<int64_t>(config, "train.steps");
@@ -391,6 +424,10 @@ ShardingStrategy sharding_strategy(std::string_view name) {
   }
 }
 
+bool dynamic_vocabulary(const TrainConfig& config) {
+  return config.embedding.vocabulary == "dynamic";
+}
+
 namespace {
 
 // The settings a resumed run may change: they decide how long the run is, what it records and
@@ -427,7 +464,9 @@ std::map<std::string, std::string> settings_of(std::string_view toml_text,
 
 void check_resume_settings(std::string_view saved_toml, const TrainConfig& config,
                            const std::string& checkpoint) {
-  const std::map<std::string, std::string> saved = settings_of(saved_toml, checkpoint);
+  // A setting added after the checkpoint was written had its default value then.
+  std::map<std::string, std::string> saved = settings_of(saved_toml, checkpoint);
+  saved.merge(settings_of(kDefaultConfig, "defaults"));
   const std::map<std::string, std::string> now = settings_of(to_toml(config), "the settings");
   std::set<std::string> keys;
   for (const auto& [key, value] : saved) keys.insert(key);
@@ -477,7 +516,8 @@ std::string to_toml(const TrainConfig& c) {
                            {"table_budget_mib", c.data.table_budget_mib},
                            {"eval_examples", c.data.eval_examples},
                            {"max_malformed", c.data.max_malformed},
-                           {"synthetic_seed", static_cast<int64_t>(c.data.synthetic_seed)}}},
+                           {"synthetic_seed", static_cast<int64_t>(c.data.synthetic_seed)},
+                           {"synthetic_item_lifetime", c.data.synthetic_item_lifetime}}},
       {"model", toml::table{{"embedding_dim", c.model.embedding_dim},
                             {"bottom_mlp", widths(c.model.bottom_mlp)},
                             {"top_mlp", widths(c.model.top_mlp)},
@@ -485,7 +525,12 @@ std::string to_toml(const TrainConfig& c) {
       {"embedding", toml::table{{"optimizer", c.embedding.optimizer},
                                 {"learning_rate", c.embedding.learning_rate},
                                 {"threads", c.embedding.threads},
-                                {"sharding", c.embedding.sharding}}},
+                                {"sharding", c.embedding.sharding},
+                                {"vocabulary", c.embedding.vocabulary},
+                                {"capacity", c.embedding.capacity},
+                                {"min_count", c.embedding.min_count},
+                                {"ttl_steps", c.embedding.ttl_steps},
+                                {"when_full", c.embedding.when_full}}},
       {"dense",
        toml::table{{"optimizer", c.dense.optimizer}, {"learning_rate", c.dense.learning_rate}}},
       {"train", toml::table{{"steps", c.train.steps},

@@ -3,9 +3,10 @@
 // `--set model.top_mlp=[128,64]`, `--set data.path="day_0.tsv"`).
 //
 //   [data]       path, eval_path, preset, table_budget_mib, eval_examples, max_malformed,
-//                synthetic_seed
+//                synthetic_seed, synthetic_item_lifetime
 //   [model]      embedding_dim, bottom_mlp, top_mlp, seed
-//   [embedding]  optimizer, learning_rate (default: the optimizer's), threads, sharding
+//   [embedding]  optimizer, learning_rate (default: the optimizer's), threads, sharding,
+//                vocabulary (hashed | dynamic), capacity, min_count, ttl_steps, when_full
 //   [dense]      optimizer, learning_rate
 //   [train]      steps, batch_size, eval_every, log_every
 //   [checkpoint] dir, every, keep
@@ -42,6 +43,9 @@ struct TrainConfig {
     int64_t eval_examples = 0;     // held-out examples evaluated every eval_every steps
     int64_t max_malformed = 0;     // malformed input lines tolerated before the run fails
     uint64_t synthetic_seed = 0;   // seed of the synthetic data
+    // Examples an item of the synthetic data's open vocabulary lives (embedding.vocabulary =
+    // "dynamic"; SyntheticOptions::item_lifetime).
+    int64_t synthetic_item_lifetime = 0;
   } data;
   struct Model {
     int64_t embedding_dim = 0;
@@ -57,6 +61,15 @@ struct TrainConfig {
     // ShardingStrategy's name (auto, table_wise, row_wise, column_wise, replicated). One process
     // keeps every table whole.
     std::string sharding = {};
+    // How categorical values become table ids (docs/training.md, "Vocabularies"): "hashed" into
+    // the preset's fixed tables, or "dynamic": keyed by the raw values in dynamic tables
+    // (recemb::DynamicVocabulary) with the settings below.
+    std::string vocabulary = {};
+    // Keys per table; 0: the table's size (preset, budget, override) + train.batch_size.
+    int64_t capacity = 0;
+    int64_t min_count = 0;       // training occurrences before a key gets a row
+    int64_t ttl_steps = 0;       // keys unseen for this many steps are evicted; 0: never
+    std::string when_full = {};  // evict_least_recent | evict_least_frequent | error
   } embedding;
   struct DenseOptimizer {
     std::string optimizer = {};  // adam | adagrad
@@ -112,6 +125,9 @@ void check_resume_settings(std::string_view saved_toml, const TrainConfig& confi
 // The strategy embedding.sharding names: the ShardingStrategy whose sharding_strategy_name is
 // `name`. InvalidArgument naming the value and the valid ones otherwise.
 ShardingStrategy sharding_strategy(std::string_view name);
+
+// Whether embedding.vocabulary is "dynamic" (load_train_config accepts "hashed" and "dynamic").
+bool dynamic_vocabulary(const TrainConfig& config);
 
 }  // namespace recemb::train
 

@@ -74,11 +74,9 @@ DenseOptimizerConfig dense_optimizer_config(const TrainConfig::DenseOptimizer& d
   return DenseAdam{.learning_rate = static_cast<float>(dense.learning_rate)};
 }
 
-std::vector<int64_t> vocabulary_sizes(const Embedding& embedding) {
-  std::vector<int64_t> sizes;
-  for (const TableConfig& table : embedding.tables()) sizes.push_back(table.vocabulary_size);
-  return sizes;
-}
+// Checkpoints of dynamic tables are not in the library yet: a run with embedding.vocabulary =
+// "dynamic" writes none and cannot be resumed (docs/training.md, "Vocabularies").
+bool checkpoints_supported(const TrainConfig& config) { return !dynamic_vocabulary(config); }
 
 class Trainer {
  public:
@@ -91,7 +89,7 @@ class Trainer {
                                       : std::cerr),
         progress_(log_, options.progress),
         embedding_(make_embedding(config, embedding_model(config), group_)),
-        sizes_(vocabulary_sizes(embedding_)),
+        sizes_(embedding_model(config).sizes),
         model_(DlrmDenseConfig{.num_dense_features = kNumDenseFeatures,
                                .num_sparse_features = kNumCategoricalFeatures,
                                .embedding_dim = config.model.embedding_dim,
@@ -122,6 +120,11 @@ class Trainer {
     locally([&] {
       if (root()) std::filesystem::create_directories(output_dir_);
     });
+    if (options_.resume && !checkpoints_supported(config_)) {
+      throw InvalidArgument(
+          "--resume: a run with embedding.vocabulary = dynamic writes no checkpoints (checkpoints "
+          "of dynamic tables are not supported yet), so it cannot be resumed: start a new run");
+    }
     if (options_.resume) {
       resume();
     } else {
@@ -150,6 +153,7 @@ class Trainer {
     summary_.ranks = group_.size();
     summary_.first_step = embedding_.step();
     summary_.requested_steps = config_.train.steps;
+    summary_.checkpointed = checkpoints_supported(config_);
     summary_.embedding_bytes = embedding_bytes(embedding_);
     trained_position_ = prefetching_->position();
     describe_run();
@@ -240,6 +244,7 @@ class Trainer {
     summary_.learned =
         final_eval.auc >= kLearnedAuc && !(final_eval.log_loss >= summary_.initial_log_loss);
     summary_.peak_resident_bytes = peak_resident_bytes();
+    collect_vocabularies();
     collect_malformed_lines();
     locally([&] {
       if (!root()) return;
@@ -327,18 +332,37 @@ class Trainer {
     }
   }
 
+  // Collective (vocabulary_stats gathers every rank's parts): the dynamic tables' vocabularies.
+  void collect_vocabularies() {
+    for (const TableConfig& table : embedding_.tables()) {
+      if (!table.dynamic_vocabulary) continue;
+      summary_.vocabularies.push_back({.table = table.name,
+                                       .capacity = table.dynamic_vocabulary->capacity,
+                                       .stats = embedding_.vocabulary_stats(table.name)});
+    }
+  }
+
   void describe_run() {
     int64_t rows = 0;
-    for (int64_t size : sizes_) rows += size;
-    char line[256];
+    for (const TableConfig& table : embedding_.tables()) {
+      rows += table.dynamic_vocabulary ? table.dynamic_vocabulary->capacity : table.vocabulary_size;
+    }
+    const bool dynamic = dynamic_vocabulary(config_);
+    char line[320];
     std::snprintf(line, sizeof line,
-                  "recemb train: 26 tables, %" PRId64 " rows x %" PRId64
-                  " dims, %.1f MiB with optimizer slots; %zu dense parameters; data: %s",
-                  rows, config_.model.embedding_dim,
+                  "recemb train: 26 %s, %" PRId64 " %s x %" PRId64
+                  " dims, %.1f MiB with optimizer slots%s; %zu dense parameters; data: %s",
+                  dynamic ? "dynamic tables" : "tables", rows, dynamic ? "keys at most" : "rows",
+                  config_.model.embedding_dim,
                   static_cast<double>(summary_.embedding_bytes) / (1 << 20),
-                  model_.parameters().size(),
+                  dynamic ? " when full" : "", model_.parameters().size(),
                   config_.data.path.empty() ? "synthetic Criteo-like" : config_.data.path.c_str());
     progress_.message(line);
+    if (!checkpoints_supported(config_)) {
+      progress_.message(
+          "no checkpoints: checkpoints of dynamic tables are not supported yet (this run cannot "
+          "be resumed or exported)");
+    }
     if (!data_.held_out_message.empty()) progress_.message("warning: " + data_.held_out_message);
     if (group_.size() > 1) {
       const Slice largest = rank_slice(config_.train.batch_size, group_.size() - 1, group_.size());
@@ -416,6 +440,7 @@ class Trainer {
   // predictions are then gathered, so every rank computes the metrics of the whole set.
   EvalRecord evaluate() {
     const Clock::time_point t = Clock::now();
+    update_held_out_set(data_, examples_total_);
     const Slice mine = group_.slice(data_.eval_set.size);
     // Lookups are collective: every rank makes as many as the largest slice needs (a rank whose
     // slice is shorter looks up empty batches).
@@ -459,6 +484,7 @@ class Trainer {
   }
 
   void save() {
+    if (!checkpoints_supported(config_)) return;
     if (embedding_.step() == last_saved_step_) return;  // e.g. resumed at the final step
     last_saved_step_ = embedding_.step();
     const Clock::time_point t = Clock::now();
@@ -506,7 +532,8 @@ class Trainer {
   std::ostream& log_;
   ProgressDisplay progress_;
   Embedding embedding_;
-  std::vector<int64_t> sizes_;  // the tables' vocabulary sizes, which the data sources hash into
+  // The tables' sizes, which the data sources hash into (or, dynamic, the synthetic data's items)
+  std::vector<int64_t> sizes_;
   DlrmDenseModel model_;
   DenseOptimizer dense_optimizer_;
   BatchBuffers buffers_;

@@ -14,6 +14,11 @@
 // "The held-out set"). A run stops at train.steps, when the data ends (after one step at least:
 // none is an error), or when RunOptions::stop_signal asks it to; the summary says which.
 //
+// With embedding.vocabulary = "dynamic" the tables are dynamic, keyed by the categorical values
+// themselves (docs/training.md, "Vocabularies"); the summary then reports each table's
+// vocabulary, and the run writes no checkpoint (checkpoints of dynamic tables are not supported
+// yet: --resume is refused).
+//
 // Files in output.dir: config.toml (effective configuration), metrics.jsonl (one JSON object per
 // line: {"step","examples","train_loss"} every train.log_every steps, {"step","eval_auc",
 // "eval_log_loss"} at evaluations), summary.json and training.svg (loss and AUC over steps).

@@ -16,25 +16,42 @@ namespace {
 // of the file's bytes (docs/training.md, "The held-out set").
 constexpr double kMaxHeldOutShare = 0.2;
 
+CategoricalIds categorical_ids(const TrainConfig& config) {
+  return dynamic_vocabulary(config) ? CategoricalIds::kRawKeys : CategoricalIds::kHashedRows;
+}
+
 TrainingData synthetic_data(const TrainConfig& config,
                             const std::vector<int64_t>& vocabulary_sizes) {
   TrainingData data;
-  data.train_source = std::make_unique<SyntheticCriteo>(
-      SyntheticOptions{.seed = config.data.synthetic_seed, .vocabulary_sizes = vocabulary_sizes});
-  SyntheticCriteo eval_source(SyntheticOptions{.seed = config.data.synthetic_seed,
-                                               .vocabulary_sizes = vocabulary_sizes,
-                                               .split = SyntheticSplit::kEval});
-  eval_source.next(data.eval_set, config.data.eval_examples);
+  const SyntheticOptions options{.seed = config.data.synthetic_seed,
+                                 .vocabulary_sizes = vocabulary_sizes,
+                                 .ids = categorical_ids(config),
+                                 .item_lifetime = config.data.synthetic_item_lifetime};
+  data.train_source = std::make_unique<SyntheticCriteo>(options);
+  SyntheticOptions eval_options = options;
+  eval_options.split = SyntheticSplit::kEval;
+  auto eval_source = std::make_unique<SyntheticCriteo>(eval_options);
+  eval_source->set_vocabulary_time(0);
+  eval_source->next(data.eval_set, config.data.eval_examples);
   std::vector<float> best(static_cast<size_t>(data.eval_set.size));
   for (int64_t i = 0; i < data.eval_set.size; ++i) {
-    best[i] = static_cast<float>(1 / (1 + std::exp(-eval_source.logit(data.eval_set, i))));
+    best[i] = static_cast<float>(1 / (1 + std::exp(-eval_source->logit(data.eval_set, i))));
   }
   data.best_auc = roc_auc(best, data.eval_set.labels);
   data.best_log_loss = log_loss(best, data.eval_set.labels);
+  if (options.ids == CategoricalIds::kRawKeys) data.drifting_eval_source = std::move(eval_source);
   return data;
 }
 
 }  // namespace
+
+void update_held_out_set(TrainingData& data, int64_t examples_trained) {
+  if (data.drifting_eval_source == nullptr) return;
+  SyntheticCriteo& source = *data.drifting_eval_source;
+  source.set_vocabulary_time(examples_trained);
+  source.seek("synthetic:0");
+  source.next(data.eval_set, data.eval_set.size);
+}
 
 int64_t bytes_before(const std::string& position, const std::string& path) {
   const size_t first = position.find(':'), second = position.find(':', first + 1);
@@ -52,6 +69,7 @@ TrainingData open_training_data(const TrainConfig& config,
   const std::string& path = config.data.path;
   const std::string& eval_path = config.data.eval_path;
   const ReaderOptions reader_options{.vocabulary_sizes = vocabulary_sizes,
+                                     .ids = categorical_ids(config),
                                      .max_malformed = config.data.max_malformed};
   const std::vector<std::string> paths{path};
   auto reader = std::make_unique<CriteoReader>(paths, reader_options);

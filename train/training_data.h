@@ -12,6 +12,7 @@
 
 #include "train/criteo_reader.h"
 #include "train/example_batch.h"
+#include "train/synthetic_criteo.h"
 #include "train/train_config.h"
 
 namespace recemb::train {
@@ -27,14 +28,24 @@ struct TrainingData {
   // measured against (NaN for Criteo files).
   double best_auc = 0;
   double best_log_loss = 0;
+  // Synthetic data of an open vocabulary (embedding.vocabulary = "dynamic"): the generator of the
+  // held-out set, which update_held_out_set redraws as of a moment of the training.
+  std::unique_ptr<SyntheticCriteo> drifting_eval_source;
 };
 
 // Opens config.data as the trainer reads it, hashing categorical values into tables of
-// `vocabulary_sizes`, and reads the held-out set. Throws InvalidArgument for an unreadable file,
+// `vocabulary_sizes` (embedding.vocabulary = "hashed") or keeping them as keys ("dynamic"; the
+// synthetic data then has vocabulary_sizes[f] items of feature f live at a time), and reads the
+// held-out set. Throws InvalidArgument for an unreadable file,
 // too many malformed lines (CriteoReader), no held-out example, or a file of fewer than 2 examples
 // without data.eval_path (too few to hold some out and train on the rest).
 TrainingData open_training_data(const TrainConfig& config,
                                 const std::vector<int64_t>& vocabulary_sizes);
+
+// The held-out set as the training sees it after `examples_trained` examples: with synthetic
+// data of an open vocabulary, the same examples carried by the items of that moment (the keys
+// drift, the examples do not: docs/training.md, "The synthetic generator"); otherwise unchanged.
+void update_held_out_set(TrainingData& data, int64_t examples_trained);
 
 // The bytes of the file `path` before a CriteoReader `position` of a reader of that file alone
 // ("criteo:<file index>:<offset>:<line>", criteo_reader.h; at its end, the index is 1).

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "recemb/error.h"
+#include "recemb/string_key.h"
 
 #include "testing/temporary_directory.h"
 #include "train/criteo_profile.h"
@@ -578,6 +579,44 @@ TEST(CriteoReaderTest, ConstructorValidates) {
   ExampleBatch batch;
   EXPECT_THROW(reader.next(batch, 0), InvalidArgument);
   EXPECT_EQ(reader.position(), "criteo:0:0:0");
+}
+
+// CategoricalIds::kRawKeys (dynamic tables): a field of hexadecimal digits is its value as an
+// int64, anything else (the empty field too) its string_key: every field is valid, no value
+// collides.
+TEST(CriteoReaderTest, RawKeysAreTheValuesThemselves) {
+  EXPECT_EQ(categorical_key("68fd1e64"), 0x68fd1e64);
+  EXPECT_EQ(categorical_key("0000000A"), 10);
+  EXPECT_EQ(categorical_key("0"), 0);
+  EXPECT_EQ(categorical_key("7fffffffffffffff"), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(categorical_key("8000000000000000"), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(categorical_key("ffffffffffffffff"), -1);
+  // string_key("") is XXH3-64 of no bytes (include/recemb/string_key.h).
+  EXPECT_EQ(categorical_key(""), static_cast<int64_t>(0x2D06800538D394C2ULL));
+  EXPECT_EQ(categorical_key("xyz"), string_key("xyz"));
+  EXPECT_EQ(categorical_key("0x1f"), string_key("0x1f"));
+  EXPECT_EQ(categorical_key("10000000000000000"), string_key("10000000000000000"));  // 17 digits
+
+  TempFiles files;
+  const std::string path = files.write(
+      "raw_keys.tsv", line_with(14, "xyz") + "\n" + line_with(15, "") + "\n" + line_with(0, "2") +
+                          "\n" + line_with(39, "ffffffffffffffff") + "\n");
+  CriteoReader raw({path}, {.ids = CategoricalIds::kRawKeys});
+  ExampleBatch batch;
+  ASSERT_EQ(raw.next(batch, 10), 3);
+  EXPECT_EQ(raw.malformed_lines(), 1);  // the label '2': the other rules stand
+  const std::vector<Example> examples = unpack(batch);
+  for (int f = 0; f < kNumCategoricalFeatures; ++f) {
+    const auto k = static_cast<size_t>(f);
+    EXPECT_EQ(examples[0].ids[k], f == 0 ? string_key("xyz") : 0x68fd1e64) << "C" << f + 1;
+    EXPECT_EQ(examples[1].ids[k], f == 1 ? string_key("") : 0x68fd1e64) << "C" << f + 1;
+    EXPECT_EQ(examples[2].ids[k], f == 25 ? -1 : 0x68fd1e64) << "C" << f + 1;
+  }
+  // The same file hashed: 'xyz' is malformed there.
+  CriteoReader hashed({path}, {.vocabulary_sizes = test_vocabulary()});
+  ASSERT_EQ(hashed.next(batch, 10), 2);
+  EXPECT_EQ(hashed.malformed_lines(), 2);
+  EXPECT_EQ(unpack(batch)[0].ids[1], kMissingCategoricalId);
 }
 
 // parse_criteo_line is the reader's parsing of one line: with the label field, and without it

@@ -49,5 +49,35 @@ TEST(EmbeddingModel, SmallPresetByDefault) {
   EXPECT_THROW(embedding_model(load_train_config("", {"data.preset=\"tiny\""})), InvalidArgument);
 }
 
+TEST(EmbeddingModel, DynamicVocabulariesKeepTheSizesAsDefaultCapacities) {
+  const TrainConfig config = load_train_config(
+      "", {"embedding.vocabulary=dynamic", "embedding.min_count=2", "embedding.ttl_steps=30",
+           "embedding.when_full=error", "tables.C3.vocabulary_size=777", "train.batch_size=100"});
+  const EmbeddingModel model = embedding_model(config);
+  std::vector<int64_t> sizes = preset_vocabulary_sizes("small");
+  sizes[2] = 777;
+  EXPECT_EQ(model.sizes, sizes);
+  for (size_t f = 0; f < 26; ++f) {
+    const TableConfig& table = model.tables[f];
+    EXPECT_EQ(table.vocabulary_size, 0) << table.name;
+    ASSERT_TRUE(table.dynamic_vocabulary.has_value()) << table.name;
+    EXPECT_EQ(table.dynamic_vocabulary->capacity, sizes[f] + 100) << table.name;
+    EXPECT_EQ(table.dynamic_vocabulary->min_count, 2);
+    EXPECT_EQ(table.dynamic_vocabulary->ttl_steps, 30);
+    EXPECT_EQ(table.dynamic_vocabulary->when_full, WhenFull::kError);
+  }
+  const EmbeddingModel capped = embedding_model(
+      load_train_config("", {"embedding.vocabulary=dynamic", "embedding.capacity=64"}));
+  for (const TableConfig& table : capped.tables) {
+    EXPECT_EQ(table.dynamic_vocabulary->capacity, 64) << table.name;
+    EXPECT_FALSE(table.dynamic_vocabulary->ttl_steps.has_value()) << table.name;  // 0: no TTL
+    EXPECT_EQ(table.dynamic_vocabulary->when_full, WhenFull::kEvictLeastRecent);
+  }
+  // Hashed tables have no vocabulary.
+  for (const TableConfig& table : embedding_model(load_train_config("", {})).tables) {
+    EXPECT_FALSE(table.dynamic_vocabulary.has_value());
+  }
+}
+
 }  // namespace
 }  // namespace recemb::train

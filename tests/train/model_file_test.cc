@@ -149,6 +149,27 @@ TEST(ModelFileTest, WriteValidatesBeforeCreatingAnything) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
+// A trainer's model of dynamic tables (embedding.vocabulary = dynamic) cannot be served with its
+// dense model yet: export and predict say so.
+TEST(ModelFileTest, DynamicTablesAreNotServedWithTheDenseModelYet) {
+  std::vector<TableConfig> tables;
+  std::vector<FeatureConfig> features;
+  for (int f = 0; f < kNumCategoricalFeatures; ++f) {
+    const std::string name = "C" + std::to_string(f + 1);
+    tables.push_back(
+        {.name = name, .dim = 8, .dynamic_vocabulary = DynamicVocabulary{.capacity = 10}});
+    features.push_back({.name = name, .table = name});
+  }
+  try {
+    criteo_vocabulary_sizes(tables, features, 8);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("table 'C1' is dynamic (a run with embedding.vocabulary = "
+                                        "dynamic): serving the dense model with dynamic tables is "
+                                        "not supported yet"));
+  }
+}
+
 // A model file whose dense part was edited: exported with `edit` applied to the options a good
 // file was written with.
 class ModelFileReadTest : public ::testing::Test {

@@ -107,6 +107,39 @@ TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
   EXPECT_EQ(fields.at("malformed_lines"), "2");
 }
 
+// Dynamic tables: a line for all of them, one for the table holding the most keys, and every
+// table's figures in summary.json.
+TEST(RunReport, VocabulariesOfDynamicTables) {
+  const TemporaryDirectory dir;
+  TrainSummary s = sample_summary();
+  s.vocabularies = {
+      {.table = "C1",
+       .capacity = 100,
+       .stats = {.size = 90, .inserted = 130, .evicted = 40, .not_admitted_lookups = 7}},
+      {.table = "C2",
+       .capacity = 5000,
+       .stats = {.size = 4000, .inserted = 4500, .evicted = 500, .not_admitted_lookups = 0}},
+      {.table = "C3",
+       .capacity = 50,
+       .stats = {.size = 3, .inserted = 3, .evicted = 0, .not_admitted_lookups = 1}}};
+  EXPECT_THAT(
+      format_summary(s),
+      HasSubstr("vocabularies of 3 dynamic tables: 4093 keys held (capacity 5150), 4633 "
+                "admitted, 540 evicted, 8 lookups of keys not admitted\n"
+                "  largest, C2: 4000 keys held (capacity 5000), 4500 admitted, 500 evicted, "
+                "0 lookups of keys not admitted\n"));
+  write_summary_json(s, dir / "summary.json");
+  const std::string text = read_text(dir / "summary.json");
+  EXPECT_THAT(text, HasSubstr("\"malformed_lines\": 2,\n  \"vocabularies\": {\n"
+                              "    \"C1\": {\"capacity\": 100, \"keys\": 90, \"admitted\": 130, "
+                              "\"evicted\": 40, \"not_admitted_lookups\": 7},\n"
+                              "    \"C2\": {\"capacity\": 5000, \"keys\": 4000, \"admitted\": "
+                              "4500, \"evicted\": 500, \"not_admitted_lookups\": 0},\n"
+                              "    \"C3\": {\"capacity\": 50, \"keys\": 3, \"admitted\": 3, "
+                              "\"evicted\": 0, \"not_admitted_lookups\": 1}\n  }\n}\n"));
+  EXPECT_THAT(format_summary(sample_summary()), Not(HasSubstr("vocabularies")));
+}
+
 TEST(RunReport, UnknownBestFiguresAreNullInJsonAndLeftOutOfTheText) {
   const TemporaryDirectory dir;
   TrainSummary s = sample_summary();
@@ -146,6 +179,11 @@ TEST(RunReport, TextSummarySaysWhyARunEndedEarlyAndWhenItDidNotLearn) {
   s.stop_signal = SIGINT;
   EXPECT_THAT(format_summary(s),
               HasSubstr("stopped by SIGINT after step 140 of 500: continue with --resume\n"));
+  s.checkpointed = false;  // dynamic tables: no checkpoint to resume from yet
+  EXPECT_THAT(format_summary(s),
+              HasSubstr("stopped by SIGINT after step 140 of 500 (no checkpoint: a run of dynamic "
+                        "tables cannot be resumed yet)\n"));
+  s.checkpointed = true;
   s.stop_signal = SIGTERM;
   EXPECT_THAT(format_summary(s), HasSubstr("stopped by SIGTERM"));
   s.learned = false;

@@ -6,7 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <set>
 #include <vector>
 
 #include "recemb/error.h"
@@ -202,6 +204,64 @@ TEST(SyntheticCriteoTest, LogitUsesOnlyTheSignalFeatures) {
   }
 }
 
+// An open vocabulary (kRawKeys): the same examples as the hashed ids' (labels, dense features,
+// the planted logit of each), carried by keys that stand for (slot, generation): a key always
+// stands for one slot of its feature, and a slot's key changes every item_lifetime examples, at a
+// moment of its own, never to come back.
+SyntheticOptions open_options(CategoricalIds ids) {
+  SyntheticOptions options{.seed = 11,
+                           .vocabulary_sizes = std::vector<int64_t>(kNumCategoricalFeatures, 40),
+                           .ids = ids,
+                           .item_lifetime = 1000};
+  options.vocabulary_sizes[3] = 1;       // one slot
+  options.vocabulary_sizes[7] = 100000;  // mostly slots seen once
+  return options;
+}
+
+TEST(SyntheticCriteoTest, RawKeysCarryTheHashedExamplesAndDrift) {
+  SyntheticCriteo hashed(open_options(CategoricalIds::kHashedRows));
+  SyntheticCriteo raw(open_options(CategoricalIds::kRawKeys));
+  const int64_t n = 10'000, lifetime = 1000;
+  ExampleBatch hashed_batch, raw_batch;
+  ASSERT_EQ(hashed.next(hashed_batch, n), n);
+  ASSERT_EQ(raw.next(raw_batch, n), n);
+  EXPECT_EQ(raw_batch.labels, hashed_batch.labels);
+  EXPECT_EQ(raw_batch.dense, hashed_batch.dense);
+  for (int64_t i = 0; i < n; i += 7) {
+    ASSERT_EQ(raw.logit(raw_batch, i), hashed.logit(hashed_batch, i)) << i;
+  }
+  std::map<int64_t, std::pair<int, int64_t>> slot_of_key;  // key -> (feature, slot), all features
+  for (int f = 0; f < kNumCategoricalFeatures; ++f) {
+    const auto slots = hashed_batch.categorical_ids(f);
+    const auto keys = raw_batch.categorical_ids(f);
+    std::map<int64_t, std::pair<int64_t, int64_t>> seen;  // key -> first and last example
+    std::map<int64_t, std::set<int64_t>> keys_of_slot;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto [it, inserted] = slot_of_key.emplace(keys[static_cast<size_t>(i)],
+                                                      std::pair(f, slots[static_cast<size_t>(i)]));
+      ASSERT_EQ(it->second, std::pair(f, slots[static_cast<size_t>(i)])) << "feature " << f;
+      auto [span, first] = seen.emplace(keys[static_cast<size_t>(i)], std::pair(i, i));
+      span->second.second = i;
+      keys_of_slot[slots[static_cast<size_t>(i)]].insert(keys[static_cast<size_t>(i)]);
+    }
+    // A key lives at most item_lifetime examples.
+    for (const auto& [key, span] : seen) ASSERT_LT(span.second - span.first, lifetime);
+    // Over 10 lifetimes a slot seen all along has 10 or 11 keys (its first and last partial).
+    for (const auto& [slot, slot_keys] : keys_of_slot) ASSERT_LE(slot_keys.size(), 11u);
+    if (f == 3) {
+      EXPECT_GE(keys_of_slot.at(0).size(), 10u);  // the one slot: seen in every example
+    }
+  }
+  // At a fixed moment, no drift: one key per slot.
+  SyntheticCriteo still(open_options(CategoricalIds::kRawKeys));
+  still.set_vocabulary_time(5 * lifetime);
+  ASSERT_EQ(still.next(raw_batch, n), n);
+  EXPECT_EQ(raw_batch.labels, hashed_batch.labels);
+  std::set<int64_t> keys(raw_batch.categorical_ids(3).begin(), raw_batch.categorical_ids(3).end());
+  EXPECT_EQ(keys.size(), 1u);
+  EXPECT_THROW(still.set_vocabulary_time(-1), InvalidArgument);
+}
+
 // Rank-sum (Mann-Whitney) AUC of scores against 0/1 labels, ties counted half.
 double auc(const std::vector<double>& scores, const std::vector<float>& labels) {
   std::vector<size_t> order(scores.size());
@@ -319,6 +379,9 @@ TEST(SyntheticCriteoTest, InvalidOptions) {
   options = small_options(0);
   options.num_examples = -1;
   expect_error(options, "num_examples is -1, must be >= 0");
+  options = small_options(0);
+  options.item_lifetime = 0;
+  expect_error(options, "item_lifetime is 0, must be >= 1");
 }
 
 TEST(SyntheticCriteoTest, InvalidPositionsChangeNothing) {

@@ -225,6 +225,42 @@ TEST(TrainConfig, ThreadsAreBoundedAsTheLibrarysNumThreads) {
   }
 }
 
+TEST(TrainConfig, VocabularySettings) {
+  const TrainConfig hashed = load_train_config("", {});
+  EXPECT_EQ(hashed.embedding.vocabulary, "hashed");
+  EXPECT_FALSE(dynamic_vocabulary(hashed));
+  EXPECT_EQ(hashed.embedding.capacity, 0);
+  EXPECT_EQ(hashed.embedding.min_count, 1);
+  EXPECT_EQ(hashed.embedding.ttl_steps, 0);
+  EXPECT_EQ(hashed.embedding.when_full, "evict_least_recent");
+  const TrainConfig dynamic = load_train_config(
+      "", {"embedding.vocabulary=dynamic", "embedding.capacity=5000", "embedding.min_count=3",
+           "embedding.ttl_steps=40", "embedding.when_full=evict_least_frequent"});
+  EXPECT_TRUE(dynamic_vocabulary(dynamic));
+  EXPECT_EQ(dynamic.embedding.capacity, 5000);
+  EXPECT_EQ(dynamic.embedding.min_count, 3);
+  EXPECT_EQ(dynamic.embedding.ttl_steps, 40);
+  EXPECT_EQ(dynamic.embedding.when_full, "evict_least_frequent");
+  const std::string path = write_file("config_dynamic.toml", to_toml(dynamic));
+  EXPECT_EQ(to_toml(load_train_config(path, {})), to_toml(dynamic));
+
+  const auto error = [](const std::string& setting) {
+    return error_of<InvalidArgument>([&] { load_train_config("", {setting}); });
+  };
+  EXPECT_THAT(error("embedding.vocabulary=open"),
+              HasSubstr("embedding.vocabulary must be hashed or dynamic, not 'open'"));
+  EXPECT_THAT(error("embedding.capacity=-1"), HasSubstr("embedding.capacity must be >= 0"));
+  EXPECT_THAT(error("embedding.min_count=0"), HasSubstr("embedding.min_count must be >= 1, not 0"));
+  EXPECT_THAT(error("embedding.ttl_steps=-2"),
+              HasSubstr("embedding.ttl_steps must be >= 0 (0: no TTL), not -2"));
+  EXPECT_THAT(error("embedding.when_full=drop"),
+              AllOf(HasSubstr("embedding.when_full: "), HasSubstr("drop")));
+  EXPECT_THAT(error("embedding.capacity=1.5"), HasSubstr("'embedding.capacity'"));
+  EXPECT_EQ(hashed.data.synthetic_item_lifetime, 1 << 20);
+  EXPECT_THAT(error("data.synthetic_item_lifetime=0"),
+              HasSubstr("data.synthetic_item_lifetime must be >= 1, not 0"));
+}
+
 TEST(TrainConfig, ResumeRefusesSettingsThatChangeTheUpdates) {
   const std::string saved = to_toml(load_train_config("", {"train.batch_size=128"}));
   const auto error = [&](const std::vector<std::string>& overrides) {
@@ -241,6 +277,32 @@ TEST(TrainConfig, ResumeRefusesSettingsThatChangeTheUpdates) {
   EXPECT_THAT(error({"train.batch_size=128", "embedding.optimizer=adam"}),
               AllOf(HasSubstr("embedding.learning_rate is 0.01, was 1.0; "),
                     HasSubstr("embedding.optimizer is 'adam', was 'adagrad'")));
+  for (const auto& [setting, message] : std::vector<std::pair<std::string, std::string>>{
+           {"embedding.vocabulary=dynamic", "embedding.vocabulary is 'dynamic', was 'hashed'"},
+           {"embedding.capacity=9", "embedding.capacity is 9, was 0"},
+           {"embedding.min_count=2", "embedding.min_count is 2, was 1"},
+           {"embedding.ttl_steps=5", "embedding.ttl_steps is 5, was 0"},
+           {"embedding.when_full=error",
+            "embedding.when_full is 'error', was 'evict_least_recent'"}}) {
+    EXPECT_THAT(error({"train.batch_size=128", setting}), HasSubstr(message)) << setting;
+  }
+  // Settings written before the vocabulary settings existed had their defaults.
+  std::string older = saved;
+  for (const std::string key : {"vocabulary", "capacity", "min_count", "ttl_steps", "when_full",
+                                "synthetic_item_lifetime"}) {
+    const size_t line = older.find("\n" + key + " = ");
+    ASSERT_NE(line, std::string::npos) << key;
+    older.erase(line, older.find('\n', line + 1) - line);
+  }
+  EXPECT_NO_THROW(
+      check_resume_settings(older, load_train_config("", {"train.batch_size=128"}), "old-ckpt"));
+  EXPECT_THAT(error_of<InvalidArgument>([&] {
+                check_resume_settings(
+                    older,
+                    load_train_config("", {"train.batch_size=128", "embedding.vocabulary=dynamic"}),
+                    "old-ckpt");
+              }),
+              HasSubstr("embedding.vocabulary is 'dynamic', was 'hashed'"));
   // What may change: the length of the run, its records, where they go, how the work is spread.
   EXPECT_NO_THROW(check_resume_settings(
       saved,

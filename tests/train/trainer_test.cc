@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <system_error>
 #include <thread>
@@ -26,6 +27,8 @@
 
 #include "testing/fault_file_system.h"
 #include "testing/files.h"
+#include "train/embedding_model.h"
+#include "train/example_batch.h"
 
 namespace recemb::train {
 namespace {
@@ -86,6 +89,108 @@ TEST(Trainer, LearnsThePlantedSignalAndWritesItsOutputs) {
   EXPECT_THAT(format_summary(summary), HasSubstr("held-out AUC"));
   EXPECT_TRUE(summary.learned);
   EXPECT_THAT(format_summary(summary), Not(HasSubstr("did not learn")));
+}
+
+// embedding.vocabulary = dynamic: the 26 tables are keyed by the synthetic data's raw keys; the
+// model learns as with hashed tables, and the summary reports each table's vocabulary as
+// Embedding::vocabulary_stats counts it.
+TEST(Trainer, DynamicVocabulariesLearnAndReportTheirKeys) {
+  const auto dir = fresh_dir("dynamic");
+  std::ostringstream log;
+  const TrainSummary summary =
+      run_training(small_config(dir, {"embedding.vocabulary=dynamic", "embedding.min_count=2",
+                                      "embedding.ttl_steps=20", "embedding.capacity=3000"}),
+                   {.log = &log});
+  EXPECT_NEAR(summary.initial_auc, 0.5, 0.05);
+  EXPECT_GT(summary.final_auc, 0.6) << log.str();
+  EXPECT_TRUE(summary.learned);
+  ASSERT_EQ(summary.vocabularies.size(), 26u);
+  VocabularyStats total;
+  for (size_t f = 0; f < summary.vocabularies.size(); ++f) {
+    const TableVocabulary& v = summary.vocabularies[f];
+    EXPECT_EQ(v.table, "C" + std::to_string(f + 1));
+    EXPECT_EQ(v.capacity, 3000);
+    EXPECT_LE(v.stats.size, v.capacity);
+    // Every key admitted is held or was evicted.
+    EXPECT_EQ(v.stats.inserted, v.stats.size + v.stats.evicted) << v.table;
+    total.size += v.stats.size;
+    total.inserted += v.stats.inserted;
+    total.evicted += v.stats.evicted;
+    total.not_admitted_lookups += v.stats.not_admitted_lookups;
+  }
+  // min_count = 2 leaves the keys seen once without a row; the TTL evicts keys of the Zipf tail
+  // not seen for 20 steps; the capacity evicts in the tables with more live keys than 3000.
+  EXPECT_GT(total.size, 0);
+  EXPECT_GT(total.not_admitted_lookups, 0);
+  EXPECT_GT(total.evicted, 0);
+  const std::string text = format_summary(summary);
+  EXPECT_THAT(text, HasSubstr("vocabularies of 26 dynamic tables: " + std::to_string(total.size) +
+                              " keys held (capacity 78000), " + std::to_string(total.inserted) +
+                              " admitted, " + std::to_string(total.evicted) + " evicted, " +
+                              std::to_string(total.not_admitted_lookups) +
+                              " lookups of keys not admitted"));
+  EXPECT_THAT(text, HasSubstr("  largest, C"));
+  const std::string json = read_text(dir / "summary.json");
+  EXPECT_THAT(json, HasSubstr("\"vocabularies\": {"));
+  const TableVocabulary& c1 = summary.vocabularies[0];
+  EXPECT_THAT(json,
+              HasSubstr("\"C1\": {\"capacity\": 3000, \"keys\": " + std::to_string(c1.stats.size) +
+                        ", \"admitted\": " + std::to_string(c1.stats.inserted)));
+  EXPECT_THAT(log.str(), HasSubstr("26 dynamic tables"));
+  // No checkpoints of dynamic tables yet: none is written, and --resume says why.
+  EXPECT_FALSE(std::filesystem::exists(dir / "checkpoints"));
+  EXPECT_FALSE(summary.checkpointed);
+  EXPECT_THAT(log.str(), HasSubstr("checkpoints of dynamic tables are not supported yet"));
+  const std::string metrics = read_text(dir / "metrics.jsonl");
+  try {
+    run_training(small_config(dir, {"embedding.vocabulary=dynamic"}),
+                 {.resume = true, .log = &log});
+    ADD_FAILURE() << "--resume of a dynamic run: no error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("embedding.vocabulary = dynamic writes no checkpoints"));
+  }
+  EXPECT_EQ(read_text(dir / "metrics.jsonl"), metrics);
+}
+
+// The synthetic data's open vocabulary drifts: in the smallest table, whose few slots are all seen
+// at every step, the TTL evicts keys only because their items were replaced.
+TEST(Trainer, DriftingItemsAreAdmittedAndTheirPredecessorsEvicted) {
+  std::ostringstream log;
+  const auto run = [&](const std::string& name, int64_t lifetime) {
+    const TrainConfig config = small_config(
+        fresh_dir(name), {"embedding.vocabulary=dynamic", "embedding.ttl_steps=3", "train.steps=40",
+                          "train.eval_every=0", "data.eval_examples=1024",
+                          "data.synthetic_item_lifetime=" + std::to_string(lifetime)});
+    const std::vector<int64_t> sizes = embedding_model(config).sizes;
+    const auto smallest =
+        static_cast<size_t>(std::min_element(sizes.begin(), sizes.end()) - sizes.begin());
+    const TrainSummary summary = run_training(config, {.log = &log});
+    return std::pair(sizes[smallest], summary.vocabularies.at(smallest).stats);
+  };
+  const auto [slots, still] = run("drift_none", int64_t{1} << 40);
+  ASSERT_LE(slots, 10);
+  EXPECT_EQ(still.size, slots);
+  EXPECT_EQ(still.inserted, slots);
+  EXPECT_EQ(still.evicted, 0);
+  // 40 steps of 256 examples: each slot's item is replaced 10 times (every 1024 examples).
+  // The keys held: each slot's current item, and its predecessor if seen in the last 3 steps.
+  const auto [same_slots, drifting] = run("drift_fast", 1024);
+  EXPECT_GE(drifting.size, slots);
+  EXPECT_LE(drifting.size, 2 * slots);
+  EXPECT_GE(drifting.inserted, 10 * slots);
+  EXPECT_LE(drifting.inserted, 11 * slots);
+  EXPECT_EQ(drifting.evicted, drifting.inserted - drifting.size);
+  EXPECT_GE(drifting.evicted, 9 * slots);
+}
+
+// The hashed mode has no vocabulary to report.
+TEST(Trainer, HashedTablesReportNoVocabulary) {
+  const auto dir = fresh_dir("hashed_no_vocabulary");
+  std::ostringstream log;
+  const TrainSummary summary = run_training(small_config(dir, {"train.steps=3"}), {.log = &log});
+  EXPECT_TRUE(summary.vocabularies.empty());
+  EXPECT_THAT(format_summary(summary), Not(HasSubstr("vocabularies")));
+  EXPECT_THAT(read_text(dir / "summary.json"), Not(HasSubstr("vocabularies")));
 }
 
 TEST(Trainer, ResumeContinuesExactlyAsAnUninterruptedRun) {
@@ -160,6 +265,47 @@ void write_criteo(const std::filesystem::path& path, int lines, int malformed, u
       if (rng() % 10 != 0) out << std::hex << (f == 0 ? hot : rng() % 5000) << std::dec;
     }
     out << '\n';
+  }
+}
+
+// Criteo files with dynamic tables: every distinct value of the lines trained on (the missing
+// value included) holds a key of its own, and the model learns as with hashed tables.
+TEST(Trainer, TrainsDynamicTablesOnCriteoFilesKeyedByTheirValues) {
+  const auto dir = fresh_dir("criteo_dynamic");
+  std::filesystem::create_directories(dir);
+  write_criteo(dir / "train.tsv", 3000, 4, 1);
+  std::ostringstream log;
+  const TrainSummary summary =
+      run_training(small_config(dir / "out", {"data.path=\"" + (dir / "train.tsv").string() + "\"",
+                                              "data.eval_examples=500", "train.steps=1000",
+                                              "train.batch_size=64", "embedding.vocabulary=dynamic",
+                                              "embedding.capacity=100000"}),
+                   {.log = &log});
+  EXPECT_EQ(summary.malformed_lines, 4);
+  EXPECT_EQ(summary.examples, 2496);
+  EXPECT_GT(summary.final_auc, 0.7);
+  // The reference: the distinct texts of each field in the lines trained on (after the 500 held
+  // out), counted from the file.
+  std::vector<std::set<std::string>> values(kNumCategoricalFeatures);
+  std::istringstream lines(read_text(dir / "train.tsv"));
+  int valid = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> fields;
+    std::istringstream split(line);
+    for (std::string field; std::getline(split, field, '\t');) fields.push_back(field);
+    if (line.back() == '\t') fields.emplace_back();
+    if (fields.size() != 40 || ++valid <= 500) continue;
+    for (int f = 0; f < kNumCategoricalFeatures; ++f) {
+      values[static_cast<size_t>(f)].insert(fields[static_cast<size_t>(14 + f)]);
+    }
+  }
+  ASSERT_EQ(valid, 2996);
+  ASSERT_EQ(summary.vocabularies.size(), 26u);
+  for (int f = 0; f < kNumCategoricalFeatures; ++f) {
+    const VocabularyStats& stats = summary.vocabularies[static_cast<size_t>(f)].stats;
+    EXPECT_EQ(stats.size, static_cast<int64_t>(values[static_cast<size_t>(f)].size()))
+        << "C" << f + 1;
+    EXPECT_EQ(stats.evicted, 0);
   }
 }
 
@@ -528,6 +674,34 @@ TEST(Trainer, RanksTrainAsOneProcessUpToRounding) {
   expect_close_metrics(ranks_dir, alone_dir);
   EXPECT_THAT(read_text(ranks_dir / "summary.json"), HasSubstr("\"ranks\": 3,"));
   EXPECT_THAT(read_text(ranks_dir / "config.toml"), HasSubstr("sharding = 'row_wise'"));
+}
+
+// Dynamic tables split by keys over the ranks train as in one process, and report the same
+// vocabularies (no part is full: admission and the TTL do not depend on the placement).
+TEST(Trainer, RanksTrainDynamicTablesAsOneProcess) {
+  const auto alone_dir = fresh_dir("dynamic_alone");
+  const auto ranks_dir = fresh_dir("dynamic_ranks");
+  const std::vector<std::string> dynamic = {"embedding.vocabulary=dynamic", "embedding.min_count=2",
+                                            "embedding.ttl_steps=10", "embedding.capacity=100000"};
+  std::ostringstream log;
+  const TrainSummary alone = run_training(ranks_config(alone_dir, dynamic), {.log = &log});
+  std::vector<std::string> row_wise = dynamic;
+  row_wise.push_back("embedding.sharding=row_wise");
+  const std::vector<RankOutcome> ranks = train_on_ranks(2, ranks_config(ranks_dir, row_wise));
+  for (const RankOutcome& outcome : ranks) {
+    ASSERT_EQ(outcome.error, "");
+    ASSERT_EQ(outcome.summary.vocabularies.size(), alone.vocabularies.size());
+    for (size_t t = 0; t < alone.vocabularies.size(); ++t) {
+      const VocabularyStats& a = alone.vocabularies[t].stats;
+      const VocabularyStats& b = outcome.summary.vocabularies[t].stats;
+      EXPECT_EQ(b.size, a.size) << alone.vocabularies[t].table;
+      EXPECT_EQ(b.inserted, a.inserted) << alone.vocabularies[t].table;
+      EXPECT_EQ(b.evicted, a.evicted) << alone.vocabularies[t].table;
+      EXPECT_EQ(b.not_admitted_lookups, a.not_admitted_lookups) << alone.vocabularies[t].table;
+    }
+  }
+  EXPECT_NEAR(ranks[0].summary.final_auc, alone.final_auc, kRankTolerance);
+  expect_close_metrics(ranks_dir, alone_dir);
 }
 
 TEST(Trainer, ResumeOnTwoRanksContinuesExactlyAsAnUninterruptedRun) {

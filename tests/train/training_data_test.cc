@@ -59,6 +59,48 @@ TEST(TrainingDataTest, SyntheticDataHoldsOutItsOwnStreamAndKnowsTheBestModel) {
                                             data.eval_set.dense.begin() + 100 * 13));
 }
 
+// embedding.vocabulary = dynamic: the synthetic examples are the hashed mode's, keyed by the items
+// of their moment; update_held_out_set keys the held-out set by the items of the moment given
+// (the examples stay), and leaves a hashed held-out set as it is.
+TEST(TrainingDataTest, ADynamicHeldOutSetIsKeyedByTheItemsOfTheMoment) {
+  const TrainConfig hashed_config = config_with({"data.eval_examples=2000"});
+  const TrainConfig dynamic_config =
+      config_with({"data.eval_examples=2000", "embedding.vocabulary=dynamic"});
+  TrainingData hashed = open_training_data(hashed_config, kSizes);
+  TrainingData dynamic = open_training_data(dynamic_config, kSizes);
+  EXPECT_EQ(dynamic.eval_set.labels, hashed.eval_set.labels);
+  EXPECT_EQ(dynamic.eval_set.dense, hashed.eval_set.dense);
+  EXPECT_EQ(dynamic.best_auc, hashed.best_auc);
+  EXPECT_NE(dynamic.eval_set.categorical, hashed.eval_set.categorical);  // keys, not rows
+
+  const ExampleBatch at_start = dynamic.eval_set;
+  update_held_out_set(dynamic, 0);
+  EXPECT_EQ(dynamic.eval_set.categorical, at_start.categorical);
+  // Two lifetimes of an item later every slot holds another item: every key is new.
+  const int64_t later = 2 * SyntheticOptions{}.item_lifetime;
+  update_held_out_set(dynamic, later);
+  EXPECT_EQ(dynamic.eval_set.labels, at_start.labels);
+  EXPECT_EQ(dynamic.eval_set.dense, at_start.dense);
+  ASSERT_EQ(dynamic.eval_set.categorical.size(), at_start.categorical.size());
+  for (size_t k = 0; k < at_start.categorical.size(); ++k) {
+    ASSERT_NE(dynamic.eval_set.categorical[k], at_start.categorical[k]) << k;
+  }
+  // As the training stream sees them at that moment: a held-out key is the key its slot has in
+  // the training examples there (the one-slot feature C1 shows it).
+  std::vector<int64_t> one_slot = kSizes;
+  one_slot[0] = 1;
+  TrainingData single = open_training_data(dynamic_config, one_slot);
+  update_held_out_set(single, later);
+  single.train_source->seek("synthetic:" + std::to_string(later));
+  ExampleBatch train;
+  single.train_source->next(train, 1);
+  EXPECT_EQ(single.eval_set.categorical_ids(0)[0], train.categorical_ids(0)[0]);
+
+  const ExampleBatch hashed_set = hashed.eval_set;
+  update_held_out_set(hashed, later);
+  EXPECT_EQ(hashed.eval_set.categorical, hashed_set.categorical);
+}
+
 TEST(TrainingDataTest, AFilesHeadIsHeldOutAndItsRestTrains) {
   const test::TemporaryDirectory dir;
   write_lines(dir / "day.tsv", 1000, 1);
