@@ -83,11 +83,9 @@ std::string format_summary(const TrainSummary& s) {
                std::to_string(s.rank) + "'s)\n";
   }
   if (s.stop_signal != 0) {
-    summary +=
-        std::string("stopped by ") + signal_name(s.stop_signal) + " after step " +
-        std::to_string(s.steps) + " of " + std::to_string(s.requested_steps) +
-        (s.checkpointed ? ": continue with --resume\n"
-                        : " (no checkpoint: a run of dynamic tables cannot be resumed yet)\n");
+    summary += std::string("stopped by ") + signal_name(s.stop_signal) + " after step " +
+               std::to_string(s.steps) + " of " + std::to_string(s.requested_steps) +
+               ": continue with --resume\n";
   }
   if (s.data_ended) {
     summary += "the training data ended at step " + std::to_string(s.steps) +

@@ -34,7 +34,6 @@ struct TrainSummary {
   int64_t requested_steps = 0;  // train.steps
   bool data_ended = false;      // the training data ended before train.steps
   int stop_signal = 0;          // the signal that stopped the run early (SIGINT, SIGTERM); 0: none
-  bool checkpointed = true;     // the run wrote checkpoints (not yet with dynamic tables)
   int64_t examples = 0;         // training examples consumed by this run (all ranks together)
   double seconds = 0;           // wall time of this run's training loop (evaluations included)
   double examples_per_second = 0;

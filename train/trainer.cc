@@ -74,10 +74,6 @@ DenseOptimizerConfig dense_optimizer_config(const TrainConfig::DenseOptimizer& d
   return DenseAdam{.learning_rate = static_cast<float>(dense.learning_rate)};
 }
 
-// Checkpoints of dynamic tables are not in the library yet: a run with embedding.vocabulary =
-// "dynamic" writes none and cannot be resumed (docs/training.md, "Vocabularies").
-bool checkpoints_supported(const TrainConfig& config) { return !dynamic_vocabulary(config); }
-
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const RunOptions& options)
@@ -120,11 +116,6 @@ class Trainer {
     locally([&] {
       if (root()) std::filesystem::create_directories(output_dir_);
     });
-    if (options_.resume && !checkpoints_supported(config_)) {
-      throw InvalidArgument(
-          "--resume: a run with embedding.vocabulary = dynamic writes no checkpoints (checkpoints "
-          "of dynamic tables are not supported yet), so it cannot be resumed: start a new run");
-    }
     if (options_.resume) {
       resume();
     } else {
@@ -153,7 +144,6 @@ class Trainer {
     summary_.ranks = group_.size();
     summary_.first_step = embedding_.step();
     summary_.requested_steps = config_.train.steps;
-    summary_.checkpointed = checkpoints_supported(config_);
     summary_.embedding_bytes = embedding_bytes(embedding_);
     trained_position_ = prefetching_->position();
     describe_run();
@@ -358,11 +348,6 @@ class Trainer {
                   dynamic ? " when full" : "", model_.parameters().size(),
                   config_.data.path.empty() ? "synthetic Criteo-like" : config_.data.path.c_str());
     progress_.message(line);
-    if (!checkpoints_supported(config_)) {
-      progress_.message(
-          "no checkpoints: checkpoints of dynamic tables are not supported yet (this run cannot "
-          "be resumed or exported)");
-    }
     if (!data_.held_out_message.empty()) progress_.message("warning: " + data_.held_out_message);
     if (group_.size() > 1) {
       const Slice largest = rank_slice(config_.train.batch_size, group_.size() - 1, group_.size());
@@ -484,7 +469,6 @@ class Trainer {
   }
 
   void save() {
-    if (!checkpoints_supported(config_)) return;
     if (embedding_.step() == last_saved_step_) return;  // e.g. resumed at the final step
     last_saved_step_ = embedding_.step();
     const Clock::time_point t = Clock::now();
