@@ -12,25 +12,10 @@
 
 #include "kernels/prefetch.h"
 #include "util/check.h"
+#include "util/key_hash.h"
 
 namespace recemb::internal {
 namespace {
-
-// Murmur3's 64-bit finalizer: a bijection in which every key bit flips about half the output
-// bits, so that adversarial keys (0, negatives, INT64_MIN/MAX, sequential runs) spread evenly.
-uint64_t mix(int64_t key) {
-  uint64_t z = static_cast<uint64_t>(key);
-  z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdULL;
-  z = (z ^ (z >> 33)) * 0xc4ceb9fe1a85ec53ULL;
-  return z ^ (z >> 33);
-}
-
-// [0, n) from a hash's high bits (multiply-shift): no division, and any n, so that the hash table
-// can be sized at exactly capacity / 0.8 rather than the next power of two (up to 2x the memory).
-size_t scale(uint64_t hash, size_t n) {
-  __extension__ using Wide = unsigned __int128;
-  return static_cast<size_t>((static_cast<Wide>(hash) * n) >> 64);
-}
 
 int64_t saturating_add(int64_t a, int64_t b) {  // a, b >= 0
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
@@ -136,7 +121,9 @@ int64_t KeyIndex::capacity() const { return capacity_; }
 int64_t KeyIndex::size() const { return size_; }
 int64_t KeyIndex::exact_pending_limit() const { return exact_pending_limit_; }
 
-size_t KeyIndex::home_bucket(int64_t key) const { return scale(mix(key), buckets_.size()); }
+size_t KeyIndex::home_bucket(int64_t key) const {
+  return scale_hash(mix_key(key), buckets_.size());
+}
 
 int64_t KeyIndex::find(int64_t key) const {
   // Ends: a bucket with a free entry is never passed (erase keeps it so), and one always exists.
@@ -411,7 +398,9 @@ std::vector<int64_t> KeyIndex::slots_by_key() const {
 
 // ---- Pending counts ------------------------------------------------------------------------
 
-size_t KeyIndex::pending_home(int64_t key) const { return scale(mix(key), pending_.size()); }
+size_t KeyIndex::pending_home(int64_t key) const {
+  return scale_hash(mix_key(key), pending_.size());
+}
 
 size_t KeyIndex::probe_pending(int64_t key) const {
   return probe(std::span<const PendingEntry>(pending_), pending_home(key), key,
@@ -487,7 +476,7 @@ std::vector<std::pair<int64_t, int64_t>> KeyIndex::exact_pending() const {
 bool KeyIndex::sketch_in_use() const { return !sketch_.empty(); }
 
 int64_t KeyIndex::sketch_estimate(int64_t key) const {
-  const uint64_t hash = mix(key ^ kSketchSalt);
+  const uint64_t hash = mix_key(key ^ kSketchSalt);
   uint32_t estimate = std::numeric_limits<uint32_t>::max();
   for (int row = 0; row < kSketchRows; ++row) {
     estimate = std::min(estimate, sketch_[sketch_index(hash, row)]);
@@ -499,7 +488,7 @@ void KeyIndex::add_to_sketch(int64_t key, int64_t occurrences) {
   if (sketch_.empty()) sketch_.assign(kSketchRows * kSketchColumns, 0);
   const int64_t target = std::min<int64_t>(saturating_add(sketch_estimate(key), occurrences),
                                            std::numeric_limits<uint32_t>::max());
-  const uint64_t hash = mix(key ^ kSketchSalt);
+  const uint64_t hash = mix_key(key ^ kSketchSalt);
   for (int row = 0; row < kSketchRows; ++row) {
     uint32_t& counter = sketch_[sketch_index(hash, row)];
     counter = std::max(counter, static_cast<uint32_t>(target));
