@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "recemb/embedding.h"
 #include "recemb/error.h"
 #include "recemb/serving.h"
+#include "recemb/string_key.h"
 
 #include "kernels/quantized_rows.h"
 #include "serving/model_file.h"
@@ -357,6 +359,66 @@ TEST(ServingDynamicFileTest, KeysAndRowsAreLaidOutAndChecked) {
   expect_rejected(swapped, false,
                   "table 'user': keys[1] = -9223372036854775808 is not greater than keys[0] = -5");
 }
+
+// tests/data/serving-v3 holds a model of each dtype written by format version 3 (the first with
+// dynamic tables), which must keep loading. Tables: "items" [4, 3], mean, row r column c =
+// (3 r + c) / 4 - 1; "users" dynamic, dim 2, sqrtn, keys -7: {-0.5, 0.25}, 3: {1, -1}, 2^40:
+// {0.75, 0.5}, string_key("ann") = 5200682613324210888: {-0.25, 2} (every value exact in
+// float16). Features: "clicks" (items), "friends" (users), "recent" (users, max_sequence_length
+// 2). Metadata {"model": "golden-v3"}; no extra arrays. Written by the Python bindings
+// (Embedding.write_dynamic_table, then export_serving_model with ExportOptions(metadata=...)).
+class ServingGoldenV3Test : public ::testing::TestWithParam<ServingDtype> {};
+
+TEST_P(ServingGoldenV3Test, ReadsTheCheckedInModels) {
+  const ServingDtype dtype = GetParam();
+  const std::filesystem::path path =
+      test::checked_in_data_dir() / "serving-v3" /
+      ("model-" + std::string(serving_dtype_name(dtype)) + ".recemb");
+  EXPECT_EQ(test::ModelFile::read(path).format_version, 3u);
+  const ServingModel model = ServingModel::open(path);
+  EXPECT_EQ(model.dtype(), dtype);
+  EXPECT_EQ(model.metadata(), (std::map<std::string, std::string>{{"model", "golden-v3"}}));
+  EXPECT_FALSE(model.is_dynamic("items"));
+  EXPECT_TRUE(model.is_dynamic("users"));
+  EXPECT_EQ(model.num_keys("users"), 4);
+  EXPECT_EQ(model.tables()[1].dynamic_vocabulary->capacity, 8);
+  EXPECT_EQ(model.tables()[1].combiner, Combiner::kSqrtn);
+  const int64_t ann = string_key("ann");
+  EXPECT_EQ(ann, 5200682613324210888);
+  // clicks {0, 3} {2}; friends {3: 3, ann: 4, 5 (absent): 1} {}; recent {2^40, -7, 99} {-7}.
+  const std::vector<OwnedInput> inputs = {
+      OwnedInput::ragged({{{0, 3}, {}}, {{2}, {}}}, false),
+      OwnedInput::ragged({{{3, ann, 5}, {3.0f, 4.0f, 1.0f}}, {{}, {}}}, true),
+      OwnedInput::ragged({{{int64_t{1} << 40, -7, 99}, {}}, {{-7}, {}}}, false)};
+  const std::vector<std::vector<float>> actual = lookup_activations(model, test::views_of(inputs));
+  const auto item = [](int c, int r) { return (3.0 * r + c) / 4 - 1; };
+  const std::vector<double> row_3 = {1, -1}, row_ann = {-0.25, 2}, row_big = {0.75, 0.5},
+                            row_minus_7 = {-0.5, 0.25};
+  std::vector<std::vector<double>> expected(3);
+  for (int c = 0; c < 3; ++c) expected[0].push_back((item(c, 0) + item(c, 3)) / 2);
+  for (int c = 0; c < 3; ++c) expected[0].push_back(item(c, 2));
+  for (size_t c = 0; c < 2; ++c) {
+    expected[1].push_back((3 * row_3[c] + 4 * row_ann[c]) / std::sqrt(26.0));
+  }
+  expected[1].resize(4, 0.0);
+  expected[2] = {
+      row_big[0], row_big[1], row_minus_7[0], row_minus_7[1], row_minus_7[0], row_minus_7[1],
+      0.0,        0.0};
+  // float32 and float16 hold every value exactly; int8 within half a code step of its row's range
+  // (at most 2.25 / 255 / 2), combined.
+  const double tolerance = dtype == ServingDtype::kInt8 ? 0.01 : 1e-6;
+  for (size_t f = 0; f < expected.size(); ++f) {
+    ASSERT_EQ(actual[f].size(), expected[f].size()) << f;
+    for (size_t i = 0; i < expected[f].size(); ++i) {
+      EXPECT_NEAR(actual[f][i], expected[f][i], tolerance) << "feature " << f << " value " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, ServingGoldenV3Test, ::testing::ValuesIn(kDtypes),
+                         [](const auto& test_info) {
+                           return std::string(serving_dtype_name(test_info.param));
+                         });
 
 }  // namespace
 }  // namespace recemb
