@@ -40,6 +40,9 @@ RECEMB_EXPORT std::string_view when_full_name(WhenFull value);
 // The inverse of when_full_name; anything else throws InvalidArgument listing the valid names.
 RECEMB_EXPORT WhenFull parse_when_full(std::string_view name);
 
+// The most keys a dynamic table holds (its index numbers slots in 32 bits).
+inline constexpr int64_t kMaxDynamicCapacity = int64_t{1} << 31;
+
 // A dynamic table: rows keyed by any int64 id, admitted and evicted as training sees them
 // (docs/semantics.md, "Dynamic vocabularies"). In short: a key without a row looks up a zero row
 // (its weight still counts in mean and sqrtn); each occurrence in a training lookup counts, and
@@ -47,7 +50,8 @@ RECEMB_EXPORT WhenFull parse_when_full(std::string_view name);
 // (table seed, key) alone; pure lookups never insert, count or evict.
 struct DynamicVocabulary {
   // Most keys held, all shards together (>= 1). A table split by rows into P parts holds at most
-  // ceil(capacity / P) keys in each, and when_full applies per part.
+  // ceil(capacity / P) keys in each, and when_full applies per part. At most
+  // kMaxDynamicCapacity.
   int64_t capacity = 0;
   int64_t min_count = 1;  // training-lookup occurrences before a key gets a row, >= 1
   // Unset: keys stay until evicted to make room. T >= 1: at the end of the apply_gradients that

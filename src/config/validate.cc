@@ -13,9 +13,9 @@ namespace recemb {
 
 void validate_dynamic_vocabulary(const DynamicVocabulary& vocabulary, std::string_view owner) {
   const std::string field = std::string(owner) + ": dynamic_vocabulary.";
-  if (vocabulary.capacity < 1) {
-    throw InvalidArgument(field + "capacity must be >= 1, got " +
-                          std::to_string(vocabulary.capacity));
+  if (vocabulary.capacity < 1 || vocabulary.capacity > kMaxDynamicCapacity) {
+    throw InvalidArgument(field + "capacity must be in [1, " + std::to_string(kMaxDynamicCapacity) +
+                          "], got " + std::to_string(vocabulary.capacity));
   }
   if (vocabulary.min_count < 1) {
     throw InvalidArgument(field + "min_count must be >= 1, got " +

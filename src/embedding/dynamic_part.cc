@@ -13,8 +13,8 @@
 namespace recemb::internal {
 namespace {
 
-// How far ahead find() prefetches the index.
-constexpr int64_t kPrefetchDistance = 8;
+// How many keys ahead find() prefetches the index (and commit the slots).
+constexpr int64_t kKeysAhead = 8;
 
 uint64_t mix(int64_t key) {
   auto h = static_cast<uint64_t>(key);
@@ -57,11 +57,11 @@ DynamicPart::DynamicPart(const TableConfig& table, const TablePart& part, uint64
       index_(make_index(table.name, part.rows)),
       initial_row_(static_cast<size_t>(table.dim)) {}
 
-void DynamicPart::find(const KeyRun& run) const {
-  for (int64_t j = 0; j < run.size; ++j) {
-    if (j + kPrefetchDistance < run.size) index_.prefetch(run.keys[j + kPrefetchDistance]);
+void DynamicPart::find(const KeyRun& run, int64_t first, int64_t last, int64_t absent) const {
+  for (int64_t j = first; j < last; ++j) {
+    if (j + kKeysAhead < last) index_.prefetch(run.keys[j + kKeysAhead]);
     const int64_t slot = index_.find(run.keys[j]);
-    run.slots[j] = slot == KeyIndex::kAbsent ? zero_row_ : slot;
+    run.slots[j] = slot == KeyIndex::kAbsent ? absent : slot;
   }
 }
 
@@ -79,51 +79,52 @@ uint32_t DynamicPart::distinct_index(int64_t key) {
   }
 }
 
-void DynamicPart::plan(std::span<const KeyRun> runs, int64_t step, int64_t pinned_from) {
-  int64_t total = 0;
-  for (const KeyRun& run : runs) total += run.size;
-  // Below 2^32 - 1 ids a table per batch (sharded_step.cc), so uint32 indexes suffice.
-  const auto positions = std::bit_ceil(static_cast<size_t>(2 * total + 2));
-  if (distinct_positions_.size() < positions) distinct_positions_.resize(positions);
-  std::fill(distinct_positions_.begin(), distinct_positions_.end(), 0u);
-  distinct_.clear();
-  occurrence_distinct_.resize(static_cast<size_t>(total));
-  size_t next = 0;
+int64_t DynamicPart::mark_present(std::span<const KeyRun> runs, bool mark) {
+  if (in_lookup_.size() < static_cast<size_t>(index_.capacity())) {
+    in_lookup_.resize(static_cast<size_t>(index_.capacity()), 0);
+  }
+  int64_t newly = 0;
   for (const KeyRun& run : runs) {
     for (int64_t j = 0; j < run.size; ++j) {
+      const int64_t slot = run.slots[j];
+      if (slot == KeyIndex::kAbsent) continue;
+      uint8_t& flag = in_lookup_[static_cast<size_t>(slot)];
+      newly += mark && flag == 0 ? 1 : 0;
+      flag = mark ? 1 : 0;
+    }
+  }
+  return newly;
+}
+
+void DynamicPart::plan(std::span<const KeyRun> runs, int64_t step, int64_t pinned_from) {
+  // The absent keys: counted by distinct key, in order of first occurrence.
+  int64_t absent = 0;
+  for (const KeyRun& run : runs) {
+    for (int64_t j = 0; j < run.size; ++j) absent += run.slots[j] == KeyIndex::kAbsent ? 1 : 0;
+  }
+  // Below 2^32 - 1 ids a table per batch (sharded_step.cc), so uint32 indexes suffice.
+  const auto positions = std::bit_ceil(static_cast<size_t>(2 * absent + 2));
+  distinct_positions_.assign(positions, 0u);
+  distinct_.clear();
+  occurrence_distinct_.clear();
+  for (const KeyRun& run : runs) {
+    for (int64_t j = 0; j < run.size; ++j) {
+      if (run.slots[j] != KeyIndex::kAbsent) continue;
       const uint32_t d = distinct_index(run.keys[j]);
       ++distinct_[d].occurrences;
-      occurrence_distinct_[next++] = d;
+      occurrence_distinct_.push_back(d);
     }
   }
   admitted_ = 0;
-  int64_t present = 0;
-  for (size_t d = 0; d < distinct_.size(); ++d) {
-    if (d + kPrefetchDistance < distinct_.size()) {
-      index_.prefetch(distinct_[d + kPrefetchDistance].key);
-    }
-    Distinct& entry = distinct_[d];
-    entry.slot = index_.find(entry.key);
-    if (entry.slot != KeyIndex::kAbsent) {
-      ++present;
-    } else {
-      entry.admitted = saturating_add(index_.pending_count(entry.key), entry.occurrences) >=
-                       vocabulary_.min_count;
-      admitted_ += entry.admitted ? 1 : 0;
-    }
+  for (Distinct& entry : distinct_) {
+    entry.admitted =
+        saturating_add(index_.pending_count(entry.key), entry.occurrences) >= vocabulary_.min_count;
+    admitted_ += entry.admitted ? 1 : 0;
   }
   victims_.clear();
   const int64_t excess = index_.size() + admitted_ - index_.capacity();
   if (excess <= 0) return;
   const std::string owner = "table '" + table_.name + "'";
-  if (present + admitted_ > index_.capacity()) {
-    throw FailedPrecondition(
-        owner + ": one training lookup has " + std::to_string(present + admitted_) +
-        " distinct keys that need a row, more than a part of the table holds (" +
-        std::to_string(index_.capacity()) + " keys, from dynamic_vocabulary.capacity " +
-        std::to_string(vocabulary_.capacity) +
-        "); raise the capacity or split the batch. Nothing was changed");
-  }
   if (vocabulary_.when_full == WhenFull::kError) {
     throw FailedPrecondition(
         owner + " is full: admitting " + std::to_string(admitted_) +
@@ -132,23 +133,24 @@ void DynamicPart::plan(std::span<const KeyRun> runs, int64_t step, int64_t pinne
         ", when_full = 'error'); raise the capacity or let it evict "
         "(when_full = 'evict_least_recent'). Nothing was changed");
   }
-  // The smallest unpinned keys, skipping those of this lookup (about to be seen again): at most
-  // `present` of the candidates are skipped.
+  // The smallest unpinned keys, skipping those of this lookup (about to be seen again).
+  const int64_t present = mark_present(runs, true);
+  if (present + admitted_ > index_.capacity()) {
+    mark_present(runs, false);
+    throw FailedPrecondition(
+        owner + ": one training lookup has " + std::to_string(present + admitted_) +
+        " distinct keys that need a row, more than a part of the table holds (" +
+        std::to_string(index_.capacity()) + " keys, from dynamic_vocabulary.capacity " +
+        std::to_string(vocabulary_.capacity) +
+        "); raise the capacity or split the batch. Nothing was changed");
+  }
   const std::span<const int64_t> candidates = index_.choose_victims(
       eviction_order(vocabulary_.when_full), excess + present, std::min(pinned_from, step));
-  const size_t mask = distinct_positions_.size() - 1;
   for (const int64_t slot : candidates) {
     if (std::ssize(victims_) == excess) break;
-    const int64_t key = index_.key_of(slot);
-    bool in_lookup = false;
-    for (size_t at = mix(key) & mask; distinct_positions_[at] != 0; at = (at + 1) & mask) {
-      if (distinct_[distinct_positions_[at] - 1].key == key) {
-        in_lookup = true;
-        break;
-      }
-    }
-    if (!in_lookup) victims_.push_back(slot);
+    if (in_lookup_[static_cast<size_t>(slot)] == 0) victims_.push_back(slot);
   }
+  mark_present(runs, false);
   if (std::ssize(victims_) < excess) {
     throw FailedPrecondition(
         owner + ": no room for " + std::to_string(admitted_) + " new keys: the " +
@@ -161,10 +163,17 @@ void DynamicPart::plan(std::span<const KeyRun> runs, int64_t step, int64_t pinne
 void DynamicPart::commit(std::span<const KeyRun> runs, int64_t step, TableStorage& storage) {
   for (const int64_t slot : victims_) index_.erase(slot);
   counters_.evicted += std::ssize(victims_);
+  // The present keys' sightings, one occurrence at a time, in run order.
+  for (const KeyRun& run : runs) {
+    for (int64_t j = 0; j < run.size; ++j) {
+      if (j + kKeysAhead < run.size && run.slots[j + kKeysAhead] != KeyIndex::kAbsent) {
+        index_.prefetch_slot(run.slots[j + kKeysAhead]);
+      }
+      if (run.slots[j] != KeyIndex::kAbsent) index_.touch(run.slots[j], step, 1);
+    }
+  }
   for (Distinct& entry : distinct_) {
-    if (entry.slot != KeyIndex::kAbsent) {
-      index_.touch(entry.slot, step, entry.occurrences);
-    } else if (entry.admitted) {
+    if (entry.admitted) {
       const int64_t count = saturating_add(index_.pending_count(entry.key), entry.occurrences);
       index_.forget_pending(entry.key);
       entry.slot = index_.insert(entry.key, step, count);
@@ -179,7 +188,8 @@ void DynamicPart::commit(std::span<const KeyRun> runs, int64_t step, TableStorag
   size_t next = 0;
   for (const KeyRun& run : runs) {
     for (int64_t j = 0; j < run.size; ++j) {
-      run.slots[j] = distinct_[occurrence_distinct_[next++]].slot;
+      if (run.slots[j] == KeyIndex::kAbsent)
+        run.slots[j] = distinct_[occurrence_distinct_[next++]].slot;
     }
   }
 }

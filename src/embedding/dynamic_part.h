@@ -6,12 +6,15 @@
 // every absent key reads: so pooling and the update need no other path. Gradients of absent keys
 // land on the zero row, which the table resets after every update (reset_zero_row).
 //
-// A training lookup resolves its keys in two halves, so that a failure changes nothing:
-//   plan:   counts the occurrences of every key of the lookup (its runs, in order), decides which
-//           absent keys are admitted and which keys are evicted to make room; throws
-//           FailedPrecondition (when_full = error, or more distinct keys than the part holds)
-//   commit: evicts, records the sightings, inserts the admitted keys (rows and slots initialised
-//           from (table seed, key)), counts the rest, and writes every key's slot.
+// A lookup first finds the slot of every key (find: read-only, on any number of threads, ranges
+// of the runs in parallel). A pure lookup stops there. A training lookup then resolves the keys
+// without a slot in two halves, so that a failure changes nothing:
+//   plan:   counts the occurrences of the absent keys (in run order), decides which are admitted
+//           and which keys are evicted to make room; throws FailedPrecondition (when_full = error,
+//           or more distinct keys than the part holds)
+//   commit: evicts, records the sightings of the present keys, inserts the admitted keys (rows
+//           and slots initialised from (table seed, key)), counts the rest, and writes the slots
+//           of the absent keys (the new slot, or the zero row).
 // Every copy of a part (replicated, column-wise) resolves the same runs in the same order and so
 // makes the same decisions.
 #ifndef RECEMB_EMBEDDING_DYNAMIC_PART_H_
@@ -59,11 +62,13 @@ class DynamicPart {
   const VocabularyCounters& counters() const { return counters_; }
   VocabularyCounters& counters() { return counters_; }
 
-  // A pure lookup: the slot of each key, or zero_row(). Reads only (safe on several threads).
-  void find(const KeyRun& run) const;
+  // Writes the slot of keys [first, last) of `run`, or `absent` (zero_row() for a pure lookup,
+  // KeyIndex::kAbsent before plan). Reads only: safe on several threads.
+  void find(const KeyRun& run, int64_t first, int64_t last, int64_t absent) const;
 
-  // The two halves of a training lookup for lookup step `step` (model step + 1); keys last seen
-  // at a step >= pinned_from (the oldest training lookup not applied yet) are never evicted.
+  // The two halves of a training lookup for lookup step `step` (model step + 1), after find (with
+  // absent = KeyIndex::kAbsent) over all its runs; keys last seen at a step >= pinned_from (the
+  // oldest training lookup not applied yet) are never evicted.
   void plan(std::span<const KeyRun> runs, int64_t step, int64_t pinned_from);
   void commit(std::span<const KeyRun> runs, int64_t step, TableStorage& storage);
 
@@ -79,15 +84,18 @@ class DynamicPart {
   void initialize_row(int64_t key, int64_t slot, TableStorage& storage);
 
  private:
-  // The distinct keys of a lookup, in order of first occurrence.
+  // The distinct absent keys of a lookup, in order of first occurrence.
   struct Distinct {
     int64_t key;
     int64_t occurrences;
-    int64_t slot;  // KeyIndex::kAbsent before commit, unless present
+    int64_t slot;  // set by commit: the new slot, or the zero row
     bool admitted;
   };
   // Index of `key` in distinct_, adding it (open addressing over distinct_positions_).
   uint32_t distinct_index(int64_t key);
+  // Marks (or unmarks) in in_lookup_ the slots of the present keys of `runs`; returns how many
+  // distinct slots were newly marked.
+  int64_t mark_present(std::span<const KeyRun> runs, bool mark);
 
   TableConfig table_;
   DynamicVocabulary vocabulary_;
@@ -100,7 +108,8 @@ class DynamicPart {
   // The plan, and its scratch (reused; no allocation once grown).
   std::vector<Distinct> distinct_;
   std::vector<uint32_t> distinct_positions_;   // open addressing: index + 1, 0 empty
-  std::vector<uint32_t> occurrence_distinct_;  // per key of the runs, in order
+  std::vector<uint32_t> occurrence_distinct_;  // per absent key of the runs, in order
+  std::vector<uint8_t> in_lookup_;             // per slot: a present key of this lookup
   std::vector<int64_t> victims_;
   int64_t admitted_ = 0;
   std::vector<float> initial_row_;  // dim floats

@@ -43,7 +43,8 @@ struct PartContents {
   int64_t columns = 0;
   bool counts_keys = false;
   internal::VocabularyCounters counters;
-  std::vector<int64_t> keys;
+  int64_t size = 0;                       // keys held
+  std::vector<int64_t> keys;              // when gathered with contents
   std::vector<float> parameters;          // [keys, columns]
   std::vector<std::vector<float>> slots;  // per slot: [keys, the part's width]
   std::vector<int64_t> slot_widths;
@@ -61,10 +62,10 @@ void take(std::span<const std::byte>& in, T* values, size_t count) {
   in = in.subspan(count * sizeof(T));
 }
 
-// This rank's parts of table `t` that count (counts_keys, and every column range of them).
-void serialize(const TableState& state, std::vector<std::byte>& out) {
+// A part's counters and key count, and with `with_contents` its keys, rows and slots.
+void serialize(const TableState& state, bool with_contents, std::vector<std::byte>& out) {
   const internal::KeyIndex& index = state.dynamic()->index();
-  const std::vector<int64_t> slots = index.slots_by_key();
+  const std::vector<int64_t> slots = with_contents ? index.slots_by_key() : std::vector<int64_t>{};
   const internal::VocabularyCounters& counters = state.dynamic()->counters();
   const TableStorage& storage = state.storage();
   const int64_t header[] = {state.part().first_column,
@@ -73,6 +74,7 @@ void serialize(const TableState& state, std::vector<std::byte>& out) {
                             counters.inserted,
                             counters.evicted,
                             counters.not_admitted_lookups,
+                            index.size(),
                             static_cast<int64_t>(slots.size()),
                             static_cast<int64_t>(storage.slot_specs().size())};
   append(out, header, std::size(header));
@@ -92,19 +94,20 @@ void serialize(const TableState& state, std::vector<std::byte>& out) {
 }
 
 PartContents deserialize(std::span<const std::byte>& in) {
-  int64_t header[8];
+  int64_t header[9];
   take(in, header, std::size(header));
   PartContents part{
       .first_column = header[0],
       .columns = header[1],
       .counts_keys = header[2] != 0,
-      .counters = {.inserted = header[3], .evicted = header[4], .not_admitted_lookups = header[5]}};
-  const auto n = static_cast<size_t>(header[6]);
+      .counters = {.inserted = header[3], .evicted = header[4], .not_admitted_lookups = header[5]},
+      .size = header[6]};
+  const auto n = static_cast<size_t>(header[7]);
   part.keys.resize(n);
   take(in, part.keys.data(), n);
   part.parameters.resize(n * static_cast<size_t>(part.columns));
   take(in, part.parameters.data(), part.parameters.size());
-  for (int64_t v = 0; v < header[7]; ++v) {
+  for (int64_t v = 0; v < header[8]; ++v) {
     int64_t width = 0;
     take(in, &width, 1);
     part.slot_widths.push_back(width);
@@ -116,12 +119,12 @@ PartContents deserialize(std::span<const std::byte>& in) {
 
 // Every part of dynamic table `t` that counts, from every rank (collective with several ranks).
 std::vector<PartContents> gather_parts(const internal::Model& model, Communicator& communicator,
-                                       size_t t) {
+                                       size_t t, bool with_contents) {
   std::vector<std::byte> mine;
   for (const TableState& state : model.states) {
     const TablePart& part = state.part();
     if (part.table == t && (part.strategy != ShardingStrategy::kReplicated || part.rank == 0)) {
-      serialize(state, mine);
+      serialize(state, with_contents, mine);
     }
   }
   std::vector<std::byte> gathered;
@@ -210,9 +213,10 @@ VocabularyStats Embedding::vocabulary_stats(std::string_view table) const {
   internal::agree(impl_->exchange.communicator(),
                   [&] { check_dynamic(model.tables[t], "vocabulary_stats"); });
   VocabularyStats stats;
-  for (const PartContents& part : gather_parts(model, impl_->exchange.communicator(), t)) {
+  for (const PartContents& part :
+       gather_parts(model, impl_->exchange.communicator(), t, /*with_contents=*/false)) {
     if (!part.counts_keys) continue;
-    stats.size += static_cast<int64_t>(part.keys.size());
+    stats.size += part.size;
     stats.inserted += part.counters.inserted;
     stats.evicted += part.counters.evicted;
     stats.not_admitted_lookups += part.counters.not_admitted_lookups;
@@ -226,7 +230,8 @@ DynamicTableContents Embedding::read_dynamic_table(std::string_view table) const
   const size_t t = model.table_index(table);
   internal::agree(impl_->exchange.communicator(),
                   [&] { check_dynamic(model.tables[t], "read_dynamic_table"); });
-  const std::vector<PartContents> parts = gather_parts(model, impl_->exchange.communicator(), t);
+  const std::vector<PartContents> parts =
+      gather_parts(model, impl_->exchange.communicator(), t, /*with_contents=*/true);
   const int64_t dim = model.tables[t].dim;
   DynamicTableContents contents;
   for (const PartContents& part : parts) {

@@ -58,7 +58,7 @@ struct Model {
   std::vector<size_t> feature_table;                // feature -> table
   std::vector<std::vector<size_t>> table_features;  // table -> its features, in feature order
   std::vector<TableState> states;                   // one per partition.rank_parts(rank), in order
-  bool has_dynamic_tables = false;  // any table, held here or not
+  bool has_dynamic_tables = false;                  // any table, held here or not
   int64_t step = 0;
   int64_t skipped_rows = 0;
 
@@ -95,6 +95,15 @@ struct PoolTask {
   float* out;
 };
 
+// One parallel task of a dynamic table's key lookup: keys [first, last) of a run of the part
+// held by states[state].
+struct FindTask {
+  size_t state;
+  const KeyRun* run;
+  int64_t first;
+  int64_t last;
+};
+
 // One parallel task of the gradient finiteness check: values [first, last) of one feature's
 // gradient, and the index in it of the first non-finite one found there (-1 if none).
 struct GradientCheckTask {
@@ -126,6 +135,7 @@ struct StepScratch {
   std::vector<float> thread_scratch;          // max update_scratch_floats(dim) per thread
   std::vector<int64_t> thread_skipped_rows;   // per thread
   std::vector<std::vector<KeyRun>> key_runs;  // per state: the key runs of a lookup, in order
+  std::vector<FindTask> find_tasks;           // every run's key ranges
 };
 
 }  // namespace internal

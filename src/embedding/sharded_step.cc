@@ -98,13 +98,29 @@ void Embedding::Impl::resolve_keys(LookupBatch::Impl& batch) {
       section.ids = slots.data();  // pooled and updated by slot from here on
     }
   }
-  if (!batch.training) {
-    execution.pool.parallel_for(static_cast<int64_t>(runs.size()), [&](int64_t s, int) {
-      const internal::DynamicPart* dynamic = model.states[static_cast<size_t>(s)].dynamic();
-      for (const internal::KeyRun& run : runs[static_cast<size_t>(s)]) dynamic->find(run);
-    });
-    return;
+  // Every key's slot (absent: the zero row for a pure lookup; to be resolved for a training one),
+  // in tasks of about kIdsPerPoolTask keys over all runs.
+  std::vector<internal::FindTask>& tasks = scratch.find_tasks;
+  tasks.clear();
+  int64_t total_keys = 0;
+  for (size_t s = 0; s < runs.size(); ++s) {
+    for (const internal::KeyRun& run : runs[s]) {
+      for (int64_t first = 0; first < run.size; first += internal::kIdsPerPoolTask) {
+        tasks.push_back({s, &run, first, std::min(run.size, first + internal::kIdsPerPoolTask)});
+      }
+      total_keys += run.size;
+    }
   }
+  execution.pool.parallel_for(
+      static_cast<int64_t>(tasks.size()),
+      [&](int64_t t, int) {
+        const internal::FindTask& task = tasks[static_cast<size_t>(t)];
+        const internal::DynamicPart& dynamic = *model.states[task.state].dynamic();
+        dynamic.find(*task.run, task.first, task.last,
+                     batch.training ? internal::KeyIndex::kAbsent : dynamic.zero_row());
+      },
+      {.work = total_keys, .min_work_for_threads = internal::kMinIdsForThreads});
+  if (!batch.training) return;
   const int64_t step = model.step + 1;
   const int64_t pinned_from = pending_lookups->oldest();
   internal::agree(exchange.communicator(), [&] {

@@ -12,7 +12,6 @@
 
 #include "kernels/prefetch.h"
 #include "util/check.h"
-#include "util/key_hash.h"
 
 namespace recemb::internal {
 namespace {
@@ -121,27 +120,7 @@ int64_t KeyIndex::capacity() const { return capacity_; }
 int64_t KeyIndex::size() const { return size_; }
 int64_t KeyIndex::exact_pending_limit() const { return exact_pending_limit_; }
 
-size_t KeyIndex::home_bucket(int64_t key) const {
-  return scale_hash(mix_key(key), buckets_.size());
-}
-
-int64_t KeyIndex::find(int64_t key) const {
-  // Ends: a bucket with a free entry is never passed (erase keeps it so), and one always exists.
-  for (size_t b = home_bucket(key);; b = next_bucket(b)) {
-    const Bucket& bucket = buckets_[b];
-    // All entries compared without branches: one well-predicted branch per bucket.
-    unsigned matches = 0;
-    for (int i = 0; i < kBucketWidth; ++i) {
-      matches |= (static_cast<unsigned>(bucket.keys[i] == key) &
-                  static_cast<unsigned>(bucket.slots[i] != kEmptyEntry))
-                 << i;
-    }
-    if (matches != 0) return bucket.slots[std::countr_zero(matches)];
-    if (bucket.passed == 0) return kAbsent;
-  }
-}
-
-void KeyIndex::prefetch(int64_t key) const { prefetch_line(&buckets_[home_bucket(key)]); }
+void KeyIndex::prefetch_slot(int64_t slot) const { prefetch_line_for_write(&slots_[slot]); }
 
 bool KeyIndex::occupied(int64_t slot) const {
   RECEMB_CHECK(slot >= 0 && slot < capacity_);

@@ -46,11 +46,18 @@
 #ifndef RECEMB_STORAGE_KEY_INDEX_H_
 #define RECEMB_STORAGE_KEY_INDEX_H_
 
+#include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <span>
 #include <utility>
 #include <vector>
+
+#include "recemb/config.h"
+
+#include "kernels/prefetch.h"
+#include "util/key_hash.h"
 
 namespace recemb::internal {
 
@@ -60,7 +67,7 @@ class KeyIndex {
  public:
   static constexpr int64_t kAbsent = -1;
   // The most slots one index holds (slots and hash positions are 32-bit).
-  static constexpr int64_t kMaxCapacity = int64_t{1} << 31;
+  static constexpr int64_t kMaxCapacity = kMaxDynamicCapacity;
 
   // An empty index of `capacity` slots (1 <= capacity; exact_pending_limit >= 0). Memory: the slot
   // metadata (last_seen, count, position, generation: 24 bytes a slot), a hash table of 64-byte
@@ -78,6 +85,8 @@ class KeyIndex {
   int64_t find(int64_t key) const;
   // Prefetches what find(key) will read.
   void prefetch(int64_t key) const;
+  // Prefetches what touch(slot, ...) will read.
+  void prefetch_slot(int64_t slot) const;
 
   int64_t key_of(int64_t slot) const;     // slot must be occupied
   int64_t last_seen(int64_t slot) const;  // slot must be occupied
@@ -165,7 +174,7 @@ class KeyIndex {
     int64_t slot;
   };
 
-  size_t home_bucket(int64_t key) const;
+  size_t home_bucket(int64_t key) const { return scale_hash(mix_key(key), buckets_.size()); }
   size_t next_bucket(size_t bucket) const { return bucket + 1 == buckets_.size() ? 0 : bucket + 1; }
   // A key held in bucket `end` no longer passes buckets [first, end) (cyclically).
   void unpass(size_t first, size_t end);
@@ -209,6 +218,25 @@ class KeyIndex {
   std::vector<Candidate> candidates_;
   std::vector<int64_t> chosen_;
 };
+
+// find and prefetch are on every lookup's path: inline.
+inline int64_t KeyIndex::find(int64_t key) const {
+  // Ends: a bucket with a free entry is never passed (erase keeps it so), and one always exists.
+  for (size_t b = home_bucket(key);; b = next_bucket(b)) {
+    const Bucket& bucket = buckets_[b];
+    // All entries compared without branches: one well-predicted branch per bucket.
+    unsigned matches = 0;
+    for (int i = 0; i < kBucketWidth; ++i) {
+      matches |= (static_cast<unsigned>(bucket.keys[i] == key) &
+                  static_cast<unsigned>(bucket.slots[i] != kEmptyEntry))
+                 << i;
+    }
+    if (matches != 0) return bucket.slots[std::countr_zero(matches)];
+    if (bucket.passed == 0) return kAbsent;
+  }
+}
+
+inline void KeyIndex::prefetch(int64_t key) const { prefetch_line(&buckets_[home_bucket(key)]); }
 
 }  // namespace recemb::internal
 

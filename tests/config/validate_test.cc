@@ -79,7 +79,7 @@ TEST(ValidateConfigsTest, DynamicVocabularyErrorsNameTheOwnerAndField) {
   };
   EXPECT_NO_THROW(validate_dynamic_vocabulary({.capacity = 1, .ttl_steps = 1}, "t"));
   EXPECT_EQ(error({.capacity = 0}),
-            "table 'user': dynamic_vocabulary.capacity must be >= 1, got 0");
+            "table 'user': dynamic_vocabulary.capacity must be in [1, 2147483648], got 0");
   EXPECT_EQ(error({.capacity = 5, .min_count = 0}),
             "table 'user': dynamic_vocabulary.min_count must be >= 1, got 0");
   EXPECT_THAT(error({.capacity = 5, .ttl_steps = -2}),

@@ -42,14 +42,16 @@ struct Part {
     std::vector<int64_t> slots(keys.size(), -7);
     const KeyRun run{
         .keys = keys.data(), .size = static_cast<int64_t>(keys.size()), .slots = slots.data()};
+    dynamic.find(run, 0, run.size, KeyIndex::kAbsent);
     dynamic.plan({&run, 1}, step, pinned_from);
     dynamic.commit({&run, 1}, step, storage);
     return slots;
   }
   std::vector<int64_t> find(std::vector<int64_t> keys) const {
     std::vector<int64_t> slots(keys.size(), -7);
-    dynamic.find(
-        {.keys = keys.data(), .size = static_cast<int64_t>(keys.size()), .slots = slots.data()});
+    const KeyRun run{
+        .keys = keys.data(), .size = static_cast<int64_t>(keys.size()), .slots = slots.data()};
+    dynamic.find(run, 0, run.size, dynamic.zero_row());
     return slots;
   }
   std::vector<int64_t> keys() const {

@@ -369,7 +369,8 @@ TEST(DynamicTables, ConfigErrorsNameTheTableAndField) {
   EXPECT_THAT(error(both), HasSubstr("table 'user': a dynamic table has no vocabulary_size"));
   TableConfig capacity = good;
   capacity.dynamic_vocabulary->capacity = 0;
-  EXPECT_THAT(error(capacity), HasSubstr("dynamic_vocabulary.capacity must be >= 1, got 0"));
+  EXPECT_THAT(error(capacity),
+              HasSubstr("dynamic_vocabulary.capacity must be in [1, 2147483648], got 0"));
   TableConfig min_count = good;
   min_count.dynamic_vocabulary->min_count = 0;
   EXPECT_THAT(error(min_count), HasSubstr("dynamic_vocabulary.min_count must be >= 1"));
