@@ -54,9 +54,13 @@ size_t KeyRows::home_bucket(int64_t key) const { return scale_hash(mix_key(key),
 
 int64_t KeyRows::find(int64_t key) const {
   if (size_ == 0) return absent_row();
+  return find_from(home_bucket(key), key);
+}
+
+int64_t KeyRows::find_from(size_t home, int64_t key) const {
   const Bucket* table = buckets();
   // Ends: a bucket with a free entry was never passed (nothing is erased), and one exists.
-  for (size_t b = home_bucket(key);; b = b + 1 == num_buckets_ ? 0 : b + 1) {
+  for (size_t b = home;; b = b + 1 == num_buckets_ ? 0 : b + 1) {
     const Bucket& bucket = table[b];
     // All entries compared without branches: one well-predicted branch per bucket.
     unsigned matches = 0;
@@ -77,14 +81,19 @@ void KeyRows::find(std::span<const int64_t> keys, int64_t* rows) const {
     return;
   }
   const Bucket* table = buckets();
-  for (int64_t j = 0; j < std::min(n, kPrefetchDistance); ++j) {
-    prefetch_line(&table[home_bucket(keys[static_cast<size_t>(j)])]);
-  }
+  // The home buckets of the keys [j, j + kPrefetchDistance), hashed once: when prefetched.
+  size_t homes[kPrefetchDistance];
+  const auto prefetch = [&](int64_t j) {
+    const size_t home = home_bucket(keys[static_cast<size_t>(j)]);
+    homes[j % kPrefetchDistance] = home;
+    prefetch_line(&table[home]);
+  };
+  for (int64_t j = 0; j < std::min(n, kPrefetchDistance); ++j) prefetch(j);
   for (int64_t j = 0; j < n; ++j) {
-    if (j + kPrefetchDistance < n) {
-      prefetch_line(&table[home_bucket(keys[static_cast<size_t>(j + kPrefetchDistance)])]);
-    }
-    rows[j] = find(keys[static_cast<size_t>(j)]);
+    const size_t home = homes[j % kPrefetchDistance];
+    const int64_t key = keys[static_cast<size_t>(j)];
+    if (j + kPrefetchDistance < n) prefetch(j + kPrefetchDistance);
+    rows[j] = find_from(home, key);
   }
 }
 

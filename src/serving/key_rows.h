@@ -58,6 +58,8 @@ class KeyRows {
   static_assert(sizeof(Bucket) == 64);
 
   size_t home_bucket(int64_t key) const;
+  // find(key) of a key whose home bucket is `home` (size() > 0).
+  int64_t find_from(size_t home, int64_t key) const;
   const Bucket* buckets() const { return reinterpret_cast<const Bucket*>(storage_.data()); }
 
   FloatBuffer storage_;  // num_buckets_ Buckets, all zero (free) before the build

@@ -107,8 +107,8 @@ ServingModel ServingModel::open(const std::filesystem::path& path, const OpenOpt
       const std::span<const std::byte> key_bytes = blob_bytes(*keys, owner + " keys");
       try {
         // 64-byte aligned in memory the model owns (FileContents), as every blob.
-        state->key_rows.back() = internal::KeyRows(
-            std::span(reinterpret_cast<const int64_t*>(key_bytes.data()), keys->size / 8));
+        state->key_rows.back() = internal::KeyRows(std::span(
+            reinterpret_cast<const int64_t*>(key_bytes.data()), keys->size / sizeof(int64_t)));
       } catch (const InvalidArgument& error) {
         fail(context, owner + ": " + error.what());
       }
