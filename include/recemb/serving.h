@@ -151,14 +151,15 @@ class RECEMB_EXPORT ServingModel {
   // range or the input does not fit the feature's config.
   std::vector<int64_t> activation_shape(size_t feature, const FeatureInput& input) const;
 
-  // Embedding::lookup's contract (inputs and activations one per feature in feature order, a
-  // dynamic table's features taking any int64 key where ids go,
+  // Embedding::lookup's contract (inputs and activations one per feature in feature order,
   // activations[f] of exactly product(activation_shape(f, inputs[f])) floats, row-major; combiners,
   // weights, sequence features, output_shape, simulated quantization), and its validation: a bad
   // input throws the same InvalidArgument naming the feature, the example and the value, before
-  // any activation is written. Each value is looked up as stored (decoded from float16 or int8)
-  // and pooled in float32 in the Embedding's order, so a kFloat32 model gives the Embedding's
-  // activations bitwise. Runs on the calling thread; concurrent calls are independent.
+  // any activation is written. A dynamic table's features take any int64 key where ids go (no
+  // range check), a key the table does not hold reading a zero row, as Embedding::lookup without
+  // a LookupBatch. Each value is looked up as stored (decoded from float16 or int8) and pooled in
+  // float32 in the Embedding's order, so a kFloat32 model gives the Embedding's activations
+  // bitwise. Runs on the calling thread; concurrent calls are independent.
   void lookup(std::span<const FeatureInput> inputs,
               std::span<const std::span<float>> activations) const;
 
