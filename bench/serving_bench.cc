@@ -1,6 +1,7 @@
 // Serving models (recemb/serving.h): export time, open time with and without verification, and
 // lookup throughput of float32, float16 and int8 models, next to Embedding::lookup of the same
-// table.
+// table; the same for a dynamic table holding the same rows under keys = row ids; and the dynamic
+// table's index (serving/key_rows.h) alone.
 //
 // Model: one table of dim 64 holding 256 MiB of float32 (2^20 rows; 1 GiB, 2^22 rows, with
 // RECEMB_BENCH_LARGE=1), one feature, sum combiner. Exported as float32, float16 and int8 it makes
@@ -22,9 +23,19 @@
 //                                          one model (a lookup runs on its calling thread).
 //   BM_EmbeddingLookup/table:S/threads:T   Embedding::lookup of the same ids in the float32 table
 //                                          the models were exported from, num_threads = T.
+//   .../vocabulary:dynamic                 BM_Open (verify:checksums, cache:warm) and
+//                                          BM_ServingLookup of a model whose table is dynamic: the
+//                                          static table's rows under keys 0 .. rows - 1, looked up
+//                                          by the same ids (every key present). Open includes
+//                                          building the key index.
+//   BM_KeyRowsBuild/keys:N, BM_KeyRowsFind/keys:N
+//                                          the index of N random int64 keys (1e6, 1e7): building
+//                                          it (what open adds), and finding B L keys, half of them
+//                                          absent (items = keys found).
 // Lookups report items = rows looked up, Mrows/s, and GB/s = rows x the stored row's bytes (256
 // for float32, 128 for float16, 72 for int8). Rates use wall-clock time.
 // bench/README.md explains how to run it; docs/performance.md has the figures.
+#include <algorithm>
 #include <benchmark/benchmark.h>
 #include <cstdint>
 #include <cstdlib>
@@ -39,12 +50,14 @@
 #include <span>
 #include <string>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 #include "recemb/recemb.h"
 #include "recemb/serving.h"
 
 #include "benchmark_main.h"
+#include "serving/key_rows.h"
 
 namespace {
 
@@ -83,6 +96,25 @@ int64_t row_bytes(recemb::ServingDtype dtype) {
   return 0;
 }
 
+// The dynamic table of make_embedding's rows: key k holds row k.
+recemb::Embedding make_dynamic_embedding(const recemb::Embedding& static_table,
+                                         int64_t table_bytes) {
+  const int64_t rows = rows_of(table_bytes);
+  recemb::Embedding embedding({{.name = "table",
+                                .dim = kDim,
+                                .combiner = recemb::Combiner::kSum,
+                                .dynamic_vocabulary = recemb::DynamicVocabulary{.capacity = rows}}},
+                              {{.name = "feature", .table = "table"}},
+                              recemb::EmbeddingOptions{.num_threads = 2});
+  recemb::DynamicTableContents contents;
+  contents.keys.resize(static_cast<size_t>(rows));
+  for (int64_t k = 0; k < rows; ++k) contents.keys[static_cast<size_t>(k)] = k;
+  contents.parameters.resize(static_cast<size_t>(rows * kDim));
+  static_table.read_variable("table", "parameters", contents.parameters);
+  embedding.write_dynamic_table("table", contents);
+  return embedding;
+}
+
 recemb::Embedding make_embedding(int64_t table_bytes, int threads) {
   return recemb::Embedding({{.name = "table",
                              .vocabulary_size = rows_of(table_bytes),
@@ -118,24 +150,32 @@ class Models {
     if (!single_threaded_) single_threaded_.emplace(make_embedding(table_bytes_, 1));  // same seed
     return *single_threaded_;
   }
-  std::filesystem::path path(recemb::ServingDtype dtype) const {
-    return directory_ / (std::string(recemb::serving_dtype_name(dtype)) + ".recemb");
+  std::filesystem::path path(recemb::ServingDtype dtype, bool dynamic = false) const {
+    return directory_ / (std::string(recemb::serving_dtype_name(dtype)) +
+                         (dynamic ? "-dynamic" : "") + ".recemb");
   }
-  void export_model(recemb::ServingDtype dtype) {
-    recemb::export_serving_model(embedding_, path(dtype), {.dtype = dtype});
-    exported_[dtype] = true;
+  void export_model(recemb::ServingDtype dtype, bool dynamic = false) {
+    if (dynamic && !dynamic_embedding_) {
+      dynamic_embedding_.emplace(make_dynamic_embedding(embedding_, table_bytes_));
+    }
+    recemb::export_serving_model(dynamic ? *dynamic_embedding_ : embedding_, path(dtype, dynamic),
+                                 {.dtype = dtype});
+    exported_[{dtype, dynamic}] = true;
   }
   // The model file, exported on first use.
-  std::filesystem::path file(recemb::ServingDtype dtype) {
-    if (!exported_[dtype]) export_model(dtype);
-    return path(dtype);
+  std::filesystem::path file(recemb::ServingDtype dtype, bool dynamic = false) {
+    if (!exported_[{dtype, dynamic}]) export_model(dtype, dynamic);
+    return path(dtype, dynamic);
   }
   // The model opened, on first use.
-  const recemb::ServingModel& model(recemb::ServingDtype dtype) {
+  const recemb::ServingModel& model(recemb::ServingDtype dtype, bool dynamic = false) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    auto found = models_.find(dtype);
+    auto found = models_.find({dtype, dynamic});
     if (found == models_.end()) {
-      found = models_.emplace(dtype, recemb::ServingModel::open(file(dtype))).first;
+      found =
+          models_
+              .emplace(std::pair(dtype, dynamic), recemb::ServingModel::open(file(dtype, dynamic)))
+              .first;
     }
     return found->second;
   }
@@ -166,8 +206,10 @@ class Models {
   std::filesystem::path directory_;
   recemb::Embedding embedding_;
   std::optional<recemb::Embedding> single_threaded_;
-  std::map<recemb::ServingDtype, bool> exported_;
-  std::map<recemb::ServingDtype, recemb::ServingModel> models_;
+  std::optional<recemb::Embedding> dynamic_embedding_;  // built on first use
+  // By (dtype, dynamic).
+  std::map<std::pair<recemb::ServingDtype, bool>, bool> exported_;
+  std::map<std::pair<recemb::ServingDtype, bool>, recemb::ServingModel> models_;
   std::vector<int64_t> ids_;
   std::vector<recemb::FeatureInput> batches_;
 };
@@ -205,9 +247,9 @@ void BM_Export(benchmark::State& state, int64_t table_bytes, recemb::ServingDtyp
 }
 
 void BM_Open(benchmark::State& state, int64_t table_bytes, recemb::ServingDtype dtype, bool verify,
-             bool cold) {
+             bool cold, bool dynamic) {
   Models& models = Models::of(table_bytes);
-  const std::filesystem::path file = models.file(dtype);
+  const std::filesystem::path file = models.file(dtype, dynamic);
   for (auto _ : state) {
     if (cold) {
       state.PauseTiming();
@@ -220,9 +262,10 @@ void BM_Open(benchmark::State& state, int64_t table_bytes, recemb::ServingDtype 
   report_bytes(state, static_cast<int64_t>(std::filesystem::file_size(file)));
 }
 
-void BM_ServingLookup(benchmark::State& state, int64_t table_bytes, recemb::ServingDtype dtype) {
+void BM_ServingLookup(benchmark::State& state, int64_t table_bytes, recemb::ServingDtype dtype,
+                      bool dynamic) {
   Models& models = Models::of(table_bytes);
-  const recemb::ServingModel& model = models.model(dtype);
+  const recemb::ServingModel& model = models.model(dtype, dynamic);
   const std::vector<recemb::FeatureInput>& batches = models.batches();
   std::vector<float> activations(static_cast<size_t>(kBatchSize * kDim));
   const std::span<float> outputs[] = {activations};
@@ -253,6 +296,52 @@ void BM_EmbeddingLookup(benchmark::State& state, int64_t table_bytes, int thread
   report_rows(state, kDim * 4);
 }
 
+// `n` distinct random int64 keys, sorted (the index's input), and a batch of B L keys to find: the
+// first half drawn from the keys, the rest random (absent but for a chance in 2^64 / n).
+struct KeySet {
+  std::vector<int64_t> keys;
+  std::vector<int64_t> probes;
+};
+
+const KeySet& key_set(int64_t n) {
+  static std::map<int64_t, KeySet> sets;
+  KeySet& set = sets[n];
+  if (set.keys.empty()) {
+    std::mt19937_64 random(static_cast<uint64_t>(n));
+    set.keys.resize(static_cast<size_t>(n));
+    for (int64_t& key : set.keys) key = static_cast<int64_t>(random());
+    std::sort(set.keys.begin(), set.keys.end());
+    set.keys.erase(std::unique(set.keys.begin(), set.keys.end()), set.keys.end());
+    std::uniform_int_distribution<size_t> pick(0, set.keys.size() - 1);
+    for (int64_t j = 0; j < kIdsPerBatch; ++j) {
+      set.probes.push_back(j % 2 == 0 ? set.keys[pick(random)] : static_cast<int64_t>(random()));
+    }
+  }
+  return set;
+}
+
+void BM_KeyRowsBuild(benchmark::State& state, int64_t n) {
+  const KeySet& set = key_set(n);
+  for (auto _ : state) {
+    const recemb::internal::KeyRows index(set.keys);
+    benchmark::DoNotOptimize(&index);
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * n);
+}
+
+void BM_KeyRowsFind(benchmark::State& state, int64_t n) {
+  const KeySet& set = key_set(n);
+  const recemb::internal::KeyRows index(set.keys);
+  std::vector<int64_t> rows(set.probes.size());
+  for (auto _ : state) {
+    index.find(set.probes, rows.data());
+    benchmark::DoNotOptimize(rows.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * kIdsPerBatch);
+  state.counters["bytes/key"] = static_cast<double>(index.memory_bytes()) / static_cast<double>(n);
+}
+
 // Benchmarks of one table size are registered together, so its models are built once.
 void register_all(bool large) {
   std::vector<int64_t> table_sizes = {256 * kMiB};
@@ -272,17 +361,26 @@ void register_all(bool large) {
               std::string(verify ? "/verify:checksums" : "/verify:header_only") +
               (cold ? "/cache:cold" : "/cache:warm");
           benchmark::RegisterBenchmark(("BM_Open" + name + table + suffix).c_str(), BM_Open,
-                                       table_bytes, dtype, verify, cold)
+                                       table_bytes, dtype, verify, cold, false)
               ->Unit(benchmark::kMillisecond)
               ->UseRealTime();
         }
       }
-      benchmark::RegisterBenchmark(("BM_ServingLookup" + name + table).c_str(), BM_ServingLookup,
-                                   table_bytes, dtype)
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime()
-          ->Threads(1)
-          ->Threads(2);
+      benchmark::RegisterBenchmark(
+          ("BM_Open" + name + table + "/verify:checksums/cache:warm/vocabulary:dynamic").c_str(),
+          BM_Open, table_bytes, dtype, true, false, true)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+      for (const bool dynamic : {false, true}) {
+        benchmark::RegisterBenchmark(("BM_ServingLookup" + name + table +
+                                      (dynamic ? "/vocabulary:dynamic" : "/vocabulary:static"))
+                                         .c_str(),
+                                     BM_ServingLookup, table_bytes, dtype, dynamic)
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime()
+            ->Threads(1)
+            ->Threads(2);
+      }
     }
     for (const int threads : {1, 2}) {
       benchmark::RegisterBenchmark(
@@ -291,6 +389,15 @@ void register_all(bool large) {
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
     }
+  }
+  for (const int64_t n : {int64_t{1'000'000}, int64_t{10'000'000}}) {
+    const std::string keys = "/keys:" + std::to_string(n);
+    benchmark::RegisterBenchmark(("BM_KeyRowsBuild" + keys).c_str(), BM_KeyRowsBuild, n)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("BM_KeyRowsFind" + keys).c_str(), BM_KeyRowsFind, n)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
   }
 }
 

@@ -5,7 +5,8 @@
 //   const recemb::ServingModel model = recemb::ServingModel::open("model.recemb");
 //   model.lookup(inputs, activations);  // as Embedding::lookup; from any number of threads
 //
-// The file holds the tables (no optimizer slots) and the table and feature configs, and may hold
+// The file holds the tables (no optimizer slots; a dynamic table's keys and their rows, indexed
+// when the model is opened) and the table and feature configs, and may hold
 // the caller's named float32 arrays and string metadata beside them (the dense part of a ranking
 // model and its settings, so that one file serves the whole model):
 //
@@ -99,7 +100,8 @@ struct OpenOptions {
 };
 
 // A serving model opened read-only: open reads the whole file into memory the model owns (as many
-// bytes as the file) and its tables are looked up there. Immutable after open: every method is
+// bytes as the file, plus a hash index of at most 16 bytes a key for each dynamic table, built
+// there) and its tables are looked up there. Immutable after open: every method is
 // const and may run concurrently from any number of threads. Copies share that memory (a
 // shared_ptr), which lives as long as the last copy; moving or copying a model never invalidates
 // another copy. Once open, the model no longer reads the file: it may be replaced, rewritten in
@@ -111,7 +113,8 @@ class RECEMB_EXPORT ServingModel {
   // (as checkpoints are read). Throws, naming the file: DataLoss when it is
   // not a serving model, of an unsupported format version, truncated, or damaged (a checksum
   // mismatch, naming the header, the manifest, the table or the extra array), or when its manifest
-  // or configs are invalid (naming the field, table or feature); InvalidArgument when it is not a
+  // or configs are invalid (naming the field, table or feature) or a dynamic table's keys are not
+  // strictly increasing (checked whatever OpenOptions::verify); InvalidArgument when it is not a
   // regular file (a directory, a FIFO: found without blocking); std::system_error with the errno
   // for a failing system call (open, read; ENOENT: a missing file); std::bad_alloc when the file
   // does not fit in memory.
@@ -135,6 +138,15 @@ class RECEMB_EXPORT ServingModel {
   // The extra array named `name`; InvalidArgument listing the model's array names otherwise.
   const ServingArray& extra_array(std::string_view name) const;
 
+  // Whether table `table` is dynamic (its config has a DynamicVocabulary; docs/serving.md,
+  // "Dynamic tables"): looked up by any int64 key, a key the table does not hold giving a zero row
+  // (its weight still counting in mean and sqrtn), as Embedding::lookup without a LookupBatch.
+  // InvalidArgument listing the tables when there is no table `table`.
+  bool is_dynamic(std::string_view table) const;
+  // The keys dynamic table `table` holds (exported as Embedding::read_dynamic_table gave them).
+  // InvalidArgument for a static table or no table `table`.
+  int64_t num_keys(std::string_view table) const;
+
   // As Embedding::activation_shape: output shape + [dim]; InvalidArgument if `feature` is out of
   // range or the input does not fit the feature's config.
   std::vector<int64_t> activation_shape(size_t feature, const FeatureInput& input) const;
@@ -143,9 +155,11 @@ class RECEMB_EXPORT ServingModel {
   // activations[f] of exactly product(activation_shape(f, inputs[f])) floats, row-major; combiners,
   // weights, sequence features, output_shape, simulated quantization), and its validation: a bad
   // input throws the same InvalidArgument naming the feature, the example and the value, before
-  // any activation is written. Each value is looked up as stored (decoded from float16 or int8)
-  // and pooled in float32 in the Embedding's order, so a kFloat32 model gives the Embedding's
-  // activations bitwise. Runs on the calling thread; concurrent calls are independent.
+  // any activation is written. A dynamic table's features take any int64 key where ids go (no
+  // range check), a key the table does not hold reading a zero row, as Embedding::lookup without
+  // a LookupBatch. Each value is looked up as stored (decoded from float16 or int8) and pooled in
+  // float32 in the Embedding's order, so a kFloat32 model gives the Embedding's activations
+  // bitwise. Runs on the calling thread; concurrent calls are independent.
   void lookup(std::span<const FeatureInput> inputs,
               std::span<const std::span<float>> activations) const;
 

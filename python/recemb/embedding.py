@@ -621,11 +621,12 @@ class Embedding:
             return _recemb.restore_checkpoint(self._engine, checkpoint, options).step
 
     def export(self, path: PathLike, dtype: str = "float32") -> None:
-        """Writes the tables (no slots) and the configs as the serving model file `path` (see
-        recemb.ServingModel and docs/serving.md), atomically. dtype: "float32" (lookups equal
-        this layer's bitwise), "float16" or "int8" (within the bounds of docs/serving.md).
-        Raises ValueError, creating no file, for a bad dtype or a value the dtype cannot hold
-        (non-finite; |x| >= 65520 for float16), naming the table, row and column, and
+        """Writes the tables (no slots; a dynamic table's keys and their rows) and the configs as
+        the serving model file `path` (see recemb.ServingModel and docs/serving.md), atomically.
+        dtype: "float32" (lookups equal this layer's pure lookups bitwise), "float16" or "int8"
+        (within the bounds of docs/serving.md). Raises ValueError, creating no file, for a bad
+        dtype or a value the dtype cannot hold (non-finite; |x| >= 65520 for float16), naming the
+        table, row (a dynamic table's key) and column, and
         RuntimeError (recemb.FailedPrecondition) with several ranks (export from one process)."""
         if isinstance(dtype, (type, np.dtype)):  # np.float16, np.dtype("int8"): by name
             dtype = np.dtype(dtype).name

@@ -10,6 +10,11 @@ feature configs, not the Python structure of the feature config: give that struc
 is checked against the file), or use the default, a dict keyed by feature name. It may also hold
 named float32 arrays and string metadata beside the tables (the dense part of a model exported by
 `recemb export`, for instance): model.extra_arrays and model.metadata.
+
+A dynamic table (TableConfig(vocabulary=...)) is exported with the keys it holds and their rows;
+its features are looked up by any int64 key or str / bytes id (hashed as in training,
+recemb.string_key), a key the table does not hold giving a zero row whose weight still counts in
+mean and sqrtn, as the layer's pure lookup (docs/serving.md, "Dynamic tables").
 """
 
 from recemb import _nest, _recemb
@@ -171,6 +176,11 @@ class ServingModel:
         """{name: TableConfig} of the file's tables, in the exporting layer's order (no
         initializer, no optimizer: a serving model is not trained)."""
         return dict(self._tables)
+
+    def num_keys(self, table):
+        """The keys dynamic table `table` (its name) holds, as exported. Raises ValueError for a
+        static table or a name the model lacks."""
+        return self._model.num_keys(table)
 
     @property
     def extra_arrays(self):

@@ -103,6 +103,11 @@ void bind_serving(py::module_& module) {
           "{name: float32 array of its shape}, in export order: read-only views of the "
           "model's memory.")
       .def("metadata", &ServingModel::metadata)
+      .def("is_dynamic", &ServingModel::is_dynamic, py::arg("table"),
+           "Whether table `table` is dynamic (looked up by any int64 key; a key it does not hold "
+           "is a zero row).")
+      .def("num_keys", &ServingModel::num_keys, py::arg("table"),
+           "The keys dynamic table `table` holds; InvalidArgument for a static table.")
       .def("activation_shape", &ServingModel::activation_shape, py::arg("feature"),
            py::arg("input"),
            "The shape of feature `feature`'s activation for `input`: output shape + [dim].")

@@ -1,5 +1,5 @@
-// export_serving_model: two passes over the tables (the extra arrays are written as given, after
-// them). The first encodes every table chunk by chunk
+// export_serving_model: two passes over the tables (a dynamic table's keys, and the extra arrays
+// after the tables, are written as given). The first encodes every table chunk by chunk
 // (checking that each value can be stored) and checksums it; only then, with the manifest
 // complete, is the file written front to back, encoding again. Encoding twice costs less than
 // holding an encoded copy of every table, and no file is created for a model that cannot be
@@ -36,15 +36,36 @@ using internal::padded_size;
 // writes, small enough that the export needs little memory besides the tables.
 constexpr int64_t kChunkBytes = int64_t{4} << 20;
 
-// The table's values: in place (zero-copy) when this process holds it whole, else assembled from
-// its parts into `assembled`.
-std::span<const float> parameters_of(const Embedding& embedding, const std::string& table,
-                                     std::vector<float>& assembled) {
-  if (embedding.has_whole_table(table)) return embedding.variable_data(table, "parameters");
-  const std::vector<int64_t> shape = embedding.variable_shape(table, "parameters");
-  assembled.resize(static_cast<size_t>(shape[0] * shape[1]));
-  embedding.read_variable(table, "parameters", assembled);
-  return assembled;
+// What a table's blobs hold: its rows (float32, [num_rows, dim]) and, for a dynamic table, its
+// keys in increasing order (the rows being theirs, then one zero row: docs/serving.md).
+struct TableValues {
+  std::span<const float> rows;
+  int64_t num_rows = 0;
+  std::vector<int64_t> keys;  // dynamic tables only
+  std::vector<float> owned;   // the rows when not read in place
+};
+
+// The table's values: in place (zero-copy) when this process holds a static table whole, else
+// assembled from its parts (read_variable, read_dynamic_table).
+TableValues values_of(const Embedding& embedding, const TableConfig& table) {
+  TableValues values;
+  if (table.dynamic_vocabulary) {
+    DynamicTableContents contents = embedding.read_dynamic_table(table.name);
+    values.keys = std::move(contents.keys);
+    values.owned = std::move(contents.parameters);
+    values.owned.resize(values.owned.size() + static_cast<size_t>(table.dim), 0.0f);
+    values.num_rows = static_cast<int64_t>(values.keys.size()) + 1;
+  } else if (embedding.has_whole_table(table.name)) {
+    values.rows = embedding.variable_data(table.name, "parameters");
+    values.num_rows = table.vocabulary_size;
+    return values;
+  } else {
+    values.owned.resize(static_cast<size_t>(table.vocabulary_size * table.dim));
+    embedding.read_variable(table.name, "parameters", values.owned);
+    values.num_rows = table.vocabulary_size;
+  }
+  values.rows = values.owned;
+  return values;
 }
 
 std::string format_value(float value) {
@@ -60,15 +81,16 @@ class TableEncoder {
   TableEncoder(ServingDtype dtype, std::string context)
       : dtype_(dtype), context_(std::move(context)) {}
 
-  // Calls sink(bytes) with the blob of `table` (its rows, without padding) in order. Throws
-  // InvalidArgument naming the table, row, column and value that the dtype cannot hold.
+  // Calls sink(bytes) with the rows blob of `table` (without padding) in order. Throws
+  // InvalidArgument naming the table, row (a dynamic table's key), column and value that the
+  // dtype cannot hold.
   template <typename Sink>
-  void encode(const TableConfig& table, std::span<const float> values, Sink&& sink) {
+  void encode(const TableConfig& table, const TableValues& values, Sink&& sink) {
     const int64_t dim = table.dim;
     const int64_t chunk_rows = std::max<int64_t>(1, kChunkBytes / (dim * 4));
-    for (int64_t first = 0; first < table.vocabulary_size; first += chunk_rows) {
-      const int64_t rows = std::min(chunk_rows, table.vocabulary_size - first);
-      const float* chunk = values.data() + first * dim;
+    for (int64_t first = 0; first < values.num_rows; first += chunk_rows) {
+      const int64_t rows = std::min(chunk_rows, values.num_rows - first);
+      const float* chunk = values.rows.data() + first * dim;
       std::optional<int64_t> bad;
       std::span<const std::byte> bytes;
       switch (dtype_) {
@@ -90,20 +112,25 @@ class TableEncoder {
           bytes = std::as_bytes(std::span(codes_));
           break;
       }
-      if (bad) fail(table, first * dim + *bad, chunk[*bad]);
+      if (bad) fail(table, values, first * dim + *bad, chunk[*bad]);
       sink(bytes);
     }
   }
 
  private:
-  [[noreturn]] void fail(const TableConfig& table, int64_t index, float value) const {
+  [[noreturn]] void fail(const TableConfig& table, const TableValues& values, int64_t index,
+                         float value) const {
     std::string rule = "values must be finite";
     if (dtype_ == ServingDtype::kFloat16) rule += " and of magnitude < 65520";
     if (dtype_ == ServingDtype::kInt8) rule += " and each row's max - min a finite float";
-    throw InvalidArgument(
-        context_ + ": table '" + table.name + "' row " + std::to_string(index / table.dim) +
-        " column " + std::to_string(index % table.dim) + ": value " + format_value(value) +
-        " cannot be stored as " + std::string(serving_dtype_name(dtype_)) + " (" + rule + ")");
+    const auto row = static_cast<size_t>(index / table.dim);
+    // Only a key's row can fail: the zero row after them is always stored.
+    const std::string where = table.dynamic_vocabulary ? "key " + std::to_string(values.keys[row])
+                                                       : "row " + std::to_string(row);
+    throw InvalidArgument(context_ + ": table '" + table.name + "' " + where + " column " +
+                          std::to_string(index % table.dim) + ": value " + format_value(value) +
+                          " cannot be stored as " + std::string(serving_dtype_name(dtype_)) + " (" +
+                          rule + ")");
   }
 
   ServingDtype dtype_;
@@ -167,14 +194,27 @@ void export_serving_model(const Embedding& embedding, const std::filesystem::pat
                              std::to_string(embedding.world_size()) +
                              " ranks; export from a checkpoint (load_checkpoint) in one process");
   }
-  std::vector<std::span<const float>> values;
-  std::vector<std::vector<float>> assembled(manifest.tables.size());
+  std::vector<TableValues> values;
   const std::string context = "serving model '" + path.string() + "'";
   TableEncoder encoder(options.dtype, context);
   uint64_t data_size = 0;
+  // Places a blob of `bytes` (given whole) next in the data section.
+  const auto whole_blob = [&](std::span<const std::byte> bytes) {
+    format::StreamingChecksum checksum;
+    checksum.update(bytes);
+    checksum.update(padding_after(bytes.size()));
+    const internal::TableBlob blob{
+        .offset = data_size, .size = bytes.size(), .checksum = checksum.digest()};
+    data_size += padded_size(bytes.size());
+    return blob;
+  };
   for (TableConfig& table : manifest.tables) {
     table.optimizer.reset();
-    values.push_back(parameters_of(embedding, table.name, assembled[values.size()]));
+    values.push_back(values_of(embedding, table));
+    manifest.key_blobs.emplace_back();
+    if (table.dynamic_vocabulary) {
+      manifest.key_blobs.back() = whole_blob(std::as_bytes(std::span(values.back().keys)));
+    }
     format::StreamingChecksum checksum;
     uint64_t size = 0;
     encoder.encode(table, values.back(), [&](std::span<const std::byte> bytes) {
@@ -186,14 +226,8 @@ void export_serving_model(const Embedding& embedding, const std::filesystem::pat
     data_size += padded_size(size);
   }
   for (const ServingArray& array : options.extra_arrays) {
-    const std::span<const std::byte> bytes = std::as_bytes(array.values);
-    format::StreamingChecksum checksum;
-    checksum.update(bytes);
-    checksum.update(padding_after(bytes.size()));
     manifest.extra_arrays.push_back({.name = array.name, .shape = array.shape});
-    manifest.extra_blobs.push_back(
-        {.offset = data_size, .size = bytes.size(), .checksum = checksum.digest()});
-    data_size += padded_size(bytes.size());
+    manifest.extra_blobs.push_back(whole_blob(std::as_bytes(array.values)));
   }
   std::string text;
   try {
@@ -214,6 +248,11 @@ void export_serving_model(const Embedding& embedding, const std::filesystem::pat
     file.write(internal::encode_header(header));
     file.write(manifest_bytes);
     for (size_t t = 0; t < manifest.tables.size(); ++t) {
+      if (manifest.key_blobs[t]) {
+        const std::span<const int64_t> keys = values[t].keys;
+        file.write(std::as_bytes(keys));
+        file.write(padding_after(keys.size_bytes()));
+      }
       encoder.encode(manifest.tables[t], values[t],
                      [&](std::span<const std::byte> bytes) { file.write(bytes); });
       file.write(padding_after(manifest.blobs[t].size));

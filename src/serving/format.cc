@@ -77,9 +77,8 @@ void store(std::span<std::byte> bytes, size_t offset, T value) {
 
 }  // namespace
 
-std::optional<uint64_t> serving_blob_size(ServingDtype dtype, int64_t vocabulary_size,
-                                          int64_t dim) {
-  const auto rows = static_cast<uint64_t>(vocabulary_size);
+std::optional<uint64_t> serving_blob_size(ServingDtype dtype, int64_t num_rows, int64_t dim) {
+  const auto rows = static_cast<uint64_t>(num_rows);
   const auto width = static_cast<uint64_t>(dim);
   uint64_t row_bytes = 0;
   switch (dtype) {
@@ -152,10 +151,16 @@ std::string encode_manifest(const ServingManifest& manifest) {
   Json tables = Json::array();
   for (size_t t = 0; t < manifest.tables.size(); ++t) {
     const TableBlob& blob = manifest.blobs[t];
-    tables.push_back({{"config", format::table_to_json(manifest.tables[t])},
-                      {"offset", blob.offset},
-                      {"size", blob.size},
-                      {"checksum", format::checksum_to_hex(blob.checksum)}});
+    Json entry = {{"config", format::table_to_json(manifest.tables[t])},
+                  {"offset", blob.offset},
+                  {"size", blob.size},
+                  {"checksum", format::checksum_to_hex(blob.checksum)}};
+    if (const std::optional<TableBlob>& keys = manifest.key_blobs[t]) {
+      entry["keys"] = {{"offset", keys->offset},
+                       {"size", keys->size},
+                       {"checksum", format::checksum_to_hex(keys->checksum)}};
+    }
+    tables.push_back(std::move(entry));
   }
   Json features = Json::array();
   for (const FeatureConfig& feature : manifest.features) {
@@ -207,9 +212,25 @@ ServingManifest decode_manifest(std::string_view text, uint32_t version, uint64_
   const JsonReader tables = root.member("tables");
   for (size_t t = 0; t < tables.size(); ++t) {
     const JsonReader entry = tables.element(t);
-    entry.expect_only({"config", "offset", "size", "checksum"});
+    entry.expect_only({"config", "offset", "size", "checksum", "keys"});
     manifest.tables.push_back(format::table_from_json(entry.member("config")));
     manifest.blobs.push_back(blob_of(entry));
+    const std::optional<JsonReader> keys = entry.find("keys");
+    const bool dynamic = manifest.tables.back().dynamic_vocabulary.has_value();
+    if (dynamic && version < 3) {
+      entry.member("config").fail("a dynamic table in a file of format version " +
+                                  std::to_string(version) + " (dynamic tables need version 3)");
+    }
+    if (keys.has_value() != dynamic) {
+      entry.fail(dynamic ? "a dynamic table needs its \"keys\" blob"
+                         : "only a dynamic table has a \"keys\" blob");
+    }
+    if (keys) {
+      keys->expect_only({"offset", "size", "checksum"});
+      manifest.key_blobs.emplace_back(blob_of(*keys));
+    } else {
+      manifest.key_blobs.emplace_back();
+    }
   }
   const JsonReader features = root.member("features");
   for (size_t f = 0; f < features.size(); ++f) {
@@ -271,13 +292,23 @@ ServingManifest decode_manifest(std::string_view text, uint32_t version, uint64_
     }
     end += padded_size(blob.size);
   };
+  const std::string rows_of =
+      " x " + std::string(serving_dtype_name(manifest.dtype)) + " rows of dim ";
   for (size_t t = 0; t < manifest.tables.size(); ++t) {
     const TableConfig& table = manifest.tables[t];
-    place(manifest.blobs[t], serving_blob_size(manifest.dtype, table.vocabulary_size, table.dim),
-          "table '" + table.name + "'",
-          "vocabulary_size " + std::to_string(table.vocabulary_size) + " x " +
-              std::string(serving_dtype_name(manifest.dtype)) + " rows of dim " +
-              std::to_string(table.dim));
+    const std::string owner = "table '" + table.name + "'";
+    if (const std::optional<TableBlob>& keys = manifest.key_blobs[t]) {
+      place(*keys, keys->size % sizeof(int64_t) == 0 ? std::optional(keys->size) : std::nullopt,
+            owner + " keys", "a multiple of 8 (int64 keys)");
+      const auto num_keys = static_cast<int64_t>(keys->size / sizeof(int64_t));
+      place(manifest.blobs[t], serving_blob_size(manifest.dtype, num_keys + 1, table.dim), owner,
+            std::to_string(num_keys) + " keys + 1 zero row" + rows_of + std::to_string(table.dim));
+    } else {
+      place(manifest.blobs[t], serving_blob_size(manifest.dtype, table.vocabulary_size, table.dim),
+            owner,
+            "vocabulary_size " + std::to_string(table.vocabulary_size) + rows_of +
+                std::to_string(table.dim));
+    }
   }
   for (size_t a = 0; a < manifest.extra_arrays.size(); ++a) {
     place(manifest.extra_blobs[a], array_sizes[a],

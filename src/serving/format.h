@@ -4,7 +4,8 @@
 //   0                            64             header
 //   64                           manifest_size  manifest: JSON (UTF-8), padded with spaces to a
 //                                               multiple of 64 bytes
-//   64 + manifest_size           data_size      table blobs in table order, then the extra arrays'
+//   64 + manifest_size           data_size      table blobs in table order (a dynamic table's keys
+//                                               blob, then its rows blob), then the extra arrays'
 //                                               blobs in their order, each starting at a multiple
 //                                               of 64 and padded with zeros to one
 //
@@ -19,16 +20,22 @@
 //   manifest: {"dtype": "float32" | "float16" | "int8",
 //              "tables": [{"config": <TableConfig, format/config_json.h>,
 //                          "offset": <bytes from the start of the data section>,
-//                          "size": <vocabulary_size * row_bytes, without padding>,
-//                          "checksum": <16 hex digits: XXH3-64 of the padded blob>}, ...],
+//                          "size": <vocabulary_size * row_bytes, without padding; a dynamic
+//                                   table's (num_keys + 1) * row_bytes>,
+//                          "checksum": <16 hex digits: XXH3-64 of the padded blob>,
+//                          "keys": {"offset", "size": <8 * num_keys>, "checksum"}
+//                                  (dynamic tables only)}, ...],
 //              "features": [<FeatureConfig>, ...],
 //              "extra_arrays": [{"name": <non-empty, unique>, "shape": [<extent >= 0>, ...],
 //                                "offset", "size": <4 * product(shape)>, "checksum"}, ...],
 //              "metadata": {<key>: <string value>, ...}}
-//            Version 1 has neither "extra_arrays" nor "metadata" (and no extra array blobs).
-//   blob:    vocabulary_size rows of row_bytes(dtype, dim) bytes: dim float32 | dim binary16 |
-//            dim uint8 codes + float32 scale + float32 bias (kernels/quantized_rows.h); an extra
-//            array's: its values, float32 whatever the dtype.
+//            Version 1 has neither "extra_arrays" nor "metadata" (and no extra array blobs);
+//            versions 1 and 2 have no dynamic tables (no "keys").
+//   keys:    a dynamic table's num_keys int64 keys, strictly increasing.
+//   blob:    vocabulary_size rows (a dynamic table: the rows of its keys in their order, then one
+//            zero row, the row every absent key reads) of row_bytes(dtype, dim) bytes: dim float32
+//            | dim binary16 | dim uint8 codes + float32 scale + float32 bias
+//            (kernels/quantized_rows.h); an extra array's: its values, float32 whatever the dtype.
 // Integers and floats are little-endian; the blobs are read in place (in memory), which needs a
 // little-endian host. The blobs are contiguous (the first at offset 0, each next one where the
 // padding of the previous ends, the last ending at file_size), so the three checksums together
@@ -52,7 +59,7 @@
 namespace recemb::internal {
 
 // The version written; readers accept every version from 1 to it (docs/serving.md, "Versioning").
-inline constexpr uint32_t kServingFormatVersion = 2;
+inline constexpr uint32_t kServingFormatVersion = 3;
 inline constexpr uint64_t kServingHeaderSize = 64;
 inline constexpr uint64_t kServingAlignment = 64;
 
@@ -61,9 +68,9 @@ inline constexpr uint64_t padded_size(uint64_t size) {
   return (size + kServingAlignment - 1) / kServingAlignment * kServingAlignment;
 }
 
-// The bytes of a table's blob without padding: vocabulary_size rows of dim float32, dim binary16
+// The bytes of a table's blob without padding: `rows` rows of dim float32, dim binary16
 // or dim + 8 bytes (int8); nullopt if that does not fit in 64 bits.
-std::optional<uint64_t> serving_blob_size(ServingDtype dtype, int64_t vocabulary_size, int64_t dim);
+std::optional<uint64_t> serving_blob_size(ServingDtype dtype, int64_t rows, int64_t dim);
 
 struct ServingHeader {
   uint32_t format_version = kServingFormatVersion;
@@ -91,7 +98,9 @@ struct TableBlob {
 struct ServingManifest {
   ServingDtype dtype = ServingDtype::kFloat32;
   std::vector<TableConfig> tables;
-  std::vector<TableBlob> blobs;  // one per table
+  std::vector<TableBlob> blobs;  // one per table: its rows
+  // One per table: a dynamic table's keys (int64, strictly increasing), nullopt for a static one.
+  std::vector<std::optional<TableBlob>> key_blobs;
   std::vector<FeatureConfig> features;
   // The extra arrays' names and shapes (their `values` are left empty here) and blobs.
   std::vector<ServingArray> extra_arrays;
@@ -105,8 +114,10 @@ std::string encode_manifest(const ServingManifest& manifest);
 // Parses and validates a manifest of format `version` for a data section of `data_size` bytes:
 // JSON structure (unknown keys are errors, nesting bounded by format::kMaxJsonDepth), the configs
 // (as an Embedding validates them), the extra arrays' names (non-empty, unique) and shapes, and
-// the layout (each table blob of exactly vocabulary_size * row_bytes bytes, each array blob of 4
-// values each, the blobs contiguous from 0 to data_size). Throws DataLoss starting with `context`
+// the layout (each table blob of exactly vocabulary_size * row_bytes bytes, a dynamic table's keys
+// blob of 8 bytes a key and rows blob of num_keys + 1 rows, each array blob of 4 bytes a value, the
+// blobs contiguous from 0 to data_size; dynamic tables from version 3 on). The keys' order is
+// checked when they are read (serving/key_rows.h). Throws DataLoss starting with `context`
 // and naming the field's path ("<context>: manifest: tables[1].size: ..."), the table, the
 // feature or the array.
 ServingManifest decode_manifest(std::string_view text, uint32_t version, uint64_t data_size,

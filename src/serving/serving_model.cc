@@ -11,6 +11,7 @@
 #include "format/json_reader.h"
 #include "kernels/pool.h"
 #include "serving/format.h"
+#include "serving/key_rows.h"
 #include "storage/float_buffer.h"
 
 namespace recemb {
@@ -57,6 +58,17 @@ struct ServingModel::State {
   internal::ServingManifest manifest;
   std::vector<size_t> feature_table;        // feature -> table index
   std::vector<internal::TableRows> tables;  // the rows of each table, inside `contents`
+  std::vector<internal::KeyRows> key_rows;  // per table: a dynamic table's index, else empty
+
+  size_t table_index(std::string_view name) const {
+    std::string names;
+    for (size_t t = 0; t < manifest.tables.size(); ++t) {
+      if (manifest.tables[t].name == name) return t;
+      names += (names.empty() ? "'" : ", '") + manifest.tables[t].name + "'";
+    }
+    throw InvalidArgument("serving model '" + path.string() + "' has no table '" +
+                          format::truncated(name) + "' (it has " + names + ")");
+  }
 };
 
 ServingModel ServingModel::open(const std::filesystem::path& path, const OpenOptions& options) {
@@ -89,8 +101,19 @@ ServingModel ServingModel::open(const std::filesystem::path& path, const OpenOpt
     return bytes;
   };
   for (size_t t = 0; t < parsed.tables.size(); ++t) {
-    const std::span<const std::byte> bytes =
-        blob_bytes(parsed.blobs[t], "table '" + parsed.tables[t].name + "'");
+    const std::string owner = "table '" + parsed.tables[t].name + "'";
+    state->key_rows.emplace_back();
+    if (const std::optional<internal::TableBlob>& keys = parsed.key_blobs[t]) {
+      const std::span<const std::byte> key_bytes = blob_bytes(*keys, owner + " keys");
+      try {
+        // 64-byte aligned in memory the model owns (FileContents), as every blob.
+        state->key_rows.back() = internal::KeyRows(std::span(
+            reinterpret_cast<const int64_t*>(key_bytes.data()), keys->size / sizeof(int64_t)));
+      } catch (const InvalidArgument& error) {
+        fail(context, owner + ": " + error.what());
+      }
+    }
+    const std::span<const std::byte> bytes = blob_bytes(parsed.blobs[t], owner);
     switch (parsed.dtype) {
       case ServingDtype::kFloat32:
         state->tables.emplace_back(reinterpret_cast<const float*>(bytes.data()));
@@ -153,6 +176,23 @@ const ServingArray& ServingModel::extra_array(std::string_view name) const {
                         (names.empty() ? std::string("it has none") : "it has " + names) + ")");
 }
 
+bool ServingModel::is_dynamic(std::string_view table) const {
+  const State& state = *state_;
+  return state.manifest.tables[state.table_index(table)].dynamic_vocabulary.has_value();
+}
+
+int64_t ServingModel::num_keys(std::string_view table) const {
+  const State& state = *state_;
+  const size_t t = state.table_index(table);
+  if (!state.manifest.tables[t].dynamic_vocabulary) {
+    throw InvalidArgument("serving model '" + state.path.string() + "': table '" +
+                          state.manifest.tables[t].name +
+                          "' is not dynamic (its rows are its vocabulary_size " +
+                          std::to_string(state.manifest.tables[t].vocabulary_size) + ")");
+  }
+  return state.key_rows[t].size();
+}
+
 std::vector<int64_t> ServingModel::activation_shape(size_t feature,
                                                     const FeatureInput& input) const {
   const State& state = *state_;
@@ -186,6 +226,10 @@ void ServingModel::lookup(std::span<const FeatureInput> inputs,
   // Validated.
   for (size_t f = 0; f < features.size(); ++f) {
     const size_t t = state.feature_table[f];
+    // A dynamic table's keys become their rows (absent keys: the zero row after them).
+    if (state.manifest.tables[t].dynamic_vocabulary) {
+      state.key_rows[t].find(batch[f].ids, batch[f].ids.data());
+    }
     internal::pool_bags(internal::pool_input(batch[f], state.manifest.tables[t], state.tables[t]),
                         0, batch[f].num_bags(), activations[f].data());
   }

@@ -393,7 +393,7 @@ std::vector<int64_t> KeyIndex::slots_by_key() const {
 // ---- Pending counts ------------------------------------------------------------------------
 
 size_t KeyIndex::pending_home(int64_t key) const {
-  return KeyIndex::scale(KeyIndex::mix(key), pending_.size());
+  return scale_hash(mix_key(key), pending_.size());
 }
 
 size_t KeyIndex::probe_pending(int64_t key) const {
@@ -470,7 +470,7 @@ std::vector<std::pair<int64_t, int64_t>> KeyIndex::exact_pending() const {
 bool KeyIndex::sketch_in_use() const { return !sketch_.empty(); }
 
 int64_t KeyIndex::sketch_estimate(int64_t key) const {
-  const uint64_t hash = KeyIndex::mix(key ^ kSketchSalt);
+  const uint64_t hash = mix_key(key ^ kSketchSalt);
   uint32_t estimate = std::numeric_limits<uint32_t>::max();
   for (int row = 0; row < kSketchRows; ++row) {
     estimate = std::min(estimate, sketch_[sketch_index(hash, row)]);
@@ -482,7 +482,7 @@ void KeyIndex::add_to_sketch(int64_t key, int64_t occurrences) {
   if (sketch_.empty()) sketch_.assign(kSketchRows * kSketchColumns, 0);
   const int64_t target = std::min<int64_t>(saturating_add(sketch_estimate(key), occurrences),
                                            std::numeric_limits<uint32_t>::max());
-  const uint64_t hash = KeyIndex::mix(key ^ kSketchSalt);
+  const uint64_t hash = mix_key(key ^ kSketchSalt);
   for (int row = 0; row < kSketchRows; ++row) {
     uint32_t& counter = sketch_[sketch_index(hash, row)];
     counter = std::max(counter, static_cast<uint32_t>(target));

@@ -57,6 +57,7 @@
 #include "recemb/config.h"
 
 #include "kernels/prefetch.h"
+#include "util/key_hash.h"
 
 namespace recemb::internal {
 
@@ -176,22 +177,7 @@ class KeyIndex {
     int64_t slot;
   };
 
-  // Murmur3's 64-bit finalizer: a bijection in which every key bit flips about half the output
-  // bits, so that adversarial keys (0, negatives, INT64_MIN/MAX, sequential runs) spread evenly.
-  static uint64_t mix(int64_t key) {
-    auto z = static_cast<uint64_t>(key);
-    z = (z ^ (z >> 33)) * 0xff51afd7ed558ccdULL;
-    z = (z ^ (z >> 33)) * 0xc4ceb9fe1a85ec53ULL;
-    return z ^ (z >> 33);
-  }
-  // [0, n) from a hash's high bits (multiply-shift): no division, and any n, so that the hash
-  // table can be sized at exactly capacity / 0.8 rather than the next power of two (up to 2x the
-  // memory).
-  static size_t scale(uint64_t hash, size_t n) {
-    __extension__ using Wide = unsigned __int128;
-    return static_cast<size_t>((static_cast<Wide>(hash) * n) >> 64);
-  }
-  size_t home_bucket(int64_t key) const { return scale(mix(key), buckets_.size()); }
+  size_t home_bucket(int64_t key) const { return scale_hash(mix_key(key), buckets_.size()); }
   size_t next_bucket(size_t bucket) const { return bucket + 1 == buckets_.size() ? 0 : bucket + 1; }
   // A key held in bucket `end` no longer passes buckets [first, end) (cyclically).
   void unpass(size_t first, size_t end);

@@ -1,7 +1,8 @@
 // Writes the seed corpus of serving_fuzz into the directory argv[1]: serving models of a small
-// Embedding (two tables, features of every kind) in each dtype, as whole files and in the
-// harness's manifest form ([uint64 data_size][manifest text]); and that form with hostile values
-// added to the manifest (an array nested 100,000 deep, a number beyond double's range).
+// Embedding (two static tables and a dynamic one, features of every kind) in each dtype, as whole
+// files and in the harness's manifest form ([uint64 data_size][manifest text]); and that form with
+// hostile values added to the manifest (an array nested 100,000 deep, a number beyond double's
+// range).
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -15,17 +16,25 @@
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
   return recemb::fuzz::seeds_main(argc, argv, [](const fs::path& corpus, const fs::path& scratch) {
-    const recemb::Embedding layer(
+    recemb::Embedding layer(
         {{.name = "items", .vocabulary_size = 6, .dim = 3, .combiner = recemb::Combiner::kSqrtn},
          {.name = "users",
           .vocabulary_size = 4,
           .dim = 5,
           .quantization_config =
-              recemb::QuantizationConfig{.num_buckets = 3, .lower = -1.0f, .upper = 1.0f}}},
+              recemb::QuantizationConfig{.num_buckets = 3, .lower = -1.0f, .upper = 1.0f}},
+         {.name = "sessions",
+          .dim = 2,
+          .dynamic_vocabulary = recemb::DynamicVocabulary{.capacity = 8}}},
         {{.name = "clicks", .table = "items"},
          {.name = "history", .table = "items", .max_sequence_length = 2},
-         {.name = "friends", .table = "users", .output_shape = {1}}},
+         {.name = "friends", .table = "users", .output_shape = {1}},
+         {.name = "session", .table = "sessions"}},
         {.num_threads = 1});
+    // Key 0 (the harness's lookup) among them.
+    layer.write_dynamic_table(
+        "sessions",
+        {.keys = {-3, 0, 9}, .parameters = {0.5f, -1.0f, 2.0f, 0.25f, -0.75f, 1.5f}, .slots = {}});
     for (const recemb::ServingDtype dtype :
          {recemb::ServingDtype::kFloat32, recemb::ServingDtype::kFloat16,
           recemb::ServingDtype::kInt8}) {

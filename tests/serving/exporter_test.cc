@@ -94,7 +94,7 @@ TEST_P(ExporterLayoutTest, WritesTheSpecifiedLayout) {
   const std::vector<std::byte>& bytes = file.bytes;
 
   // Header.
-  EXPECT_EQ(file.format_version, 2u);
+  EXPECT_EQ(file.format_version, 3u);
   EXPECT_EQ(file.file_size, bytes.size());
   EXPECT_EQ(bytes.size() % 64, 0u);
   EXPECT_EQ(test::load_le<uint32_t>(bytes, 12), 0u);

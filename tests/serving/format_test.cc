@@ -70,7 +70,7 @@ TEST(ServingHeaderTest, RoundTripsWithTheSpecifiedLayout) {
   };
   EXPECT_EQ(std::memcmp(file.data(), "RECEMBSV", 8), 0);
   EXPECT_EQ(field(8, 4), kServingFormatVersion);
-  EXPECT_EQ(kServingFormatVersion, 2u);
+  EXPECT_EQ(kServingFormatVersion, 3u);
   EXPECT_EQ(field(12, 4), 0u);
   EXPECT_EQ(field(16, 8), 192u);
   EXPECT_EQ(field(24, 8), 0x0123456789abcdefu);
@@ -120,7 +120,7 @@ TEST(ServingHeaderTest, RejectsShortTruncatedExtendedAndOtherVersions) {
   EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext); }), HasSubstr("appended"));
 
   // A valid header of another version (checksum recomputed): not supported, not "damaged".
-  for (const uint32_t version : {0u, 3u}) {
+  for (const uint32_t version : {0u, 4u}) {
     file = file_with_header(header, 256);
     std::memcpy(file.data() + 8, &version, 4);
     EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext); }),
@@ -130,7 +130,7 @@ TEST(ServingHeaderTest, RejectsShortTruncatedExtendedAndOtherVersions) {
     std::memcpy(file.data() + 56, &fixed, 8);
     EXPECT_EQ(error_of<DataLoss>([&] { decode_header(file, kContext); }),
               kContext + ": format version " + std::to_string(version) +
-                  " is not supported (this recemb reads versions 1 to 2)");
+                  " is not supported (this recemb reads versions 1 to 3)");
   }
 
   // Reserved bytes set by some other writer.
@@ -171,6 +171,7 @@ ServingManifest sample_manifest(ServingDtype dtype) {
   };
   manifest.blobs = {{.offset = 0, .size = size(10, 3), .checksum = 0xfedcba9876543210u},
                     {.offset = padded_size(size(10, 3)), .size = size(4, 33), .checksum = 42}};
+  manifest.key_blobs = {std::nullopt, std::nullopt};
   manifest.features = {{.name = "watched", .table = "video", .max_sequence_length = 4},
                        {.name = "who", .table = "user", .output_shape = {2, 3}}};
   return manifest;
@@ -209,6 +210,37 @@ TEST(ServingManifestTest, RoundTripsPaddedWithSpaces) {
     EXPECT_EQ(decoded.features[0].max_sequence_length, 4);
     EXPECT_EQ(decoded.features[1].output_shape, (std::vector<int64_t>{2, 3}));
   }
+}
+
+// A dynamic table's entry holds its keys blob, placed before its rows (num_keys + 1 rows).
+TEST(ServingManifestTest, RoundTripsADynamicTablesKeys) {
+  ServingManifest manifest = sample_manifest(ServingDtype::kInt8);
+  const uint64_t end = data_size_of(manifest);
+  manifest.tables.push_back(
+      {.name = "session", .dim = 5, .dynamic_vocabulary = DynamicVocabulary{.capacity = 100}});
+  manifest.key_blobs.push_back(TableBlob{.offset = end, .size = 7 * 8, .checksum = 9});
+  manifest.blobs.push_back(
+      {.offset = end + 64, .size = *serving_blob_size(ServingDtype::kInt8, 8, 5), .checksum = 3});
+  const std::string text = encode_manifest(manifest);
+  const format::Json json = format::Json::parse(text);
+  EXPECT_FALSE(json["tables"][0].contains("keys"));
+  EXPECT_EQ(json["tables"][2]["keys"]["size"], 56);
+  const ServingManifest decoded =
+      decode_manifest(text, kServingFormatVersion, data_size_of(manifest), kContext);
+  ASSERT_EQ(decoded.key_blobs.size(), 3u);
+  EXPECT_FALSE(decoded.key_blobs[0].has_value());
+  ASSERT_TRUE(decoded.key_blobs[2].has_value());
+  EXPECT_EQ(decoded.key_blobs[2]->offset, end);
+  EXPECT_EQ(decoded.key_blobs[2]->size, 56u);
+  EXPECT_EQ(decoded.key_blobs[2]->checksum, 9u);
+  EXPECT_EQ(decoded.tables[2].dynamic_vocabulary->capacity, 100);
+  // Rows for the keys only (no zero row) do not fit the layout.
+  manifest.blobs[2].size = *serving_blob_size(ServingDtype::kInt8, 7, 5);
+  EXPECT_THAT(error_of<DataLoss>([&] {
+                decode_manifest(encode_manifest(manifest), kServingFormatVersion,
+                                data_size_of(manifest), kContext);
+              }),
+              HasSubstr("table 'session': blob size 91 is not 7 keys + 1 zero row x int8"));
 }
 
 // The manifest of sample_manifest(kFloat16) as JSON, to be edited by the error tests.

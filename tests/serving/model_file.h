@@ -42,11 +42,14 @@ inline float half_value(uint16_t bits) {
 struct ModelFile {
   struct Blob {
     std::string table;
-    int64_t vocabulary_size = 0;
+    int64_t vocabulary_size = 0;  // rows in the blob: a dynamic table's keys + 1 (its zero row)
     int64_t dim = 0;
     uint64_t offset = 0;  // in the file
     uint64_t size = 0;    // without padding
     uint64_t checksum = 0;
+    // A dynamic table's keys blob (in the file; size 0 for a static table).
+    uint64_t keys_offset = 0;
+    uint64_t keys_size = 0;
   };
 
   std::vector<std::byte> bytes;
@@ -83,6 +86,12 @@ struct ModelFile {
                             .offset = file.data_offset() + entry["offset"].get<uint64_t>(),
                             .size = entry["size"].get<uint64_t>(),
                             .checksum = checksum});
+      if (entry.contains("keys")) {
+        Blob& blob = file.blobs.back();
+        blob.keys_offset = file.data_offset() + entry["keys"]["offset"].get<uint64_t>();
+        blob.keys_size = entry["keys"]["size"].get<uint64_t>();
+        blob.vocabulary_size = static_cast<int64_t>(blob.keys_size / 8) + 1;
+      }
     }
     return file;
   }
@@ -127,7 +136,7 @@ struct ModelFile {
 // header and manifest checksum (the table checksums are whatever the manifest says).
 inline std::vector<std::byte> build_model_file(std::string manifest_text,
                                                const std::vector<std::byte>& data,
-                                               uint32_t format_version = 2) {
+                                               uint32_t format_version = 3) {
   manifest_text.resize(ModelFile::padded(manifest_text.size()), ' ');
   std::vector<std::byte> bytes(64);
   std::memcpy(bytes.data(), "RECEMBSV", 8);

@@ -158,8 +158,8 @@ TEST_P(ServingFileErrorTest, EditedManifestsAreValidated) {
   test::write_bytes(damaged_, rebuilt([](format::Json&) {}));
   EXPECT_EQ(ServingModel::open(damaged_).tables().size(), 3u);
 
-  expect_rejected(test::build_model_file(file_.manifest.dump(), data, 3), /*verify=*/false,
-                  "format version 3 is not supported", "version");
+  expect_rejected(test::build_model_file(file_.manifest.dump(), data, 4), /*verify=*/false,
+                  "format version 4 is not supported", "version");
   // Version 1 has no extra arrays or metadata: its manifest may not name them.
   expect_rejected(test::build_model_file(file_.manifest.dump(), data, 1), /*verify=*/false,
                   "manifest: extra_arrays: not a known field", "version 1 with extras");

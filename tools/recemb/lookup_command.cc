@@ -12,6 +12,7 @@
 
 #include "recemb/error.h"
 #include "recemb/serving.h"
+#include "recemb/string_key.h"
 
 namespace recemb::tools {
 namespace {
@@ -82,9 +83,13 @@ nlohmann::json parse_request(const std::string& line) {
   }
 }
 
-int64_t parse_id(const nlohmann::json& id, const std::string& name) {
+// An id of feature `name`: an integer, or for a feature of a dynamic table a string, whose key is
+// string_key's of its UTF-8 bytes (docs/serving.md, "recemb lookup").
+int64_t parse_id(const nlohmann::json& id, const std::string& name, bool dynamic) {
+  if (dynamic && id.is_string()) return string_key(id.get_ref<const std::string&>());
   if (!id.is_number_integer()) {
-    throw InvalidArgument("feature '" + name + "': id " + describe(id) + " is not an integer");
+    throw InvalidArgument("feature '" + name + "': id " + describe(id) + " is not an integer" +
+                          (dynamic ? " or a string" : ""));
   }
   if (id.is_number_unsigned() &&
       id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -108,18 +113,19 @@ float parse_weight(const nlohmann::json& weight, const std::string& name) {
   return static_cast<float>(value);
 }
 
-void parse_feature(const nlohmann::json& value, const std::string& name, std::vector<int64_t>& ids,
-                   std::vector<float>& weights) {
+void parse_feature(const nlohmann::json& value, const std::string& name, bool dynamic,
+                   std::vector<int64_t>& ids, std::vector<float>& weights) {
   const auto id_list = [&](const nlohmann::json& list) {
-    if (list.is_number()) {
-      ids.push_back(parse_id(list, name));
+    if (list.is_number() || (dynamic && list.is_string())) {
+      ids.push_back(parse_id(list, name, dynamic));
       return;
     }
     if (!list.is_array()) {
-      throw InvalidArgument("feature '" + name +
-                            "': ids must be an integer or an array of them, got " + describe(list));
+      throw InvalidArgument("feature '" + name + "': ids must be " +
+                            (dynamic ? "an integer or a string" : "an integer") +
+                            " or an array of them, got " + describe(list));
     }
-    for (const nlohmann::json& id : list) ids.push_back(parse_id(id, name));
+    for (const nlohmann::json& id : list) ids.push_back(parse_id(id, name, dynamic));
   };
   if (!value.is_object()) {
     id_list(value);
@@ -164,7 +170,8 @@ void parse_example(const std::string& line, const ServingModel& model, ExampleIn
     if (!json.contains(name)) throw InvalidArgument("feature '" + name + "' is missing");
     example.ids[f].clear();
     example.weights[f].clear();
-    parse_feature(json[name], name, example.ids[f], example.weights[f]);
+    parse_feature(json[name], name, model.is_dynamic(features[f].table), example.ids[f],
+                  example.weights[f]);
     example.row_splits[f] = {0, static_cast<int64_t>(example.ids[f].size())};
     example.inputs.push_back(
         RaggedIds{.values = std::span<const int64_t>(example.ids[f]),

@@ -5,7 +5,9 @@
 //   stdout: {"C1": [0.0132, ...], "C2": [...], "C3": [...]}
 //
 // Every feature of the model must be given, as one id, a list of ids (a bag, combined with the
-// feature's table's combiner; [] is an empty bag) or an object of ids and weights. A sequence
+// feature's table's combiner; [] is an empty bag) or an object of ids and weights. A dynamic
+// table's features take any int64 key, or a string whose key is recemb::string_key of its UTF-8
+// bytes (as Python's str ids); a key the table does not hold looks up a zero row. A sequence
 // feature's output is a list of max_sequence_length rows. Floats are printed with 9 significant
 // digits (float32 round-trips). Every input line gets exactly one output line, in order: the
 // answer, or {"error": {"line": N, "code": "InvalidArgument", "message": "..."}}.

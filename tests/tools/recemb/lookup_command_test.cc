@@ -13,6 +13,7 @@
 #include "recemb/embedding.h"
 #include "recemb/error.h"
 #include "recemb/serving.h"
+#include "recemb/string_key.h"
 
 namespace recemb::tools {
 namespace {
@@ -81,6 +82,55 @@ TEST(LookupCommand, AnswersEachLineWithTheCombinedRows) {
   for (size_t i = 0; i < got_second.size(); ++i) {
     EXPECT_NEAR(got_second[i], expected_second[i], 1e-6) << i;
   }
+}
+
+// A dynamic table's feature takes int64 keys and string ids (their string_key); a key the table
+// does not hold is a zero row whose weight counts in the mean; a static table's feature still
+// refuses strings.
+TEST(LookupCommand, DynamicTablesTakeKeysAndStrings) {
+  const auto path = std::filesystem::path(::testing::TempDir()) / "lookup_command_dynamic.model";
+  Embedding embedding({{.name = "users",
+                        .dim = 2,
+                        .combiner = Combiner::kMean,
+                        .dynamic_vocabulary = DynamicVocabulary{.capacity = 10}},
+                       {.name = "t", .vocabulary_size = 4, .dim = 1, .combiner = Combiner::kSum}},
+                      {{.name = "user", .table = "users"}, {.name = "a", .table = "t"}},
+                      {.seed = 3});
+  const int64_t alice = string_key("alice");
+  const std::vector<int64_t> keys = alice < -(int64_t{1} << 62)
+                                        ? std::vector<int64_t>{alice, -(int64_t{1} << 62)}
+                                        : std::vector<int64_t>{-(int64_t{1} << 62), alice};
+  const std::vector<float> rows = {0.5f, -1.5f, 2.0f, 0.25f};
+  embedding.write_dynamic_table("users", {.keys = keys, .parameters = rows});
+  export_serving_model(embedding, path);
+  const auto row_of = [&](int64_t key, int d) {
+    return double{rows[static_cast<size_t>(key == keys[0] ? d : 2 + d)]};
+  };
+
+  std::istringstream in(R"({"user": ["alice", -4611686018427387904], "a": 1}
+{"user": {"ids": ["alice", "bob", 5], "weights": [1, 2, 1]}, "a": 1}
+{"user": "alice", "a": "x"}
+{"user": 1.5, "a": 1}
+)");
+  std::ostringstream out, err;
+  EXPECT_EQ(run_lookup_command({.model = path.string()}, in, out, err), 1);
+  std::istringstream lines(out.str());
+  std::string line;
+  std::getline(lines, line);
+  std::vector<double> got = numbers_of(line);
+  ASSERT_EQ(got.size(), 3u) << line;
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_NEAR(got[static_cast<size_t>(d)],
+                (row_of(alice, d) + row_of(-(int64_t{1} << 62), d)) / 2, 1e-6);
+  }
+  std::getline(lines, line);  // "bob" and 5 are absent: zero rows, weights 2 and 1 still count
+  got = numbers_of(line);
+  ASSERT_EQ(got.size(), 3u) << line;
+  for (int d = 0; d < 2; ++d) EXPECT_NEAR(got[static_cast<size_t>(d)], row_of(alice, d) / 4, 1e-6);
+  std::getline(lines, line);
+  EXPECT_THAT(line, HasSubstr("feature 'a': ids must be an integer or an array of them"));
+  std::getline(lines, line);
+  EXPECT_THAT(line, HasSubstr("feature 'user': id 1.5 is not an integer or a string"));
 }
 
 // What a request line should be answered with: activations (in feature order, flattened) or an
