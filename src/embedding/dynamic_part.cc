@@ -9,19 +9,13 @@
 
 #include "storage/initializer.h"
 #include "util/check.h"
+#include "util/key_hash.h"
 
 namespace recemb::internal {
 namespace {
 
 // How many keys ahead find() prefetches the index (and commit the slots).
 constexpr int64_t kKeysAhead = 8;
-
-uint64_t mix(int64_t key) {
-  auto h = static_cast<uint64_t>(key);
-  h = (h ^ (h >> 33)) * 0xff51afd7ed558ccdULL;
-  h = (h ^ (h >> 33)) * 0xc4ceb9fe1a85ec53ULL;
-  return h ^ (h >> 33);
-}
 
 int64_t saturating_add(int64_t a, int64_t b) {
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
@@ -67,7 +61,7 @@ void DynamicPart::find(const KeyRun& run, int64_t first, int64_t last, int64_t a
 
 uint32_t DynamicPart::distinct_index(int64_t key) {
   const size_t mask = distinct_positions_.size() - 1;
-  for (size_t at = mix(key) & mask;; at = (at + 1) & mask) {
+  for (size_t at = mix_key(key) & mask;; at = (at + 1) & mask) {
     const uint32_t entry = distinct_positions_[at];
     if (entry == 0) {
       distinct_.push_back(

@@ -19,6 +19,8 @@
 #include "recemb/config.h"
 #include "recemb/placement.h"
 
+#include "util/key_hash.h"
+
 namespace recemb::internal {
 
 // One part of a table, held by one rank.
@@ -51,12 +53,9 @@ struct TablePart {
 // would move every key.
 inline constexpr int kKeyBucketBits = 20;
 inline uint64_t key_bucket(int64_t key) {
-  // Murmur3's 64-bit finalizer of the key xor a constant (so that the bucket's bits are unrelated
-  // to those of the parts' hash indexes, which may use the plain finalizer).
-  uint64_t h = static_cast<uint64_t>(key) ^ 0x2545f4914f6cdd1dULL;
-  h = (h ^ (h >> 33)) * 0xff51afd7ed558ccdULL;
-  h = (h ^ (h >> 33)) * 0xc4ceb9fe1a85ec53ULL;
-  return (h ^ (h >> 33)) >> (64 - kKeyBucketBits);
+  // The key xor a constant, mixed: the bucket's bits are unrelated to those of the parts' hash
+  // indexes (which mix the plain key).
+  return mix_key(key ^ 0x2545f4914f6cdd1dLL) >> (64 - kKeyBucketBits);
 }
 inline size_t key_part(int64_t key, int64_t num_parts) {
   return static_cast<size_t>((key_bucket(key) * static_cast<uint64_t>(num_parts)) >>
