@@ -64,7 +64,9 @@ int run_hash_command(const HashArguments& args, std::istream& in, std::ostream& 
   std::string line;
   for (int64_t line_number = 1; std::getline(in, line); ++line_number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    const std::optional<int64_t> id = train::categorical_field_id(feature, line, rows);
+    // A dynamic table (vocabulary_size 0) is keyed by the field itself: every field has a key.
+    const std::optional<int64_t> id =
+        rows == 0 ? train::categorical_key(line) : train::categorical_field_id(feature, line, rows);
     if (id) {
       out << *id << "\n" << std::flush;
       continue;

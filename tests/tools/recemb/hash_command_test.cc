@@ -12,6 +12,7 @@
 #include "recemb/embedding.h"
 #include "recemb/error.h"
 #include "recemb/serving.h"
+#include "recemb/string_key.h"
 
 #include "testing/error_of.h"
 
@@ -60,6 +61,16 @@ TEST(HashCommand, GivesTheRowsUnderAServingModelsSizes) {
   EXPECT_THAT(
       error_of<InvalidArgument>([&] { hash({.feature = "C2", .model = path.string()}, ""); }),
       HasSubstr("has no feature 'C2'"));
+}
+
+// A dynamic table's ids are the fields' keys (categorical_key): hex values as integers, anything
+// else its string_key; no value is malformed there.
+TEST(HashCommand, GivesADynamicTablesKeys) {
+  EXPECT_EQ(hash({.feature = "C1", .overrides = {"embedding.vocabulary=dynamic"}},
+                 "68fd1e64\nffffffffffffffff\nnot hex\n\n")
+                .out,
+            "1761418852\n-1\n" + std::to_string(string_key("not hex")) + "\n" +
+                std::to_string(string_key("")) + "\n");
 }
 
 // Each line gets one answer, in order: a bad value an error object naming the line.
