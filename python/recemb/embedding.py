@@ -31,16 +31,16 @@ import numpy as np
 from recemb import _nest, _recemb, optimizers
 from recemb._activations import ActivationArrays
 from recemb._lookup import _lookup_arguments, _pure_lookup
-from recemb.config import Resolved, TableConfig, _parse_name
-from recemb.inputs import ArrayLike, float32_array, id_array
+from recemb._tables import _TableAccess, _viewable_tables
+from recemb.config import Resolved, _parse_name
+from recemb.inputs import ArrayLike, float32_array
 from recemb.placement import Placement, _cpp_communicator
 
 _NO_GRADIENT = np.empty(0, dtype=np.float32)
 
 # Type hints: a nested structure (dict / list / tuple) mirroring the feature config, of inputs,
-# weights, arrays or None; a table given by name or TableConfig; an optimizer or its name; a path.
+# weights, arrays or None; an optimizer or its name; a path.
 Nest = Any
-TableKey = Union[str, TableConfig]
 OptimizerLike = Union[None, str, optimizers._Optimizer]
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -64,30 +64,6 @@ class LookupBatch:
     def applicable(self) -> bool:
         """Whether it holds a lookup not applied yet."""
         return self._cpp.applicable()
-
-
-class _Tables(dict):
-    """A dict keyed by table name that also accepts the table's TableConfig as a key."""
-
-    def __init__(self, items, resolved):
-        super().__init__(items)
-        self._resolved = resolved
-
-    def _key(self, key):
-        return self._resolved.table_name(key) if isinstance(key, TableConfig) else key
-
-    def __getitem__(self, key):
-        name = self._key(key)
-        if not super().__contains__(name):
-            raise KeyError(f"no table named {key!r}; the tables are {list(self)}")
-        return super().__getitem__(name)
-
-    def __contains__(self, key):
-        return super().__contains__(self._key(key)) if not isinstance(key, TableConfig) else (
-            key in self._resolved.tables)
-
-    def get(self, key, default=None):
-        return self[key] if key in self else default
 
 
 def _build_engine(resolved, optimizer, options, zero_tables=False):
@@ -121,7 +97,7 @@ class _ThreadBatches(threading.local):
         self.batch = LookupBatch()
 
 
-class Embedding:
+class Embedding(_TableAccess):
     """The embedding tables of `feature_config` (a FeatureConfig or a nested dict / list / tuple
     of them, flattened as tf.nest does: dict keys sorted) and their optimizer.
 
@@ -446,142 +422,6 @@ class Embedding:
         """Rows left unchanged by non_finite_gradients="skip_rows", summed over all steps."""
         return self._engine.skipped_rows()
 
-    def _variable(self, table, variable):
-        """A whole variable: a view of the engine's memory for a table in self._views, else a
-        copy (read_variable: collective with several ranks)."""
-        shape = self._engine.variable_shape(table, variable)
-        if self._views[table]:
-            return self._engine.variable_data(table, variable).reshape(shape)
-        copy = np.empty(shape, dtype=np.float32)
-        with self._lock:
-            self._engine.read_variable(table, variable, copy)
-        return copy
-
-    def _static_table_names(self):
-        return [name for name, table in zip(self._resolved.table_names, self._resolved.tables)
-                if table.vocabulary is None]
-
-    def _dynamic_table_names(self):
-        return [name for name, table in zip(self._resolved.table_names, self._resolved.tables)
-                if table.vocabulary is not None]
-
-    @property
-    def embedding_tables(self) -> dict[str, np.ndarray]:
-        """{table name: float32 array [vocabulary_size, dim]} (a TableConfig works as a key too)
-        of the static tables (a dynamic table has keys, not rows: see read_dynamic_table).
-
-        A table this rank holds whole (every table of an unsharded layer) is a view sharing
-        memory with the engine: reads see every later update; writes through it are allowed
-        between calls and are not validated (assign_table validates). Any other table (split
-        into shards; with several ranks, unless every rank holds it whole) is a copy of the whole
-        table, gathered from its shards: write it back with assign_table. With several ranks
-        this is collective: every rank reads the property, in the same order as its other calls.
-        """
-        return _Tables({name: self._variable(name, "parameters")
-                        for name in self._static_table_names()}, self._resolved)
-
-    @property
-    def slot_variables(self) -> dict[str, dict[str, np.ndarray]]:
-        """{table name: {slot name: float32 array}} (TF's slot names, e.g. "accumulators") of
-        the static tables: views or copies as embedding_tables (collective with several
-        ranks)."""
-        return _Tables({name: {slot: self._variable(name, slot)
-                               for slot in self._engine.variable_names(name)[1:]}
-                        for name in self._static_table_names()}, self._resolved)
-
-    def variable_names(self, table: TableKey) -> list[str]:
-        """"parameters" (the table), then the table's slots."""
-        return self._engine.variable_names(self._resolved.table_name(table))
-
-    def assign_table(self, table: TableKey, values: ArrayLike) -> None:
-        """Copies `values` (shape [vocabulary_size, dim], finite) into the table."""
-        self.assign_variable(table, "parameters", values)
-
-    def assign_variable(self, table: TableKey, variable: str, values: ArrayLike) -> None:
-        """Copies `values` (the variable's shape, finite) into a table or slot variable; raises
-        ValueError (changing nothing) on a wrong shape or a non-finite value. The whole variable,
-        whatever the placement: with several ranks every rank passes the whole variable (each
-        keeps the parts it holds), and the call is collective."""
-        def checked_arguments():
-            name = self._resolved.table_name(table)
-            array = float32_array(values, f"table '{name}' variable '{variable}'")
-            shape = tuple(self._engine.variable_shape(name, variable))
-            if array.shape != shape:
-                raise ValueError(f"table '{name}' variable '{variable}': shape {array.shape}, "
-                                 f"expected {shape}")
-            return name, array
-
-        with self._lock:
-            name, array = self._checked(checked_arguments)
-            if self._views[name] and np.may_share_memory(
-                    array, self._engine.variable_data(name, variable)):
-                if self._engine.world_size() == 1:
-                    return  # the variable itself: nothing to copy
-                array = array.copy()  # every rank still takes part in the collective write
-            self._engine.write_variable(name, variable, array)
-
-    def vocabulary_stats(self, table: TableKey) -> dict[str, int]:
-        """A dynamic table's keys: {"size": keys held now, "inserted": keys admitted,
-        "evicted": keys removed (TTL or when_full), "not_admitted_lookups": occurrences in
-        training lookups of keys that had no row}, the last three since the layer was built (or
-        restored). Raises RuntimeError (recemb.FailedPrecondition) for a static table, or one
-        split over ranks (every part of it must be on this rank)."""
-        stats = self._engine.vocabulary_stats(self._resolved.table_name(table))
-        return {field: getattr(stats, field) for field in stats._fields}
-
-    def read_dynamic_table(self, table: TableKey) -> tuple[np.ndarray, np.ndarray,
-                                                           dict[str, np.ndarray]]:
-        """A dynamic table's contents, copied: (keys, rows, slots): keys int64 [n] in increasing
-        order, rows float32 [n, dim] (row i is key i's), slots {slot name: float32 [n, dim], or
-        [n] for a row-wise slot} (the shapes of the static tables' slot_variables). Raises
-        RuntimeError (recemb.FailedPrecondition) for a static table, or one split over ranks."""
-        name = self._resolved.table_name(table)
-        dim = self._table_config(name).dim
-        with self._lock:
-            keys, parameters, slots = self._engine.read_dynamic_table(name)
-        n = keys.size
-        # A slot has dim or 1 floats per key; without keys its width is unknown: [0, dim].
-        return keys, parameters.reshape(n, dim), {
-            slot: values.reshape((n,) if n and values.size == n else (n, values.size // n if n
-                                                                       else dim))
-            for slot, values in slots}
-
-    def _table_config(self, name):
-        return self._resolved.tables[self._resolved.table_names.index(name)]
-
-    def write_dynamic_table(self, table: TableKey, keys: ArrayLike, rows: ArrayLike,
-                            slots: Optional[dict[str, ArrayLike]] = None) -> None:
-        """Replaces a dynamic table's keys, rows and slots with those given, in the layout
-        read_dynamic_table returns (keys int64 [n] strictly increasing, rows [n, dim], every slot
-        of the table's optimizer by name; slots may be None for a table without one), each key
-        counted as seen once at the current step. Raises ValueError, changing nothing, for keys
-        out of order, wrong shapes, missing or unknown slots, non-finite values or more keys than
-        the table holds; RuntimeError (recemb.FailedPrecondition) for a static table, one split
-        over ranks, or while a training lookup is not applied yet."""
-        name = self._resolved.table_name(table)
-        owner = f"write_dynamic_table: table '{name}'"
-        key_array = id_array(f"{owner}: keys", keys, ndim=1).astype(np.int64, copy=False)
-        n = key_array.size
-        dim = self._table_config(name).dim
-        row_array = float32_array(rows, f"{owner}: rows")
-        if row_array.shape != (n, dim):
-            raise ValueError(f"{owner}: rows of shape {row_array.shape}, expected {(n, dim)} "
-                             f"({n} keys)")
-        slot_names = self._engine.variable_names(name)[1:]
-        given = {} if slots is None else dict(slots)
-        if sorted(given) != sorted(slot_names):
-            raise ValueError(f"{owner}: slots {sorted(given)}, expected the optimizer's "
-                             f"{slot_names}")
-        slot_arrays = []
-        for slot in slot_names:
-            array = float32_array(given[slot], f"{owner}: slot '{slot}'")
-            if array.ndim not in (1, 2) or array.shape[0] != n:
-                raise ValueError(f"{owner}: slot '{slot}' of shape {array.shape}, expected "
-                                 f"[{n}, ...] ({n} keys)")
-            slot_arrays.append((slot, array))
-        with self._lock:
-            self._engine.write_dynamic_table(name, key_array, row_array, slot_arrays)
-
     def save(self, directory: PathLike, keep_last: int = 3) -> pathlib.Path:
         """Saves the tables, slots, step and configs as the checkpoint directory/ckpt-<step, 12
         digits> (the format of docs/formats.md), atomically, and deletes the checkpoints under
@@ -661,24 +501,6 @@ def _int_setting(name, value, largest):
     if not 0 <= value <= largest:
         raise ValueError(f"{name}={value!r}: must be >= 0 and <= {largest}")
     return int(value)
-
-
-def _viewable_tables(engine, resolved):
-    """{table name: whether its variables are views of the engine's memory (else copies)}. A
-    table is a view where this rank holds it whole, but with several ranks only where every rank
-    does (from the plan: shard s is on rank s % world_size), so that all ranks read the same
-    tables collectively."""
-    world_size = engine.world_size()
-    plan = {table.table: table for table in engine.placement().tables}
-    views = {}
-    for table, name in zip(resolved.tables, resolved.table_names):
-        if table.vocabulary is not None:
-            views[name] = False  # keys, not rows: no variable to view
-            continue
-        holders = {shard.shard % world_size for shard in plan[name].shards
-                   if shard.rows == table.vocabulary_size and shard.num_columns == table.dim}
-        views[name] = engine.has_whole_table(name) and len(holders) == world_size
-    return views
 
 
 def serving_embedding_lookup(inputs: Nest, weights: Nest, tables: dict[Any, ArrayLike],

@@ -27,8 +27,9 @@ import numpy as np
 import torch
 
 from recemb import _nest, optimizers
+from recemb._tables import _Tables
 from recemb.embedding import Embedding as _Layer
-from recemb.embedding import LookupBatch, _Tables
+from recemb.embedding import LookupBatch
 from recemb.inputs import Ragged, Sparse, float32_array
 
 __all__ = ["Embedding", "translate_optimizer"]
