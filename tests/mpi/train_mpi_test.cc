@@ -147,9 +147,11 @@ TEST(TrainMpi, ASignalToOneRankStopsEveryRankAtTheSameStep) {
                           " --allow-run-as-root --oversubscribe --mca orte_abort_on_non_zero_status"
                           " 0 -np 2 " +
                           RECEMB_CLI + kSmallRun + " --output " + dir + " --steps 1000000";
+  // The log is emptied before the job starts: a stale one (an earlier run's, as the release and
+  // sanitizer builds share TempDir) would satisfy the wait before the job has ranks.
   const Outcome outcome =
-      run("timeout 120 sh -c '" + job + " >" + log + " 2>&1 & job=$!; until grep -q \"checkpoint " +
-          dir + "/checkpoints/ckpt-\" " + log +
+      run("timeout 120 sh -c ': >" + log + "; " + job + " >" + log +
+          " 2>&1 & job=$!; until grep -q \"checkpoint " + dir + "/checkpoints/ckpt-\" " + log +
           "; do sleep 0.1; done; kill -INT $(pgrep -P $job | tail -n 1); "
           "wait $job'");
   const std::string output = read(log);

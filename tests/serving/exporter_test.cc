@@ -249,7 +249,9 @@ TEST_P(ExporterLayoutTest, WritesExtraArraysAndMetadataAfterTheTables) {
     const auto size = entries[a]["size"].get<uint64_t>();
     EXPECT_EQ(start, offset);
     EXPECT_EQ(size, values[a].size() * 4);
-    EXPECT_EQ(std::memcmp(bytes.data() + start, values[a].data(), size), 0);
+    if (size > 0) {  // an empty array's data() may be null: no memcmp of it
+      EXPECT_EQ(std::memcmp(bytes.data() + start, values[a].data(), size), 0);
+    }
     const uint64_t padded = ModelFile::padded(size);
     for (uint64_t i = start + size; i < start + padded; ++i) {
       EXPECT_EQ(bytes[i], std::byte{0}) << "padding byte " << i;
@@ -271,7 +273,7 @@ TEST_P(ExporterLayoutTest, WritesExtraArraysAndMetadataAfterTheTables) {
     EXPECT_EQ(array.name, names[a]);
     EXPECT_EQ(array.shape, shapes[a]);
     ASSERT_EQ(array.values.size(), values[a].size());
-    EXPECT_EQ(std::memcmp(array.values.data(), values[a].data(), values[a].size() * 4), 0);
+    EXPECT_TRUE(std::equal(array.values.begin(), array.values.end(), values[a].begin()));
   }
   EXPECT_THAT(error_of<InvalidArgument>([&] { model.extra_array("dense/Weights"); }),
               AllOf(HasSubstr("no extra array 'dense/Weights'"),
