@@ -71,6 +71,33 @@ FeatureInput input_of(const Batch& batch) {
                    .weights = batch.weights};
 }
 
+// The activations of `batch`: a training lookup kept in `kept`, or a pure lookup without it.
+std::vector<float> activations_of(Embedding& layer, const Batch& batch, LookupBatch* kept) {
+  const std::vector<FeatureInput> inputs{input_of(batch)};
+  std::vector<float> activations(batch.bags.size() * kDim);
+  const std::vector<std::span<float>> outputs{activations};
+  if (kept == nullptr) {
+    layer.lookup(inputs, outputs);
+  } else {
+    layer.lookup(inputs, outputs, *kept);
+  }
+  return activations;
+}
+
+// Whether `actual` ([bags, kDim]) is within 1e-5 of the reference's activations.
+::testing::AssertionResult near_reference(const std::vector<float>& actual,
+                                          const std::vector<std::vector<double>>& expected) {
+  for (size_t b = 0; b < expected.size(); ++b) {
+    for (size_t d = 0; d < static_cast<size_t>(kDim); ++d) {
+      if (!(std::abs(actual[b * kDim + d] - expected[b][d]) <= 1e-5)) {
+        return ::testing::AssertionFailure() << "bag " << b << " column " << d << ": "
+                                             << actual[b * kDim + d] << " vs " << expected[b][d];
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 std::vector<double> initial_row(int64_t key) {
   std::vector<float> row(kDim);
   internal::initialize_rows(TruncatedNormal{}, internal::table_seed(kSeed, "items"), key, 1, kDim,
@@ -107,19 +134,9 @@ void expect_matches_reference(const Setting& setting, int threads,
   std::normal_distribution<float> gradient_value(0.0f, 1.0f);
   for (int step = 0; step < steps; ++step) {
     const Batch batch = random_batch(random, step, 16);
-    const std::vector<FeatureInput> inputs{input_of(batch)};
-    std::vector<float> activations(batch.bags.size() * kDim);
-    const std::vector<std::span<float>> outputs{activations};
     LookupBatch kept;
-    layer.lookup(inputs, outputs, kept);
-    const std::vector<std::vector<double>> expected = model.train_lookup(batch.bags);
-    for (size_t b = 0; b < expected.size(); ++b) {
-      for (int64_t d = 0; d < kDim; ++d) {
-        ASSERT_NEAR(activations[b * kDim + static_cast<size_t>(d)],
-                    expected[b][static_cast<size_t>(d)], 1e-5)
-            << "step " << step << " bag " << b;
-      }
-    }
+    const std::vector<float> activations = activations_of(layer, batch, &kept);
+    ASSERT_TRUE(near_reference(activations, model.train_lookup(batch.bags))) << "step " << step;
     std::vector<float> gradients(activations.size());
     std::vector<std::vector<double>> model_gradients(batch.bags.size());
     for (size_t i = 0; i < gradients.size(); ++i) {
@@ -150,18 +167,8 @@ void expect_matches_reference(const Setting& setting, int threads,
   }
   // The pure lookup reads the same rows and changes nothing.
   const Batch batch = random_batch(random, steps, 16);
-  const std::vector<FeatureInput> inputs{input_of(batch)};
-  std::vector<float> activations(batch.bags.size() * kDim);
-  const std::vector<std::span<float>> outputs{activations};
   const VocabularyStats before = layer.vocabulary_stats("items");
-  layer.lookup(inputs, outputs);
-  const std::vector<std::vector<double>> expected = model.lookup(batch.bags);
-  for (size_t b = 0; b < expected.size(); ++b) {
-    for (int64_t d = 0; d < kDim; ++d) {
-      EXPECT_NEAR(activations[b * kDim + static_cast<size_t>(d)],
-                  expected[b][static_cast<size_t>(d)], 1e-5);
-    }
-  }
+  EXPECT_TRUE(near_reference(activations_of(layer, batch, nullptr), model.lookup(batch.bags)));
   const VocabularyStats after = layer.vocabulary_stats("items");
   EXPECT_EQ(after.size, before.size);
   EXPECT_EQ(after.not_admitted_lookups, before.not_admitted_lookups);
@@ -218,11 +225,8 @@ TEST(DynamicTables, ResultsAreBitwiseTheSameOnAnyThreadCount) {
     std::mt19937_64 random(9);
     for (int step = 0; step < 8; ++step) {
       const Batch batch = random_batch(random, step, 64);
-      const std::vector<FeatureInput> inputs{input_of(batch)};
-      std::vector<float> activations(batch.bags.size() * kDim);
-      const std::vector<std::span<float>> outputs{activations};
       LookupBatch kept;
-      layer.lookup(inputs, outputs, kept);
+      const std::vector<float> activations = activations_of(layer, batch, &kept);
       std::vector<float> gradients(activations.size());
       for (size_t i = 0; i < gradients.size(); ++i) gradients[i] = activations[i] - 0.25f;
       const std::vector<std::span<const float>> grads{gradients};
