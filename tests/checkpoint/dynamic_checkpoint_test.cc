@@ -269,13 +269,16 @@ std::string name_of(const std::optional<PlacementOptions>& placement) {
          std::to_string(placement->num_shards);
 }
 
+// Vocabularies large enough that no part fills whatever the placement (so that placements agree
+// to float rounding), still admitting and evicting.
+constexpr DynamicVocabulary kRoomyItems{.capacity = 600, .min_count = 2, .ttl_steps = 4};
+constexpr DynamicVocabulary kRoomyUsers{.capacity = 600, .min_count = 2, .ttl_steps = 5};
+
 // Any placement saves the same files (they hold whole logical tables) and restores into any other
 // bit for bit; training on continues as on one part to float rounding (no part is full).
 TEST(DynamicCheckpointTest, RestoresIntoEveryInProcessPlacement) {
-  const DynamicVocabulary roomy_items{.capacity = 600, .min_count = 2, .ttl_steps = 4};
-  const DynamicVocabulary roomy_users{.capacity = 600, .min_count = 2, .ttl_steps = 5};
   TemporaryDirectory directory;
-  Embedding source = make_layer(std::nullopt, roomy_items, roomy_users);
+  Embedding source = make_layer(std::nullopt, kRoomyItems, kRoomyUsers);
   train(source, 0, 8);
   const fs::path saved = save_checkpoint(source, directory.path() / "source");
   const State expected = state_of(source);
@@ -284,7 +287,7 @@ TEST(DynamicCheckpointTest, RestoresIntoEveryInProcessPlacement) {
 
   for (const auto& placement : placements()) {
     SCOPED_TRACE(name_of(placement));
-    Embedding restored = make_layer(placement, roomy_items, roomy_users);
+    Embedding restored = make_layer(placement, kRoomyItems, kRoomyUsers);
     train(restored, 0, 2);
     restore_checkpoint(restored, saved);
     EXPECT_TRUE(bitwise_equal(state_of(restored), expected));
@@ -314,10 +317,10 @@ TEST(DynamicCheckpointTest, RestoresIntoEveryInProcessPlacement) {
   }
 
   // And back: saved by three parts split by keys, restored into one part.
-  Embedding split = make_layer(placements()[2], roomy_items, roomy_users);
+  Embedding split = make_layer(placements()[2], kRoomyItems, kRoomyUsers);
   restore_checkpoint(split, saved);
   const fs::path from_split = save_checkpoint(split, directory.path() / "split");
-  Embedding whole = make_layer(std::nullopt, roomy_items, roomy_users);
+  Embedding whole = make_layer(std::nullopt, kRoomyItems, kRoomyUsers);
   restore_checkpoint(whole, from_split);
   EXPECT_TRUE(bitwise_equal(state_of(whole), expected));
 }
@@ -326,10 +329,8 @@ TEST(DynamicCheckpointTest, RestoresIntoEveryInProcessPlacement) {
 // parts' keys, and save it again: the same files, byte for byte, which one process restores bit
 // for bit.
 TEST(DynamicCheckpointTest, SeveralRanksRestoreAndSaveTheSameFiles) {
-  const DynamicVocabulary roomy_items{.capacity = 600, .min_count = 2, .ttl_steps = 4};
-  const DynamicVocabulary roomy_users{.capacity = 600, .min_count = 2, .ttl_steps = 5};
   TemporaryDirectory directory;
-  Embedding source = make_layer(std::nullopt, roomy_items, roomy_users);
+  Embedding source = make_layer(std::nullopt, kRoomyItems, kRoomyUsers);
   train(source, 0, 8);
   const fs::path saved = save_checkpoint(source, directory.path() / "source");
   const internal::Manifest manifest = internal::read_manifest(saved).manifest;
@@ -353,7 +354,7 @@ TEST(DynamicCheckpointTest, SeveralRanksRestoreAndSaveTheSameFiles) {
     for (int r = 0; r < setup.ranks; ++r) {
       threads.emplace_back([&, r] {
         try {
-          Embedding layer(tables(roomy_items, roomy_users), source.features(),
+          Embedding layer(tables(kRoomyItems, kRoomyUsers), source.features(),
                           {.optimizer = source.options().optimizer,
                            .num_threads = 1,
                            .seed = kSeed,
@@ -376,7 +377,7 @@ TEST(DynamicCheckpointTest, SeveralRanksRestoreAndSaveTheSameFiles) {
             << array->data.file;
       }
     }
-    Embedding whole = make_layer(std::nullopt, roomy_items, roomy_users);
+    Embedding whole = make_layer(std::nullopt, kRoomyItems, kRoomyUsers);
     restore_checkpoint(whole, again);
     EXPECT_TRUE(bitwise_equal(state_of(whole), state_of(source)));
   }
