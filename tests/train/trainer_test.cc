@@ -267,19 +267,25 @@ void write_criteo(const std::filesystem::path& path, int lines, int malformed, u
   }
 }
 
+// Writes dir/train.tsv (3000 lines, 4 malformed) and trains on it (500 lines held out, 1000 steps
+// of 64) into dir/out, with `settings` added.
+TrainSummary train_on_criteo_file(const std::filesystem::path& dir,
+                                  std::vector<std::string> settings, std::ostringstream& log) {
+  std::filesystem::create_directories(dir);
+  write_criteo(dir / "train.tsv", 3000, 4, 1);
+  settings.insert(settings.begin(),
+                  {"data.path=\"" + (dir / "train.tsv").string() + "\"", "data.eval_examples=500",
+                   "train.steps=1000", "train.batch_size=64"});
+  return run_training(small_config(dir / "out", settings), {.log = &log});
+}
+
 // Criteo files with dynamic tables: every distinct value of the lines trained on (the missing
 // value included) holds a key of its own, and the model learns as with hashed tables.
 TEST(Trainer, TrainsDynamicTablesOnCriteoFilesKeyedByTheirValues) {
   const auto dir = fresh_dir("criteo_dynamic");
-  std::filesystem::create_directories(dir);
-  write_criteo(dir / "train.tsv", 3000, 4, 1);
   std::ostringstream log;
   const TrainSummary summary =
-      run_training(small_config(dir / "out", {"data.path=\"" + (dir / "train.tsv").string() + "\"",
-                                              "data.eval_examples=500", "train.steps=1000",
-                                              "train.batch_size=64", "embedding.vocabulary=dynamic",
-                                              "embedding.capacity=100000"}),
-                   {.log = &log});
+      train_on_criteo_file(dir, {"embedding.vocabulary=dynamic", "embedding.capacity=100000"}, log);
   EXPECT_EQ(summary.malformed_lines, 4);
   EXPECT_EQ(summary.examples, 2496);
   EXPECT_GT(summary.final_auc, 0.7);
@@ -310,14 +316,8 @@ TEST(Trainer, TrainsDynamicTablesOnCriteoFilesKeyedByTheirValues) {
 
 TEST(Trainer, TrainsOnCriteoFilesAndCountsMalformedLines) {
   const auto dir = fresh_dir("criteo");
-  std::filesystem::create_directories(dir);
-  write_criteo(dir / "train.tsv", 3000, 4, 1);
   std::ostringstream log;
-  const TrainSummary summary =
-      run_training(small_config(dir / "out", {"data.path=\"" + (dir / "train.tsv").string() + "\"",
-                                              "data.eval_examples=500", "train.steps=1000",
-                                              "train.batch_size=64"}),
-                   {.log = &log});
+  const TrainSummary summary = train_on_criteo_file(dir, {}, log);
   // 3000 lines - 4 malformed - 500 held out = 2496 examples: the data ends before step 1000.
   EXPECT_EQ(summary.malformed_lines, 4);
   ASSERT_EQ(summary.malformed_messages.size(), 4u);
