@@ -3,9 +3,10 @@
 // to turn an id into a row: nothing but the row itself, here an 8-byte entry per slot).
 //
 //   BM_Find/<keys>                  find() of present keys, one after another.
-//   BM_FindPrefetched/<keys>        the same with prefetch() kPrefetchAhead keys ahead, as the
-//                                   lookup kernels do for rows.
+//   BM_FindAll/<keys>               find_all() of the same keys: the lookup's path (pipelined
+//                                   hashing and prefetching).
 //   BM_FindAbsent/<keys>            find() of keys that are not held (a zero row in a lookup).
+//   BM_FindAllAbsent/<keys>         find_all() of those keys.
 //   BM_ArrayRead/<keys>             array[slot] for the slots those keys hold.
 //   BM_ArrayReadPrefetched/<keys>   the same with the line prefetched kPrefetchAhead ahead.
 //
@@ -96,13 +97,15 @@ void find_keys(benchmark::State& state, int64_t keys, Queries kind, Prefetch pre
   const KeyIndex& index = *fixture.index;
   const std::vector<int64_t>& queries = kind == Queries::kAbsent ? fixture.absent : fixture.present;
   const auto n = static_cast<int64_t>(queries.size());
+  std::vector<int64_t> slots(queries.size());
   for (auto _ : state) {
-    int64_t sum = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      if (prefetch == Prefetch::kAhead && i + kPrefetchAhead < n)
-        index.prefetch(queries[i + kPrefetchAhead]);
-      sum += index.find(queries[i]);
+    if (prefetch == Prefetch::kAhead) {
+      index.find_all(queries.data(), n, slots.data(), -1);
+      benchmark::DoNotOptimize(slots.data());
+      continue;
     }
+    int64_t sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += index.find(queries[i]);
     benchmark::DoNotOptimize(sum);
   }
   set_counters(state, fixture);
@@ -148,8 +151,9 @@ void register_benchmarks() {
       benchmark::RegisterBenchmark(name.c_str(), arguments...)->Unit(benchmark::kMillisecond);
     };
     add("BM_Find" + size, find_keys, keys, Queries::kPresent, Prefetch::kNone);
-    add("BM_FindPrefetched" + size, find_keys, keys, Queries::kPresent, Prefetch::kAhead);
+    add("BM_FindAll" + size, find_keys, keys, Queries::kPresent, Prefetch::kAhead);
     add("BM_FindAbsent" + size, find_keys, keys, Queries::kAbsent, Prefetch::kNone);
+    add("BM_FindAllAbsent" + size, find_keys, keys, Queries::kAbsent, Prefetch::kAhead);
     add("BM_ArrayRead" + size, read_array, keys, Prefetch::kNone);
     add("BM_ArrayReadPrefetched" + size, read_array, keys, Prefetch::kAhead);
   }

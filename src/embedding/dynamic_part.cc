@@ -15,7 +15,7 @@ namespace recemb::internal {
 namespace {
 
 // How many keys ahead find() prefetches the index (and commit the slots).
-constexpr int64_t kKeysAhead = 8;
+constexpr int64_t kKeysAhead = 32;
 
 int64_t saturating_add(int64_t a, int64_t b) {
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
@@ -52,11 +52,7 @@ DynamicPart::DynamicPart(const TableConfig& table, const TablePart& part, uint64
       initial_row_(static_cast<size_t>(table.dim)) {}
 
 void DynamicPart::find(const KeyRun& run, int64_t first, int64_t last, int64_t absent) const {
-  for (int64_t j = first; j < last; ++j) {
-    if (j + kKeysAhead < last) index_.prefetch(run.keys[j + kKeysAhead]);
-    const int64_t slot = index_.find(run.keys[j]);
-    run.slots[j] = slot == KeyIndex::kAbsent ? absent : slot;
-  }
+  index_.find_all(run.keys + first, last - first, run.slots + first, absent);
 }
 
 uint32_t DynamicPart::distinct_index(int64_t key) {

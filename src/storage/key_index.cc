@@ -94,21 +94,15 @@ KeyIndex::KeyIndex(int64_t capacity, int64_t exact_pending_limit)
   // ceil(capacity / 0.8) entries: at most 80% full.
   const int64_t entries = capacity + (capacity + 3) / 4;
   const int64_t buckets = (entries + kBucketWidth - 1) / kBucketWidth;
-  // Recency entries: at most one live per slot, compacted when the room is used up, which then
-  // happens at most once every capacity + 64 appends (compact_recency).
-  const int64_t recency_room = 2 * capacity + 64;
   try {
     buckets_.reserve(static_cast<size_t>(buckets));
     slots_.reserve(static_cast<size_t>(capacity));
-    recency_.reserve(static_cast<size_t>(recency_room));
     advise_huge_pages(buckets_);
     advise_huge_pages(slots_);
-    advise_huge_pages(recency_);
     buckets_.resize(static_cast<size_t>(buckets));
     slots_.assign(static_cast<size_t>(capacity), Slot{kAbsent, 0, kFreeSlot, 0});
   } catch (const std::bad_alloc&) {
-    const int64_t bytes = buckets * int64_t{sizeof(Bucket)} + capacity * int64_t{sizeof(Slot)} +
-                          recency_room * int64_t{sizeof(RecencyEntry)};
+    const int64_t bytes = buckets * int64_t{sizeof(Bucket)} + capacity * int64_t{sizeof(Slot)};
     throw ResourceExhausted("cannot allocate " + std::to_string(bytes) +
                             " bytes for the key index of " + std::to_string(capacity) +
                             " keys: out of memory; lower capacity or shard the table over more "
@@ -121,6 +115,34 @@ int64_t KeyIndex::size() const { return size_; }
 int64_t KeyIndex::exact_pending_limit() const { return exact_pending_limit_; }
 
 void KeyIndex::prefetch_slot(int64_t slot) const { prefetch_line_for_write(&slots_[slot]); }
+
+void KeyIndex::find_all(const int64_t* keys, int64_t n, int64_t* slots, int64_t absent) const {
+  // homes[j % kFindAhead]: the home bucket of keys[j], for the next kFindAhead keys.
+  size_t homes[kFindAhead];
+  for (int64_t j = 0; j < std::min<int64_t>(n, kFindAhead); ++j) {
+    homes[j] = home_bucket(keys[j]);
+    prefetch_line(&buckets_[homes[j]]);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    size_t& home = homes[j % kFindAhead];
+    const int64_t slot = find_from(home, keys[j]);
+    slots[j] = slot == kAbsent ? absent : slot;
+    if (j + kFindAhead < n) {
+      home = home_bucket(keys[j + kFindAhead]);
+      prefetch_line(&buckets_[home]);
+    }
+  }
+}
+
+int64_t KeyIndex::find_empty_key(size_t home) const {
+  for (size_t b = home;; b = next_bucket(b)) {
+    const Bucket& bucket = buckets_[b];
+    for (int i = 0; i < kBucketWidth; ++i) {
+      if (bucket.keys[i] == kEmptyKey && bucket.slots[i] != kEmptyEntry) return bucket.slots[i];
+    }
+    if (bucket.passed == 0) return kAbsent;
+  }
+}
 
 bool KeyIndex::occupied(int64_t slot) const {
   RECEMB_CHECK(slot >= 0 && slot < capacity_);
@@ -148,11 +170,7 @@ void KeyIndex::touch(int64_t slot, int64_t step, int64_t occurrences) {
   Slot& entry = slots_[slot];
   RECEMB_CHECK(step >= entry.last_seen);
   entry.count = saturating_add(entry.count, occurrences);
-  if (step != entry.last_seen) {
-    entry.last_seen = step;
-    ++entry.generation;
-    append_recency(slot);
-  }
+  entry.last_seen = step;  // its recency entry is re-filed when it reaches the front
 }
 
 int64_t KeyIndex::insert(int64_t key, int64_t step, int64_t count) {
@@ -183,7 +201,7 @@ int64_t KeyIndex::insert(int64_t key, int64_t step, int64_t count) {
   metadata.position = static_cast<uint32_t>(b * kBucketWidth + static_cast<size_t>(entry));
   ++metadata.generation;
   ++size_;
-  append_recency(slot);
+  recency_[step].push_back(RecencyEntry{static_cast<uint32_t>(slot), metadata.generation});
   return slot;
 }
 
@@ -221,7 +239,7 @@ void KeyIndex::erase(int64_t slot) {
     hole = from;
     hole_entry = static_cast<size_t>(from_entry);
   }
-  buckets_[hole].keys[hole_entry] = 0;
+  buckets_[hole].keys[hole_entry] = kEmptyKey;
   buckets_[hole].slots[hole_entry] = kEmptyEntry;
   metadata.position = kFreeSlot;
   metadata.count = 0;
@@ -237,9 +255,6 @@ void KeyIndex::clear() {
   free_head_ = kAbsent;
   never_used_ = 0;
   recency_.clear();
-  recency_head_ = 0;
-  recency_sorted_ = true;
-  recency_back_step_ = std::numeric_limits<int64_t>::min();
   std::fill(pending_.begin(), pending_.end(), PendingEntry{});
   pending_size_ = 0;
   sketch_.clear();
@@ -256,35 +271,6 @@ bool KeyIndex::recency_live(RecencyEntry entry) const {
   return slot.position != kFreeSlot && slot.generation == entry.generation;
 }
 
-void KeyIndex::append_recency(int64_t slot) {
-  if (recency_.size() == recency_.capacity()) compact_recency();
-  const Slot& entry = slots_[slot];
-  if (entry.last_seen < recency_back_step_) recency_sorted_ = false;
-  recency_back_step_ = entry.last_seen;
-  recency_.push_back(RecencyEntry{static_cast<uint32_t>(slot), entry.generation});
-}
-
-void KeyIndex::compact_recency() {
-  size_t kept = 0;
-  for (size_t i = recency_head_; i < recency_.size(); ++i) {
-    if (recency_live(recency_[i])) recency_[kept++] = recency_[i];
-  }
-  recency_.resize(kept);
-  recency_head_ = 0;
-}
-
-void KeyIndex::sort_recency() {
-  if (recency_sorted_) return;
-  compact_recency();
-  RECEMB_CHECK(static_cast<int64_t>(recency_.size()) == size_);  // one live entry a slot
-  std::sort(recency_.begin(), recency_.end(), [this](RecencyEntry a, RecencyEntry b) {
-    return std::tuple(slots_[a.slot].last_seen, a.slot) <
-           std::tuple(slots_[b.slot].last_seen, b.slot);
-  });
-  recency_sorted_ = true;
-  if (!recency_.empty()) recency_back_step_ = slots_[recency_.back().slot].last_seen;
-}
-
 template <class Visit>
 void KeyIndex::for_each_key(Visit visit) const {
   for (const Bucket& bucket : buckets_) {
@@ -296,18 +282,34 @@ void KeyIndex::for_each_key(Visit visit) const {
 
 template <class Visit>
 void KeyIndex::scan_recency(Visit visit) {
-  sort_recency();
-  size_t end = recency_head_;
-  for (; end < recency_.size(); ++end) {
-    const RecencyEntry entry = recency_[end];
-    if (recency_live(entry) && !visit(int64_t{entry.slot})) break;
+  for (auto filed = recency_.begin(); filed != recency_.end();) {
+    const int64_t step = filed->first;
+    std::vector<RecencyEntry>& entries = filed->second;
+    size_t kept = 0;
+    size_t i = 0;
+    bool stopped = false;
+    for (; i < entries.size() && !stopped; ++i) {
+      if (i + kFindAhead < entries.size()) prefetch_line(&slots_[entries[i + kFindAhead].slot]);
+      const RecencyEntry entry = entries[i];
+      if (!recency_live(entry)) continue;  // dropped
+      const int64_t last_seen = slots_[entry.slot].last_seen;
+      if (last_seen != step) {
+        RECEMB_CHECK(last_seen > step);  // filed no later than its last_seen
+        recency_[last_seen].push_back(entry);  // a later list: visited again in order
+        continue;
+      }
+      entries[kept++] = entry;
+      stopped = !visit(int64_t{entry.slot});
+    }
+    // The entries not reached stay as they are.
+    kept = static_cast<size_t>(std::copy(entries.begin() + static_cast<std::ptrdiff_t>(i),
+                                         entries.end(),
+                                         entries.begin() + static_cast<std::ptrdiff_t>(kept)) -
+                               entries.begin());
+    entries.resize(kept);
+    filed = entries.empty() ? recency_.erase(filed) : std::next(filed);
+    if (stopped) return;
   }
-  // Drop the stale entries of [head, end): the live ones move, in order, to just before end.
-  size_t write = end;
-  for (size_t i = end; i-- > recency_head_;) {
-    if (recency_live(recency_[i])) recency_[--write] = recency_[i];
-  }
-  recency_head_ = write;
 }
 
 // ---- Victims -------------------------------------------------------------------------------
@@ -493,7 +495,11 @@ int64_t KeyIndex::memory_bytes() const {
   const auto bytes = [](const auto& vector) {
     return static_cast<int64_t>(vector.capacity() * sizeof(vector[0]));
   };
-  return bytes(buckets_) + bytes(slots_) + bytes(recency_) + bytes(pending_) + bytes(sketch_) +
+  // A map node: its step, its vector and the tree's links (libstdc++: 4 pointer-sized fields).
+  constexpr int64_t kMapNodeBytes = sizeof(int64_t) + sizeof(std::vector<RecencyEntry>) + 32;
+  int64_t recency_bytes = 0;
+  for (const auto& [step, entries] : recency_) recency_bytes += kMapNodeBytes + bytes(entries);
+  return bytes(buckets_) + bytes(slots_) + recency_bytes + bytes(pending_) + bytes(sketch_) +
          bytes(candidates_) + bytes(chosen_);
 }
 

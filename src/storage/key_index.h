@@ -38,11 +38,15 @@
 //   slots_:     per slot {last_seen, count, position of its entry in buckets_, generation}.
 //               Free slots form a LIFO list threaded through last_seen; never-used slots follow
 //               in increasing order.
-//   recency_:   a FIFO of {slot, generation} appended whenever a slot's last_seen changes; an
-//               entry is live while its slot's generation is unchanged (every insert and every
-//               touch to a new step bumps it), so each occupied slot has exactly one live entry
-//               and, steps being non-decreasing in normal use, live entries are in last_seen
-//               order (a restore that inserts older steps later is sorted once before use).
+//   recency_:   entries {slot, generation} filed by step: each occupied slot has exactly one
+//               live entry (its generation is the slot's, bumped by every insert), filed under a
+//               step no later than its last_seen: the step it was inserted at, or re-filed at.
+//               touch() changes last_seen only, so that a lookup's sightings cost no more than
+//               the metadata write. expired and choose_victims take entries from the earliest
+//               step: a dead one (its slot freed or taken again since) is dropped, one whose
+//               last_seen is later than its step is re-filed under its last_seen, and the
+//               others come in last_seen order. So a key seen every step is re-filed once per
+//               time it reaches the front, not once per sighting.
 #ifndef RECEMB_STORAGE_KEY_INDEX_H_
 #define RECEMB_STORAGE_KEY_INDEX_H_
 
@@ -50,6 +54,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <span>
 #include <utility>
 #include <vector>
@@ -72,7 +77,7 @@ class KeyIndex {
   // An empty index of `capacity` slots (1 <= capacity; exact_pending_limit >= 0). Memory: the slot
   // metadata (last_seen, count, position, generation: 24 bytes a slot), a hash table of 64-byte
   // buckets of 5 keys at most 80% full when every slot is taken (16 bytes a slot), the
-  // recency FIFO (room for 2 * capacity + 64 entries of 8 bytes, 16 bytes a slot); plus the
+  // recency entries (8 bytes a key, and their steps' lists); plus the
   // pending counts (at most exact_pending_limit keys, then a fixed 1 MiB sketch). Throws
   // InvalidArgument when capacity > kMaxCapacity, ResourceExhausted when memory is short.
   explicit KeyIndex(int64_t capacity, int64_t exact_pending_limit);
@@ -85,6 +90,9 @@ class KeyIndex {
   int64_t find(int64_t key) const;
   // Prefetches what find(key) will read.
   void prefetch(int64_t key) const;
+  // slots[j] = the slot of keys[j], or `absent`, for j in [0, n): the lookup's path, pipelined
+  // (each key's bucket is computed and prefetched kFindAhead keys before it is searched).
+  void find_all(const int64_t* keys, int64_t n, int64_t* slots, int64_t absent) const;
   // Prefetches what touch(slot, ...) will read.
   void prefetch_slot(int64_t slot) const;
 
@@ -118,15 +126,14 @@ class KeyIndex {
   int64_t exact_pending_size() const;
 
   // The `n` occupied, unpinned slots smallest in `order`, smallest first; fewer when fewer exist.
-  // Reads only; the result is valid until the next non-const call. Cost: kLeastRecent, the
-  // number of keys with last_seen up to the n-th's (plus keys touched since the previous call);
+  // Changes no key, slot or count (only how the recency entries are filed); the result is valid
+  // until the next non-const call. Cost: kLeastRecent, the number of recency entries filed under
+  // steps up to the n-th's last_seen (those of keys seen since are re-filed, once each);
   // kLeastFrequent, one pass over every key (O(size() log n)).
   std::span<const int64_t> choose_victims(EvictionOrder order, int64_t n, int64_t pinned_from);
   // The occupied, unpinned slots whose last_seen < before_step, in increasing (last_seen, key).
-  // Cost proportional to the number returned plus the number of keys touched since the previous
-  // call (not to size()), so that a TTL sweep every step stays cheap. (After inserts with older
-  // steps than earlier ones, as a restore makes, the first expired / choose_victims sorts the
-  // recency order once: O(size() log size()).)
+  // Cost proportional to the number returned plus the number of entries re-filed (not to
+  // size()), so that a TTL sweep every step stays cheap.
   std::span<const int64_t> expired(int64_t before_step, int64_t pinned_from);
 
   // Every occupied slot, in increasing key order (checkpoints, read_dynamic_table).
@@ -141,12 +148,16 @@ class KeyIndex {
 
  private:
   static constexpr uint32_t kEmptyEntry = 0xffffffffu;
+  // The key an empty entry holds, so that find compares keys only and looks at slots only when
+  // searching for this key itself (any int64 is a key).
+  static constexpr int64_t kEmptyKey = 0x5eed0f0e0e0e7e11LL;
+  static constexpr int kFindAhead = 32;
   static constexpr uint32_t kFreeSlot = 0xffffffffu;
 
   static constexpr int kBucketWidth = 5;
   // One cache line: 5 keys and their slots, and the count of keys that passed it.
   struct alignas(64) Bucket {
-    int64_t keys[kBucketWidth] = {};
+    int64_t keys[kBucketWidth] = {kEmptyKey, kEmptyKey, kEmptyKey, kEmptyKey, kEmptyKey};
     uint32_t slots[kBucketWidth] = {kEmptyEntry, kEmptyEntry, kEmptyEntry, kEmptyEntry,
                                     kEmptyEntry};
     // Keys whose home bucket is this one or one before it (cyclically) and that are held after
@@ -178,15 +189,16 @@ class KeyIndex {
   };
 
   size_t home_bucket(int64_t key) const { return scale_hash(mix_key(key), buckets_.size()); }
+  // find(key), searching from its home bucket `home`.
+  int64_t find_from(size_t home, int64_t key) const;
+  // find_from for kEmptyKey: entries are compared by slot too.
+  int64_t find_empty_key(size_t home) const;
   size_t next_bucket(size_t bucket) const { return bucket + 1 == buckets_.size() ? 0 : bucket + 1; }
   // A key held in bucket `end` no longer passes buckets [first, end) (cyclically).
   void unpass(size_t first, size_t end);
-  void append_recency(int64_t slot);
   bool recency_live(RecencyEntry entry) const;
-  void compact_recency();
-  void sort_recency();
-  // Visits the live recency entries from the oldest while `visit(slot)` returns true, dropping the
-  // stale entries among those visited.
+  // Visits the occupied slots in last_seen order (ties in filing order) while `visit(slot)`
+  // returns true, dropping the dead entries and re-filing the late ones on the way.
   template <class Visit>
   void scan_recency(Visit visit);
   // Calls visit(key, slot) for every key held, in bucket order.
@@ -210,11 +222,7 @@ class KeyIndex {
   std::vector<Slot> slots_;
   int64_t free_head_ = kAbsent;  // the most recently freed slot
   int64_t never_used_ = 0;       // slots [never_used_, capacity_) were never taken
-  std::vector<RecencyEntry> recency_;
-  size_t recency_head_ = 0;     // entries before it were consumed
-  bool recency_sorted_ = true;  // live entries are in non-decreasing last_seen
-  // last_seen of the last entry appended.
-  int64_t recency_back_step_ = std::numeric_limits<int64_t>::min();
+  std::map<int64_t, std::vector<RecencyEntry>> recency_;  // step -> entries filed under it
   std::vector<PendingEntry> pending_;  // empty until the first add_pending
   int64_t pending_size_ = 0;
   std::vector<uint32_t> sketch_;  // empty until a key does not fit in pending_
@@ -223,21 +231,22 @@ class KeyIndex {
 };
 
 // find and prefetch are on every lookup's path: inline.
-inline int64_t KeyIndex::find(int64_t key) const {
+inline int64_t KeyIndex::find_from(size_t home, int64_t key) const {
+  if (key == kEmptyKey) [[unlikely]] return find_empty_key(home);
   // Ends: a bucket with a free entry is never passed (erase keeps it so), and one always exists.
-  for (size_t b = home_bucket(key);; b = next_bucket(b)) {
+  for (size_t b = home;; b = next_bucket(b)) {
     const Bucket& bucket = buckets_[b];
     // All entries compared without branches: one well-predicted branch per bucket.
     unsigned matches = 0;
     for (int i = 0; i < kBucketWidth; ++i) {
-      matches |= (static_cast<unsigned>(bucket.keys[i] == key) &
-                  static_cast<unsigned>(bucket.slots[i] != kEmptyEntry))
-                 << i;
+      matches |= static_cast<unsigned>(bucket.keys[i] == key) << i;
     }
     if (matches != 0) return bucket.slots[std::countr_zero(matches)];
     if (bucket.passed == 0) return kAbsent;
   }
 }
+
+inline int64_t KeyIndex::find(int64_t key) const { return find_from(home_bucket(key), key); }
 
 inline void KeyIndex::prefetch(int64_t key) const { prefetch_line(&buckets_[home_bucket(key)]); }
 
