@@ -150,18 +150,23 @@ void DynamicPart::plan(std::span<const KeyRun> runs, int64_t step, int64_t pinne
   }
 }
 
+void DynamicPart::touch_present(std::span<const KeyRun> runs, int64_t step, int part, int parts) {
+  const auto mine = [part, parts](int64_t slot) {
+    return slot != KeyIndex::kAbsent && slot % parts == part;
+  };
+  for (const KeyRun& run : runs) {
+    for (int64_t j = 0; j < run.size; ++j) {
+      if (j + kKeysAhead < run.size && mine(run.slots[j + kKeysAhead])) {
+        index_.prefetch_slot(run.slots[j + kKeysAhead]);
+      }
+      if (mine(run.slots[j])) index_.touch(run.slots[j], step, 1);
+    }
+  }
+}
+
 void DynamicPart::commit(std::span<const KeyRun> runs, int64_t step, TableStorage& storage) {
   for (const int64_t slot : victims_) index_.erase(slot);
   counters_.evicted += std::ssize(victims_);
-  // The present keys' sightings, one occurrence at a time, in run order.
-  for (const KeyRun& run : runs) {
-    for (int64_t j = 0; j < run.size; ++j) {
-      if (j + kKeysAhead < run.size && run.slots[j + kKeysAhead] != KeyIndex::kAbsent) {
-        index_.prefetch_slot(run.slots[j + kKeysAhead]);
-      }
-      if (run.slots[j] != KeyIndex::kAbsent) index_.touch(run.slots[j], step, 1);
-    }
-  }
   for (Distinct& entry : distinct_) {
     if (entry.admitted) {
       const int64_t count = saturating_add(index_.pending_count(entry.key), entry.occurrences);

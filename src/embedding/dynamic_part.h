@@ -12,9 +12,10 @@
 //   plan:   counts the occurrences of the absent keys (in run order), decides which are admitted
 //           and which keys are evicted to make room; throws FailedPrecondition (when_full = error,
 //           or more distinct keys than the part holds)
-//   commit: evicts, records the sightings of the present keys, inserts the admitted keys (rows
-//           and slots initialised from (table seed, key)), counts the rest, and writes the slots
-//           of the absent keys (the new slot, or the zero row).
+//   commit: records the sightings of the present keys (touch_present, in parallel tasks), then
+//           evicts, inserts the admitted keys (rows and slots initialised from (table seed, key)),
+//           counts the rest, and writes the slots of the absent keys (the new slot, or the zero
+//           row). A present key is never a victim, so the two halves touch different slots.
 // Every copy of a part (replicated, column-wise) resolves the same runs in the same order and so
 // makes the same decisions.
 #ifndef RECEMB_EMBEDDING_DYNAMIC_PART_H_
@@ -70,6 +71,10 @@ class DynamicPart {
   // absent = KeyIndex::kAbsent) over all its runs; keys last seen at a step >= pinned_from (the
   // oldest training lookup not applied yet) are never evicted.
   void plan(std::span<const KeyRun> runs, int64_t step, int64_t pinned_from);
+  // Records one sighting at `step` for every occurrence of a present key of `runs` whose slot %
+  // parts == part: `parts` calls (part in [0, parts)) may run at once, each slot being touched by
+  // one of them.
+  void touch_present(std::span<const KeyRun> runs, int64_t step, int part, int parts);
   void commit(std::span<const KeyRun> runs, int64_t step, TableStorage& storage);
 
   // TTL: at the end of the apply_gradients that completed step `completed_step`, removes the keys

@@ -130,7 +130,18 @@ void Embedding::Impl::resolve_keys(LookupBatch::Impl& batch) {
       }
     }
   });
-  // Planned everywhere: commit.
+  // Planned everywhere: commit, the sightings first, each table's split over the threads.
+  const int parts = execution.pool.num_threads();
+  execution.pool.parallel_for(
+      static_cast<int64_t>(runs.size()) * parts,
+      [&](int64_t t, int) {
+        if (internal::DynamicPart* dynamic =
+                model.states[static_cast<size_t>(t / parts)].dynamic()) {
+          dynamic->touch_present(runs[static_cast<size_t>(t / parts)], step,
+                                 static_cast<int>(t % parts), parts);
+        }
+      },
+      {.work = total_keys, .min_work_for_threads = internal::kMinIdsForThreads});
   execution.pool.parallel_for(static_cast<int64_t>(runs.size()), [&](int64_t s, int) {
     TableState& state = model.states[static_cast<size_t>(s)];
     if (internal::DynamicPart* dynamic = state.dynamic()) {

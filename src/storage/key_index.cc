@@ -294,7 +294,7 @@ void KeyIndex::scan_recency(Visit visit) {
       if (!recency_live(entry)) continue;  // dropped
       const int64_t last_seen = slots_[entry.slot].last_seen;
       if (last_seen != step) {
-        RECEMB_CHECK(last_seen > step);  // filed no later than its last_seen
+        RECEMB_CHECK(last_seen > step);        // filed no later than its last_seen
         recency_[last_seen].push_back(entry);  // a later list: visited again in order
         continue;
       }

@@ -223,7 +223,7 @@ class KeyIndex {
   int64_t free_head_ = kAbsent;  // the most recently freed slot
   int64_t never_used_ = 0;       // slots [never_used_, capacity_) were never taken
   std::map<int64_t, std::vector<RecencyEntry>> recency_;  // step -> entries filed under it
-  std::vector<PendingEntry> pending_;  // empty until the first add_pending
+  std::vector<PendingEntry> pending_;                     // empty until the first add_pending
   int64_t pending_size_ = 0;
   std::vector<uint32_t> sketch_;  // empty until a key does not fit in pending_
   std::vector<Candidate> candidates_;
@@ -232,7 +232,8 @@ class KeyIndex {
 
 // find and prefetch are on every lookup's path: inline.
 inline int64_t KeyIndex::find_from(size_t home, int64_t key) const {
-  if (key == kEmptyKey) [[unlikely]] return find_empty_key(home);
+  if (key == kEmptyKey) [[unlikely]]
+    return find_empty_key(home);
   // Ends: a bucket with a free entry is never passed (erase keeps it so), and one always exists.
   for (size_t b = home;; b = next_bucket(b)) {
     const Bucket& bucket = buckets_[b];

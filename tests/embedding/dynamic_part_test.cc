@@ -44,6 +44,8 @@ struct Part {
         .keys = keys.data(), .size = static_cast<int64_t>(keys.size()), .slots = slots.data()};
     dynamic.find(run, 0, run.size, KeyIndex::kAbsent);
     dynamic.plan({&run, 1}, step, pinned_from);
+    // The sightings in three parts, as three threads would record them.
+    for (int third = 0; third < 3; ++third) dynamic.touch_present({&run, 1}, step, third, 3);
     dynamic.commit({&run, 1}, step, storage);
     return slots;
   }

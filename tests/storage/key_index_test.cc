@@ -500,17 +500,53 @@ TEST(KeyIndexTest, ZeroPendingLimitUsesOnlyTheSketch) {
 TEST(KeyIndexTest, MemoryIsBoundedPerSlot) {
   const int64_t capacity = 100000;
   KeyIndex index(capacity, 0);
-  // 24 bytes of slot metadata, 64 / 5 * 1.25 of hash table and 2 * 8 of recency FIFO a slot.
-  const int64_t expected =
-      capacity * 24 + (capacity + capacity / 4) / 5 * 64 + (2 * capacity + 64) * 8;
-  EXPECT_EQ(index.memory_bytes(), expected);
+  // 24 bytes of slot metadata and 64 / 5 * 1.25 of hash table a slot.
+  const int64_t empty = capacity * 24 + (capacity + capacity / 4) / 5 * 64;
+  EXPECT_EQ(index.memory_bytes(), empty);
   for (int64_t key = 0; key < capacity; ++key) index.insert(key * 977, key / 100, 1);
+  // One recency entry of 8 bytes a key (vectors grown by doubling: at most 16), and a list for
+  // each of the 1000 steps inserted at.
+  const int64_t most = empty + capacity * 16 + 1000 * 128;
+  EXPECT_GT(index.memory_bytes(), empty + capacity * 8);
+  EXPECT_LE(index.memory_bytes(), most);
   for (int round = 0; round < 5; ++round) {
     for (int64_t key = 0; key < capacity; ++key) {
       index.touch(index.find(key * 977), 1000 + round, 1);
     }
+    // Visits every entry: each is re-filed under its key's last_seen, none is copied.
+    EXPECT_TRUE(index.expired(1000 + round, kMax).empty());
+    EXPECT_LE(index.memory_bytes(), most);
   }
-  EXPECT_EQ(index.memory_bytes(), expected);  // the FIFO was compacted, not grown
+}
+
+// Every int64 is a key, the one empty entries hold included; find_all agrees with find.
+TEST(KeyIndexTest, FindAllFindsWhatFindFinds) {
+  std::mt19937_64 random(7);
+  KeyIndex index(300, 0);
+  std::vector<int64_t> keys = {0, -1, kMin, 0x5eed0f0e0e0e7e11LL, kMax};
+  while (keys.size() < 280) keys.push_back(static_cast<int64_t>(random()));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i % 3 != 1) index.insert(keys[i], 1, 1);  // a third of them stay absent
+  }
+  std::vector<int64_t> queries;
+  for (int i = 0; i < 5000; ++i) {
+    queries.push_back(keys[std::uniform_int_distribution<size_t>(0, keys.size() - 1)(random)]);
+  }
+  for (const int64_t absent_value : {KeyIndex::kAbsent, int64_t{300}}) {
+    std::vector<int64_t> slots(queries.size(), -7);
+    index.find_all(queries.data(), std::ssize(queries), slots.data(), absent_value);
+    for (size_t j = 0; j < queries.size(); ++j) {
+      const int64_t slot = index.find(queries[j]);
+      ASSERT_EQ(slots[j], slot == KeyIndex::kAbsent ? absent_value : slot) << queries[j];
+    }
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(index.find(keys[i]) != KeyIndex::kAbsent, i % 3 != 1) << keys[i];
+  }
+  // Erasing the key empty entries hold leaves it absent and the others found.
+  index.erase(index.find(0x5eed0f0e0e0e7e11LL));
+  EXPECT_EQ(index.find(0x5eed0f0e0e0e7e11LL), KeyIndex::kAbsent);
+  EXPECT_NE(index.find(kMin), KeyIndex::kAbsent);
 }
 
 TEST(KeyIndexTest, CapacityAboveTheMaximumIsRejected) {
