@@ -146,6 +146,7 @@ std::optional<std::array<int64_t, 3>> parse_position(std::string_view text) {
 }  // namespace
 
 std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel label_field,
+                                             CategoricalIds categorical_ids,
                                              std::span<const int64_t> vocabulary_sizes,
                                              float& label, std::span<float> dense, int64_t* ids,
                                              size_t stride) {
@@ -153,7 +154,7 @@ std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel 
     return describe(LineError{.kind = LineError::Kind::kTooLong});
   }
   const std::optional<LineError> error =
-      parse_line(line, label_field, CategoricalIds::kHashedRows, vocabulary_sizes, label,
+      parse_line(line, label_field, categorical_ids, vocabulary_sizes, label,
                  dense.data(), ids, stride);
   if (!error) return std::nullopt;
   return describe(*error);

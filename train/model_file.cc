@@ -108,14 +108,13 @@ std::filesystem::path model_file_path(const std::filesystem::path& model) {
   return std::filesystem::is_directory(model) ? model / kModelFileName : model;
 }
 
-std::vector<int64_t> criteo_vocabulary_sizes(const std::vector<TableConfig>& tables,
-                                             const std::vector<FeatureConfig>& features,
-                                             int64_t dim) {
+CriteoIds criteo_ids(const std::vector<TableConfig>& tables,
+                     const std::vector<FeatureConfig>& features, int64_t dim) {
   if (features.size() != static_cast<size_t>(kNumCategoricalFeatures)) {
     throw InvalidArgument("the model has " + std::to_string(features.size()) +
                           " features; the dense model takes the 26 of a Criteo line, C1..C26");
   }
-  std::vector<int64_t> sizes;
+  CriteoIds ids;
   for (size_t f = 0; f < features.size(); ++f) {
     const FeatureConfig& feature = features[f];
     // The hash salts each column's values by its position: feature f must be column C<f+1>.
@@ -131,14 +130,18 @@ std::vector<int64_t> criteo_vocabulary_sizes(const std::vector<TableConfig>& tab
                             "' is not a bag of one id looked up in a table of dim " +
                             std::to_string(dim) + ", as the dense model takes its embeddings");
     }
-    if (table->dynamic_vocabulary) {
-      throw InvalidArgument("table '" + table->name.substr(0, 40) +
-                            "' is dynamic (a run with embedding.vocabulary = dynamic): serving "
-                            "the dense model with dynamic tables is not supported yet");
+    const CategoricalIds kind =
+        table->dynamic_vocabulary ? CategoricalIds::kRawKeys : CategoricalIds::kHashedRows;
+    if (f == 0) ids.kind = kind;
+    if (kind != ids.kind) {
+      throw InvalidArgument("table '" + table->name.substr(0, 40) + "' is " +
+                            (table->dynamic_vocabulary ? "dynamic" : "static") + " and table '" +
+                            features[0].table.substr(0, 40) + "' is not: the dense model takes " +
+                            "26 static tables (embedding.vocabulary = hashed) or 26 dynamic ones");
     }
-    sizes.push_back(table->vocabulary_size);
+    if (kind == CategoricalIds::kHashedRows) ids.vocabulary_sizes.push_back(table->vocabulary_size);
   }
-  return sizes;
+  return ids;
 }
 
 std::optional<DenseModelPart> dense_part_of(const RestoredState& state,
@@ -175,8 +178,7 @@ void write_model_file(const Embedding& embedding, const std::optional<DenseModel
     const std::string context = "model file '" + path.string() + "': ";
     try {
       shape.emplace(dense->config);
-      criteo_vocabulary_sizes(embedding.tables(), embedding.features(),
-                              dense->config.embedding_dim);
+      criteo_ids(embedding.tables(), embedding.features(), dense->config.embedding_dim);
     } catch (const InvalidArgument& error) {
       throw InvalidArgument(context + error.what());
     }
@@ -246,8 +248,7 @@ ModelFileDensePart read_dense_part(const ServingModel& model) {
               dense.parameters.begin() + blocks[b].offset);
   }
   try {
-    part.vocabulary_sizes =
-        criteo_vocabulary_sizes(model.tables(), model.features(), dense.config.embedding_dim);
+    part.ids = criteo_ids(model.tables(), model.features(), dense.config.embedding_dim);
   } catch (const InvalidArgument& error) {
     throw DataLoss(context + ": its tables do not fit its dense model: " + error.what());
   }
@@ -276,7 +277,10 @@ ExportedModel export_checkpoint(const std::filesystem::path& checkpoint,
       .tables = static_cast<int64_t>(embedding.tables().size()),
       .dense_parameters = dense ? static_cast<int64_t>(dense->parameters.size()) : 0};
   write_model_file(embedding, dense, exported.path, dtype);
-  for (const TableConfig& table : embedding.tables()) exported.rows += table.vocabulary_size;
+  for (const TableConfig& table : embedding.tables()) {
+    exported.rows += table.dynamic_vocabulary ? embedding.vocabulary_stats(table.name).size
+                                              : table.vocabulary_size;
+  }
   exported.bytes = std::filesystem::file_size(exported.path);
   return exported;
 }

@@ -27,6 +27,7 @@
 #include "recemb/serving.h"
 
 #include "train/dlrm_dense_model.h"
+#include "train/example_batch.h"
 
 namespace recemb::train {
 
@@ -50,13 +51,20 @@ std::map<std::string, std::string> dense_config_metadata(const DlrmDenseConfig& 
 // The model file of `model`: `model` itself, or MODEL_DIR/model.recemb when it is a directory.
 std::filesystem::path model_file_path(const std::filesystem::path& model);
 
-// The vocabulary sizes the Criteo reader hashes C1..C26 into for a model whose categorical
-// features are `features` looking up `tables`. Throws InvalidArgument unless they are what the
-// Criteo reader feeds the dense model: C1..C26 in order, each a bag of one id looked up in a
-// static table of `dim` columns (dynamic tables cannot be served with the dense model yet).
-std::vector<int64_t> criteo_vocabulary_sizes(const std::vector<TableConfig>& tables,
-                                             const std::vector<FeatureConfig>& features,
-                                             int64_t dim);
+// How the Criteo reader turns C1..C26 into ids for a model: hashed into static tables of
+// `vocabulary_sizes` rows (embedding.vocabulary = hashed), or kept as the keys of dynamic tables
+// (embedding.vocabulary = dynamic: categorical_key, no sizes).
+struct CriteoIds {
+  CategoricalIds kind = CategoricalIds::kHashedRows;
+  std::vector<int64_t> vocabulary_sizes = {};  // C1..C26's tables, for kHashedRows
+};
+
+// The CriteoIds of a model whose categorical features are `features` looking up `tables`. Throws
+// InvalidArgument unless they are what the Criteo reader feeds the dense model: C1..C26 in order,
+// each a bag of one id looked up in a table of `dim` columns, the 26 tables all static or all
+// dynamic.
+CriteoIds criteo_ids(const std::vector<TableConfig>& tables,
+                     const std::vector<FeatureConfig>& features, int64_t dim);
 
 // The dense part of a `recemb train` checkpoint, from its RestoredState (restore_checkpoint);
 // nullopt when it has none (saved by another program). Throws DataLoss starting with `context`
@@ -66,20 +74,20 @@ std::optional<DenseModelPart> dense_part_of(const RestoredState& state, const st
 
 // Writes `embedding`'s tables in `dtype` and, when given, `dense` (its arrays and the metadata
 // above) as the serving model `path`, atomically (export_serving_model). Throws InvalidArgument,
-// before creating any file, when `dense` does not fit the tables (criteo_vocabulary_sizes), its
+// before creating any file, when `dense` does not fit the tables (criteo_ids), its
 // parameters are not its config's, or a value cannot be stored; otherwise as
 // export_serving_model.
 void write_model_file(const Embedding& embedding, const std::optional<DenseModelPart>& dense,
                       const std::filesystem::path& path, ServingDtype dtype);
 
-// The dense part of the model file `model` and the vocabulary sizes its lines are hashed into.
+// The dense part of the model file `model` and how its lines become ids.
 // Throws InvalidArgument when `model` holds no dense part (exported from a checkpoint that is not
 // one of recemb train: it serves lookups only); DataLoss naming the file and the array or
 // metadata key when the dense part is incomplete, malformed, of another input format, or does not
 // fit the tables.
 struct ModelFileDensePart {
   DenseModelPart dense = {};
-  std::vector<int64_t> vocabulary_sizes = {};  // C1..C26's tables
+  CriteoIds ids = {};
 };
 ModelFileDensePart read_dense_part(const ServingModel& model);
 
@@ -87,7 +95,7 @@ ModelFileDensePart read_dense_part(const ServingModel& model);
 struct ExportedModel {
   std::filesystem::path path = {};  // the model file
   int64_t tables = 0;
-  int64_t rows = 0;              // over every table
+  int64_t rows = 0;              // over every table (the keys held, for dynamic tables)
   int64_t dense_parameters = 0;  // 0: no dense part
   uint64_t bytes = 0;            // of the file
 };

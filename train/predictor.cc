@@ -17,7 +17,7 @@ Predictor Predictor::open(const std::filesystem::path& model, const OpenOptions&
 
 Predictor::Predictor(ServingModel embeddings, ModelFileDensePart dense)
     : embeddings_(std::move(embeddings)),
-      vocabulary_sizes_(std::move(dense.vocabulary_sizes)),
+      ids_(std::move(dense.ids)),
       model_(dense.dense.config),
       buffers_(dense.dense.config.embedding_dim) {
   std::copy(dense.dense.parameters.begin(), dense.dense.parameters.end(),
@@ -43,7 +43,7 @@ void Predictor::predict(std::span<const std::string_view> lines, std::span<Predi
                                   : CriteoLabel::kPresent;
     const size_t slot = line_of_example_.size();
     std::optional<std::string> error = parse_criteo_line(
-        line, label, vocabulary_sizes_, batch_.labels[slot],
+        line, label, ids_.kind, ids_.vocabulary_sizes, batch_.labels[slot],
         std::span(batch_.dense).subspan(slot * kNumDenseFeatures, kNumDenseFeatures),
         batch_.categorical.data() + slot, lines.size());
     results[i] = Prediction{.error = error.value_or("")};

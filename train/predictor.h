@@ -6,8 +6,8 @@
 //   std::vector<Prediction> results(lines.size());
 //   predictor.predict(lines, results);   // results[i].probability, or results[i].error
 //
-// A line goes the trainer's way: parsed as CriteoReader parses it (parse_criteo_line, with the
-// vocabulary sizes the model was trained with), looked up in the tables (the serving model's
+// A line goes the trainer's way: parsed as CriteoReader parses it (parse_criteo_line, hashed into
+// the vocabulary sizes the model was trained with, or as the keys of its dynamic tables), looked up in the tables (the serving model's
 // lookup: a float32 export gives the trained Embedding's activations bitwise) and through
 // DlrmDenseModel::predict. The probabilities therefore equal those of the trainer's evaluation of
 // the same lines, up to the float rounding of the dense layers, which differs with how the lines
@@ -60,7 +60,7 @@ class Predictor {
   Predictor(ServingModel embeddings, ModelFileDensePart dense);
 
   ServingModel embeddings_;
-  std::vector<int64_t> vocabulary_sizes_;  // the rows C1..C26 are hashed into
+  CriteoIds ids_;  // how C1..C26 become ids
   DlrmDenseModel model_;
   // Per call: the valid lines as a batch, the lookups' buffers, their probabilities and where
   // each valid line came from.

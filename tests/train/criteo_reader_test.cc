@@ -634,8 +634,8 @@ TEST(ParseCriteoLineTest, ParsesLinesWithAndWithoutTheLabelAsTheReaderDoes) {
                                         : std::string_view(line).substr(2);  // "0\t" or "1\t"
       Example parsed;
       parsed.label = label_field == CriteoLabel::kPresent ? -1.0f : expected.label;
-      ASSERT_EQ(parse_criteo_line(text, label_field, vocabulary, parsed.label, parsed.dense,
-                                  parsed.ids.data(), 1),
+      ASSERT_EQ(parse_criteo_line(text, label_field, CategoricalIds::kHashedRows, vocabulary,
+                                  parsed.label, parsed.dense, parsed.ids.data(), 1),
                 std::nullopt)
           << line;
       EXPECT_EQ(parsed, expected) << line;
@@ -644,10 +644,16 @@ TEST(ParseCriteoLineTest, ParsesLinesWithAndWithoutTheLabelAsTheReaderDoes) {
   const std::string good = valid_line();
   Example parsed;
   const auto error = [&](std::string_view text, CriteoLabel label_field) {
-    return parse_criteo_line(text, label_field, vocabulary, parsed.label, parsed.dense,
-                             parsed.ids.data(), 1)
+    return parse_criteo_line(text, label_field, CategoricalIds::kHashedRows, vocabulary,
+                             parsed.label, parsed.dense, parsed.ids.data(), 1)
         .value_or("");
   };
+  // As the keys of dynamic tables: a field that is no hexadecimal number is a string key.
+  ASSERT_EQ(parse_criteo_line(line_with(14, "xyz"), CriteoLabel::kPresent, CategoricalIds::kRawKeys,
+                              {}, parsed.label, parsed.dense, parsed.ids.data(), 1),
+            std::nullopt);
+  EXPECT_EQ(parsed.ids[0], string_key("xyz"));
+  EXPECT_EQ(parsed.ids[1], 0x68fd1e64);
   EXPECT_EQ(error(std::string_view(good).substr(2), CriteoLabel::kPresent),
             "expected 40 tab-separated fields, found 39");
   EXPECT_EQ(error(good, CriteoLabel::kAbsent), "expected 39 tab-separated fields, found 40");

@@ -104,7 +104,7 @@ TEST(ModelFileTest, WritesTheDenseModelAsNamedArraysAndReadsItBack) {
   EXPECT_EQ(read.dense.config.bottom_mlp, dense.config.bottom_mlp);
   EXPECT_EQ(read.dense.config.top_mlp, dense.config.top_mlp);
   EXPECT_EQ(read.dense.parameters, dense.parameters);
-  EXPECT_EQ(read.vocabulary_sizes, vocabulary_sizes(embedding));
+  EXPECT_EQ(read.ids.vocabulary_sizes, vocabulary_sizes(embedding));
 }
 
 TEST(ModelFileTest, WriteValidatesBeforeCreatingAnything) {
@@ -149,25 +149,36 @@ TEST(ModelFileTest, WriteValidatesBeforeCreatingAnything) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
-// A trainer's model of dynamic tables (embedding.vocabulary = dynamic) cannot be served with its
-// dense model yet: export and predict say so.
-TEST(ModelFileTest, DynamicTablesAreNotServedWithTheDenseModelYet) {
+// A trainer's model of dynamic tables (embedding.vocabulary = dynamic) takes the raw keys; a
+// model mixing dynamic and static tables is not one the trainer makes.
+TEST(ModelFileTest, CriteoIdsAreHashedRowsOrTheKeysOfDynamicTables) {
   std::vector<TableConfig> tables;
   std::vector<FeatureConfig> features;
   for (int f = 0; f < kNumCategoricalFeatures; ++f) {
     const std::string name = "C" + std::to_string(f + 1);
     tables.push_back(
-        {.name = name, .dim = 8, .dynamic_vocabulary = DynamicVocabulary{.capacity = 10}});
+        {.name = name, .dim = 8, .dynamic_vocabulary = DynamicVocabulary{.capacity = 10 + f}});
     features.push_back({.name = name, .table = name});
   }
+  const CriteoIds keys = criteo_ids(tables, features, 8);
+  EXPECT_EQ(keys.kind, CategoricalIds::kRawKeys);
+  EXPECT_TRUE(keys.vocabulary_sizes.empty());
+  tables[3].dynamic_vocabulary.reset();
+  tables[3].vocabulary_size = 77;
   try {
-    criteo_vocabulary_sizes(tables, features, 8);
+    criteo_ids(tables, features, 8);
     ADD_FAILURE() << "no error";
   } catch (const InvalidArgument& error) {
-    EXPECT_THAT(error.what(), HasSubstr("table 'C1' is dynamic (a run with embedding.vocabulary = "
-                                        "dynamic): serving the dense model with dynamic tables is "
-                                        "not supported yet"));
+    EXPECT_THAT(error.what(), HasSubstr("table 'C4' is static and table 'C1' is not: the dense "
+                                        "model takes 26 static tables"));
   }
+  for (TableConfig& table : tables) {
+    table.dynamic_vocabulary.reset();
+    table.vocabulary_size = 100 + table.dim;
+  }
+  const CriteoIds hashed = criteo_ids(tables, features, 8);
+  EXPECT_EQ(hashed.kind, CategoricalIds::kHashedRows);
+  EXPECT_EQ(hashed.vocabulary_sizes, std::vector<int64_t>(kNumCategoricalFeatures, 108));
 }
 
 // A model file whose dense part was edited: exported with `edit` applied to the options a good

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <random>
+#include <set>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -30,23 +31,26 @@ using ::testing::HasSubstr;
 constexpr int64_t kDim = 4;
 constexpr float kPredictionTolerance = 5e-6f;
 
-// The trainer's model: 26 tables C1..C26 (random sizes, random values) and a dense model of
-// random parameters, and the model directory exported from them.
+// The trainer's model: 26 tables C1..C26 (random sizes, random values; or dynamic tables, empty
+// until hold_keys) and a dense model of random parameters, and the model directory exported from
+// them.
 struct Model {
   Embedding embedding;
   DlrmDenseModel dense;
 };
 
-Model make_model(uint64_t seed) {
+Model make_model(uint64_t seed, CategoricalIds ids = CategoricalIds::kHashedRows) {
   std::mt19937_64 random(seed);
   std::vector<TableConfig> tables;
   std::vector<FeatureConfig> features;
   for (int f = 0; f < kNumCategoricalFeatures; ++f) {
     const std::string name = categorical_feature_name(f);
-    tables.push_back({.name = name,
-                      .vocabulary_size = 1 + static_cast<int64_t>(random() % 60),
-                      .dim = kDim,
-                      .initializer = TruncatedNormal{.stddev = 0.5f}});
+    tables.push_back({.name = name, .dim = kDim, .initializer = TruncatedNormal{.stddev = 0.5f}});
+    if (ids == CategoricalIds::kRawKeys) {
+      tables.back().dynamic_vocabulary = DynamicVocabulary{.capacity = 1000};
+    } else {
+      tables.back().vocabulary_size = 1 + static_cast<int64_t>(random() % 60);
+    }
     features.push_back({.name = name, .table = name});
   }
   return Model{
@@ -64,16 +68,47 @@ void export_model(const Model& model, const std::filesystem::path& dir) {
                    dir / kModelFileName, ServingDtype::kFloat32);
 }
 
-std::vector<int64_t> vocabulary_sizes(const Embedding& embedding) {
-  std::vector<int64_t> sizes;
-  for (const TableConfig& table : embedding.tables()) sizes.push_back(table.vocabulary_size);
-  return sizes;
+// Dynamic tables: every other distinct key of each column of `lines` (labelled) held, with random
+// rows; the others read zero rows.
+void hold_keys(Model& model, const std::vector<std::string>& lines, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::normal_distribution<float> value(0.0f, 0.5f);
+  std::vector<std::set<int64_t>> keys(kNumCategoricalFeatures);
+  for (const std::string& line : lines) {
+    float label = 0.0f;
+    std::vector<float> dense(kNumDenseFeatures);
+    std::vector<int64_t> ids(kNumCategoricalFeatures);
+    if (parse_criteo_line(line, CriteoLabel::kPresent, CategoricalIds::kRawKeys, {}, label, dense,
+                          ids.data(), 1)) {
+      continue;  // malformed
+    }
+    for (int f = 0; f < kNumCategoricalFeatures; ++f) keys[static_cast<size_t>(f)].insert(ids[f]);
+  }
+  for (int f = 0; f < kNumCategoricalFeatures; ++f) {
+    DynamicTableContents contents;
+    bool hold = true;
+    for (const int64_t key : keys[static_cast<size_t>(f)]) {
+      if (hold) contents.keys.push_back(key);
+      hold = !hold;
+    }
+    for (size_t i = 0; i < contents.keys.size() * kDim; ++i) {
+      contents.parameters.push_back(value(random));
+    }
+    model.embedding.write_dynamic_table(categorical_feature_name(f), contents);
+  }
 }
 
 // The trainer's evaluation of the file `path` in one batch: CriteoReader, Embedding::lookup,
 // DlrmDenseModel::predict.
 std::vector<float> trainer_probabilities(Model& model, const std::filesystem::path& path) {
-  CriteoReader reader({path.string()}, {.vocabulary_sizes = vocabulary_sizes(model.embedding)});
+  ReaderOptions options{.ids = CategoricalIds::kRawKeys};
+  if (!model.embedding.tables()[0].dynamic_vocabulary) {
+    options = {};
+    for (const TableConfig& table : model.embedding.tables()) {
+      options.vocabulary_sizes.push_back(table.vocabulary_size);
+    }
+  }
+  CriteoReader reader({path.string()}, options);
   ExampleBatch batch;
   reader.next(batch, 100000);
   BatchBuffers buffers(kDim);
@@ -93,11 +128,11 @@ std::vector<Prediction> predict(Predictor& predictor, const std::vector<std::str
 
 // Lines with and without the label, good and malformed, predicted together: each valid line's
 // probability equals bitwise the trainer's for the same batch of valid lines, each malformed one
-// gets the reader's message, and the labels do not matter.
-TEST(PredictorTest, EqualsTheTrainersEvaluationLineForLine) {
+// gets the reader's message, and the labels do not matter. The model's tables: static (`ids`
+// kHashedRows) or dynamic (kRawKeys), holding half of the lines' keys.
+void expect_the_trainers_evaluation(CategoricalIds ids) {
   const test::TemporaryDirectory dir;
-  Model model = make_model(5);
-  export_model(model, dir / "model");
+  Model model = make_model(5, ids);
   std::mt19937_64 random(17);
   std::vector<std::string> lines;
   std::vector<bool> malformed;
@@ -114,6 +149,14 @@ TEST(PredictorTest, EqualsTheTrainersEvaluationLineForLine) {
   }
   lines.back() += "\r";  // a CRLF line
   std::ofstream(dir / "lines.tsv") << file;
+  if (ids == CategoricalIds::kRawKeys) {
+    std::vector<std::string> labelled;
+    for (const std::string& line : lines) {
+      labelled.push_back(std::count(line.begin(), line.end(), '\t') == 39 ? line : "1\t" + line);
+    }
+    hold_keys(model, labelled, 9);
+  }
+  export_model(model, dir / "model");
   const std::vector<float> expected = trainer_probabilities(model, dir / "lines.tsv");
 
   Predictor predictor = Predictor::open(dir / "model");
@@ -134,6 +177,14 @@ TEST(PredictorTest, EqualsTheTrainersEvaluationLineForLine) {
   EXPECT_GT(*std::max_element(expected.begin(), expected.end()) -
                 *std::min_element(expected.begin(), expected.end()),
             0.05f);
+}
+
+TEST(PredictorTest, EqualsTheTrainersEvaluationLineForLine) {
+  expect_the_trainers_evaluation(CategoricalIds::kHashedRows);
+}
+
+TEST(PredictorTest, EqualsTheTrainersEvaluationOfDynamicTablesLineForLine) {
+  expect_the_trainers_evaluation(CategoricalIds::kRawKeys);
 }
 
 // One line at a time, the dense layers round differently than in a batch of 300: Eigen's

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "recemb/checkpoint.h"
@@ -44,9 +45,13 @@ constexpr int kHeldOutLines = 200;
 // 5e-6 (observed: under 1e-6).
 constexpr double kTolerance = 5e-6;
 
-// A run of `recemb train` on random Criteo lines, its held-out file, and its model exported.
+// A run of `recemb train` on random Criteo lines (embedding.vocabulary `vocabulary_`), its
+// held-out file, and its model exported.
 class PredictCommandTest : public ::testing::Test {
  protected:
+  explicit PredictCommandTest(std::string vocabulary = "hashed")
+      : vocabulary_(std::move(vocabulary)) {}
+
   void SetUp() override {
     std::mt19937_64 random(23);
     std::ofstream(dir_ / "train.tsv") << test::random_criteo_text(random, 640);
@@ -58,7 +63,8 @@ class PredictCommandTest : public ::testing::Test {
          "data.eval_examples=" + std::to_string(kHeldOutLines), "data.table_budget_mib=1",
          "model.embedding_dim=4", "model.bottom_mlp=[8, 4]", "model.top_mlp=[8]", "train.steps=12",
          "train.batch_size=" + std::to_string(kBatchSize), "train.eval_every=0",
-         "embedding.threads=1", "output.dir=\"" + (dir_ / "run").string() + "\""});
+         "embedding.threads=1", "embedding.vocabulary=\"" + vocabulary_ + "\"",
+         "output.dir=\"" + (dir_ / "run").string() + "\""});
     std::ostringstream log;
     summary_ = train::run_training(config_, {.log = &log});
     std::ostringstream out;
@@ -82,9 +88,14 @@ class PredictCommandTest : public ::testing::Test {
                                  .top_mlp = config_.model.top_mlp});
     const std::vector<float>& parameters = state.extra_arrays.at(train::kDenseParametersArray);
     std::copy(parameters.begin(), parameters.end(), model.parameters().begin());
-    std::vector<int64_t> sizes;
-    for (const TableConfig& table : embedding.tables()) sizes.push_back(table.vocabulary_size);
-    train::CriteoReader reader({(dir_ / "held_out.tsv").string()}, {.vocabulary_sizes = sizes});
+    train::ReaderOptions options{.ids = train::CategoricalIds::kRawKeys};
+    if (vocabulary_ == "hashed") {
+      options = {};
+      for (const TableConfig& table : embedding.tables()) {
+        options.vocabulary_sizes.push_back(table.vocabulary_size);
+      }
+    }
+    train::CriteoReader reader({(dir_ / "held_out.tsv").string()}, options);
     train::ExampleBatch batch;
     train::BatchBuffers buffers(config_.model.embedding_dim);
     std::vector<float> probabilities;
@@ -100,6 +111,10 @@ class PredictCommandTest : public ::testing::Test {
     return probabilities;
   }
 
+  // The trainer's held-out probabilities, predicted by recemb predict from the file and from stdin.
+  void expect_the_trainers_probabilities();
+
+  const std::string vocabulary_;
   const test::TemporaryDirectory dir_;
   train::TrainConfig config_;
   train::TrainSummary summary_;
@@ -119,7 +134,13 @@ std::vector<float> probabilities_of(const std::string& text) {
   return probabilities;
 }
 
-TEST_F(PredictCommandTest, PredictsTheTrainersProbabilitiesFromFilesAndStdin) {
+// The same run with dynamic tables: their keys are the lines' values, unseen ones read zero rows.
+class PredictDynamicCommandTest : public PredictCommandTest {
+ protected:
+  PredictDynamicCommandTest() : PredictCommandTest("dynamic") {}
+};
+
+void PredictCommandTest::expect_the_trainers_probabilities() {
   const std::vector<float> expected = trainer_probabilities();
   ASSERT_EQ(expected.size(), static_cast<size_t>(kHeldOutLines));
   // The trainer's own final evaluation saw these probabilities.
@@ -151,6 +172,14 @@ TEST_F(PredictCommandTest, PredictsTheTrainersProbabilitiesFromFilesAndStdin) {
   EXPECT_GT(*std::max_element(expected.begin(), expected.end()) -
                 *std::min_element(expected.begin(), expected.end()),
             1e-3f);
+}
+
+TEST_F(PredictCommandTest, PredictsTheTrainersProbabilitiesFromFilesAndStdin) {
+  expect_the_trainers_probabilities();
+}
+
+TEST_F(PredictDynamicCommandTest, PredictsTheTrainersProbabilitiesFromFilesAndStdin) {
+  expect_the_trainers_probabilities();
 }
 
 // Every line gets one answer line, in order: a bad line an error object in its place, and the
