@@ -153,9 +153,8 @@ std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel 
   if (line.size() > static_cast<size_t>(kMaxLineBytes)) {
     return describe(LineError{.kind = LineError::Kind::kTooLong});
   }
-  const std::optional<LineError> error =
-      parse_line(line, label_field, categorical_ids, vocabulary_sizes, label,
-                 dense.data(), ids, stride);
+  const std::optional<LineError> error = parse_line(
+      line, label_field, categorical_ids, vocabulary_sizes, label, dense.data(), ids, stride);
   if (!error) return std::nullopt;
   return describe(*error);
 }

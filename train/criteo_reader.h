@@ -71,9 +71,9 @@ enum class CriteoLabel { kPresent, kAbsent };
 // Parses one line (without its '\n' and '\r') exactly as CriteoReader parses each line: `label`
 // from the label field (kPresent; untouched for kAbsent), dense[0..13) the dense_value of I1..I13,
 // ids[f * stride] the categorical_id of C<f+1> in a table of vocabulary_sizes[f] rows (`ids`
-// kHashedRows: 26 sizes >= 1, unchecked) or its categorical_key (kRawKeys: sizes unused). Returns why a malformed line is refused (as CriteoReader's messages say it:
-// "C3 'xyz' is not 1 to 16 hexadecimal digits"), or nullopt; the outputs may then be partly
-// written. `dense` has 13 floats.
+// kHashedRows: 26 sizes >= 1, unchecked) or its categorical_key (kRawKeys: sizes unused). Returns
+// why a malformed line is refused (as CriteoReader's messages say it: "C3 'xyz' is not 1 to 16
+// hexadecimal digits"), or nullopt; the outputs may then be partly written. `dense` has 13 floats.
 std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel label_field,
                                              CategoricalIds categorical_ids,
                                              std::span<const int64_t> vocabulary_sizes,

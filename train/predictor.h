@@ -7,11 +7,11 @@
 //   predictor.predict(lines, results);   // results[i].probability, or results[i].error
 //
 // A line goes the trainer's way: parsed as CriteoReader parses it (parse_criteo_line, hashed into
-// the vocabulary sizes the model was trained with, or as the keys of its dynamic tables), looked up in the tables (the serving model's
-// lookup: a float32 export gives the trained Embedding's activations bitwise) and through
-// DlrmDenseModel::predict. The probabilities therefore equal those of the trainer's evaluation of
-// the same lines, up to the float rounding of the dense layers, which differs with how the lines
-// are grouped into batches (docs/serving.md, "recemb predict").
+// the vocabulary sizes the model was trained with, or as the keys of its dynamic tables), looked up
+// in the tables (the serving model's lookup: a float32 export gives the trained Embedding's
+// activations bitwise) and through DlrmDenseModel::predict. The probabilities therefore equal those
+// of the trainer's evaluation of the same lines, up to the float rounding of the dense layers,
+// which differs with how the lines are grouped into batches (docs/serving.md, "recemb predict").
 //
 // Thread safety: predict uses the Predictor's buffers: one Predictor per thread. Copies are
 // independent predictors sharing the tables in memory (a server copies one per worker).
