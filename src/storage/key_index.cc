@@ -121,7 +121,7 @@ void KeyIndex::find_all(const int64_t* keys, int64_t n, int64_t* slots, int64_t 
   size_t homes[kFindAhead];
   for (int64_t j = 0; j < std::min<int64_t>(n, kFindAhead); ++j) {
     homes[j] = home_bucket(keys[j]);
-    prefetch_line(&buckets_[homes[j]]);
+    prefetch_line_to_l2(&buckets_[homes[j]]);
   }
   for (int64_t j = 0; j < n; ++j) {
     size_t& home = homes[j % kFindAhead];
@@ -129,7 +129,7 @@ void KeyIndex::find_all(const int64_t* keys, int64_t n, int64_t* slots, int64_t 
     slots[j] = slot == kAbsent ? absent : slot;
     if (j + kFindAhead < n) {
       home = home_bucket(keys[j + kFindAhead]);
-      prefetch_line(&buckets_[home]);
+      prefetch_line_to_l2(&buckets_[home]);
     }
   }
 }
