@@ -14,8 +14,10 @@
 namespace recemb::internal {
 namespace {
 
-// How many keys ahead find() prefetches the index (and commit the slots).
+// How many keys ahead the loops over keys prefetch the index (and commit the slots).
 constexpr int64_t kKeysAhead = 32;
+// How many admitted keys ahead initialize_admitted prefetches their rows and slots.
+constexpr int64_t kRowsAhead = 4;
 
 int64_t saturating_add(int64_t a, int64_t b) {
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
@@ -48,8 +50,7 @@ DynamicPart::DynamicPart(const TableConfig& table, const TablePart& part, uint64
       columns_(part.num_columns),
       table_seed_(table_seed),
       zero_row_(part.rows),
-      index_(make_index(table.name, part.rows)),
-      initial_row_(static_cast<size_t>(table.dim)) {}
+      index_(make_index(table.name, part.rows)) {}
 
 void DynamicPart::find(const KeyRun& run, int64_t first, int64_t last, int64_t absent) const {
   index_.find_all(run.keys + first, last - first, run.slots + first, absent);
@@ -106,7 +107,9 @@ void DynamicPart::plan(std::span<const KeyRun> runs, int64_t step, int64_t pinne
     }
   }
   admitted_ = 0;
-  for (Distinct& entry : distinct_) {
+  for (size_t d = 0; d < distinct_.size(); ++d) {
+    if (d + kKeysAhead < distinct_.size()) index_.prefetch_absent(distinct_[d + kKeysAhead].key);
+    Distinct& entry = distinct_[d];
     entry.admitted =
         saturating_add(index_.pending_count(entry.key), entry.occurrences) >= vocabulary_.min_count;
     admitted_ += entry.admitted ? 1 : 0;
@@ -164,15 +167,19 @@ void DynamicPart::touch_present(std::span<const KeyRun> runs, int64_t step, int 
   }
 }
 
-void DynamicPart::commit(std::span<const KeyRun> runs, int64_t step, TableStorage& storage) {
+void DynamicPart::commit(std::span<const KeyRun> runs, int64_t step) {
   for (const int64_t slot : victims_) index_.erase(slot);
   counters_.evicted += std::ssize(victims_);
-  for (Distinct& entry : distinct_) {
+  // The index first; the admitted keys' rows after (initialize_admitted).
+  admitted_rows_.clear();
+  for (size_t d = 0; d < distinct_.size(); ++d) {
+    if (d + kKeysAhead < distinct_.size()) index_.prefetch_absent(distinct_[d + kKeysAhead].key);
+    Distinct& entry = distinct_[d];
     if (entry.admitted) {
       const int64_t count = saturating_add(index_.pending_count(entry.key), entry.occurrences);
       index_.forget_pending(entry.key);
       entry.slot = index_.insert(entry.key, step, count);
-      initialize_row(entry.key, entry.slot, storage);
+      admitted_rows_.push_back({.key = entry.key, .slot = entry.slot});
       ++counters_.inserted;
     } else {
       index_.add_pending(entry.key, entry.occurrences);
@@ -199,14 +206,27 @@ int64_t DynamicPart::expire(int64_t completed_step, int64_t pinned_from) {
   return std::ssize(victims_);
 }
 
-void DynamicPart::reset_zero_row(TableStorage& storage) const {
-  std::fill_n(storage.row(zero_row_), columns_, 0.0f);
+void DynamicPart::initialize_admitted(TableStorage& storage, int part, int parts) const {
+  const auto prefetch = [&](int64_t slot) {
+    prefetch_row_for_write(storage.row(slot), columns_);
+    for (size_t s = 0; s < storage.slot_specs().size(); ++s) {
+      const int64_t width = storage.slot_specs()[s].width;
+      prefetch_row_for_write(storage.slot_bases()[s] + slot * width, width);
+    }
+  };
+  std::vector<float> initial_row(static_cast<size_t>(table_.dim));
+  const auto n = std::ssize(admitted_rows_);
+  for (int64_t i = part; i < n; i += parts) {
+    if (i + kRowsAhead * parts < n) prefetch(admitted_rows_[i + kRowsAhead * parts].slot);
+    const auto [key, slot] = admitted_rows_[i];
+    initialize_rows(table_.initializer, table_seed_, key, 1, table_.dim, initial_row);
+    std::copy_n(initial_row.begin() + first_column_, columns_, storage.row(slot));
+    storage.initialize_slots(slot, 1);
+  }
 }
 
-void DynamicPart::initialize_row(int64_t key, int64_t slot, TableStorage& storage) {
-  initialize_rows(table_.initializer, table_seed_, key, 1, table_.dim, initial_row_);
-  std::copy_n(initial_row_.begin() + first_column_, columns_, storage.row(slot));
-  storage.initialize_slots(slot, 1);
+void DynamicPart::reset_zero_row(TableStorage& storage) const {
+  std::fill_n(storage.row(zero_row_), columns_, 0.0f);
 }
 
 void PendingLookups::add(int64_t step) {

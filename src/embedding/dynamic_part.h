@@ -13,9 +13,10 @@
 //           and which keys are evicted to make room; throws FailedPrecondition (when_full = error,
 //           or more distinct keys than the part holds)
 //   commit: records the sightings of the present keys (touch_present, in parallel tasks), then
-//           evicts, inserts the admitted keys (rows and slots initialised from (table seed, key)),
-//           counts the rest, and writes the slots of the absent keys (the new slot, or the zero
-//           row). A present key is never a victim, so the two halves touch different slots.
+//           evicts, inserts the admitted keys, counts the rest, and writes the slots of the
+//           absent keys (the new slot, or the zero row); then initialises the admitted keys' rows
+//           and slots from (table seed, key) (initialize_admitted, in parallel tasks). A present
+//           key is never a victim, so touch_present and commit touch different slots.
 // Every copy of a part (replicated, column-wise) resolves the same runs in the same order and so
 // makes the same decisions.
 #ifndef RECEMB_EMBEDDING_DYNAMIC_PART_H_
@@ -75,7 +76,10 @@ class DynamicPart {
   // parts == part: `parts` calls (part in [0, parts)) may run at once, each slot being touched by
   // one of them.
   void touch_present(std::span<const KeyRun> runs, int64_t step, int part, int parts);
-  void commit(std::span<const KeyRun> runs, int64_t step, TableStorage& storage);
+  void commit(std::span<const KeyRun> runs, int64_t step);
+  // After commit: the parameters and slots of the keys it admitted whose index among them %
+  // parts == part, from (table seed, key). `parts` calls may run at once (distinct rows).
+  void initialize_admitted(TableStorage& storage, int part, int parts) const;
 
   // TTL: at the end of the apply_gradients that completed step `completed_step`, removes the keys
   // last seen before completed_step - ttl_steps + 1 (none without a TTL); returns how many.
@@ -83,10 +87,6 @@ class DynamicPart {
 
   // Sets the zero row's parameters back to 0 (after an update wrote to it).
   void reset_zero_row(TableStorage& storage) const;
-
-  // Initialises the row and slots of `slot` for `key` (its parameters: the part's columns of the
-  // table's initial row for the key).
-  void initialize_row(int64_t key, int64_t slot, TableStorage& storage);
 
  private:
   // The distinct absent keys of a lookup, in order of first occurrence.
@@ -117,7 +117,11 @@ class DynamicPart {
   std::vector<uint8_t> in_lookup_;             // per slot: a present key of this lookup
   std::vector<int64_t> victims_;
   int64_t admitted_ = 0;
-  std::vector<float> initial_row_;  // dim floats
+  struct KeySlot {
+    int64_t key;
+    int64_t slot;
+  };
+  std::vector<KeySlot> admitted_rows_;  // by the last commit, in order
 };
 
 // The lookup steps of the training lookups not applied yet (their keys are pinned). Shared

@@ -403,6 +403,11 @@ size_t KeyIndex::probe_pending(int64_t key) const {
                [](const PendingEntry& entry) { return entry.count == 0; });
 }
 
+void KeyIndex::prefetch_absent(int64_t key) const {
+  if (!pending_.empty()) prefetch_line_for_write(&pending_[pending_home(key)]);
+  prefetch_line_for_write(&buckets_[home_bucket(key)]);
+}
+
 int64_t KeyIndex::pending_count(int64_t key) const {
   if (!pending_.empty()) {
     const int64_t count = pending_[probe_pending(key)].count;

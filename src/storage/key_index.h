@@ -118,6 +118,9 @@ class KeyIndex {
 
   // Not-yet-admitted counts: the count of an absent key (0 if never seen), and adding to it.
   int64_t pending_count(int64_t key) const;
+  // Prefetches what pending_count(key), add_pending(key, ...) and forget_pending(key) read first,
+  // and what insert(key, ...) does (its home bucket).
+  void prefetch_absent(int64_t key) const;
   void add_pending(int64_t key, int64_t occurrences);
   // Forgets the pending count of `key` (called when it is admitted). After a sketch was needed, a
   // key's sketch count cannot be removed: pending_count may stay > 0 for it (over-count only).

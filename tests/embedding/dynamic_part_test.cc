@@ -46,7 +46,8 @@ struct Part {
     dynamic.plan({&run, 1}, step, pinned_from);
     // The sightings in three parts, as three threads would record them.
     for (int third = 0; third < 3; ++third) dynamic.touch_present({&run, 1}, step, third, 3);
-    dynamic.commit({&run, 1}, step, storage);
+    dynamic.commit({&run, 1}, step);
+    for (int third = 0; third < 3; ++third) dynamic.initialize_admitted(storage, third, 3);
     return slots;
   }
   std::vector<int64_t> find(std::vector<int64_t> keys) const {
