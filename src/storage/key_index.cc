@@ -264,7 +264,7 @@ void KeyIndex::unpass(size_t first, size_t end) {
   for (size_t b = first; b != end; b = next_bucket(b)) --buckets_[b].passed;
 }
 
-// ---- Recency FIFO --------------------------------------------------------------------------
+// ---- Recency entries -----------------------------------------------------------------------
 
 bool KeyIndex::recency_live(RecencyEntry entry) const {
   const Slot& slot = slots_[entry.slot];

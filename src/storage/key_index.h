@@ -146,7 +146,7 @@ class KeyIndex {
   std::vector<std::pair<int64_t, int64_t>> exact_pending() const;
   bool sketch_in_use() const;
 
-  // Bytes held (slot metadata, hash table, recency FIFO, pending counts, sketch, scratch).
+  // Bytes held (slot metadata, hash table, recency entries, pending counts, sketch, scratch).
   int64_t memory_bytes() const;
 
  private:
