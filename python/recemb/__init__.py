@@ -18,7 +18,7 @@ from recemb._recemb import (Communicator, DataLoss, FailedPrecondition, InvalidA
                             ResourceExhausted,
                             in_process_communicators, local_communicator, mpi_available,
                             mpi_communicator, string_key, string_keys)
-from recemb.checkpoint import inspect_checkpoint, latest_checkpoint
+from recemb.checkpoint import inspect_checkpoint, latest_checkpoint, read_static_table_as_dynamic
 from recemb.config import DynamicVocabulary, FeatureConfig, QuantizationConfig, TableConfig
 from recemb.embedding import Embedding, LookupBatch, serving_embedding_lookup
 from recemb.inputs import Ragged, Sparse
@@ -30,6 +30,7 @@ __version__ = "0.1.0"
 __all__ = ["TableConfig", "FeatureConfig", "QuantizationConfig", "DynamicVocabulary",
            "string_key", "string_keys", "Ragged", "Sparse", "Embedding",
            "LookupBatch", "serving_embedding_lookup", "ServingModel", "latest_checkpoint",
-           "inspect_checkpoint", "InvalidArgument", "FailedPrecondition", "DataLoss", "ResourceExhausted", "Placement",
+           "inspect_checkpoint", "read_static_table_as_dynamic", "InvalidArgument",
+           "FailedPrecondition", "DataLoss", "ResourceExhausted", "Placement",
            "Communicator", "local_communicator", "in_process_communicators", "mpi_available",
            "mpi_communicator", "optimizers", "schedules", "initializers"]

@@ -15,6 +15,19 @@ from recemb.inputs import ArrayLike, float32_array, id_array
 TableKey = Union[str, TableConfig]
 
 
+
+def dynamic_contents(keys: np.ndarray, parameters: np.ndarray, slots, dim: int
+                     ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """A dynamic table's flat contents from the engine (keys [n], parameters [n * dim], [(slot,
+    values [n * width])]) in the layout read_dynamic_table returns: rows [n, dim], each slot
+    [n, dim], or [n] when row-wise."""
+    n = keys.size
+    # A slot has dim or 1 floats per key; without keys its width is unknown: [0, dim].
+    return keys, parameters.reshape(n, dim), {
+        slot: values.reshape((n,) if n and values.size == n else (n, values.size // n if n
+                                                                   else dim))
+        for slot, values in slots}
+
 class _Tables(dict):
     """A dict keyed by table name that also accepts the table's TableConfig as a key."""
 
@@ -153,15 +166,9 @@ class _TableAccess:
         with several ranks (gathered from every rank). Raises RuntimeError
         (recemb.FailedPrecondition) for a static table."""
         name = self._resolved.table_name(table)
-        dim = self._table_config(name).dim
         with self._lock:
-            keys, parameters, slots = self._engine.read_dynamic_table(name)
-        n = keys.size
-        # A slot has dim or 1 floats per key; without keys its width is unknown: [0, dim].
-        return keys, parameters.reshape(n, dim), {
-            slot: values.reshape((n,) if n and values.size == n else (n, values.size // n if n
-                                                                       else dim))
-            for slot, values in slots}
+            contents = self._engine.read_dynamic_table(name)
+        return dynamic_contents(*contents, dim=self._table_config(name).dim)
 
     def _table_config(self, name):
         return self._resolved.tables[self._resolved.table_names.index(name)]

@@ -129,6 +129,28 @@ void bind_fields(py::class_<T>& cls, Field<T, Values>... fields) {
       }));
 }
 
+// A 1-D numpy array owning `values` (moved into it: no copy).
+template <typename T>
+py::array_t<T> owning_array(std::vector<T>&& values) {
+  auto* owned = new std::vector<T>(std::move(values));
+  const py::capsule owner(owned,
+                          [](void* pointer) { delete static_cast<std::vector<T>*>(pointer); });
+  return py::array_t<T>({static_cast<ssize_t>(owned->size())}, {ssize_t{sizeof(T)}}, owned->data(),
+                        owner);
+}
+
+// A dynamic table's contents as Python receives them (moved, not copied): (keys int64 [n],
+// parameters float32 [n * dim], [(slot name, float32 [n * width])]).
+template <typename Contents>
+py::tuple contents_tuple(Contents&& contents) {
+  py::list slots;
+  for (auto& [name, values] : contents.slots) {
+    slots.append(py::make_tuple(name, owning_array(std::move(values))));
+  }
+  return py::make_tuple(owning_array(std::move(contents.keys)),
+                        owning_array(std::move(contents.parameters)), slots);
+}
+
 void bind_error(py::module_& module);
 void bind_combiner(py::module_& module);
 void bind_initializer(py::module_& module);

@@ -7,6 +7,7 @@
 #include <map>
 #include <pybind11/stl/filesystem.h>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -121,6 +122,19 @@ void bind_checkpoint(py::module_& module) {
              py::arg("options") = InspectOptions{}, Release(),
              "Describes a checkpoint; damaged data files are reported in the result (ok, "
              "files[i].error), not raised.");
+  module.def(
+      "read_static_table_as_dynamic",
+      [](const std::filesystem::path& checkpoint, std::string_view table) {
+        DynamicTableContents contents;
+        {
+          py::gil_scoped_release release;
+          contents = read_static_table_as_dynamic(checkpoint, table);
+        }
+        return contents_tuple(std::move(contents));
+      },
+      py::arg("checkpoint"), py::arg("table"),
+      "A static table of a checkpoint as a dynamic table's contents, flat arrays as "
+      "Embedding.read_dynamic_table gives them: row r becomes key r.");
 }
 
 }  // namespace recemb::python

@@ -16,19 +16,6 @@
 #include "bind.h"
 
 namespace recemb::python {
-namespace {
-
-// A 1-D numpy array owning `values` (moved into it: no copy).
-template <typename T>
-py::array_t<T> owning_array(std::vector<T>&& values) {
-  auto* owned = new std::vector<T>(std::move(values));
-  const py::capsule owner(owned,
-                          [](void* pointer) { delete static_cast<std::vector<T>*>(pointer); });
-  return py::array_t<T>({static_cast<ssize_t>(owned->size())}, {ssize_t{sizeof(T)}}, owned->data(),
-                        owner);
-}
-
-}  // namespace
 
 void bind_embedding(py::module_& module) {
   py::enum_<NonFiniteGradients>(module, "NonFiniteGradients",
@@ -157,12 +144,7 @@ void bind_embedding(py::module_& module) {
               py::gil_scoped_release release;
               contents = embedding.read_dynamic_table(table);
             }
-            py::list slots;
-            for (auto& [name, values] : contents.slots) {
-              slots.append(py::make_tuple(name, owning_array(std::move(values))));
-            }
-            return py::make_tuple(owning_array(std::move(contents.keys)),
-                                  owning_array(std::move(contents.parameters)), slots);
+            return contents_tuple(std::move(contents));
           },
           py::arg("table"),
           "A dynamic table's (keys int64 [n] increasing, parameters float32 [n * dim], [(slot "

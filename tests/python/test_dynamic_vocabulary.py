@@ -605,6 +605,32 @@ def test_stats_read_write_and_copies():
         layer.vocabulary_stats("nope")
 
 
+def test_a_static_checkpoint_converts_into_a_dynamic_table(tmp_path):
+    static = recemb.TableConfig(6, 3, name="user")
+    features = {"u": recemb.FeatureConfig(static, name="u")}
+    optimizer = recemb.optimizers.Adagrad(learning_rate=0.2)
+    layer = recemb.Embedding(features, optimizer, seed=3)
+    rng = np.random.default_rng(8)
+    for _ in range(3):
+        activations = layer({"u": rng.integers(0, 6, size=(4, 2))})
+        layer.apply_gradients({"u": rng.normal(size=activations["u"].shape).astype(np.float32)})
+    layer.save(tmp_path / "ckpt")
+    keys, rows, slots = recemb.read_static_table_as_dynamic(tmp_path / "ckpt", "user")
+    assert keys.tolist() == list(range(6))
+    np.testing.assert_array_equal(rows, layer.embedding_tables["user"])
+    assert list(slots) == ["accumulators"]
+    np.testing.assert_array_equal(slots["accumulators"],
+                                  layer.slot_variables["user"]["accumulators"])
+    dynamic = recemb.TableConfig(dim=3, name="user", vocabulary=recemb.DynamicVocabulary(10))
+    converted = recemb.Embedding({"u": recemb.FeatureConfig(dynamic, name="u")}, optimizer, seed=3)
+    converted.write_dynamic_table("user", keys, rows, slots)
+    ids = rng.integers(0, 6, size=(5, 2))
+    np.testing.assert_array_equal(converted({"u": ids}, training=False)["u"],
+                                  layer({"u": ids}, training=False)["u"])
+    with pytest.raises(ValueError, match="nope"):
+        recemb.read_static_table_as_dynamic(tmp_path / "ckpt", "nope")
+
+
 # ---------------------------------------------------------------------------------------------
 # recemb.torch.
 
