@@ -822,7 +822,8 @@ def test_the_package_is_typed():
     package = pathlib.Path(recemb.__file__).parent
     assert (package / "py.typed").exists() and (package / "_recemb.pyi").exists()
     functions = [recemb.serving_embedding_lookup, recemb.latest_checkpoint,
-                 recemb.inspect_checkpoint, recemb.optimizers.get,
+                 recemb.inspect_checkpoint, recemb.read_static_table_as_dynamic,
+                 recemb.optimizers.get,
                  recemb.torch.translate_optimizer]
     for cls in (recemb.Embedding, recemb.TableConfig, recemb.FeatureConfig, recemb.Ragged,
                 recemb.Sparse, recemb.torch.Embedding):
