@@ -7,15 +7,17 @@
 
 #include "kernels/prefetch.h"
 
-// Float32 rows, the training tables' and float32 serving models' path, are pooled by a Highway
-// kernel compiled once per target (foreach_target.h includes this file again for each) and
-// dispatched at run time. Float16 and int8 rows, and simulated quantization, use the scalar
+// Rows of every format (float32, float16, int8) are pooled by a Highway kernel compiled once per
+// target (foreach_target.h includes this file again for each) and dispatched at run time; it
+// reads a row through its format's decoder (below). Simulated quantization uses the scalar
 // template at the end of the file.
 //
 // Bitwise identical results on every target, and to the scalar template: each output lane is the
 // same sequence of float32 operations, acc = 0, then acc = acc + row[d] (or acc + weight * row[d],
 // a multiply then an add: this file is built with -ffp-contract=off so that no FMA contracts
-// them), then acc * scale unless the scale is 1.
+// them), then acc * scale unless the scale is 1; row[d] is decoded as kernels/quantized_rows.h
+// decodes it (float16 exactly, by the same bit method; int8 as code * scale + bias, a multiply
+// then an add).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/pool.cc"
 #include <hwy/foreach_target.h>  // before highway.h
@@ -34,8 +36,88 @@ constexpr int kMaxVectors = 16;
 constexpr int kMaxVectors = 8;
 #endif
 
-struct Float32Bags {
-  const float* table;
+// The row formats, as the vector kernel reads them: a row's address and bytes (to prefetch), and
+// row(d, id), whose load(d, column) decodes N = Lanes(d) values from `column` on.
+struct Float32Table {
+  const float* values;
+  int64_t dim;
+
+  const void* address(int64_t id) const { return values + id * dim; }
+  int64_t row_bytes() const { return dim * 4; }
+  template <class D>
+  struct Row {
+    const float* HWY_RESTRICT values;
+    HWY_INLINE hn::Vec<D> load(D d, int64_t column) const { return hn::LoadU(d, values + column); }
+  };
+  template <class D>
+  HWY_INLINE Row<D> row(D, int64_t id) const {
+    return {values + id * dim};
+  }
+};
+
+struct Float16Table {
+  const uint16_t* halves;
+  int64_t dim;
+
+  const void* address(int64_t id) const { return halves + id * dim; }
+  int64_t row_bytes() const { return dim * 2; }
+  template <class D>
+  struct Row {
+    const uint16_t* HWY_RESTRICT halves;
+    // float16_to_float lane by lane (kernels/quantized_rows.h): the same bits on every target.
+    HWY_INLINE hn::Vec<D> load(D d, int64_t column) const {
+      const hn::RebindToUnsigned<D> du;
+      const hn::Rebind<uint16_t, D> d16;
+      const auto half = hn::PromoteTo(du, hn::LoadU(d16, halves + column));
+      const auto shifted = hn::ShiftLeft<17>(half);  // exponent and mantissa on top
+      const auto normal =
+          hn::Mul(hn::BitCast(d, hn::Add(hn::ShiftRight<4>(shifted), hn::Set(du, 0xe0u << 23))),
+                  hn::Set(d, 0x1p-112f));
+      const auto subnormal =
+          hn::Sub(hn::BitCast(d, hn::Or(hn::ShiftRight<17>(shifted), hn::Set(du, 126u << 23))),
+                  hn::Set(d, 0.5f));
+      // shifted < 2^27: the exponent field is 0.
+      const auto is_subnormal = hn::Eq(hn::And(half, hn::Set(du, 0x7c00u)), hn::Zero(du));
+      const auto magnitude = hn::IfThenElse(hn::RebindMask(d, is_subnormal), subnormal, normal);
+      const auto sign = hn::ShiftLeft<16>(hn::And(half, hn::Set(du, 0x8000u)));
+      return hn::BitCast(d, hn::Or(hn::BitCast(du, magnitude), sign));
+    }
+  };
+  template <class D>
+  HWY_INLINE Row<D> row(D, int64_t id) const {
+    return {halves + id * dim};
+  }
+};
+
+struct Int8Table {
+  const uint8_t* bytes;
+  int64_t dim;
+
+  const void* address(int64_t id) const { return bytes + id * row_bytes(); }
+  int64_t row_bytes() const { return int8_row_bytes(dim); }
+  template <class D>
+  struct Row {
+    const uint8_t* HWY_RESTRICT codes;
+    hn::Vec<D> scale;
+    hn::Vec<D> bias;
+    HWY_INLINE hn::Vec<D> load(D d, int64_t column) const {
+      const hn::RebindToSigned<D> di;
+      const hn::Rebind<uint8_t, D> d8;
+      const auto codes32 = hn::PromoteTo(di, hn::LoadU(d8, codes + column));
+      return hn::Add(hn::Mul(hn::ConvertTo(d, codes32), scale), bias);
+    }
+  };
+  template <class D>
+  HWY_INLINE Row<D> row(D d, int64_t id) const {
+    const uint8_t* codes = bytes + id * row_bytes();
+    const Int8RowParameters parameters = int8_row_parameters(codes, dim);
+    return {codes, hn::Set(d, parameters.scale), hn::Set(d, parameters.bias)};
+  }
+};
+
+template <class Table>
+struct Bags {
+  Table table;
   int64_t dim;
   const int64_t* offsets;
   const int64_t* ids;
@@ -50,8 +132,8 @@ struct Float32Bags {
 // not divide dim; its overlapping lanes compute the same values in the same order, so storing
 // both is harmless, and no load or store reaches past the row. With `prefetch`, also asks for the
 // row prefetch_rows ids ahead (whole, for all chunks).
-template <int kVectors, bool kTail, bool kWeighted, class D>
-HWY_INLINE void pool_bag(D d, const Float32Bags& bags, int64_t bag, int64_t column, bool prefetch,
+template <int kVectors, bool kTail, bool kWeighted, class D, class Table>
+HWY_INLINE void pool_bag(D d, const Bags<Table>& bags, int64_t bag, int64_t column, bool prefetch,
                          float* HWY_RESTRICT out) {
   using V = hn::Vec<D>;
   const auto lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -64,20 +146,18 @@ HWY_INLINE void pool_bag(D d, const Float32Bags& bags, int64_t bag, int64_t colu
   for (int64_t j = bags.offsets[bag]; j < end; ++j) {
     const int64_t ahead = j + bags.prefetch_rows;
     if (prefetch && ahead < bags.prefetch_end) {
-      prefetch_bytes(bags.table + bags.ids[ahead] * dim, dim * 4);
+      prefetch_bytes(bags.table.address(bags.ids[ahead]), bags.table.row_bytes());
     }
-    const float* HWY_RESTRICT row = bags.table + bags.ids[j] * dim;
+    const auto row = bags.table.row(d, bags.ids[j]);
     if constexpr (kWeighted) {
       const V weight = hn::Set(d, bags.weights[j]);
       for (int k = 0; k < kVectors; ++k) {
-        acc[k] = hn::Add(acc[k], hn::Mul(weight, hn::LoadU(d, row + column + k * lanes)));
+        acc[k] = hn::Add(acc[k], hn::Mul(weight, row.load(d, column + k * lanes)));
       }
-      if constexpr (kTail) tail = hn::Add(tail, hn::Mul(weight, hn::LoadU(d, row + tail_column)));
+      if constexpr (kTail) tail = hn::Add(tail, hn::Mul(weight, row.load(d, tail_column)));
     } else {
-      for (int k = 0; k < kVectors; ++k) {
-        acc[k] = hn::Add(acc[k], hn::LoadU(d, row + column + k * lanes));
-      }
-      if constexpr (kTail) tail = hn::Add(tail, hn::LoadU(d, row + tail_column));
+      for (int k = 0; k < kVectors; ++k) acc[k] = hn::Add(acc[k], row.load(d, column + k * lanes));
+      if constexpr (kTail) tail = hn::Add(tail, row.load(d, tail_column));
     }
   }
   const float scale = bags.bag_scales[bag];
@@ -93,22 +173,23 @@ HWY_INLINE void pool_bag(D d, const Float32Bags& bags, int64_t bag, int64_t colu
 
 // The first prefetch_rows rows of a call are asked for up front, as the rows before them would
 // have asked for them.
-inline void prefetch_first_rows(const Float32Bags& bags, int64_t first_bag) {
+template <class Table>
+void prefetch_first_rows(const Bags<Table>& bags, int64_t first_bag) {
   const int64_t begin = bags.offsets[first_bag];
   const int64_t end = std::min(begin + bags.prefetch_rows, bags.prefetch_end);
   for (int64_t j = begin; j < end; ++j) {
-    prefetch_bytes(bags.table + bags.ids[j] * bags.dim, bags.dim * 4);
+    prefetch_bytes(bags.table.address(bags.ids[j]), bags.table.row_bytes());
   }
 }
 
-template <class D>
-using PoolBagsFunction = void (*)(D, const Float32Bags&, int64_t, int64_t, float*);
-template <class D>
-using PoolBagFunction = void (*)(D, const Float32Bags&, int64_t, int64_t, bool, float*);
+template <class D, class Table>
+using PoolBagsFunction = void (*)(D, const Bags<Table>&, int64_t, int64_t, float*);
+template <class D, class Table>
+using PoolBagFunction = void (*)(D, const Bags<Table>&, int64_t, int64_t, bool, float*);
 
 // Rows of at most kVectors * N + (kTail ? N : 0) floats: the whole accumulator in registers.
-template <int kVectors, bool kTail, bool kWeighted, class D>
-void pool_narrow_bags(D d, const Float32Bags& bags, int64_t first_bag, int64_t last_bag,
+template <int kVectors, bool kTail, bool kWeighted, class D, class Table>
+void pool_narrow_bags(D d, const Bags<Table>& bags, int64_t first_bag, int64_t last_bag,
                       float* out) {
   prefetch_first_rows(bags, first_bag);
   for (int64_t b = first_bag; b < last_bag; ++b) {
@@ -116,17 +197,17 @@ void pool_narrow_bags(D d, const Float32Bags& bags, int64_t first_bag, int64_t l
   }
 }
 
-template <int kVectors, bool kTail, bool kWeighted, class D>
-void pool_bag_chunk(D d, const Float32Bags& bags, int64_t bag, int64_t column, bool prefetch,
+template <int kVectors, bool kTail, bool kWeighted, class D, class Table>
+void pool_bag_chunk(D d, const Bags<Table>& bags, int64_t bag, int64_t column, bool prefetch,
                     float* out) {
   pool_bag<kVectors, kTail, kWeighted>(d, bags, bag, column, prefetch, out);
 }
 
 // Wider rows: per bag, chunks of kMaxVectors vectors, then the rest and the tail. The first chunk
 // prefetches whole rows; the others find the bag's rows in cache.
-template <bool kWeighted, class D>
-void pool_wide_bags(D d, const Float32Bags& bags, PoolBagFunction<D> last_chunk, int64_t first_bag,
-                    int64_t last_bag, float* out) {
+template <bool kWeighted, class D, class Table>
+void pool_wide_bags(D d, const Bags<Table>& bags, PoolBagFunction<D, Table> last_chunk,
+                    int64_t first_bag, int64_t last_bag, float* out) {
   const int64_t chunk_columns = kMaxVectors * static_cast<int64_t>(hn::Lanes(d));
   const int64_t num_full_chunks = bags.dim / chunk_columns;
   prefetch_first_rows(bags, first_bag);
@@ -138,44 +219,48 @@ void pool_wide_bags(D d, const Float32Bags& bags, PoolBagFunction<D> last_chunk,
   }
 }
 
-template <bool kTail, bool kWeighted, class D, int... kVectors>
-PoolBagsFunction<D> narrow_kernel(int vectors, std::integer_sequence<int, kVectors...>) {
-  PoolBagsFunction<D> kernel = nullptr;
-  ((kernel = vectors == kVectors ? &pool_narrow_bags<kVectors, kTail, kWeighted, D> : kernel), ...);
+template <bool kTail, bool kWeighted, class D, class Table, int... kVectors>
+PoolBagsFunction<D, Table> narrow_kernel(int vectors, std::integer_sequence<int, kVectors...>) {
+  PoolBagsFunction<D, Table> kernel = nullptr;
+  ((kernel =
+        vectors == kVectors ? &pool_narrow_bags<kVectors, kTail, kWeighted, D, Table> : kernel),
+   ...);
   return kernel;
 }
 
-template <bool kTail, bool kWeighted, class D, int... kVectors>
-PoolBagFunction<D> chunk_kernel(int vectors, std::integer_sequence<int, kVectors...>) {
-  PoolBagFunction<D> kernel = nullptr;
-  ((kernel = vectors == kVectors ? &pool_bag_chunk<kVectors, kTail, kWeighted, D> : kernel), ...);
+template <bool kTail, bool kWeighted, class D, class Table, int... kVectors>
+PoolBagFunction<D, Table> chunk_kernel(int vectors, std::integer_sequence<int, kVectors...>) {
+  PoolBagFunction<D, Table> kernel = nullptr;
+  ((kernel = vectors == kVectors ? &pool_bag_chunk<kVectors, kTail, kWeighted, D, Table> : kernel),
+   ...);
   return kernel;
 }
 
-template <bool kWeighted, class D>
-void pool_bags_with(D d, const Float32Bags& bags, int64_t first_bag, int64_t last_bag, float* out) {
+template <bool kWeighted, class D, class Table>
+void pool_bags_with(D d, const Bags<Table>& bags, int64_t first_bag, int64_t last_bag, float* out) {
   const auto lanes = static_cast<int64_t>(hn::Lanes(d));
   const auto vectors = static_cast<int>(bags.dim / lanes);
   const bool tail = bags.dim % lanes != 0;
   if (vectors <= kMaxVectors) {
     constexpr auto kCounts = std::make_integer_sequence<int, kMaxVectors + 1>();
-    const PoolBagsFunction<D> kernel = tail ? narrow_kernel<true, kWeighted, D>(vectors, kCounts)
-                                            : narrow_kernel<false, kWeighted, D>(vectors, kCounts);
+    const PoolBagsFunction<D, Table> kernel =
+        tail ? narrow_kernel<true, kWeighted, D, Table>(vectors, kCounts)
+             : narrow_kernel<false, kWeighted, D, Table>(vectors, kCounts);
     kernel(d, bags, first_bag, last_bag, out);
     return;
   }
   const int rest = vectors % kMaxVectors;
   constexpr auto kCounts = std::make_integer_sequence<int, kMaxVectors>();
-  const PoolBagFunction<D> last_chunk =
-      tail ? chunk_kernel<true, kWeighted, D>(rest, kCounts)
-           : (rest == 0 ? nullptr : chunk_kernel<false, kWeighted, D>(rest, kCounts));
+  const PoolBagFunction<D, Table> last_chunk =
+      tail ? chunk_kernel<true, kWeighted, D, Table>(rest, kCounts)
+           : (rest == 0 ? nullptr : chunk_kernel<false, kWeighted, D, Table>(rest, kCounts));
   pool_wide_bags<kWeighted>(d, bags, last_chunk, first_bag, last_bag, out);
 }
 
 // Rows narrower than one full vector (dim < N <= 16): one vector of the widest power of two of
 // lanes not above dim, and the overlapping tail.
-template <bool kWeighted, size_t kLanes>
-void pool_short_bags(const Float32Bags& bags, int64_t first_bag, int64_t last_bag, float* out) {
+template <bool kWeighted, size_t kLanes, class Table>
+void pool_short_bags(const Bags<Table>& bags, int64_t first_bag, int64_t last_bag, float* out) {
   const hn::CappedTag<float, kLanes> d;
   if (bags.dim == static_cast<int64_t>(hn::Lanes(d))) {
     pool_narrow_bags<1, false, kWeighted>(d, bags, first_bag, last_bag, out);
@@ -184,38 +269,54 @@ void pool_short_bags(const Float32Bags& bags, int64_t first_bag, int64_t last_ba
   }
 }
 
-template <bool kWeighted>
-void pool_bags_weighted(const Float32Bags& bags, int64_t first_bag, int64_t last_bag, float* out) {
+template <bool kWeighted, class Table>
+void pool_bags_weighted(const Bags<Table>& bags, int64_t first_bag, int64_t last_bag, float* out) {
   const hn::ScalableTag<float> d;
   const int64_t dim = bags.dim;
   if (dim >= static_cast<int64_t>(hn::Lanes(d))) {
     pool_bags_with<kWeighted>(d, bags, first_bag, last_bag, out);
   } else if (dim >= 8) {
-    pool_short_bags<kWeighted, 8>(bags, first_bag, last_bag, out);
+    pool_short_bags<kWeighted, 8, Table>(bags, first_bag, last_bag, out);
   } else if (dim >= 4) {
-    pool_short_bags<kWeighted, 4>(bags, first_bag, last_bag, out);
+    pool_short_bags<kWeighted, 4, Table>(bags, first_bag, last_bag, out);
   } else if (dim >= 2) {
-    pool_short_bags<kWeighted, 2>(bags, first_bag, last_bag, out);
+    pool_short_bags<kWeighted, 2, Table>(bags, first_bag, last_bag, out);
   } else {
-    pool_short_bags<kWeighted, 1>(bags, first_bag, last_bag, out);
+    pool_short_bags<kWeighted, 1, Table>(bags, first_bag, last_bag, out);
   }
 }
 
-void pool_float32_bags(const PoolInput& input, const float* table, int64_t first_bag,
-                       int64_t last_bag, float* out) {
-  const Float32Bags bags{.table = table,
+template <class Table>
+void pool_table_bags(const PoolInput& input, Table table, int64_t first_bag, int64_t last_bag,
+                     float* out) {
+  const Bags<Table> bags{.table = table,
                          .dim = input.dim,
                          .offsets = input.offsets,
                          .ids = input.ids,
                          .weights = input.weights,
                          .bag_scales = input.bag_scales,
-                         .prefetch_rows = forward_prefetch_rows(input.dim * 4),
+                         .prefetch_rows = forward_prefetch_rows(table.row_bytes()),
                          .prefetch_end = input.offsets[last_bag]};
   if (input.weights != nullptr) {
     pool_bags_weighted<true>(bags, first_bag, last_bag, out);
   } else {
     pool_bags_weighted<false>(bags, first_bag, last_bag, out);
   }
+}
+
+void pool_float32_bags(const PoolInput& input, const float* table, int64_t first_bag,
+                       int64_t last_bag, float* out) {
+  pool_table_bags(input, Float32Table{table, input.dim}, first_bag, last_bag, out);
+}
+
+void pool_float16_bags(const PoolInput& input, Float16Rows table, int64_t first_bag,
+                       int64_t last_bag, float* out) {
+  pool_table_bags(input, Float16Table{table.data, input.dim}, first_bag, last_bag, out);
+}
+
+void pool_int8_bags(const PoolInput& input, Int8Rows table, int64_t first_bag, int64_t last_bag,
+                    float* out) {
+  pool_table_bags(input, Int8Table{table.data, input.dim}, first_bag, last_bag, out);
 }
 
 }  // namespace recemb::internal::HWY_NAMESPACE
@@ -225,6 +326,8 @@ HWY_AFTER_NAMESPACE();
 namespace recemb::internal {
 
 HWY_EXPORT(pool_float32_bags);
+HWY_EXPORT(pool_float16_bags);
+HWY_EXPORT(pool_int8_bags);
 
 namespace {
 
@@ -339,10 +442,18 @@ struct PoolRows {
     }
   }
   void operator()(Float16Rows table) const {
-    pool_bags_as(Float16Format{table.data, input.dim}, input, first_bag, last_bag, out);
+    if (input.quantization == nullptr) {
+      HWY_DYNAMIC_DISPATCH(pool_float16_bags)(input, table, first_bag, last_bag, out);
+    } else {
+      pool_bags_as(Float16Format{table.data, input.dim}, input, first_bag, last_bag, out);
+    }
   }
   void operator()(Int8Rows table) const {
-    pool_bags_as(Int8Format{table.data, input.dim}, input, first_bag, last_bag, out);
+    if (input.quantization == nullptr) {
+      HWY_DYNAMIC_DISPATCH(pool_int8_bags)(input, table, first_bag, last_bag, out);
+    } else {
+      pool_bags_as(Int8Format{table.data, input.dim}, input, first_bag, last_bag, out);
+    }
   }
 };
 

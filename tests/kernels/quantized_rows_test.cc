@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/pool.h"
+#include "kernels/simd_target.h"
 
 namespace recemb::internal {
 namespace {
@@ -275,9 +276,10 @@ struct PoolCase {
 
 class QuantizedPoolTest : public ::testing::TestWithParam<PoolCase> {};
 
-// The pooling kernel reads each format's rows exactly as documented: it matches a float64
-// reference over the rows decoded by this test's own decoders, and bitwise the float32 path over
-// a float32 table holding the values those rows decode to (same summation order).
+// The pooling kernel reads each format's rows exactly as documented: on every SIMD target the same
+// bits, which match a float64 reference over the rows decoded by this test's own decoders, and
+// bitwise the float32 path over a float32 table holding the values those rows decode to (same
+// summation order).
 TEST_P(QuantizedPoolTest, MatchesReferenceAndTheFloat32Path) {
   const PoolCase c = GetParam();
   const uint64_t seed = 4321 + static_cast<uint64_t>(c.dim) * 4 + (c.weighted ? 2 : 0) +
@@ -329,9 +331,19 @@ TEST_P(QuantizedPoolTest, MatchesReferenceAndTheFloat32Path) {
                   .weights = c.weighted ? weights.data() : nullptr,
                   .bag_scales = scales.data(),
                   .quantization = simulated};
+  // Every SIMD target gives the same bits (the float32 path's, below).
   std::vector<float> out(30 * c.dim, 99.0f);
-  pool_bags(input, 0, 13, out.data());  // in two pieces, as the parallel lookup splits bags
-  pool_bags(input, 13, 30, out.data());
+  for (const SimdTarget target : supported_simd_targets()) {
+    const ScopedSimdTarget scoped(target);
+    std::vector<float> on_target(30 * c.dim, 99.0f);
+    pool_bags(input, 0, 13, on_target.data());  // in two pieces, as the parallel lookup does
+    pool_bags(input, 13, 30, on_target.data());
+    if (target != supported_simd_targets().front()) {
+      ASSERT_EQ(std::memcmp(on_target.data(), out.data(), out.size() * sizeof(float)), 0)
+          << simd_target_name(target);
+    }
+    out = on_target;
+  }
 
   for (int b = 0; b < 30; ++b) {
     for (int64_t d = 0; d < c.dim; ++d) {
@@ -369,6 +381,43 @@ TEST_P(QuantizedPoolTest, MatchesReferenceAndTheFloat32Path) {
   std::vector<float> float32_out(out.size(), -7.0f);
   pool_bags(input, 0, 30, float32_out.data());
   EXPECT_EQ(std::memcmp(out.data(), float32_out.data(), out.size() * sizeof(float)), 0);
+}
+
+// The vector kernels decode every float16 value as float16_to_float does (subnormals, zeros of
+// both signs, the largest values), on every SIMD target: each finite half pooled alone, in rows of
+// 16 and of 7 (a narrower vector and its tail).
+TEST(Float16PoolTest, EveryFloat16DecodesExactlyOnEveryTarget) {
+  std::vector<uint16_t> halves;
+  for (uint32_t bits = 0; bits < 0x10000u; ++bits) {
+    if ((bits & 0x7c00u) != 0x7c00u) halves.push_back(static_cast<uint16_t>(bits));  // finite
+  }
+  for (const int64_t dim : {16, 7}) {
+    const auto rows = static_cast<int64_t>(halves.size()) / dim;
+    std::vector<int64_t> offsets, ids;
+    for (int64_t r = 0; r <= rows; ++r) offsets.push_back(r);
+    for (int64_t r = 0; r < rows; ++r) ids.push_back(rows - 1 - r);  // not in order
+    const std::vector<float> scales(static_cast<size_t>(rows), 1.0f);
+    const PoolInput input{.table = Float16Rows{halves.data()},
+                          .dim = dim,
+                          .offsets = offsets.data(),
+                          .ids = ids.data(),
+                          .bag_scales = scales.data()};
+    for (const SimdTarget target : supported_simd_targets()) {
+      const ScopedSimdTarget scoped(target);
+      std::vector<float> out(static_cast<size_t>(rows * dim));
+      pool_bags(input, 0, rows, out.data());
+      for (int64_t b = 0; b < rows; ++b) {
+        for (int64_t d = 0; d < dim; ++d) {
+          const uint16_t half = halves[static_cast<size_t>(ids[b] * dim + d)];
+          // +0.0 + x: a sum from zero, as pooling computes it (-0.0 becomes +0.0).
+          const float expected = 0.0f + float16_to_float(half);
+          ASSERT_EQ(std::bit_cast<uint32_t>(out[static_cast<size_t>(b * dim + d)]),
+                    std::bit_cast<uint32_t>(expected))
+              << simd_target_name(target) << " half 0x" << std::hex << half;
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QuantizedPoolTest,
