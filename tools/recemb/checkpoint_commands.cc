@@ -40,9 +40,12 @@ int run_inspect_command(const InspectArguments& args, std::ostream& out) {
     out << "tables:\n";
     for (const CheckpointTable& table : info.tables) {
       char line[256];
-      std::snprintf(line, sizeof line, "  %-20s %12" PRId64 " rows x %4" PRId64 "  %s\n",
-                    table.name.c_str(), table.vocabulary_size, table.dim,
-                    table.optimizer.empty() ? "(no optimizer)" : table.optimizer.c_str());
+      // A dynamic table: the keys it holds.
+      std::snprintf(line, sizeof line, "  %-20s %12" PRId64 " %s x %4" PRId64 "  %s%s\n",
+                    table.name.c_str(), table.dynamic ? table.num_keys : table.vocabulary_size,
+                    table.dynamic ? "keys" : "rows", table.dim,
+                    table.optimizer.empty() ? "(no optimizer)" : table.optimizer.c_str(),
+                    table.dynamic ? "  (dynamic)" : "");
       out << line;
     }
   }

@@ -85,6 +85,29 @@ TEST(CheckpointCommands, InspectListsTablesAndFilesAndFindsDamage) {
                std::system_error);
 }
 
+// A dynamic table is listed with the keys it holds.
+TEST(CheckpointCommands, InspectListsTheKeysOfDynamicTables) {
+  Embedding embedding(
+      {{.name = "members", .dim = 4, .dynamic_vocabulary = DynamicVocabulary{.capacity = 100}}},
+      {{.name = "member", .table = "members"}},
+      {.optimizer = Adagrad{.learning_rate = 0.1f}, .num_threads = 1, .seed = 3});
+  const std::vector<int64_t> keys = {-5, 9, 9, 1LL << 40, 77, -5, 3};  // 5 distinct
+  std::vector<float> activations(keys.size() * 4), gradients(keys.size() * 4, 0.5f);
+  const std::vector<FeatureInput> inputs{DenseIds{.ids = std::span<const int64_t>(keys),
+                                                  .shape = {static_cast<int64_t>(keys.size())}}};
+  const std::vector<std::span<float>> outputs{activations};
+  LookupBatch batch;
+  embedding.lookup(inputs, outputs, batch);
+  const std::vector<std::span<const float>> grads{gradients};
+  embedding.apply_gradients(batch, grads);
+  const auto root = fresh_dir("inspect_dynamic");
+  save_checkpoint(embedding, root);
+  std::ostringstream out;
+  EXPECT_EQ(run_inspect_command({.checkpoint = root.string()}, out), 0);
+  EXPECT_THAT(out.str(), HasSubstr("  members                         5 keys x    4  adagrad  "
+                                   "(dynamic)\n"));
+}
+
 TEST(CheckpointCommands, ExportWritesAServingModelOfTheTables) {
   const auto root = fresh_dir("export");
   const Embedding embedding = trained_embedding();
