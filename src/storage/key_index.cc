@@ -202,6 +202,9 @@ int64_t KeyIndex::insert(int64_t key, int64_t step, int64_t count) {
   ++metadata.generation;
   ++size_;
   recency_[step].push_back(RecencyEntry{static_cast<uint32_t>(slot), metadata.generation});
+  // Dead entries are dropped when scanned; an index never scanned (no TTL, least-frequent
+  // eviction) drops them all once they outnumber the keys.
+  if (++recency_entries_ > 2 * capacity_ + 64) drop_dead_recency();
   return slot;
 }
 
@@ -255,6 +258,7 @@ void KeyIndex::clear() {
   free_head_ = kAbsent;
   never_used_ = 0;
   recency_.clear();
+  recency_entries_ = 0;
   std::fill(pending_.begin(), pending_.end(), PendingEntry{});
   pending_size_ = 0;
   sketch_.clear();
@@ -280,6 +284,20 @@ void KeyIndex::for_each_key(Visit visit) const {
   }
 }
 
+void KeyIndex::drop_dead_recency() {
+  for (auto filed = recency_.begin(); filed != recency_.end();) {
+    std::vector<RecencyEntry>& entries = filed->second;
+    size_t kept = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (i + kFindAhead < entries.size()) prefetch_line(&slots_[entries[i + kFindAhead].slot]);
+      if (recency_live(entries[i])) entries[kept++] = entries[i];
+    }
+    recency_entries_ -= static_cast<int64_t>(entries.size() - kept);
+    entries.resize(kept);
+    filed = entries.empty() ? recency_.erase(filed) : std::next(filed);
+  }
+}
+
 template <class Visit>
 void KeyIndex::scan_recency(Visit visit) {
   for (auto filed = recency_.begin(); filed != recency_.end();) {
@@ -291,7 +309,10 @@ void KeyIndex::scan_recency(Visit visit) {
     for (; i < entries.size() && !stopped; ++i) {
       if (i + kFindAhead < entries.size()) prefetch_line(&slots_[entries[i + kFindAhead].slot]);
       const RecencyEntry entry = entries[i];
-      if (!recency_live(entry)) continue;  // dropped
+      if (!recency_live(entry)) {
+        --recency_entries_;
+        continue;  // dropped
+      }
       const int64_t last_seen = slots_[entry.slot].last_seen;
       if (last_seen != step) {
         RECEMB_CHECK(last_seen > step);        // filed no later than its last_seen

@@ -200,6 +200,8 @@ class KeyIndex {
   // A key held in bucket `end` no longer passes buckets [first, end) (cyclically).
   void unpass(size_t first, size_t end);
   bool recency_live(RecencyEntry entry) const;
+  // Drops every dead recency entry: O(entries), once every capacity + 64 inserts at most.
+  void drop_dead_recency();
   // Visits the occupied slots in last_seen order (ties in filing order) while `visit(slot)`
   // returns true, dropping the dead entries and re-filing the late ones on the way.
   template <class Visit>
@@ -226,6 +228,7 @@ class KeyIndex {
   int64_t free_head_ = kAbsent;  // the most recently freed slot
   int64_t never_used_ = 0;       // slots [never_used_, capacity_) were never taken
   std::map<int64_t, std::vector<RecencyEntry>> recency_;  // step -> entries filed under it
+  int64_t recency_entries_ = 0;                           // live and dead
   std::vector<PendingEntry> pending_;                     // empty until the first add_pending
   int64_t pending_size_ = 0;
   std::vector<uint32_t> sketch_;  // empty until a key does not fit in pending_

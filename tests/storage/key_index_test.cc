@@ -519,6 +519,26 @@ TEST(KeyIndexTest, MemoryIsBoundedPerSlot) {
   }
 }
 
+// An index whose recency entries are never scanned (least-frequent eviction, no TTL) still drops
+// the dead ones: churning keys through it for many steps keeps its memory bounded.
+TEST(KeyIndexTest, RecencyEntriesOfEvictedKeysDoNotAccumulate) {
+  const int64_t capacity = 1000;
+  KeyIndex index(capacity, 0);
+  const int64_t empty = index.memory_bytes();
+  int64_t key = 0;
+  for (; key < capacity; ++key) index.insert(key, key, 1);
+  for (int64_t step = capacity; step < 100 * capacity; ++step, ++key) {
+    const std::span<const int64_t> victims =
+        index.choose_victims(EvictionOrder::kLeastFrequent, 1, kMax);
+    ASSERT_EQ(victims.size(), 1u);
+    index.erase(victims[0]);
+    index.insert(key, step, 1);  // a step of its own: one list a key, at worst
+  }
+  EXPECT_EQ(index.size(), capacity);
+  // At most 2 * capacity + 64 entries, each in a list of its own (~100 bytes), and the scratch.
+  EXPECT_LT(index.memory_bytes(), empty + (2 * capacity + 64) * 160);
+}
+
 // Every int64 is a key, the one empty entries hold included; find_all agrees with find.
 TEST(KeyIndexTest, FindAllFindsWhatFindFinds) {
   std::mt19937_64 random(7);
