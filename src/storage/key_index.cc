@@ -201,6 +201,7 @@ int64_t KeyIndex::insert(int64_t key, int64_t step, int64_t count) {
   metadata.position = static_cast<uint32_t>(b * kBucketWidth + static_cast<size_t>(entry));
   ++metadata.generation;
   ++size_;
+  pool_inserted(slot, key);
   recency_[step].push_back(RecencyEntry{static_cast<uint32_t>(slot), metadata.generation});
   // Dead entries are dropped when scanned; an index never scanned (no TTL, least-frequent
   // eviction) drops them all once they outnumber the keys.
@@ -259,6 +260,8 @@ void KeyIndex::clear() {
   never_used_ = 0;
   recency_.clear();
   recency_entries_ = 0;
+  pool_.clear();
+  pool_filled_ = false;
   std::fill(pending_.begin(), pending_.end(), PendingEntry{});
   pending_size_ = 0;
   sketch_.clear();
@@ -369,8 +372,13 @@ std::span<const int64_t> KeyIndex::choose_victims(EvictionOrder order, int64_t n
     });
     return ordered_victims(n);
   }
-  // kLeastFrequent: no order is kept for counts, so one pass over every key, keeping the n
-  // smallest in a max-heap (memory O(n), time O(size log n)).
+  // kLeastFrequent: from the pool of the keys that may be smallest; filled again when it runs
+  // out, and as a last resort (a pool of pinned keys) one pass over every key, keeping the n
+  // smallest unpinned in a max-heap.
+  if (least_frequent_from_pool(n, pinned_from)) return ordered_victims(n);
+  fill_least_frequent_pool(std::max({4 * n, int64_t{1024}, size_ / 32}));
+  if (least_frequent_from_pool(n, pinned_from)) return ordered_victims(n);
+  candidates_.clear();
   const auto less = [](const Candidate& a, const Candidate& b) {
     return std::tie(a.first, a.second, a.key) < std::tie(b.first, b.second, b.key);
   };
@@ -388,6 +396,83 @@ std::span<const int64_t> KeyIndex::choose_victims(EvictionOrder order, int64_t n
     }
   });
   return ordered_victims(n);
+}
+
+namespace {
+
+bool pool_less(const auto& a, const auto& b) {
+  return std::tie(a.count, a.last_seen, a.key) < std::tie(b.count, b.last_seen, b.key);
+}
+
+// std::push_heap / pop_heap order: a max-heap of `greater`, so the smallest on top.
+bool pool_greater(const auto& a, const auto& b) { return pool_less(b, a); }
+
+}  // namespace
+
+void KeyIndex::fill_least_frequent_pool(int64_t pool) {
+  // The `pool` smallest of all keys, kept in a max-heap while passing, then turned over.
+  pool_.clear();
+  for_each_key([&](int64_t key, int64_t slot) {
+    const Slot& entry = slots_[slot];
+    const PoolEntry candidate{entry.count, entry.last_seen, key, static_cast<uint32_t>(slot),
+                              entry.generation};
+    if (std::ssize(pool_) < pool) {
+      pool_.push_back(candidate);
+      std::push_heap(pool_.begin(), pool_.end(), pool_less<PoolEntry, PoolEntry>);
+    } else if (pool_less(candidate, pool_.front())) {
+      std::pop_heap(pool_.begin(), pool_.end(), pool_less<PoolEntry, PoolEntry>);
+      pool_.back() = candidate;
+      std::push_heap(pool_.begin(), pool_.end(), pool_less<PoolEntry, PoolEntry>);
+    }
+  });
+  pool_bounded_ = size_ > std::ssize(pool_);
+  if (pool_bounded_) pool_bound_ = pool_.front();
+  std::make_heap(pool_.begin(), pool_.end(), pool_greater<PoolEntry, PoolEntry>);
+  pool_filled_ = true;
+}
+
+void KeyIndex::pool_inserted(int64_t slot, int64_t key) {
+  if (!pool_filled_) return;
+  const Slot& entry = slots_[slot];
+  const PoolEntry inserted{entry.count, entry.last_seen, key, static_cast<uint32_t>(slot),
+                           entry.generation};
+  if (pool_bounded_ && !pool_less(inserted, pool_bound_)) return;  // above the bound: left out
+  if (!pool_bounded_ && std::ssize(pool_) >= 2 * std::max<int64_t>(size_, 1024)) {
+    pool_filled_ = false;  // mostly dead entries: filled again when next needed
+    return;
+  }
+  pool_.push_back(inserted);
+  std::push_heap(pool_.begin(), pool_.end(), pool_greater<PoolEntry, PoolEntry>);
+}
+
+bool KeyIndex::least_frequent_from_pool(int64_t n, int64_t pinned_from) {
+  if (!pool_filled_) return false;
+  candidates_.clear();
+  pool_taken_.clear();
+  const auto push = [this](const PoolEntry& entry) {
+    pool_.push_back(entry);
+    std::push_heap(pool_.begin(), pool_.end(), pool_greater<PoolEntry, PoolEntry>);
+  };
+  while (std::ssize(candidates_) < n && !pool_.empty()) {
+    std::pop_heap(pool_.begin(), pool_.end(), pool_greater<PoolEntry, PoolEntry>);
+    PoolEntry entry = pool_.back();
+    pool_.pop_back();
+    const Slot& slot = slots_[entry.slot];
+    if (slot.position == kFreeSlot || slot.generation != entry.generation) continue;  // dropped
+    if (slot.count != entry.count || slot.last_seen != entry.last_seen) {
+      entry.count = slot.count;  // grew since: back in its place, or out above the bound
+      entry.last_seen = slot.last_seen;
+      if (!pool_bounded_ || pool_less(entry, pool_bound_)) push(entry);
+      continue;
+    }
+    pool_taken_.push_back(entry);  // the smallest left of all keys
+    if (entry.last_seen < pinned_from) {
+      candidates_.push_back({entry.count, entry.last_seen, entry.key, int64_t{entry.slot}});
+    }
+  }
+  for (const PoolEntry& entry : pool_taken_) push(entry);
+  // Fewer than n from a pool bounded above the rest: the keys beyond it are not known.
+  return std::ssize(candidates_) == n || !pool_bounded_;
 }
 
 std::span<const int64_t> KeyIndex::expired(int64_t before_step, int64_t pinned_from) {
@@ -526,7 +611,7 @@ int64_t KeyIndex::memory_bytes() const {
   int64_t recency_bytes = 0;
   for (const auto& [step, entries] : recency_) recency_bytes += kMapNodeBytes + bytes(entries);
   return bytes(buckets_) + bytes(slots_) + recency_bytes + bytes(pending_) + bytes(sketch_) +
-         bytes(candidates_) + bytes(chosen_);
+         bytes(candidates_) + bytes(chosen_) + bytes(pool_) + bytes(pool_taken_);
 }
 
 }  // namespace recemb::internal

@@ -129,10 +129,12 @@ class KeyIndex {
   int64_t exact_pending_size() const;
 
   // The `n` occupied, unpinned slots smallest in `order`, smallest first; fewer when fewer exist.
-  // Changes no key, slot or count (only how the recency entries are filed); the result is valid
-  // until the next non-const call. Cost: kLeastRecent, the number of recency entries filed under
-  // steps up to the n-th's last_seen (those of keys seen since are re-filed, once each);
-  // kLeastFrequent, one pass over every key (O(size() log n)).
+  // Changes no key, slot or count (only how the recency entries and the least-frequent pool are
+  // kept); the result is valid until the next non-const call. Cost: kLeastRecent, the number of
+  // recency entries filed under steps up to the n-th's last_seen (those of keys seen since are
+  // re-filed, once each); kLeastFrequent, O((n + keys of the pool seen since) log pool) from the
+  // pool of the keys that may be smallest, and a pass over every key (O(size() log pool)) when
+  // the pool runs out, every pool / n calls or so (the pool: max(4n, 1024, size() / 32) keys).
   std::span<const int64_t> choose_victims(EvictionOrder order, int64_t n, int64_t pinned_from);
   // The occupied, unpinned slots whose last_seen < before_step, in increasing (last_seen, key).
   // Cost proportional to the number returned plus the number of entries re-filed (not to
@@ -191,6 +193,15 @@ class KeyIndex {
     int64_t slot;
   };
 
+  // A key of the least-frequent pool, by (count, last_seen, key) when it was put there.
+  struct PoolEntry {
+    int64_t count;
+    int64_t last_seen;
+    int64_t key;
+    uint32_t slot;
+    uint32_t generation;
+  };
+
   size_t home_bucket(int64_t key) const { return scale_hash(mix_key(key), buckets_.size()); }
   // find(key), searching from its home bucket `home`.
   int64_t find_from(size_t home, int64_t key) const;
@@ -210,6 +221,13 @@ class KeyIndex {
   template <class Visit>
   void for_each_key(Visit visit) const;
   std::span<const int64_t> ordered_victims(int64_t n);
+  // kLeastFrequent: the n smallest unpinned keys from the pool, into candidates_ in order; false
+  // when the pool cannot tell them (it ran out above its bound).
+  bool least_frequent_from_pool(int64_t n, int64_t pinned_from);
+  // Fills the pool with the `pool` smallest keys of all (pinned or not), and sets its bound.
+  void fill_least_frequent_pool(int64_t pool);
+  // Adds a key inserted after the pool was filled when it is below the bound.
+  void pool_inserted(int64_t slot, int64_t key);
 
   // Pending counts.
   size_t pending_home(int64_t key) const;
@@ -234,6 +252,16 @@ class KeyIndex {
   std::vector<uint32_t> sketch_;  // empty until a key does not fit in pending_
   std::vector<Candidate> candidates_;
   std::vector<int64_t> chosen_;
+  // kLeastFrequent's pool (docs/semantics.md's order kept without a pass a call): a min-heap of
+  // keys by (count, last_seen, key) as they were when pushed. Every occupied key outside it is
+  // above pool_bound_ (when pool_bounded_): counts and last_seen only grow, and inserts below the
+  // bound are pushed; so a popped entry whose values are unchanged is the smallest left, and one
+  // whose values grew is pushed again with them (or left out, above the bound).
+  std::vector<PoolEntry> pool_;
+  std::vector<PoolEntry> pool_taken_;  // scratch: entries popped by one call, pushed back
+  bool pool_filled_ = false;
+  bool pool_bounded_ = false;  // false: every key is in the pool
+  PoolEntry pool_bound_ = {};
 };
 
 // find and prefetch are on every lookup's path: inline.

@@ -519,6 +519,51 @@ TEST(KeyIndexTest, MemoryIsBoundedPerSlot) {
   }
 }
 
+// Least-frequent victims come from a pool of the keys that may be smallest (bounded when the
+// index holds more keys than the pool): over many steps of sightings, pins, evictions and
+// admissions, they are the reference's, and the pool is filled again as it runs out.
+TEST(KeyIndexTest, LeastFrequentVictimsFromThePoolMatchTheReference) {
+  const int64_t capacity = 8000;
+  KeyIndex index(capacity, 0);
+  Reference reference;
+  std::mt19937_64 random(77);
+  const auto uniform = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(random);
+  };
+  int64_t step = 0;
+  int64_t next_key = -500;
+  const auto admit = [&](int64_t count) {
+    const int64_t key = next_key;
+    next_key += uniform(1, 1000);
+    reference.keys[key] = {index.insert(key, step, count), step, count};
+  };
+  while (index.size() < capacity) admit(uniform(1, 6));
+  std::vector<int64_t> held;
+  for (int round = 0; round < 200; ++round) {
+    ++step;
+    held.clear();
+    for (const auto& [key, entry] : reference.keys) held.push_back(key);
+    for (int t = 0; t < 300; ++t) {  // sightings: counts grow, some past the pool's bound
+      auto& entry = reference.keys[held[static_cast<size_t>(uniform(0, std::ssize(held) - 1))]];
+      const int64_t occurrences = uniform(0, 3);
+      index.touch(entry.slot, step, occurrences);
+      entry.last_seen = step;
+      entry.count += occurrences;
+    }
+    const int64_t n = round % 50 == 49 ? uniform(300, 1500) : uniform(1, 60);
+    const int64_t pinned_from = step - uniform(0, 2);
+    const std::vector<int64_t> victims =
+        to_vector(index.choose_victims(EvictionOrder::kLeastFrequent, n, pinned_from));
+    ASSERT_EQ(victims, reference.victims(EvictionOrder::kLeastFrequent, n, pinned_from))
+        << "round " << round;
+    for (const int64_t slot : victims) {
+      index.erase(slot);
+      reference.erase_slot(slot);
+    }
+    while (index.size() < capacity) admit(uniform(1, 3));
+  }
+}
+
 // An index whose recency entries are never scanned (least-frequent eviction, no TTL) still drops
 // the dead ones: churning keys through it for many steps keeps its memory bounded.
 TEST(KeyIndexTest, RecencyEntriesOfEvictedKeysDoNotAccumulate) {
