@@ -7,6 +7,9 @@
 //   BM_<kind>/<optimizer>/<workload>         lookup + apply_gradients (adagrad, rowwise_adagrad)
 //   BM_dynamic_admitting/adagrad/<workload>  the step with admission and eviction at work:
 //       min_count 2, ttl_steps 8, capacity = the static table's rows, starting empty
+//   BM_dynamic_full_{lru,lfu}/adagrad/<workload>  a full table evicting to admit: capacity = an
+//       eighth of the rows, when_full evict_least_recent / evict_least_frequent, every key of
+//       [0, rows) admitted before timing (the table full of the last ones)
 // kind: static (vocabulary_size = rows), or dynamic (capacity = rows, every key of [0, rows)
 // admitted before timing, so that both read the same rows). Each static benchmark is followed by
 // its dynamic twin: compare them as ratios (bench/README.md).
@@ -38,7 +41,7 @@ constexpr float kInitialValue = 0.01f;
 // Keys admitted per prefill step (one training lookup of that many distinct keys).
 constexpr int64_t kPrefillKeys = int64_t{1} << 20;
 
-enum class Kind { kStatic, kDynamic, kAdmitting };
+enum class Kind { kStatic, kDynamic, kAdmitting, kFullLeastRecent, kFullLeastFrequent };
 
 const char* kind_name(Kind kind) {
   switch (kind) {
@@ -48,9 +51,15 @@ const char* kind_name(Kind kind) {
       return "dynamic";
     case Kind::kAdmitting:
       return "dynamic_admitting";
+    case Kind::kFullLeastRecent:
+      return "dynamic_full_lru";
+    case Kind::kFullLeastFrequent:
+      return "dynamic_full_lfu";
   }
   return "";
 }
+
+int64_t full_capacity(const Workload& workload) { return std::max<int64_t>(workload.rows / 8, 1); }
 
 recemb::Embedding make_embedding(const Workload& workload, Kind kind,
                                  const std::string& optimizer) {
@@ -62,9 +71,14 @@ recemb::Embedding make_embedding(const Workload& workload, Kind kind,
     table.vocabulary_size = workload.rows;
   } else if (kind == Kind::kDynamic) {
     table.dynamic_vocabulary = recemb::DynamicVocabulary{.capacity = workload.rows};
-  } else {
+  } else if (kind == Kind::kAdmitting) {
     table.dynamic_vocabulary =
         recemb::DynamicVocabulary{.capacity = workload.rows, .min_count = 2, .ttl_steps = 8};
+  } else {
+    table.dynamic_vocabulary = recemb::DynamicVocabulary{
+        .capacity = full_capacity(workload),
+        .when_full = kind == Kind::kFullLeastRecent ? recemb::WhenFull::kEvictLeastRecent
+                                                    : recemb::WhenFull::kEvictLeastFrequent};
   }
   return recemb::Embedding({table}, {{.name = "f0", .table = "t0"}},
                            {.optimizer = recemb::parse_optimizer(optimizer),
@@ -93,6 +107,24 @@ void prefill(recemb::Embedding& embedding, int64_t rows, int64_t dim,
   }
 }
 
+// One training step of each batch of the workload's id stream: a full table then evicts at its
+// steady rate (after the prefill it holds the last keys, the Zipf tail's, and would evict faster).
+void warm_up(recemb::Embedding& embedding, const Workload& workload) {
+  const IdStream stream(workload);
+  std::vector<float> activations(static_cast<size_t>(kBatchSize * workload.dim));
+  const std::span<float> outputs[] = {activations};
+  const std::span<const float> gradients[] = {gradient_for(kBatchSize, workload.dim)};
+  recemb::LookupBatch batch;
+  for (int64_t step = 0; step < stream.num_steps(); ++step) {
+    const recemb::FeatureInput input = recemb::DenseIds{
+        .ids = std::span<const int64_t>(stream.feature_ids(step, 0),
+                                        static_cast<size_t>(workload.ids_per_feature())),
+        .shape = {kBatchSize, workload.bag_size}};
+    embedding.lookup(std::span(&input, 1), outputs, batch);
+    embedding.apply_gradients(batch, gradients);
+  }
+}
+
 struct Cached {
   std::unique_ptr<recemb::Embedding> embedding;
   std::string key;
@@ -107,6 +139,11 @@ recemb::Embedding& embedding_for(const Workload& workload, Kind kind,
     cached.embedding =
         std::make_unique<recemb::Embedding>(make_embedding(workload, kind, optimizer));
     if (kind == Kind::kDynamic) prefill(*cached.embedding, workload.rows, workload.dim);
+    if (kind == Kind::kFullLeastRecent || kind == Kind::kFullLeastFrequent) {
+      prefill(*cached.embedding, workload.rows, workload.dim,
+              std::min(kPrefillKeys, std::max<int64_t>(full_capacity(workload) / 2, 1)));
+      warm_up(*cached.embedding, workload);
+    }
     cached.key = wanted;
   }
   return *cached.embedding;
@@ -173,10 +210,11 @@ void register_all() {
         }
       }
       workload.ids = IdDistribution::kZipf;
-      configure(benchmark::RegisterBenchmark(
-          ("BM_" + std::string(kind_name(Kind::kAdmitting)) + "/adagrad/" + workload.name())
-              .c_str(),
-          BM_Step, workload, Kind::kAdmitting, std::string("adagrad")));
+      for (const Kind kind : {Kind::kAdmitting, Kind::kFullLeastRecent, Kind::kFullLeastFrequent}) {
+        configure(benchmark::RegisterBenchmark(
+            ("BM_" + std::string(kind_name(kind)) + "/adagrad/" + workload.name()).c_str(),
+            BM_Step, workload, kind, std::string("adagrad")));
+      }
     }
   }
 }
