@@ -1,7 +1,8 @@
 """The model of `recemb train`, trained three ways on the same batches, side by side:
 
-  (a) torch            plain PyTorch: 26 nn.EmbeddingBag(mode="sum", sparse=True), torch.optim.Adagrad
-                       (sparse gradients) for the tables, torch.optim.Adam for the dense layers;
+  (a) torch            plain PyTorch: 26 nn.EmbeddingBag(mode="sum", sparse=True),
+                       torch.optim.Adagrad (sparse gradients) for the tables, torch.optim.Adam
+                       for the dense layers;
   (b) torch + recemb   the same torch dense layers and Adam, the tables a recemb.torch.Embedding
                        (its backward applies recemb's fused Adagrad to the touched rows);
   (c) recemb train     the binary itself (build/release/bin/recemb, or --recemb) on the same data,
@@ -19,8 +20,8 @@ parameters; batches of 2,048 examples.
 
 The data: --steps batches of synthetic Criteo lines (seed --seed): 13 integer features, geometric
 counts; 26 categorical features, 8-hex-digit values drawn from a Zipf law (exponent 1.05), 5 %
-missing; labels from a planted logistic model of I1 and the odd features' values, so the loss
-falls. The script writes them as train.tsv (and a held-out eval.tsv of one batch, which `recemb
+missing; labels from a planted logistic model of I1 and the values of C1, C3, ..., C25, so the
+loss falls. The script writes them as train.tsv (and a held-out eval.tsv of one batch, which `recemb
 train` needs) and gives (a) and (b) the examples as `recemb train` reads them: the dense features
 log(1 + max(x, 0)), the ids the rows `recemb hash` gives for the values (the trainer's own
 hashing, docs/training.md "Criteo files: the exact rules").
@@ -37,20 +38,21 @@ Threads: --threads (default: one per core) for torch's intra-op threads (torch.s
 recemb.torch.Embedding's num_threads and `recemb train --threads`. Unless the environment says
 otherwise, the script sets OPENBLAS_NUM_THREADS=1 and OMP_WAIT_POLICY=PASSIVE for torch: the
 OpenBLAS of Debian's libopenblas0-pthread starts threads of its own beside torch's OpenMP threads,
-and OpenMP threads spin at their barriers; on 2 cores shared with other work either cut torch's
+and OpenMP threads spin at their barriers; on 2 cores shared with other work each cut torch's
 rate by 3x to 10x (GEMMs at 1 GFLOP/s instead of 90), which would compare recemb with a crippled
 torch. recemb's threads block when idle. The settings used are printed.
 
-Dense GFLOP/s: torch's forward + backward of the dense part alone (the MLPs and the interaction,
-nominal work as bench/dlrm_dense_bench.cc counts it: 2 flops per multiply-add forward, twice that
-backward), and each forward GEMM of the MLPs alone (torch.addmm at the batch size). Debian's
-torch calls the BLAS behind libblas.so.3 (BLAS_INFO=generic): the reference BLAS unless
-OpenBLAS is installed; the script prints the library loaded. LD_LIBRARY_PATH=
-/usr/lib/x86_64-linux-gnu/blas runs it with the reference BLAS when OpenBLAS is installed.
+Dense GFLOP/s, measured after each round (medians reported): torch's forward + backward of the
+dense part alone (the MLPs and the interaction, nominal work as bench/dlrm_dense_bench.cc counts
+it: 2 flops per multiply-add forward, twice that backward), and each forward GEMM of the MLPs
+alone (torch.addmm at the batch size). Debian's torch calls the BLAS behind libblas.so.3
+(BLAS_INFO=generic): Debian's reference BLAS (libblas3) unless OpenBLAS is installed; the script
+prints the library loaded. LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/blas runs it with the
+reference BLAS when OpenBLAS is installed.
 
 Run (after building the Python package and the recemb binary, see docs/python.md):
     PYTHONPATH=build/python/python /usr/bin/python3 bench/compare_torch_dlrm.py
-    ... --smoke          a few steps of each (batch 256, one round), about 20 s
+    ... --smoke          4 steps of each (batch 256, one round), about 5 s
 """
 
 import argparse
@@ -366,32 +368,38 @@ def median_seconds(function, repeats):
     return statistics.median(times)
 
 
-def dense_gflops(batch_size, repeats):
+class DenseFlops:
     """torch's GFLOP/s: the dense forward + backward, and each MLP layer's forward GEMM alone."""
-    generator = torch.Generator().manual_seed(7)
-    model = DenseModel(seed=7)
-    dense = torch.rand(batch_size, NUM_DENSE, generator=generator)
-    embeddings = [torch.randn(batch_size, EMBEDDING_DIM, generator=generator, requires_grad=True)
-                  for _ in range(NUM_TABLES)]
-    labels = (torch.rand(batch_size, generator=generator) < 0.25).float()
 
-    def train_step():
-        model.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(dense, embeddings),
-                                                                    labels)
-        loss.backward()
+    def __init__(self, batch_size, repeats):
+        self.batch_size = batch_size
+        self.repeats = repeats
+        generator = torch.Generator().manual_seed(7)
+        self.model = DenseModel(seed=7)
+        self.dense = torch.rand(batch_size, NUM_DENSE, generator=generator)
+        self.embeddings = [torch.randn(batch_size, EMBEDDING_DIM, generator=generator,
+                                       requires_grad=True) for _ in range(NUM_TABLES)]
+        self.labels = (torch.rand(batch_size, generator=generator) < 0.25).float()
+        bottom, top = mlp_shapes()
+        self.gemms = [(torch.rand(fan_out, generator=generator),
+                       torch.rand(batch_size, fan_in, generator=generator),
+                       torch.rand(fan_in, fan_out, generator=generator))
+                      for fan_in, fan_out in bottom + top]
 
-    seconds = median_seconds(train_step, repeats)
-    step = 2.0 * 3.0 * forward_multiply_adds() * batch_size / seconds * 1e-9
-    gemms = []
-    bottom, top = mlp_shapes()
-    for fan_in, fan_out in bottom + top:
-        x = torch.rand(batch_size, fan_in, generator=generator)
-        weights = torch.rand(fan_in, fan_out, generator=generator)
-        bias = torch.rand(fan_out, generator=generator)
-        gemm_seconds = median_seconds(lambda: torch.addmm(bias, x, weights), repeats * 4)
-        gemms.append((fan_in, fan_out, 2.0 * batch_size * fan_in * fan_out / gemm_seconds * 1e-9))
-    return seconds, step, gemms
+    def train_step(self):
+        self.model.zero_grad(set_to_none=True)
+        logits = self.model(self.dense, self.embeddings)
+        torch.nn.functional.binary_cross_entropy_with_logits(logits, self.labels).backward()
+
+    def round(self):
+        """(seconds of one forward + backward, its GFLOP/s, [GFLOP/s of each GEMM])."""
+        seconds = median_seconds(self.train_step, self.repeats)
+        step = 2.0 * 3.0 * forward_multiply_adds() * self.batch_size / seconds * 1e-9
+        gemms = []
+        for bias, x, weights in self.gemms:
+            gemm_seconds = median_seconds(lambda: torch.addmm(bias, x, weights), self.repeats * 4)
+            gemms.append(2.0 * x.numel() * weights.shape[1] / gemm_seconds * 1e-9)
+        return seconds, step, gemms
 
 
 def blas_libraries():
@@ -461,8 +469,10 @@ def run(arguments, directory):
     for name in ("torch", "torch + recemb"):  # the warm-up: first calls, allocations
         for index in range(min(2, data.steps)):
             contenders[name].step(data, index)
+    dense_flops = DenseFlops(arguments.batch_size, repeats=3 if arguments.smoke else 10)
     rates = {name: [] for name in CONTENDERS}
     first_losses = {}
+    dense_rounds = []
     for k in range(arguments.rounds):
         for name in CONTENDERS[k % 3:] + CONTENDERS[:k % 3]:
             rate, loss = contenders[name].round(data)
@@ -470,8 +480,13 @@ def run(arguments, directory):
             first_losses.setdefault(name, loss)
             print(f"round {k + 1}: {name:15} {rate:10.0f} examples/s  mean loss {loss:.4f}",
                   flush=True)
-    step_seconds, step_gflops, gemms = dense_gflops(arguments.batch_size,
-                                                    repeats=3 if arguments.smoke else 20)
+        dense_rounds.append(dense_flops.round())
+        print(f"round {k + 1}: torch's dense forward + backward {dense_rounds[-1][1]:.1f} GFLOP/s",
+              flush=True)
+    step_seconds = statistics.median(seconds for seconds, _, _ in dense_rounds)
+    step_gflops = statistics.median(gflops for _, gflops, _ in dense_rounds)
+    gemms = [(fan_in, fan_out, statistics.median(r[2][k] for r in dense_rounds))
+             for k, (fan_in, fan_out) in enumerate(sum(mlp_shapes(), []))]
     report(arguments, sizes, rates, first_losses, step_seconds, step_gflops, gemms)
     return 0
 
@@ -501,8 +516,8 @@ def report(arguments, sizes, rates, first_losses, step_seconds, step_gflops, gem
     print()
     dense_rate = arguments.batch_size / step_seconds
     print(f"torch's dense forward + backward (MLPs and interaction, no optimizer), batch "
-          f"{arguments.batch_size}: {step_seconds * 1e3:.2f} ms ({dense_rate:.0f} examples/s), "
-          f"{step_gflops:.1f} GFLOP/s")
+          f"{arguments.batch_size}, medians over the rounds: {step_seconds * 1e3:.2f} ms "
+          f"({dense_rate:.0f} examples/s), {step_gflops:.1f} GFLOP/s")
     print()
     print("| GEMM (torch.addmm) | GFLOP/s |")
     print("|---|---|")
