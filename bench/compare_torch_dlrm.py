@@ -68,11 +68,12 @@ import sys
 import tempfile
 import time
 
-# Read when the libraries load, so set before numpy and torch are imported; a value in the
-# environment wins. See "Threads" above.
+# Read when the libraries load, so set before numpy and torch are imported (by the script, not
+# when imported as a module); a value in the environment wins. See "Threads" above.
 TORCH_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-for _name, _value in TORCH_ENVIRONMENT.items():
-    os.environ.setdefault(_name, _value)
+if __name__ == "__main__":
+    for _name, _value in TORCH_ENVIRONMENT.items():
+        os.environ.setdefault(_name, _value)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
