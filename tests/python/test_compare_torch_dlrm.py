@@ -97,6 +97,10 @@ def test_data_file_is_what_the_contenders_train_on(compare, tmp_path):
 def test_smoke_run_reports_all_three(compare, tmp_path):
     environment = {name: value for name, value in os.environ.items()
                    if name not in compare.TORCH_ENVIRONMENT}
+    # The package this test imports, wherever pytest was started from.
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [str(pathlib.Path(recemb.__file__).parents[1])] +
+        [path for path in [os.environ.get("PYTHONPATH")] if path])
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--smoke", "--recemb", str(recemb_binary()),
          "--directory", str(tmp_path)],
