@@ -9,8 +9,8 @@
                        written as a Criteo TSV file.
 
 The model is `recemb train`'s default (docs/training.md, "The model"): the 26 tables of the small
-preset (the Kaggle profile fitted to 64 MiB at dim 16: 1,048,576 rows), initialised truncated
-normal with stddev 1/sqrt(16) as recemb's default initializer; bottom MLP 13 -> 64 -> 16, dot
+preset (the Kaggle profile fitted to 64 MiB at dim 16: 1,048,576 rows), initialised normal
+with stddev 1/sqrt(16) (recemb's default, truncated at 2 sigma); bottom MLP 13 -> 64 -> 16, dot
 interaction (the 351 pairs i > j of [z, e_1..e_26] after z: 367 wide), top MLP 367 -> 64 -> 32 -> 1,
 ReLU after every layer but the logit, log loss of the batch mean; dense layers Glorot-uniform
 weights and U(+-sqrt(3 / out)) biases; Adagrad lr 1.0 with initial accumulator 0.1 for the
@@ -96,7 +96,7 @@ EMBEDDING_LEARNING_RATE = 1.0
 INITIAL_ACCUMULATOR = 0.1
 DENSE_LEARNING_RATE = 0.003
 BATCH_SIZE = 2048
-# The synthetic data.
+# The synthetic data: mean counts of I1..I13, of the order of Criteo's.
 DENSE_MEANS = (3.5, 100, 25, 7, 20000, 100, 15, 12, 100, 0.6, 2.5, 1, 8)
 ZIPF_EXPONENT = 1.05
 MISSING_SHARE = 0.05
@@ -253,7 +253,9 @@ class TorchTables(torch.nn.Module):
         stddev = 1.0 / math.sqrt(EMBEDDING_DIM)
         for size in sizes:
             bag = torch.nn.EmbeddingBag(size, EMBEDDING_DIM, mode="sum", sparse=True)
-            with torch.no_grad():  # recemb's TruncatedNormal: stddev 1/sqrt(dim), cut at 2 sigma
+            # recemb's default scale: normal with stddev 1/sqrt(dim), here clamped to 2 sigma
+            # (recemb's TruncatedNormal redraws beyond 2 sigma).
+            with torch.no_grad():
                 bag.weight.normal_(0.0, stddev, generator=generator)
                 bag.weight.clamp_(-2 * stddev, 2 * stddev)
             self.bags.append(bag)
@@ -314,7 +316,7 @@ class TorchTrainer:
         return data.steps * data.batch_size / seconds, statistics.fmean(losses)
 
 
-def plain_torch(sizes, seed, threads):
+def plain_torch(sizes, seed):
     tables = TorchTables(sizes, seed)
     adagrad = torch.optim.Adagrad(tables.parameters(), lr=EMBEDDING_LEARNING_RATE,
                                   initial_accumulator_value=INITIAL_ACCUMULATOR, eps=1e-10)
@@ -462,7 +464,7 @@ def run(arguments, directory):
           f"in {data.train_path}, written and hashed in {time.perf_counter() - start:.1f} s",
           flush=True)
     contenders = {
-        "torch": plain_torch(sizes, arguments.seed, arguments.threads),
+        "torch": plain_torch(sizes, arguments.seed),
         "torch + recemb": torch_with_recemb(sizes, arguments.seed, arguments.threads),
         "recemb train": RecembTrain(arguments.recemb, directory, arguments.threads,
                                     arguments.seed),

@@ -65,7 +65,7 @@ def test_torch_contenders_train_the_same_model(compare, tmp_path):
     # recemb.torch.Embedding (recemb's Adagrad) give the same losses and tables step by step.
     data = compare.make_data(tmp_path, recemb_binary(), steps=3, batch_size=64, seed=2)
     sizes = compare.table_sizes()
-    plain = compare.plain_torch(sizes, seed=4, threads=1)
+    plain = compare.plain_torch(sizes, seed=4)
     with_recemb = compare.torch_with_recemb(sizes, seed=4, threads=1)
     for f, bag in enumerate(plain.tables.bags):
         with_recemb.tables.embedding.assign_table(f"C{f + 1}", bag.weight.detach().numpy())
