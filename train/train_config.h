@@ -2,13 +2,14 @@
 // overridden on the command line as `--set section.key=value` (the value in TOML syntax:
 // `--set model.top_mlp=[128,64]`, `--set data.path="day_0.tsv"`).
 //
-//   [data]       path, eval_path, preset, table_budget_mib, eval_examples, max_malformed,
-//                synthetic_seed, synthetic_item_lifetime
+//   [data]       path (a string or a list), eval_path, eval_fraction, strict, preset,
+//                table_budget_mib, eval_examples, max_malformed, synthetic_seed,
+//                synthetic_item_lifetime
 //   [model]      embedding_dim, bottom_mlp, top_mlp, seed
 //   [embedding]  optimizer, learning_rate (default: the optimizer's), threads, sharding,
 //                vocabulary (hashed | dynamic), capacity, min_count, ttl_steps, when_full
 //   [dense]      optimizer, learning_rate
-//   [train]      steps, batch_size, eval_every, log_every
+//   [train]      steps, epochs, batch_size, eval_every, log_every
 //   [checkpoint] dir, every, keep
 //   [output]     dir
 //   [tables.C<k>] vocabulary_size, optimizer, learning_rate      (k = 1..26; per-table overrides)
@@ -36,8 +37,14 @@ struct TableOverride {
 
 struct TrainConfig {
   struct Data {
-    std::string path = {};         // Criteo TSV file; empty: the synthetic Criteo-like generator
-    std::string eval_path = {};    // held-out TSV; empty: the first eval_examples of `path`
+    // Criteo TSV files (plain or gzip) read in order, each a path or a glob pattern (expanded in
+    // sorted order when the data is opened); empty: the synthetic Criteo-like generator. The key
+    // data.path takes one string or a list of them.
+    std::vector<std::string> paths = {};
+    std::string eval_path = {};  // held-out TSV; empty: eval_fraction's tail or `paths`' head
+    // In (0, 1): the tail of the training data held out (no eval_path); 0: not used.
+    double eval_fraction = 0;
+    bool strict = false;           // refuse any line not in the canonical form (file and line)
     std::string preset = "small";  // table sizes: small | criteo-kaggle | criteo-1tb
     int64_t table_budget_mib = 0;  // > 0: the preset's sizes fitted to this many MiB of rows
     int64_t eval_examples = 0;     // held-out examples evaluated every eval_every steps
@@ -77,6 +84,7 @@ struct TrainConfig {
   } dense;
   struct Train {
     int64_t steps = 0;       // training steps (batches); the run also ends when the data does
+    int64_t epochs = 0;      // times the training data is read
     int64_t batch_size = 0;  // examples per step
     int64_t eval_every = 0;  // steps between evaluations (0: only at the end)
     int64_t log_every = 0;   // steps between training-loss records in the metrics file

@@ -7,6 +7,8 @@
 
 #include "recemb/error.h"
 
+#include "train/train_config.h"
+
 namespace recemb::tools {
 namespace {
 
@@ -15,7 +17,7 @@ using ::testing::HasSubstr;
 
 TEST(TrainCommand, ShortcutsBecomeOverridesThatSetOptionsWin) {
   const TrainArguments args{.overrides = {"train.steps=9"},
-                            .data = "day \"0\".tsv",
+                            .data = {"day \"0\".tsv"},
                             .preset = "criteo-kaggle",
                             .output = "out",
                             .steps = 5,
@@ -25,6 +27,13 @@ TEST(TrainCommand, ShortcutsBecomeOverridesThatSetOptionsWin) {
       ElementsAre("data.path=\"day \\\"0\\\".tsv\"", "data.preset=\"criteo-kaggle\"",
                   "output.dir=\"out\"", "train.steps=5", "embedding.threads=0", "train.steps=9"));
   EXPECT_TRUE(train_overrides({}).empty());
+}
+
+TEST(TrainCommand, SeveralDataFilesBecomeOneList) {
+  const TrainArguments args{.data = {"day_0.gz", "day_*.gz"}};
+  EXPECT_THAT(train_overrides(args), ElementsAre("data.path=[\"day_0.gz\", \"day_*.gz\"]"));
+  const train::TrainConfig config = train::load_train_config("", train_overrides(args));
+  EXPECT_THAT(config.data.paths, ElementsAre("day_0.gz", "day_*.gz"));
 }
 
 TEST(TrainCommand, PrintsConfigsWithoutTraining) {
