@@ -198,6 +198,7 @@ TrainingData open_training_data(const TrainConfig& config,
     }
     // The training reads what follows the held-out head, in every epoch.
     train_options.begin = head_reader->position();
+    data.eval_reader = std::move(head_reader);  // its malformed and short lines count too
   }
   auto reader = std::make_unique<CriteoReader>(paths, train_options);
   data.train_reader = reader.get();

@@ -21,7 +21,8 @@ namespace recemb::train {
 struct TrainingData {
   std::unique_ptr<ExampleSource> train_source;  // positioned after the held-out examples it gave
   CriteoReader* train_reader = nullptr;         // train_source when it reads a file
-  // The held-out set's reader: data.eval_path's, or the one of data.eval_fraction's tail.
+  // The reader of the held-out set (Criteo files): data.eval_path's, data.eval_fraction's tail's
+  // or data.path's head's (whose lines the training reader then starts after).
   std::unique_ptr<CriteoReader> eval_reader;
   ExampleBatch eval_set;
   std::string description;       // the training data, for messages: its files, or "synthetic..."
