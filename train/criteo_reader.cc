@@ -333,7 +333,7 @@ CriteoReader::LineStatus CriteoReader::read_line(std::string_view& line, bool& t
       continue;
     }
     if (file_ == nullptr) {
-      file_ = std::make_unique<InputFile>(path_of(file_index_));
+      file_ = std::make_unique<InputFile>(path_of(file_index_), options_.decompress_ahead);
       if (offset_ > 0) file_->seek(offset_);
     }
     const char* begin = buffer_.data() + begin_;

@@ -101,6 +101,9 @@ struct ReaderOptions {
   // Refuse (InvalidArgument naming file and line) any line not in the canonical form: short,
   // malformed, ended by "\r\n", or the last line without its '\n' (data.strict).
   bool strict = false;
+  // Decompress gzip files on a second thread, ahead of the parsing (InputFile's
+  // decompress_ahead; data.reader_threads = 2).
+  bool decompress_ahead = false;
 };
 
 // Reads the files one after the other, in the order given, through a 1 MiB buffer (memory does not

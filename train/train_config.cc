@@ -28,6 +28,7 @@ path = ""               # Criteo TSV (label, 13 integers, 26 hex categoricals), 
 eval_path = ""          # held-out TSV; "" = the tail of path (eval_fraction) or its first examples
 eval_fraction = 0.0     # in (0, 1): hold out this tail of path's lines (no eval_path); 0 = off
 strict = false          # true: refuse any line that is short, ends in CRLF, lacks its final \n...
+reader_threads = 1      # 2: gzip files decompressed on a second thread, ahead of the parsing
 preset = "small"        # table sizes: small | criteo-kaggle | criteo-1tb
 table_budget_mib = 0    # > 0: the preset's sizes cut down to fit this many MiB of table rows
 eval_examples = 65536   # held-out examples, evaluated every train.eval_every steps
@@ -320,6 +321,8 @@ void validate(const TrainConfig& c) {
   require(c.data.eval_fraction == 0 || c.data.eval_path.empty(),
           "data.eval_fraction and data.eval_path both set: hold out the tail of data.path "
           "(eval_fraction) or read a held-out file (eval_path), not both");
+  require(c.data.reader_threads == 1 || c.data.reader_threads == 2,
+          "data.reader_threads must be 1 or 2, not " + std::to_string(c.data.reader_threads));
   require(c.train.epochs >= 1, "train.epochs must be >= 1, not " + std::to_string(c.train.epochs));
   require(c.data.synthetic_item_lifetime >= 1, "data.synthetic_item_lifetime must be >= 1, not " +
                                                    std::to_string(c.data.synthetic_item_lifetime));
@@ -402,6 +405,7 @@ TrainConfig load_train_config(const std::string& config_path,
   c.data.eval_path = get<std::string>(config, "data.eval_path");
   c.data.eval_fraction = get<double>(config, "data.eval_fraction");
   c.data.strict = get<bool>(config, "data.strict");
+  c.data.reader_threads = get<int>(config, "data.reader_threads");
   c.data.preset = get<std::string>(config, "data.preset");
   c.data.table_budget_mib = get<int64_t>(config, "data.table_budget_mib");
   c.data.eval_examples = get<int64_t>(config, "data.eval_examples");
@@ -473,9 +477,9 @@ namespace {
 // where, and how the work is spread, not which updates it makes (docs/training.md, "Checkpoints
 // and --resume"). Any other change would make the resumed run differ from the uninterrupted one.
 constexpr std::string_view kResumeMayChange[] = {
-    "train.steps",        "train.eval_every",  "train.log_every", "checkpoint.dir",
-    "checkpoint.every",   "checkpoint.keep",   "output.dir",      "embedding.threads",
-    "embedding.sharding", "data.max_malformed"};
+    "train.steps",        "train.eval_every",   "train.log_every",    "checkpoint.dir",
+    "checkpoint.every",   "checkpoint.keep",    "output.dir",         "embedding.threads",
+    "embedding.sharding", "data.max_malformed", "data.reader_threads"};
 
 // Every setting of `table` as "dotted.key" -> its TOML text.
 void flatten(const toml::table& table, const std::string& prefix,
@@ -552,6 +556,7 @@ std::string to_toml(const TrainConfig& c) {
       {"data", toml::table{{"eval_path", c.data.eval_path},
                            {"eval_fraction", c.data.eval_fraction},
                            {"strict", c.data.strict},
+                           {"reader_threads", c.data.reader_threads},
                            {"preset", c.data.preset},
                            {"table_budget_mib", c.data.table_budget_mib},
                            {"eval_examples", c.data.eval_examples},

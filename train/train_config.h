@@ -2,7 +2,8 @@
 // overridden on the command line as `--set section.key=value` (the value in TOML syntax:
 // `--set model.top_mlp=[128,64]`, `--set data.path="day_0.tsv"`).
 //
-//   [data]       path (a string or a list), eval_path, eval_fraction, strict, preset,
+//   [data]       path (a string or a list), eval_path, eval_fraction, strict, reader_threads,
+//   preset,
 //                table_budget_mib, eval_examples, max_malformed, synthetic_seed,
 //                synthetic_item_lifetime
 //   [model]      embedding_dim, bottom_mlp, top_mlp, seed
@@ -45,6 +46,7 @@ struct TrainConfig {
     // In (0, 1): the tail of the training data held out (no eval_path); 0: not used.
     double eval_fraction = 0;
     bool strict = false;           // refuse any line not in the canonical form (file and line)
+    int reader_threads = 0;        // 1, or 2: gzip files decompressed on a thread of their own
     std::string preset = "small";  // table sizes: small | criteo-kaggle | criteo-1tb
     int64_t table_budget_mib = 0;  // > 0: the preset's sizes fitted to this many MiB of rows
     int64_t eval_examples = 0;     // held-out examples evaluated every eval_every steps

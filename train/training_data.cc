@@ -136,7 +136,8 @@ TrainingData open_training_data(const TrainConfig& config,
   const ReaderOptions reader_options{.vocabulary_sizes = vocabulary_sizes,
                                      .ids = categorical_ids(config),
                                      .max_malformed = config.data.max_malformed,
-                                     .strict = config.data.strict};
+                                     .strict = config.data.strict,
+                                     .decompress_ahead = config.data.reader_threads == 2};
   ReaderOptions train_options = reader_options;
   train_options.epochs = config.train.epochs;
   const CriteoReader* held_out_reader = nullptr;

@@ -779,14 +779,16 @@ TEST(CriteoReaderRealFilesTest, GzipIsReadAsItsPlainTextWhateverItsName) {
   const std::string plain = files.write("day_0.tsv", text);
   write_gzip(files.path("day_0.gz"), text);
   write_gzip(files.path("day_0.txt"), text, 3);  // gzip by its magic bytes, in 3 members
-  const ReaderOptions options{.vocabulary_sizes = vocabulary};
-  for (const std::string& path : {plain, files.path("day_0.gz"), files.path("day_0.txt")}) {
-    SCOPED_TRACE(path);
-    CriteoReader reader({path}, options);
-    EXPECT_EQ(read_all(reader, 256), expected);
-    EXPECT_EQ(reader.short_lines(), short_lines);
-    EXPECT_EQ(reader.bytes_read(), static_cast<int64_t>(text.size()));
-  }
+  ReaderOptions options{.vocabulary_sizes = vocabulary};
+  for (const bool ahead : {false, true})
+    for (const std::string& path : {plain, files.path("day_0.gz"), files.path("day_0.txt")}) {
+      SCOPED_TRACE(::testing::Message() << path << (ahead ? ", decompressed ahead" : ""));
+      options.decompress_ahead = ahead;
+      CriteoReader reader({path}, options);
+      EXPECT_EQ(read_all(reader, 256), expected);
+      EXPECT_EQ(reader.short_lines(), short_lines);
+      EXPECT_EQ(reader.bytes_read(), static_cast<int64_t>(text.size()));
+    }
   EXPECT_LT(std::filesystem::file_size(files.path("day_0.gz")), text.size());
   CriteoReader mixed({plain}, options);
   EXPECT_EQ(mixed.bytes_left(mixed.position()), static_cast<int64_t>(text.size()));
@@ -897,21 +899,23 @@ TEST(CriteoReaderRealFilesTest, ResumesExactlyAcrossFilesGzipAndEpochs) {
   }
   CriteoReader marker(paths, {.vocabulary_sizes = vocabulary});
   marker.skip_lines(30);
-  const ReaderOptions options{
-      .vocabulary_sizes = vocabulary, .epochs = 2, .begin = marker.position()};
+  ReaderOptions options{.vocabulary_sizes = vocabulary, .epochs = 2, .begin = marker.position()};
   // Stop after k batches of 50: inside a gzip file, across files and epochs, at the end.
-  for (const int stops : {0, 1, 3, 5, 6, 9, 12}) {
-    SCOPED_TRACE(::testing::Message() << "stopped after " << stops << " batches");
-    CriteoReader first(paths, options);
-    ExampleBatch batch;
-    for (int k = 0; k < stops; ++k) first.next(batch, 50);
-    const std::string position = first.position();
-    const std::vector<Example> rest = read_all(first, 50);
-    CriteoReader resumed(paths, options);
-    resumed.seek(position);
-    EXPECT_EQ(resumed.position(), position);
-    EXPECT_EQ(read_all(resumed, 50), rest);
-  }
+  for (const bool ahead : {false, true})
+    for (const int stops : {0, 1, 3, 5, 6, 9, 12}) {
+      SCOPED_TRACE(::testing::Message() << "stopped after " << stops << " batches"
+                                        << (ahead ? ", decompressed ahead" : ""));
+      options.decompress_ahead = ahead;
+      CriteoReader first(paths, options);
+      ExampleBatch batch;
+      for (int k = 0; k < stops; ++k) first.next(batch, 50);
+      const std::string position = first.position();
+      const std::vector<Example> rest = read_all(first, 50);
+      CriteoReader resumed(paths, options);
+      resumed.seek(position);
+      EXPECT_EQ(resumed.position(), position);
+      EXPECT_EQ(read_all(resumed, 50), rest);
+    }
   CriteoReader reader(paths, options);
   EXPECT_THROW(reader.seek("criteo:2:7:1"), InvalidArgument);  // not a line start (gzip)
   EXPECT_THROW(reader.seek("criteo:7:0:0"), InvalidArgument);  // past 3 files x 2 epochs

@@ -56,20 +56,21 @@ TEST(InputFileTest, PlainAndGzipReadAlikeAndSeekByDecompressedOffset) {
   const std::string text = random_text(3'000'000, 1);
   std::ofstream(dir / "plain.tsv", std::ios::binary) << text;
   std::ofstream(dir / "named.tsv", std::ios::binary) << compressed(text);  // gzip, not by name
-  for (const char* name : {"plain.tsv", "named.tsv"}) {
-    SCOPED_TRACE(name);
-    const std::string path = (dir / name).string();
-    InputFile file(path);
-    EXPECT_EQ(file.compressed(), std::string(name) == "named.tsv");
-    EXPECT_EQ(read_all(file, 65'536), text);
-    for (const int64_t offset : {int64_t{2'500'000}, int64_t{7}, int64_t{3'000'000}}) {
-      file.seek(offset);
-      EXPECT_EQ(read_all(file, 100'000), text.substr(static_cast<size_t>(offset)));
+  for (const bool ahead : {false, true})
+    for (const char* name : {"plain.tsv", "named.tsv"}) {
+      SCOPED_TRACE(::testing::Message() << name << (ahead ? ", decompressed ahead" : ""));
+      const std::string path = (dir / name).string();
+      InputFile file(path, ahead);
+      EXPECT_EQ(file.compressed(), std::string(name) == "named.tsv");
+      EXPECT_EQ(read_all(file, 65'536), text);
+      for (const int64_t offset : {int64_t{2'500'000}, int64_t{7}, int64_t{3'000'000}}) {
+        file.seek(offset);
+        EXPECT_EQ(read_all(file, 100'000), text.substr(static_cast<size_t>(offset)));
+      }
+      file.seek(5'000'000);  // past the end: at the end
+      char byte = 0;
+      EXPECT_EQ(file.read(&byte, 1), 0u);
     }
-    file.seek(5'000'000);  // past the end: at the end
-    char byte = 0;
-    EXPECT_EQ(file.read(&byte, 1), 0u);
-  }
   EXPECT_EQ(plain_file_size((dir / "plain.tsv").string()), 3'000'000);
   EXPECT_EQ(plain_file_size((dir / "named.tsv").string()), std::nullopt);
   std::ofstream(dir / "empty", std::ios::binary) << "";

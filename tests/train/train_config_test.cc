@@ -339,6 +339,10 @@ TEST(TrainConfig, DataPathIsOneStringOrAListAndTheDataSettingsAreChecked) {
   EXPECT_NO_THROW(check_resume_settings("[data]\npath = 'day_0.gz'\n",
                                         load_train_config("", {"data.path=\"day_0.gz\""}), "ckpt"));
   EXPECT_THROW(check_resume_settings(to_toml(one), several, "ckpt"), InvalidArgument);
+  // The reader's threads do not change what it reads.
+  EXPECT_NO_THROW(check_resume_settings(
+      to_toml(one), load_train_config("", {"data.path=\"day_0.gz\"", "data.reader_threads=2"}),
+      "ckpt"));
 
   for (const auto& [setting, message] : std::vector<std::pair<std::string, std::string>>{
            {"train.epochs=0", "train.epochs must be >= 1"},
@@ -349,6 +353,8 @@ TEST(TrainConfig, DataPathIsOneStringOrAListAndTheDataSettingsAreChecked) {
            {"data.path=[\"a\", 3]", "'data.path' must be a string or a list of strings"},
            {"data.path=[\"a\", \"\"]", "data.path: an empty path"},
            {"data.strict=1", "'data.strict': expected boolean"},
+           {"data.reader_threads=3", "data.reader_threads must be 1 or 2, not 3"},
+           {"data.reader_threads=0", "data.reader_threads must be 1 or 2, not 0"},
        }) {
     EXPECT_THAT(error_of<InvalidArgument>([&] { load_train_config("", {setting}); }),
                 HasSubstr(message))
