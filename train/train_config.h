@@ -127,8 +127,8 @@ std::string to_toml(const TrainConfig& config);
 // For `--resume`: throws InvalidArgument when `config` changes a setting of `saved_toml` (the
 // to_toml of the run's settings, saved in its checkpoint `checkpoint`) that a resumed run must
 // keep, naming the setting and both values. May change: train.steps, eval_every, log_every,
-// checkpoint.dir, every, keep, output.dir, embedding.threads, embedding.sharding and
-// data.max_malformed (docs/training.md, "Checkpoints and --resume").
+// checkpoint.dir, every, keep, output.dir, embedding.threads, embedding.sharding,
+// data.max_malformed and data.reader_threads (docs/training.md, "Checkpoints and --resume").
 void check_resume_settings(std::string_view saved_toml, const TrainConfig& config,
                            const std::string& checkpoint);
 
