@@ -19,8 +19,9 @@
 namespace recemb::train {
 
 struct TrainingData {
-  std::unique_ptr<ExampleSource> train_source;  // positioned after the held-out examples it gave
-  CriteoReader* train_reader = nullptr;         // train_source when it reads a file
+  // The training examples: after the held-out head, or up to eval_fraction's tail, every epoch.
+  std::unique_ptr<ExampleSource> train_source;
+  CriteoReader* train_reader = nullptr;  // train_source when it reads a file
   // The reader of the held-out set (Criteo files): data.eval_path's, data.eval_fraction's tail's
   // or data.path's head's (whose lines the training reader then starts after).
   std::unique_ptr<CriteoReader> eval_reader;
