@@ -71,7 +71,9 @@ int64_t categorical_key(std::string_view field);
 // (39 fields, as in Criteo's test sets).
 enum class CriteoLabel { kPresent, kAbsent };
 
-// Parses one line (without its '\n' and '\r') exactly as CriteoReader parses each line: `label`
+// Parses one line (without its '\n' and '\r') as CriteoReader parses each line, except that a
+// short line is malformed here (fewer fields than expected: with the label optional, a trimmed
+// line could not be told from one without its label): `label`
 // from the label field (kPresent; untouched for kAbsent), dense[0..13) the dense_value of I1..I13,
 // ids[f * stride] the categorical_id of C<f+1> in a table of vocabulary_sizes[f] rows (`ids`
 // kHashedRows: 26 sizes >= 1, unchecked) or its categorical_key (kRawKeys: sizes unused). Returns
