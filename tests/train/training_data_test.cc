@@ -269,6 +269,10 @@ TEST(TrainingDataTest, EvalFractionHoldsOutTheTailOfTheTrainingData) {
   for (int e = 0; e < 3; ++e)
     expected.insert(expected.end(), reference.begin(), reference.end() - 100);
   EXPECT_TRUE(data.held_out_message.empty());
+  // The examples left: 3 epochs of the 900 lines before the tail (the lines' lengths vary).
+  const std::optional<int64_t> left = examples_left(data, data.train_source->position());
+  ASSERT_TRUE(left.has_value());
+  EXPECT_NEAR(static_cast<double>(*left), 2700, 2700 * 0.15);
   EXPECT_EQ(all_examples(*data.train_source), expected);
   // data.eval_examples caps the held-out set: the tail's first examples.
   data = open_training_data(config_with({path, "data.eval_fraction=0.25", "data.eval_examples=30"}),
