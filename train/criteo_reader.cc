@@ -39,12 +39,14 @@ bool parse_whole(std::string_view text, Integer& value, int base) {
 }
 
 // Parses one line into example slot: label (when the line has one), dense[0..13), ids[f * stride]
-// for f in [0, 26). On a malformed line some of the slot may have been written; the caller does
-// not count the slot then.
+// for f in [0, 26). With `read_short`, a non-empty line of too few fields has its missing
+// trailing fields empty and sets `short_line`; otherwise it is malformed. On a malformed line some
+// of the slot may have been written; the caller does not count the slot then.
 std::optional<LineError> parse_line(std::string_view line, CriteoLabel label_field,
                                     CategoricalIds categorical_ids,
                                     std::span<const int64_t> vocabulary_sizes, float& label,
-                                    float* dense, int64_t* ids, size_t stride) {
+                                    float* dense, int64_t* ids, size_t stride, bool read_short,
+                                    bool& short_line) {
   const int first = label_field == CriteoLabel::kPresent ? 1 : 0;  // I1's field
   const int expected_fields = kNumFields - 1 + first;
   std::array<std::string_view, kNumFields> fields;
@@ -60,11 +62,13 @@ std::optional<LineError> parse_line(std::string_view line, CriteoLabel label_fie
     if (tab == std::string_view::npos) break;
     start = tab + 1;
   }
-  if (num_fields != expected_fields) {
+  short_line = num_fields < expected_fields;
+  if (short_line && (!read_short || line.empty())) {
     return LineError{.kind = LineError::Kind::kFieldCount,
                      .detail = num_fields,
                      .expected_fields = expected_fields};
   }
+  // The missing trailing fields of a short line are empty (fields[] starts empty).
 
   if (label_field == CriteoLabel::kPresent) {
     if (fields[0] != "0" && fields[0] != "1") {
@@ -139,10 +143,6 @@ std::optional<std::array<int64_t, 3>> parse_position(std::string_view text) {
   return values;
 }
 
-[[noreturn]] void throw_read_error(const std::string& path) {
-  throw std::system_error(errno, std::generic_category(), "CriteoReader: reading '" + path + "'");
-}
-
 }  // namespace
 
 std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel label_field,
@@ -153,8 +153,10 @@ std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel 
   if (line.size() > static_cast<size_t>(kMaxLineBytes)) {
     return describe(LineError{.kind = LineError::Kind::kTooLong});
   }
-  const std::optional<LineError> error = parse_line(
-      line, label_field, categorical_ids, vocabulary_sizes, label, dense.data(), ids, stride);
+  bool short_line = false;
+  const std::optional<LineError> error =
+      parse_line(line, label_field, categorical_ids, vocabulary_sizes, label, dense.data(), ids,
+                 stride, /*read_short=*/false, short_line);
   if (!error) return std::nullopt;
   return describe(*error);
 }
@@ -194,49 +196,99 @@ CriteoReader::CriteoReader(std::vector<std::string> paths, ReaderOptions options
     throw InvalidArgument("CriteoReader: max_malformed is " +
                           std::to_string(options_.max_malformed) + ", must be >= 0");
   }
+  if (options_.epochs < 1) {
+    throw InvalidArgument("CriteoReader: epochs is " + std::to_string(options_.epochs) +
+                          ", must be >= 1");
+  }
   if (paths_.empty()) throw InvalidArgument("CriteoReader: no input files");
   for (const std::string& path : paths_) {
     // The type first: opening a FIFO would wait for a writer.
     std::error_code error;
     if (std::filesystem::exists(path, error) && !std::filesystem::is_regular_file(path, error)) {
-      throw InvalidArgument("CriteoReader: '" + path +
-                            "' is not a regular file (decompress or copy it first)");
+      throw InvalidArgument("CriteoReader: '" + path + "' is not a regular file (copy it first)");
     }
-    const std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
-    if (file == nullptr) {
-      throw InvalidArgument("CriteoReader: cannot open '" + path + "': " + std::strerror(errno));
+    try {
+      plain_sizes_.push_back(plain_file_size(path));
+    } catch (const std::system_error& failure) {
+      throw InvalidArgument("CriteoReader: cannot open '" + path +
+                            "': " + failure.code().message());
     }
   }
+  const Cursor files_end{.file_index = paths_.size()};
+  begin_cursor_ = options_.begin.empty() ? Cursor{} : parse_cursor(options_.begin, "begin");
+  end_cursor_ = options_.end.empty() ? files_end : parse_cursor(options_.end, "end");
+  const auto before = [](const Cursor& a, const Cursor& b) {
+    return a.file_index < b.file_index || (a.file_index == b.file_index && a.offset < b.offset);
+  };
+  if (begin_cursor_.file_index >= paths_.size() || end_cursor_.file_index > paths_.size() ||
+      !before(begin_cursor_, end_cursor_)) {
+    throw InvalidArgument("CriteoReader: begin '" + options_.begin + "' and end '" + options_.end +
+                          "' are not an ordered part of the first epoch of " +
+                          std::to_string(paths_.size()) + " files");
+  }
   buffer_.resize(kBufferBytes);
+  const Cursor start = epoch_start(0);
+  move_to(start.file_index, start.offset, start.line);
+}
+
+CriteoReader::Cursor CriteoReader::epoch_start(int64_t epoch) const {
+  if (epoch >= options_.epochs) {
+    return Cursor{.file_index = paths_.size() * static_cast<size_t>(options_.epochs)};
+  }
+  Cursor start = begin_cursor_;
+  start.file_index += static_cast<size_t>(epoch) * paths_.size();
+  return start;
+}
+
+bool CriteoReader::at_epoch_end() const {
+  if (end_cursor_.file_index == paths_.size()) return false;  // the files' end: no line after it
+  const size_t file = file_index_ % paths_.size();
+  return file > end_cursor_.file_index ||
+         (file == end_cursor_.file_index && offset_ >= end_cursor_.offset);
 }
 
 int64_t CriteoReader::next(ExampleBatch& batch, int64_t max_examples) {
   begin_batch(batch, max_examples);
-  const size_t start_file = file_index_;
-  const int64_t start_offset = offset_;
-  const int64_t start_line = line_;
+  const Cursor start{.file_index = file_index_, .offset = offset_, .line = line_};
+  const int64_t start_bytes = bytes_read_;
   const int64_t start_malformed = malformed_lines_;
+  const int64_t start_short = short_lines_;
   const size_t start_messages = malformed_messages_.size();
   const auto stride = static_cast<size_t>(max_examples);
   int64_t count = 0;
   try {
     std::string_view line;
+    bool terminated = true;
     while (count < max_examples) {
-      const LineStatus status = read_line(line);
+      const LineStatus status = read_line(line, terminated);
       if (status == LineStatus::kEnd) break;
+      const bool crlf = line.ends_with('\r');
+      if (crlf) line.remove_suffix(1);
       const auto i = static_cast<size_t>(count);
+      bool short_line = false;
       const std::optional<LineError> error =
           status == LineStatus::kTooLong
               ? LineError{.kind = LineError::Kind::kTooLong}
               : parse_line(line, CriteoLabel::kPresent, options_.ids, options_.vocabulary_sizes,
                            batch.labels[i], batch.dense.data() + i * kNumDenseFeatures,
-                           batch.categorical.data() + i, stride);
+                           batch.categorical.data() + i, stride, /*read_short=*/true, short_line);
+      const std::string& path = path_of(file_index_);
+      if (options_.strict && (error || short_line || crlf || !terminated)) {
+        const std::string why = error        ? describe(*error)
+                                : short_line ? "a short line (fewer than 40 tab-separated fields)"
+                                : crlf       ? "a line ended by \"\\r\\n\""
+                                             : "the last line has no final '\\n'";
+        throw InvalidArgument("CriteoReader: " + path + ":" + std::to_string(line_) + ": " + why +
+                              ": data.strict = true refuses lines not in the canonical form (40 "
+                              "fields, '\\n' ending every line); fix the file or set "
+                              "data.strict = false");
+      }
       if (!error.has_value()) {
+        short_lines_ += short_line ? 1 : 0;
         ++count;
         continue;
       }
       ++malformed_lines_;
-      const std::string& path = paths_[file_index_];
       if (malformed_messages_.size() < kMaxMalformedMessages) {
         malformed_messages_.push_back(path + ":" + std::to_string(line_) + ": " + describe(*error));
       }
@@ -251,8 +303,10 @@ int64_t CriteoReader::next(ExampleBatch& batch, int64_t max_examples) {
   } catch (...) {
     // All or nothing: the caller sees the reader as it was before the call.
     malformed_lines_ = start_malformed;
+    short_lines_ = start_short;
     malformed_messages_.resize(start_messages);
-    move_to(start_file, start_offset, start_line);
+    move_to(start.file_index, start.offset, start.line);
+    bytes_read_ = start_bytes;
     finish_batch(batch, max_examples, 0);
     throw;
   }
@@ -260,16 +314,27 @@ int64_t CriteoReader::next(ExampleBatch& batch, int64_t max_examples) {
   return count;
 }
 
-CriteoReader::LineStatus CriteoReader::read_line(std::string_view& line) {
+int64_t CriteoReader::skip_lines(int64_t count) {
+  std::string_view line;
+  bool terminated = true;
+  int64_t skipped = 0;
+  while (skipped < count && read_line(line, terminated) != LineStatus::kEnd) ++skipped;
+  return skipped;
+}
+
+CriteoReader::LineStatus CriteoReader::read_line(std::string_view& line, bool& terminated) {
+  const size_t num_files = paths_.size();
+  const size_t end_index = num_files * static_cast<size_t>(options_.epochs);
   for (;;) {
-    if (file_index_ == paths_.size()) return LineStatus::kEnd;
+    if (file_index_ == end_index) return LineStatus::kEnd;
+    if (at_epoch_end()) {
+      const Cursor start = epoch_start(static_cast<int64_t>(file_index_ / num_files) + 1);
+      move_to(start.file_index, start.offset, start.line);
+      continue;
+    }
     if (file_ == nullptr) {
-      const std::string& path = paths_[file_index_];
-      file_.reset(std::fopen(path.c_str(), "rb"));
-      if (file_ == nullptr) throw_read_error(path);
-      // The reader buffers itself; stdio's buffer would only add a copy.
-      std::setvbuf(file_.get(), nullptr, _IONBF, 0);
-      if (fseeko(file_.get(), static_cast<off_t>(offset_), SEEK_SET) != 0) throw_read_error(path);
+      file_ = std::make_unique<InputFile>(path_of(file_index_), options_.decompress_ahead);
+      if (offset_ > 0) file_->seek(offset_);
     }
     const char* begin = buffer_.data() + begin_;
     const size_t available = end_ - begin_;
@@ -279,13 +344,18 @@ CriteoReader::LineStatus CriteoReader::read_line(std::string_view& line) {
       const size_t consumed = length + (newline != nullptr ? 1 : 0);
       begin_ += consumed;
       offset_ += static_cast<int64_t>(consumed);
+      bytes_read_ += static_cast<int64_t>(consumed);
       ++line_;
       line = std::string_view(begin, length);
-      if (line.ends_with('\r')) line.remove_suffix(1);
+      terminated = newline != nullptr;
       return length > kMaxLineBytes ? LineStatus::kTooLong : LineStatus::kLine;
     }
     if (end_of_file_) {
-      move_to(file_index_ + 1, 0, 0);
+      const size_t next_file = file_index_ + 1;
+      const Cursor start = next_file % num_files == 0
+                               ? epoch_start(static_cast<int64_t>(next_file / num_files))
+                               : Cursor{.file_index = next_file};
+      move_to(start.file_index, start.offset, start.line);
       continue;
     }
     if (available > kMaxLineBytes) {
@@ -298,6 +368,8 @@ CriteoReader::LineStatus CriteoReader::read_line(std::string_view& line) {
             end != nullptr ? static_cast<size_t>(end - buffer_.data()) + 1 - begin_ : rest;
         begin_ += consumed;
         offset_ += static_cast<int64_t>(consumed);
+        bytes_read_ += static_cast<int64_t>(consumed);
+        terminated = end != nullptr;
         if (end != nullptr || !fill_buffer()) break;
       }
       ++line_;
@@ -312,9 +384,14 @@ bool CriteoReader::fill_buffer() {
   std::memmove(buffer_.data(), buffer_.data() + begin_, kept);
   begin_ = 0;
   end_ = kept;
-  const size_t read = std::fread(buffer_.data() + end_, 1, buffer_.size() - end_, file_.get());
+  size_t read = 0;
+  try {
+    read = file_->read(buffer_.data() + end_, buffer_.size() - end_);
+  } catch (const DataLoss& error) {
+    throw DataLoss("CriteoReader: " + path_of(file_index_) + ":" + std::to_string(line_ + 1) +
+                   ": " + error.what());
+  }
   if (read == 0) {
-    if (std::ferror(file_.get())) throw_read_error(paths_[file_index_]);
     end_of_file_ = true;
     return false;
   }
@@ -323,7 +400,7 @@ bool CriteoReader::fill_buffer() {
 }
 
 void CriteoReader::move_to(size_t file_index, int64_t offset, int64_t line) {
-  file_.reset();  // the next read opens paths_[file_index] at `offset`
+  file_.reset();  // the next read opens path_of(file_index) at `offset`
   file_index_ = file_index;
   offset_ = offset;
   line_ = line;
@@ -337,38 +414,70 @@ std::string CriteoReader::position() const {
          std::to_string(offset_) + ":" + std::to_string(line_);
 }
 
-void CriteoReader::seek(std::string_view position) {
+CriteoReader::Cursor CriteoReader::parse_cursor(std::string_view position, const char* what) const {
   const std::optional<std::array<int64_t, 3>> parsed = parse_position(position);
   if (!parsed.has_value()) {
-    throw InvalidArgument("CriteoReader::seek: malformed position '" + std::string(position) +
+    throw InvalidArgument(std::string("CriteoReader: ") + what + ": malformed position '" +
+                          std::string(position) +
                           "', expected criteo:<file index>:<byte offset>:<line number>");
   }
   const auto [file_index, offset, line] = *parsed;
-  const auto num_files = static_cast<int64_t>(paths_.size());
-  if (file_index > num_files || (file_index == num_files && (offset != 0 || line != 0)) ||
+  const auto end_index = static_cast<int64_t>(paths_.size()) * options_.epochs;
+  if (file_index > end_index || (file_index == end_index && (offset != 0 || line != 0)) ||
       (offset == 0) != (line == 0)) {
-    throw InvalidArgument("CriteoReader::seek: position '" + std::string(position) +
-                          "' does not fit a reader of " + std::to_string(num_files) + " files");
+    throw InvalidArgument(std::string("CriteoReader: ") + what + ": position '" +
+                          std::string(position) + "' does not fit a reader of " +
+                          std::to_string(paths_.size()) + " files and " +
+                          std::to_string(options_.epochs) + " epochs");
   }
-  if (file_index < num_files) {
-    const std::string& path = paths_[static_cast<size_t>(file_index)];
-    std::error_code error;
-    const auto size = static_cast<int64_t>(std::filesystem::file_size(path, error));
-    bool starts_line = !error && offset <= size;
-    if (starts_line && offset > 0 && offset < size) {
-      // The byte before a line start is the '\n' that ended the previous line.
-      const std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
-      starts_line = file != nullptr &&
-                    fseeko(file.get(), static_cast<off_t>(offset - 1), SEEK_SET) == 0 &&
-                    std::fgetc(file.get()) == '\n';
+  return Cursor{.file_index = static_cast<size_t>(file_index), .offset = offset, .line = line};
+}
+
+void CriteoReader::seek(std::string_view position) {
+  const Cursor cursor = parse_cursor(position, "seek");
+  if (cursor.file_index < paths_.size() * static_cast<size_t>(options_.epochs) &&
+      cursor.offset > 0) {
+    const std::string& path = path_of(cursor.file_index);
+    // The byte before a line start is the '\n' that ended the previous line, or the last byte
+    // of a file without a final '\n'.
+    std::array<char, 2> bytes{};
+    size_t read = 0;
+    std::string reason;
+    try {
+      InputFile file(path);
+      file.seek(cursor.offset - 1);
+      read = file.read(bytes.data(), bytes.size());
+    } catch (const std::exception& error) {
+      reason = std::string(" (") + error.what() + ")";
     }
-    if (!starts_line) {
+    if (read == 0 || (bytes[0] != '\n' && read == 2)) {
       throw InvalidArgument("CriteoReader::seek: position '" + std::string(position) +
-                            "' is not the start of a line of '" + path + "'" +
-                            (error ? " (" + error.message() + ")" : ""));
+                            "' is not the start of a line of '" + path + "'" + reason);
     }
   }
-  move_to(static_cast<size_t>(file_index), offset, line);
+  move_to(cursor.file_index, cursor.offset, cursor.line);
+  bytes_read_ = 0;
+}
+
+std::optional<int64_t> CriteoReader::bytes_before(size_t file, int64_t offset) const {
+  int64_t bytes = offset;
+  for (size_t f = 0; f < file; ++f) {
+    if (!plain_sizes_[f]) return std::nullopt;
+    bytes += *plain_sizes_[f];
+  }
+  return bytes;
+}
+
+std::optional<int64_t> CriteoReader::bytes_left(std::string_view position) const {
+  const Cursor cursor = parse_cursor(position, "bytes_left");
+  const size_t num_files = paths_.size();
+  const auto epoch = static_cast<int64_t>(cursor.file_index / num_files);
+  if (epoch >= options_.epochs) return 0;
+  if (!bytes_before(num_files, 0)) return std::nullopt;  // a gzip file: sizes unknown
+  const int64_t end = *bytes_before(end_cursor_.file_index, end_cursor_.offset);
+  const int64_t begin = *bytes_before(begin_cursor_.file_index, begin_cursor_.offset);
+  const int64_t here = *bytes_before(cursor.file_index % num_files, cursor.offset);
+  return std::max<int64_t>(0, end - here) + (options_.epochs - epoch - 1) * (end - begin);
 }
 
 }  // namespace recemb::train

@@ -1,5 +1,5 @@
 // A streaming reader of Criteo click logs in their text format (the Kaggle Display Advertising
-// Challenge train.txt and the 1TB day_N files, decompressed).
+// Challenge train.txt and the 1TB day_N files), plain or gzip-compressed (train/input_file.h).
 //
 // Format: one example per line, lines ended by '\n' (a '\r' before it is dropped; the last line
 // may lack the '\n'), 40 fields separated by '\t':
@@ -10,17 +10,19 @@
 //             The batch holds categorical_id(f, v, vocabulary_size_f); missing is id 0. With
 //             CategoricalIds::kRawKeys, any field is valid and the batch holds its
 //             categorical_key.
-// Anything else makes the line malformed: a field count other than 40 (an empty line included), a
-// bad label, integer or hexadecimal field, or a line longer than kMaxLineBytes. A malformed line is
-// skipped, never partly used, and counted; the first kMaxMalformedMessages are kept as
+// A "short line" of fewer than 40 fields (a file whose trailing whitespace was stripped loses the
+// tabs of empty last fields) has its missing trailing fields empty; it is read and counted.
+// Anything else makes the line malformed: more than 40 fields, an empty line, a bad label,
+// integer or hexadecimal field, or a line longer than kMaxLineBytes. A malformed line is skipped,
+// never partly used, and counted; the first kMaxMalformedMessages are kept as
 // "<file>:<line>: <reason>" (lines count from 1 in each file). Once the count exceeds
-// max_malformed, next() throws.
+// max_malformed, next() throws. ReaderOptions::strict refuses every line not in the canonical
+// form (40 fields, '\n' alone ending it, the last one included).
 #ifndef RECEMB_TRAIN_CRITEO_READER_H_
 #define RECEMB_TRAIN_CRITEO_READER_H_
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <span>
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "train/example_batch.h"
+#include "train/input_file.h"
 #include "train/splitmix.h"
 
 namespace recemb::train {
@@ -68,7 +71,9 @@ int64_t categorical_key(std::string_view field);
 // (39 fields, as in Criteo's test sets).
 enum class CriteoLabel { kPresent, kAbsent };
 
-// Parses one line (without its '\n' and '\r') exactly as CriteoReader parses each line: `label`
+// Parses one line (without its '\n' and '\r') as CriteoReader parses each line, except that a
+// short line is malformed here (fewer fields than expected: with the label optional, a trimmed
+// line could not be told from one without its label): `label`
 // from the label field (kPresent; untouched for kAbsent), dense[0..13) the dense_value of I1..I13,
 // ids[f * stride] the categorical_id of C<f+1> in a table of vocabulary_sizes[f] rows (`ids`
 // kHashedRows: 26 sizes >= 1, unchecked) or its categorical_key (kRawKeys: sizes unused). Returns
@@ -87,66 +92,117 @@ struct ReaderOptions {
   CategoricalIds ids = CategoricalIds::kHashedRows;
   // Malformed lines tolerated (skipped); one more makes next() throw. >= 0.
   int64_t max_malformed = 100;
+  // Times the files are read (>= 1): after the last one, the first again (data is one epoch).
+  int64_t epochs = 1;
+  // The part of the files each epoch reads: from position `begin` up to position `end` (lines at
+  // or after it are not read), both position()s of a reader of the same files in its first
+  // epoch; empty: the files' start, their end. The position of a reader opened with a `begin`
+  // is `begin`.
+  std::string begin = {};
+  std::string end = {};
+  // Refuse (InvalidArgument naming file and line) any line not in the canonical form: short,
+  // malformed, ended by "\r\n", or the last line without its '\n' (data.strict).
+  bool strict = false;
+  // Decompress gzip files on a second thread, ahead of the parsing (InputFile's
+  // decompress_ahead; data.reader_threads = 2).
+  bool decompress_ahead = false;
 };
 
 // Reads the files one after the other, in the order given, through a 1 MiB buffer (memory does not
-// grow with the files). Not thread-safe. Files must be regular files (seekable): decompress .gz
-// files first.
+// grow with the files); gzip files are decompressed as they are read. Not thread-safe. Files must
+// be regular files (not pipes).
 class CriteoReader final : public ExampleSource {
  public:
   // Validates the options (InvalidArgument naming the field and value) and that every path opens
-  // as a regular file (InvalidArgument naming the path and the system's reason); reads nothing.
-  // At least one path.
+  // as a regular file (InvalidArgument naming the path and the system's reason); reads nothing
+  // but the files' first bytes (gzip or not). At least one path.
   CriteoReader(std::vector<std::string> paths, ReaderOptions options);
 
   // ExampleSource: the next max_examples valid lines (fewer at the end of the last file), skipping
   // malformed ones. When the malformed lines counted since construction exceed max_malformed,
   // throws InvalidArgument naming the file, the count and the first malformed lines; the reader
   // (position, counts, messages) is then as before the call and `batch` is empty. A read error
-  // throws std::system_error naming the file.
+  // throws std::system_error naming the file, damaged gzip data DataLoss naming the file and the
+  // line it was reading; the reader is then as before the call, as for too many malformed lines.
+  // With strict, the first non-canonical line throws InvalidArgument naming file and line.
   int64_t next(ExampleBatch& batch, int64_t max_examples) override;
 
   // "criteo:<file index>:<byte offset>:<line number>" of the next line to read, e.g.
-  // "criteo:0:1048576:2950"; "criteo:<number of files>:0:0" once all files are read.
+  // "criteo:0:1048576:2950", the offset in decompressed bytes; "criteo:<number of files x
+  // epochs>:0:0" once all epochs are read. In epoch e (from 0), file f's index is e x files + f.
   std::string position() const override;
 
-  // Accepts a position() of a reader of the same files: the file index must exist, the offset lie
-  // in the file and start a line (0, the file size, or just after a '\n'). Otherwise throws
-  // InvalidArgument (naming the file for an offset that does not fit it) and changes nothing.
+  // Accepts a position() of a reader of the same files and epochs: the file index must exist, the
+  // offset lie in the file and start a line (0, the file's end, or just after a '\n'; a gzip file
+  // is decompressed up to the offset to check it). Otherwise throws InvalidArgument (naming the
+  // file for an offset that does not fit it) and changes nothing.
   void seek(std::string_view position) override;
+
+  // Moves past the next `count` lines (fewer at the end of the data) without parsing or counting
+  // them, and returns how many it passed.
+  int64_t skip_lines(int64_t count);
+
+  // The decompressed bytes from `position` (a position() of this reader) to the end of the data,
+  // epochs and `end` included; nullopt when a file is gzip-compressed (its size is unknown).
+  std::optional<int64_t> bytes_left(std::string_view position) const;
+
+  // The decompressed bytes of the lines next() returned or skipped since construction or the last
+  // seek() (their '\n' included).
+  int64_t bytes_read() const { return bytes_read_; }
 
   // Malformed lines skipped since construction, and the messages of the first
   // kMaxMalformedMessages of them ("<file>:<line>: <reason>").
   int64_t malformed_lines() const { return malformed_lines_; }
   std::span<const std::string> malformed_messages() const { return malformed_messages_; }
+  // Short lines read since construction (fewer than 40 fields, the missing ones taken as empty).
+  int64_t short_lines() const { return short_lines_; }
 
  private:
   enum class LineStatus { kLine, kTooLong, kEnd };
+  struct Cursor {
+    size_t file_index = 0;
+    int64_t offset = 0;
+    int64_t line = 0;
+  };
 
-  // The next line (without '\n' and '\r'), its status, and the cursor moved past it.
-  LineStatus read_line(std::string_view& line);
+  // The next line (without its '\n', with a '\r' before it), its status, and the cursor moved
+  // past it; `terminated`: the line ended with '\n'.
+  LineStatus read_line(std::string_view& line, bool& terminated);
   // Reads more of the current file after the buffered bytes; false at the end of the file.
   bool fill_buffer();
   // Moves the cursor (opening that file), emptying the buffer.
   void move_to(size_t file_index, int64_t offset, int64_t line);
 
-  struct FileCloser {
-    void operator()(std::FILE* file) const { std::fclose(file); }
-  };
+  // Where epoch `epoch` starts; whether the cursor has reached its epoch's end.
+  Cursor epoch_start(int64_t epoch) const;
+  bool at_epoch_end() const;
+  // Decompressed bytes before `offset` of file `file` (of the first epoch) in the files'
+  // concatenation; nullopt when a file before it is gzip-compressed.
+  std::optional<int64_t> bytes_before(size_t file, int64_t offset) const;
+  // The cursor of a position() of these files (InvalidArgument naming `what` when malformed or
+  // out of range).
+  Cursor parse_cursor(std::string_view position, const char* what) const;
+  // The file of cursor index `file_index`.
+  const std::string& path_of(size_t file_index) const { return paths_[file_index % paths_.size()]; }
 
   std::vector<std::string> paths_;
   ReaderOptions options_;
+  std::vector<std::optional<int64_t>> plain_sizes_;  // per file; nullopt: gzip
+  Cursor begin_cursor_;                              // options_.begin
+  Cursor end_cursor_;                                // options_.end (file index = files: none)
   // The cursor: the next line starts at byte offset_ of paths_[file_index_], after line_ lines.
   size_t file_index_ = 0;
   int64_t offset_ = 0;
   int64_t line_ = 0;
-  std::unique_ptr<std::FILE, FileCloser> file_;  // paths_[file_index_] once opened
+  std::unique_ptr<InputFile> file_;  // path_of(file_index_) once opened
   // buffer_[begin_, end_) holds the file's bytes from offset_ on; end_of_file_: no more after it.
   std::vector<char> buffer_;
   size_t begin_ = 0;
   size_t end_ = 0;
   bool end_of_file_ = false;
+  int64_t bytes_read_ = 0;
   int64_t malformed_lines_ = 0;
+  int64_t short_lines_ = 0;
   std::vector<std::string> malformed_messages_;
 };
 

@@ -91,6 +91,11 @@ std::string format_summary(const TrainSummary& s) {
     summary += "the training data ended at step " + std::to_string(s.steps) +
                ", before train.steps = " + std::to_string(s.requested_steps) + "\n";
   }
+  if (s.short_lines > 0) {
+    summary += "read " + std::to_string(s.short_lines) +
+               " short input lines (fewer than 40 fields: the missing trailing fields taken as "
+               "empty)\n";
+  }
   if (s.malformed_lines > 0) {
     summary += "skipped " + std::to_string(s.malformed_lines) + " malformed input lines";
     summary += s.malformed_messages.empty() ? "\n" : ", the first ones:\n";
@@ -136,7 +141,8 @@ void write_summary_json(const TrainSummary& s, const std::filesystem::path& path
       << "  \"checkpoint_seconds\": " << double_text(s.checkpoint_seconds) << ",\n"
       << "  \"embedding_bytes\": " << s.embedding_bytes << ",\n"
       << "  \"peak_resident_bytes\": " << s.peak_resident_bytes << ",\n"
-      << "  \"malformed_lines\": " << s.malformed_lines;
+      << "  \"malformed_lines\": " << s.malformed_lines << ",\n"
+      << "  \"short_lines\": " << s.short_lines;
   if (!s.vocabularies.empty()) {
     out << ",\n  \"vocabularies\": {";
     for (size_t t = 0; t < s.vocabularies.size(); ++t) {

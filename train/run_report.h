@@ -53,8 +53,9 @@ struct TrainSummary {
   double eval_seconds = 0, checkpoint_seconds = 0;
   int64_t embedding_bytes = 0;  // tables + slots
   int64_t peak_resident_bytes = 0;
-  std::vector<TableVocabulary> vocabularies = {};    // the dynamic tables, C1..C26; else empty
-  int64_t malformed_lines = 0;                       // input lines skipped (Criteo data)
+  std::vector<TableVocabulary> vocabularies = {};  // the dynamic tables, C1..C26; else empty
+  int64_t malformed_lines = 0;                     // input lines skipped (Criteo data)
+  int64_t short_lines = 0;  // lines read with missing trailing fields taken as empty (Criteo data)
   std::vector<std::string> malformed_messages = {};  // the first: "<file>:<line>: <reason>"
 };
 

@@ -22,8 +22,13 @@ constexpr std::string_view kDefaultConfig = R"(# recemb train: every field with 
 # (recemb train --set section.key=value, the value in TOML syntax: --set model.top_mlp=[128,64]).
 
 [data]
-path = ""               # Criteo TSV (label, 13 integers, 26 hex categoricals); "" = synthetic data
-eval_path = ""          # held-out TSV; "" = the first eval_examples examples of path
+path = ""               # Criteo TSV (label, 13 integers, 26 hex categoricals), plain or gzip;
+                        # a list of files or globs, read in order: ["day_0.gz", "day_1.gz"],
+                        # ["day_*.gz"]; "" = synthetic data
+eval_path = ""          # held-out TSV; "" = the tail of path (eval_fraction) or its first examples
+eval_fraction = 0.0     # in (0, 1): hold out this tail of path's lines (no eval_path); 0 = off
+strict = false          # true: refuse any line that is short, ends in CRLF, lacks its final \n...
+reader_threads = 1      # 2: gzip files decompressed on a second thread, ahead of the parsing
 preset = "small"        # table sizes: small | criteo-kaggle | criteo-1tb
 table_budget_mib = 0    # > 0: the preset's sizes cut down to fit this many MiB of table rows
 eval_examples = 65536   # held-out examples, evaluated every train.eval_every steps
@@ -60,6 +65,7 @@ learning_rate = 0.003
 
 [train]
 steps = 2500            # training steps (>= 1); the run also ends when the data does
+epochs = 1              # times the training files are read (>= 1); steps still bounds the run
 batch_size = 2048       # examples per step, 1 to 1048576 (and what fits in memory)
 eval_every = 500        # steps between evaluations; 0 = only at the end
 log_every = 10          # steps between training-loss records in metrics.jsonl
@@ -159,6 +165,14 @@ void merge(toml::table& target, const toml::table& source, const std::string& pa
     if (existing->is_table()) {
       if (!value.is_table()) throw InvalidArgument(origin + ": '" + dotted + "' must be a table");
       merge(*existing->as_table(), *value.as_table(), dotted, tables, assigned, origin);
+    } else if (dotted == "data.path" && value.is_array()) {
+      // data.path: one string, or a list of them (several files or globs).
+      if (!value.as_array()->empty() &&
+          !value.as_array()->is_homogeneous(toml::node_type::string)) {
+        throw InvalidArgument(origin + ": 'data.path' must be a string or a list of strings");
+      }
+      target.insert_or_assign(key, *value.as_array());
+      assigned.insert(dotted);
     } else {
       assign_checked(target, key, value, origin + ": '" + dotted + "'");
       assigned.insert(dotted);
@@ -269,6 +283,19 @@ std::vector<int64_t> get_widths(const toml::table& config, std::string_view path
   return widths;
 }
 
+// data.path: "" (none), one path, or a list of them.
+std::vector<std::string> get_paths(const toml::table& config, std::string_view path) {
+  const toml::node* node = config.at_path(path).node();
+  if (const toml::array* list = node->as_array()) {
+    std::vector<std::string> paths;
+    for (const toml::node& entry : *list) paths.push_back(entry.value<std::string>().value());
+    return paths;
+  }
+  std::string one = node->value<std::string>().value();
+  if (one.empty()) return {};
+  return {std::move(one)};
+}
+
 void require(bool condition, const std::string& message) {
   if (!condition) throw InvalidArgument(message);
 }
@@ -285,6 +312,18 @@ void validate(const TrainConfig& c) {
   require(c.data.table_budget_mib >= 0, "data.table_budget_mib must be >= 0");
   require(c.data.eval_examples >= 1, "data.eval_examples must be >= 1");
   require(c.data.max_malformed >= 0, "data.max_malformed must be >= 0");
+  for (const std::string& path : c.data.paths) {
+    require(!path.empty(), "data.path: an empty path in the list");
+  }
+  require(c.data.eval_fraction == 0 || (c.data.eval_fraction > 0 && c.data.eval_fraction < 1),
+          "data.eval_fraction must be in (0, 1) (or 0: not used), not " +
+              std::to_string(c.data.eval_fraction));
+  require(c.data.eval_fraction == 0 || c.data.eval_path.empty(),
+          "data.eval_fraction and data.eval_path both set: hold out the tail of data.path "
+          "(eval_fraction) or read a held-out file (eval_path), not both");
+  require(c.data.reader_threads == 1 || c.data.reader_threads == 2,
+          "data.reader_threads must be 1 or 2, not " + std::to_string(c.data.reader_threads));
+  require(c.train.epochs >= 1, "train.epochs must be >= 1, not " + std::to_string(c.train.epochs));
   require(c.data.synthetic_item_lifetime >= 1, "data.synthetic_item_lifetime must be >= 1, not " +
                                                    std::to_string(c.data.synthetic_item_lifetime));
   require(c.model.embedding_dim >= 1, "model.embedding_dim must be >= 1");
@@ -362,8 +401,11 @@ TrainConfig load_train_config(const std::string& config_path,
   }
 
   TrainConfig c;
-  c.data.path = get<std::string>(config, "data.path");
+  c.data.paths = get_paths(config, "data.path");
   c.data.eval_path = get<std::string>(config, "data.eval_path");
+  c.data.eval_fraction = get<double>(config, "data.eval_fraction");
+  c.data.strict = get<bool>(config, "data.strict");
+  c.data.reader_threads = get<int>(config, "data.reader_threads");
   c.data.preset = get<std::string>(config, "data.preset");
   c.data.table_budget_mib = get<int64_t>(config, "data.table_budget_mib");
   c.data.eval_examples = get<int64_t>(config, "data.eval_examples");
@@ -386,6 +428,7 @@ TrainConfig load_train_config(const std::string& config_path,
   c.dense.optimizer = get<std::string>(config, "dense.optimizer");
   c.dense.learning_rate = get<double>(config, "dense.learning_rate");
   c.train.steps = get<int64_t>(config, "train.steps");
+  c.train.epochs = get<int64_t>(config, "train.epochs");
   c.train.batch_size = get<int64_t>(config, "train.batch_size");
   c.train.eval_every = get<int64_t>(config, "train.eval_every");
   c.train.log_every = get<int64_t>(config, "train.log_every");
@@ -434,9 +477,9 @@ namespace {
 // where, and how the work is spread, not which updates it makes (docs/training.md, "Checkpoints
 // and --resume"). Any other change would make the resumed run differ from the uninterrupted one.
 constexpr std::string_view kResumeMayChange[] = {
-    "train.steps",        "train.eval_every",  "train.log_every", "checkpoint.dir",
-    "checkpoint.every",   "checkpoint.keep",   "output.dir",      "embedding.threads",
-    "embedding.sharding", "data.max_malformed"};
+    "train.steps",        "train.eval_every",   "train.log_every",    "checkpoint.dir",
+    "checkpoint.every",   "checkpoint.keep",    "output.dir",         "embedding.threads",
+    "embedding.sharding", "data.max_malformed", "data.reader_threads"};
 
 // Every setting of `table` as "dotted.key" -> its TOML text.
 void flatten(const toml::table& table, const std::string& prefix,
@@ -509,9 +552,11 @@ std::string to_toml(const TrainConfig& c) {
     if (table.learning_rate) fields.insert("learning_rate", *table.learning_rate);
     tables.insert(name, std::move(fields));
   }
-  const toml::table document{
-      {"data", toml::table{{"path", c.data.path},
-                           {"eval_path", c.data.eval_path},
+  toml::table document{
+      {"data", toml::table{{"eval_path", c.data.eval_path},
+                           {"eval_fraction", c.data.eval_fraction},
+                           {"strict", c.data.strict},
+                           {"reader_threads", c.data.reader_threads},
                            {"preset", c.data.preset},
                            {"table_budget_mib", c.data.table_budget_mib},
                            {"eval_examples", c.data.eval_examples},
@@ -534,6 +579,7 @@ std::string to_toml(const TrainConfig& c) {
       {"dense",
        toml::table{{"optimizer", c.dense.optimizer}, {"learning_rate", c.dense.learning_rate}}},
       {"train", toml::table{{"steps", c.train.steps},
+                            {"epochs", c.train.epochs},
                             {"batch_size", c.train.batch_size},
                             {"eval_every", c.train.eval_every},
                             {"log_every", c.train.log_every}}},
@@ -543,6 +589,15 @@ std::string to_toml(const TrainConfig& c) {
       {"output", toml::table{{"dir", c.output.dir}}},
       {"tables", std::move(tables)},
   };
+  // data.path: "" or one path as a string (as configs had it), several as a list.
+  toml::table& data = *document["data"].as_table();
+  if (c.data.paths.size() <= 1) {
+    data.insert("path", c.data.paths.empty() ? std::string() : c.data.paths.front());
+  } else {
+    toml::array paths;
+    for (const std::string& path : c.data.paths) paths.push_back(path);
+    data.insert("path", std::move(paths));
+  }
   std::ostringstream text;
   text << document << "\n";
   return text.str();

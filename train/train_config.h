@@ -2,13 +2,15 @@
 // overridden on the command line as `--set section.key=value` (the value in TOML syntax:
 // `--set model.top_mlp=[128,64]`, `--set data.path="day_0.tsv"`).
 //
-//   [data]       path, eval_path, preset, table_budget_mib, eval_examples, max_malformed,
-//                synthetic_seed, synthetic_item_lifetime
+//   [data]       path (a string or a list), eval_path, eval_fraction, strict, reader_threads,
+//   preset,
+//                table_budget_mib, eval_examples, max_malformed, synthetic_seed,
+//                synthetic_item_lifetime
 //   [model]      embedding_dim, bottom_mlp, top_mlp, seed
 //   [embedding]  optimizer, learning_rate (default: the optimizer's), threads, sharding,
 //                vocabulary (hashed | dynamic), capacity, min_count, ttl_steps, when_full
 //   [dense]      optimizer, learning_rate
-//   [train]      steps, batch_size, eval_every, log_every
+//   [train]      steps, epochs, batch_size, eval_every, log_every
 //   [checkpoint] dir, every, keep
 //   [output]     dir
 //   [tables.C<k>] vocabulary_size, optimizer, learning_rate      (k = 1..26; per-table overrides)
@@ -36,8 +38,15 @@ struct TableOverride {
 
 struct TrainConfig {
   struct Data {
-    std::string path = {};         // Criteo TSV file; empty: the synthetic Criteo-like generator
-    std::string eval_path = {};    // held-out TSV; empty: the first eval_examples of `path`
+    // Criteo TSV files (plain or gzip) read in order, each a path or a glob pattern (expanded in
+    // sorted order when the data is opened); empty: the synthetic Criteo-like generator. The key
+    // data.path takes one string or a list of them.
+    std::vector<std::string> paths = {};
+    std::string eval_path = {};  // held-out TSV; empty: eval_fraction's tail or `paths`' head
+    // In (0, 1): the tail of the training data held out (no eval_path); 0: not used.
+    double eval_fraction = 0;
+    bool strict = false;           // refuse any line not in the canonical form (file and line)
+    int reader_threads = 0;        // 1, or 2: gzip files decompressed on a thread of their own
     std::string preset = "small";  // table sizes: small | criteo-kaggle | criteo-1tb
     int64_t table_budget_mib = 0;  // > 0: the preset's sizes fitted to this many MiB of rows
     int64_t eval_examples = 0;     // held-out examples evaluated every eval_every steps
@@ -77,6 +86,7 @@ struct TrainConfig {
   } dense;
   struct Train {
     int64_t steps = 0;       // training steps (batches); the run also ends when the data does
+    int64_t epochs = 0;      // times the training data is read
     int64_t batch_size = 0;  // examples per step
     int64_t eval_every = 0;  // steps between evaluations (0: only at the end)
     int64_t log_every = 0;   // steps between training-loss records in the metrics file
@@ -117,8 +127,8 @@ std::string to_toml(const TrainConfig& config);
 // For `--resume`: throws InvalidArgument when `config` changes a setting of `saved_toml` (the
 // to_toml of the run's settings, saved in its checkpoint `checkpoint`) that a resumed run must
 // keep, naming the setting and both values. May change: train.steps, eval_every, log_every,
-// checkpoint.dir, every, keep, output.dir, embedding.threads, embedding.sharding and
-// data.max_malformed (docs/training.md, "Checkpoints and --resume").
+// checkpoint.dir, every, keep, output.dir, embedding.threads, embedding.sharding,
+// data.max_malformed and data.reader_threads (docs/training.md, "Checkpoints and --resume").
 void check_resume_settings(std::string_view saved_toml, const TrainConfig& config,
                            const std::string& checkpoint);
 

@@ -191,7 +191,7 @@ class Trainer {
           throw InvalidArgument(
               "no examples to train on: the training data ended at step " +
               std::to_string(embedding_.step()) + (resumed ? ", where this run resumed" : "") +
-              " (" + config_.data.path +
+              " (" + data_.description +
               "): give more data, or continue a finished run from other data in a new run");
         }
         progress_.message("the training data ended at step " + std::to_string(embedding_.step()) +
@@ -294,18 +294,16 @@ class Trainer {
   }
 
   // The step at which the data is expected to end, or train.steps if it is expected to last:
-  // for a Criteo file, from its bytes left and the held-out lines' mean length.
+  // for plain Criteo files, from their bytes left and the held-out lines' mean length.
   int64_t expected_last_step() {
-    if (data_.train_reader == nullptr) return config_.train.steps;
-    const auto left =
-        static_cast<double>(static_cast<int64_t>(std::filesystem::file_size(config_.data.path)) -
-                            bytes_before(trained_position_, config_.data.path));
-    const auto examples = static_cast<int64_t>(std::ceil(left / data_.bytes_per_line));
+    const std::optional<int64_t> left = examples_left(data_, trained_position_);
+    if (!left) return config_.train.steps;
+    const int64_t examples = *left;
     const int64_t steps = (examples + config_.train.batch_size - 1) / config_.train.batch_size;
     if (embedding_.step() + steps >= config_.train.steps) return config_.train.steps;
     progress_.message(
         "the data will end before train.steps = " + std::to_string(config_.train.steps) +
-        ": about " + std::to_string(examples) + " examples are left in " + config_.data.path +
+        ": about " + std::to_string(examples) + " examples are left in " + data_.description +
         ", about " + std::to_string(steps) + " steps of " +
         std::to_string(config_.train.batch_size));
     return embedding_.step() + steps;
@@ -316,6 +314,7 @@ class Trainer {
     for (const CriteoReader* reader : {data_.train_reader, data_.eval_reader.get()}) {
       if (reader == nullptr) continue;
       summary_.malformed_lines += reader->malformed_lines();
+      summary_.short_lines += reader->short_lines();
       const auto messages = reader->malformed_messages();
       summary_.malformed_messages.insert(summary_.malformed_messages.end(), messages.begin(),
                                          messages.end());
@@ -339,14 +338,13 @@ class Trainer {
     }
     const bool dynamic = dynamic_vocabulary(config_);
     char line[320];
-    std::snprintf(line, sizeof line,
-                  "recemb train: 26 %s, %" PRId64 " %s x %" PRId64
-                  " dims, %.1f MiB with optimizer slots%s; %zu dense parameters; data: %s",
-                  dynamic ? "dynamic tables" : "tables", rows, dynamic ? "keys at most" : "rows",
-                  config_.model.embedding_dim,
-                  static_cast<double>(summary_.embedding_bytes) / (1 << 20),
-                  dynamic ? " when full" : "", model_.parameters().size(),
-                  config_.data.path.empty() ? "synthetic Criteo-like" : config_.data.path.c_str());
+    std::snprintf(
+        line, sizeof line,
+        "recemb train: 26 %s, %" PRId64 " %s x %" PRId64
+        " dims, %.1f MiB with optimizer slots%s; %zu dense parameters; data: %s",
+        dynamic ? "dynamic tables" : "tables", rows, dynamic ? "keys at most" : "rows",
+        config_.model.embedding_dim, static_cast<double>(summary_.embedding_bytes) / (1 << 20),
+        dynamic ? " when full" : "", model_.parameters().size(), data_.description.c_str());
     progress_.message(line);
     if (!data_.held_out_message.empty()) progress_.message("warning: " + data_.held_out_message);
     if (group_.size() > 1) {

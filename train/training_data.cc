@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
+#include <glob.h>
+#include <limits>
+#include <optional>
 
 #include "recemb/error.h"
 
@@ -12,8 +14,8 @@
 namespace recemb::train {
 namespace {
 
-// The held-out set taken from the head of data.path (no data.eval_path) holds at most this share
-// of the file's bytes (docs/training.md, "The held-out set").
+// The held-out set taken from the head of data.path (no data.eval_path nor data.eval_fraction)
+// holds at most this share of the data's bytes (docs/training.md, "The held-out set").
 constexpr double kMaxHeldOutShare = 0.2;
 
 CategoricalIds categorical_ids(const TrainConfig& config) {
@@ -53,70 +55,153 @@ void update_held_out_set(TrainingData& data, int64_t examples_trained) {
   source.next(data.eval_set, data.eval_set.size);
 }
 
-int64_t bytes_before(const std::string& position, const std::string& path) {
-  const size_t first = position.find(':'), second = position.find(':', first + 1);
-  if (std::stoll(position.substr(first + 1)) > 0) {
-    return static_cast<int64_t>(std::filesystem::file_size(path));
+std::vector<std::string> expand_data_paths(const std::vector<std::string>& patterns) {
+  std::vector<std::string> paths;
+  for (const std::string& pattern : patterns) {
+    if (pattern.find_first_of("*?[") == std::string::npos) {
+      paths.push_back(pattern);
+      continue;
+    }
+    glob_t matches{};
+    const int result = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &matches);
+    std::vector<std::string> matched(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
+    globfree(&matches);
+    if (result == GLOB_NOMATCH) {
+      throw InvalidArgument("data.path: the pattern '" + pattern + "' matches no file");
+    }
+    if (result != 0) {
+      throw InvalidArgument("data.path: cannot expand the pattern '" + pattern +
+                            "' (a directory could not be read)");
+    }
+    std::sort(matched.begin(), matched.end());  // by bytes, whatever the locale
+    paths.insert(paths.end(), matched.begin(), matched.end());
   }
-  return std::stoll(position.substr(second + 1));
+  return paths;
 }
+
+std::optional<int64_t> examples_left(const TrainingData& data, const std::string& position) {
+  if (data.train_reader == nullptr) return std::nullopt;
+  const std::optional<int64_t> bytes = data.train_reader->bytes_left(position);
+  if (!bytes) return std::nullopt;
+  return static_cast<int64_t>(std::ceil(static_cast<double>(*bytes) / data.bytes_per_line));
+}
+
+namespace {
+
+std::string describe_files(const std::vector<std::string>& paths) {
+  if (paths.size() == 1) return paths.front();
+  return std::to_string(paths.size()) + " files, " + paths.front() + " ... " + paths.back();
+}
+
+// The held-out set of data.eval_fraction: the first data.eval_examples of the tail of the lines
+// of `paths`; the training reads up to that tail.
+void hold_out_tail(const TrainConfig& config, const std::vector<std::string>& paths,
+                   const ReaderOptions& reader_options, ReaderOptions& train_options,
+                   TrainingData& data) {
+  // Two passes over the files before training: one counts their lines, one finds where the tail
+  // starts (docs/training.md, "The held-out set").
+  const int64_t lines =
+      CriteoReader(paths, reader_options).skip_lines(std::numeric_limits<int64_t>::max());
+  const int64_t held_out = std::llround(static_cast<double>(lines) * config.data.eval_fraction);
+  if (held_out < 1 || held_out >= lines) {
+    throw InvalidArgument("data.eval_fraction = " + std::to_string(config.data.eval_fraction) +
+                          " of the " + std::to_string(lines) + " lines of " + data.description +
+                          " holds out " + std::to_string(held_out) +
+                          " of them: too few to hold some out and train on the rest; give more "
+                          "data or another data.eval_fraction");
+  }
+  CriteoReader splitter(paths, reader_options);
+  splitter.skip_lines(lines - held_out);
+  ReaderOptions eval_options = reader_options;
+  eval_options.begin = splitter.position();
+  data.eval_reader = std::make_unique<CriteoReader>(paths, eval_options);
+  data.eval_reader->next(data.eval_set, config.data.eval_examples);
+  train_options.end = eval_options.begin;
+}
+
+}  // namespace
 
 TrainingData open_training_data(const TrainConfig& config,
                                 const std::vector<int64_t>& vocabulary_sizes) {
-  if (config.data.path.empty()) return synthetic_data(config, vocabulary_sizes);
+  if (config.data.paths.empty()) {
+    TrainingData data = synthetic_data(config, vocabulary_sizes);
+    data.description = "synthetic Criteo-like";
+    return data;
+  }
   TrainingData data;
   data.best_auc = data.best_log_loss = std::nan("");
-  const std::string& path = config.data.path;
+  const std::vector<std::string> paths = expand_data_paths(config.data.paths);
+  data.description = describe_files(paths);
   const std::string& eval_path = config.data.eval_path;
   const ReaderOptions reader_options{.vocabulary_sizes = vocabulary_sizes,
                                      .ids = categorical_ids(config),
-                                     .max_malformed = config.data.max_malformed};
-  const std::vector<std::string> paths{path};
-  auto reader = std::make_unique<CriteoReader>(paths, reader_options);
-  const CriteoReader* held_out_reader = reader.get();
-  if (eval_path.empty()) {
-    reader->next(data.eval_set, config.data.eval_examples);  // the file's first examples
-  } else {
+                                     .max_malformed = config.data.max_malformed,
+                                     .strict = config.data.strict,
+                                     .decompress_ahead = config.data.reader_threads == 2};
+  ReaderOptions train_options = reader_options;
+  train_options.epochs = config.train.epochs;
+  const CriteoReader* held_out_reader = nullptr;
+  if (!eval_path.empty()) {
     data.eval_reader =
         std::make_unique<CriteoReader>(std::vector<std::string>{eval_path}, reader_options);
     data.eval_reader->next(data.eval_set, config.data.eval_examples);
     held_out_reader = data.eval_reader.get();
+  } else if (config.data.eval_fraction > 0) {
+    hold_out_tail(config, paths, reader_options, train_options, data);
+    held_out_reader = data.eval_reader.get();
+  }
+  std::unique_ptr<CriteoReader> head_reader;  // the held-out set from the head of the data
+  if (held_out_reader == nullptr) {
+    head_reader = std::make_unique<CriteoReader>(paths, reader_options);
+    head_reader->next(data.eval_set, config.data.eval_examples);
+    held_out_reader = head_reader.get();
   }
   if (data.eval_set.size == 0) {
     throw InvalidArgument("no held-out examples could be read from " +
-                          (eval_path.empty() ? path : eval_path));
+                          (eval_path.empty() ? data.description : eval_path));
   }
+  const int64_t held_out_bytes = held_out_reader->bytes_read();
   data.bytes_per_line =
-      static_cast<double>(bytes_before(held_out_reader->position(),
-                                       held_out_reader == reader.get() ? path : eval_path)) /
-      static_cast<double>(data.eval_set.size);
-  const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(path));
-  const int64_t held_out_bytes = bytes_before(reader->position(), path);
-  if (eval_path.empty() &&
-      static_cast<double>(held_out_bytes) > kMaxHeldOutShare * static_cast<double>(file_bytes)) {
-    // A small file: hold out its first examples up to a fifth of its bytes, and train on the
-    // rest (docs/training.md, "The held-out set").
-    const int64_t read = data.eval_set.size;
-    if (read < 2) {
-      throw InvalidArgument(path + " holds " + std::to_string(read) +
-                            " example: too few to hold some out and train on the rest; give "
-                            "more data, and a held-out file as data.eval_path (--eval-data)");
+      static_cast<double>(held_out_bytes) / static_cast<double>(data.eval_set.size);
+  if (head_reader != nullptr) {
+    // The data's size: known for plain files, and for any once the held-out set read it all.
+    const std::optional<int64_t> left = head_reader->bytes_left(head_reader->position());
+    const bool read_all = data.eval_set.size < config.data.eval_examples;
+    const std::optional<int64_t> data_bytes =
+        left ? std::optional(held_out_bytes + *left)
+             : (read_all ? std::optional(held_out_bytes) : std::nullopt);
+    if (data_bytes &&
+        static_cast<double>(held_out_bytes) > kMaxHeldOutShare * static_cast<double>(*data_bytes)) {
+      // Small data: hold out its first examples up to a fifth of its bytes, and train on the
+      // rest (docs/training.md, "The held-out set").
+      const int64_t read = data.eval_set.size;
+      if (read < 2) {
+        throw InvalidArgument(data.description + " holds " + std::to_string(read) +
+                              " example: too few to hold some out and train on the rest; give "
+                              "more data, and a held-out file as data.eval_path (--eval-data)");
+      }
+      const int64_t kept =
+          std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(read) * kMaxHeldOutShare *
+                                                   static_cast<double>(*data_bytes) /
+                                                   static_cast<double>(held_out_bytes)),
+                              1, read - 1);
+      head_reader = std::make_unique<CriteoReader>(paths, reader_options);  // from the start
+      head_reader->next(data.eval_set, kept);
+      data.held_out_message =
+          "data.eval_examples = " + std::to_string(config.data.eval_examples) + " would hold out " +
+          std::to_string(read) + " examples of " + data.description + " (" +
+          std::to_string(std::lround(100.0 * static_cast<double>(held_out_bytes) /
+                                     static_cast<double>(*data_bytes))) +
+          "% of the data): holding out its first " + std::to_string(data.eval_set.size) +
+          " examples instead (at most a fifth of the data) and training on the rest; give a "
+          "held-out file as data.eval_path (--eval-data) or hold out a tail "
+          "(data.eval_fraction) to train on all of it";
     }
-    const int64_t kept = std::clamp<int64_t>(
-        static_cast<int64_t>(static_cast<double>(read) * kMaxHeldOutShare *
-                             static_cast<double>(file_bytes) / static_cast<double>(held_out_bytes)),
-        1, read - 1);
-    reader = std::make_unique<CriteoReader>(paths, reader_options);  // from the start again
-    reader->next(data.eval_set, kept);
-    data.held_out_message =
-        "data.eval_examples = " + std::to_string(config.data.eval_examples) + " would hold out " +
-        std::to_string(read) + " examples of " + path + " (" +
-        std::to_string(std::lround(100.0 * static_cast<double>(held_out_bytes) /
-                                   static_cast<double>(file_bytes))) +
-        "% of the file): holding out its first " + std::to_string(data.eval_set.size) +
-        " examples instead (at most a fifth of the file) and training on the rest; give a "
-        "held-out file as data.eval_path (--eval-data) to train on all of it";
+    // The training reads what follows the held-out head, in every epoch.
+    train_options.begin = head_reader->position();
+    data.eval_reader = std::move(head_reader);  // its malformed and short lines count too
   }
+  auto reader = std::make_unique<CriteoReader>(paths, train_options);
   data.train_reader = reader.get();
   data.train_source = std::move(reader);
   return data;

@@ -1,12 +1,13 @@
 // The data a `recemb train` run reads: the training source and the held-out set. The held-out
-// set is the synthetic generator's own stream, data.eval_path's first examples, or those of
-// data.path, up to a fifth of its bytes (a small file: the rest trains; docs/training.md, "The
-// held-out set").
+// set is the synthetic generator's own stream, data.eval_path's first examples, the first of the
+// tail data.eval_fraction holds out of data.path, or data.path's first examples, up to a fifth of
+// its bytes (a small file: the rest trains; docs/training.md, "The held-out set").
 #ifndef RECEMB_TRAIN_TRAINING_DATA_H_
 #define RECEMB_TRAIN_TRAINING_DATA_H_
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,10 +19,14 @@
 namespace recemb::train {
 
 struct TrainingData {
-  std::unique_ptr<ExampleSource> train_source;  // positioned after the held-out examples it gave
-  CriteoReader* train_reader = nullptr;         // train_source when it reads a file
-  std::unique_ptr<CriteoReader> eval_reader;    // data.eval_path's reader, when given
+  // The training examples: after the held-out head, or up to eval_fraction's tail, every epoch.
+  std::unique_ptr<ExampleSource> train_source;
+  CriteoReader* train_reader = nullptr;  // train_source when it reads a file
+  // The reader of the held-out set (Criteo files): data.eval_path's, data.eval_fraction's tail's
+  // or data.path's head's (whose lines the training reader then starts after).
+  std::unique_ptr<CriteoReader> eval_reader;
   ExampleBatch eval_set;
+  std::string description;       // the training data, for messages: its files, or "synthetic..."
   double bytes_per_line = 0;     // of the held-out examples read (Criteo files)
   std::string held_out_message;  // why the held-out set is smaller than data.eval_examples
   // The synthetic generator's planted model on the held-out set: the ceiling a trained model is
@@ -33,12 +38,14 @@ struct TrainingData {
   std::unique_ptr<SyntheticCriteo> drifting_eval_source;
 };
 
-// Opens config.data as the trainer reads it, hashing categorical values into tables of
-// `vocabulary_sizes` (embedding.vocabulary = "hashed") or keeping them as keys ("dynamic"; the
-// synthetic data then has vocabulary_sizes[f] items of feature f live at a time), and reads the
-// held-out set. Throws InvalidArgument for an unreadable file,
-// too many malformed lines (CriteoReader), no held-out example, or a file of fewer than 2 examples
-// without data.eval_path (too few to hold some out and train on the rest).
+// Opens config.data as the trainer reads it (data.path's files and globs: expand_data_paths;
+// train.epochs; data.strict), hashing categorical values into tables of `vocabulary_sizes`
+// (embedding.vocabulary = "hashed") or keeping them as keys ("dynamic"; the synthetic data then has
+// vocabulary_sizes[f] items of feature f live at a time), and reads the held-out set. Throws
+// InvalidArgument for an unreadable file, a glob matching nothing, too many malformed lines or a
+// non-canonical one with data.strict (CriteoReader), no held-out example, a file of fewer than 2
+// examples without data.eval_path (too few to hold some out and train on the rest), or an
+// data.eval_fraction that holds out no line or all of them; DataLoss for damaged gzip data.
 TrainingData open_training_data(const TrainConfig& config,
                                 const std::vector<int64_t>& vocabulary_sizes);
 
@@ -47,9 +54,15 @@ TrainingData open_training_data(const TrainConfig& config,
 // drift, the examples do not: docs/training.md, "The synthetic generator"); otherwise unchanged.
 void update_held_out_set(TrainingData& data, int64_t examples_trained);
 
-// The bytes of the file `path` before a CriteoReader `position` of a reader of that file alone
-// ("criteo:<file index>:<offset>:<line>", criteo_reader.h; at its end, the index is 1).
-int64_t bytes_before(const std::string& position, const std::string& path);
+// data.path's entries as files, in order: a pattern with glob characters (*, ?, [) is replaced by
+// the paths it matches, sorted by bytes (InvalidArgument naming it when it matches none); any
+// other entry stays as it is.
+std::vector<std::string> expand_data_paths(const std::vector<std::string>& patterns);
+
+// About how many examples the training source has left from its `position` (epochs included),
+// from the bytes left and the held-out lines' mean length; nullopt for synthetic data or gzip
+// files (whose size is unknown before reading them).
+std::optional<int64_t> examples_left(const TrainingData& data, const std::string& position);
 
 }  // namespace recemb::train
 

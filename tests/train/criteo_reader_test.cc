@@ -12,6 +12,7 @@
 #include <string>
 #include <sys/stat.h>
 #include <vector>
+#include <zlib.h>
 
 #include "recemb/error.h"
 #include "recemb/string_key.h"
@@ -318,8 +319,7 @@ TEST(CriteoReaderTest, MalformedLinesAreSkippedCountedAndReportedWithLineNumbers
   const std::vector<std::pair<std::string, std::string>> lines = {
       {valid_line("0"), ""},
       {valid_line() + "\t1", "expected 40 tab-separated fields, found 41"},
-      {line_with(39, "").substr(0, line_with(39, "").size() - 1),
-       "expected 40 tab-separated fields, found 39"},
+      {line_with(0, "0").substr(0, line_with(0, "0").size() - 9), ""},  // short: C26 empty
       {"", "expected 40 tab-separated fields, found 1"},
       {valid_line("1"), ""},
       {line_with(0, "2"), "label '2' is not 0 or 1"},
@@ -349,8 +349,9 @@ TEST(CriteoReaderTest, MalformedLinesAreSkippedCountedAndReportedWithLineNumbers
   const std::string path = files.write("mixed.tsv", contents);
   CriteoReader reader({path}, {.vocabulary_sizes = test_vocabulary(), .max_malformed = 100});
   ExampleBatch batch;
-  ASSERT_EQ(reader.next(batch, 100), 4);
-  EXPECT_THAT(batch.labels, ElementsAre(0.0f, 1.0f, 0.0f, 1.0f));
+  ASSERT_EQ(reader.next(batch, 100), 5);
+  EXPECT_THAT(batch.labels, ElementsAre(0.0f, 0.0f, 1.0f, 0.0f, 1.0f));
+  EXPECT_EQ(reader.short_lines(), 1);
   std::vector<std::string> expected_messages;
   int64_t malformed = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -662,6 +663,279 @@ TEST(ParseCriteoLineTest, ParsesLinesWithAndWithoutTheLabelAsTheReaderDoes) {
             "C7 'g' is not 1 to 16 hexadecimal digits");
   EXPECT_EQ(error(good + std::string(kMaxLineBytes, ' '), CriteoLabel::kPresent),
             "line longer than 4096 bytes");
+}
+
+// --- Real files: short lines, CRLF, gzip, epochs --------------------------------------------
+
+// `contents` gzip-compressed into `path` (zlib's gzip writer, as gzip(1) writes), in `members`
+// gzip members one after the other (as `cat a.gz b.gz` makes).
+void write_gzip(const std::string& path, const std::string& contents, int members = 1) {
+  std::remove(path.c_str());
+  const size_t part = contents.size() / static_cast<size_t>(members) + 1;
+  for (int m = 0; m < members; ++m) {
+    gzFile file = gzopen(path.c_str(), "ab");
+    ASSERT_NE(file, nullptr);
+    const std::string piece = contents.substr(std::min(contents.size(), m * part), part);
+    if (!piece.empty()) {
+      ASSERT_EQ(gzwrite(file, piece.data(), static_cast<unsigned>(piece.size())),
+                static_cast<int>(piece.size()));
+    }
+    ASSERT_EQ(gzclose(file), Z_OK);
+  }
+}
+
+std::string file_contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Random lines as people's files have them: some trimmed of their empty trailing fields (their
+// tabs gone), some ended by "\r\n", the last without its '\n'. `expected` gets what each line
+// must give (the reference of the canonical line), `short_lines` how many were trimmed.
+std::string real_world_text(std::mt19937_64& random, int count,
+                            const std::vector<int64_t>& vocabulary, std::vector<Example>& expected,
+                            int64_t& short_lines) {
+  std::string text;
+  for (int i = 0; i < count; ++i) {
+    Example example;
+    std::string line = random_line(random, vocabulary, example);
+    if (random() % 3 == 0) {
+      // Empty last fields, then trimmed as an editor stripping trailing whitespace does.
+      const int emptied = 1 + static_cast<int>(random() % 20);
+      for (int k = 0; k < emptied; ++k) {
+        line.erase(line.rfind('\t') + 1);
+        line.pop_back();
+        example.ids[static_cast<size_t>(kNumCategoricalFeatures - 1 - k)] = 0;
+      }
+      const size_t last = line.find_last_not_of('\t');
+      if (last + 1 < line.size()) {
+        // Earlier empty fields are trimmed too: their values stay missing.
+        line.erase(last + 1);
+      }
+      ++short_lines;
+    }
+    expected.push_back(example);
+    text += line + (i + 1 == count ? "" : random() % 4 == 0 ? "\r\n" : "\n");
+  }
+  return text;
+}
+
+TEST(CriteoReaderRealFilesTest, TrimmedLinesCrlfAndNoFinalNewlineReadAsTheCanonicalLines) {
+  for (const uint64_t seed : {11u, 12u, 13u}) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    std::mt19937_64 random(seed);
+    const std::vector<int64_t> vocabulary = test_vocabulary();
+    std::vector<Example> expected;
+    int64_t short_lines = 0;
+    TempFiles files;
+    const std::string path =
+        files.write("trimmed.tsv", real_world_text(random, 700, vocabulary, expected, short_lines));
+    ASSERT_GT(short_lines, 100);
+    CriteoReader reader({path}, {.vocabulary_sizes = vocabulary, .max_malformed = 0});
+    EXPECT_EQ(read_all(reader, 97), expected);
+    EXPECT_EQ(reader.short_lines(), short_lines);
+    EXPECT_EQ(reader.malformed_lines(), 0);
+  }
+}
+
+TEST(CriteoReaderRealFilesTest, StrictRefusesEachNonCanonicalLineNamingFileAndLine) {
+  const std::string canonical = valid_line("1") + "\n";
+  const std::string trimmed = line_with(39, "").substr(0, line_with(39, "").size() - 1);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {canonical + trimmed + "\n", ":2: a short line"},
+      {canonical + valid_line("0") + "\r\n", ":2: a line ended by \"\\r\\n\""},
+      {canonical + valid_line("0"), ":2: the last line has no final '\\n'"},
+      {canonical + line_with(14, "xyz") + "\n", ":2: C1 'xyz' is not 1 to 16 hexadecimal"},
+  };
+  TempFiles files;
+  for (const auto& [contents, message] : cases) {
+    const std::string path = files.write("strict.tsv", contents);
+    CriteoReader reader({path}, {.vocabulary_sizes = test_vocabulary(), .strict = true});
+    ExampleBatch batch;
+    try {
+      reader.next(batch, 10);
+      FAIL() << "no error for " << message;
+    } catch (const InvalidArgument& error) {
+      EXPECT_THAT(error.what(), HasSubstr(path + message));
+      EXPECT_THAT(error.what(), HasSubstr("data.strict"));
+    }
+    EXPECT_EQ(reader.position(), "criteo:0:0:0");  // all or nothing
+    // Not strict: read, the short line counted.
+    CriteoReader lenient({path}, {.vocabulary_sizes = test_vocabulary()});
+    EXPECT_EQ(lenient.next(batch, 10), message.find("xyz") == std::string::npos ? 2 : 1);
+  }
+  const std::string path = files.write("canonical.tsv", canonical + canonical);
+  CriteoReader reader({path}, {.vocabulary_sizes = test_vocabulary(), .strict = true});
+  EXPECT_EQ(read_all(reader, 10).size(), 2u);
+}
+
+TEST(CriteoReaderRealFilesTest, GzipIsReadAsItsPlainTextWhateverItsName) {
+  std::mt19937_64 random(21);
+  const std::vector<int64_t> vocabulary = test_vocabulary();
+  std::vector<Example> expected;
+  int64_t short_lines = 0;
+  const std::string text = real_world_text(random, 3000, vocabulary, expected, short_lines);
+  TempFiles files;
+  const std::string plain = files.write("day_0.tsv", text);
+  write_gzip(files.path("day_0.gz"), text);
+  write_gzip(files.path("day_0.txt"), text, 3);  // gzip by its magic bytes, in 3 members
+  ReaderOptions options{.vocabulary_sizes = vocabulary};
+  for (const bool ahead : {false, true})
+    for (const std::string& path : {plain, files.path("day_0.gz"), files.path("day_0.txt")}) {
+      SCOPED_TRACE(::testing::Message() << path << (ahead ? ", decompressed ahead" : ""));
+      options.decompress_ahead = ahead;
+      CriteoReader reader({path}, options);
+      EXPECT_EQ(read_all(reader, 256), expected);
+      EXPECT_EQ(reader.short_lines(), short_lines);
+      EXPECT_EQ(reader.bytes_read(), static_cast<int64_t>(text.size()));
+    }
+  EXPECT_LT(std::filesystem::file_size(files.path("day_0.gz")), text.size());
+  CriteoReader mixed({plain}, options);
+  EXPECT_EQ(mixed.bytes_left(mixed.position()), static_cast<int64_t>(text.size()));
+  CriteoReader compressed({files.path("day_0.gz")}, options);
+  EXPECT_EQ(compressed.bytes_left(compressed.position()), std::nullopt);  // unknown size
+}
+
+TEST(CriteoReaderRealFilesTest, TruncatedOrCorruptGzipIsDataLossNamingFileAndLine) {
+  std::mt19937_64 random(31);
+  std::string text;
+  for (int i = 0; i < 4000; ++i) {
+    Example unused;
+    text += random_line(random, test_vocabulary(), unused) + "\n";
+  }
+  TempFiles files;
+  write_gzip(files.path("whole.gz"), text);
+  const std::string compressed = file_contents(files.path("whole.gz"));
+  const std::string truncated =
+      files.write("truncated.gz", compressed.substr(0, compressed.size() * 3 / 5));
+  std::string flipped = compressed;
+  for (size_t k = flipped.size() / 2; k < flipped.size() / 2 + 64; ++k) flipped[k] ^= 0x5a;
+  const std::string corrupt = files.write("corrupt.gz", flipped);
+  for (const auto& [path, what] : {std::pair{truncated, std::string("truncated")},
+                                   std::pair{corrupt, std::string("corrupt")}}) {
+    SCOPED_TRACE(path);
+    // Corrupt data may decompress to garbage lines before zlib's checks find it: tolerate them.
+    const ReaderOptions options{.vocabulary_sizes = test_vocabulary(), .max_malformed = 1 << 20};
+    CriteoReader reader({path}, options);
+    ExampleBatch batch;
+    ASSERT_EQ(reader.next(batch, 100), 100);  // the head is intact
+    std::string position = reader.position();
+    try {
+      for (;;) {
+        ASSERT_GT(reader.next(batch, 100), 0);
+        position = reader.position();
+      }
+    } catch (const DataLoss& error) {
+      EXPECT_THAT(error.what(), HasSubstr(path + ":"));  // file:line
+      EXPECT_THAT(error.what(), HasSubstr(what));
+    }
+    // The batch that failed left the reader where it was: a resumed run reads the same lines.
+    EXPECT_EQ(reader.position(), position);
+    CriteoReader again({path}, options);
+    again.seek(position);
+    EXPECT_EQ(again.position(), position);
+  }
+}
+
+TEST(CriteoReaderRealFilesTest, EpochsRepeatTheFilesFromBeginToEnd) {
+  std::mt19937_64 random(41);
+  const std::vector<int64_t> vocabulary = test_vocabulary();
+  TempFiles files;
+  std::vector<std::string> paths;
+  std::vector<Example> one_epoch;
+  for (int f = 0; f < 3; ++f) {
+    int64_t unused = 0;
+    const std::string text = real_world_text(random, 50 + 10 * f, vocabulary, one_epoch, unused);
+    paths.push_back(files.path("day_" + std::to_string(f) + (f == 1 ? ".gz" : ".tsv")));
+    if (f == 1) {
+      write_gzip(paths.back(), text);
+    } else {
+      files.write("day_" + std::to_string(f) + ".tsv", text);
+    }
+  }
+  ReaderOptions options{.vocabulary_sizes = vocabulary, .epochs = 3};
+  CriteoReader reader(paths, options);
+  std::vector<Example> expected;
+  for (int e = 0; e < 3; ++e) expected.insert(expected.end(), one_epoch.begin(), one_epoch.end());
+  EXPECT_EQ(read_all(reader, 64), expected);
+  EXPECT_EQ(reader.position(), "criteo:9:0:0");
+
+  // begin and end: each epoch reads lines [20, 100) of the 180.
+  CriteoReader marker(paths, {.vocabulary_sizes = vocabulary});
+  EXPECT_EQ(marker.skip_lines(20), 20);
+  options.begin = marker.position();
+  EXPECT_EQ(marker.skip_lines(80), 80);
+  options.end = marker.position();
+  EXPECT_EQ(marker.skip_lines(1000), 80);
+  CriteoReader part(paths, options);
+  EXPECT_EQ(part.position(), options.begin);
+  expected.clear();
+  for (int e = 0; e < 3; ++e) {
+    expected.insert(expected.end(), one_epoch.begin() + 20, one_epoch.begin() + 100);
+  }
+  EXPECT_EQ(read_all(part, 64), expected);
+  EXPECT_EQ(options.epochs, 3);
+  EXPECT_THROW(CriteoReader(paths, {.vocabulary_sizes = vocabulary, .epochs = 0}), InvalidArgument);
+  ReaderOptions reversed = options;
+  std::swap(reversed.begin, reversed.end);
+  EXPECT_THROW(CriteoReader(paths, reversed), InvalidArgument);
+}
+
+TEST(CriteoReaderRealFilesTest, ResumesExactlyAcrossFilesGzipAndEpochs) {
+  std::mt19937_64 random(51);
+  const std::vector<int64_t> vocabulary = test_vocabulary();
+  TempFiles files;
+  std::vector<std::string> paths;
+  for (int f = 0; f < 3; ++f) {
+    std::vector<Example> unused;
+    int64_t short_lines = 0;
+    const std::string text = real_world_text(random, 120, vocabulary, unused, short_lines);
+    paths.push_back(files.path("day_" + std::to_string(f)));
+    if (f == 1) {
+      files.write("day_1", text);
+    } else {
+      write_gzip(paths.back(), text, f + 1);
+    }
+  }
+  CriteoReader marker(paths, {.vocabulary_sizes = vocabulary});
+  marker.skip_lines(30);
+  ReaderOptions options{.vocabulary_sizes = vocabulary, .epochs = 2, .begin = marker.position()};
+  // Stop after k batches of 50: inside a gzip file, across files and epochs, at the end.
+  for (const bool ahead : {false, true})
+    for (const int stops : {0, 1, 3, 5, 6, 9, 12}) {
+      SCOPED_TRACE(::testing::Message() << "stopped after " << stops << " batches"
+                                        << (ahead ? ", decompressed ahead" : ""));
+      options.decompress_ahead = ahead;
+      CriteoReader first(paths, options);
+      ExampleBatch batch;
+      for (int k = 0; k < stops; ++k) first.next(batch, 50);
+      const std::string position = first.position();
+      const std::vector<Example> rest = read_all(first, 50);
+      CriteoReader resumed(paths, options);
+      resumed.seek(position);
+      EXPECT_EQ(resumed.position(), position);
+      EXPECT_EQ(read_all(resumed, 50), rest);
+    }
+  CriteoReader reader(paths, options);
+  EXPECT_THROW(reader.seek("criteo:2:7:1"), InvalidArgument);  // not a line start (gzip)
+  EXPECT_THROW(reader.seek("criteo:7:0:0"), InvalidArgument);  // past 3 files x 2 epochs
+  EXPECT_EQ(reader.position(), options.begin);
+}
+
+TEST(CriteoReaderRealFilesTest, BytesLeftCountsEpochsAndTheReadPart) {
+  TempFiles files;
+  const std::string line = valid_line("1") + "\n";
+  const auto size = static_cast<int64_t>(line.size());
+  const std::vector<std::string> paths = {files.write("a", line + line),
+                                          files.write("b", line + line + line)};
+  CriteoReader reader(paths, {.vocabulary_sizes = test_vocabulary(), .epochs = 2});
+  EXPECT_EQ(reader.bytes_left(reader.position()), 10 * size);
+  reader.skip_lines(3);
+  EXPECT_EQ(reader.position(), "criteo:1:" + std::to_string(size) + ":1");
+  EXPECT_EQ(reader.bytes_left(reader.position()), 7 * size);
+  EXPECT_EQ(reader.bytes_read(), 3 * size);
+  reader.skip_lines(100);
+  EXPECT_EQ(reader.bytes_left(reader.position()), 0);
 }
 
 }  // namespace

@@ -47,6 +47,7 @@ TrainSummary sample_summary() {
   s.embedding_bytes = 134217728;
   s.peak_resident_bytes = 182714368;
   s.malformed_lines = 2;
+  s.short_lines = 469;
   s.malformed_messages = {"day_0.tsv:7: 12 fields, expected 40", "day_0.tsv:9: bad hex"};
   return s;
 }
@@ -75,7 +76,7 @@ TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
   EXPECT_EQ(text.front(), '{');
   EXPECT_EQ(text.substr(text.size() - 2), "}\n");
   const auto fields = json_fields(text);
-  EXPECT_EQ(fields.size(), 25u);
+  EXPECT_EQ(fields.size(), 26u);
   const auto number = [&](const std::string& name) {
     return std::strtod(fields.at(name).c_str(), nullptr);
   };
@@ -105,6 +106,9 @@ TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
   EXPECT_EQ(fields.at("embedding_bytes"), "134217728");
   EXPECT_EQ(fields.at("peak_resident_bytes"), "182714368");
   EXPECT_EQ(fields.at("malformed_lines"), "2");
+  EXPECT_EQ(fields.at("short_lines"), "469");
+  EXPECT_THAT(format_summary(s), HasSubstr("read 469 short input lines (fewer than 40 fields: the "
+                                           "missing trailing fields taken as empty)\n"));
 }
 
 // Dynamic tables: a line for all of them, one for the table holding the most keys, and every
@@ -130,7 +134,7 @@ TEST(RunReport, VocabulariesOfDynamicTables) {
                 "0 lookups of keys not admitted\n"));
   write_summary_json(s, dir / "summary.json");
   const std::string text = read_text(dir / "summary.json");
-  EXPECT_THAT(text, HasSubstr("\"malformed_lines\": 2,\n  \"vocabularies\": {\n"
+  EXPECT_THAT(text, HasSubstr("\"short_lines\": 469,\n  \"vocabularies\": {\n"
                               "    \"C1\": {\"capacity\": 100, \"keys\": 90, \"admitted\": 130, "
                               "\"evicted\": 40, \"not_admitted_lookups\": 7},\n"
                               "    \"C2\": {\"capacity\": 5000, \"keys\": 4000, \"admitted\": "

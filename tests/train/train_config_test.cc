@@ -10,11 +10,14 @@
 #include "recemb/error.h"
 
 #include "testing/error_of.h"
+#include "testing/temporary_directory.h"
 
 namespace recemb::train {
 namespace {
 
 using test::error_of;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 std::string write_file(const std::string& name, const std::string& text) {
@@ -25,7 +28,10 @@ std::string write_file(const std::string& name, const std::string& text) {
 
 TEST(TrainConfig, DefaultsAreTheDocumentedOnes) {
   const TrainConfig c = load_train_config("", {});
-  EXPECT_EQ(c.data.path, "");
+  EXPECT_TRUE(c.data.paths.empty());
+  EXPECT_EQ(c.train.epochs, 1);
+  EXPECT_EQ(c.data.eval_fraction, 0.0);
+  EXPECT_FALSE(c.data.strict);
   EXPECT_EQ(c.data.preset, "small");
   EXPECT_EQ(c.data.eval_examples, 65536);
   EXPECT_EQ(c.model.embedding_dim, 16);
@@ -63,7 +69,7 @@ optimizer = "rowwise_adagrad"
   EXPECT_EQ(c.model.top_mlp, (std::vector<int64_t>{8}));
   EXPECT_DOUBLE_EQ(c.embedding.learning_rate, 2.0);
   EXPECT_EQ(c.train.steps, 9);
-  EXPECT_EQ(c.data.path, "day_0.tsv");
+  EXPECT_THAT(c.data.paths, ElementsAre("day_0.tsv"));
   ASSERT_EQ(c.tables.count("C3"), 1u);
   EXPECT_EQ(c.tables.at("C3").vocabulary_size, 5000);
   EXPECT_EQ(c.tables.at("C3").optimizer, "rowwise_adagrad");
@@ -159,10 +165,10 @@ TEST(TrainConfig, BareWordsAreStringsWhereTheSettingIsAString) {
            "data.path=/data/day_0.tsv", "output.dir=2024", "embedding.sharding=row_wise"});
   EXPECT_EQ(c.embedding.optimizer, "rowwise_adagrad");
   EXPECT_EQ(c.tables.at("C3").optimizer, "adam");
-  EXPECT_EQ(c.data.path, "/data/day_0.tsv");
+  EXPECT_THAT(c.data.paths, ElementsAre("/data/day_0.tsv"));
   EXPECT_EQ(c.output.dir, "2024");
   EXPECT_EQ(c.embedding.sharding, "row_wise");
-  EXPECT_EQ(load_train_config("", {"data.path=\"x y.tsv\""}).data.path, "x y.tsv");
+  EXPECT_THAT(load_train_config("", {"data.path=\"x y.tsv\""}).data.paths, ElementsAre("x y.tsv"));
   EXPECT_THAT(error_of<InvalidArgument>([] { load_train_config("", {"data.path=x y.tsv"}); }),
               AllOf(HasSubstr("data.path is a string"), HasSubstr("--set data.path='\"")));
   EXPECT_THAT(error_of<InvalidArgument>([] { load_train_config("", {"train.steps=many"}); }),
@@ -311,6 +317,53 @@ TEST(TrainConfig, ResumeRefusesSettingsThatChangeTheUpdates) {
                              "checkpoint.dir=elsewhere", "output.dir=other", "embedding.threads=3",
                              "embedding.sharding=row_wise", "data.max_malformed=0"}),
       "ckpt"));
+}
+
+TEST(TrainConfig, DataPathIsOneStringOrAListAndTheDataSettingsAreChecked) {
+  const TrainConfig one = load_train_config("", {"data.path=\"day_0.gz\""});
+  EXPECT_THAT(one.data.paths, ElementsAre("day_0.gz"));
+  EXPECT_THAT(to_toml(one), HasSubstr("path = 'day_0.gz'"));  // a string, as configs had it
+  const TrainConfig several =
+      load_train_config("", {"data.path=[\"day_0.gz\", \"day_*.gz\"]", "train.epochs=3",
+                             "data.eval_fraction=0.05", "data.strict=true"});
+  EXPECT_THAT(several.data.paths, ElementsAre("day_0.gz", "day_*.gz"));
+  EXPECT_EQ(several.train.epochs, 3);
+  EXPECT_EQ(several.data.eval_fraction, 0.05);
+  EXPECT_TRUE(several.data.strict);
+  // The effective settings load back to the same.
+  const test::TemporaryDirectory dir;
+  std::ofstream(dir / "config.toml") << to_toml(several);
+  const TrainConfig again = load_train_config((dir / "config.toml").string(), {});
+  EXPECT_EQ(to_toml(again), to_toml(several));
+  // An old checkpoint's settings (no epochs, eval_fraction, strict) resume a run of defaults.
+  EXPECT_NO_THROW(check_resume_settings("[data]\npath = 'day_0.gz'\n",
+                                        load_train_config("", {"data.path=\"day_0.gz\""}), "ckpt"));
+  EXPECT_THROW(check_resume_settings(to_toml(one), several, "ckpt"), InvalidArgument);
+  // The reader's threads do not change what it reads.
+  EXPECT_NO_THROW(check_resume_settings(
+      to_toml(one), load_train_config("", {"data.path=\"day_0.gz\"", "data.reader_threads=2"}),
+      "ckpt"));
+
+  for (const auto& [setting, message] : std::vector<std::pair<std::string, std::string>>{
+           {"train.epochs=0", "train.epochs must be >= 1"},
+           {"train.epochs=-2", "train.epochs must be >= 1"},
+           {"data.eval_fraction=1.0", "data.eval_fraction must be in (0, 1)"},
+           {"data.eval_fraction=-0.1", "data.eval_fraction must be in (0, 1)"},
+           {"data.eval_fraction=1.5", "data.eval_fraction must be in (0, 1)"},
+           {"data.path=[\"a\", 3]", "'data.path' must be a string or a list of strings"},
+           {"data.path=[\"a\", \"\"]", "data.path: an empty path"},
+           {"data.strict=1", "'data.strict': expected boolean"},
+           {"data.reader_threads=3", "data.reader_threads must be 1 or 2, not 3"},
+           {"data.reader_threads=0", "data.reader_threads must be 1 or 2, not 0"},
+       }) {
+    EXPECT_THAT(error_of<InvalidArgument>([&] { load_train_config("", {setting}); }),
+                HasSubstr(message))
+        << setting;
+  }
+  EXPECT_THAT(error_of<InvalidArgument>([] {
+                load_train_config("", {"data.eval_fraction=0.1", "data.eval_path=\"held.tsv\""});
+              }),
+              AllOf(HasSubstr("data.eval_fraction"), HasSubstr("data.eval_path")));
 }
 
 }  // namespace

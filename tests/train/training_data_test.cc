@@ -1,6 +1,6 @@
 // open_training_data (train/training_data.cc): the synthetic stream and its planted model's
 // metrics, a Criteo file's head held out (at most a fifth of a small file), a held-out file of its
-// own, and the refusals; bytes_before. The trainer's use of it is in trainer_test.cc.
+// own, and the refusals. The trainer's use of it is in trainer_test.cc.
 #include "train/training_data.h"
 
 #include <filesystem>
@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 #include <vector>
+#include <zlib.h>
 
 #include "recemb/error.h"
 
@@ -140,7 +141,7 @@ TEST(TrainingDataTest, ASmallFileIsHeldOutUpToAFifth) {
   EXPECT_EQ(count_examples(*data.train_source), 100 - data.eval_set.size);
   EXPECT_THAT(data.held_out_message,
               AllOf(HasSubstr("data.eval_examples = 4096 would hold out 100 examples"),
-                    HasSubstr("(100% of the file)"),
+                    HasSubstr("(100% of the data)"),
                     HasSubstr("holding out its first " + std::to_string(data.eval_set.size))));
 
   write_lines(dir / "one.tsv", 1, 4);
@@ -157,12 +158,156 @@ TEST(TrainingDataTest, ASmallFileIsHeldOutUpToAFifth) {
                InvalidArgument);
 }
 
-TEST(TrainingDataTest, BytesBeforeAPosition) {
+// Example i of `batch` as one vector: label, 13 dense values, 26 ids.
+std::vector<double> example(const ExampleBatch& batch, int64_t i) {
+  std::vector<double> values = {batch.labels[static_cast<size_t>(i)]};
+  for (int j = 0; j < 13; ++j) values.push_back(batch.dense[static_cast<size_t>(i * 13 + j)]);
+  for (int f = 0; f < 26; ++f) {
+    values.push_back(static_cast<double>(batch.categorical_ids(f)[static_cast<size_t>(i)]));
+  }
+  return values;
+}
+
+// Every example of `source`, in order.
+std::vector<std::vector<double>> all_examples(ExampleSource& source) {
+  std::vector<std::vector<double>> all;
+  ExampleBatch batch;
+  while (source.next(batch, 64) > 0) {
+    for (int64_t i = 0; i < batch.size; ++i) all.push_back(example(batch, i));
+  }
+  return all;
+}
+
+void write_gzip(const std::filesystem::path& path, const std::string& text) {
+  gzFile file = gzopen(path.c_str(), "wb");
+  ASSERT_NE(file, nullptr);
+  ASSERT_EQ(gzwrite(file, text.data(), static_cast<unsigned>(text.size())),
+            static_cast<int>(text.size()));
+  ASSERT_EQ(gzclose(file), Z_OK);
+}
+
+// The examples of `paths` read as one plain file each by a reader of its own (the reference).
+std::vector<std::vector<double>> reference_examples(const std::vector<std::string>& paths) {
+  CriteoReader reader(paths, {.vocabulary_sizes = kSizes});
+  return all_examples(reader);
+}
+
+TEST(TrainingDataTest, GlobsExpandInSortedOrderAndMustMatch) {
   const test::TemporaryDirectory dir;
-  std::ofstream(dir / "f.tsv") << std::string(1234, 'x');
-  EXPECT_EQ(bytes_before("criteo:0:517:12", (dir / "f.tsv").string()), 517);
-  EXPECT_EQ(bytes_before("criteo:0:0:0", (dir / "f.tsv").string()), 0);
-  EXPECT_EQ(bytes_before("criteo:1:0:0", (dir / "f.tsv").string()), 1234);  // at its end
+  for (const char* name : {"day_2.gz", "day_0.gz", "day_1.tsv", "other.tsv"}) {
+    std::ofstream(dir / name) << "";
+  }
+  const std::string d = dir.path().string() + "/";
+  EXPECT_THAT(expand_data_paths({d + "day_*", d + "other.tsv", d + "not_a_glob"}),
+              ::testing::ElementsAre(d + "day_0.gz", d + "day_1.tsv", d + "day_2.gz",
+                                     d + "other.tsv", d + "not_a_glob"));
+  EXPECT_THAT(expand_data_paths({d + "day_[01]*"}),
+              ::testing::ElementsAre(d + "day_0.gz", d + "day_1.tsv"));
+  try {
+    expand_data_paths({d + "day_*", d + "week_*.gz"});
+    FAIL() << "no error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), AllOf(HasSubstr("data.path"), HasSubstr("'" + d + "week_*.gz'"),
+                                    HasSubstr("matches no file")));
+  }
+}
+
+TEST(TrainingDataTest, SeveralFilesPlainAndGzipTrainInOrderForEachEpoch) {
+  const test::TemporaryDirectory dir;
+  std::mt19937_64 random(7);
+  std::vector<std::string> plain;
+  for (int f = 0; f < 3; ++f) {
+    const std::string text = test::random_criteo_text(random, 300);
+    const std::string name = "day_" + std::to_string(f);
+    plain.push_back((dir / (name + ".plain")).string());
+    std::ofstream(plain.back()) << text;
+    write_gzip(dir / (name + ".gz"), text);
+  }
+  const std::vector<std::vector<double>> reference = reference_examples(plain);
+  ASSERT_EQ(reference.size(), 900u);
+  TrainingData data =
+      open_training_data(config_with({"data.path=[\"" + dir.path().string() + "/day_*.gz\"]",
+                                      "data.eval_examples=100", "train.epochs=2"}),
+                         kSizes);
+  EXPECT_EQ(data.description,
+            "3 files, " + (dir / "day_0.gz").string() + " ... " + (dir / "day_2.gz").string());
+  ASSERT_EQ(data.eval_set.size, 100);
+  for (int64_t i = 0; i < 100; ++i) EXPECT_EQ(example(data.eval_set, i), reference[i]);
+  // Each epoch trains on what follows the held-out head, never on the head itself.
+  std::vector<std::vector<double>> expected(reference.begin() + 100, reference.end());
+  expected.insert(expected.end(), reference.begin() + 100, reference.end());
+  EXPECT_EQ(examples_left(data, data.train_source->position()), std::nullopt);  // gzip
+  EXPECT_EQ(all_examples(*data.train_source), expected);
+
+  // Plain files: the examples left are estimated from their bytes, both epochs counted.
+  data = open_training_data(
+      config_with({"data.path=[\"" + plain[0] + "\", \"" + plain[1] + "\", \"" + plain[2] + "\"]",
+                   "data.eval_examples=100", "train.epochs=2"}),
+      kSizes);
+  const std::optional<int64_t> left = examples_left(data, data.train_source->position());
+  ASSERT_TRUE(left.has_value());
+  EXPECT_NEAR(static_cast<double>(*left), 1600, 1600 * 0.15);
+}
+
+TEST(TrainingDataTest, EvalFractionHoldsOutTheTailOfTheTrainingData) {
+  const test::TemporaryDirectory dir;
+  std::mt19937_64 random(9);
+  std::vector<std::string> paths;
+  for (int f = 0; f < 2; ++f) {
+    paths.push_back((dir / ("part_" + std::to_string(f) + ".tsv")).string());
+    std::ofstream(paths.back()) << test::random_criteo_text(random, 500);
+  }
+  const std::vector<std::vector<double>> reference = reference_examples(paths);
+  const std::string path = "data.path=[\"" + paths[0] + "\", \"" + paths[1] + "\"]";
+  // A tenth of 1000 lines: lines 901..1000, which lie in the second file.
+  TrainingData data = open_training_data(
+      config_with({path, "data.eval_fraction=0.1", "data.eval_examples=5000", "train.epochs=3"}),
+      kSizes);
+  ASSERT_EQ(data.eval_set.size, 100);
+  for (int64_t i = 0; i < 100; ++i) EXPECT_EQ(example(data.eval_set, i), reference[900 + i]);
+  std::vector<std::vector<double>> expected;
+  for (int e = 0; e < 3; ++e)
+    expected.insert(expected.end(), reference.begin(), reference.end() - 100);
+  EXPECT_TRUE(data.held_out_message.empty());
+  // The examples left: 3 epochs of the 900 lines before the tail (the lines' lengths vary).
+  const std::optional<int64_t> left = examples_left(data, data.train_source->position());
+  ASSERT_TRUE(left.has_value());
+  EXPECT_NEAR(static_cast<double>(*left), 2700, 2700 * 0.15);
+  EXPECT_EQ(all_examples(*data.train_source), expected);
+  // data.eval_examples caps the held-out set: the tail's first examples.
+  data = open_training_data(config_with({path, "data.eval_fraction=0.25", "data.eval_examples=30"}),
+                            kSizes);
+  ASSERT_EQ(data.eval_set.size, 30);
+  for (int64_t i = 0; i < 30; ++i) EXPECT_EQ(example(data.eval_set, i), reference[750 + i]);
+  EXPECT_EQ(all_examples(*data.train_source).size(), 750u);
+  // A fraction that holds out no line.
+  try {
+    open_training_data(config_with({path, "data.eval_fraction=0.0001"}), kSizes);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), AllOf(HasSubstr("data.eval_fraction"), HasSubstr("1000 lines")));
+  }
+}
+
+TEST(TrainingDataTest, StrictDataRefusesANonCanonicalLine) {
+  const test::TemporaryDirectory dir;
+  std::mt19937_64 random(10);
+  std::string text = test::random_criteo_text(random, 50);
+  text += "1\t2\t3\n";  // a short line: 3 fields
+  std::ofstream(dir / "short.tsv") << text;
+  const std::string path = "data.path=\"" + (dir / "short.tsv").string() + "\"";
+  TrainingData lenient = open_training_data(config_with({path, "data.eval_examples=5"}), kSizes);
+  EXPECT_EQ(all_examples(*lenient.train_source).size(), 46u);
+  EXPECT_EQ(lenient.train_reader->short_lines(), 1);
+  try {
+    TrainingData strict =
+        open_training_data(config_with({path, "data.eval_examples=5", "data.strict=true"}), kSizes);
+    all_examples(*strict.train_source);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), AllOf(HasSubstr((dir / "short.tsv").string() + ":51: a short line"),
+                                    HasSubstr("data.strict")));
+  }
 }
 
 }  // namespace

@@ -45,7 +45,8 @@ CLI::App* add_train(CLI::App& app, TrainArguments& args) {
   train->add_option("-s,--set", args.overrides,
                     "Change one setting: section.key=value, the value in TOML syntax "
                     "(--set model.top_mlp=[128,64]); repeatable, applied in order, last wins");
-  train->add_option("--data", args.data, "Criteo TSV file to train on (data.path)");
+  train->add_option("--data", args.data,
+                    "Criteo TSV files (plain or gzip) or globs to train on, in order (data.path)");
   train->add_option("--eval-data", args.eval_data, "Held-out Criteo TSV file (data.eval_path)");
   train->add_option("--preset", args.preset, "Table sizes: small, criteo-kaggle, criteo-1tb");
   train->add_option("--steps", args.steps, "Training steps (train.steps)");

@@ -92,7 +92,13 @@ class StopOnSignals {
 
 std::vector<std::string> train_overrides(const TrainArguments& args) {
   std::vector<std::string> overrides;
-  if (!args.data.empty()) overrides.push_back("data.path=" + toml_string(args.data));
+  if (args.data.size() == 1) overrides.push_back("data.path=" + toml_string(args.data.front()));
+  if (args.data.size() > 1) {
+    std::string list;
+    for (const std::string& path : args.data)
+      list += (list.empty() ? "" : ", ") + toml_string(path);
+    overrides.push_back("data.path=[" + list + "]");
+  }
   if (!args.eval_data.empty()) overrides.push_back("data.eval_path=" + toml_string(args.eval_data));
   if (!args.preset.empty()) overrides.push_back("data.preset=" + toml_string(args.preset));
   if (!args.output.empty()) overrides.push_back("output.dir=" + toml_string(args.output));

@@ -18,7 +18,8 @@ struct TrainArguments {
   std::vector<std::string> overrides = {};  // "section.key=value", applied after the shortcuts
   // Shortcuts for common settings; empty / not given leave the setting alone (a value given is
   // checked as the setting is: --steps 0 is an error).
-  std::string data = {}, eval_data = {}, preset = {}, output = {};
+  std::vector<std::string> data = {};  // data.path: files or globs, in order
+  std::string eval_data = {}, preset = {}, output = {};
   std::optional<int64_t> steps = {}, batch_size = {};
   std::optional<int> threads = {};
   bool resume = false;

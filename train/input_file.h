@@ -1,0 +1,64 @@
+// A file read from start to end, plain or gzip-compressed: the one file of recemb that uses zlib.
+// A gzip file is recognised by its magic bytes (1f 8b), whatever its name, and decompressed as it
+// is read (members one after the other, as `zcat` does); any other file is read as it is.
+// Offsets count the bytes as read (decompressed). With `decompress_ahead`, a gzip file is
+// decompressed by a thread of its own, a few MiB ahead of the reader (the reader's second thread:
+// docs/training.md, "Reading speed").
+#ifndef RECEMB_TRAIN_INPUT_FILE_H_
+#define RECEMB_TRAIN_INPUT_FILE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace recemb::train {
+
+class InputFile {
+ public:
+  // Opens `path` for reading; std::system_error naming the path and the system's reason when it
+  // cannot. Reads nothing yet (with `decompress_ahead` and a gzip file, a thread starts to).
+  explicit InputFile(std::string path, bool decompress_ahead = false);
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+
+  // Up to `size` bytes into `data`; fewer only at the end of the file (0 there), or, decompressing
+  // ahead, at the end of a chunk of the thread's. A read error throws std::system_error, damaged
+  // gzip data (corrupt or truncated) throws DataLoss naming the file and the decompressed offset
+  // reached; both name the path. Decompressing ahead, the error comes when the bytes before it
+  // are read.
+  size_t read(char* data, size_t size);
+
+  // Moves to decompressed byte `offset` (>= 0): a plain file seeks, a gzip file decompresses from
+  // its start (or from the current offset when ahead) up to it. An offset past the end leaves
+  // the file at its end (read() then returns 0). Errors as read()'s.
+  void seek(int64_t offset);
+
+  // Whether the file is gzip-compressed (its first two bytes are the gzip magic).
+  bool compressed() const { return compressed_; }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  class Decompressor;  // the thread decompressing ahead
+
+  // read() without the thread.
+  size_t read_file(char* data, size_t size);
+  [[noreturn]] void throw_error(int zlib_error, const char* zlib_message) const;
+
+  std::string path_;
+  void* file_;  // zlib's gzFile
+  bool compressed_ = false;
+  int64_t offset_ = 0;                   // decompressed bytes read from file_ so far
+  std::unique_ptr<Decompressor> ahead_;  // when decompressing ahead (a gzip file)
+};
+
+// The size of `path` in bytes when it is a plain file; nullopt for a gzip file (its decompressed
+// size is only known by reading it). std::system_error as InputFile's constructor.
+std::optional<int64_t> plain_file_size(const std::string& path);
+
+}  // namespace recemb::train
+
+#endif  // RECEMB_TRAIN_INPUT_FILE_H_
