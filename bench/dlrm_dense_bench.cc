@@ -1,7 +1,8 @@
 // Time of the trainer's dense layers per step (train/dlrm_dense_model.h): train_step (forward and
 // backward of bottom MLP, interaction, top MLP and loss), predict, and the dense optimizer's
-// update, on one thread, for DLRM's default shapes (13 dense features, 26 embeddings of dim 16,
-// bottom MLP 64-16, top MLP 64-32-1) and batch sizes 512 and 4096.
+// update, on 1 and 2 threads (the model's num_threads), for DLRM's default shapes (13 dense
+// features, 26 embeddings of dim 16, bottom MLP 64-16, top MLP 64-32-1) and batch sizes 512, 2048
+// (`recemb train`'s default) and 4096.
 //
 // Counters: items_processed = examples, and GFLOP/s of the nominal work: 2 flops per multiply-add
 // of the matrix products (forward B * sum(in * out) over all layers, backward twice that, less the
@@ -64,7 +65,7 @@ double forward_multiply_adds(const DlrmDenseModel& model) {
 }
 
 void BM_TrainStep(benchmark::State& state) {
-  const DlrmDenseConfig config = {};
+  const DlrmDenseConfig config = {.num_threads = static_cast<int>(state.range(1))};
   const int64_t batch_size = state.range(0);
   DlrmDenseModel model(config);
   Inputs inputs = make_inputs(config, batch_size);
@@ -79,7 +80,7 @@ void BM_TrainStep(benchmark::State& state) {
 }
 
 void BM_Predict(benchmark::State& state) {
-  const DlrmDenseConfig config = {};
+  const DlrmDenseConfig config = {.num_threads = static_cast<int>(state.range(1))};
   const int64_t batch_size = state.range(0);
   DlrmDenseModel model(config);
   Inputs inputs = make_inputs(config, batch_size);
@@ -105,8 +106,16 @@ void BM_DenseAdamApply(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * model.num_parameters());
 }
 
-BENCHMARK(BM_TrainStep)->ArgName("batch")->Arg(512)->Arg(4096)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Predict)->ArgName("batch")->Arg(512)->Arg(4096)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainStep)
+    ->ArgNames({"batch", "threads"})
+    ->ArgsProduct({{512, 2048, 4096}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Predict)
+    ->ArgNames({"batch", "threads"})
+    ->ArgsProduct({{512, 2048, 4096}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DenseAdamApply)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
