@@ -9,7 +9,13 @@
 namespace recemb::train {
 namespace {
 
-constexpr int64_t kLanes = 8;          // examples per block
+// Examples per block: a vector register of floats (the kernels' sums of one example stay in
+// one lane, so results do not depend on it).
+#ifdef __AVX512F__
+constexpr int64_t kLanes = 16;
+#else
+constexpr int64_t kLanes = 8;
+#endif
 constexpr int64_t kBlocksPerTask = 8;  // blocks per task of the WorkerPool
 constexpr int64_t kTaskExamples = kLanes * kBlocksPerTask;
 
