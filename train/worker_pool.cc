@@ -45,15 +45,14 @@ void WorkerPool::run_erased(int64_t num_tasks, TaskRef task) {
     const std::lock_guard lock(mutex_);
     task_ = task;
     num_tasks_ = num_tasks;
-    next_task_.store(0, std::memory_order_relaxed);
-    busy_workers_ = static_cast<int>(threads_.size());
+    next_task_ = 0;
+    completed_ = 0;
     ++generation_;
   }
   wake_.notify_all();
   take_tasks(0);
   std::unique_lock lock(mutex_);
-  done_.wait(lock, [this] { return busy_workers_ == 0; });
-  task_ = {};
+  done_.wait(lock, [this] { return completed_ == num_tasks_; });
 }
 
 void WorkerPool::work(int worker) {
@@ -66,19 +65,22 @@ void WorkerPool::work(int worker) {
       seen = generation_;
     }
     take_tasks(worker);
-    bool last = false;
-    {
-      const std::lock_guard lock(mutex_);
-      last = --busy_workers_ == 0;
-    }
-    if (last) done_.notify_one();
   }
 }
 
 void WorkerPool::take_tasks(int worker) {
-  for (int64_t t = next_task_.fetch_add(1, std::memory_order_relaxed); t < num_tasks_;
-       t = next_task_.fetch_add(1, std::memory_order_relaxed)) {
-    task_.call(task_.task, t, worker);
+  for (;;) {
+    TaskRef task;
+    int64_t t = 0;
+    {
+      const std::lock_guard lock(mutex_);
+      if (next_task_ >= num_tasks_) return;
+      t = next_task_++;
+      task = task_;
+    }
+    task.call(task.task, t, worker);
+    const std::lock_guard lock(mutex_);
+    if (++completed_ == num_tasks_) done_.notify_one();
   }
 }
 

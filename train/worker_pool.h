@@ -14,7 +14,6 @@
 #ifndef RECEMB_TRAIN_WORKER_POOL_H_
 #define RECEMB_TRAIN_WORKER_POOL_H_
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -60,14 +59,15 @@ class WorkerPool {
   std::vector<std::thread> threads_;
   std::mutex mutex_;
   std::condition_variable wake_;  // workers: a run started or the pool is closing
-  std::condition_variable done_;  // the caller: the last worker left the run
-  uint64_t generation_ = 0;       // runs started (guarded by mutex_)
-  int busy_workers_ = 0;          // workers inside the current run (guarded by mutex_)
+  std::condition_variable done_;  // the caller: the run's last task returned
+  // All guarded by mutex_. A run ends when its tasks have returned, whether or not every worker
+  // took part (a worker the system has not scheduled yet holds nobody up).
+  uint64_t generation_ = 0;  // runs started
   bool closing_ = false;
-  // The current run.
-  TaskRef task_ = {};
+  TaskRef task_ = {};  // the current run's
   int64_t num_tasks_ = 0;
-  std::atomic<int64_t> next_task_{0};
+  int64_t next_task_ = 0;  // the first task not taken
+  int64_t completed_ = 0;  // tasks returned
 };
 
 // pool->run(num_tasks, task), or task(t, 0) for t in order on the caller when pool is null.
