@@ -39,6 +39,7 @@
 // read an uninitialised value: their "undefined" vector operands are deliberately so.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <Eigen/Core>
 #pragma GCC diagnostic pop
 
