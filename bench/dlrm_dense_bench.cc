@@ -1,20 +1,44 @@
 // Time of the trainer's dense layers per step (train/dlrm_dense_model.h): train_step (forward and
 // backward of bottom MLP, interaction, top MLP and loss), predict, and the dense optimizer's
-// update, on one thread, for DLRM's default shapes (13 dense features, 26 embeddings of dim 16,
-// bottom MLP 64-16, top MLP 64-32-1) and batch sizes 512 and 4096.
+// update, on 1 and 2 threads (the model's num_threads), for DLRM's default shapes (13 dense
+// features, 26 embeddings of dim 16, bottom MLP 64-16, top MLP 64-32-1) and batch sizes 512, 2048
+// (`recemb train`'s default) and 4096.
 //
 // Counters: items_processed = examples, and GFLOP/s of the nominal work: 2 flops per multiply-add
 // of the matrix products (forward B * sum(in * out) over all layers, backward twice that, less the
 // input gradient of the first layer) and of the interaction (forward B * pairs * dim, backward
 // twice that). Inputs are random and fixed; the parameters are not updated between iterations.
+//
+// BM_Gemm: the matrix products of the top MLP's first layer (367 -> 64, three quarters of the
+// model's multiply-adds) as the MLP computes them, on blocks of 256 rows (mlp.h), for a batch of
+// 2048 (8 blocks spread over 1 or 2 threads, each block's product on one thread): forward
+// X W, weight gradient X^T D, input gradient D W^T; and the second layer's forward. Each through
+// Eigen and, where the build found them, OpenBLAS, oneDNN (dnnl_sgemm) and libxsmm (libxsmm_sgemm,
+// and a JIT kernel of the whole block where libxsmm makes one), each library on one thread per
+// block (docs/training.md, "Dense layers").
 #include <benchmark/benchmark.h>
 #include <cstdint>
 #include <random>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "train/dense_optimizer.h"
 #include "train/dlrm_dense_model.h"
+#include "train/eigen.h"
+#include "train/worker_pool.h"
+
+#ifdef RECEMB_BENCH_OPENBLAS
+#include <cblas.h>
+#endif
+#ifdef RECEMB_BENCH_DNNL
+#include <dnnl.h>
+#include <omp.h>
+#endif
+#ifdef RECEMB_BENCH_LIBXSMM
+#include <libxsmm.h>
+#endif
 
 namespace {
 
@@ -64,7 +88,7 @@ double forward_multiply_adds(const DlrmDenseModel& model) {
 }
 
 void BM_TrainStep(benchmark::State& state) {
-  const DlrmDenseConfig config = {};
+  const DlrmDenseConfig config = {.num_threads = static_cast<int>(state.range(1))};
   const int64_t batch_size = state.range(0);
   DlrmDenseModel model(config);
   Inputs inputs = make_inputs(config, batch_size);
@@ -79,7 +103,7 @@ void BM_TrainStep(benchmark::State& state) {
 }
 
 void BM_Predict(benchmark::State& state) {
-  const DlrmDenseConfig config = {};
+  const DlrmDenseConfig config = {.num_threads = static_cast<int>(state.range(1))};
   const int64_t batch_size = state.range(0);
   DlrmDenseModel model(config);
   Inputs inputs = make_inputs(config, batch_size);
@@ -105,8 +129,163 @@ void BM_DenseAdamApply(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * model.num_parameters());
 }
 
-BENCHMARK(BM_TrainStep)->ArgName("batch")->Arg(512)->Arg(4096)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Predict)->ArgName("batch")->Arg(512)->Arg(4096)->Unit(benchmark::kMillisecond);
+// One matrix product C [m, n] += op(A) op(B), row-major, op(A) [m, k], op(B) [k, n], A stored
+// transposed ([k, m]) when transpose_a, B ([n, k]) when transpose_b.
+struct GemmShape {
+  const char* name;
+  int m, n, k;
+  bool transpose_a, transpose_b;
+};
+constexpr GemmShape kGemmShapes[] = {
+    {"top0_forward", 256, 64, 367, false, false},
+    {"top0_weight_gradient", 367, 64, 256, true, false},
+    {"top0_input_gradient", 256, 367, 64, false, true},
+    {"top1_forward", 256, 32, 64, false, false},
+};
+constexpr int64_t kGemmBlocks = 8;  // a batch of 2048 rows
+
+enum class GemmLibrary { kEigen, kOpenBlas, kDnnl, kLibxsmm, kLibxsmmJit };
+
+void gemm_eigen(const GemmShape& shape, const float* a, const float* b, float* c) {
+  using recemb::train::ConstMatrixMap;
+  using recemb::train::MatrixMap;
+  MatrixMap out(c, shape.m, shape.n);
+  if (shape.transpose_a) {
+    out.noalias() +=
+        ConstMatrixMap(a, shape.k, shape.m).transpose() * ConstMatrixMap(b, shape.k, shape.n);
+  } else if (shape.transpose_b) {
+    out.noalias() +=
+        ConstMatrixMap(a, shape.m, shape.k) * ConstMatrixMap(b, shape.n, shape.k).transpose();
+  } else {
+    out.noalias() += ConstMatrixMap(a, shape.m, shape.k) * ConstMatrixMap(b, shape.k, shape.n);
+  }
+}
+
+void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library) {
+  const int num_threads = static_cast<int>(state.range(0));
+  std::mt19937_64 random(2);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const auto filled = [&](int size) {
+    std::vector<float> values(static_cast<size_t>(size * kGemmBlocks));
+    for (float& value : values) value = uniform(random);
+    return values;
+  };
+  const std::vector<float> a = filled(shape.m * shape.k);
+  const std::vector<float> b = filled(shape.k * shape.n);
+  std::vector<float> c = filled(shape.m * shape.n);
+  const int lda = shape.transpose_a ? shape.m : shape.k;
+  const int ldb = shape.transpose_b ? shape.k : shape.n;
+#ifdef RECEMB_BENCH_OPENBLAS
+  openblas_set_num_threads(1);
+#endif
+#ifdef RECEMB_BENCH_LIBXSMM
+  libxsmm_smmfunction jit = nullptr;
+  if (library == GemmLibrary::kLibxsmmJit) {
+    // Column-major: C^T [n, m] += B^T A^T.
+    const float one = 1.0f;
+    const libxsmm_blasint m = shape.n, n = shape.m, k = shape.k;
+    jit = libxsmm_smmdispatch(m, n, k, nullptr, nullptr, nullptr, &one, &one, nullptr, nullptr);
+    if (jit == nullptr) {
+      state.SkipWithError("libxsmm makes no JIT kernel of this shape");
+      return;
+    }
+  }
+#endif
+  recemb::train::WorkerPool pool(num_threads);
+  const auto block_product = [&](int64_t block, int) {
+    const float* block_a = a.data() + block * shape.m * shape.k;
+    const float* block_b = b.data() + block * shape.k * shape.n;
+    float* block_c = c.data() + block * shape.m * shape.n;
+    switch (library) {
+      case GemmLibrary::kEigen:
+        gemm_eigen(shape, block_a, block_b, block_c);
+        break;
+#ifdef RECEMB_BENCH_OPENBLAS
+      case GemmLibrary::kOpenBlas:
+        cblas_sgemm(CblasRowMajor, shape.transpose_a ? CblasTrans : CblasNoTrans,
+                    shape.transpose_b ? CblasTrans : CblasNoTrans, shape.m, shape.n, shape.k, 1.0f,
+                    block_a, lda, block_b, ldb, 1.0f, block_c, shape.n);
+        break;
+#endif
+#ifdef RECEMB_BENCH_DNNL
+      case GemmLibrary::kDnnl:
+        omp_set_num_threads(1);  // this thread's OpenMP regions
+        dnnl_sgemm(shape.transpose_a ? 'T' : 'N', shape.transpose_b ? 'T' : 'N', shape.m, shape.n,
+                   shape.k, 1.0f, block_a, lda, block_b, ldb, 1.0f, block_c, shape.n);
+        break;
+#endif
+#ifdef RECEMB_BENCH_LIBXSMM
+      case GemmLibrary::kLibxsmm: {
+        const char transpose_b = shape.transpose_b ? 'T' : 'N';
+        const char transpose_a = shape.transpose_a ? 'T' : 'N';
+        const libxsmm_blasint m = shape.n, n = shape.m, k = shape.k, ld_b = ldb, ld_a = lda,
+                              ld_c = shape.n;
+        const float one = 1.0f;
+        libxsmm_sgemm(&transpose_b, &transpose_a, &m, &n, &k, &one, block_b, &ld_b, block_a, &ld_a,
+                      &one, block_c, &ld_c);
+        break;
+      }
+      case GemmLibrary::kLibxsmmJit:
+        jit(block_b, block_a, block_c);
+        break;
+#endif
+      default:
+        break;
+    }
+  };
+  for (auto _ : state) {
+    pool.run(kGemmBlocks, block_product);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kGemmBlocks * 256);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * shape.m * shape.n * shape.k * static_cast<double>(kGemmBlocks) * 1e-9,
+      benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Registers BM_Gemm for every shape and every library of this build.
+[[maybe_unused]] const bool kGemmRegistered = [] {
+  const std::pair<const char*, GemmLibrary> libraries[] = {
+      {"eigen", GemmLibrary::kEigen},
+#ifdef RECEMB_BENCH_OPENBLAS
+      {"openblas", GemmLibrary::kOpenBlas},
+#endif
+#ifdef RECEMB_BENCH_DNNL
+      {"onednn", GemmLibrary::kDnnl},
+#endif
+#ifdef RECEMB_BENCH_LIBXSMM
+      {"libxsmm", GemmLibrary::kLibxsmm},   {"libxsmm_jit", GemmLibrary::kLibxsmmJit},
+#endif
+  };
+  for (const GemmShape& shape : kGemmShapes) {
+    for (const auto& [name, library] : libraries) {
+      // libxsmm's kernels take no transposed operands.
+      if (library == GemmLibrary::kLibxsmmJit && (shape.transpose_a || shape.transpose_b)) {
+        continue;
+      }
+      benchmark::RegisterBenchmark(
+          (std::string("BM_Gemm/") + shape.name + "/" + name).c_str(),
+          [shape, library](benchmark::State& state) { BM_Gemm(state, shape, library); })
+          ->ArgName("threads")
+          ->Arg(1)
+          ->Arg(2)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  return true;
+}();
+
+BENCHMARK(BM_TrainStep)
+    ->ArgNames({"batch", "threads"})
+    ->ArgsProduct({{512, 2048, 4096}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Predict)
+    ->ArgNames({"batch", "threads"})
+    ->ArgsProduct({{512, 2048, 4096}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DenseAdamApply)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

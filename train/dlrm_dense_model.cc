@@ -27,6 +27,10 @@ DlrmDenseConfig validated(DlrmDenseConfig config) {
   require_positive(config.num_dense_features, "num_dense_features");
   require_positive(config.num_sparse_features, "num_sparse_features");
   require_positive(config.embedding_dim, "embedding_dim");
+  if (config.num_threads < 0) {
+    throw InvalidArgument("DlrmDenseConfig: num_threads = " + std::to_string(config.num_threads) +
+                          " must be >= 0 (0: one per core)");
+  }
   if (!config.bottom_mlp.empty() && config.bottom_mlp.back() != config.embedding_dim) {
     throw InvalidArgument("DlrmDenseConfig: the last width of bottom_mlp (" +
                           std::to_string(config.bottom_mlp.back()) +
@@ -72,6 +76,7 @@ DlrmDenseModel::DlrmDenseModel(DlrmDenseConfig config)
                 .input_width = interaction_.output_width(),
                 .layer_widths = with_logit_layer(config_.top_mlp),
                 .output_activation = OutputActivation::kIdentity}),
+      pool_(std::make_unique<WorkerPool>(config_.num_threads)),
       parameters_(static_cast<size_t>(bottom_mlp_.num_parameters() + top_mlp_.num_parameters())),
       gradients_(parameters_.size(), 0.0f) {
   std::mt19937_64 random(config_.seed);
@@ -140,12 +145,12 @@ float DlrmDenseModel::train_step(std::span<const float> dense, std::span<const f
   const int64_t num_bottom = bottom_mlp_.num_parameters();
   feature_gradients_.resize(features_.size());
   top_mlp_.backward(parameters.subspan(num_bottom), features_, logit_gradients_,
-                    gradients.subspan(num_bottom), feature_gradients_);
+                    gradients.subspan(num_bottom), feature_gradients_, pool_.get());
   bottom_gradients_.resize(static_cast<size_t>(batch_size * config_.embedding_dim));
   interaction_.backward(bottom_mlp_.output(), embeddings, feature_gradients_, bottom_gradients_,
-                        embedding_gradients);
+                        embedding_gradients, pool_.get());
   bottom_mlp_.backward(parameters.first(num_bottom), dense, bottom_gradients_,
-                       gradients.first(num_bottom), {});
+                       gradients.first(num_bottom), {}, pool_.get());
   return static_cast<float>(loss_sum / static_cast<double>(batch_size));
 }
 
@@ -206,10 +211,11 @@ std::span<const float> DlrmDenseModel::forward(std::span<const float> dense,
                                                int64_t batch_size) {
   const std::span<const float> parameters = parameters_;
   const int64_t num_bottom = bottom_mlp_.num_parameters();
-  const std::span<const float> z = bottom_mlp_.forward(parameters.first(num_bottom), dense);
+  const std::span<const float> z =
+      bottom_mlp_.forward(parameters.first(num_bottom), dense, pool_.get());
   features_.resize(static_cast<size_t>(batch_size * interaction_.output_width()));
-  interaction_.forward(z, embeddings, features_);
-  return top_mlp_.forward(parameters.subspan(num_bottom), features_);
+  interaction_.forward(z, embeddings, features_, pool_.get());
+  return top_mlp_.forward(parameters.subspan(num_bottom), features_, pool_.get());
 }
 
 }  // namespace recemb::train

@@ -28,8 +28,10 @@
 // (W_0, b_0, W_1, b_1, ...; W_l is [in, out] row-major). parameter_blocks() names every array.
 // A checkpoint saves one array; a data-parallel trainer all-reduces gradients() in one call.
 //
-// Results are bitwise the same for the same parameters and inputs, wherever the arrays lie in
-// memory (so replicas and a resumed run compute exactly what an uninterrupted one does).
+// train_step and predict run on config.num_threads threads (the caller's and a WorkerPool's; the
+// loss and the sigmoid on the caller's). Results are bitwise the same for the same parameters and
+// inputs, whatever the thread count and wherever the arrays lie in memory (so replicas and a
+// resumed run compute exactly what an uninterrupted one does; mlp.h, interaction.h).
 //
 // Thread safety: not safe for concurrent calls (train_step and predict use the model's
 // workspace). The workspace grows to the largest batch seen and is then reused: neither
@@ -39,11 +41,13 @@
 #define RECEMB_TRAIN_DLRM_DENSE_MODEL_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "train/interaction.h"
 #include "train/mlp.h"
+#include "train/worker_pool.h"
 
 namespace recemb::train {
 
@@ -60,6 +64,9 @@ struct DlrmDenseConfig {
   // Seed of the parameters' initialisation (mlp.h: Glorot-uniform weights, uniform biases of
   // variance 1 / width, drawn bottom MLP first from one std::mt19937_64 seeded with it).
   uint64_t seed = 0;
+  // Threads of train_step and predict, counting the caller, >= 0; 0: one per core. Results do
+  // not depend on it.
+  int num_threads = 1;
 };
 
 class DlrmDenseModel {
@@ -123,6 +130,7 @@ class DlrmDenseModel {
   Mlp bottom_mlp_;
   DotInteraction interaction_;
   Mlp top_mlp_;
+  std::unique_ptr<WorkerPool> pool_;  // a pointer: the model stays movable
   std::vector<float> parameters_;
   std::vector<float> gradients_;
   // Workspace, [B, ...] of the current batch.

@@ -26,12 +26,22 @@
 // short) differs from std::sqrt, so an array's result would depend on which elements Eigen
 // computes in SIMD registers, i.e. on the array's alignment.
 #define EIGEN_FAST_MATH 0
+// Eigen never splits a product over OpenMP threads (should a program built with -fopenmp include
+// this header): how a product is split would change its sums; the trainer spreads whole blocks of
+// rows over its own threads instead (mlp.h).
+#define EIGEN_DONT_PARALLELIZE
 // Debug builds let tests forbid Eigen's heap allocations (Eigen::internal::set_is_malloc_allowed)
 // to check that products take no heap memory.
 #ifndef NDEBUG
 #define EIGEN_RUNTIME_NO_MALLOC
 #endif
+// GCC 12 warns, wrongly, that AVX-512 intrinsics Eigen calls (immintrin.h, first included here)
+// read an uninitialised value: their "undefined" vector operands are deliberately so.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <Eigen/Core>
+#pragma GCC diagnostic pop
 
 namespace recemb::train {
 

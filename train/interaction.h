@@ -10,14 +10,18 @@
 // Backward, for d = d(loss)/d(output) and P_ij = d at pair (i, j):
 //   d(loss)/d(T_i) = sum_{j < i} P_ij T_j + sum_{j > i} P_ji T_j,  plus d[0, dim) for T_0 = z.
 //
-// Results are bitwise the same for the same inputs, wherever the arrays lie in memory.
-// Thread safety: the object holds scratch buffers; one object serves one thread.
+// forward and backward run on the threads of a WorkerPool when given one (else on the caller's),
+// each example's results computed alone: they are bitwise the same for the same inputs whatever
+// the thread count and wherever the arrays lie in memory. Thread safety: the object holds
+// scratch buffers; one object serves one caller at a time.
 #ifndef RECEMB_TRAIN_INTERACTION_H_
 #define RECEMB_TRAIN_INTERACTION_H_
 
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "train/worker_pool.h"
 
 namespace recemb::train {
 
@@ -37,7 +41,7 @@ class DotInteraction {
   // `embeddings`: num_embeddings() spans of [B, dim] each, row-major. Throws InvalidArgument on a
   // size that does not fit, writing nothing.
   void forward(std::span<const float> bottom, std::span<const std::span<const float>> embeddings,
-               std::span<float> output);
+               std::span<float> output, WorkerPool* pool = nullptr);
 
   // Given output_gradient = d(loss)/d(output) [B, output_width()] for the same bottom and
   // embeddings, overwrites bottom_gradient [B, dim] and embedding_gradients (num_embeddings()
@@ -45,22 +49,27 @@ class DotInteraction {
   // on a size that does not fit, writing nothing.
   void backward(std::span<const float> bottom, std::span<const std::span<const float>> embeddings,
                 std::span<const float> output_gradient, std::span<float> bottom_gradient,
-                std::span<const std::span<float>> embedding_gradients);
+                std::span<const std::span<float>> embedding_gradients, WorkerPool* pool = nullptr);
 
  private:
   // Validates bottom and embeddings (throwing InvalidArgument) and returns the batch size.
   int64_t check_sizes(std::span<const float> bottom,
                       std::span<const std::span<const float>> embeddings) const;
-  // Copies examples [first, first + lanes) of the batch into vectors_ (interaction.cc).
+  // One worker thread's buffers for a block of examples (layouts in interaction.cc).
+  struct Scratch {
+    std::vector<float> vectors;
+    std::vector<float> vector_gradients;
+    std::vector<float> pair_gradients;
+  };
+  // A Scratch for each of `pool`'s threads (one without a pool).
+  void make_scratch(const WorkerPool* pool);
+  // Copies examples [first, first + lanes) of the batch into scratch.vectors (interaction.cc).
   void gather(std::span<const float> bottom, std::span<const std::span<const float>> embeddings,
-              int64_t first, int64_t lanes);
+              int64_t first, int64_t lanes, Scratch& scratch) const;
 
   int64_t num_embeddings_;
   int64_t dim_;
-  // Per-block buffers (layouts in interaction.cc).
-  std::vector<float> vectors_;
-  std::vector<float> vector_gradients_;
-  std::vector<float> pair_gradients_;
+  std::vector<Scratch> scratch_;
 };
 
 }  // namespace recemb::train

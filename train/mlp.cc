@@ -45,10 +45,13 @@ RowVectorMap bias(std::span<float> parameters, const Layer& layer) {
 
 }  // namespace
 
-// Forward and backward run over blocks of kRowBlock rows of the batch. A block's activations stay
-// in the L2 cache from one layer to the next, the backward pass needs buffers of one block only,
-// and Eigen's packing buffers (which grow with the rows of a product) stay small enough to come
-// from the stack for any batch size (eigen.h).
+// Forward and backward run over blocks of kRowBlock rows of the batch, one task of the WorkerPool
+// per block. A block's activations stay in the L2 cache from one layer to the next, the backward
+// pass needs buffers of one block per thread only, and Eigen's packing buffers (which grow with
+// the rows of a product) stay small enough to come from the stack for any batch size (eigen.h).
+// The blocks do not depend on the thread count, nor does any sum: a block's rows are summed in
+// order into the block's own parameter gradients, and the blocks' gradients are then added in
+// block order (in chunks of kReduceChunk parameters, one task each).
 
 Mlp::Mlp(MlpConfig config) : config_(std::move(config)) {
   if (config_.input_width < 1) {
@@ -73,13 +76,9 @@ Mlp::Mlp(MlpConfig config) : config_(std::move(config)) {
     input_width = output_width;
   }
   activations_.resize(layers_.size());
-  const int64_t max_width =
-      std::max_element(layers_.begin(), layers_.end(), [](const Layer& a, const Layer& b) {
-        return a.output_width < b.output_width;
-      })->output_width;
-  for (std::vector<float>& buffer : gradient_buffers_) {
-    buffer.resize(static_cast<size_t>(kRowBlock * max_width));
-  }
+  max_width_ = std::max_element(layers_.begin(), layers_.end(), [](const Layer& a, const Layer& b) {
+                 return a.output_width < b.output_width;
+               })->output_width;
 }
 
 int64_t Mlp::parameter_count(int64_t input_width, std::span<const int64_t> layer_widths) {
@@ -122,15 +121,16 @@ void Mlp::initialize(std::span<float> parameters, std::mt19937_64& random) const
   }
 }
 
-std::span<const float> Mlp::forward(std::span<const float> parameters,
-                                    std::span<const float> input) {
+std::span<const float> Mlp::forward(std::span<const float> parameters, std::span<const float> input,
+                                    WorkerPool* pool) {
   check_parameter_size(parameters.size(), "parameters");
   const int64_t batch_size = batch_size_of(input, "input");
   batch_size_ = batch_size;
   for (size_t l = 0; l < layers_.size(); ++l) {
     activations_[l].resize(static_cast<size_t>(batch_size * layers_[l].output_width));
   }
-  for (int64_t first = 0; first < batch_size; first += kRowBlock) {
+  run_tasks(pool, (batch_size + kRowBlock - 1) / kRowBlock, [&](int64_t block, int) {
+    const int64_t first = block * kRowBlock;
     const int64_t count = std::min(kRowBlock, batch_size - first);
     const float* x = input.data() + first * config_.input_width;
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -145,13 +145,13 @@ std::span<const float> Mlp::forward(std::span<const float> parameters,
       }
       x = y;
     }
-  }
+  });
   return activations_.back();
 }
 
 void Mlp::backward(std::span<const float> parameters, std::span<const float> input,
                    std::span<const float> output_gradient, std::span<float> parameter_gradients,
-                   std::span<float> input_gradient) {
+                   std::span<float> input_gradient, WorkerPool* pool) {
   check_parameter_size(parameters.size(), "parameters");
   check_parameter_size(parameter_gradients.size(), "parameter_gradients");
   const int64_t batch_size = batch_size_of(input, "input");
@@ -172,47 +172,73 @@ void Mlp::backward(std::span<const float> parameters, std::span<const float> inp
                              std::to_string(batch_size_));
   }
 
-  as_array(parameter_gradients).setZero();
-  for (int64_t first = 0; first < batch_size; first += kRowBlock) {
-    const int64_t count = std::min(kRowBlock, batch_size - first);
-    // `delta` is d(loss)/d(a_l) for the block's rows and the current layer l: the caller's
-    // output_gradient itself for a last layer without ReLU, otherwise d(loss)/d(h_{l+1}) masked
-    // by relu' (h_{l+1} > 0 exactly where a_l > 0) in one of the two block buffers.
-    int buffer = 0;
-    const float* delta = output_gradient.data() + first * output_width();
-    if (config_.output_activation == OutputActivation::kRelu) {
-      float* masked = gradient_buffers_[buffer].data();
-      MatrixMap(masked, count, output_width()) =
-          (ConstMatrixMap(activations_.back().data() + first * output_width(), count,
-                          output_width())
-               .array() > 0.0f)
-              .select(ConstMatrixMap(delta, count, output_width()), 0.0f);
-      delta = masked;
+  const int64_t num_blocks = (batch_size + kRowBlock - 1) / kRowBlock;
+  const int num_workers = pool == nullptr ? 1 : pool->num_threads();
+  gradient_buffers_.resize(static_cast<size_t>(num_workers * 2 * kRowBlock * max_width_));
+  block_gradients_.resize(static_cast<size_t>(num_blocks * num_parameters_));
+  run_tasks(pool, num_blocks, [&](int64_t block, int worker) {
+    backward_block(parameters, input, output_gradient, input_gradient, block, worker);
+  });
+  const std::span<const float> block_gradients = block_gradients_;
+  run_tasks(pool, (num_parameters_ + kReduceChunk - 1) / kReduceChunk, [&](int64_t chunk, int) {
+    const int64_t begin = chunk * kReduceChunk;
+    const auto size = static_cast<size_t>(std::min(kReduceChunk, num_parameters_ - begin));
+    ArrayMap sum = as_array(parameter_gradients.subspan(static_cast<size_t>(begin), size));
+    sum = as_array(block_gradients.subspan(static_cast<size_t>(begin), size));
+    for (int64_t block = 1; block < num_blocks; ++block) {
+      sum += as_array(
+          block_gradients.subspan(static_cast<size_t>(block * num_parameters_ + begin), size));
     }
-    for (size_t l = layers_.size(); l-- > 0;) {
-      const Layer& layer = layers_[l];
-      const float* x =
-          (l == 0 ? input.data() : activations_[l - 1].data()) + first * layer.input_width;
-      const ConstMatrixMap x_block(x, count, layer.input_width);
-      const ConstMatrixMap delta_block(delta, count, layer.output_width);
-      weights(parameter_gradients, layer).noalias() += x_block.transpose() * delta_block;
-      // Row by row rather than colwise().sum(), whose result depends on the alignment of the
-      // destination (Eigen sums aligned columns pairwise, the others in sequence).
-      RowVectorMap bias_gradient = bias(parameter_gradients, layer);
-      for (int64_t r = 0; r < count; ++r) bias_gradient += delta_block.row(r);
-      if (l == 0) {
-        if (!input_gradient.empty()) {
-          MatrixMap(input_gradient.data() + first * layer.input_width, count, layer.input_width)
-              .noalias() = delta_block * weights(parameters, layer).transpose();
-        }
-        break;
+  });
+}
+
+void Mlp::backward_block(std::span<const float> parameters, std::span<const float> input,
+                         std::span<const float> output_gradient, std::span<float> input_gradient,
+                         int64_t block, int worker) {
+  const int64_t first = block * kRowBlock;
+  const int64_t count = std::min(kRowBlock, batch_size_ - first);
+  const std::span<float> gradients = std::span(block_gradients_)
+                                         .subspan(static_cast<size_t>(block * num_parameters_),
+                                                  static_cast<size_t>(num_parameters_));
+  as_array(gradients).setZero();
+  float* const buffers[2] = {gradient_buffers_.data() + (2 * worker) * kRowBlock * max_width_,
+                             gradient_buffers_.data() + (2 * worker + 1) * kRowBlock * max_width_};
+  // `delta` is d(loss)/d(a_l) for the block's rows and the current layer l: the caller's
+  // output_gradient itself for a last layer without ReLU, otherwise d(loss)/d(h_{l+1}) masked
+  // by relu' (h_{l+1} > 0 exactly where a_l > 0) in one of the worker's two buffers.
+  int buffer = 0;
+  const float* delta = output_gradient.data() + first * output_width();
+  if (config_.output_activation == OutputActivation::kRelu) {
+    float* masked = buffers[buffer];
+    MatrixMap(masked, count, output_width()) =
+        (ConstMatrixMap(activations_.back().data() + first * output_width(), count, output_width())
+             .array() > 0.0f)
+            .select(ConstMatrixMap(delta, count, output_width()), 0.0f);
+    delta = masked;
+  }
+  for (size_t l = layers_.size(); l-- > 0;) {
+    const Layer& layer = layers_[l];
+    const float* x =
+        (l == 0 ? input.data() : activations_[l - 1].data()) + first * layer.input_width;
+    const ConstMatrixMap x_block(x, count, layer.input_width);
+    const ConstMatrixMap delta_block(delta, count, layer.output_width);
+    weights(gradients, layer).noalias() += x_block.transpose() * delta_block;
+    // Row by row rather than colwise().sum(), whose result depends on the alignment of the
+    // destination (Eigen sums aligned columns pairwise, the others in sequence).
+    RowVectorMap bias_gradient = bias(gradients, layer);
+    for (int64_t r = 0; r < count; ++r) bias_gradient += delta_block.row(r);
+    if (l == 0) {
+      if (!input_gradient.empty()) {
+        MatrixMap(input_gradient.data() + first * layer.input_width, count, layer.input_width)
+            .noalias() = delta_block * weights(parameters, layer).transpose();
       }
-      buffer = 1 - buffer;
-      MatrixMap d_h(gradient_buffers_[buffer].data(), count, layer.input_width);
-      d_h.noalias() = delta_block * weights(parameters, layer).transpose();
-      d_h = (x_block.array() > 0.0f).select(d_h, 0.0f);
-      delta = d_h.data();
+      break;
     }
+    buffer = 1 - buffer;
+    MatrixMap d_h(buffers[buffer], count, layer.input_width);
+    d_h.noalias() = delta_block * weights(parameters, layer).transpose();
+    d_h = (x_block.array() > 0.0f).select(d_h, 0.0f);
+    delta = d_h.data();
   }
 }
 

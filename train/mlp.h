@@ -17,8 +17,12 @@
 //
 // Parameter layout (floats, in this order, each array row-major): W_0, b_0, W_1, b_1, ...
 //
-// Results are bitwise the same for the same inputs, wherever the arrays lie in memory.
-// Thread safety: forward and backward use the Mlp's own workspace; one Mlp serves one thread.
+// Forward and backward run on the threads of a WorkerPool when given one (else on the caller's):
+// the batch is cut into blocks of kRowBlock rows whatever the thread count, each block's
+// parameter gradients are summed apart and the blocks' sums added in block order, so results are
+// bitwise the same for the same inputs whatever the thread count and wherever the arrays lie in
+// memory. Thread safety: forward and backward use the Mlp's own workspace; one Mlp serves one
+// caller at a time.
 #ifndef RECEMB_TRAIN_MLP_H_
 #define RECEMB_TRAIN_MLP_H_
 
@@ -27,6 +31,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include "train/worker_pool.h"
 
 namespace recemb::train {
 
@@ -82,7 +88,8 @@ class Mlp {
   // Mlp's workspace and stays valid until the next forward; the workspace only grows (no
   // allocation once it has held a batch this large). Throws InvalidArgument, computing nothing,
   // when a size does not fit.
-  std::span<const float> forward(std::span<const float> parameters, std::span<const float> input);
+  std::span<const float> forward(std::span<const float> parameters, std::span<const float> input,
+                                 WorkerPool* pool = nullptr);
 
   // The output of the last forward (empty before the first), as forward returned it.
   std::span<const float> output() const { return activations_.back(); }
@@ -96,7 +103,7 @@ class Mlp {
   // nothing is written.
   void backward(std::span<const float> parameters, std::span<const float> input,
                 std::span<const float> output_gradient, std::span<float> parameter_gradients,
-                std::span<float> input_gradient);
+                std::span<float> input_gradient, WorkerPool* pool = nullptr);
 
  private:
   struct Layer {
@@ -105,7 +112,8 @@ class Mlp {
     int64_t weights_offset;  // in the MLP's parameter span; the bias follows the weights
   };
 
-  static constexpr int64_t kRowBlock = 256;  // rows of the batch per block (mlp.cc)
+  static constexpr int64_t kRowBlock = 256;      // rows of the batch per block (mlp.cc)
+  static constexpr int64_t kReduceChunk = 4096;  // parameters per task of the blocks' sum
 
   // The parameters of one layer: W [in, out] and b [out].
   static int64_t layer_parameter_count(int64_t input_width, int64_t output_width) {
@@ -118,11 +126,20 @@ class Mlp {
   MlpConfig config_;
   std::vector<Layer> layers_;
   int64_t num_parameters_ = 0;
-  // Workspace: activations_[l] = h_{l+1} [B, out_l] of the last forward (B = batch_size_); two
-  // gradient buffers of [kRowBlock, max out_l] that backward alternates between.
+  // Backpropagates the rows of block `block` (kRowBlock rows from block * kRowBlock), writing
+  // the block's parameter gradients into its part of block_gradients_ (mlp.cc).
+  void backward_block(std::span<const float> parameters, std::span<const float> input,
+                      std::span<const float> output_gradient, std::span<float> input_gradient,
+                      int64_t block, int worker);
+
+  // Workspace: activations_[l] = h_{l+1} [B, out_l] of the last forward (B = batch_size_); per
+  // worker thread, two gradient buffers of [kRowBlock, max out_l] that backward alternates
+  // between; the parameter gradients of every block of the batch, one after the other.
   int64_t batch_size_ = 0;
+  int64_t max_width_ = 0;
   std::vector<std::vector<float>> activations_;
-  std::vector<float> gradient_buffers_[2];
+  std::vector<float> gradient_buffers_;
+  std::vector<float> block_gradients_;
 };
 
 }  // namespace recemb::train

@@ -399,29 +399,71 @@ TEST(DlrmDenseModelWorkspaceTest, ResultsDoNotDependOnArrayAlignment) {
 }
 
 TEST(DlrmDenseModelWorkspaceTest, NoAllocationOnceBuffersHaveGrown) {
-  const DlrmDenseConfig config = {};  // DLRM's default shapes
-  std::mt19937_64 random(47);
-  DlrmDenseModel model(config);
-  Batch batch = random_batch(config, 1000, random);  // 4 row blocks of the MLPs, the last partial
-  Batch smaller = random_batch(config, 300, random);
-  const std::vector<std::span<const float>> embeddings = batch.embedding_views();
-  const std::vector<std::span<float>> gradients = batch.gradient_views();
-  const std::vector<std::span<const float>> smaller_embeddings = smaller.embedding_views();
-  const std::vector<std::span<float>> smaller_gradients = smaller.gradient_views();
-  std::vector<float> probabilities(300);
-  model.train_step(batch.dense, batch.labels, embeddings, gradients);
+  for (const int num_threads : {1, 2}) {
+    SCOPED_TRACE(std::to_string(num_threads) + " threads");
+    const DlrmDenseConfig config = {.num_threads = num_threads};  // DLRM's default shapes
+    std::mt19937_64 random(47);
+    DlrmDenseModel model(config);
+    Batch batch = random_batch(config, 1000, random);  // 4 row blocks of the MLPs, the last partial
+    Batch smaller = random_batch(config, 300, random);
+    const std::vector<std::span<const float>> embeddings = batch.embedding_views();
+    const std::vector<std::span<float>> gradients = batch.gradient_views();
+    const std::vector<std::span<const float>> smaller_embeddings = smaller.embedding_views();
+    const std::vector<std::span<float>> smaller_gradients = smaller.gradient_views();
+    std::vector<float> probabilities(300);
+    model.train_step(batch.dense, batch.labels, embeddings, gradients);
 
-  const int64_t before = g_allocations.load();
+    const int64_t before = g_allocations.load();
 #ifndef NDEBUG
-  Eigen::internal::set_is_malloc_allowed(false);  // Eigen's heap use now aborts the test
+    Eigen::internal::set_is_malloc_allowed(false);  // Eigen's heap use now aborts the test
 #endif
-  model.train_step(batch.dense, batch.labels, embeddings, gradients);
-  model.train_step(smaller.dense, smaller.labels, smaller_embeddings, smaller_gradients);
-  model.predict(smaller.dense, smaller_embeddings, probabilities);
+    model.train_step(batch.dense, batch.labels, embeddings, gradients);
+    model.train_step(smaller.dense, smaller.labels, smaller_embeddings, smaller_gradients);
+    model.predict(smaller.dense, smaller_embeddings, probabilities);
 #ifndef NDEBUG
-  Eigen::internal::set_is_malloc_allowed(true);
+    Eigen::internal::set_is_malloc_allowed(true);
 #endif
-  EXPECT_EQ(g_allocations.load(), before);
+    EXPECT_EQ(g_allocations.load(), before);
+  }
+}
+
+// Several steps of training (train_step, then Adam) on 1, 2 and 3 threads give bitwise the same
+// losses, parameters, embedding gradients and probabilities, for batches of several row blocks of
+// the MLPs, the last partial.
+TEST(DlrmDenseModelThreadTest, ResultsDoNotDependOnThreadCount) {
+  struct Results {
+    std::vector<float> losses, parameters, embedding_gradients, probabilities;
+  };
+  const auto train = [](int num_threads) {
+    const DlrmDenseConfig config = {.seed = 5, .num_threads = num_threads};
+    DlrmDenseModel model(config);
+    DenseOptimizer optimizer(DenseAdam{.learning_rate = 0.01f}, model.num_parameters());
+    std::mt19937_64 random(48);
+    Results results;
+    for (int step = 0; step < 3; ++step) {
+      Batch batch = random_batch(config, 1100, random);
+      results.losses.push_back(model.train_step(batch.dense, batch.labels, batch.embedding_views(),
+                                                batch.gradient_views()));
+      optimizer.apply(model.parameters(), model.gradients());
+      for (const std::vector<float>& g : batch.embedding_gradients) {
+        results.embedding_gradients.insert(results.embedding_gradients.end(), g.begin(), g.end());
+      }
+    }
+    results.parameters.assign(model.parameters().begin(), model.parameters().end());
+    const Batch held_out = random_batch(config, 700, random);
+    results.probabilities.resize(700);
+    model.predict(held_out.dense, held_out.embedding_views(), results.probabilities);
+    return results;
+  };
+  const Results one = train(1);
+  for (const int num_threads : {2, 3}) {
+    SCOPED_TRACE(std::to_string(num_threads) + " threads");
+    const Results many = train(num_threads);
+    EXPECT_EQ(many.losses, one.losses);
+    EXPECT_EQ(many.parameters, one.parameters);
+    EXPECT_EQ(many.embedding_gradients, one.embedding_gradients);
+    EXPECT_EQ(many.probabilities, one.probabilities);
+  }
 }
 
 TEST(DlrmDenseModelErrorTest, ConfigErrorsNameTheFieldAndValue) {
@@ -440,6 +482,7 @@ TEST(DlrmDenseModelErrorTest, ConfigErrorsNameTheFieldAndValue) {
   expect_error({.bottom_mlp = {}}, "bottom_mlp: layer_widths is empty");
   expect_error({.bottom_mlp = {64, -3, 16}}, "bottom_mlp: layer_widths[1] = -3");
   expect_error({.top_mlp = {64, 0}}, "top_mlp: layer_widths[1] = 0");
+  expect_error({.num_threads = -2}, "num_threads = -2 must be >= 0");
 }
 
 class DlrmDenseModelInputErrorTest : public ::testing::Test {

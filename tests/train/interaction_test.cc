@@ -176,6 +176,43 @@ TEST_P(DotInteractionShapeTest, ResultsDoNotDependOnArrayAlignment) {
   }
 }
 
+// Forward and backward on 1, 2 and 3 threads give bitwise the results of the caller's thread
+// alone, for a batch of several tasks ending in a partial block of examples.
+TEST(DotInteractionThreadTest, ResultsDoNotDependOnThreadCount) {
+  const int64_t num_embeddings = 26;
+  const int64_t dim = 16;
+  const int64_t batch_size = 203;
+  std::mt19937_64 random(35);
+  const Inputs inputs = random_inputs(random, num_embeddings, dim, batch_size);
+  const size_t width = static_cast<size_t>(DotInteraction::output_width(num_embeddings, dim));
+  const std::vector<float> output_gradient =
+      random_floats(random, static_cast<size_t>(batch_size) * width, -1.0f, 1.0f);
+  // Output, bottom gradient and embedding gradients, concatenated.
+  const auto run = [&](WorkerPool* pool) {
+    DotInteraction interaction(num_embeddings, dim);
+    std::vector<float> output(output_gradient.size());
+    std::vector<float> bottom_gradient(inputs.bottom.size());
+    std::vector<std::vector<float>> embedding_gradients(inputs.embeddings.size(),
+                                                        std::vector<float>(inputs.bottom.size()));
+    const std::vector<std::span<float>> gradient_views(embedding_gradients.begin(),
+                                                       embedding_gradients.end());
+    interaction.forward(inputs.bottom, inputs.views(), output, pool);
+    interaction.backward(inputs.bottom, inputs.views(), output_gradient, bottom_gradient,
+                         gradient_views, pool);
+    std::vector<float> results = output;
+    results.insert(results.end(), bottom_gradient.begin(), bottom_gradient.end());
+    for (const std::vector<float>& g : embedding_gradients) {
+      results.insert(results.end(), g.begin(), g.end());
+    }
+    return results;
+  };
+  const std::vector<float> serial = run(nullptr);
+  for (const int num_threads : {1, 2, 3}) {
+    WorkerPool pool(num_threads);
+    EXPECT_EQ(run(&pool), serial) << num_threads << " threads";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, DotInteractionShapeTest,
                          ::testing::Combine(::testing::Values(int64_t{0}, int64_t{1}, int64_t{3},
                                                               int64_t{26}),

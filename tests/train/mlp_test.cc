@@ -225,6 +225,31 @@ TEST_P(MlpTest, ResultsDoNotDependOnArrayAlignment) {
   }
 }
 
+// Any thread count gives bitwise the results of the caller's thread alone (the batch's blocks
+// and the order of their sums do not depend on it).
+TEST_P(MlpTest, ResultsDoNotDependOnThreadCount) {
+  std::mt19937_64 random(16);
+  auto [mlp, parameters, input, output_gradient] = make_problem(random);
+  const std::span<const float> serial_forward = mlp.forward(parameters, input);
+  const std::vector<float> serial_output(serial_forward.begin(), serial_forward.end());
+  std::vector<float> serial_gradients(parameters.size());
+  std::vector<float> serial_input_gradient(input.size());
+  mlp.backward(parameters, input, output_gradient, serial_gradients, serial_input_gradient);
+  for (const int num_threads : {1, 2, 3}) {
+    SCOPED_TRACE(std::to_string(num_threads) + " threads");
+    WorkerPool pool(num_threads);
+    Mlp threaded(config());
+    const std::span<const float> output = threaded.forward(parameters, input, &pool);
+    EXPECT_TRUE(
+        std::equal(output.begin(), output.end(), serial_output.begin(), serial_output.end()));
+    std::vector<float> gradients(parameters.size());
+    std::vector<float> input_gradient(input.size());
+    threaded.backward(parameters, input, output_gradient, gradients, input_gradient, &pool);
+    EXPECT_EQ(gradients, serial_gradients);
+    EXPECT_EQ(input_gradient, serial_input_gradient);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MlpTest,
     ::testing::Combine(::testing::Values(Shape{1, {1}}, Shape{5, {3}}, Shape{4, {6, 3}},
