@@ -63,6 +63,7 @@ steps = 2500            # training steps (>= 1); the run also ends when the data
 batch_size = 2048       # examples per step, 1 to 1048576 (and what fits in memory)
 eval_every = 500        # steps between evaluations; 0 = only at the end
 log_every = 10          # steps between training-loss records in metrics.jsonl
+overlap = true          # the next batch's lookup ahead, during the dense step (same results)
 
 [checkpoint]
 dir = ""                # "" = <output.dir>/checkpoints
@@ -389,6 +390,7 @@ TrainConfig load_train_config(const std::string& config_path,
   c.train.batch_size = get<int64_t>(config, "train.batch_size");
   c.train.eval_every = get<int64_t>(config, "train.eval_every");
   c.train.log_every = get<int64_t>(config, "train.log_every");
+  c.train.overlap = get<bool>(config, "train.overlap");
   c.checkpoint.dir = get<std::string>(config, "checkpoint.dir");
   c.checkpoint.every = get<int64_t>(config, "checkpoint.every");
   c.checkpoint.keep = get<int>(config, "checkpoint.keep");
@@ -434,9 +436,9 @@ namespace {
 // where, and how the work is spread, not which updates it makes (docs/training.md, "Checkpoints
 // and --resume"). Any other change would make the resumed run differ from the uninterrupted one.
 constexpr std::string_view kResumeMayChange[] = {
-    "train.steps",        "train.eval_every",  "train.log_every", "checkpoint.dir",
-    "checkpoint.every",   "checkpoint.keep",   "output.dir",      "embedding.threads",
-    "embedding.sharding", "data.max_malformed"};
+    "train.steps",        "train.eval_every",   "train.log_every", "checkpoint.dir",
+    "checkpoint.every",   "checkpoint.keep",    "output.dir",      "embedding.threads",
+    "embedding.sharding", "data.max_malformed", "train.overlap"};
 
 // Every setting of `table` as "dotted.key" -> its TOML text.
 void flatten(const toml::table& table, const std::string& prefix,
@@ -536,7 +538,8 @@ std::string to_toml(const TrainConfig& c) {
       {"train", toml::table{{"steps", c.train.steps},
                             {"batch_size", c.train.batch_size},
                             {"eval_every", c.train.eval_every},
-                            {"log_every", c.train.log_every}}},
+                            {"log_every", c.train.log_every},
+                            {"overlap", c.train.overlap}}},
       {"checkpoint",
        toml::table{
            {"dir", c.checkpoint.dir}, {"every", c.checkpoint.every}, {"keep", c.checkpoint.keep}}},
