@@ -63,7 +63,7 @@ steps = 2500            # training steps (>= 1); the run also ends when the data
 batch_size = 2048       # examples per step, 1 to 1048576 (and what fits in memory)
 eval_every = 500        # steps between evaluations; 0 = only at the end
 log_every = 10          # steps between training-loss records in metrics.jsonl
-overlap = true          # the next batch's lookup ahead, during the dense step (same results)
+overlap = false         # true: the next batch's lookup begun during the dense step (same results)
 
 [checkpoint]
 dir = ""                # "" = <output.dir>/checkpoints

@@ -82,7 +82,7 @@ struct TrainConfig {
     int64_t log_every = 0;   // steps between training-loss records in the metrics file
     // The next batch's lookup prefetched during the dense step (docs/training.md, "One training
     // step"): the same results as without.
-    bool overlap = true;
+    bool overlap = false;
   } train;
   struct Checkpoint {
     std::string dir = {};  // empty: <output.dir>/checkpoints

@@ -411,8 +411,9 @@ class Trainer {
     ahead_ = Ahead::kPrefetched;
   }
 
-  // Waits for the work of a prefetched lookup (with one rank, overlap_'s only case, the
-  // agreement itself is free): before a checkpoint, so that the save never runs beside it.
+  // Waits for the background work of a prefetched lookup (with one rank, overlap_'s only case,
+  // the agreement itself is free): before the embedding update, to time the wait apart, and
+  // before a checkpoint, so that the save never runs beside it.
   void wait_for_prefetch() {
     if (ahead_ == Ahead::kPrefetched) embedding_.agree_on_error(nullptr);
   }
