@@ -16,16 +16,20 @@ namespace recemb::train {
 namespace {
 
 // The bytes one step needs beyond the tables, per example of train.batch_size: the batch as read
-// (three copies: the one trained on, the one read ahead, the reader's), the embedding activations
-// and their gradients, the lookup's record of the ids, and the dense layers' activations and
-// gradients (bottom MLP, the interaction's vectors, Gram matrix and output, top MLP).
+// (the reader's copy, the one read ahead, and that of each step in flight: the one trained on and,
+// with train.overlap, the next one, prefetched), for each step in flight the embedding
+// activations, their gradients and the lookup's record of the ids, and the dense layers'
+// activations and gradients (bottom MLP, the interaction's vectors, Gram matrix and output, top
+// MLP).
 int64_t bytes_per_example(const TrainConfig& config) {
   const int64_t d = config.model.embedding_dim, n = kNumCategoricalFeatures, f = n + 1;
   const int64_t example = 4 * (1 + kNumDenseFeatures) + 8 * n;
   int64_t dense = kNumDenseFeatures + f * d + f * f + d + f * (f - 1) / 2 + 1;
   for (int64_t width : config.model.bottom_mlp) dense += width;
   for (int64_t width : config.model.top_mlp) dense += width;
-  return 3 * example + 2 * 4 * n * d + 3 * 8 * n + 2 * 4 * dense;
+  const int64_t steps_in_flight = config.train.overlap ? 2 : 1;
+  return (2 + steps_in_flight) * example + steps_in_flight * (2 * 4 * n * d + 3 * 8 * n) +
+         2 * 4 * dense;
 }
 
 // The bytes of one held-out example: its label, dense features and predicted probability (float),

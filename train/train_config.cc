@@ -69,6 +69,7 @@ epochs = 1              # times the training files are read (>= 1); steps still 
 batch_size = 2048       # examples per step, 1 to 1048576 (and what fits in memory)
 eval_every = 500        # steps between evaluations; 0 = only at the end
 log_every = 10          # steps between training-loss records in metrics.jsonl
+overlap = false         # true: the next batch's lookup begun during the dense step (same results)
 
 [checkpoint]
 dir = ""                # "" = <output.dir>/checkpoints
@@ -432,6 +433,7 @@ TrainConfig load_train_config(const std::string& config_path,
   c.train.batch_size = get<int64_t>(config, "train.batch_size");
   c.train.eval_every = get<int64_t>(config, "train.eval_every");
   c.train.log_every = get<int64_t>(config, "train.log_every");
+  c.train.overlap = get<bool>(config, "train.overlap");
   c.checkpoint.dir = get<std::string>(config, "checkpoint.dir");
   c.checkpoint.every = get<int64_t>(config, "checkpoint.every");
   c.checkpoint.keep = get<int>(config, "checkpoint.keep");
@@ -479,7 +481,7 @@ namespace {
 constexpr std::string_view kResumeMayChange[] = {
     "train.steps",        "train.eval_every",   "train.log_every",    "checkpoint.dir",
     "checkpoint.every",   "checkpoint.keep",    "output.dir",         "embedding.threads",
-    "embedding.sharding", "data.max_malformed", "data.reader_threads"};
+    "embedding.sharding", "data.max_malformed", "data.reader_threads", "train.overlap"};
 
 // Every setting of `table` as "dotted.key" -> its TOML text.
 void flatten(const toml::table& table, const std::string& prefix,
@@ -582,7 +584,8 @@ std::string to_toml(const TrainConfig& c) {
                             {"epochs", c.train.epochs},
                             {"batch_size", c.train.batch_size},
                             {"eval_every", c.train.eval_every},
-                            {"log_every", c.train.log_every}}},
+                            {"log_every", c.train.log_every},
+                            {"overlap", c.train.overlap}}},
       {"checkpoint",
        toml::table{
            {"dir", c.checkpoint.dir}, {"every", c.checkpoint.every}, {"keep", c.checkpoint.keep}}},

@@ -10,7 +10,7 @@
 //   [embedding]  optimizer, learning_rate (default: the optimizer's), threads, sharding,
 //                vocabulary (hashed | dynamic), capacity, min_count, ttl_steps, when_full
 //   [dense]      optimizer, learning_rate
-//   [train]      steps, epochs, batch_size, eval_every, log_every
+//   [train]      steps, epochs, batch_size, eval_every, log_every, overlap
 //   [checkpoint] dir, every, keep
 //   [output]     dir
 //   [tables.C<k>] vocabulary_size, optimizer, learning_rate      (k = 1..26; per-table overrides)
@@ -90,6 +90,9 @@ struct TrainConfig {
     int64_t batch_size = 0;  // examples per step
     int64_t eval_every = 0;  // steps between evaluations (0: only at the end)
     int64_t log_every = 0;   // steps between training-loss records in the metrics file
+    // The next batch's lookup prefetched during the dense step (docs/training.md, "One training
+    // step"): the same results as without.
+    bool overlap = false;
   } train;
   struct Checkpoint {
     std::string dir = {};  // empty: <output.dir>/checkpoints

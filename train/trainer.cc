@@ -74,6 +74,20 @@ DenseOptimizerConfig dense_optimizer_config(const TrainConfig::DenseOptimizer& d
   return DenseAdam{.learning_rate = static_cast<float>(dense.learning_rate)};
 }
 
+// A batch of training data and what flows through the step that trains on it.
+struct StepBatch {
+  explicit StepBatch(int64_t dim) : buffers(dim) {}
+  ExampleBatch examples;
+  int64_t count = 0;     // examples read (0: the data ended)
+  std::string position;  // the data position after it
+  BatchBuffers buffers;  // its inputs, activations and their gradients (this rank's slice)
+  LookupBatch lookup;
+};
+
+// Where the batch of the next step stands: not read yet, read ahead (its examples or the error
+// of reading them), or read and its lookup prefetched.
+enum class Ahead { kNone, kRead, kPrefetched };
+
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const RunOptions& options)
@@ -84,6 +98,8 @@ class Trainer {
              : options.log != nullptr ? *options.log
                                       : std::cerr),
         progress_(log_, options.progress),
+        overlap_(config.train.overlap && group_.size() == 1),
+        steps_{StepBatch(config.model.embedding_dim), StepBatch(config.model.embedding_dim)},
         embedding_(make_embedding(config, embedding_model(config), group_)),
         sizes_(embedding_model(config).sizes),
         model_(DlrmDenseConfig{.num_dense_features = kNumDenseFeatures,
@@ -94,7 +110,6 @@ class Trainer {
                                .seed = config.model.seed,
                                .num_threads = config.embedding.threads}),
         dense_optimizer_(dense_optimizer_config(config.dense), model_.num_parameters()),
-        buffers_(config.model.embedding_dim),
         output_dir_(config.output.dir),
         checkpoint_dir_(config.checkpoint.dir.empty()
                             ? output_dir_ / "checkpoints"
@@ -162,12 +177,17 @@ class Trainer {
     // The progress line's rate counts the training steps only (evaluations and checkpoints
     // included), not the evaluation before them.
     const Clock::time_point steps_start = Clock::now();
-    ExampleBatch batch;
     while (embedding_.step() < config_.train.steps) {
-      Clock::time_point t = Clock::now();
-      int64_t count = 0;
-      locally([&] { count = prefetching_->next(batch, config_.train.batch_size); });
-      summary_.data_seconds += seconds_since(t);  // not the wait for the other ranks below
+      StepBatch& batch = steps_[current_];
+      if (ahead_ == Ahead::kNone) {
+        const Clock::time_point t = Clock::now();
+        locally([&] { read(batch); });
+        summary_.data_seconds += seconds_since(t);  // not the wait for the other ranks below
+      } else if (ahead_error_) {
+        // The next batch's read failed during the step before: thrown where a serial loop reads.
+        std::rethrow_exception(std::exchange(ahead_error_, nullptr));
+      }
+      int64_t count = batch.count;
       // A stop asked for (a signal) on any rank: every rank stops before this batch, whose
       // examples a resumed run then trains on (the checkpoint holds the position before it).
       int64_t stop = options_.stop_signal != nullptr ? options_.stop_signal->load() : 0;
@@ -200,7 +220,7 @@ class Trainer {
         break;
       }
       train_step(batch);
-      trained_position_ = prefetching_->position();
+      trained_position_ = batch.position;
       const int64_t step = embedding_.step();
       if (step % config_.train.log_every == 0) record_loss(step);
       if (config_.train.eval_every > 0 && step % config_.train.eval_every == 0 &&
@@ -359,25 +379,72 @@ class Trainer {
     }
   }
 
-  // One step on the global batch `batch`, of which this rank trains on its slice.
-  void train_step(const ExampleBatch& batch) {
-    const Slice mine = group_.slice(batch.size);
-    buffers_.bind(batch, mine.begin, mine.count);
+  // Reads the next batch of the training data into `batch`.
+  void read(StepBatch& batch) {
+    batch.count = 0;  // if next() throws
+    batch.count = prefetching_->next(batch.examples, config_.train.batch_size);
+    batch.position = prefetching_->position();
+  }
+
+  // With train.overlap: reads the batch of the step after this one into the other StepBatch and
+  // prefetches its lookup, which runs during this step's dense step. A read error is kept for the
+  // next iteration, which throws it where the serial loop would read (after this step's
+  // evaluation and checkpoint); a prefetched lookup's validation error is thrown by
+  // finish_lookup, where the serial loop's lookup would throw it.
+  void read_ahead() {
+    StepBatch& next = steps_[1 - current_];
     Clock::time_point t = Clock::now();
-    embedding_.lookup(buffers_.inputs(), buffers_.activations(), lookup_batch_);
+    try {
+      read(next);
+    } catch (...) {
+      ahead_error_ = std::current_exception();
+      next.count = 0;
+    }
+    summary_.data_seconds += seconds_since(t);
+    ahead_ = Ahead::kRead;
+    if (next.count == 0) return;  // the data end (or the error) is met at the next iteration
+    t = Clock::now();
+    next.buffers.bind(next.examples, 0, next.count);
+    embedding_.prefetch(next.buffers.inputs(), next.buffers.activations(), next.lookup);
     summary_.lookup_seconds += seconds_since(t);
+    ahead_ = Ahead::kPrefetched;
+  }
+
+  // Waits for the background work of a prefetched lookup (with one rank, overlap_'s only case,
+  // the agreement itself is free): before the embedding update, to time the wait apart, and
+  // before a checkpoint, so that the save never runs beside it.
+  void wait_for_prefetch() {
+    if (ahead_ == Ahead::kPrefetched) embedding_.agree_on_error(nullptr);
+  }
+
+  // One step on the global batch `batch`, of which this rank trains on its slice.
+  void train_step(StepBatch& batch) {
+    const Slice mine = group_.slice(batch.count);
+    Clock::time_point t = Clock::now();
+    if (ahead_ == Ahead::kPrefetched) {
+      // Prefetched during the step before, whose embedding update it waited for: the rows are
+      // read now, so the activations are bitwise those of a lookup made here (docs/training.md,
+      // "One training step").
+      embedding_.finish_lookup(batch.lookup);
+    } else {
+      batch.buffers.bind(batch.examples, mine.begin, mine.count);
+      embedding_.lookup(batch.buffers.inputs(), batch.buffers.activations(), batch.lookup);
+    }
+    ahead_ = Ahead::kNone;
+    summary_.lookup_seconds += seconds_since(t);
+    if (overlap_ && embedding_.step() + 1 < config_.train.steps) read_ahead();
 
     t = Clock::now();
     float local_loss = 0.0f;
     if (mine.count > 0) {
       locally([&] {
         local_loss = model_.train_step(
-            std::span(batch.dense)
+            std::span(batch.examples.dense)
                 .subspan(static_cast<size_t>(mine.begin * kNumDenseFeatures),
                          static_cast<size_t>(mine.count * kNumDenseFeatures)),
-            std::span(batch.labels)
+            std::span(batch.examples.labels)
                 .subspan(static_cast<size_t>(mine.begin), static_cast<size_t>(mine.count)),
-            buffers_.activation_views(), buffers_.gradients());
+            batch.buffers.activation_views(), batch.buffers.gradients());
       });
     }
     double loss = local_loss;
@@ -387,26 +454,33 @@ class Trainer {
       // mean over the global batch: the slices' means weighted by their shares of it.
       sync();
       dense_gradients_.resize(model_.gradients().size());
-      loss = group_.average(batch.size, local_loss, model_.gradients(), dense_gradients_);
+      loss = group_.average(batch.count, local_loss, model_.gradients(), dense_gradients_);
       dense_gradients = dense_gradients_;
       const auto share =
-          static_cast<float>(static_cast<double>(mine.count) / static_cast<double>(batch.size));
-      for (std::span<float> gradient : buffers_.gradients()) {
+          static_cast<float>(static_cast<double>(mine.count) / static_cast<double>(batch.count));
+      for (std::span<float> gradient : batch.buffers.gradients()) {
         for (float& value : gradient) value *= share;
       }
     }
     dense_optimizer_.apply(model_.parameters(), dense_gradients);
     summary_.dense_seconds += seconds_since(t);
 
+    // The part of the next batch's prefetched lookup that outlasted the dense step counts as
+    // lookup time (apply_gradients would wait for it too).
     t = Clock::now();
-    embedding_.apply_gradients(lookup_batch_, buffers_.gradient_views());
+    wait_for_prefetch();
+    summary_.lookup_seconds += seconds_since(t);
+
+    t = Clock::now();
+    embedding_.apply_gradients(batch.lookup, batch.buffers.gradient_views());
     summary_.update_seconds += seconds_since(t);
 
-    summary_.examples += batch.size;
-    examples_total_ += batch.size;
+    summary_.examples += batch.count;
+    examples_total_ += batch.count;
     loss_window_sum_ += loss;
     ++loss_window_count_;
     recent_loss_ = loss_window_sum_ / static_cast<double>(loss_window_count_);
+    if (ahead_ != Ahead::kNone) current_ = 1 - current_;
   }
 
   void record_loss(int64_t step) {
@@ -431,18 +505,20 @@ class Trainer {
     const int64_t largest = (data_.eval_set.size + group_.size() - 1) / group_.size();
     const int64_t batches = (largest + config_.train.batch_size - 1) / config_.train.batch_size;
     std::vector<float>& mine_predicted = group_.size() == 1 ? probabilities_ : local_probabilities_;
+    // Not the buffers of a batch prefetched ahead (overlap_): its lookup still reads them.
+    BatchBuffers& buffers = steps_[ahead_ == Ahead::kNone ? current_ : 1 - current_].buffers;
     mine_predicted.resize(static_cast<size_t>(mine.count));
     for (int64_t b = 0; b < batches; ++b) {
       const int64_t begin = std::min(b * config_.train.batch_size, mine.count);
       const int64_t count = std::min(config_.train.batch_size, mine.count - begin);
-      buffers_.bind(data_.eval_set, mine.begin + begin, count);
-      embedding_.lookup(buffers_.inputs(), buffers_.activations());
+      buffers.bind(data_.eval_set, mine.begin + begin, count);
+      embedding_.lookup(buffers.inputs(), buffers.activations());
       if (count == 0) continue;
       locally([&] {
         model_.predict(std::span(data_.eval_set.dense)
                            .subspan(static_cast<size_t>((mine.begin + begin) * kNumDenseFeatures),
                                     static_cast<size_t>(count * kNumDenseFeatures)),
-                       buffers_.activation_views(),
+                       buffers.activation_views(),
                        std::span(mine_predicted)
                            .subspan(static_cast<size_t>(begin), static_cast<size_t>(count)));
       });
@@ -471,6 +547,9 @@ class Trainer {
     if (embedding_.step() == last_saved_step_) return;  // e.g. resumed at the final step
     last_saved_step_ = embedding_.step();
     const Clock::time_point t = Clock::now();
+    // A batch prefetched ahead holds no key of a dynamic table yet (finish_lookup admits them):
+    // the checkpoint is the state after this step, as the serial loop's.
+    wait_for_prefetch();
     const std::filesystem::path path =
         save_checkpoint(embedding_, checkpoint_dir_,
                         trainer_save_options(config_, model_, dense_optimizer_,
@@ -514,13 +593,18 @@ class Trainer {
   std::ostream null_log_{nullptr};  // where the ranks other than 0 write (nowhere)
   std::ostream& log_;
   ProgressDisplay progress_;
+  const bool overlap_;  // train.overlap, with one rank (docs/training.md, "One training step")
+  // Two with overlap_: the batch trained on and the next one, prefetched. Declared before
+  // embedding_, so that its destructor has waited for a prefetched lookup before they are freed.
+  std::array<StepBatch, 2> steps_;
+  int current_ = 0;                 // the index in steps_ of the next step's batch
+  Ahead ahead_ = Ahead::kNone;      // where the next step's batch stands
+  std::exception_ptr ahead_error_;  // the error of reading it ahead
   Embedding embedding_;
   // The tables' sizes, which the data sources hash into (or, dynamic, the synthetic data's items)
   std::vector<int64_t> sizes_;
   DlrmDenseModel model_;
   DenseOptimizer dense_optimizer_;
-  BatchBuffers buffers_;
-  LookupBatch lookup_batch_;
   std::filesystem::path output_dir_, checkpoint_dir_;
   TrainingData data_;
   // Reads data_.train_source one batch ahead on its own thread; the loop uses only this.

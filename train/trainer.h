@@ -4,10 +4,13 @@
 //
 // Each step: next batch -> Embedding::lookup (recording a LookupBatch) -> dense forward/backward
 // (gradients for the dense parameters and the activations) -> dense optimizer -> Embedding::
-// apply_gradients. Every train.eval_every steps (and before the first and after the last) the
-// held-out set is evaluated (log loss, AUC). Every checkpoint.every steps (and at the end) the
-// tables, slots, dense parameters, dense optimizer state, data position and loss window are saved
-// atomically, so a resumed run continues exactly as an uninterrupted one (same loss curve).
+// apply_gradients. With train.overlap (one rank), the next batch is read and its lookup
+// prefetched (PipelineStaleness::kNone) during the dense step and finished after the update:
+// the results are bitwise the serial loop's (docs/training.md, "One training step"). Every
+// train.eval_every steps (and before the first and after the last) the held-out set is evaluated
+// (log loss, AUC). Every checkpoint.every steps (and at the end) the tables, slots, dense
+// parameters, dense optimizer state, data position and loss window are saved atomically, so a
+// resumed run continues exactly as an uninterrupted one (same loss curve).
 //
 // The held-out set: the synthetic generator's own stream, data.eval_path's first examples, or
 // those of data.path, up to a fifth of its bytes (a small file: the rest trains; docs/training.md,
@@ -16,8 +19,7 @@
 //
 // With embedding.vocabulary = "dynamic" the tables are dynamic, keyed by the categorical values
 // themselves (docs/training.md, "Vocabularies"); the summary then reports each table's
-// vocabulary, and the run writes no checkpoint (checkpoints of dynamic tables are not supported
-// yet: --resume is refused).
+// vocabulary, and checkpoints hold their keys, counts and last-seen steps.
 //
 // Files in output.dir: config.toml (effective configuration), metrics.jsonl (one JSON object per
 // line: {"step","examples","train_loss"} every train.log_every steps, {"step","eval_auc",

@@ -43,6 +43,11 @@ TEST(RunResourcesTest, TheMemoryCheckRefusesBuffersBeyondTheLimit) {
                                     HasSubstr("more than a test's limit"),
                                     HasSubstr("lower train.batch_size or data.eval_examples")));
   }
+  // The overlapped loop holds a second step's batch, activations, gradients and lookup record.
+  const TrainConfig overlapped =
+      config_with({"train.batch_size=1000", "data.eval_examples=1", "train.overlap=true"});
+  const int64_t overlapped_step = run_buffer_bytes(overlapped) - held_out_example;
+  EXPECT_EQ(overlapped_step - step, 1000 * ((4 * 14 + 8 * 26) + 2 * 4 * 26 * 16 + 3 * 8 * 26));
   const MemoryLimit limit = memory_limit();
   EXPECT_GT(limit.bytes, int64_t{1} << 26);
   EXPECT_FALSE(limit.what.empty());

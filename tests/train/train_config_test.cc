@@ -44,6 +44,8 @@ TEST(TrainConfig, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.dense.optimizer, "adam");
   EXPECT_DOUBLE_EQ(c.dense.learning_rate, 0.003);
   EXPECT_EQ(c.train.batch_size, 2048);
+  EXPECT_FALSE(c.train.overlap);
+  EXPECT_TRUE(load_train_config("", {"train.overlap=true"}).train.overlap);
   EXPECT_EQ(c.checkpoint.keep, 2);
   EXPECT_EQ(c.output.dir, "recemb-run");
   EXPECT_TRUE(c.tables.empty());
@@ -312,10 +314,11 @@ TEST(TrainConfig, ResumeRefusesSettingsThatChangeTheUpdates) {
   // What may change: the length of the run, its records, where they go, how the work is spread.
   EXPECT_NO_THROW(check_resume_settings(
       saved,
-      load_train_config("", {"train.batch_size=128", "train.steps=9000", "train.eval_every=3",
-                             "train.log_every=7", "checkpoint.every=11", "checkpoint.keep=5",
-                             "checkpoint.dir=elsewhere", "output.dir=other", "embedding.threads=3",
-                             "embedding.sharding=row_wise", "data.max_malformed=0"}),
+      load_train_config(
+          "", {"train.batch_size=128", "train.steps=9000", "train.eval_every=3",
+               "train.log_every=7", "checkpoint.every=11", "checkpoint.keep=5",
+               "checkpoint.dir=elsewhere", "output.dir=other", "embedding.threads=3",
+               "embedding.sharding=row_wise", "data.max_malformed=0", "train.overlap=false"}),
       "ckpt"));
 }
 
