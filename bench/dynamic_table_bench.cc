@@ -212,8 +212,8 @@ void register_all() {
       workload.ids = IdDistribution::kZipf;
       for (const Kind kind : {Kind::kAdmitting, Kind::kFullLeastRecent, Kind::kFullLeastFrequent}) {
         configure(benchmark::RegisterBenchmark(
-            ("BM_" + std::string(kind_name(kind)) + "/adagrad/" + workload.name()).c_str(),
-            BM_Step, workload, kind, std::string("adagrad")));
+            ("BM_" + std::string(kind_name(kind)) + "/adagrad/" + workload.name()).c_str(), BM_Step,
+            workload, kind, std::string("adagrad")));
       }
     }
   }
