@@ -8,8 +8,8 @@
 //   BM_dynamic_admitting/adagrad/<workload>  the step with admission and eviction at work:
 //       min_count 2, ttl_steps 8, capacity = the static table's rows, starting empty
 //   BM_dynamic_full_{lru,lfu}/adagrad/<workload>  a full table evicting to admit: capacity = an
-//       eighth of the rows, when_full evict_least_recent / evict_least_frequent, every key of
-//       [0, rows) admitted before timing (the table full of the last ones)
+//       eighth of the rows (full_capacity), when_full evict_least_recent / evict_least_frequent,
+//       every key of [0, rows) admitted before timing (the table full of the last ones)
 // kind: static (vocabulary_size = rows), or dynamic (capacity = rows, every key of [0, rows)
 // admitted before timing, so that both read the same rows). Each static benchmark is followed by
 // its dynamic twin: compare them as ratios (bench/README.md).
@@ -59,7 +59,11 @@ const char* kind_name(Kind kind) {
   return "";
 }
 
-int64_t full_capacity(const Workload& workload) { return std::max<int64_t>(workload.rows / 8, 1); }
+// An eighth of the rows, but room for two batches' keys (a lookup's distinct keys must fit), and
+// at most half the rows, so that the table fills up (the 8 MiB table: half).
+int64_t full_capacity(const Workload& workload) {
+  return std::min(workload.rows / 2, std::max(workload.rows / 8, 2 * workload.ids_per_feature()));
+}
 
 recemb::Embedding make_embedding(const Workload& workload, Kind kind,
                                  const std::string& optimizer) {
