@@ -91,6 +91,22 @@ int64_t DotInteraction::output_width(int64_t num_embeddings, int64_t dim) {
   return dim + num_vectors * (num_vectors - 1) / 2;
 }
 
+template <class Block>
+void DotInteraction::for_each_block(std::span<const float> bottom,
+                                    std::span<const std::span<const float>> embeddings,
+                                    int64_t batch_size, WorkerPool* pool, Block block) {
+  make_scratch(pool);
+  run_tasks(pool, (batch_size + kTaskExamples - 1) / kTaskExamples, [&](int64_t task, int worker) {
+    Scratch& scratch = scratch_[static_cast<size_t>(worker)];
+    const int64_t end = std::min(batch_size, (task + 1) * kTaskExamples);
+    for (int64_t first = task * kTaskExamples; first < end; first += kLanes) {
+      const int64_t lanes = std::min(kLanes, batch_size - first);
+      gather(bottom, embeddings, first, lanes, scratch);
+      block(first, lanes, scratch);
+    }
+  });
+}
+
 void DotInteraction::forward(std::span<const float> bottom,
                              std::span<const std::span<const float>> embeddings,
                              std::span<float> output, WorkerPool* pool) {
@@ -103,37 +119,31 @@ void DotInteraction::forward(std::span<const float> bottom,
   const int64_t num_vectors = num_embeddings_ + 1;
   const int64_t dim = dim_;
   const int64_t stride = dim * kLanes;  // floats between two vectors in Scratch::vectors
-  make_scratch(pool);
-  run_tasks(pool, (batch_size + kTaskExamples - 1) / kTaskExamples, [&](int64_t task, int worker) {
-    Scratch& scratch = scratch_[static_cast<size_t>(worker)];
-    const int64_t end = std::min(batch_size, (task + 1) * kTaskExamples);
-    for (int64_t first = task * kTaskExamples; first < end; first += kLanes) {
-      const int64_t lanes = std::min(kLanes, batch_size - first);
-      gather(bottom, embeddings, first, lanes, scratch);
-      for (int64_t lane = 0; lane < lanes; ++lane) {
-        std::memcpy(&output[(first + lane) * width], &bottom[(first + lane) * dim_],
-                    sizeof(float) * dim_);
-      }
-      const float* vectors = scratch.vectors.data();
-      float* block_output = &output[first * width];
-      int64_t column = dim;
-      for (int64_t i = 1; i < num_vectors; ++i) {
-        const float* vector_i = vectors + i * stride;
-        for (int64_t j = 0; j < i; ++j, ++column) {
-          const float* vector_j = vectors + j * stride;
-          float dots[kLanes] = {};
-          for (int64_t k = 0; k < dim; ++k) {
-            for (int64_t lane = 0; lane < kLanes; ++lane) {
-              dots[lane] += vector_i[k * kLanes + lane] * vector_j[k * kLanes + lane];
-            }
+  const auto interact = [&](int64_t first, int64_t lanes, Scratch& scratch) {
+    for (int64_t lane = 0; lane < lanes; ++lane) {
+      std::memcpy(&output[(first + lane) * width], &bottom[(first + lane) * dim_],
+                  sizeof(float) * dim_);
+    }
+    const float* vectors = scratch.vectors.data();
+    float* block_output = &output[first * width];
+    int64_t column = dim;
+    for (int64_t i = 1; i < num_vectors; ++i) {
+      const float* vector_i = vectors + i * stride;
+      for (int64_t j = 0; j < i; ++j, ++column) {
+        const float* vector_j = vectors + j * stride;
+        float dots[kLanes] = {};
+        for (int64_t k = 0; k < dim; ++k) {
+          for (int64_t lane = 0; lane < kLanes; ++lane) {
+            dots[lane] += vector_i[k * kLanes + lane] * vector_j[k * kLanes + lane];
           }
-          for (int64_t lane = 0; lane < lanes; ++lane) {
-            block_output[lane * width + column] = dots[lane];
-          }
+        }
+        for (int64_t lane = 0; lane < lanes; ++lane) {
+          block_output[lane * width + column] = dots[lane];
         }
       }
     }
-  });
+  };
+  for_each_block(bottom, embeddings, batch_size, pool, interact);
 }
 
 void DotInteraction::backward(std::span<const float> bottom,
@@ -163,52 +173,46 @@ void DotInteraction::backward(std::span<const float> bottom,
   const int64_t num_vectors = num_embeddings_ + 1;
   const int64_t dim = dim_;
   const int64_t stride = dim * kLanes;
-  make_scratch(pool);
-  run_tasks(pool, (batch_size + kTaskExamples - 1) / kTaskExamples, [&](int64_t task, int worker) {
-    Scratch& scratch = scratch_[static_cast<size_t>(worker)];
-    const int64_t end = std::min(batch_size, (task + 1) * kTaskExamples);
-    for (int64_t first = task * kTaskExamples; first < end; first += kLanes) {
-      const int64_t lanes = std::min(kLanes, batch_size - first);
-      gather(bottom, embeddings, first, lanes, scratch);
-      // S from the block's rows of output_gradient: pair by pair, so that S is written in whole
-      // lane vectors.
-      const float* block_gradient = &output_gradient[first * width];
-      float* pairs = scratch.pair_gradients.data();
-      int64_t column = dim;
-      for (int64_t i = 1; i < num_vectors; ++i) {
-        for (int64_t j = 0; j < i; ++j, ++column) {
-          float* lower = pairs + (i * num_vectors + j) * kLanes;
-          for (int64_t lane = 0; lane < lanes; ++lane)
-            lower[lane] = block_gradient[lane * width + column];
-          std::memcpy(pairs + (j * num_vectors + i) * kLanes, lower, sizeof(float) * kLanes);
-        }
+  const auto back_propagate = [&](int64_t first, int64_t lanes, Scratch& scratch) {
+    // S from the block's rows of output_gradient: pair by pair, so that S is written in whole
+    // lane vectors.
+    const float* block_gradient = &output_gradient[first * width];
+    float* pairs = scratch.pair_gradients.data();
+    int64_t column = dim;
+    for (int64_t i = 1; i < num_vectors; ++i) {
+      for (int64_t j = 0; j < i; ++j, ++column) {
+        float* lower = pairs + (i * num_vectors + j) * kLanes;
+        for (int64_t lane = 0; lane < lanes; ++lane)
+          lower[lane] = block_gradient[lane * width + column];
+        std::memcpy(pairs + (j * num_vectors + i) * kLanes, lower, sizeof(float) * kLanes);
       }
-      const float* vectors = scratch.vectors.data();
-      for (int64_t i = 0; i < num_vectors; ++i) {
-        const float* pair_row = pairs + i * num_vectors * kLanes;
-        float* gradient_i = scratch.vector_gradients.data() + i * stride;
-        int64_t k = 0;
-        for (; k + 4 <= dim; k += 4) {
-          vector_gradient<4>(pair_row, vectors, num_vectors, stride, k, gradient_i);
-        }
-        for (; k < dim; ++k)
-          vector_gradient<1>(pair_row, vectors, num_vectors, stride, k, gradient_i);
+    }
+    const float* vectors = scratch.vectors.data();
+    for (int64_t i = 0; i < num_vectors; ++i) {
+      const float* pair_row = pairs + i * num_vectors * kLanes;
+      float* gradient_i = scratch.vector_gradients.data() + i * stride;
+      int64_t k = 0;
+      for (; k + 4 <= dim; k += 4) {
+        vector_gradient<4>(pair_row, vectors, num_vectors, stride, k, gradient_i);
       }
-      for (int64_t lane = 0; lane < lanes; ++lane) {
-        const int64_t example = first + lane;
+      for (; k < dim; ++k)
+        vector_gradient<1>(pair_row, vectors, num_vectors, stride, k, gradient_i);
+    }
+    for (int64_t lane = 0; lane < lanes; ++lane) {
+      const int64_t example = first + lane;
+      for (int64_t k = 0; k < dim_; ++k) {
+        bottom_gradient[example * dim_ + k] =
+            output_gradient[example * width + k] + scratch.vector_gradients[k * kLanes + lane];
+      }
+      for (int64_t f = 0; f < num_embeddings_; ++f) {
         for (int64_t k = 0; k < dim_; ++k) {
-          bottom_gradient[example * dim_ + k] =
-              output_gradient[example * width + k] + scratch.vector_gradients[k * kLanes + lane];
-        }
-        for (int64_t f = 0; f < num_embeddings_; ++f) {
-          for (int64_t k = 0; k < dim_; ++k) {
-            embedding_gradients[f][example * dim_ + k] =
-                scratch.vector_gradients[(f + 1) * stride + k * kLanes + lane];
-          }
+          embedding_gradients[f][example * dim_ + k] =
+              scratch.vector_gradients[(f + 1) * stride + k * kLanes + lane];
         }
       }
     }
-  });
+  };
+  for_each_block(bottom, embeddings, batch_size, pool, back_propagate);
 }
 
 int64_t DotInteraction::check_sizes(std::span<const float> bottom,

@@ -66,6 +66,12 @@ class DotInteraction {
   // Copies examples [first, first + lanes) of the batch into scratch.vectors (interaction.cc).
   void gather(std::span<const float> bottom, std::span<const std::span<const float>> embeddings,
               int64_t first, int64_t lanes, Scratch& scratch) const;
+  // For each block of up to kLanes examples of the batch, in tasks of kTaskExamples on `pool`:
+  // gathers it, then calls block(first, lanes, scratch) with the worker's Scratch.
+  template <class Block>
+  void for_each_block(std::span<const float> bottom,
+                      std::span<const std::span<const float>> embeddings, int64_t batch_size,
+                      WorkerPool* pool, Block block);
 
   int64_t num_embeddings_;
   int64_t dim_;
