@@ -119,6 +119,22 @@ std::vector<Example> read_all(ExampleSource& source, int64_t max_examples) {
   return all;
 }
 
+// Reads `stops` batches of `batch_size` from a reader of `paths`, seeks `resumed` (a fresh reader
+// of the same files) to its position, and expects it to read the rest as the first does; returns
+// the position.
+std::string expect_exact_resume(const std::vector<std::string>& paths, const ReaderOptions& options,
+                                int stops, int64_t batch_size, CriteoReader& resumed) {
+  CriteoReader first(paths, options);
+  ExampleBatch batch;
+  for (int k = 0; k < stops; ++k) first.next(batch, batch_size);
+  const std::string position = first.position();
+  const std::vector<Example> rest = read_all(first, batch_size);
+  resumed.seek(position);
+  EXPECT_EQ(resumed.position(), position);
+  EXPECT_EQ(read_all(resumed, batch_size), rest);
+  return position;
+}
+
 // A random valid line and the example it must give: empty fields, negative, zero-padded and
 // extreme integers, 1 to 16 hexadecimal digits of mixed case.
 std::string random_line(std::mt19937_64& random, const std::vector<int64_t>& vocabulary,
@@ -479,16 +495,8 @@ TEST(CriteoReaderTest, PositionAndSeekResumeExactly) {
   // Stop after k batches of 130 (inside file 0, across the file boundary, at the very end).
   for (const int stops : {0, 1, 2, 3, 7, 8}) {
     SCOPED_TRACE(::testing::Message() << "stopped after " << stops << " batches");
-    CriteoReader first(paths, options);
-    ExampleBatch batch;
-    for (int k = 0; k < stops; ++k) first.next(batch, 130);
-    const std::string position = first.position();
-    const std::vector<Example> rest = read_all(first, 130);
-
     CriteoReader resumed(paths, options);
-    resumed.seek(position);
-    EXPECT_EQ(resumed.position(), position);
-    EXPECT_EQ(read_all(resumed, 130), rest);
+    const std::string position = expect_exact_resume(paths, options, stops, 130, resumed);
     // The malformed lines after the position, with their line numbers in their files.
     size_t file_index = 0;
     int64_t line_number = 0;
@@ -906,15 +914,8 @@ TEST(CriteoReaderRealFilesTest, ResumesExactlyAcrossFilesGzipAndEpochs) {
       SCOPED_TRACE(::testing::Message() << "stopped after " << stops << " batches"
                                         << (ahead ? ", decompressed ahead" : ""));
       options.decompress_ahead = ahead;
-      CriteoReader first(paths, options);
-      ExampleBatch batch;
-      for (int k = 0; k < stops; ++k) first.next(batch, 50);
-      const std::string position = first.position();
-      const std::vector<Example> rest = read_all(first, 50);
       CriteoReader resumed(paths, options);
-      resumed.seek(position);
-      EXPECT_EQ(resumed.position(), position);
-      EXPECT_EQ(read_all(resumed, 50), rest);
+      expect_exact_resume(paths, options, stops, 50, resumed);
     }
   CriteoReader reader(paths, options);
   EXPECT_THROW(reader.seek("criteo:2:7:1"), InvalidArgument);  // not a line start (gzip)
