@@ -508,7 +508,7 @@ def report(arguments, sizes, rates, first_losses, step_seconds, step_gflops, gem
           f"{DENSE_LEARNING_RATE}; {arguments.steps} steps of {arguments.batch_size} examples per "
           f"round, {arguments.rounds} rounds")
     print()
-    print("| contender | examples/s (median) | min | max | mean loss of round 1 |")
+    print("| contender | examples/s (median) | min | max | mean loss, first timed pass |")
     print("|---|---|---|---|---|")
     labels = {"torch": "(a) torch: EmbeddingBag(sparse=True) + Adagrad, Adam",
               "torch + recemb": "(b) torch + recemb.torch.Embedding, Adam",
