@@ -53,7 +53,8 @@ if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
 fi
 
 workload="table:$table/dim:64/bag:20/ids:(uniform|zipf)/tables:1/threads:[12]/"
-serving_filter="^BM_(Fbgemm)?ServingLookup/dtype:(int8|float16)/table:1GiB/"
+# The static serving model only: serving_bench's vocabulary:dynamic models add a key index.
+serving_filter="^BM_(Fbgemm)?ServingLookup/dtype:(int8|float16)/table:1GiB/(vocabulary:static/|threads)"
 fbgemm_filter="^BM_Fbgemm(Lookup|LookupAndUpdate/rowwise_adagrad)/$workload"
 [ "$serving" = 1 ] && fbgemm_filter="$fbgemm_filter|$serving_filter"
 
