@@ -154,16 +154,12 @@ void DynamicPart::plan(std::span<const KeyRun> runs, int64_t step, int64_t pinne
 }
 
 void DynamicPart::touch_present(std::span<const KeyRun> runs, int64_t step, int part, int parts) {
-  const auto mine = [part, parts](int64_t slot) {
-    return slot != KeyIndex::kAbsent && slot % parts == part;
-  };
+  // Part p touches the p-th of `parts` equal ranges of the slots taken so far.
+  const int64_t end = index_.slot_end();
+  const int64_t first_slot = end * part / parts;
+  const int64_t end_slot = end * (part + 1) / parts;
   for (const KeyRun& run : runs) {
-    for (int64_t j = 0; j < run.size; ++j) {
-      if (j + kKeysAhead < run.size && mine(run.slots[j + kKeysAhead])) {
-        index_.prefetch_slot(run.slots[j + kKeysAhead]);
-      }
-      if (mine(run.slots[j])) index_.touch(run.slots[j], step, 1);
-    }
+    index_.touch_range({run.slots, static_cast<size_t>(run.size)}, first_slot, end_slot, step);
   }
 }
 

@@ -72,9 +72,9 @@ class DynamicPart {
   // absent = KeyIndex::kAbsent) over all its runs; keys last seen at a step >= pinned_from (the
   // oldest training lookup not applied yet) are never evicted.
   void plan(std::span<const KeyRun> runs, int64_t step, int64_t pinned_from);
-  // Records one sighting at `step` for every occurrence of a present key of `runs` whose slot %
-  // parts == part: `parts` calls (part in [0, parts)) may run at once, each slot being touched by
-  // one of them.
+  // Records one sighting at `step` for every occurrence of a present key of `runs` whose slot lies
+  // in the part-th of `parts` equal slot ranges: `parts` calls (part in [0, parts)) may run at
+  // once, each slot being touched by one of them.
   void touch_present(std::span<const KeyRun> runs, int64_t step, int part, int parts);
   void commit(std::span<const KeyRun> runs, int64_t step);
   // After commit: the parameters and slots of the keys it admitted whose index among them %

@@ -114,8 +114,6 @@ int64_t KeyIndex::capacity() const { return capacity_; }
 int64_t KeyIndex::size() const { return size_; }
 int64_t KeyIndex::exact_pending_limit() const { return exact_pending_limit_; }
 
-void KeyIndex::prefetch_slot(int64_t slot) const { prefetch_line_for_write(&slots_[slot]); }
-
 void KeyIndex::find_all(const int64_t* keys, int64_t n, int64_t* slots, int64_t absent) const {
   // homes[j % kFindAhead]: the home bucket of keys[j], for the next kFindAhead keys.
   size_t homes[kFindAhead];
@@ -172,6 +170,23 @@ void KeyIndex::touch(int64_t slot, int64_t step, int64_t occurrences) {
   entry.count = saturating_add(entry.count, occurrences);
   entry.last_seen = step;  // its recency entry is re-filed when it reaches the front
 }
+
+void KeyIndex::touch_range(std::span<const int64_t> slots, int64_t first_slot, int64_t end_slot,
+                           int64_t step) {
+  // One unsigned compare: kAbsent and slots below first_slot wrap to large values.
+  const auto in_range = [&](int64_t slot) {
+    return static_cast<uint64_t>(slot - first_slot) < static_cast<uint64_t>(end_slot - first_slot);
+  };
+  const auto n = std::ssize(slots);
+  for (int64_t j = 0; j < n; ++j) {
+    if (j + kFindAhead < n && in_range(slots[j + kFindAhead])) {
+      prefetch_line_for_write(&slots_[slots[j + kFindAhead]]);
+    }
+    if (in_range(slots[j])) touch(slots[j], step, 1);
+  }
+}
+
+int64_t KeyIndex::slot_end() const { return never_used_; }
 
 int64_t KeyIndex::insert(int64_t key, int64_t step, int64_t count) {
   RECEMB_CHECK(size_ < capacity_ && count >= 0);

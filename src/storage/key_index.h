@@ -93,8 +93,6 @@ class KeyIndex {
   // slots[j] = the slot of keys[j], or `absent`, for j in [0, n): the lookup's path, pipelined
   // (each key's bucket is computed and prefetched kFindAhead keys before it is searched).
   void find_all(const int64_t* keys, int64_t n, int64_t* slots, int64_t absent) const;
-  // Prefetches what touch(slot, ...) will read.
-  void prefetch_slot(int64_t slot) const;
 
   int64_t key_of(int64_t slot) const;     // slot must be occupied
   int64_t last_seen(int64_t slot) const;  // slot must be occupied
@@ -104,6 +102,13 @@ class KeyIndex {
   // Records `occurrences` more sightings of the key in `slot` at lookup step `step` (>= its
   // last_seen): last_seen = step, count += occurrences (saturating at INT64_MAX).
   void touch(int64_t slot, int64_t step, int64_t occurrences);
+  // touch(slot, step, 1) for each slots[j] in [first_slot, end_slot) (kAbsent never is), in order,
+  // pipelined as find_all is. Calls on disjoint slot ranges may run concurrently: a lookup's
+  // sightings split over threads by slot range.
+  void touch_range(std::span<const int64_t> slots, int64_t first_slot, int64_t end_slot,
+                   int64_t step);
+  // Every occupied slot is below it (the slots ever taken).
+  int64_t slot_end() const;
 
   // Inserts an absent `key` (size() < capacity()) into a free slot and returns the slot, with
   // last_seen = step and count = `count`. Which free slot is taken depends only on the sequence

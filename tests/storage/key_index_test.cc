@@ -419,6 +419,44 @@ TEST(KeyIndexTest, TouchAccumulatesAndSaturatesCounts) {
   EXPECT_EQ(index.count(slot), kMax);
 }
 
+// touch_range over split slot ranges counts every in-range occurrence once, as a plain count per
+// key over the whole batch does, and leaves slots outside its range alone.
+TEST(KeyIndexTest, TouchRangesCountWhatAPlainCountCounts) {
+  std::mt19937_64 random(21);
+  KeyIndex index(500, 0);
+  std::map<int64_t, int64_t> count_of;  // slot -> count
+  for (int64_t key = 0; key < 400; ++key) {
+    const int64_t slot = index.insert(key * 7919 - 1000, 1, static_cast<int64_t>(key % 3));
+    count_of[slot] = key % 3;
+  }
+  for (int64_t slot = 0; slot < 400; slot += 5) {
+    index.erase(slot);
+    count_of.erase(slot);
+  }
+  std::vector<int64_t> slots(3000);
+  for (int64_t& slot : slots) {
+    const auto it = std::next(count_of.begin(), static_cast<int64_t>(random() % count_of.size()));
+    slot = random() % 10 == 0 ? KeyIndex::kAbsent : it->first;
+  }
+  const int64_t end = index.slot_end();
+  ASSERT_EQ(end, 400);
+  const int64_t split = 123;
+  index.touch_range(slots, 0, split, 7);
+  std::map<int64_t, int64_t> expected = count_of;
+  for (const int64_t slot : slots) {
+    if (slot != KeyIndex::kAbsent && slot < split) ++expected[slot];
+  }
+  for (const auto& [slot, count] : expected) {
+    ASSERT_EQ(index.count(slot), count) << "slot " << slot;
+    ASSERT_EQ(index.last_seen(slot), slot < split && count != count_of[slot] ? 7 : 1);
+  }
+  index.touch_range(slots, split, end, 7);
+  for (const int64_t slot : slots) {
+    if (slot != KeyIndex::kAbsent && slot >= split) ++expected[slot];
+  }
+  for (const auto& [slot, count] : expected) ASSERT_EQ(index.count(slot), count) << "slot " << slot;
+}
+
 TEST(KeyIndexTest, ExactPendingCountsMatchTheReference) {
   std::mt19937_64 random(8);
   const KeyPool pool(9, 300);
