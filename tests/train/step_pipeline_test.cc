@@ -3,6 +3,8 @@
 // results, bitwise, and the same errors at the same steps).
 #include "train/step_pipeline.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <gmock/gmock.h>

@@ -4,28 +4,18 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
-#include <cinttypes>
 #include <cmath>
 #include <csignal>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <map>
-#include <memory>
 #include <optional>
-#include <random>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <system_error>
-#include <thread>
-#include <tuple>
 #include <vector>
 
 #include "recemb/checkpoint.h"
-#include "recemb/communicator.h"
 #include "recemb/error.h"
 
 #include "testing/fault_file_system.h"
