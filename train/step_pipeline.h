@@ -5,10 +5,10 @@
 // "One training step").
 //
 // A step with the pipeline:
-//   StepBatch& batch = pipeline.next();  // (read now, or the batch read ahead)
-//   pipeline.look_up(batch, slice, more); // fills batch.buffers' activations; reads ahead
+//   StepBatch& batch = pipeline.next();   // read now, or the batch read ahead
+//   pipeline.look_up(batch, slice, more);  // batch.buffers' activations; reads the next ahead
 //   ... dense step: batch.buffers' gradients ...
-//   pipeline.wait_for_prefetch();        // before Embedding::apply_gradients
+//   pipeline.wait_for_prefetch();          // before Embedding::apply_gradients
 //   embedding.apply_gradients(batch.lookup, batch.buffers.gradient_views());
 //   pipeline.advance();
 #ifndef RECEMB_TRAIN_STEP_PIPELINE_H_
