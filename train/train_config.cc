@@ -1,101 +1,24 @@
-// The one file of recemb that includes toml++. The defaults document is parsed like any user file:
-// it defines which keys exist and their types, so a key missing from it is unknown everywhere.
+// Reading `recemb train`'s settings from TOML (a file, then --set overrides) and writing them as
+// TOML: the one file of recemb that includes toml++. The defaults document (default_config.h) is
+// parsed like any user file: it defines which keys exist and their types, so a key missing from
+// it is unknown everywhere.
 #include "train/train_config.h"
 
-#include <algorithm>
 #include <charconv>
 #include <set>
 #include <sstream>
 #include <toml++/toml.h>
 #include <utility>
 
-#include "recemb/config.h"
-#include "recemb/embedding.h"
 #include "recemb/error.h"
-#include "recemb/optimizer.h"
+
+#include "train/config_validation.h"
+#include "train/default_config.h"
 
 namespace recemb::train {
 namespace {
 
-constexpr std::string_view kDefaultConfig = R"(# recemb train: every field with its default.
-# Change fields in a file (recemb train --config FILE) or on the command line
-# (recemb train --set section.key=value, the value in TOML syntax: --set model.top_mlp=[128,64]).
-
-[data]
-path = ""               # Criteo TSV (label, 13 integers, 26 hex categoricals), plain or gzip;
-                        # a list of files or globs, read in order: ["day_0.gz", "day_1.gz"],
-                        # ["day_*.gz"]; "" = synthetic data
-eval_path = ""          # held-out TSV; "" = the tail of path (eval_fraction) or its first examples
-eval_fraction = 0.0     # in (0, 1): hold out this tail of path's lines (no eval_path); 0 = off
-strict = false          # true: refuse any line that is short, ends in CRLF, lacks its final \n...
-reader_threads = 1      # 2: gzip files decompressed on a second thread, ahead of the parsing
-preset = "small"        # table sizes: small | criteo-kaggle | criteo-1tb
-table_budget_mib = 0    # > 0: the preset's sizes cut down to fit this many MiB of table rows
-eval_examples = 65536   # held-out examples, evaluated every train.eval_every steps
-max_malformed = 100     # malformed input lines skipped (and reported) before the run fails
-synthetic_seed = 1      # seed of the synthetic data
-synthetic_item_lifetime = 1048576  # embedding.vocabulary = "dynamic": examples a synthetic item
-                        # (key) lives before a new one takes its place (2^20: about 512 steps)
-
-[model]
-embedding_dim = 16
-bottom_mlp = [64, 16]   # widths of the MLP over the 13 dense features; the last = embedding_dim
-top_mlp = [64, 32]      # hidden widths of the MLP over the interactions; a width-1 output follows
-seed = 0                # initialisation of the tables and the dense layers
-
-[embedding]
-optimizer = "adagrad"   # sgd | adagrad | adagrad_momentum | adam | ftrl | rowwise_adagrad
-learning_rate = 1.0     # when not set: the optimizer's own default (docs/training.md), sgd 100,
-                        # adagrad 1, adagrad_momentum 0.1, adam 0.01, ftrl 1, rowwise_adagrad 0.1
-threads = 0             # worker threads of the embedding engine; 0 = one per core
-sharding = "auto"       # how tables are split over the ranks of an mpirun job: auto | table_wise |
-                        # row_wise | column_wise | replicated (one process keeps tables whole)
-vocabulary = "hashed"   # hashed: categorical values hashed into tables of the preset's sizes;
-                        # dynamic: tables keyed by the raw values, rows admitted and evicted
-capacity = 0            # dynamic: most keys per table; 0 = the table's size (preset, budget,
-                        # override) + train.batch_size (room for a batch's new keys)
-min_count = 1           # dynamic: occurrences in training before a key gets a row
-ttl_steps = 0           # dynamic: keys not seen for this many steps are evicted; 0 = never
-when_full = "evict_least_recent"  # dynamic, a full table: evict_least_recent |
-                        # evict_least_frequent | error
-
-[dense]
-optimizer = "adam"      # adam | adagrad
-learning_rate = 0.003
-
-[train]
-steps = 2500            # training steps (>= 1); the run also ends when the data does
-epochs = 1              # times the training files are read (>= 1); steps still bounds the run
-batch_size = 2048       # examples per step, 1 to 1048576 (and what fits in memory)
-eval_every = 500        # steps between evaluations; 0 = only at the end
-log_every = 10          # steps between training-loss records in metrics.jsonl
-overlap = false         # true: the next batch's lookup begun during the dense step (same results)
-
-[checkpoint]
-dir = ""                # "" = <output.dir>/checkpoints
-every = 1000            # steps between checkpoints; 0 = only at the end
-keep = 2                # complete checkpoints kept
-
-[output]
-dir = "recemb-run"      # metrics.jsonl, summary.json, training.svg, config.toml
-
-# Per-table overrides, for any of the tables C1..C26:
-# [tables.C3]
-# vocabulary_size = 100000
-# optimizer = "rowwise_adagrad"
-# learning_rate = 0.1
-)";
-
 constexpr int kNumTables = 26;
-
-// Each embedding optimizer's learning rate when none is set: the best of a sweep on the default
-// synthetic run (docs/training.md, "Learning rates"). Adagrad and FTRL divide by the root of the
-// summed squared gradients and Adam by that of their mean, so they take rates near 1 or 0.01; SGD
-// steps by the raw gradient of the batch's mean loss, which is about 1 / batch_size per row.
-constexpr std::pair<std::string_view, double> kDefaultLearningRates[] = {
-    {"sgd", 100.0}, {"adagrad", 1.0}, {"adagrad_momentum", 0.1},
-    {"adam", 0.01}, {"ftrl", 1.0},    {"rowwise_adagrad", 0.1},
-};
 
 std::string type_name(const toml::node& node) {
   std::ostringstream name;
@@ -297,92 +220,26 @@ std::vector<std::string> get_paths(const toml::table& config, std::string_view p
   return {std::move(one)};
 }
 
-void require(bool condition, const std::string& message) {
-  if (!condition) throw InvalidArgument(message);
-}
-
-void check_optimizer_name(const std::string& name, const std::string& key) {
-  try {
-    parse_optimizer(name);
-  } catch (const InvalidArgument& error) {
-    throw InvalidArgument(key + ": " + error.what());
-  }
-}
-
-void validate(const TrainConfig& c) {
-  require(c.data.table_budget_mib >= 0, "data.table_budget_mib must be >= 0");
-  require(c.data.eval_examples >= 1, "data.eval_examples must be >= 1");
-  require(c.data.max_malformed >= 0, "data.max_malformed must be >= 0");
-  for (const std::string& path : c.data.paths) {
-    require(!path.empty(), "data.path: an empty path in the list");
-  }
-  require(c.data.eval_fraction == 0 || (c.data.eval_fraction > 0 && c.data.eval_fraction < 1),
-          "data.eval_fraction must be in (0, 1) (or 0: not used), not " +
-              std::to_string(c.data.eval_fraction));
-  require(c.data.eval_fraction == 0 || c.data.eval_path.empty(),
-          "data.eval_fraction and data.eval_path both set: hold out the tail of data.path "
-          "(eval_fraction) or read a held-out file (eval_path), not both");
-  require(c.data.reader_threads == 1 || c.data.reader_threads == 2,
-          "data.reader_threads must be 1 or 2, not " + std::to_string(c.data.reader_threads));
-  require(c.train.epochs >= 1, "train.epochs must be >= 1, not " + std::to_string(c.train.epochs));
-  require(c.data.synthetic_item_lifetime >= 1, "data.synthetic_item_lifetime must be >= 1, not " +
-                                                   std::to_string(c.data.synthetic_item_lifetime));
-  require(c.model.embedding_dim >= 1, "model.embedding_dim must be >= 1");
-  require(!c.model.bottom_mlp.empty() && c.model.bottom_mlp.back() == c.model.embedding_dim,
-          "model.bottom_mlp must end with model.embedding_dim (" +
-              std::to_string(c.model.embedding_dim) + ")");
-  for (int64_t width : c.model.bottom_mlp) require(width >= 1, "model.bottom_mlp widths >= 1");
-  for (int64_t width : c.model.top_mlp) require(width >= 1, "model.top_mlp widths must be >= 1");
-  check_optimizer_name(c.embedding.optimizer, "embedding.optimizer");
-  require(c.embedding.learning_rate > 0.0, "embedding.learning_rate must be > 0");
-  require(c.embedding.threads >= 0 && c.embedding.threads <= kMaxNumThreads,
-          "embedding.threads must be in [0, " + std::to_string(kMaxNumThreads) +
-              "] (0: one per core), not " + std::to_string(c.embedding.threads));
-  sharding_strategy(c.embedding.sharding);
-  require(c.embedding.vocabulary == "hashed" || c.embedding.vocabulary == "dynamic",
-          "embedding.vocabulary must be hashed or dynamic, not '" + c.embedding.vocabulary + "'");
-  require(c.embedding.capacity >= 0,
-          "embedding.capacity must be >= 0 (0: each table's size + train.batch_size), not " +
-              std::to_string(c.embedding.capacity));
-  require(c.embedding.min_count >= 1,
-          "embedding.min_count must be >= 1, not " + std::to_string(c.embedding.min_count));
-  require(c.embedding.ttl_steps >= 0, "embedding.ttl_steps must be >= 0 (0: no TTL), not " +
-                                          std::to_string(c.embedding.ttl_steps));
-  try {
-    parse_when_full(c.embedding.when_full);
-  } catch (const InvalidArgument& error) {
-    throw InvalidArgument(std::string("embedding.when_full: ") + error.what());
-  }
-  require(c.dense.optimizer == "adam" || c.dense.optimizer == "adagrad",
-          "dense.optimizer must be adam or adagrad, not '" + c.dense.optimizer + "'");
-  require(c.dense.learning_rate > 0.0, "dense.learning_rate must be > 0");
-  require(c.train.steps >= 1,
-          "train.steps must be >= 1, not " + std::to_string(c.train.steps) +
-              " (a run trains; to continue a finished run, --resume with a larger train.steps)");
-  require(c.train.batch_size >= 1 && c.train.batch_size <= kMaxBatchSize,
-          "train.batch_size must be 1 to " + std::to_string(kMaxBatchSize) + ", not " +
-              std::to_string(c.train.batch_size));
-  require(c.train.eval_every >= 0, "train.eval_every must be >= 0");
-  require(c.train.log_every >= 1, "train.log_every must be >= 1");
-  require(c.checkpoint.every >= 0, "checkpoint.every must be >= 0");
-  require(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");
-  require(!c.output.dir.empty(), "output.dir must not be empty");
-  for (const auto& [name, table] : c.tables) {
-    require(!table.vocabulary_size || *table.vocabulary_size >= 1,
-            "tables." + name + ".vocabulary_size must be >= 1");
-    if (table.optimizer) check_optimizer_name(*table.optimizer, "tables." + name + ".optimizer");
-    require(!table.learning_rate || *table.learning_rate > 0.0,
-            "tables." + name + ".learning_rate must be > 0");
+// Every setting of `table` as "dotted.key" -> its TOML text.
+void flatten(const toml::table& table, const std::string& prefix,
+             std::map<std::string, std::string>& settings) {
+  for (const auto& [key, value] : table) {
+    const std::string dotted = prefix + std::string(key.str());
+    if (value.is_table()) {
+      flatten(*value.as_table(), dotted + ".", settings);
+    } else {
+      std::ostringstream text;
+      value.visit([&](const auto& typed) { text << typed; });
+      settings[dotted] = text.str();
+    }
   }
 }
 
 }  // namespace
 
-std::string_view default_config_toml() { return kDefaultConfig; }
-
 TrainConfig load_train_config(const std::string& config_path,
                               const std::vector<std::string>& overrides) {
-  toml::table config = parse_document(kDefaultConfig, "defaults");
+  toml::table config = parse_document(default_config_toml(), "defaults");
   std::map<std::string, TableOverride> tables;
   std::set<std::string> assigned;  // the keys the file and the overrides set
   if (!config_path.empty()) {
@@ -439,7 +296,7 @@ TrainConfig load_train_config(const std::string& config_path,
   c.checkpoint.keep = get<int>(config, "checkpoint.keep");
   c.output.dir = get<std::string>(config, "output.dir");
   c.tables = std::move(tables);
-  validate(c);
+  validate_train_config(c);
   // Learning rates not given are the optimizer's own (docs/training.md, "Learning rates").
   if (!assigned.contains("embedding.learning_rate")) {
     c.embedding.learning_rate = default_learning_rate(c.embedding.optimizer);
@@ -450,15 +307,6 @@ TrainConfig load_train_config(const std::string& config_path,
     }
   }
   return c;
-}
-
-double default_learning_rate(std::string_view optimizer) {
-  const std::string_view name = optimizer_name(parse_optimizer(optimizer));
-  for (const auto& [known, rate] : kDefaultLearningRates) {
-    if (known == name) return rate;
-  }
-  throw InvalidArgument("no default learning rate for optimizer '" + std::string(name) +
-                        "': set embedding.learning_rate");
 }
 
 ShardingStrategy sharding_strategy(std::string_view name) {
@@ -473,71 +321,11 @@ bool dynamic_vocabulary(const TrainConfig& config) {
   return config.embedding.vocabulary == "dynamic";
 }
 
-namespace {
-
-// The settings a resumed run may change: they decide how long the run is, what it records and
-// where, and how the work is spread, not which updates it makes (docs/training.md, "Checkpoints
-// and --resume"). Any other change would make the resumed run differ from the uninterrupted one.
-constexpr std::string_view kResumeMayChange[] = {
-    "train.steps",        "train.eval_every",   "train.log_every",     "checkpoint.dir",
-    "checkpoint.every",   "checkpoint.keep",    "output.dir",          "embedding.threads",
-    "embedding.sharding", "data.max_malformed", "data.reader_threads", "train.overlap"};
-
-// Every setting of `table` as "dotted.key" -> its TOML text.
-void flatten(const toml::table& table, const std::string& prefix,
-             std::map<std::string, std::string>& settings) {
-  for (const auto& [key, value] : table) {
-    const std::string dotted = prefix + std::string(key.str());
-    if (value.is_table()) {
-      flatten(*value.as_table(), dotted + ".", settings);
-    } else {
-      std::ostringstream text;
-      value.visit([&](const auto& typed) { text << typed; });
-      settings[dotted] = text.str();
-    }
-  }
-}
-
-std::map<std::string, std::string> settings_of(std::string_view toml_text,
-                                               const std::string& origin) {
+std::map<std::string, std::string> flat_settings(std::string_view toml_text,
+                                                 const std::string& origin) {
   std::map<std::string, std::string> settings;
   flatten(parse_document(toml_text, origin), "", settings);
   return settings;
-}
-
-}  // namespace
-
-void check_resume_settings(std::string_view saved_toml, const TrainConfig& config,
-                           const std::string& checkpoint) {
-  // A setting added after the checkpoint was written had its default value then.
-  std::map<std::string, std::string> saved = settings_of(saved_toml, checkpoint);
-  saved.merge(settings_of(kDefaultConfig, "defaults"));
-  const std::map<std::string, std::string> now = settings_of(to_toml(config), "the settings");
-  std::set<std::string> keys;
-  for (const auto& [key, value] : saved) keys.insert(key);
-  for (const auto& [key, value] : now) keys.insert(key);
-  const auto value_of = [](const std::map<std::string, std::string>& settings,
-                           const std::string& key) {
-    const auto it = settings.find(key);
-    return it == settings.end() ? std::string("(not set)") : it->second;
-  };
-  std::string changes;
-  for (const std::string& key : keys) {
-    const std::string before = value_of(saved, key), after = value_of(now, key);
-    if (before == after || std::find(std::begin(kResumeMayChange), std::end(kResumeMayChange),
-                                     key) != std::end(kResumeMayChange)) {
-      continue;
-    }
-    changes += (changes.empty() ? "" : "; ") + key + " is " + after + ", was " + before;
-  }
-  if (!changes.empty()) {
-    throw InvalidArgument("--resume: the run in " + checkpoint +
-                          " was trained with other settings: " + changes +
-                          ". A resumed run continues exactly as the uninterrupted one only with "
-                          "the same settings (train.steps, the evaluation, logging, checkpoint "
-                          "and output settings, embedding.threads and embedding.sharding may "
-                          "change): set these back, or start a new run in another output.dir");
-  }
 }
 
 std::string to_toml(const TrainConfig& c) {

@@ -15,7 +15,8 @@
 //   [output]     dir
 //   [tables.C<k>] vocabulary_size, optimizer, learning_rate      (k = 1..26; per-table overrides)
 //
-// default_config_toml() is the documented list of fields with their defaults and meanings.
+// default_config_toml() (default_config.h) is the documented list of fields with their defaults
+// and meanings; config_validation.h checks their values, resume_settings.h which a --resume keeps.
 #ifndef RECEMB_TRAIN_TRAIN_CONFIG_H_
 #define RECEMB_TRAIN_TRAIN_CONFIG_H_
 
@@ -109,31 +110,21 @@ struct TrainConfig {
 // default model (the trainer also refuses a batch whose estimate exceeds the machine's memory).
 inline constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
 
-// The defaults as a commented TOML document (what `recemb train --print-default-config` shows).
-std::string_view default_config_toml();
-
-// Defaults, then the TOML file `config_path` (if not empty), then each override "key=value"
-// (dotted key, TOML value) in order. Throws InvalidArgument naming the file, line or override for
-// a syntax error, an unknown key, a value of the wrong type or out of range.
+// Defaults (default_config.h), then the TOML file `config_path` (if not empty), then each
+// override "key=value" (dotted key, TOML value) in order. Throws InvalidArgument naming the file,
+// line or override for a syntax error, an unknown key, a value of the wrong type or out of range
+// (validate_train_config).
 TrainConfig load_train_config(const std::string& config_path,
                               const std::vector<std::string>& overrides);
-
-// The embedding learning rate for `optimizer` (a recemb optimizer name) when none is set: what
-// load_train_config gives embedding.learning_rate when neither the file nor an override sets it,
-// and a table whose own optimizer differs from embedding.optimizer when it sets no rate (the table
-// in docs/training.md, "Learning rates"). InvalidArgument for an unknown name.
-double default_learning_rate(std::string_view optimizer);
 
 // The effective configuration as TOML (written beside the run's metrics).
 std::string to_toml(const TrainConfig& config);
 
-// For `--resume`: throws InvalidArgument when `config` changes a setting of `saved_toml` (the
-// to_toml of the run's settings, saved in its checkpoint `checkpoint`) that a resumed run must
-// keep, naming the setting and both values. May change: train.steps, eval_every, log_every,
-// checkpoint.dir, every, keep, output.dir, embedding.threads, embedding.sharding,
-// data.max_malformed and data.reader_threads (docs/training.md, "Checkpoints and --resume").
-void check_resume_settings(std::string_view saved_toml, const TrainConfig& config,
-                           const std::string& checkpoint);
+// Every setting of the TOML document `toml_text` (e.g. a to_toml) as "section.key" -> the TOML
+// text of its value ("tables.C3.optimizer" -> "'adam'"). InvalidArgument naming `origin`, the line
+// and the column for a syntax error.
+std::map<std::string, std::string> flat_settings(std::string_view toml_text,
+                                                 const std::string& origin);
 
 // The strategy embedding.sharding names: the ShardingStrategy whose sharding_strategy_name is
 // `name`. InvalidArgument naming the value and the valid ones otherwise.

@@ -39,6 +39,10 @@
 // one rank meets alone (reading data, writing outputs, a non-finite value in its slice) is agreed
 // on at the next exchange, and every rank then throws it as "rank R: <message>", so that no rank
 // is left waiting in a collective.
+//
+// The loop's parts: step_pipeline.h (the batches, their lookups and the overlap),
+// held_out_evaluation.h (the evaluations), rank_errors.h (how the ranks meet errors) and
+// run_summary.h (the summary's figures and times).
 #ifndef RECEMB_TRAIN_TRAINER_H_
 #define RECEMB_TRAIN_TRAINER_H_
 

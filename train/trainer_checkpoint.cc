@@ -9,6 +9,7 @@
 
 #include "train/float_text.h"
 #include "train/model_file.h"
+#include "train/resume_settings.h"
 
 namespace recemb::train {
 namespace {

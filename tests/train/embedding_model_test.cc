@@ -6,6 +6,7 @@
 #include "recemb/error.h"
 
 #include "train/criteo_profile.h"
+#include "train/default_config.h"
 
 namespace recemb::train {
 namespace {

@@ -4,9 +4,9 @@
 #include <fstream>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <map>
 #include <string>
 
-#include "recemb/embedding.h"
 #include "recemb/error.h"
 
 #include "testing/error_of.h"
@@ -24,32 +24,6 @@ std::string write_file(const std::string& name, const std::string& text) {
   const std::filesystem::path path = std::filesystem::path(::testing::TempDir()) / name;
   std::ofstream(path) << text;
   return path.string();
-}
-
-TEST(TrainConfig, DefaultsAreTheDocumentedOnes) {
-  const TrainConfig c = load_train_config("", {});
-  EXPECT_TRUE(c.data.paths.empty());
-  EXPECT_EQ(c.train.epochs, 1);
-  EXPECT_EQ(c.data.eval_fraction, 0.0);
-  EXPECT_FALSE(c.data.strict);
-  EXPECT_EQ(c.data.preset, "small");
-  EXPECT_EQ(c.data.eval_examples, 65536);
-  EXPECT_EQ(c.model.embedding_dim, 16);
-  EXPECT_EQ(c.model.bottom_mlp, (std::vector<int64_t>{64, 16}));
-  EXPECT_EQ(c.model.top_mlp, (std::vector<int64_t>{64, 32}));
-  EXPECT_EQ(c.embedding.optimizer, "adagrad");
-  EXPECT_EQ(c.embedding.sharding, "auto");
-  EXPECT_DOUBLE_EQ(c.embedding.learning_rate, 1.0);
-  EXPECT_EQ(c.train.steps, 2500);
-  EXPECT_EQ(c.dense.optimizer, "adam");
-  EXPECT_DOUBLE_EQ(c.dense.learning_rate, 0.003);
-  EXPECT_EQ(c.train.batch_size, 2048);
-  EXPECT_FALSE(c.train.overlap);
-  EXPECT_TRUE(load_train_config("", {"train.overlap=true"}).train.overlap);
-  EXPECT_EQ(c.checkpoint.keep, 2);
-  EXPECT_EQ(c.output.dir, "recemb-run");
-  EXPECT_TRUE(c.tables.empty());
-  EXPECT_THAT(std::string(default_config_toml()), HasSubstr("[tables.C3]"));
 }
 
 TEST(TrainConfig, FileThenOverridesInOrder) {
@@ -137,28 +111,6 @@ TEST(TrainConfig, WrongTypesAndSyntaxErrorsAreReported) {
               HasSubstr("/nonexistent/recemb.toml"));
 }
 
-TEST(TrainConfig, RangesAreValidated) {
-  EXPECT_THAT(error_of<InvalidArgument>([] { load_train_config("", {"model.embedding_dim=32"}); }),
-              HasSubstr("bottom_mlp must end with model.embedding_dim (32)"));
-  EXPECT_THAT(error_of<InvalidArgument>([] { load_train_config("", {"train.batch_size=0"}); }),
-              HasSubstr("train.batch_size"));
-  EXPECT_THAT(
-      error_of<InvalidArgument>([] { load_train_config("", {"embedding.optimizer=\"adamw\""}); }),
-      AllOf(HasSubstr("embedding.optimizer"), HasSubstr("adamw")));
-  EXPECT_THAT(
-      error_of<InvalidArgument>([] { load_train_config("", {"tables.C1.optimizer=\"x\""}); }),
-      HasSubstr("tables.C1.optimizer"));
-  EXPECT_THAT(error_of<InvalidArgument>([] { load_train_config("", {"dense.optimizer=\"sgd\""}); }),
-              HasSubstr("dense.optimizer must be adam or adagrad"));
-  EXPECT_THAT(error_of<InvalidArgument>([] { load_train_config("", {"data.synthetic_seed=-1"}); }),
-              HasSubstr("data.synthetic_seed"));
-  EXPECT_THAT(
-      error_of<InvalidArgument>([] { load_train_config("", {"tables.C5.vocabulary_size=0"}); }),
-      HasSubstr("tables.C5.vocabulary_size"));
-  EXPECT_THAT(error_of<InvalidArgument>([] { load_train_config("", {"checkpoint.keep=0"}); }),
-              HasSubstr("checkpoint.keep"));
-}
-
 // What a shell leaves of --set embedding.optimizer="adam": a bare word, taken as the string it
 // reads as wherever the setting is a string, and nowhere else.
 TEST(TrainConfig, BareWordsAreStringsWhereTheSettingIsAString) {
@@ -178,59 +130,6 @@ TEST(TrainConfig, BareWordsAreStringsWhereTheSettingIsAString) {
   EXPECT_THAT(
       error_of<InvalidArgument>([] { load_train_config("", {"embedding.optimizer=adamw"}); }),
       AllOf(HasSubstr("embedding.optimizer"), HasSubstr("adamw")));
-}
-
-TEST(TrainConfig, EachOptimizerHasItsOwnLearningRateUnlessOneIsSet) {
-  const std::vector<std::string> optimizers = {"sgd",  "adagrad", "adagrad_momentum",
-                                               "adam", "ftrl",    "rowwise_adagrad"};
-  for (const std::string& name : optimizers) {
-    const TrainConfig c = load_train_config("", {"embedding.optimizer=\"" + name + "\""});
-    EXPECT_DOUBLE_EQ(c.embedding.learning_rate, default_learning_rate(name)) << name;
-    EXPECT_GT(c.embedding.learning_rate, 0.0) << name;
-  }
-  EXPECT_DOUBLE_EQ(default_learning_rate("adagrad"), 1.0);
-  EXPECT_LT(default_learning_rate("adam"), 0.1);  // Adagrad's 1.0 does not learn with Adam
-  EXPECT_GT(default_learning_rate("sgd"), 1.0);   // the raw gradient of a mean loss is small
-  EXPECT_THAT(error_of<InvalidArgument>([] { default_learning_rate("adamw"); }),
-              HasSubstr("adamw"));
-
-  // A rate that is set wins, wherever it is set, whatever its value.
-  EXPECT_DOUBLE_EQ(load_train_config("", {"embedding.optimizer=adam", "embedding.learning_rate=1"})
-                       .embedding.learning_rate,
-                   1.0);
-  const std::string path =
-      write_file("config_rate.toml", "[embedding]\noptimizer = \"adam\"\nlearning_rate = 0.5\n");
-  EXPECT_DOUBLE_EQ(load_train_config(path, {}).embedding.learning_rate, 0.5);
-
-  // A table with an optimizer of its own and no rate gets that optimizer's; with the run's
-  // optimizer, the run's rate (left unset here).
-  const TrainConfig tables = load_train_config(
-      "", {"embedding.learning_rate=0.7", "tables.C3.optimizer=adam", "tables.C4.optimizer=adagrad",
-           "tables.C5.optimizer=sgd", "tables.C5.learning_rate=3"});
-  EXPECT_EQ(tables.tables.at("C3").learning_rate, default_learning_rate("adam"));
-  EXPECT_FALSE(tables.tables.at("C4").learning_rate.has_value());
-  EXPECT_EQ(tables.tables.at("C5").learning_rate, 3.0);
-}
-
-TEST(TrainConfig, StepsAndBatchSizeAreBounded) {
-  EXPECT_THAT(error_of<InvalidArgument>([] { load_train_config("", {"train.steps=0"}); }),
-              HasSubstr("train.steps must be >= 1, not 0"));
-  EXPECT_EQ(load_train_config("", {"train.batch_size=1048576"}).train.batch_size, kMaxBatchSize);
-  for (const std::string size : {"1048577", "100000000", "2147483648"}) {
-    EXPECT_THAT(
-        error_of<InvalidArgument>([&] { load_train_config("", {"train.batch_size=" + size}); }),
-        HasSubstr("train.batch_size must be 1 to 1048576, not " + size));
-  }
-}
-
-TEST(TrainConfig, ThreadsAreBoundedAsTheLibrarysNumThreads) {
-  EXPECT_EQ(load_train_config("", {"embedding.threads=1024"}).embedding.threads,
-            recemb::kMaxNumThreads);
-  for (const std::string threads : {"-5", "1025", "5000"}) {
-    EXPECT_THAT(
-        error_of<InvalidArgument>([&] { load_train_config("", {"embedding.threads=" + threads}); }),
-        HasSubstr("embedding.threads must be in [0, 1024] (0: one per core), not " + threads));
-  }
 }
 
 TEST(TrainConfig, VocabularySettings) {
@@ -269,59 +168,6 @@ TEST(TrainConfig, VocabularySettings) {
               HasSubstr("data.synthetic_item_lifetime must be >= 1, not 0"));
 }
 
-TEST(TrainConfig, ResumeRefusesSettingsThatChangeTheUpdates) {
-  const std::string saved = to_toml(load_train_config("", {"train.batch_size=128"}));
-  const auto error = [&](const std::vector<std::string>& overrides) {
-    return error_of<InvalidArgument>([&] {
-      check_resume_settings(saved, load_train_config("", overrides), "run/checkpoints/ckpt-7");
-    });
-  };
-  EXPECT_THAT(error({"train.batch_size=64"}), AllOf(HasSubstr("train.batch_size is 64, was 128"),
-                                                    HasSubstr("run/checkpoints/ckpt-7")));
-  EXPECT_THAT(error({"train.batch_size=128", "data.synthetic_seed=2"}),
-              HasSubstr("data.synthetic_seed is 2, was 1"));
-  EXPECT_THAT(error({"train.batch_size=128", "tables.C3.vocabulary_size=10"}),
-              HasSubstr("tables.C3.vocabulary_size is 10, was (not set)"));
-  EXPECT_THAT(error({"train.batch_size=128", "embedding.optimizer=adam"}),
-              AllOf(HasSubstr("embedding.learning_rate is 0.01, was 1.0; "),
-                    HasSubstr("embedding.optimizer is 'adam', was 'adagrad'")));
-  for (const auto& [setting, message] : std::vector<std::pair<std::string, std::string>>{
-           {"embedding.vocabulary=dynamic", "embedding.vocabulary is 'dynamic', was 'hashed'"},
-           {"embedding.capacity=9", "embedding.capacity is 9, was 0"},
-           {"embedding.min_count=2", "embedding.min_count is 2, was 1"},
-           {"embedding.ttl_steps=5", "embedding.ttl_steps is 5, was 0"},
-           {"embedding.when_full=error",
-            "embedding.when_full is 'error', was 'evict_least_recent'"}}) {
-    EXPECT_THAT(error({"train.batch_size=128", setting}), HasSubstr(message)) << setting;
-  }
-  // Settings written before the vocabulary settings existed had their defaults.
-  std::string older = saved;
-  for (const std::string key : {"vocabulary", "capacity", "min_count", "ttl_steps", "when_full",
-                                "synthetic_item_lifetime"}) {
-    const size_t line = older.find("\n" + key + " = ");
-    ASSERT_NE(line, std::string::npos) << key;
-    older.erase(line, older.find('\n', line + 1) - line);
-  }
-  EXPECT_NO_THROW(
-      check_resume_settings(older, load_train_config("", {"train.batch_size=128"}), "old-ckpt"));
-  EXPECT_THAT(error_of<InvalidArgument>([&] {
-                check_resume_settings(
-                    older,
-                    load_train_config("", {"train.batch_size=128", "embedding.vocabulary=dynamic"}),
-                    "old-ckpt");
-              }),
-              HasSubstr("embedding.vocabulary is 'dynamic', was 'hashed'"));
-  // What may change: the length of the run, its records, where they go, how the work is spread.
-  EXPECT_NO_THROW(check_resume_settings(
-      saved,
-      load_train_config(
-          "", {"train.batch_size=128", "train.steps=9000", "train.eval_every=3",
-               "train.log_every=7", "checkpoint.every=11", "checkpoint.keep=5",
-               "checkpoint.dir=elsewhere", "output.dir=other", "embedding.threads=3",
-               "embedding.sharding=row_wise", "data.max_malformed=0", "train.overlap=false"}),
-      "ckpt"));
-}
-
 TEST(TrainConfig, DataPathIsOneStringOrAListAndTheDataSettingsAreChecked) {
   const TrainConfig one = load_train_config("", {"data.path=\"day_0.gz\""});
   EXPECT_THAT(one.data.paths, ElementsAre("day_0.gz"));
@@ -338,14 +184,6 @@ TEST(TrainConfig, DataPathIsOneStringOrAListAndTheDataSettingsAreChecked) {
   std::ofstream(dir / "config.toml") << to_toml(several);
   const TrainConfig again = load_train_config((dir / "config.toml").string(), {});
   EXPECT_EQ(to_toml(again), to_toml(several));
-  // An old checkpoint's settings (no epochs, eval_fraction, strict) resume a run of defaults.
-  EXPECT_NO_THROW(check_resume_settings("[data]\npath = 'day_0.gz'\n",
-                                        load_train_config("", {"data.path=\"day_0.gz\""}), "ckpt"));
-  EXPECT_THROW(check_resume_settings(to_toml(one), several, "ckpt"), InvalidArgument);
-  // The reader's threads do not change what it reads.
-  EXPECT_NO_THROW(check_resume_settings(
-      to_toml(one), load_train_config("", {"data.path=\"day_0.gz\"", "data.reader_threads=2"}),
-      "ckpt"));
 
   for (const auto& [setting, message] : std::vector<std::pair<std::string, std::string>>{
            {"train.epochs=0", "train.epochs must be >= 1"},
@@ -367,6 +205,20 @@ TEST(TrainConfig, DataPathIsOneStringOrAListAndTheDataSettingsAreChecked) {
                 load_train_config("", {"data.eval_fraction=0.1", "data.eval_path=\"held.tsv\""});
               }),
               AllOf(HasSubstr("data.eval_fraction"), HasSubstr("data.eval_path")));
+}
+
+TEST(TrainConfig, FlatSettingsNameEverySettingByItsDottedKey) {
+  const TrainConfig c = load_train_config(
+      "", {"model.top_mlp=[8, 4]", "tables.C3.optimizer=adam", "data.path=[\"a\", \"b\"]"});
+  const std::map<std::string, std::string> settings = flat_settings(to_toml(c), "the settings");
+  EXPECT_EQ(settings.at("model.top_mlp"), "[ 8, 4 ]");
+  EXPECT_EQ(settings.at("tables.C3.optimizer"), "'adam'");
+  EXPECT_EQ(settings.at("tables.C3.learning_rate"), "0.01");
+  EXPECT_EQ(settings.at("train.steps"), "2500");
+  EXPECT_EQ(settings.at("data.path"), "[ 'a', 'b' ]");
+  EXPECT_EQ(settings.count("model"), 0u);  // sections are not settings
+  EXPECT_THAT(error_of<InvalidArgument>([] { flat_settings("[train]\nsteps = = 3\n", "ckpt-9"); }),
+              HasSubstr("ckpt-9:2:"));
 }
 
 }  // namespace

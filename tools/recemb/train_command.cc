@@ -10,6 +10,7 @@
 #include "recemb/communicator.h"
 #include "recemb/error.h"
 
+#include "train/default_config.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 

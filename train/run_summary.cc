@@ -1,0 +1,54 @@
+#include "train/run_summary.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "train/criteo_reader.h"
+
+namespace recemb::train {
+
+bool learned(double final_auc, double final_log_loss, double initial_log_loss) {
+  return final_auc >= kLearnedAuc && !(final_log_loss >= initial_log_loss);
+}
+
+std::string run_description(const TrainConfig& config, const std::vector<TableConfig>& tables,
+                            int64_t embedding_bytes, size_t dense_parameters,
+                            const std::string& data_description) {
+  int64_t rows = 0;
+  for (const TableConfig& table : tables) {
+    rows += table.dynamic_vocabulary ? table.dynamic_vocabulary->capacity : table.vocabulary_size;
+  }
+  const bool dynamic = dynamic_vocabulary(config);
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "recemb train: 26 %s, %" PRId64 " %s x %" PRId64
+                " dims, %.1f MiB with optimizer slots%s; %zu dense parameters; data: %s",
+                dynamic ? "dynamic tables" : "tables", rows, dynamic ? "keys at most" : "rows",
+                config.model.embedding_dim, static_cast<double>(embedding_bytes) / (1 << 20),
+                dynamic ? " when full" : "", dense_parameters, data_description.c_str());
+  return line;
+}
+
+void add_malformed_lines(const TrainingData& data, TrainSummary& summary) {
+  for (const CriteoReader* reader : {data.train_reader, data.eval_reader.get()}) {
+    if (reader == nullptr) continue;
+    summary.malformed_lines += reader->malformed_lines();
+    summary.short_lines += reader->short_lines();
+    const auto messages = reader->malformed_messages();
+    summary.malformed_messages.insert(summary.malformed_messages.end(), messages.begin(),
+                                      messages.end());
+  }
+}
+
+std::vector<TableVocabulary> table_vocabularies(const Embedding& embedding) {
+  std::vector<TableVocabulary> vocabularies;
+  for (const TableConfig& table : embedding.tables()) {
+    if (!table.dynamic_vocabulary) continue;
+    vocabularies.push_back({.table = table.name,
+                            .capacity = table.dynamic_vocabulary->capacity,
+                            .stats = embedding.vocabulary_stats(table.name)});
+  }
+  return vocabularies;
+}
+
+}  // namespace recemb::train
