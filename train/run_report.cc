@@ -48,6 +48,9 @@ std::string format_vocabularies(const std::vector<TableVocabulary>& vocabularies
          line("  largest, " + largest->table, largest->stats, largest->capacity);
 }
 
+// A share of the run spent writing checkpoints above which the summary warns.
+constexpr double kCheckpointShareToWarn = 0.25;
+
 }  // namespace
 
 std::string format_summary(const TrainSummary& s) {
@@ -101,6 +104,21 @@ std::string format_summary(const TrainSummary& s) {
     summary += s.malformed_messages.empty() ? "\n" : ", the first ones:\n";
     for (const std::string& message : s.malformed_messages) summary += "  " + message + "\n";
   }
+  // Checkpoints are written at the disk's speed while training waits: say so when that is a large
+  // share of the run (docs/training.md, "Checkpoints").
+  if (s.checkpoints > 0 && s.checkpoint_seconds > kCheckpointShareToWarn * s.seconds) {
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "warning: writing %" PRId64
+                  " checkpoints took %.1f s, %.0f%% of the run (%.0f MB/s of tables and slots); "
+                  "training waits for them: raise checkpoint.every (now %" PRId64
+                  " steps; 0 = only at the end)\n",
+                  s.checkpoints, s.checkpoint_seconds, 100 * s.checkpoint_seconds / s.seconds,
+                  static_cast<double>(s.embedding_bytes) * static_cast<double>(s.checkpoints) /
+                      s.checkpoint_seconds / 1e6,
+                  s.checkpoint_every);
+    summary += line;
+  }
   if (!s.learned) {
     char line[512];
     std::snprintf(line, sizeof line,
@@ -139,6 +157,7 @@ void write_summary_json(const TrainSummary& s, const std::filesystem::path& path
       << "  \"update_seconds\": " << double_text(s.update_seconds) << ",\n"
       << "  \"eval_seconds\": " << double_text(s.eval_seconds) << ",\n"
       << "  \"checkpoint_seconds\": " << double_text(s.checkpoint_seconds) << ",\n"
+      << "  \"checkpoints\": " << s.checkpoints << ",\n"
       << "  \"embedding_bytes\": " << s.embedding_bytes << ",\n"
       << "  \"peak_resident_bytes\": " << s.peak_resident_bytes << ",\n"
       << "  \"malformed_lines\": " << s.malformed_lines << ",\n"

@@ -51,7 +51,9 @@ struct TrainSummary {
   // Where the time went (seconds, this run).
   double data_seconds = 0, lookup_seconds = 0, dense_seconds = 0, update_seconds = 0;
   double eval_seconds = 0, checkpoint_seconds = 0;
-  int64_t embedding_bytes = 0;  // tables + slots
+  int64_t checkpoints = 0;       // checkpoints this run wrote
+  int64_t checkpoint_every = 0;  // checkpoint.every: steps between checkpoints (0: at the end)
+  int64_t embedding_bytes = 0;   // tables + slots
   int64_t peak_resident_bytes = 0;
   std::vector<TableVocabulary> vocabularies = {};  // the dynamic tables, C1..C26; else empty
   int64_t malformed_lines = 0;                     // input lines skipped (Criteo data)

@@ -141,6 +141,7 @@ class Trainer {
     summary_.ranks = group_.size();
     summary_.first_step = embedding_.step();
     summary_.requested_steps = config_.train.steps;
+    summary_.checkpoint_every = config_.checkpoint.every;
     summary_.embedding_bytes = embedding_bytes(embedding_);
     trained_position_ = prefetching_->position();
     describe_run();
@@ -372,6 +373,7 @@ class Trainer {
                                               .loss_window_count = loss_window_count_},
                                              config_.checkpoint.keep));
     summary_.checkpoint_seconds += seconds_since(t);
+    ++summary_.checkpoints;
     progress_.message("checkpoint " + path.string());
   }
 

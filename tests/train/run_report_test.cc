@@ -44,6 +44,7 @@ TrainSummary sample_summary() {
   s.update_seconds = 2.5;
   s.eval_seconds = 0.7;
   s.checkpoint_seconds = 1.25;
+  s.checkpoints = 2;
   s.embedding_bytes = 134217728;
   s.peak_resident_bytes = 182714368;
   s.malformed_lines = 2;
@@ -76,7 +77,7 @@ TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
   EXPECT_EQ(text.front(), '{');
   EXPECT_EQ(text.substr(text.size() - 2), "}\n");
   const auto fields = json_fields(text);
-  EXPECT_EQ(fields.size(), 26u);
+  EXPECT_EQ(fields.size(), 27u);
   const auto number = [&](const std::string& name) {
     return std::strtod(fields.at(name).c_str(), nullptr);
   };
@@ -103,6 +104,7 @@ TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
   EXPECT_EQ(fields.at("stop_signal"), "0");
   EXPECT_EQ(fields.at("learned"), "true");
   EXPECT_EQ(fields.at("examples"), "204800");
+  EXPECT_EQ(fields.at("checkpoints"), "2");
   EXPECT_EQ(fields.at("embedding_bytes"), "134217728");
   EXPECT_EQ(fields.at("peak_resident_bytes"), "182714368");
   EXPECT_EQ(fields.at("malformed_lines"), "2");
@@ -198,6 +200,24 @@ TEST(RunReport, TextSummarySaysWhyARunEndedEarlyAndWhenItDidNotLearn) {
   const auto fields = json_fields(read_text(dir / "summary.json"));
   EXPECT_EQ(fields.at("learned"), "false");
   EXPECT_EQ(fields.at("stop_signal"), std::to_string(SIGTERM));
+}
+
+// Checkpoints that take over a quarter of the run get a warning naming the setting to change.
+TEST(RunReport, TextSummaryWarnsWhenCheckpointsTakeMuchOfTheRun) {
+  TrainSummary s = sample_summary();
+  s.seconds = 40.0;
+  s.embedding_bytes = 1'000'000'000;
+  s.checkpoints = 3;
+  s.checkpoint_every = 1000;
+  s.checkpoint_seconds = 9.9;
+  EXPECT_THAT(format_summary(s), Not(HasSubstr("checkpoints took")));
+  s.checkpoint_seconds = 12.0;
+  EXPECT_THAT(format_summary(s),
+              HasSubstr("warning: writing 3 checkpoints took 12.0 s, 30% of the run (250 MB/s of "
+                        "tables and slots); training waits for them: raise checkpoint.every (now "
+                        "1000 steps; 0 = only at the end)\n"));
+  s.checkpoints = 0;  // a run that wrote none has nothing to warn about
+  EXPECT_THAT(format_summary(s), Not(HasSubstr("checkpoints took")));
 }
 
 TEST(RunReport, TrainingSvgDrawsTheLossAndTheAuc) {
