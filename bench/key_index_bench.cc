@@ -62,7 +62,7 @@ const Fixture& fixture(int64_t keys) {
   std::sort(held.begin(), held.end());
   held.erase(std::unique(held.begin(), held.end()), held.end());
   std::shuffle(held.begin(), held.end(), random);
-  fixture.index = std::make_unique<KeyIndex>(static_cast<int64_t>(held.size()), 0);
+  fixture.index = std::make_unique<KeyIndex>(static_cast<int64_t>(held.size()));
   for (const int64_t key : held) fixture.index->insert(key, 0, 1);
   // Churn, as eviction at full capacity does: as many erase-and-insert of random keys as keys.
   for (int64_t& key : held) {

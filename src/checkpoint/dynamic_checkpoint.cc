@@ -130,7 +130,7 @@ bool writes_keys(const TablePart& part) {
 }
 
 DynamicPartSize dynamic_part_size(const DynamicPart& part) {
-  return {.keys = part.index().size(), .pending = part.index().exact_pending_size()};
+  return {.keys = part.index().size(), .pending = part.pending().exact_size()};
 }
 
 void write_dynamic_part(const fs::path& directory, const TableEntry& table,
@@ -158,7 +158,7 @@ void write_dynamic_part(const fs::path& directory, const TableEntry& table,
                 [&index](const auto& entry) { return index.last_seen(std::get<2>(entry)); });
     write_array(kCounts, [&index](const auto& entry) { return index.count(std::get<2>(entry)); });
 
-    std::vector<std::pair<int64_t, int64_t>> pending = index.exact_pending();
+    std::vector<std::pair<int64_t, int64_t>> pending = local.dynamic->pending().exact_entries();
     std::sort(pending.begin(), pending.end(), [](const auto& a, const auto& b) {
       return file_order(a.first) < file_order(b.first);
     });
@@ -259,13 +259,15 @@ void load_dynamic_part(const fs::path& directory, const TableEntry& table,
   RECEMB_CHECK(table.dynamic && local.dynamic != nullptr);
   DynamicPart& dynamic = *local.dynamic;
   KeyIndex& index = dynamic.index();
+  PendingCounts& pending = dynamic.pending();
   index.clear();
+  pending.clear();
   std::vector<int64_t> slots(keys.keys.size());
   for (size_t i = 0; i < keys.keys.size(); ++i) {
     slots[i] = index.insert(keys.keys[i], keys.last_seen[i], keys.counts[i]);
   }
   for (size_t i = 0; i < keys.pending_keys.size(); ++i) {
-    index.add_pending(keys.pending_keys[i], keys.pending_counts[i]);
+    pending.add(keys.pending_keys[i], keys.pending_counts[i]);
   }
   const bool with_counters =
       local.part.strategy != ShardingStrategy::kRowWise || local.part.index_in_table == 0;

@@ -126,7 +126,8 @@ std::map<size_t, DynamicSummary> summarize_dynamic_tables(const Embedding& embed
     for (const int64_t value :
          {static_cast<int64_t>(local.part.table), static_cast<int64_t>(local.part.index_in_table),
           size.keys, size.pending, counters.inserted, counters.evicted,
-          counters.not_admitted_lookups, int64_t{local.dynamic->index().sketch_in_use() ? 1 : 0}}) {
+          counters.not_admitted_lookups,
+          int64_t{local.dynamic->pending().sketch_in_use() ? 1 : 0}}) {
       append_u64(mine, static_cast<uint64_t>(value));
     }
   }

@@ -9,6 +9,7 @@
 
 #include "storage/initializer.h"
 #include "util/check.h"
+#include "util/checked_math.h"
 #include "util/key_hash.h"
 
 namespace recemb::internal {
@@ -19,20 +20,14 @@ constexpr int64_t kKeysAhead = 32;
 // How many admitted keys ahead initialize_admitted prefetches their rows and slots.
 constexpr int64_t kRowsAhead = 4;
 
-int64_t saturating_add(int64_t a, int64_t b) {
-  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
-}
-
 EvictionOrder eviction_order(WhenFull when_full) {
   return when_full == WhenFull::kEvictLeastFrequent ? EvictionOrder::kLeastFrequent
                                                     : EvictionOrder::kLeastRecent;
 }
 
-// Exact pending counts for as many keys as the part holds (at least 2^16): beyond that a sketch,
-// which may admit early, never late (docs/semantics.md).
 KeyIndex make_index(const std::string& table_name, int64_t capacity) {
   try {
-    return KeyIndex(capacity, std::max<int64_t>(capacity, int64_t{1} << 16));
+    return KeyIndex(capacity);
   } catch (const std::bad_alloc&) {
     throw ResourceExhausted("table '" + table_name + "': cannot allocate the index of " +
                             std::to_string(capacity) +
@@ -50,7 +45,10 @@ DynamicPart::DynamicPart(const TableConfig& table, const TablePart& part, uint64
       columns_(part.num_columns),
       table_seed_(table_seed),
       zero_row_(part.rows),
-      index_(make_index(table.name, part.rows)) {}
+      index_(make_index(table.name, part.rows)),
+      // Exact counts for as many keys as the part holds (at least 2^16): beyond that a sketch,
+      // which may admit early, never late (docs/semantics.md).
+      pending_(std::max<int64_t>(part.rows, int64_t{1} << 16)) {}
 
 void DynamicPart::find(const KeyRun& run, int64_t first, int64_t last, int64_t absent) const {
   index_.find_all(run.keys + first, last - first, run.slots + first, absent);
@@ -108,10 +106,10 @@ void DynamicPart::plan(std::span<const KeyRun> runs, int64_t step, int64_t pinne
   }
   admitted_ = 0;
   for (size_t d = 0; d < distinct_.size(); ++d) {
-    if (d + kKeysAhead < distinct_.size()) index_.prefetch_absent(distinct_[d + kKeysAhead].key);
+    if (d + kKeysAhead < distinct_.size()) pending_.prefetch(distinct_[d + kKeysAhead].key);
     Distinct& entry = distinct_[d];
     entry.admitted =
-        saturating_add(index_.pending_count(entry.key), entry.occurrences) >= vocabulary_.min_count;
+        saturating_add(pending_.count(entry.key), entry.occurrences) >= vocabulary_.min_count;
     admitted_ += entry.admitted ? 1 : 0;
   }
   victims_.clear();
@@ -169,16 +167,19 @@ void DynamicPart::commit(std::span<const KeyRun> runs, int64_t step) {
   // The index first; the admitted keys' rows after (initialize_admitted).
   admitted_rows_.clear();
   for (size_t d = 0; d < distinct_.size(); ++d) {
-    if (d + kKeysAhead < distinct_.size()) index_.prefetch_absent(distinct_[d + kKeysAhead].key);
+    if (d + kKeysAhead < distinct_.size()) {
+      pending_.prefetch(distinct_[d + kKeysAhead].key);
+      index_.prefetch_for_insert(distinct_[d + kKeysAhead].key);
+    }
     Distinct& entry = distinct_[d];
     if (entry.admitted) {
-      const int64_t count = saturating_add(index_.pending_count(entry.key), entry.occurrences);
-      index_.forget_pending(entry.key);
+      const int64_t count = saturating_add(pending_.count(entry.key), entry.occurrences);
+      pending_.forget(entry.key);
       entry.slot = index_.insert(entry.key, step, count);
       admitted_rows_.push_back({.key = entry.key, .slot = entry.slot});
       ++counters_.inserted;
     } else {
-      index_.add_pending(entry.key, entry.occurrences);
+      pending_.add(entry.key, entry.occurrences);
       counters_.not_admitted_lookups += entry.occurrences;
       entry.slot = zero_row_;
     }

@@ -1,5 +1,6 @@
 // The keys of one part of a dynamic table (docs/semantics.md, "Dynamic vocabularies"): its index
-// (storage/key_index.h), the admission and eviction rules, and the counters behind
+// of the keys holding a row (storage/key_index.h) and the counts of the keys not admitted yet
+// (storage/pending_counts.h), the admission and eviction rules, and the counters behind
 // Embedding::vocabulary_stats.
 //
 // The part's storage (TableState) holds part.rows slots plus one more row, the zero row, which
@@ -34,6 +35,7 @@
 
 #include "placement/partition.h"
 #include "storage/key_index.h"
+#include "storage/pending_counts.h"
 #include "storage/table_storage.h"
 
 namespace recemb::internal {
@@ -61,6 +63,8 @@ class DynamicPart {
   int64_t zero_row() const { return zero_row_; }
   const KeyIndex& index() const { return index_; }
   KeyIndex& index() { return index_; }
+  const PendingCounts& pending() const { return pending_; }
+  PendingCounts& pending() { return pending_; }
   const VocabularyCounters& counters() const { return counters_; }
   VocabularyCounters& counters() { return counters_; }
 
@@ -109,6 +113,7 @@ class DynamicPart {
   uint64_t table_seed_;
   int64_t zero_row_;
   KeyIndex index_;
+  PendingCounts pending_;
   VocabularyCounters counters_;
   // The plan, and its scratch (reused; no allocation once grown).
   std::vector<Distinct> distinct_;

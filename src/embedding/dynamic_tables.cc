@@ -297,6 +297,7 @@ void Embedding::write_dynamic_table(std::string_view table, const DynamicTableCo
     const TablePart& part = state.part();
     if (part.table != t) continue;
     internal::KeyIndex& index = state.dynamic()->index();
+    internal::PendingCounts& pending = state.dynamic()->pending();
     for (const int64_t slot : index.slots_by_key()) index.erase(slot);
     TableStorage& storage = state.storage();
     for (int64_t i = 0; i < n; ++i) {
@@ -305,7 +306,7 @@ void Embedding::write_dynamic_table(std::string_view table, const DynamicTableCo
           internal::key_part(key, part.row_stride) != part.index_in_table) {
         continue;
       }
-      index.forget_pending(key);
+      pending.forget(key);
       const int64_t slot = index.insert(key, model.step, 1);
       std::copy_n(contents.parameters.data() + i * dim + part.first_column, state.columns(),
                   storage.row(slot));

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <limits>
 #include <new>
 #include <string>
 #include <sys/mman.h>
@@ -12,60 +11,10 @@
 
 #include "kernels/prefetch.h"
 #include "util/check.h"
+#include "util/checked_math.h"
 
 namespace recemb::internal {
 namespace {
-
-int64_t saturating_add(int64_t a, int64_t b) {  // a, b >= 0
-  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
-}
-
-// The pending counts' table (linear probing over single entries; not on the lookup path, so it
-// keeps to the simplest scheme): the position of `key`, or of the empty one where it would go.
-template <class Entry, class IsEmpty>
-size_t probe(std::span<const Entry> table, size_t home, int64_t key, IsEmpty is_empty) {
-  size_t position = home;
-  while (!is_empty(table[position]) && table[position].key != key) {
-    position = position + 1 == table.size() ? 0 : position + 1;
-  }
-  return position;
-}
-
-// Backward-shift deletion from a linear-probing table: empties `hole`, then moves each following
-// entry of the run whose home does not lie cyclically in (hole, entry] into the hole, so that
-// every key stays reachable from its home without tombstones.
-template <class Entry, class Home, class IsEmpty>
-void erase_at(std::span<Entry> table, size_t hole, Home home, IsEmpty is_empty) {
-  const size_t n = table.size();
-  const auto distance = [n](size_t from, size_t to) {
-    return to >= from ? to - from : to + n - from;
-  };
-  for (size_t position = hole + 1 == n ? 0 : hole + 1; !is_empty(table[position]);
-       position = position + 1 == n ? 0 : position + 1) {
-    if (distance(home(table[position].key), position) >= distance(hole, position)) {
-      table[hole] = table[position];
-      hole = position;
-    }
-  }
-  table[hole] = Entry{};
-}
-
-// The count-min sketch of pending counts beyond the exact limit: kSketchRows rows of 2^16
-// saturating uint32 counters (1 MiB), a key's column in row r being 16 bits of one mixed hash.
-// Updates are conservative (each counter raised only to the key's new estimate), which keeps
-// every estimate >= the key's true count (up to 2^32 - 1) with less over-count than plain adds.
-constexpr int kSketchRows = 4;
-constexpr int kSketchColumnBits = 16;
-constexpr size_t kSketchColumns = size_t{1} << kSketchColumnBits;
-// Decorrelates the sketch's columns from the hash tables' home positions.
-constexpr int64_t kSketchSalt = 0x5bd1e9955bd1e995LL;
-
-size_t sketch_index(uint64_t hash, int row) {
-  return static_cast<size_t>(row) * kSketchColumns +
-         static_cast<size_t>((hash >> (kSketchColumnBits * row)) & (kSketchColumns - 1));
-}
-
-constexpr size_t kMinPendingPositions = 16;
 
 // Asks for transparent huge pages over the whole 2 MiB pages inside a vector's reserved memory,
 // before it is first written: find() reads a random position of a table far larger than the TLB
@@ -82,9 +31,8 @@ void advise_huge_pages(const std::vector<T>& vector) {
 
 }  // namespace
 
-KeyIndex::KeyIndex(int64_t capacity, int64_t exact_pending_limit)
-    : capacity_(capacity), exact_pending_limit_(exact_pending_limit) {
-  RECEMB_CHECK(capacity >= 1 && exact_pending_limit >= 0);
+KeyIndex::KeyIndex(int64_t capacity) : capacity_(capacity) {
+  RECEMB_CHECK(capacity >= 1);
   if (capacity > kMaxCapacity) {
     throw InvalidArgument("capacity " + std::to_string(capacity) +
                           " of one part is above the most a key index holds (" +
@@ -112,7 +60,6 @@ KeyIndex::KeyIndex(int64_t capacity, int64_t exact_pending_limit)
 
 int64_t KeyIndex::capacity() const { return capacity_; }
 int64_t KeyIndex::size() const { return size_; }
-int64_t KeyIndex::exact_pending_limit() const { return exact_pending_limit_; }
 
 void KeyIndex::find_all(const int64_t* keys, int64_t n, int64_t* slots, int64_t absent) const {
   // homes[j % kFindAhead]: the home bucket of keys[j], for the next kFindAhead keys.
@@ -187,6 +134,10 @@ void KeyIndex::touch_range(std::span<const int64_t> slots, int64_t first_slot, i
 }
 
 int64_t KeyIndex::slot_end() const { return never_used_; }
+
+void KeyIndex::prefetch_for_insert(int64_t key) const {
+  prefetch_line_for_write(&buckets_[home_bucket(key)]);
+}
 
 int64_t KeyIndex::insert(int64_t key, int64_t step, int64_t count) {
   RECEMB_CHECK(size_ < capacity_ && count >= 0);
@@ -277,9 +228,6 @@ void KeyIndex::clear() {
   recency_entries_ = 0;
   pool_.clear();
   pool_filled_ = false;
-  std::fill(pending_.begin(), pending_.end(), PendingEntry{});
-  pending_size_ = 0;
-  sketch_.clear();
 }
 
 void KeyIndex::unpass(size_t first, size_t end) {
@@ -513,110 +461,6 @@ std::vector<int64_t> KeyIndex::slots_by_key() const {
   return slots;
 }
 
-// ---- Pending counts ------------------------------------------------------------------------
-
-size_t KeyIndex::pending_home(int64_t key) const {
-  return scale_hash(mix_key(key), pending_.size());
-}
-
-size_t KeyIndex::probe_pending(int64_t key) const {
-  return probe(std::span<const PendingEntry>(pending_), pending_home(key), key,
-               [](const PendingEntry& entry) { return entry.count == 0; });
-}
-
-void KeyIndex::prefetch_absent(int64_t key) const {
-  if (!pending_.empty()) prefetch_line_for_write(&pending_[pending_home(key)]);
-  prefetch_line_for_write(&buckets_[home_bucket(key)]);
-}
-
-int64_t KeyIndex::pending_count(int64_t key) const {
-  if (!pending_.empty()) {
-    const int64_t count = pending_[probe_pending(key)].count;
-    if (count != 0) return count;
-  }
-  return sketch_in_use() ? sketch_estimate(key) : 0;
-}
-
-void KeyIndex::add_pending(int64_t key, int64_t occurrences) {
-  RECEMB_CHECK(occurrences >= 0);
-  if (occurrences == 0) return;
-  if (!pending_.empty()) {
-    int64_t& count = pending_[probe_pending(key)].count;
-    if (count != 0) {
-      count = saturating_add(count, occurrences);
-      return;
-    }
-  }
-  if (pending_size_ < exact_pending_limit_) {
-    // The sketch may already hold occurrences of this key (counted while the exact entries were
-    // all taken): start from its estimate, so that the count never goes down.
-    insert_pending(key, saturating_add(sketch_in_use() ? sketch_estimate(key) : 0, occurrences));
-  } else {
-    add_to_sketch(key, occurrences);
-  }
-}
-
-void KeyIndex::insert_pending(int64_t key, int64_t count) {
-  // At most 80% full, as buckets_.
-  if ((pending_size_ + 1) * 5 > static_cast<int64_t>(pending_.size()) * 4) grow_pending();
-  pending_[probe_pending(key)] = PendingEntry{key, count};
-  ++pending_size_;
-}
-
-void KeyIndex::grow_pending() {
-  std::vector<PendingEntry> old(std::max(kMinPendingPositions, 2 * pending_.size()));
-  old.swap(pending_);
-  for (const PendingEntry& entry : old) {
-    if (entry.count == 0) continue;
-    pending_[probe_pending(entry.key)] = entry;
-  }
-}
-
-void KeyIndex::forget_pending(int64_t key) {
-  if (pending_.empty()) return;
-  const size_t position = probe_pending(key);
-  if (pending_[position].count == 0) return;
-  erase_at(
-      std::span<PendingEntry>(pending_), position,
-      [this](int64_t moved_key) { return pending_home(moved_key); },
-      [](const PendingEntry& entry) { return entry.count == 0; });
-  --pending_size_;
-}
-
-int64_t KeyIndex::exact_pending_size() const { return pending_size_; }
-
-std::vector<std::pair<int64_t, int64_t>> KeyIndex::exact_pending() const {
-  std::vector<std::pair<int64_t, int64_t>> pairs;
-  pairs.reserve(static_cast<size_t>(pending_size_));
-  for (const PendingEntry& entry : pending_) {
-    if (entry.count != 0) pairs.emplace_back(entry.key, entry.count);
-  }
-  std::sort(pairs.begin(), pairs.end());
-  return pairs;
-}
-
-bool KeyIndex::sketch_in_use() const { return !sketch_.empty(); }
-
-int64_t KeyIndex::sketch_estimate(int64_t key) const {
-  const uint64_t hash = mix_key(key ^ kSketchSalt);
-  uint32_t estimate = std::numeric_limits<uint32_t>::max();
-  for (int row = 0; row < kSketchRows; ++row) {
-    estimate = std::min(estimate, sketch_[sketch_index(hash, row)]);
-  }
-  return estimate;
-}
-
-void KeyIndex::add_to_sketch(int64_t key, int64_t occurrences) {
-  if (sketch_.empty()) sketch_.assign(kSketchRows * kSketchColumns, 0);
-  const int64_t target = std::min<int64_t>(saturating_add(sketch_estimate(key), occurrences),
-                                           std::numeric_limits<uint32_t>::max());
-  const uint64_t hash = mix_key(key ^ kSketchSalt);
-  for (int row = 0; row < kSketchRows; ++row) {
-    uint32_t& counter = sketch_[sketch_index(hash, row)];
-    counter = std::max(counter, static_cast<uint32_t>(target));
-  }
-}
-
 int64_t KeyIndex::memory_bytes() const {
   const auto bytes = [](const auto& vector) {
     return static_cast<int64_t>(vector.capacity() * sizeof(vector[0]));
@@ -625,8 +469,8 @@ int64_t KeyIndex::memory_bytes() const {
   constexpr int64_t kMapNodeBytes = sizeof(int64_t) + sizeof(std::vector<RecencyEntry>) + 32;
   int64_t recency_bytes = 0;
   for (const auto& [step, entries] : recency_) recency_bytes += kMapNodeBytes + bytes(entries);
-  return bytes(buckets_) + bytes(slots_) + recency_bytes + bytes(pending_) + bytes(sketch_) +
-         bytes(candidates_) + bytes(chosen_) + bytes(pool_) + bytes(pool_taken_);
+  return bytes(buckets_) + bytes(slots_) + recency_bytes + bytes(candidates_) + bytes(chosen_) +
+         bytes(pool_) + bytes(pool_taken_);
 }
 
 }  // namespace recemb::internal

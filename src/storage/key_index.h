@@ -1,6 +1,6 @@
 // The index of a dynamic table's part (docs/semantics.md, "Dynamic vocabularies"): which int64
-// keys hold a row, in which slot, when each was last seen and how often; the counts of keys seen
-// but not yet admitted; and the choice of keys to evict.
+// keys hold a row, in which slot, when each was last seen and how often; and the choice of keys to
+// evict. The counts of keys seen but not yet admitted are storage/pending_counts.h's.
 //
 // Slots are the part's local rows [0, capacity). A key holds at most one slot; a slot at most one
 // key. The index stores, per slot, its key, last_seen (the lookup step of the last training
@@ -13,16 +13,11 @@
 // A slot is pinned when last_seen >= pinned_from: never chosen (the keys of lookups not applied
 // yet, docs/semantics.md).
 //
-// Not-yet-admitted counts are exact for up to exact_pending_limit() distinct keys; beyond that a
-// count-min sketch holds the rest (4 rows of 2^16 saturating 32-bit counters, 1 MiB, conservative
-// update), which may over-count (admit early) but never under-count a count below 2^32.
-//
 // Thread safety: find, prefetch, key_of, last_seen and count may run concurrently with each other;
 // every other call needs exclusive access. Nothing here throws except the constructor
 // (ResourceExhausted / std::bad_alloc, InvalidArgument) and methods documented to; no call
-// allocates once the index is built, except pending counts (amortised, bounded by
-// exact_pending_limit, and the fixed sketch once needed) and the scratch of choose_victims /
-// expired / slots_by_key (reused, grows to the most asked for). Preconditions (an occupied slot, an
+// allocates once the index is built, except the scratch of choose_victims / expired /
+// slots_by_key (reused, grows to the most asked for). Preconditions (an occupied slot, an
 // absent key, a step not before last_seen, ...) are checked and abort when broken: they are bugs
 // of the caller, never bad user input.
 //
@@ -56,7 +51,6 @@
 #include <limits>
 #include <map>
 #include <span>
-#include <utility>
 #include <vector>
 
 #include "recemb/config.h"
@@ -74,22 +68,22 @@ class KeyIndex {
   // The most slots one index holds (slots and hash positions are 32-bit).
   static constexpr int64_t kMaxCapacity = kMaxDynamicCapacity;
 
-  // An empty index of `capacity` slots (1 <= capacity; exact_pending_limit >= 0). Memory: the slot
-  // metadata (last_seen, count, position, generation: 24 bytes a slot), a hash table of 64-byte
-  // buckets of 5 keys at most 80% full when every slot is taken (16 bytes a slot), the
-  // recency entries (8 bytes a key, and their steps' lists); plus the
-  // pending counts (at most exact_pending_limit keys, then a fixed 1 MiB sketch). Throws
-  // InvalidArgument when capacity > kMaxCapacity, ResourceExhausted when memory is short.
-  explicit KeyIndex(int64_t capacity, int64_t exact_pending_limit);
+  // An empty index of `capacity` slots (1 <= capacity). Memory: the slot metadata (last_seen,
+  // count, position, generation: 24 bytes a slot), a hash table of 64-byte buckets of 5 keys at
+  // most 80% full when every slot is taken (16 bytes a slot), the recency entries (8 bytes a key,
+  // and their steps' lists). Throws InvalidArgument when capacity > kMaxCapacity,
+  // ResourceExhausted when memory is short.
+  explicit KeyIndex(int64_t capacity);
 
   int64_t capacity() const;
   int64_t size() const;  // keys held
-  int64_t exact_pending_limit() const;
 
   // The slot of `key`, or kAbsent.
   int64_t find(int64_t key) const;
   // Prefetches what find(key) will read.
   void prefetch(int64_t key) const;
+  // Prefetches, for writing, what insert(key, ...) reads and writes first (its home bucket).
+  void prefetch_for_insert(int64_t key) const;
   // slots[j] = the slot of keys[j], or `absent`, for j in [0, n): the lookup's path, pipelined
   // (each key's bucket is computed and prefetched kFindAhead keys before it is searched).
   void find_all(const int64_t* keys, int64_t n, int64_t* slots, int64_t absent) const;
@@ -117,21 +111,9 @@ class KeyIndex {
   int64_t insert(int64_t key, int64_t step, int64_t count);
   // Frees an occupied slot (its key becomes absent).
   void erase(int64_t slot);
-  // Empties the index: no key, no pending count, no sketch; slots are then taken in the order of
-  // a new index's (a restore refills it, checkpoint/dynamic_checkpoint.h). Allocates nothing.
+  // Empties the index: no key; slots are then taken in the order of a new index's (a restore
+  // refills it, checkpoint/dynamic_checkpoint.h). Allocates nothing.
   void clear();
-
-  // Not-yet-admitted counts: the count of an absent key (0 if never seen), and adding to it.
-  int64_t pending_count(int64_t key) const;
-  // Prefetches what pending_count(key), add_pending(key, ...) and forget_pending(key) read first,
-  // and what insert(key, ...) does (its home bucket).
-  void prefetch_absent(int64_t key) const;
-  void add_pending(int64_t key, int64_t occurrences);
-  // Forgets the pending count of `key` (called when it is admitted). After a sketch was needed, a
-  // key's sketch count cannot be removed: pending_count may stay > 0 for it (over-count only).
-  void forget_pending(int64_t key);
-  // Exact pending entries held now.
-  int64_t exact_pending_size() const;
 
   // The `n` occupied, unpinned slots smallest in `order`, smallest first; fewer when fewer exist.
   // Changes no key, slot or count (only how the recency entries and the least-frequent pool are
@@ -148,12 +130,8 @@ class KeyIndex {
 
   // Every occupied slot, in increasing key order (checkpoints, read_dynamic_table).
   std::vector<int64_t> slots_by_key() const;
-  // The pending (key, count) pairs held exactly, in increasing key order, and whether a sketch is
-  // in use (checkpoints; add_pending puts them back).
-  std::vector<std::pair<int64_t, int64_t>> exact_pending() const;
-  bool sketch_in_use() const;
 
-  // Bytes held (slot metadata, hash table, recency entries, pending counts, sketch, scratch).
+  // Bytes held (slot metadata, hash table, recency entries, scratch).
   int64_t memory_bytes() const;
 
  private:
@@ -183,12 +161,6 @@ class KeyIndex {
   struct RecencyEntry {
     uint32_t slot;
     uint32_t generation;
-  };
-  // Exact pending counts: linear probing with backward-shift deletion, grown by doubling; count 0
-  // = empty.
-  struct PendingEntry {
-    int64_t key = 0;
-    int64_t count = 0;
   };
   // A victim candidate for choose_victims / expired before it is ordered.
   struct Candidate {
@@ -234,17 +206,7 @@ class KeyIndex {
   // Adds a key inserted after the pool was filled when it is below the bound.
   void pool_inserted(int64_t slot, int64_t key);
 
-  // Pending counts.
-  size_t pending_home(int64_t key) const;
-  // The position of `key` in pending_ (not empty), or of the empty one where it would go.
-  size_t probe_pending(int64_t key) const;
-  void insert_pending(int64_t key, int64_t count);
-  void grow_pending();
-  int64_t sketch_estimate(int64_t key) const;
-  void add_to_sketch(int64_t key, int64_t occurrences);
-
   int64_t capacity_;
-  int64_t exact_pending_limit_;
   int64_t size_ = 0;
   std::vector<Bucket> buckets_;
   std::vector<Slot> slots_;
@@ -252,9 +214,6 @@ class KeyIndex {
   int64_t never_used_ = 0;       // slots [never_used_, capacity_) were never taken
   std::map<int64_t, std::vector<RecencyEntry>> recency_;  // step -> entries filed under it
   int64_t recency_entries_ = 0;                           // live and dead
-  std::vector<PendingEntry> pending_;                     // empty until the first add_pending
-  int64_t pending_size_ = 0;
-  std::vector<uint32_t> sketch_;  // empty until a key does not fit in pending_
   std::vector<Candidate> candidates_;
   std::vector<int64_t> chosen_;
   // kLeastFrequent's pool (docs/semantics.md's order kept without a pass a call): a min-heap of

@@ -133,7 +133,7 @@ TEST(DynamicPart, NeverEvictsTheLookupsOwnOrPinnedKeysAndFailsWithNothingChanged
                 p.train({5, 6, 7}, 4);
               }),
               HasSubstr("3 distinct keys that need a row"));
-  EXPECT_EQ(p.dynamic.index().pending_count(5), 0);
+  EXPECT_EQ(p.dynamic.pending().count(5), 0);
 }
 
 TEST(DynamicPart, ExpiresKeysNotSeenWithinTheTtl) {

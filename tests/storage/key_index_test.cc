@@ -13,14 +13,18 @@
 
 #include "recemb/error.h"
 
+#include "testing/key_pool.h"
+
 namespace recemb::internal {
 namespace {
+
+using test::KeyPool;
 
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
-// The index written for clarity: every key's slot, last_seen and count, and the exact pending
-// counts, with the orders of the contract computed by sorting everything.
+// The index written for clarity: every key's slot, last_seen and count, with the orders of the
+// contract computed by sorting everything.
 struct Reference {
   struct Entry {
     int64_t slot;
@@ -28,7 +32,6 @@ struct Reference {
     int64_t count;
   };
   std::map<int64_t, Entry> keys;
-  std::map<int64_t, int64_t> pending;
 
   std::vector<int64_t> victims(EvictionOrder order, int64_t n, int64_t pinned_from) const {
     std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> ranked;  // order, key, slot
@@ -76,29 +79,6 @@ std::vector<int64_t> to_vector(std::span<const int64_t> slots) {
   return {slots.begin(), slots.end()};
 }
 
-// Keys that stress hashing: the extremes, 0 and its neighbours, runs of sequential keys (positive
-// and negative), multiples of large powers of two, and random 64-bit values.
-class KeyPool {
- public:
-  KeyPool(uint64_t seed, int64_t random_keys) {
-    keys_ = {0, 1, -1, 2, -2, kMin, kMax, kMin + 1, kMax - 1};
-    for (int64_t i = 0; i < random_keys; ++i) keys_.push_back(1000 + i);
-    for (int64_t i = 0; i < random_keys; ++i) keys_.push_back(-5000 - i);
-    for (int64_t i = 1; i < 64; ++i) keys_.push_back(int64_t{1} << (i % 63));
-    std::mt19937_64 random(seed);
-    for (int64_t i = 0; i < random_keys; ++i) keys_.push_back(static_cast<int64_t>(random()));
-    std::sort(keys_.begin(), keys_.end());
-    keys_.erase(std::unique(keys_.begin(), keys_.end()), keys_.end());
-  }
-  int64_t pick(std::mt19937_64& random) const {
-    return keys_[std::uniform_int_distribution<size_t>(0, keys_.size() - 1)(random)];
-  }
-  const std::vector<int64_t>& keys() const { return keys_; }
-
- private:
-  std::vector<int64_t> keys_;
-};
-
 void expect_same(const KeyIndex& index, const Reference& reference, const KeyPool& pool) {
   ASSERT_EQ(index.size(), static_cast<int64_t>(reference.keys.size()));
   std::set<int64_t> slots;
@@ -139,7 +119,7 @@ void run_random_operations(const RandomRun& run) {
   SCOPED_TRACE(testing::Message() << "capacity " << run.capacity << " seed " << run.seed);
   std::mt19937_64 random(run.seed);
   const KeyPool pool(run.seed + 1, run.pool_keys);
-  KeyIndex index(run.capacity, /*exact_pending_limit=*/1 << 20);
+  KeyIndex index(run.capacity);
   Reference reference;
   int64_t step = 0;
   const auto chance = [&](double p) { return std::bernoulli_distribution(p)(random); };
@@ -240,7 +220,7 @@ TEST(KeyIndexTest, CrowdedSmallTablesMatchTheReference) {
 
 TEST(KeyIndexTest, CapacityOneHoldsOneKey) {
   run_random_operations({.capacity = 1, .pool_keys = 2, .operations = 5000, .seed = 4});
-  KeyIndex index(1, 0);
+  KeyIndex index(1);
   EXPECT_EQ(index.insert(kMin, 3, 1), 0);
   EXPECT_EQ(index.find(kMin), 0);
   EXPECT_EQ(index.find(kMax), KeyIndex::kAbsent);
@@ -260,7 +240,7 @@ TEST(KeyIndexTest, TtlSweepsOverManyStepsMatchTheReference) {
   std::mt19937_64 random(5);
   const int64_t capacity = 3000;
   const int64_t ttl = 7;
-  KeyIndex index(capacity, 0);
+  KeyIndex index(capacity);
   Reference reference;
   for (int64_t step = 0; step < 400; ++step) {
     for (int i = 0; i < 40; ++i) {
@@ -293,7 +273,7 @@ TEST(KeyIndexTest, TtlSweepsOverManyStepsMatchTheReference) {
 // A restore inserts keys in key order with their saved last_seen: steps out of order.
 TEST(KeyIndexTest, InsertsOutOfStepOrderAreOrderedByLastSeen) {
   std::mt19937_64 random(6);
-  KeyIndex index(500, 0);
+  KeyIndex index(500);
   Reference reference;
   for (int64_t key = -250; key < 250; ++key) {
     const int64_t last_seen = std::uniform_int_distribution<int64_t>(0, 40)(random);
@@ -324,7 +304,7 @@ TEST(KeyIndexTest, InsertsOutOfStepOrderAreOrderedByLastSeen) {
 // freed first, then never-used slots in increasing order.
 TEST(KeyIndexTest, SlotAssignmentIsDeterministicAndReusesFreedSlots) {
   std::mt19937_64 random(7);
-  KeyIndex first(200, 0), second(200, 0);
+  KeyIndex first(200), second(200);
   std::vector<int64_t> held;
   for (int i = 0; i < 5000; ++i) {
     if (held.size() < 200 && (held.empty() || random() % 3 != 0)) {
@@ -342,7 +322,7 @@ TEST(KeyIndexTest, SlotAssignmentIsDeterministicAndReusesFreedSlots) {
     }
   }
 
-  KeyIndex index(10, 0);
+  KeyIndex index(10);
   for (int64_t key = 0; key < 6; ++key) EXPECT_EQ(index.insert(key * 100, 0, 1), key);
   index.erase(index.find(200));
   index.erase(index.find(400));
@@ -352,11 +332,11 @@ TEST(KeyIndexTest, SlotAssignmentIsDeterministicAndReusesFreedSlots) {
   EXPECT_EQ(index.insert(-4, 0, 1), 7);
 }
 
-// clear() leaves an index that behaves as a new one: no keys, no pending counts, no sketch, and
-// the same slots for the same inserts.
+// clear() leaves an index that behaves as a new one: no keys, and the same slots for the same
+// inserts.
 TEST(KeyIndexTest, ClearedIndexBehavesAsANewOne) {
   std::mt19937_64 random(12);
-  KeyIndex used(50, 20);
+  KeyIndex used(50);
   for (int i = 0; i < 400; ++i) {
     const auto key = static_cast<int64_t>(random() % 1000);
     const int64_t slot = used.find(key);
@@ -365,24 +345,16 @@ TEST(KeyIndexTest, ClearedIndexBehavesAsANewOne) {
     } else if (used.size() < used.capacity()) {
       used.insert(key, i, 1);
     }
-    used.add_pending(key + 5000, 2);  // beyond 20 keys: the sketch
   }
   ASSERT_GT(used.size(), 0);
-  ASSERT_TRUE(used.sketch_in_use());
   const std::vector<int64_t> held = used.slots_by_key();
   std::vector<int64_t> held_keys;
   for (const int64_t slot : held) held_keys.push_back(used.key_of(slot));
   used.clear();
   EXPECT_EQ(used.size(), 0);
-  EXPECT_FALSE(used.sketch_in_use());
-  EXPECT_EQ(used.exact_pending_size(), 0);
-  EXPECT_TRUE(used.exact_pending().empty());
   EXPECT_TRUE(used.slots_by_key().empty());
-  for (const int64_t key : held_keys) {
-    EXPECT_EQ(used.find(key), KeyIndex::kAbsent);
-    EXPECT_EQ(used.pending_count(key + 5000), 0);
-  }
-  KeyIndex fresh(50, 20);
+  for (const int64_t key : held_keys) EXPECT_EQ(used.find(key), KeyIndex::kAbsent);
+  KeyIndex fresh(50);
   for (int i = 0; i < 300; ++i) {
     const auto key = static_cast<int64_t>(random() % 1000);
     const int64_t slot = fresh.find(key);
@@ -393,11 +365,7 @@ TEST(KeyIndexTest, ClearedIndexBehavesAsANewOne) {
     } else if (fresh.size() < fresh.capacity()) {
       ASSERT_EQ(used.insert(key, 400 - i, 1 + i % 3), fresh.insert(key, 400 - i, 1 + i % 3));
     }
-    fresh.add_pending(key, 1);
-    used.add_pending(key, 1);
-    ASSERT_EQ(used.pending_count(key), fresh.pending_count(key));
   }
-  EXPECT_EQ(used.sketch_in_use(), fresh.sketch_in_use());
   const std::span<const int64_t> expected =
       fresh.choose_victims(EvictionOrder::kLeastRecent, 10, kMax);
   const std::vector<int64_t> fresh_victims(expected.begin(), expected.end());
@@ -407,7 +375,7 @@ TEST(KeyIndexTest, ClearedIndexBehavesAsANewOne) {
 }
 
 TEST(KeyIndexTest, TouchAccumulatesAndSaturatesCounts) {
-  KeyIndex index(4, 0);
+  KeyIndex index(4);
   const int64_t slot = index.insert(kMax, 1, 3);
   index.touch(slot, 1, 2);
   EXPECT_EQ(index.count(slot), 5);
@@ -423,7 +391,7 @@ TEST(KeyIndexTest, TouchAccumulatesAndSaturatesCounts) {
 // key over the whole batch does, and leaves slots outside its range alone.
 TEST(KeyIndexTest, TouchRangesCountWhatAPlainCountCounts) {
   std::mt19937_64 random(21);
-  KeyIndex index(500, 0);
+  KeyIndex index(500);
   std::map<int64_t, int64_t> count_of;  // slot -> count
   for (int64_t key = 0; key < 400; ++key) {
     const int64_t slot = index.insert(key * 7919 - 1000, 1, static_cast<int64_t>(key % 3));
@@ -457,87 +425,9 @@ TEST(KeyIndexTest, TouchRangesCountWhatAPlainCountCounts) {
   for (const auto& [slot, count] : expected) ASSERT_EQ(index.count(slot), count) << "slot " << slot;
 }
 
-TEST(KeyIndexTest, ExactPendingCountsMatchTheReference) {
-  std::mt19937_64 random(8);
-  const KeyPool pool(9, 300);
-  KeyIndex index(10, 10000);
-  std::map<int64_t, int64_t> pending;
-  for (int i = 0; i < 20000; ++i) {
-    const int64_t key = pool.pick(random);
-    if (random() % 4 == 0) {
-      index.forget_pending(key);
-      pending.erase(key);
-    } else {
-      const auto occurrences = static_cast<int64_t>(random() % 3);
-      index.add_pending(key, occurrences);
-      if (occurrences > 0) pending[key] += occurrences;
-    }
-    ASSERT_EQ(index.pending_count(key), pending.contains(key) ? pending[key] : 0) << key;
-  }
-  EXPECT_FALSE(index.sketch_in_use());
-  EXPECT_EQ(index.exact_pending_size(), static_cast<int64_t>(pending.size()));
-  const std::vector<std::pair<int64_t, int64_t>> expected(pending.begin(), pending.end());
-  EXPECT_EQ(index.exact_pending(), expected);
-  for (const int64_t key : pool.keys()) {
-    EXPECT_EQ(index.pending_count(key), pending.contains(key) ? pending[key] : 0);
-  }
-
-  // add_pending puts a checkpoint's pairs back.
-  KeyIndex restored(10, 10000);
-  for (const auto& [key, count] : index.exact_pending()) restored.add_pending(key, count);
-  EXPECT_EQ(restored.exact_pending(), expected);
-}
-
-// Beyond exact_pending_limit keys the sketch takes over: counts may be too high, never too low,
-// and the exact entries stay within the limit.
-TEST(KeyIndexTest, PendingCountsBeyondTheLimitNeverUnderCount) {
-  std::mt19937_64 random(10);
-  const int64_t limit = 100;
-  KeyIndex index(10, limit);
-  std::map<int64_t, int64_t> pending;
-  int64_t over_counted = 0;
-  for (int i = 0; i < 200000; ++i) {
-    // Mostly a few hundred thousand distinct keys, some of them often.
-    const int64_t key = random() % 2 == 0 ? static_cast<int64_t>(random() % 300000) - 150000
-                                          : static_cast<int64_t>(random() % 50);
-    if (random() % 50 == 0) {
-      index.forget_pending(key);
-      pending.erase(key);
-      continue;
-    }
-    const auto occurrences = static_cast<int64_t>(1 + random() % 3);
-    index.add_pending(key, occurrences);
-    pending[key] += occurrences;
-    ASSERT_LE(index.exact_pending_size(), limit);
-  }
-  EXPECT_TRUE(index.sketch_in_use());
-  EXPECT_EQ(index.exact_pending_size(), limit);
-  for (const auto& [key, count] : pending) {
-    const int64_t estimate = index.pending_count(key);
-    ASSERT_GE(estimate, count) << "key " << key;
-    over_counted += estimate > count;
-  }
-  // The sketch is not useless: most keys are counted exactly despite 1.5e5 keys in 2^16 columns.
-  EXPECT_LT(over_counted, static_cast<int64_t>(pending.size()) / 2);
-  // A key the sketch counted that later gets an exact entry keeps its count.
-  for (const auto& [key, count] : index.exact_pending()) {
-    EXPECT_GE(count, pending.contains(key) ? pending[key] : 0);
-  }
-}
-
-TEST(KeyIndexTest, ZeroPendingLimitUsesOnlyTheSketch) {
-  KeyIndex index(10, 0);
-  index.add_pending(kMin, 2);
-  index.add_pending(kMin, 3);
-  EXPECT_TRUE(index.sketch_in_use());
-  EXPECT_EQ(index.exact_pending_size(), 0);
-  EXPECT_GE(index.pending_count(kMin), 5);
-  EXPECT_TRUE(index.exact_pending().empty());
-}
-
 TEST(KeyIndexTest, MemoryIsBoundedPerSlot) {
   const int64_t capacity = 100000;
-  KeyIndex index(capacity, 0);
+  KeyIndex index(capacity);
   // 24 bytes of slot metadata and 64 / 5 * 1.25 of hash table a slot.
   const int64_t empty = capacity * 24 + (capacity + capacity / 4) / 5 * 64;
   EXPECT_EQ(index.memory_bytes(), empty);
@@ -562,7 +452,7 @@ TEST(KeyIndexTest, MemoryIsBoundedPerSlot) {
 // admissions, they are the reference's, and the pool is filled again as it runs out.
 TEST(KeyIndexTest, LeastFrequentVictimsFromThePoolMatchTheReference) {
   const int64_t capacity = 8000;
-  KeyIndex index(capacity, 0);
+  KeyIndex index(capacity);
   Reference reference;
   std::mt19937_64 random(77);
   const auto uniform = [&](int64_t lo, int64_t hi) {
@@ -606,7 +496,7 @@ TEST(KeyIndexTest, LeastFrequentVictimsFromThePoolMatchTheReference) {
 // the dead ones: churning keys through it for many steps keeps its memory bounded.
 TEST(KeyIndexTest, RecencyEntriesOfEvictedKeysDoNotAccumulate) {
   const int64_t capacity = 1000;
-  KeyIndex index(capacity, 0);
+  KeyIndex index(capacity);
   const int64_t empty = index.memory_bytes();
   int64_t key = 0;
   for (; key < capacity; ++key) index.insert(key, key, 1);
@@ -625,7 +515,7 @@ TEST(KeyIndexTest, RecencyEntriesOfEvictedKeysDoNotAccumulate) {
 // Every int64 is a key, the one empty entries hold included; find_all agrees with find.
 TEST(KeyIndexTest, FindAllFindsWhatFindFinds) {
   std::mt19937_64 random(7);
-  KeyIndex index(300, 0);
+  KeyIndex index(300);
   std::vector<int64_t> keys = {0, -1, kMin, 0x5eed0f0e0e0e7e11LL, kMax};
   while (keys.size() < 280) keys.push_back(static_cast<int64_t>(random()));
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -653,7 +543,7 @@ TEST(KeyIndexTest, FindAllFindsWhatFindFinds) {
 }
 
 TEST(KeyIndexTest, CapacityAboveTheMaximumIsRejected) {
-  EXPECT_THROW(KeyIndex(KeyIndex::kMaxCapacity + 1, 0), InvalidArgument);
+  EXPECT_THROW(KeyIndex(KeyIndex::kMaxCapacity + 1), InvalidArgument);
 }
 
 }  // namespace

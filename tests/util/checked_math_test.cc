@@ -46,5 +46,21 @@ TEST(CheckedMathTest, Boundaries) {
   EXPECT_EQ(checked_add(kMin, -1), std::nullopt);
 }
 
+// Against 128-bit arithmetic on random non-negative operands of every magnitude.
+TEST(CheckedMathTest, SaturatingAddIsTheSumOrTheMaximum) {
+  std::mt19937_64 rng(42);
+  for (int i = 0; i < 10000; ++i) {
+    const auto a = static_cast<int64_t>(rng() >> std::uniform_int_distribution<int>(1, 63)(rng));
+    const auto b = static_cast<int64_t>(rng() >> std::uniform_int_distribution<int>(1, 63)(rng));
+    const Wide sum = static_cast<Wide>(a) + b;
+    ASSERT_EQ(saturating_add(a, b), sum > kMax ? kMax : static_cast<int64_t>(sum))
+        << a << " + " << b;
+  }
+  EXPECT_EQ(saturating_add(kMax, 0), kMax);
+  EXPECT_EQ(saturating_add(kMax - 1, 1), kMax);
+  EXPECT_EQ(saturating_add(kMax - 1, 2), kMax);
+  EXPECT_EQ(saturating_add(0, 0), 0);
+}
+
 }  // namespace
 }  // namespace recemb::internal
