@@ -64,23 +64,13 @@ struct Float16Table {
   template <class D>
   struct Row {
     const uint16_t* HWY_RESTRICT halves;
-    // float16_to_float lane by lane (kernels/quantized_rows.h): the same bits on every target.
+    // The conversion instruction where the target has one (F16C with AVX2, AVX-512), Highway's
+    // exact emulation elsewhere: a float16 value is exact in float32, so both give the bits of
+    // float16_to_float (kernels/quantized_rows.h) for every finite half, on every target.
     HWY_INLINE hn::Vec<D> load(D d, int64_t column) const {
-      const hn::RebindToUnsigned<D> du;
-      const hn::Rebind<uint16_t, D> d16;
-      const auto half = hn::PromoteTo(du, hn::LoadU(d16, halves + column));
-      const auto shifted = hn::ShiftLeft<17>(half);  // exponent and mantissa on top
-      const auto normal =
-          hn::Mul(hn::BitCast(d, hn::Add(hn::ShiftRight<4>(shifted), hn::Set(du, 0xe0u << 23))),
-                  hn::Set(d, 0x1p-112f));
-      const auto subnormal =
-          hn::Sub(hn::BitCast(d, hn::Or(hn::ShiftRight<17>(shifted), hn::Set(du, 126u << 23))),
-                  hn::Set(d, 0.5f));
-      // shifted < 2^27: the exponent field is 0.
-      const auto is_subnormal = hn::Eq(hn::And(half, hn::Set(du, 0x7c00u)), hn::Zero(du));
-      const auto magnitude = hn::IfThenElse(hn::RebindMask(d, is_subnormal), subnormal, normal);
-      const auto sign = hn::ShiftLeft<16>(hn::And(half, hn::Set(du, 0x8000u)));
-      return hn::BitCast(d, hn::Or(hn::BitCast(du, magnitude), sign));
+      const hn::Rebind<hwy::float16_t, D> d16;
+      return hn::PromoteTo(
+          d, hn::LoadU(d16, reinterpret_cast<const hwy::float16_t*>(halves) + column));
     }
   };
   template <class D>
