@@ -109,7 +109,8 @@ class Trainer {
                                .top_mlp = config.model.top_mlp,
                                .seed = config.model.seed,
                                .num_threads = config.embedding.threads}),
-        dense_optimizer_(dense_optimizer_config(config.dense), model_.num_parameters()),
+        dense_optimizer_(dense_optimizer_config(config.dense), model_.num_parameters(),
+                         model_.dense_isa()),
         output_dir_(config.output.dir),
         checkpoint_dir_(config.checkpoint.dir.empty()
                             ? output_dir_ / "checkpoints"
@@ -160,6 +161,7 @@ class Trainer {
     summary_.ranks = group_.size();
     summary_.first_step = embedding_.step();
     summary_.requested_steps = config_.train.steps;
+    summary_.dense_isa = dense_isa_name(model_.dense_isa());
     summary_.embedding_bytes = embedding_bytes(embedding_);
     trained_position_ = prefetching_->position();
     describe_run();
@@ -362,10 +364,11 @@ class Trainer {
     std::snprintf(
         line, sizeof line,
         "recemb train: 26 %s, %" PRId64 " %s x %" PRId64
-        " dims, %.1f MiB with optimizer slots%s; %zu dense parameters; data: %s",
+        " dims, %.1f MiB with optimizer slots%s; %zu dense parameters (%s); data: %s",
         dynamic ? "dynamic tables" : "tables", rows, dynamic ? "keys at most" : "rows",
         config_.model.embedding_dim, static_cast<double>(summary_.embedding_bytes) / (1 << 20),
-        dynamic ? " when full" : "", model_.parameters().size(), data_.description.c_str());
+        dynamic ? " when full" : "", model_.parameters().size(),
+        std::string(dense_isa_name(model_.dense_isa())).c_str(), data_.description.c_str());
     progress_.message(line);
     if (!data_.held_out_message.empty()) progress_.message("warning: " + data_.held_out_message);
     if (group_.size() > 1) {

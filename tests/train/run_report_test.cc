@@ -29,6 +29,7 @@ TrainSummary sample_summary() {
   s.first_step = 40;
   s.steps = 140;
   s.requested_steps = 500;
+  s.dense_isa = "avx2";
   s.examples = 204800;
   s.seconds = 12.345678901234567;
   s.examples_per_second = 16589.123456789;
@@ -76,7 +77,7 @@ TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
   EXPECT_EQ(text.front(), '{');
   EXPECT_EQ(text.substr(text.size() - 2), "}\n");
   const auto fields = json_fields(text);
-  EXPECT_EQ(fields.size(), 26u);
+  EXPECT_EQ(fields.size(), 27u);
   const auto number = [&](const std::string& name) {
     return std::strtod(fields.at(name).c_str(), nullptr);
   };
@@ -96,6 +97,7 @@ TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
   EXPECT_EQ(number("eval_seconds"), s.eval_seconds);
   EXPECT_EQ(number("checkpoint_seconds"), s.checkpoint_seconds);
   EXPECT_EQ(fields.at("ranks"), "3");
+  EXPECT_EQ(fields.at("dense_isa"), "\"avx2\"");
   EXPECT_EQ(fields.at("first_step"), "40");
   EXPECT_EQ(fields.at("steps"), "140");
   EXPECT_EQ(fields.at("requested_steps"), "500");
