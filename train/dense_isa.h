@@ -10,7 +10,6 @@
 #define RECEMB_TRAIN_DENSE_ISA_H_
 
 #include <span>
-#include <string>
 #include <string_view>
 #include <vector>
 

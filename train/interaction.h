@@ -13,8 +13,8 @@
 // forward and backward run on the threads of a WorkerPool when given one (else on the caller's),
 // each example's results computed alone: they are bitwise the same for the same inputs whatever
 // the thread count and wherever the arrays lie in memory, for each instruction set (dense_isa.h;
-// sets differ by rounding). Thread safety: the object holds
-// scratch buffers; one object serves one caller at a time.
+// sets differ by rounding). Thread safety: the object holds scratch buffers; one object serves
+// one caller at a time.
 #ifndef RECEMB_TRAIN_INTERACTION_H_
 #define RECEMB_TRAIN_INTERACTION_H_
 
