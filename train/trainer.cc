@@ -124,6 +124,7 @@ class Trainer {
     });
     sync();
     if (group_.size() > 1) expect_same_on_every_rank(data_.eval_set.size, "held-out examples");
+    if (group_.size() > 1) expect_same_dense_isa();
     prefetching_.emplace(*data_.train_source, config.train.batch_size);
   }
 
@@ -297,6 +298,25 @@ class Trainer {
   // must read the same data).
   void expect_same_on_every_rank(int64_t value, const std::string& what) {
     expect_same_on_every_rank(group_.all_gather(std::array{value}), 0, what);
+  }
+
+  // Collective: throws InvalidArgument on every rank when the ranks' dense layers run different
+  // instruction sets, which round differently: the replicas' parameters would drift apart
+  // (docs/training.md, "Instruction set").
+  void expect_same_dense_isa() {
+    const std::vector<int64_t> isas =
+        group_.all_gather(std::array{static_cast<int64_t>(model_.dense_isa())});
+    const auto name = [](int64_t isa) {
+      return std::string(dense_isa_name(static_cast<DenseIsa>(isa)));
+    };
+    for (int q = 1; q < group_.size(); ++q) {
+      if (isas[static_cast<size_t>(q)] != isas[0]) {
+        throw InvalidArgument("rank " + std::to_string(q) + "'s dense layers run " +
+                              name(isas[static_cast<size_t>(q)]) + ", rank 0's " + name(isas[0]) +
+                              ": data-parallel replicas must compute alike; set RECEMB_DENSE_ISA "
+                              "to an instruction set every rank's CPU runs");
+      }
+    }
   }
 
   // The same for entry `index` of every rank's values gathered by RankGroup::all_gather (each
