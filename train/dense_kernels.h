@@ -25,7 +25,7 @@ namespace recemb::train {
 // One block of examples of a dot interaction (interaction.h), for interaction_forward and
 // interaction_backward: examples [first, first + count) of the batch, count <= the table's
 // interaction_lanes, and a worker's scratch buffers of the sizes the table's interaction_lanes
-// gives (interaction.cc lays them out).
+// gives (interaction.cc allocates them; dense_kernels.cc lays them out).
 struct InteractionBlock {
   std::span<const float> bottom;                       // [B, dim]
   std::span<const std::span<const float>> embeddings;  // num_embeddings spans of [B, dim]

@@ -33,8 +33,8 @@
 // this header): how a product is split would change its sums; the trainer spreads whole blocks of
 // rows over its own threads instead (mlp.h).
 #define EIGEN_DONT_PARALLELIZE
-// Debug builds let tests forbid Eigen's heap allocations (Eigen::internal::set_is_malloc_allowed)
-// to check that products take no heap memory.
+// Debug builds let tests forbid Eigen's heap allocations (Eigen::internal::set_is_malloc_allowed,
+// through DenseKernels::allow_heap) to check that products take no heap memory.
 #ifndef NDEBUG
 #define EIGEN_RUNTIME_NO_MALLOC
 #endif
