@@ -2,7 +2,8 @@
 // backward of bottom MLP, interaction, top MLP and loss), predict, and the dense optimizer's
 // update, on 1 and 2 threads (the model's num_threads), for DLRM's default shapes (13 dense
 // features, 26 embeddings of dim 16, bottom MLP 64-16, top MLP 64-32-1) and batch sizes 512, 2048
-// (`recemb train`'s default) and 4096.
+// (`recemb train`'s default) and 4096; each on every instruction set this CPU runs
+// (train/dense_isa.h), named in the benchmark's name: BM_TrainStep/avx512/batch:2048/threads:1.
 //
 // Counters: items_processed = examples, and GFLOP/s of the nominal work: 2 flops per multiply-add
 // of the matrix products (forward B * sum(in * out) over all layers, backward twice that, less the
@@ -13,9 +14,11 @@
 // model's multiply-adds) as the MLP computes them, on blocks of 256 rows (mlp.h), for a batch of
 // 2048 (8 blocks spread over 1 or 2 threads, each block's product on one thread): forward
 // X W, weight gradient X^T D, input gradient D W^T; and the second layer's forward. Each through
-// Eigen and, where the build found them, OpenBLAS, oneDNN (dnnl_sgemm) and libxsmm (libxsmm_sgemm,
-// and a JIT kernel of the whole block where libxsmm makes one), each library on one thread per
-// block (docs/training.md, "Dense layers").
+// the trainer's own kernels (Eigen; train/dense_kernels.h, one entry per instruction set, e.g.
+// eigen_avx512: the forward adds the bias and the weight gradient sums it, as the MLP does) and,
+// where the build found them, OpenBLAS, oneDNN (dnnl_sgemm) and libxsmm (libxsmm_sgemm, and a JIT
+// kernel of the whole block where libxsmm makes one), each library on one thread per block
+// (docs/training.md, "Dense layers").
 #include <benchmark/benchmark.h>
 #include <cstdint>
 #include <random>
@@ -24,9 +27,10 @@
 #include <utility>
 #include <vector>
 
+#include "train/dense_isa.h"
+#include "train/dense_kernels.h"
 #include "train/dense_optimizer.h"
 #include "train/dlrm_dense_model.h"
-#include "train/eigen.h"
 #include "train/worker_pool.h"
 
 #ifdef RECEMB_BENCH_OPENBLAS
@@ -43,6 +47,8 @@
 namespace {
 
 using recemb::train::DenseAdam;
+using recemb::train::DenseIsa;
+using recemb::train::DenseKernels;
 using recemb::train::DenseOptimizer;
 using recemb::train::DlrmDenseConfig;
 using recemb::train::DlrmDenseModel;
@@ -87,8 +93,9 @@ double forward_multiply_adds(const DlrmDenseModel& model) {
   return total + static_cast<double>(vectors * (vectors - 1) / 2 * config.embedding_dim);
 }
 
-void BM_TrainStep(benchmark::State& state) {
-  const DlrmDenseConfig config = {.num_threads = static_cast<int>(state.range(1))};
+void BM_TrainStep(benchmark::State& state, DenseIsa isa) {
+  const DlrmDenseConfig config = {.num_threads = static_cast<int>(state.range(1)),
+                                  .dense_isa = isa};
   const int64_t batch_size = state.range(0);
   DlrmDenseModel model(config);
   Inputs inputs = make_inputs(config, batch_size);
@@ -102,8 +109,9 @@ void BM_TrainStep(benchmark::State& state) {
       benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_Predict(benchmark::State& state) {
-  const DlrmDenseConfig config = {.num_threads = static_cast<int>(state.range(1))};
+void BM_Predict(benchmark::State& state, DenseIsa isa) {
+  const DlrmDenseConfig config = {.num_threads = static_cast<int>(state.range(1)),
+                                  .dense_isa = isa};
   const int64_t batch_size = state.range(0);
   DlrmDenseModel model(config);
   Inputs inputs = make_inputs(config, batch_size);
@@ -118,9 +126,9 @@ void BM_Predict(benchmark::State& state) {
       benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_DenseAdamApply(benchmark::State& state) {
-  DlrmDenseModel model({});
-  DenseOptimizer optimizer(DenseAdam{.learning_rate = 1e-6f}, model.num_parameters());
+void BM_DenseAdamApply(benchmark::State& state, DenseIsa isa) {
+  DlrmDenseModel model({.dense_isa = isa});
+  DenseOptimizer optimizer(DenseAdam{.learning_rate = 1e-6f}, model.num_parameters(), isa);
   std::vector<float> gradients(static_cast<size_t>(model.num_parameters()), 1e-3f);
   for (auto _ : state) {
     optimizer.apply(model.parameters(), gradients);
@@ -146,22 +154,21 @@ constexpr int64_t kGemmBlocks = 8;  // a batch of 2048 rows
 
 enum class GemmLibrary { kEigen, kOpenBlas, kDnnl, kLibxsmm, kLibxsmmJit };
 
-void gemm_eigen(const GemmShape& shape, const float* a, const float* b, float* c) {
-  using recemb::train::ConstMatrixMap;
-  using recemb::train::MatrixMap;
-  MatrixMap out(c, shape.m, shape.n);
-  if (shape.transpose_a) {
-    out.noalias() +=
-        ConstMatrixMap(a, shape.k, shape.m).transpose() * ConstMatrixMap(b, shape.k, shape.n);
-  } else if (shape.transpose_b) {
-    out.noalias() +=
-        ConstMatrixMap(a, shape.m, shape.k) * ConstMatrixMap(b, shape.n, shape.k).transpose();
-  } else {
-    out.noalias() += ConstMatrixMap(a, shape.m, shape.k) * ConstMatrixMap(b, shape.k, shape.n);
+// The product through the trainer's kernels, as the MLP calls them (mlp.cc): the forward X W
+// after the bias (zeros here), the weight gradient X^T D with the bias gradient's row sums (into
+// `bias`), the input gradient D W^T.
+void gemm_kernels(const DenseKernels& kernels, const GemmShape& shape, const float* a,
+                  const float* b, float* c, float* bias) {
+  if (shape.transpose_a) {  // a: X [k, m], b: D [k, n]
+    kernels.affine_parameter_gradients(a, b, shape.k, shape.m, shape.n, c, bias);
+  } else if (shape.transpose_b) {  // a: D [m, k], b: W [n, k]
+    kernels.affine_input_gradient(a, b, shape.m, shape.n, shape.k, c);
+  } else {  // a: X [m, k], b: W [k, n]
+    kernels.affine_forward(a, b, bias, shape.m, shape.k, shape.n, false, c);
   }
 }
 
-void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library) {
+void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library, DenseIsa isa) {
   const int num_threads = static_cast<int>(state.range(0));
   std::mt19937_64 random(2);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -175,6 +182,9 @@ void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library) {
   std::vector<float> c = filled(shape.m * shape.n);
   const int lda = shape.transpose_a ? shape.m : shape.k;
   const int ldb = shape.transpose_b ? shape.k : shape.n;
+  const DenseKernels& kernels = recemb::train::dense_kernels(isa);
+  // The kernels' bias, one per block (zeros forward; the row sums of D, weight gradient).
+  std::vector<float> bias(static_cast<size_t>(shape.n * kGemmBlocks), 0.0f);
 #ifdef RECEMB_BENCH_OPENBLAS
   openblas_set_num_threads(1);
 #endif
@@ -198,7 +208,7 @@ void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library) {
     float* block_c = c.data() + block * shape.m * shape.n;
     switch (library) {
       case GemmLibrary::kEigen:
-        gemm_eigen(shape, block_a, block_b, block_c);
+        gemm_kernels(kernels, shape, block_a, block_b, block_c, bias.data() + block * shape.n);
         break;
 #ifdef RECEMB_BENCH_OPENBLAS
       case GemmLibrary::kOpenBlas:
@@ -243,29 +253,41 @@ void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library) {
       benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Registers BM_Gemm for every shape and every library of this build.
-[[maybe_unused]] const bool kGemmRegistered = [] {
-  const std::pair<const char*, GemmLibrary> libraries[] = {
-      {"eigen", GemmLibrary::kEigen},
+// Registers BM_Gemm for every shape and every library of this build, and the model's benchmarks,
+// each on every instruction set this CPU runs.
+[[maybe_unused]] const bool kRegistered = [] {
+  struct Library {
+    std::string name;
+    GemmLibrary library;
+    DenseIsa isa;  // of the trainer's kernels; the others choose their own code
+  };
+  std::vector<Library> libraries;
+  for (const DenseIsa isa : recemb::train::supported_dense_isas()) {
+    libraries.push_back(
+        {"eigen_" + std::string(recemb::train::dense_isa_name(isa)), GemmLibrary::kEigen, isa});
+  }
+  const DenseIsa widest = recemb::train::widest_dense_isa();
 #ifdef RECEMB_BENCH_OPENBLAS
-      {"openblas", GemmLibrary::kOpenBlas},
+  libraries.push_back({"openblas", GemmLibrary::kOpenBlas, widest});
 #endif
 #ifdef RECEMB_BENCH_DNNL
-      {"onednn", GemmLibrary::kDnnl},
+  libraries.push_back({"onednn", GemmLibrary::kDnnl, widest});
 #endif
 #ifdef RECEMB_BENCH_LIBXSMM
-      {"libxsmm", GemmLibrary::kLibxsmm},   {"libxsmm_jit", GemmLibrary::kLibxsmmJit},
+  libraries.push_back({"libxsmm", GemmLibrary::kLibxsmm, widest});
+  libraries.push_back({"libxsmm_jit", GemmLibrary::kLibxsmmJit, widest});
 #endif
-  };
   for (const GemmShape& shape : kGemmShapes) {
-    for (const auto& [name, library] : libraries) {
+    for (const Library& library : libraries) {
       // libxsmm's kernels take no transposed operands.
-      if (library == GemmLibrary::kLibxsmmJit && (shape.transpose_a || shape.transpose_b)) {
+      if (library.library == GemmLibrary::kLibxsmmJit && (shape.transpose_a || shape.transpose_b)) {
         continue;
       }
       benchmark::RegisterBenchmark(
-          (std::string("BM_Gemm/") + shape.name + "/" + name).c_str(),
-          [shape, library](benchmark::State& state) { BM_Gemm(state, shape, library); })
+          (std::string("BM_Gemm/") + shape.name + "/" + library.name).c_str(),
+          [shape, library](benchmark::State& state) {
+            BM_Gemm(state, shape, library.library, library.isa);
+          })
           ->ArgName("threads")
           ->Arg(1)
           ->Arg(2)
@@ -273,19 +295,25 @@ void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library) {
           ->Unit(benchmark::kMicrosecond);
     }
   }
+  for (const DenseIsa isa : recemb::train::supported_dense_isas()) {
+    const std::string name(recemb::train::dense_isa_name(isa));
+    benchmark::RegisterBenchmark(("BM_TrainStep/" + name).c_str(),
+                                 [isa](benchmark::State& state) { BM_TrainStep(state, isa); })
+        ->ArgNames({"batch", "threads"})
+        ->ArgsProduct({{512, 2048, 4096}, {1, 2}})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("BM_Predict/" + name).c_str(),
+                                 [isa](benchmark::State& state) { BM_Predict(state, isa); })
+        ->ArgNames({"batch", "threads"})
+        ->ArgsProduct({{512, 2048, 4096}, {1, 2}})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("BM_DenseAdamApply/" + name).c_str(),
+                                 [isa](benchmark::State& state) { BM_DenseAdamApply(state, isa); })
+        ->Unit(benchmark::kMicrosecond);
+  }
   return true;
 }();
-
-BENCHMARK(BM_TrainStep)
-    ->ArgNames({"batch", "threads"})
-    ->ArgsProduct({{512, 2048, 4096}, {1, 2}})
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Predict)
-    ->ArgNames({"batch", "threads"})
-    ->ArgsProduct({{512, 2048, 4096}, {1, 2}})
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_DenseAdamApply)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -6,7 +6,6 @@
 
 #include "recemb/error.h"
 
-#include "train/eigen.h"
 #include "train/float_text.h"
 
 namespace recemb::train {
@@ -49,25 +48,24 @@ void validate(const DenseOptimizerConfig& config) {
              config);
 }
 
-// Adam's bias corrections folded into two per-step constants (computed in double):
-//   w -= step_size * m / (sqrt(v) * velocity_scale + epsilon)
-// with step_size = lr / (1 - beta_1^t) and velocity_scale = 1 / sqrt(1 - beta_2^t).
-void adam_update(const DenseAdam& adam, float learning_rate, int64_t step, ArrayMap w, ArrayMap m,
-                 ArrayMap v, ConstArrayMap g) {
+// Adam's bias corrections folded into two per-step constants (computed in double): step_size =
+// lr / (1 - beta_1^t) and velocity_scale = 1 / sqrt(1 - beta_2^t) (AdamStep, dense_kernels.h).
+AdamStep adam_step(const DenseAdam& adam, float learning_rate, int64_t step) {
   const double t = static_cast<double>(step + 1);
-  const float step_size =
-      static_cast<float>(learning_rate / (1.0 - std::pow(static_cast<double>(adam.beta_1), t)));
-  const float velocity_scale =
-      static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(adam.beta_2), t)));
-  m = adam.beta_1 * m + (1.0f - adam.beta_1) * g;
-  v = adam.beta_2 * v + (1.0f - adam.beta_2) * g.square();
-  w -= step_size * m / (v.sqrt() * velocity_scale + adam.epsilon);
+  return {
+      .beta_1 = adam.beta_1,
+      .beta_2 = adam.beta_2,
+      .epsilon = adam.epsilon,
+      .step_size =
+          static_cast<float>(learning_rate / (1.0 - std::pow(static_cast<double>(adam.beta_1), t))),
+      .velocity_scale =
+          static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(static_cast<double>(adam.beta_2), t)))};
 }
 
 }  // namespace
 
-DenseOptimizer::DenseOptimizer(DenseOptimizerConfig config, int64_t num_parameters)
-    : config_(std::move(config)), num_parameters_(num_parameters) {
+DenseOptimizer::DenseOptimizer(DenseOptimizerConfig config, int64_t num_parameters, DenseIsa isa)
+    : config_(std::move(config)), kernels_(&dense_kernels(isa)), num_parameters_(num_parameters) {
   validate(config_);
   if (num_parameters < 1) {
     throw InvalidArgument(name_of(config_) +
@@ -89,26 +87,23 @@ void DenseOptimizer::apply(std::span<float> parameters, std::span<const float> g
                           " gradients; expected num_parameters = " + std::to_string(n) +
                           " of each");
   }
-  const ConstArrayMap g = as_array(gradients);
-  if (!g.allFinite()) {
+  if (!kernels_->all_finite(gradients.data(), num_parameters_)) {
     size_t i = 0;
     while (std::isfinite(gradients[i])) ++i;
     throw InvalidArgument(name_of(config_) + ": gradients[" + std::to_string(i) +
                           "] = " + float_text(gradients[i]) + " is not finite");
   }
-  const std::span<float> slots = slots_;
-  ArrayMap w = as_array(parameters);
+  float* const slots = slots_.data();
   std::visit(Overloaded{[&](const DenseAdam& adam) {
-                          const float learning_rate = learning_rate_at(adam.learning_rate, step_);
-                          adam_update(adam, learning_rate, step_, w, as_array(slots.first(n)),
-                                      as_array(slots.subspan(n)), g);
+                          kernels_->adam_update(
+                              adam_step(adam, learning_rate_at(adam.learning_rate, step_), step_),
+                              num_parameters_, gradients.data(), parameters.data(), slots,
+                              slots + n);
                         },
                         [&](const DenseAdagrad& adagrad) {
-                          const float learning_rate =
-                              learning_rate_at(adagrad.learning_rate, step_);
-                          ArrayMap a = as_array(slots);
-                          a += g.square();
-                          w -= learning_rate * g / a.sqrt();
+                          kernels_->adagrad_update(learning_rate_at(adagrad.learning_rate, step_),
+                                                   num_parameters_, gradients.data(),
+                                                   parameters.data(), slots);
                         }},
              config_);
   ++step_;

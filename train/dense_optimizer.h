@@ -2,7 +2,8 @@
 // parameters()) and its gradient vector of the same layout. Its slots are one flat vector as
 // well, so a checkpoint saves the parameters, the slots and the step as three items.
 //
-//   DenseOptimizer optimizer(DenseAdam{.learning_rate = 1e-3f}, model.num_parameters());
+//   DenseOptimizer optimizer(DenseAdam{.learning_rate = 1e-3f}, model.num_parameters(),
+//                            model.dense_isa());
 //   optimizer.apply(model.parameters(), model.gradients());   // once per training step
 //
 // Element-wise updates, g the gradient, w the parameter, lr = learning_rate_at(learning_rate,
@@ -20,7 +21,8 @@
 //   Slot "accumulators", starting at initial_accumulator_value.
 //
 // Arithmetic is float32 (Adam's bias corrections are computed in double once per step) with
-// exact square roots; results are bitwise the same wherever the arrays lie in memory.
+// exact square roots, in the kernels of an instruction set (dense_isa.h); results are bitwise the
+// same wherever the arrays lie in memory.
 #ifndef RECEMB_TRAIN_DENSE_OPTIMIZER_H_
 #define RECEMB_TRAIN_DENSE_OPTIMIZER_H_
 
@@ -31,6 +33,8 @@
 #include <vector>
 
 #include "recemb/learning_rate.h"
+
+#include "train/dense_isa.h"
 
 namespace recemb::train {
 
@@ -51,8 +55,9 @@ using DenseOptimizerConfig = std::variant<DenseAdam, DenseAdagrad>;
 class DenseOptimizer {
  public:
   // Validates the hyperparameters (InvalidArgument naming the optimizer, the field and the
-  // value) and num_parameters >= 1, then allocates and initialises the slots; step() = 0.
-  DenseOptimizer(DenseOptimizerConfig config, int64_t num_parameters);
+  // value), num_parameters >= 1 and that the CPU runs `isa` (dense_kernels), then allocates and
+  // initialises the slots; step() = 0.
+  DenseOptimizer(DenseOptimizerConfig config, int64_t num_parameters, DenseIsa isa);
 
   const DenseOptimizerConfig& config() const { return config_; }
   int64_t num_parameters() const { return num_parameters_; }
@@ -80,6 +85,7 @@ class DenseOptimizer {
 
  private:
   DenseOptimizerConfig config_;
+  const DenseKernels* kernels_;
   int64_t num_parameters_;
   int64_t step_ = 0;
   std::vector<float> slots_;

@@ -4,7 +4,7 @@
 // are trained by a DenseOptimizer.
 //
 //   DlrmDenseModel model({.num_dense_features = 13, .num_sparse_features = 26});
-//   DenseOptimizer optimizer(DenseAdam{}, model.num_parameters());
+//   DenseOptimizer optimizer(DenseAdam{}, model.num_parameters(), model.dense_isa());
 //   for (each batch) {
 //     layer.lookup(inputs, activations, lookup_batch);                   // recemb
 //     float loss = model.train_step(dense, labels, activations, activation_gradients);
@@ -31,7 +31,9 @@
 // train_step and predict run on config.num_threads threads (the caller's and a WorkerPool's; the
 // loss and the sigmoid on the caller's). Results are bitwise the same for the same parameters and
 // inputs, whatever the thread count and wherever the arrays lie in memory (so replicas and a
-// resumed run compute exactly what an uninterrupted one does; mlp.h, interaction.h).
+// resumed run compute exactly what an uninterrupted one does; mlp.h, interaction.h). They are
+// computed by the kernels of one instruction set (dense_isa.h), chosen when the model is built;
+// different sets round differently.
 //
 // Thread safety: not safe for concurrent calls (train_step and predict use the model's
 // workspace). The workspace grows to the largest batch seen and is then reused: neither
@@ -42,9 +44,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "train/dense_isa.h"
 #include "train/interaction.h"
 #include "train/mlp.h"
 #include "train/worker_pool.h"
@@ -67,15 +71,20 @@ struct DlrmDenseConfig {
   // Threads of train_step and predict, counting the caller, >= 0; 0: one per core. Results do
   // not depend on it.
   int num_threads = 1;
+  // The instruction set of the dense layers' arithmetic; unset: default_dense_isa()
+  // (RECEMB_DENSE_ISA, else the widest the CPU runs). Results differ between sets by rounding.
+  std::optional<DenseIsa> dense_isa;
 };
 
 class DlrmDenseModel {
  public:
-  // Validates the config (InvalidArgument naming the field and the value), then allocates and
-  // initialises the parameters; gradients() starts at zero.
+  // Validates the config (InvalidArgument naming the field and the value; dense_isa.h for the
+  // instruction set), then allocates and initialises the parameters; gradients() starts at zero.
   explicit DlrmDenseModel(DlrmDenseConfig config);
 
   const DlrmDenseConfig& config() const { return config_; }
+  // The instruction set the model computes with: config().dense_isa, or the default it stood for.
+  DenseIsa dense_isa() const { return dense_isa_; }
   int64_t num_parameters() const { return static_cast<int64_t>(parameters_.size()); }
   // The num_parameters() of a model of `config`, without building one (which allocates the
   // parameters and workspaces): how a reader checks a file's shapes against its data before
@@ -127,6 +136,8 @@ class DlrmDenseModel {
                                  int64_t batch_size);
 
   DlrmDenseConfig config_;
+  DenseIsa dense_isa_;
+  const DenseKernels* kernels_;
   Mlp bottom_mlp_;
   DotInteraction interaction_;
   Mlp top_mlp_;

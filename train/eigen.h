@@ -1,5 +1,7 @@
-// The trainer's one door to Eigen: every train/ file that needs Eigen includes this header, never
-// <Eigen/...> itself, so the dependency (and the settings it is compiled with) lives in one place.
+// The trainer's one door to Eigen, included by dense_kernels.cc alone (the dense layers'
+// arithmetic, compiled once per instruction set with Eigen's namespace renamed in each copy:
+// dense_kernels.h), never <Eigen/...> itself, so the settings Eigen is compiled with live in one
+// place.
 //
 // Layout: matrices are float32, row-major, a batch of B examples of F features being [B, F], so
 // that a dense layer is Y = X * W with W [in, out]. The trainer keeps its arrays in std::vector
@@ -8,7 +10,8 @@
 //
 // Results are bitwise independent of where arrays lie in memory (their alignment decides which
 // elements Eigen computes in SIMD registers): the trainer avoids Eigen's approximate functions
-// (below) and reductions whose order depends on alignment (mlp.cc); tests shift every array.
+// (below) and reductions whose order depends on alignment (dense_kernels.cc); tests shift every
+// array.
 #ifndef RECEMB_TRAIN_EIGEN_H_
 #define RECEMB_TRAIN_EIGEN_H_
 
@@ -30,8 +33,8 @@
 // this header): how a product is split would change its sums; the trainer spreads whole blocks of
 // rows over its own threads instead (mlp.h).
 #define EIGEN_DONT_PARALLELIZE
-// Debug builds let tests forbid Eigen's heap allocations (Eigen::internal::set_is_malloc_allowed)
-// to check that products take no heap memory.
+// Debug builds let tests forbid Eigen's heap allocations (Eigen::internal::set_is_malloc_allowed,
+// through DenseKernels::allow_heap) to check that products take no heap memory.
 #ifndef NDEBUG
 #define EIGEN_RUNTIME_NO_MALLOC
 #endif

@@ -12,8 +12,9 @@
 //
 // forward and backward run on the threads of a WorkerPool when given one (else on the caller's),
 // each example's results computed alone: they are bitwise the same for the same inputs whatever
-// the thread count and wherever the arrays lie in memory. Thread safety: the object holds
-// scratch buffers; one object serves one caller at a time.
+// the thread count and wherever the arrays lie in memory, for each instruction set (dense_isa.h;
+// sets differ by rounding). Thread safety: the object holds scratch buffers; one object serves
+// one caller at a time.
 #ifndef RECEMB_TRAIN_INTERACTION_H_
 #define RECEMB_TRAIN_INTERACTION_H_
 
@@ -21,14 +22,16 @@
 #include <span>
 #include <vector>
 
+#include "train/dense_isa.h"
 #include "train/worker_pool.h"
 
 namespace recemb::train {
 
 class DotInteraction {
  public:
-  // Throws InvalidArgument when num_embeddings < 0 or dim < 1.
-  DotInteraction(int64_t num_embeddings, int64_t dim);
+  // Throws InvalidArgument when num_embeddings < 0 or dim < 1, and (dense_kernels) when the CPU
+  // lacks `isa`.
+  DotInteraction(int64_t num_embeddings, int64_t dim, DenseIsa isa);
 
   int64_t num_embeddings() const { return num_embeddings_; }
   int64_t dim() const { return dim_; }
@@ -55,7 +58,7 @@ class DotInteraction {
   // Validates bottom and embeddings (throwing InvalidArgument) and returns the batch size.
   int64_t check_sizes(std::span<const float> bottom,
                       std::span<const std::span<const float>> embeddings) const;
-  // One worker thread's buffers for a block of examples (layouts in interaction.cc).
+  // One worker thread's buffers for a block of examples (InteractionBlock, dense_kernels.cc).
   struct Scratch {
     std::vector<float> vectors;
     std::vector<float> vector_gradients;
@@ -63,18 +66,16 @@ class DotInteraction {
   };
   // A Scratch for each of `pool`'s threads (one without a pool).
   void make_scratch(const WorkerPool* pool);
-  // Copies examples [first, first + lanes) of the batch into scratch.vectors (interaction.cc).
-  void gather(std::span<const float> bottom, std::span<const std::span<const float>> embeddings,
-              int64_t first, int64_t lanes, Scratch& scratch) const;
-  // For each block of up to kLanes examples of the batch, in tasks of kTaskExamples on `pool`:
-  // gathers it, then calls block(first, lanes, scratch) with the worker's Scratch.
-  template <class Block>
+  // For each block of up to interaction_lanes examples of the batch, in tasks of kBlocksPerTask
+  // blocks on `pool`: calls kernel(block) with the block and the worker's Scratch.
+  template <class Kernel>
   void for_each_block(std::span<const float> bottom,
                       std::span<const std::span<const float>> embeddings, int64_t batch_size,
-                      WorkerPool* pool, Block block);
+                      WorkerPool* pool, Kernel kernel);
 
   int64_t num_embeddings_;
   int64_t dim_;
+  const DenseKernels* kernels_;
   std::vector<Scratch> scratch_;
 };
 

@@ -7,8 +7,6 @@
 
 #include "recemb/error.h"
 
-#include "train/eigen.h"
-
 namespace recemb::train {
 namespace {
 
@@ -19,41 +17,19 @@ float uniform(std::mt19937_64& random, double limit) {
   return static_cast<float>((2.0 * unit - 1.0) * limit);
 }
 
-// Layer `layer`'s W [in, out] and b [1, out] inside an MLP's parameter (or gradient) span.
-// (Templates only so that they can take Mlp's private Layer type.)
-template <class Layer>
-ConstMatrixMap weights(std::span<const float> parameters, const Layer& layer) {
-  return ConstMatrixMap(parameters.data() + layer.weights_offset, layer.input_width,
-                        layer.output_width);
-}
-template <class Layer>
-MatrixMap weights(std::span<float> parameters, const Layer& layer) {
-  return MatrixMap(parameters.data() + layer.weights_offset, layer.input_width, layer.output_width);
-}
-template <class Layer>
-ConstRowVectorMap bias(std::span<const float> parameters, const Layer& layer) {
-  return ConstRowVectorMap(
-      parameters.data() + layer.weights_offset + layer.input_width * layer.output_width,
-      layer.output_width);
-}
-template <class Layer>
-RowVectorMap bias(std::span<float> parameters, const Layer& layer) {
-  return RowVectorMap(
-      parameters.data() + layer.weights_offset + layer.input_width * layer.output_width,
-      layer.output_width);
-}
-
 }  // namespace
 
 // Forward and backward run over blocks of kRowBlock rows of the batch, one task of the WorkerPool
 // per block. A block's activations stay in the L2 cache from one layer to the next, the backward
 // pass needs buffers of one block per thread only, and Eigen's packing buffers (which grow with
 // the rows of a product) stay small enough to come from the stack for any batch size (eigen.h).
+// The arithmetic is the kernels' of the model's instruction set (dense_kernels.h).
 // The blocks do not depend on the thread count, nor does any sum: a block's rows are summed in
 // order into the block's own parameter gradients, and the blocks' gradients are then added in
 // block order (in chunks of kReduceChunk parameters, one task each).
 
-Mlp::Mlp(MlpConfig config) : config_(std::move(config)) {
+Mlp::Mlp(MlpConfig config, DenseIsa isa)
+    : config_(std::move(config)), kernels_(&dense_kernels(isa)) {
   if (config_.input_width < 1) {
     throw InvalidArgument(config_.name + ": input_width = " + std::to_string(config_.input_width) +
                           " must be >= 1");
@@ -136,13 +112,11 @@ std::span<const float> Mlp::forward(std::span<const float> parameters, std::span
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& layer = layers_[l];
       float* y = activations_[l].data() + first * layer.output_width;
-      // The bias first, then += the product: a product assigned with = would first zero y.
-      MatrixMap y_block(y, count, layer.output_width);
-      y_block.rowwise() = bias(parameters, layer);
-      y_block.noalias() += ConstMatrixMap(x, count, layer.input_width) * weights(parameters, layer);
-      if (l + 1 < layers_.size() || config_.output_activation == OutputActivation::kRelu) {
-        y_block = y_block.cwiseMax(0.0f);
-      }
+      const float* weights = parameters.data() + layer.weights_offset;
+      kernels_->affine_forward(
+          x, weights, weights + layer.input_width * layer.output_width, count, layer.input_width,
+          layer.output_width,
+          l + 1 < layers_.size() || config_.output_activation == OutputActivation::kRelu, y);
       x = y;
     }
   });
@@ -179,15 +153,13 @@ void Mlp::backward(std::span<const float> parameters, std::span<const float> inp
   run_tasks(pool, num_blocks, [&](int64_t block, int worker) {
     backward_block(parameters, input, output_gradient, input_gradient, block, worker);
   });
-  const std::span<const float> block_gradients = block_gradients_;
   run_tasks(pool, (num_parameters_ + kReduceChunk - 1) / kReduceChunk, [&](int64_t chunk, int) {
     const int64_t begin = chunk * kReduceChunk;
-    const auto size = static_cast<size_t>(std::min(kReduceChunk, num_parameters_ - begin));
-    ArrayMap sum = as_array(parameter_gradients.subspan(static_cast<size_t>(begin), size));
-    sum = as_array(block_gradients.subspan(static_cast<size_t>(begin), size));
+    const int64_t size = std::min(kReduceChunk, num_parameters_ - begin);
+    float* sum = parameter_gradients.data() + begin;
+    std::copy_n(block_gradients_.data() + begin, size, sum);
     for (int64_t block = 1; block < num_blocks; ++block) {
-      sum += as_array(
-          block_gradients.subspan(static_cast<size_t>(block * num_parameters_ + begin), size));
+      kernels_->add(block_gradients_.data() + block * num_parameters_ + begin, size, sum);
     }
   });
 }
@@ -197,10 +169,8 @@ void Mlp::backward_block(std::span<const float> parameters, std::span<const floa
                          int64_t block, int worker) {
   const int64_t first = block * kRowBlock;
   const int64_t count = std::min(kRowBlock, batch_size_ - first);
-  const std::span<float> gradients = std::span(block_gradients_)
-                                         .subspan(static_cast<size_t>(block * num_parameters_),
-                                                  static_cast<size_t>(num_parameters_));
-  as_array(gradients).setZero();
+  float* const gradients = block_gradients_.data() + block * num_parameters_;
+  std::fill_n(gradients, num_parameters_, 0.0f);
   float* const buffers[2] = {gradient_buffers_.data() + (2 * worker) * kRowBlock * max_width_,
                              gradient_buffers_.data() + (2 * worker + 1) * kRowBlock * max_width_};
   // `delta` is d(loss)/d(a_l) for the block's rows and the current layer l: the caller's
@@ -209,36 +179,33 @@ void Mlp::backward_block(std::span<const float> parameters, std::span<const floa
   int buffer = 0;
   const float* delta = output_gradient.data() + first * output_width();
   if (config_.output_activation == OutputActivation::kRelu) {
-    float* masked = buffers[buffer];
-    MatrixMap(masked, count, output_width()) =
-        (ConstMatrixMap(activations_.back().data() + first * output_width(), count, output_width())
-             .array() > 0.0f)
-            .select(ConstMatrixMap(delta, count, output_width()), 0.0f);
-    delta = masked;
+    kernels_->relu_gradient(activations_.back().data() + first * output_width(), delta,
+                            count * output_width(), buffers[buffer]);
+    delta = buffers[buffer];
   }
   for (size_t l = layers_.size(); l-- > 0;) {
     const Layer& layer = layers_[l];
     const float* x =
         (l == 0 ? input.data() : activations_[l - 1].data()) + first * layer.input_width;
-    const ConstMatrixMap x_block(x, count, layer.input_width);
-    const ConstMatrixMap delta_block(delta, count, layer.output_width);
-    weights(gradients, layer).noalias() += x_block.transpose() * delta_block;
-    // Row by row rather than colwise().sum(), whose result depends on the alignment of the
-    // destination (Eigen sums aligned columns pairwise, the others in sequence).
-    RowVectorMap bias_gradient = bias(gradients, layer);
-    for (int64_t r = 0; r < count; ++r) bias_gradient += delta_block.row(r);
+    float* const weight_gradient = gradients + layer.weights_offset;
+    kernels_->affine_parameter_gradients(x, delta, count, layer.input_width, layer.output_width,
+                                         weight_gradient,
+                                         weight_gradient + layer.input_width * layer.output_width);
+    const float* weights = parameters.data() + layer.weights_offset;
     if (l == 0) {
       if (!input_gradient.empty()) {
-        MatrixMap(input_gradient.data() + first * layer.input_width, count, layer.input_width)
-            .noalias() = delta_block * weights(parameters, layer).transpose();
+        kernels_->affine_input_gradient(delta, weights, count, layer.input_width,
+                                        layer.output_width,
+                                        input_gradient.data() + first * layer.input_width);
       }
       break;
     }
     buffer = 1 - buffer;
-    MatrixMap d_h(buffers[buffer], count, layer.input_width);
-    d_h.noalias() = delta_block * weights(parameters, layer).transpose();
-    d_h = (x_block.array() > 0.0f).select(d_h, 0.0f);
-    delta = d_h.data();
+    float* d_h = buffers[buffer];
+    kernels_->affine_input_gradient(delta, weights, count, layer.input_width, layer.output_width,
+                                    d_h);
+    kernels_->relu_gradient(x, d_h, count * layer.input_width, d_h);
+    delta = d_h;
   }
 }
 

@@ -2,7 +2,7 @@
 // in a caller's flat float array (so that a model keeps all of its dense parameters, and all of
 // their gradients, in one contiguous vector each).
 //
-//   Mlp mlp({.name = "bottom_mlp", .input_width = 13, .layer_widths = {64, 16}});
+//   Mlp mlp({.name = "bottom_mlp", .input_width = 13, .layer_widths = {64, 16}}, isa);
 //   std::vector<float> parameters(mlp.num_parameters()), gradients(mlp.num_parameters());
 //   mlp.initialize(parameters, rng);
 //   std::span<const float> y = mlp.forward(parameters, x);      // x [B, 13] -> y [B, 16]
@@ -21,8 +21,8 @@
 // the batch is cut into blocks of kRowBlock rows whatever the thread count, each block's
 // parameter gradients are summed apart and the blocks' sums added in block order, so results are
 // bitwise the same for the same inputs whatever the thread count and wherever the arrays lie in
-// memory. Thread safety: forward and backward use the Mlp's own workspace; one Mlp serves one
-// caller at a time.
+// memory, for each instruction set `isa` (dense_isa.h; sets differ by rounding). Thread safety:
+// forward and backward use the Mlp's own workspace; one Mlp serves one caller at a time.
 #ifndef RECEMB_TRAIN_MLP_H_
 #define RECEMB_TRAIN_MLP_H_
 
@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "train/dense_isa.h"
 #include "train/worker_pool.h"
 
 namespace recemb::train {
@@ -60,8 +61,8 @@ struct ParameterBlock {
 class Mlp {
  public:
   // Throws InvalidArgument naming the MLP, the field and the value when input_width < 1,
-  // layer_widths is empty or a width is < 1.
-  explicit Mlp(MlpConfig config);
+  // layer_widths is empty or a width is < 1, and (dense_kernels) when the CPU lacks `isa`.
+  Mlp(MlpConfig config, DenseIsa isa);
 
   const MlpConfig& config() const { return config_; }
   int64_t input_width() const { return config_.input_width; }
@@ -124,6 +125,7 @@ class Mlp {
   void check_parameter_size(size_t size, const char* argument) const;
 
   MlpConfig config_;
+  const DenseKernels* kernels_;
   std::vector<Layer> layers_;
   int64_t num_parameters_ = 0;
   // Backpropagates the rows of block `block` (kRowBlock rows from block * kRowBlock), writing

@@ -136,6 +136,7 @@ void write_summary_json(const TrainSummary& s, const std::filesystem::path& path
   std::ofstream out(path);
   out << "{\n"
       << "  \"ranks\": " << s.ranks << ",\n"
+      << "  \"dense_isa\": \"" << s.dense_isa << "\",\n"
       << "  \"first_step\": " << s.first_step << ",\n"
       << "  \"steps\": " << s.steps << ",\n"
       << "  \"requested_steps\": " << s.requested_steps << ",\n"

@@ -29,6 +29,7 @@ struct TableVocabulary {
 struct TrainSummary {
   int rank = 0;                 // this process's rank; rank 0 writes the outputs and prints
   int ranks = 1;                // processes that trained together
+  std::string dense_isa = "";   // the dense layers' instruction set: avx512, avx2, baseline
   int64_t first_step = 0;       // 0, or the step resumed from
   int64_t steps = 0;            // step counter at the end
   int64_t requested_steps = 0;  // train.steps

@@ -12,7 +12,7 @@ bool learned(double final_auc, double final_log_loss, double initial_log_loss) {
 }
 
 std::string run_description(const TrainConfig& config, const std::vector<TableConfig>& tables,
-                            int64_t embedding_bytes, size_t dense_parameters,
+                            int64_t embedding_bytes, size_t dense_parameters, DenseIsa dense_isa,
                             const std::string& data_description) {
   int64_t rows = 0;
   for (const TableConfig& table : tables) {
@@ -22,10 +22,11 @@ std::string run_description(const TrainConfig& config, const std::vector<TableCo
   char line[320];
   std::snprintf(line, sizeof line,
                 "recemb train: 26 %s, %" PRId64 " %s x %" PRId64
-                " dims, %.1f MiB with optimizer slots%s; %zu dense parameters; data: %s",
+                " dims, %.1f MiB with optimizer slots%s; %zu dense parameters (%s); data: %s",
                 dynamic ? "dynamic tables" : "tables", rows, dynamic ? "keys at most" : "rows",
                 config.model.embedding_dim, static_cast<double>(embedding_bytes) / (1 << 20),
-                dynamic ? " when full" : "", dense_parameters, data_description.c_str());
+                dynamic ? " when full" : "", dense_parameters,
+                std::string(dense_isa_name(dense_isa)).c_str(), data_description.c_str());
   return line;
 }
 

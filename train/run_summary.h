@@ -12,6 +12,7 @@
 #include "recemb/config.h"
 #include "recemb/embedding.h"
 
+#include "train/dense_isa.h"
 #include "train/run_report.h"
 #include "train/train_config.h"
 #include "train/training_data.h"
@@ -37,7 +38,7 @@ bool learned(double final_auc, double final_log_loss, double initial_log_loss);
 // their dimension and bytes with optimizer slots (`embedding_bytes`), the dense model's
 // parameters and the data (TrainingData::description).
 std::string run_description(const TrainConfig& config, const std::vector<TableConfig>& tables,
-                            int64_t embedding_bytes, size_t dense_parameters,
+                            int64_t embedding_bytes, size_t dense_parameters, DenseIsa dense_isa,
                             const std::string& data_description);
 
 // Adds the lines that `data`'s readers (Criteo files) skipped as malformed or read as short, and

@@ -84,7 +84,8 @@ class Trainer {
                                .top_mlp = config.model.top_mlp,
                                .seed = config.model.seed,
                                .num_threads = config.embedding.threads}),
-        dense_optimizer_(dense_optimizer_config(config.dense), model_.num_parameters()),
+        dense_optimizer_(dense_optimizer_config(config.dense), model_.num_parameters(),
+                         model_.dense_isa()),
         output_dir_(config.output.dir),
         checkpoint_dir_(config.checkpoint.dir.empty()
                             ? output_dir_ / "checkpoints"
@@ -101,6 +102,7 @@ class Trainer {
     if (group_.size() > 1) {
       expect_same_on_every_rank(group_, data_.eval_set.size, "held-out examples");
     }
+    if (group_.size() > 1) expect_same_dense_isa();
     prefetching_.emplace(*data_.train_source, config.train.batch_size);
     // train.overlap with one rank alone (docs/training.md, "One training step").
     pipeline_.emplace(config.model.embedding_dim, config.train.overlap && group_.size() == 1,
@@ -142,6 +144,7 @@ class Trainer {
     summary_.first_step = embedding_.step();
     summary_.requested_steps = config_.train.steps;
     summary_.checkpoint_every = config_.checkpoint.every;
+    summary_.dense_isa = dense_isa_name(model_.dense_isa());
     summary_.embedding_bytes = embedding_bytes(embedding_);
     trained_position_ = prefetching_->position();
     describe_run();
@@ -244,6 +247,25 @@ class Trainer {
  private:
   bool root() const { return group_.rank() == 0; }
 
+  // Collective: throws InvalidArgument on every rank when the ranks' dense layers run different
+  // instruction sets, which round differently: the replicas' parameters would drift apart
+  // (docs/training.md, "Instruction set").
+  void expect_same_dense_isa() {
+    const std::vector<int64_t> isas =
+        group_.all_gather(std::array{static_cast<int64_t>(model_.dense_isa())});
+    const auto name = [](int64_t isa) {
+      return std::string(dense_isa_name(static_cast<DenseIsa>(isa)));
+    };
+    for (int q = 1; q < group_.size(); ++q) {
+      if (isas[static_cast<size_t>(q)] != isas[0]) {
+        throw InvalidArgument("rank " + std::to_string(q) + "'s dense layers run " +
+                              name(isas[static_cast<size_t>(q)]) + ", rank 0's " + name(isas[0]) +
+                              ": data-parallel replicas must compute alike; set RECEMB_DENSE_ISA "
+                              "to an instruction set every rank's CPU runs");
+      }
+    }
+  }
+
   // The step at which the data is expected to end, or train.steps if it is expected to last:
   // for plain Criteo files, from their bytes left and the held-out lines' mean length.
   int64_t expected_last_step() {
@@ -262,7 +284,8 @@ class Trainer {
 
   void describe_run() {
     progress_.message(run_description(config_, embedding_.tables(), summary_.embedding_bytes,
-                                      model_.parameters().size(), data_.description));
+                                      model_.parameters().size(), model_.dense_isa(),
+                                      data_.description));
     if (!data_.held_out_message.empty()) progress_.message("warning: " + data_.held_out_message);
     if (group_.size() > 1) {
       const Slice largest = rank_slice(config_.train.batch_size, group_.size() - 1, group_.size());

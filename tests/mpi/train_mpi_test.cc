@@ -184,6 +184,21 @@ TEST(TrainMpi, ABadSettingFailsOnEveryRankWithTheSameMessage) {
   EXPECT_EQ(occurrences(outcome.output, "exit status 2\n"), 2) << outcome.output;
 }
 
+// Ranks whose dense layers run different instruction sets (rank 1 forced to the baseline) would
+// drift apart: every rank refuses to train, naming both sets.
+TEST(TrainMpi, RanksOnDifferentInstructionSetsFailWithTheSameMessage) {
+  const Outcome outcome =
+      run("timeout 120 " + std::string(RECEMB_MPIEXEC) +
+          " --allow-run-as-root --oversubscribe --mca orte_abort_on_non_zero_status 0 -np 2"
+          " sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then export RECEMB_DENSE_ISA=baseline; fi;"
+          " \"$0\" \"$@\"; echo \"exit status $?\"' " +
+          RECEMB_CLI + kSmallRun + " --steps 5 --output " + fresh_dir("isa"));
+  EXPECT_EQ(outcome.status, 0) << "the job hung until timeout killed it:\n" << outcome.output;
+  EXPECT_EQ(occurrences(outcome.output, "rank 1's dense layers run baseline, rank 0's "), 2)
+      << outcome.output;
+  EXPECT_EQ(occurrences(outcome.output, "exit status 2\n"), 2) << outcome.output;
+}
+
 TEST(TrainMpi, AnErrorOfRankZeroEndsEveryRank) {
   // Rank 0 alone writes output.dir: a file in its way fails rank 0 only, and every rank then
   // reports it instead of waiting for rank 0 in the first exchange.

@@ -10,6 +10,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "recemb/error.h"
@@ -73,14 +74,15 @@ struct OptimizerCase {
   int64_t first_step;  // set_step before the first apply (as after a restore)
 };
 
-class DenseOptimizerTest : public ::testing::TestWithParam<OptimizerCase> {};
+// Each case on every instruction set this CPU runs (dense_isa.h).
+class DenseOptimizerTest : public ::testing::TestWithParam<std::tuple<OptimizerCase, DenseIsa>> {};
 
 TEST_P(DenseOptimizerTest, MatchesFloat64LoopsOverManySteps) {
-  const OptimizerCase& c = GetParam();
+  const auto& [c, isa] = GetParam();
   const uint64_t seed = 61;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 random(seed);
-  DenseOptimizer optimizer(c.config, kNumParameters);
+  DenseOptimizer optimizer(c.config, kNumParameters, isa);
   optimizer.set_step(c.first_step);
   std::vector<float> parameters = random_floats(random, kNumParameters, -1.0f, 1.0f);
 
@@ -120,39 +122,45 @@ TEST_P(DenseOptimizerTest, MatchesFloat64LoopsOverManySteps) {
 
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, DenseOptimizerTest,
-    ::testing::Values(
-        OptimizerCase{.name = "AdamDefaults", .config = DenseAdam{}, .first_step = 0},
-        OptimizerCase{
-            .name = "AdamTuned",
-            .config =
-                DenseAdam{.learning_rate = 0.05f, .beta_1 = 0.5f, .beta_2 = 0.9f, .epsilon = 1e-3f},
-            .first_step = 0},
-        OptimizerCase{.name = "AdamRestoredAtStep40",
-                      .config = DenseAdam{.learning_rate = 0.01f},
-                      .first_step = 40},
-        OptimizerCase{
-            .name = "AdamExponentialDecay",
-            .config = DenseAdam{.learning_rate = ExponentialDecay{.initial_learning_rate = 0.02f,
-                                                                  .decay_steps = 5,
-                                                                  .decay_rate = 0.5f}},
-            .first_step = 0},
-        OptimizerCase{.name = "AdagradDefaults", .config = DenseAdagrad{}, .first_step = 0},
-        OptimizerCase{
-            .name = "AdagradTuned",
-            .config = DenseAdagrad{.learning_rate = 0.3f, .initial_accumulator_value = 1e-3f},
-            .first_step = 0},
-        OptimizerCase{
-            .name = "AdagradExponentialDecay",
-            .config = DenseAdagrad{.learning_rate = ExponentialDecay{.initial_learning_rate = 0.1f,
-                                                                     .decay_steps = 3,
-                                                                     .decay_rate = 0.8f}},
-            .first_step = 7}),
-    [](const ::testing::TestParamInfo<OptimizerCase>& test_info) { return test_info.param.name; });
+    ::testing::Combine(
+        ::testing::Values(
+            OptimizerCase{.name = "AdamDefaults", .config = DenseAdam{}, .first_step = 0},
+            OptimizerCase{.name = "AdamTuned",
+                          .config = DenseAdam{.learning_rate = 0.05f,
+                                              .beta_1 = 0.5f,
+                                              .beta_2 = 0.9f,
+                                              .epsilon = 1e-3f},
+                          .first_step = 0},
+            OptimizerCase{.name = "AdamRestoredAtStep40",
+                          .config = DenseAdam{.learning_rate = 0.01f},
+                          .first_step = 40},
+            OptimizerCase{.name = "AdamExponentialDecay",
+                          .config = DenseAdam{.learning_rate =
+                                                  ExponentialDecay{.initial_learning_rate = 0.02f,
+                                                                   .decay_steps = 5,
+                                                                   .decay_rate = 0.5f}},
+                          .first_step = 0},
+            OptimizerCase{.name = "AdagradDefaults", .config = DenseAdagrad{}, .first_step = 0},
+            OptimizerCase{
+                .name = "AdagradTuned",
+                .config = DenseAdagrad{.learning_rate = 0.3f, .initial_accumulator_value = 1e-3f},
+                .first_step = 0},
+            OptimizerCase{.name = "AdagradExponentialDecay",
+                          .config = DenseAdagrad{.learning_rate =
+                                                     ExponentialDecay{.initial_learning_rate = 0.1f,
+                                                                      .decay_steps = 3,
+                                                                      .decay_rate = 0.8f}},
+                          .first_step = 7}),
+        ::testing::ValuesIn(supported_dense_isas())),
+    [](const ::testing::TestParamInfo<std::tuple<OptimizerCase, DenseIsa>>& test_info) {
+      return std::get<0>(test_info.param).name + "_" +
+             std::string(dense_isa_name(std::get<1>(test_info.param)));
+    });
 
 // The same data at every alignment gives bitwise the same parameters (Eigen computes some
 // elements in SIMD registers and others not, by alignment; both must round alike).
 TEST_P(DenseOptimizerTest, ResultsDoNotDependOnArrayAlignment) {
-  const OptimizerCase& c = GetParam();
+  const auto& [c, isa] = GetParam();
   std::mt19937_64 random(64);
   const std::vector<float> initial = random_floats(random, kNumParameters, -1.0f, 1.0f);
   std::vector<std::vector<float>> gradients;
@@ -162,7 +170,7 @@ TEST_P(DenseOptimizerTest, ResultsDoNotDependOnArrayAlignment) {
   std::vector<float> first;
   for (int shift = 0; shift < reference::kNumShifts; ++shift) {
     SCOPED_TRACE("shift " + std::to_string(shift));
-    DenseOptimizer optimizer(c.config, kNumParameters);
+    DenseOptimizer optimizer(c.config, kNumParameters, isa);
     std::vector<float> parameter_storage;
     std::vector<float> gradient_storage;
     const std::span<float> parameters = reference::place(parameter_storage, initial, shift);
@@ -178,11 +186,12 @@ TEST_P(DenseOptimizerTest, ResultsDoNotDependOnArrayAlignment) {
 }
 
 TEST(DenseOptimizerSlotsTest, NamesAndInitialValues) {
-  const DenseOptimizer adam(DenseAdam{}, 5);
+  const DenseOptimizer adam(DenseAdam{}, 5, DenseIsa::kBaseline);
   EXPECT_EQ(adam.slot_names(), (std::vector<std::string>{"momenta", "velocities"}));
   EXPECT_EQ(std::vector<float>(adam.slots().begin(), adam.slots().end()),
             std::vector<float>(10, 0.0f));
-  const DenseOptimizer adagrad(DenseAdagrad{.initial_accumulator_value = 0.25f}, 5);
+  const DenseOptimizer adagrad(DenseAdagrad{.initial_accumulator_value = 0.25f}, 5,
+                               DenseIsa::kBaseline);
   EXPECT_EQ(adagrad.slot_names(), (std::vector<std::string>{"accumulators"}));
   EXPECT_EQ(std::vector<float>(adagrad.slots().begin(), adagrad.slots().end()),
             std::vector<float>(5, 0.25f));
@@ -194,11 +203,11 @@ TEST(DenseOptimizerSlotsTest, NamesAndInitialValues) {
 TEST(DenseOptimizerSlotsTest, RestoredSlotsAndStepContinueTheTrajectory) {
   std::mt19937_64 random(62);
   std::vector<float> parameters = random_floats(random, kNumParameters, -1.0f, 1.0f);
-  DenseOptimizer original(DenseAdam{.learning_rate = 0.01f}, kNumParameters);
+  DenseOptimizer original(DenseAdam{.learning_rate = 0.01f}, kNumParameters, widest_dense_isa());
   for (int step = 0; step < 3; ++step) {
     original.apply(parameters, random_floats(random, kNumParameters, -1.0f, 1.0f));
   }
-  DenseOptimizer restored(DenseAdam{.learning_rate = 0.01f}, kNumParameters);
+  DenseOptimizer restored(DenseAdam{.learning_rate = 0.01f}, kNumParameters, widest_dense_isa());
   std::copy(original.slots().begin(), original.slots().end(), restored.slots().begin());
   restored.set_step(original.step());
   std::vector<float> restored_parameters = parameters;
@@ -212,7 +221,7 @@ TEST(DenseOptimizerErrorTest, ConfigErrorsNameTheOptimizerFieldAndValue) {
   const auto expect_error = [](const DenseOptimizerConfig& config, int64_t num_parameters,
                                const std::string& fragment) {
     try {
-      const DenseOptimizer optimizer(config, num_parameters);
+      const DenseOptimizer optimizer(config, num_parameters, DenseIsa::kBaseline);
       ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
     } catch (const InvalidArgument& error) {
       EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
@@ -257,7 +266,7 @@ class DenseOptimizerApplyErrorTest : public ::testing::Test {
   DenseOptimizer optimizer_{DenseAdam{.learning_rate = LearningRateCallback([](int64_t step) {
                                         return step < 1 ? 0.01f : -1.0f;  // invalid from step 1 on
                                       })},
-                            4};
+                            4, widest_dense_isa()};
   std::vector<float> parameters_;
   std::vector<float> parameters_before_;
   std::vector<float> slots_before_;

@@ -16,16 +16,17 @@
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "recemb/error.h"
 
 #include "train/dense_optimizer.h"
 #include "train/dense_reference.h"
-#include "train/eigen.h"
 
 // Counts the program's calls of the global operator new (every std::vector growth). Eigen's
-// buffers come from malloc instead; Debug builds check those with Eigen's own switch (eigen.h).
+// buffers come from malloc instead; Debug builds check those with Eigen's own switch (eigen.h,
+// DenseKernels::allow_heap).
 namespace {
 std::atomic<int64_t> g_allocations{0};
 }  // namespace
@@ -107,12 +108,26 @@ struct ModelCase {
   int64_t embedding_samples;  // embedding-gradient entries checked; 0 = all
 };
 
-class DlrmDenseModelTest : public ::testing::TestWithParam<ModelCase> {};
+// Each case on every instruction set this CPU runs (dense_isa.h).
+class DlrmDenseModelTest : public ::testing::TestWithParam<std::tuple<ModelCase, DenseIsa>> {
+ protected:
+  const ModelCase& model_case() const { return std::get<0>(GetParam()); }
+  // The case's config on the instruction set of the test.
+  DlrmDenseConfig config() const {
+    DlrmDenseConfig config = model_case().config;
+    config.dense_isa = std::get<1>(GetParam());
+    return config;
+  }
+};
+
+std::string isa_test_name(const ::testing::TestParamInfo<DenseIsa>& test_info) {
+  return std::string(dense_isa_name(test_info.param));
+}
 
 TEST_P(DlrmDenseModelTest, LossMatchesReference) {
-  const ModelCase& c = GetParam();
+  const ModelCase& c = model_case();
   std::mt19937_64 random(41);
-  DlrmDenseModel model(c.config);
+  DlrmDenseModel model(config());
   Batch batch = random_batch(c.config, c.batch_size, random);
   const float loss =
       model.train_step(batch.dense, batch.labels, batch.embedding_views(), batch.gradient_views());
@@ -125,11 +140,11 @@ TEST_P(DlrmDenseModelTest, LossMatchesReference) {
 }
 
 TEST_P(DlrmDenseModelTest, GradientsMatchFiniteDifferencesOfReference) {
-  const ModelCase& c = GetParam();
+  const ModelCase& c = model_case();
   const uint64_t seed = 42;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 random(seed);
-  DlrmDenseModel model(c.config);
+  DlrmDenseModel model(config());
   Batch batch = random_batch(c.config, c.batch_size, random);
   model.train_step(batch.dense, batch.labels, batch.embedding_views(), batch.gradient_views());
   const std::span<const float> gradients = model.gradients();
@@ -181,9 +196,9 @@ TEST_P(DlrmDenseModelTest, GradientsMatchFiniteDifferencesOfReference) {
 }
 
 TEST_P(DlrmDenseModelTest, PredictIsTheSigmoidOfTheReferenceLogits) {
-  const ModelCase& c = GetParam();
+  const ModelCase& c = model_case();
   std::mt19937_64 random(43);
-  DlrmDenseModel model(c.config);
+  DlrmDenseModel model(config());
   const Batch batch = random_batch(c.config, c.batch_size, random);
   std::vector<float> probabilities(static_cast<size_t>(c.batch_size), -1.0f);
   model.predict(batch.dense, batch.embedding_views(), probabilities);
@@ -200,33 +215,38 @@ TEST_P(DlrmDenseModelTest, PredictIsTheSigmoidOfTheReferenceLogits) {
 
 INSTANTIATE_TEST_SUITE_P(
     Configs, DlrmDenseModelTest,
-    ::testing::Values(ModelCase{.name = "Small",
-                                .config = small_config(),
-                                .batch_size = 5,
-                                .samples_per_block = 0,
-                                .embedding_samples = 0},
-                      ModelCase{.name = "OneSparseFeatureNoTopHidden",
-                                .config = {.num_dense_features = 2,
-                                           .num_sparse_features = 1,
-                                           .embedding_dim = 3,
-                                           .bottom_mlp = {3},
-                                           .top_mlp = {},
-                                           .seed = 3},
-                                .batch_size = 9,
-                                .samples_per_block = 0,
-                                .embedding_samples = 0},
-                      // Spans two row blocks of the MLPs and a partial block of the interaction.
-                      ModelCase{.name = "BatchOf300",
-                                .config = small_config(),
-                                .batch_size = 300,
-                                .samples_per_block = 6,
-                                .embedding_samples = 60},
-                      ModelCase{.name = "Default",
-                                .config = {},
-                                .batch_size = 3,
-                                .samples_per_block = 8,
-                                .embedding_samples = 120}),
-    [](const ::testing::TestParamInfo<ModelCase>& test_info) { return test_info.param.name; });
+    ::testing::Combine(::testing::Values(ModelCase{.name = "Small",
+                                                   .config = small_config(),
+                                                   .batch_size = 5,
+                                                   .samples_per_block = 0,
+                                                   .embedding_samples = 0},
+                                         ModelCase{.name = "OneSparseFeatureNoTopHidden",
+                                                   .config = {.num_dense_features = 2,
+                                                              .num_sparse_features = 1,
+                                                              .embedding_dim = 3,
+                                                              .bottom_mlp = {3},
+                                                              .top_mlp = {},
+                                                              .seed = 3},
+                                                   .batch_size = 9,
+                                                   .samples_per_block = 0,
+                                                   .embedding_samples = 0},
+                                         // Spans two row blocks of the MLPs and a partial block of
+                                         // the interaction.
+                                         ModelCase{.name = "BatchOf300",
+                                                   .config = small_config(),
+                                                   .batch_size = 300,
+                                                   .samples_per_block = 6,
+                                                   .embedding_samples = 60},
+                                         ModelCase{.name = "Default",
+                                                   .config = {},
+                                                   .batch_size = 3,
+                                                   .samples_per_block = 8,
+                                                   .embedding_samples = 120}),
+                       ::testing::ValuesIn(supported_dense_isas())),
+    [](const ::testing::TestParamInfo<std::tuple<ModelCase, DenseIsa>>& test_info) {
+      return std::get<0>(test_info.param).name + "_" +
+             std::string(dense_isa_name(std::get<1>(test_info.param)));
+    });
 
 TEST(DlrmDenseModelLayoutTest, DefaultModelHasDlrmShapes) {
   const DlrmDenseModel model({});
@@ -344,9 +364,15 @@ TEST(DlrmDenseModelNumericsTest, LossAndGradientsAreBatchMeans) {
   }
 }
 
+// The workspace and determinism tests, on every instruction set this CPU runs.
+class DlrmDenseModelWorkspaceTest : public ::testing::TestWithParam<DenseIsa> {};
+INSTANTIATE_TEST_SUITE_P(InstructionSets, DlrmDenseModelWorkspaceTest,
+                         ::testing::ValuesIn(supported_dense_isas()), isa_test_name);
+
 // A smaller batch after a larger one reuses the workspace: results equal a fresh model's.
-TEST(DlrmDenseModelWorkspaceTest, ResultsDoNotDependOnEarlierBatches) {
-  const DlrmDenseConfig config = small_config();
+TEST_P(DlrmDenseModelWorkspaceTest, ResultsDoNotDependOnEarlierBatches) {
+  DlrmDenseConfig config = small_config();
+  config.dense_isa = GetParam();
   std::mt19937_64 random(46);
   Batch large = random_batch(config, 40, random);
   Batch batch = random_batch(config, 7, random);
@@ -366,8 +392,8 @@ TEST(DlrmDenseModelWorkspaceTest, ResultsDoNotDependOnEarlierBatches) {
 }
 
 // The same inputs at every alignment give bitwise the same loss and gradients.
-TEST(DlrmDenseModelWorkspaceTest, ResultsDoNotDependOnArrayAlignment) {
-  const DlrmDenseConfig config = {};
+TEST_P(DlrmDenseModelWorkspaceTest, ResultsDoNotDependOnArrayAlignment) {
+  const DlrmDenseConfig config = {.dense_isa = GetParam()};
   std::mt19937_64 random(52);
   const Batch batch = random_batch(config, 37, random);
   DlrmDenseModel model(config);
@@ -398,10 +424,11 @@ TEST(DlrmDenseModelWorkspaceTest, ResultsDoNotDependOnArrayAlignment) {
   }
 }
 
-TEST(DlrmDenseModelWorkspaceTest, NoAllocationOnceBuffersHaveGrown) {
+TEST_P(DlrmDenseModelWorkspaceTest, NoAllocationOnceBuffersHaveGrown) {
   for (const int num_threads : {1, 2}) {
     SCOPED_TRACE(std::to_string(num_threads) + " threads");
-    const DlrmDenseConfig config = {.num_threads = num_threads};  // DLRM's default shapes
+    // DLRM's default shapes
+    const DlrmDenseConfig config = {.num_threads = num_threads, .dense_isa = GetParam()};
     std::mt19937_64 random(47);
     DlrmDenseModel model(config);
     Batch batch = random_batch(config, 1000, random);  // 4 row blocks of the MLPs, the last partial
@@ -414,15 +441,12 @@ TEST(DlrmDenseModelWorkspaceTest, NoAllocationOnceBuffersHaveGrown) {
     model.train_step(batch.dense, batch.labels, embeddings, gradients);
 
     const int64_t before = g_allocations.load();
-#ifndef NDEBUG
-    Eigen::internal::set_is_malloc_allowed(false);  // Eigen's heap use now aborts the test
-#endif
+    const DenseKernels& kernels = dense_kernels(GetParam());
+    kernels.allow_heap(false);  // Eigen's heap use now aborts the test (Debug builds)
     model.train_step(batch.dense, batch.labels, embeddings, gradients);
     model.train_step(smaller.dense, smaller.labels, smaller_embeddings, smaller_gradients);
     model.predict(smaller.dense, smaller_embeddings, probabilities);
-#ifndef NDEBUG
-    Eigen::internal::set_is_malloc_allowed(true);
-#endif
+    kernels.allow_heap(true);
     EXPECT_EQ(g_allocations.load(), before);
   }
 }
@@ -430,14 +454,19 @@ TEST(DlrmDenseModelWorkspaceTest, NoAllocationOnceBuffersHaveGrown) {
 // Several steps of training (train_step, then Adam) on 1, 2 and 3 threads give bitwise the same
 // losses, parameters, embedding gradients and probabilities, for batches of several row blocks of
 // the MLPs, the last partial.
-TEST(DlrmDenseModelThreadTest, ResultsDoNotDependOnThreadCount) {
+class DlrmDenseModelThreadTest : public ::testing::TestWithParam<DenseIsa> {};
+INSTANTIATE_TEST_SUITE_P(InstructionSets, DlrmDenseModelThreadTest,
+                         ::testing::ValuesIn(supported_dense_isas()), isa_test_name);
+
+TEST_P(DlrmDenseModelThreadTest, ResultsDoNotDependOnThreadCount) {
   struct Results {
     std::vector<float> losses, parameters, embedding_gradients, probabilities;
   };
-  const auto train = [](int num_threads) {
-    const DlrmDenseConfig config = {.seed = 5, .num_threads = num_threads};
+  const auto train = [this](int num_threads) {
+    const DlrmDenseConfig config = {.seed = 5, .num_threads = num_threads, .dense_isa = GetParam()};
     DlrmDenseModel model(config);
-    DenseOptimizer optimizer(DenseAdam{.learning_rate = 0.01f}, model.num_parameters());
+    DenseOptimizer optimizer(DenseAdam{.learning_rate = 0.01f}, model.num_parameters(),
+                             model.dense_isa());
     std::mt19937_64 random(48);
     Results results;
     for (int step = 0; step < 3; ++step) {
@@ -598,7 +627,8 @@ TEST(DlrmDenseModelLearningTest, FitsASeparableProblemOfTheDenseFeatures) {
   // MLP and the z columns of the top MLP's input. Embeddings are fixed noise.
   const DlrmDenseConfig config = small_config();
   DlrmDenseModel model(config);
-  DenseOptimizer optimizer(DenseAdam{.learning_rate = 0.01f}, model.num_parameters());
+  DenseOptimizer optimizer(DenseAdam{.learning_rate = 0.01f}, model.num_parameters(),
+                           model.dense_isa());
   std::mt19937_64 random(49);
   double late_loss = 0.0;
   const int num_steps = 400;
@@ -629,7 +659,8 @@ TEST(DlrmDenseModelLearningTest, FitsAProblemOnlyTheEmbeddingsCanExplain) {
   const int64_t vocabulary_size = 4;
   const int64_t batch_size = 64;
   DlrmDenseModel model(config);
-  DenseOptimizer optimizer(DenseAdam{.learning_rate = 0.01f}, model.num_parameters());
+  DenseOptimizer optimizer(DenseAdam{.learning_rate = 0.01f}, model.num_parameters(),
+                           model.dense_isa());
   std::mt19937_64 random(51);
   std::vector<std::vector<float>> tables;
   for (int f = 0; f < 2; ++f) {
@@ -663,6 +694,69 @@ TEST(DlrmDenseModelLearningTest, FitsAProblemOnlyTheEmbeddingsCanExplain) {
   }
   // The labels' entropy is 0.66; without working embedding gradients the loss stays near it.
   EXPECT_LT(late_loss, 0.2);
+}
+
+TEST(DlrmDenseModelIsaTest, ModelComputesWithTheConfiguredOrTheDefaultInstructionSet) {
+  EXPECT_EQ(DlrmDenseModel({}).dense_isa(), default_dense_isa());
+  for (const DenseIsa isa : supported_dense_isas()) {
+    EXPECT_EQ(DlrmDenseModel({.dense_isa = isa}).dense_isa(), isa);
+  }
+}
+
+// The instruction sets compute the same model up to rounding (docs/training.md, "Instruction
+// set"): for DLRM's default shapes and a batch of 300, each set's loss is within 2e-6 (relative)
+// and its probabilities within 1e-6 of the float64 reference, and every parameter and embedding
+// gradient is within 1e-5 of the largest gradient's magnitude of the widest set's (2e-7 measured).
+TEST(DlrmDenseModelIsaTest, InstructionSetsAgreeUpToRounding) {
+  const DlrmDenseConfig shapes = {.seed = 9};
+  std::mt19937_64 random(53);
+  const Batch batch = random_batch(shapes, 300, random);
+  struct Results {
+    float loss;
+    std::vector<float> probabilities, gradients;
+  };
+  const auto run = [&](DenseIsa isa) {
+    DlrmDenseConfig config = shapes;
+    config.dense_isa = isa;
+    DlrmDenseModel model(config);
+    Batch copy = batch;
+    Results results{.loss = model.train_step(copy.dense, copy.labels, copy.embedding_views(),
+                                             copy.gradient_views()),
+                    .probabilities = std::vector<float>(300),
+                    .gradients = {model.gradients().begin(), model.gradients().end()}};
+    for (const std::vector<float>& g : copy.embedding_gradients) {
+      results.gradients.insert(results.gradients.end(), g.begin(), g.end());
+    }
+    model.predict(copy.dense, copy.embedding_views(), results.probabilities);
+    return results;
+  };
+  const Results widest = run(widest_dense_isa());
+  DlrmDenseModel model(shapes);
+  std::vector<bool> signs;
+  const std::vector<double> logits =
+      reference::dlrm_logits(shape_of(shapes), to_double(model.parameters()),
+                             to_double(batch.dense), batch.embeddings_double(), signs);
+  const double loss =
+      reference::dlrm_loss(shape_of(shapes), to_double(model.parameters()), to_double(batch.dense),
+                           to_double(batch.labels), batch.embeddings_double(), signs);
+  float largest = 0.0f;
+  for (const float g : widest.gradients) largest = std::max(largest, std::abs(g));
+  ASSERT_GT(largest, 0.0f);
+  for (const DenseIsa isa : supported_dense_isas()) {
+    SCOPED_TRACE(dense_isa_name(isa));
+    const Results results = run(isa);
+    EXPECT_NEAR(results.loss, loss, 2e-6 * loss);
+    for (size_t b = 0; b < logits.size(); ++b) {
+      EXPECT_NEAR(results.probabilities[b], 1.0 / (1.0 + std::exp(-logits[b])), 1e-6)
+          << "example " << b;
+    }
+    double difference = 0.0;
+    for (size_t i = 0; i < results.gradients.size(); ++i) {
+      difference = std::max(
+          difference, static_cast<double>(std::abs(results.gradients[i] - widest.gradients[i])));
+    }
+    EXPECT_LE(difference, 1e-5 * largest);
+  }
 }
 
 }  // namespace

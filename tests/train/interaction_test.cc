@@ -50,41 +50,44 @@ Inputs random_inputs(std::mt19937_64& random, int64_t num_embeddings, int64_t di
 
 TEST(DotInteractionTest, OutputIsBottomThenLowerTrianglePairsInRowMajorOrder) {
   // T0 = (1, 2), T1 = (3, 4), T2 = (5, 6): <T1,T0> = 11, <T2,T0> = 17, <T2,T1> = 39.
-  DotInteraction interaction(2, 2);
-  EXPECT_EQ(interaction.output_width(), 2 + 3);
-  const std::vector<float> bottom = {1, 2};
-  const std::vector<float> e1 = {3, 4};
-  const std::vector<float> e2 = {5, 6};
-  const std::vector<std::span<const float>> embeddings = {e1, e2};
-  std::vector<float> output(5);
-  interaction.forward(bottom, embeddings, output);
-  EXPECT_EQ(output, (std::vector<float>{1, 2, 11, 17, 39}));
+  for (const DenseIsa isa : supported_dense_isas()) {
+    SCOPED_TRACE(dense_isa_name(isa));
+    DotInteraction interaction(2, 2, isa);
+    EXPECT_EQ(interaction.output_width(), 2 + 3);
+    const std::vector<float> bottom = {1, 2};
+    const std::vector<float> e1 = {3, 4};
+    const std::vector<float> e2 = {5, 6};
+    const std::vector<std::span<const float>> embeddings = {e1, e2};
+    std::vector<float> output(5);
+    interaction.forward(bottom, embeddings, output);
+    EXPECT_EQ(output, (std::vector<float>{1, 2, 11, 17, 39}));
+  }
 }
 
 TEST(DotInteractionTest, OutputWidthIsDimPlusPairs) {
-  EXPECT_EQ(DotInteraction(26, 16).output_width(), 16 + 351);
-  EXPECT_EQ(DotInteraction(0, 8).output_width(), 8);
-  EXPECT_EQ(DotInteraction(1, 3).output_width(), 3 + 1);
+  EXPECT_EQ(DotInteraction(26, 16, DenseIsa::kBaseline).output_width(), 16 + 351);
+  EXPECT_EQ(DotInteraction(0, 8, DenseIsa::kBaseline).output_width(), 8);
+  EXPECT_EQ(DotInteraction::output_width(1, 3), 3 + 1);
 }
 
-// (num_embeddings, dim, batch_size)
-using ShapeCase = std::tuple<int64_t, int64_t, int64_t>;
+// (num_embeddings, dim, batch_size, instruction set)
+using ShapeCase = std::tuple<int64_t, int64_t, int64_t, DenseIsa>;
 
 std::string shape_name(const ::testing::TestParamInfo<ShapeCase>& test_info) {
-  const auto [num_embeddings, dim, batch_size] = test_info.param;
+  const auto [num_embeddings, dim, batch_size, isa] = test_info.param;
   return "embeddings" + std::to_string(num_embeddings) + "_dim" + std::to_string(dim) + "_batch" +
-         std::to_string(batch_size);
+         std::to_string(batch_size) + "_" + std::string(dense_isa_name(isa));
 }
 
 class DotInteractionShapeTest : public ::testing::TestWithParam<ShapeCase> {};
 
 TEST_P(DotInteractionShapeTest, ForwardMatchesReference) {
-  const auto [num_embeddings, dim, batch_size] = GetParam();
+  const auto [num_embeddings, dim, batch_size, isa] = GetParam();
   const uint64_t seed = 31;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 random(seed);
   const Inputs inputs = random_inputs(random, num_embeddings, dim, batch_size);
-  DotInteraction interaction(num_embeddings, dim);
+  DotInteraction interaction(num_embeddings, dim, isa);
   std::vector<float> output(static_cast<size_t>(batch_size * interaction.output_width()), -7.0f);
   interaction.forward(inputs.bottom, inputs.views(), output);
 
@@ -98,12 +101,12 @@ TEST_P(DotInteractionShapeTest, ForwardMatchesReference) {
 
 // loss = sum(R * output) for a random R, so d(loss)/d(output) = R.
 TEST_P(DotInteractionShapeTest, BackwardMatchesFiniteDifferencesOfReference) {
-  const auto [num_embeddings, dim, batch_size] = GetParam();
+  const auto [num_embeddings, dim, batch_size, isa] = GetParam();
   const uint64_t seed = 32;
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 random(seed);
   const Inputs inputs = random_inputs(random, num_embeddings, dim, batch_size);
-  DotInteraction interaction(num_embeddings, dim);
+  DotInteraction interaction(num_embeddings, dim, isa);
   const std::vector<float> output_gradient = random_floats(
       random, static_cast<size_t>(batch_size * interaction.output_width()), -1.0f, 1.0f);
   std::vector<float> bottom_gradient(inputs.bottom.size(), -7.0f);
@@ -136,10 +139,10 @@ TEST_P(DotInteractionShapeTest, BackwardMatchesFiniteDifferencesOfReference) {
 }
 
 TEST_P(DotInteractionShapeTest, ResultsDoNotDependOnArrayAlignment) {
-  const auto [num_embeddings, dim, batch_size] = GetParam();
+  const auto [num_embeddings, dim, batch_size, isa] = GetParam();
   std::mt19937_64 random(34);
   const Inputs inputs = random_inputs(random, num_embeddings, dim, batch_size);
-  DotInteraction interaction(num_embeddings, dim);
+  DotInteraction interaction(num_embeddings, dim, isa);
   const size_t width = static_cast<size_t>(interaction.output_width());
   const std::vector<float> output_gradient =
       random_floats(random, static_cast<size_t>(batch_size) * width, -1.0f, 1.0f);
@@ -178,7 +181,9 @@ TEST_P(DotInteractionShapeTest, ResultsDoNotDependOnArrayAlignment) {
 
 // Forward and backward on 1, 2 and 3 threads give bitwise the results of the caller's thread
 // alone, for a batch of several tasks ending in a partial block of examples.
-TEST(DotInteractionThreadTest, ResultsDoNotDependOnThreadCount) {
+class DotInteractionThreadTest : public ::testing::TestWithParam<DenseIsa> {};
+
+TEST_P(DotInteractionThreadTest, ResultsDoNotDependOnThreadCount) {
   const int64_t num_embeddings = 26;
   const int64_t dim = 16;
   const int64_t batch_size = 203;
@@ -189,7 +194,7 @@ TEST(DotInteractionThreadTest, ResultsDoNotDependOnThreadCount) {
       random_floats(random, static_cast<size_t>(batch_size) * width, -1.0f, 1.0f);
   // Output, bottom gradient and embedding gradients, concatenated.
   const auto run = [&](WorkerPool* pool) {
-    DotInteraction interaction(num_embeddings, dim);
+    DotInteraction interaction(num_embeddings, dim, GetParam());
     std::vector<float> output(output_gradient.size());
     std::vector<float> bottom_gradient(inputs.bottom.size());
     std::vector<std::vector<float>> embedding_gradients(inputs.embeddings.size(),
@@ -218,13 +223,19 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DotInteractionShapeTest,
                                                               int64_t{26}),
                                             // 5: a block of 4 columns and a single one.
                                             ::testing::Values(int64_t{1}, int64_t{5}, int64_t{16}),
-                                            ::testing::Values(int64_t{1}, int64_t{5})),
+                                            ::testing::Values(int64_t{1}, int64_t{5}),
+                                            ::testing::ValuesIn(supported_dense_isas())),
                          shape_name);
+INSTANTIATE_TEST_SUITE_P(InstructionSets, DotInteractionThreadTest,
+                         ::testing::ValuesIn(supported_dense_isas()),
+                         [](const ::testing::TestParamInfo<DenseIsa>& test_info) {
+                           return std::string(dense_isa_name(test_info.param));
+                         });
 
 TEST(DotInteractionErrorTest, BadConfigurationThrows) {
-  EXPECT_THROW(DotInteraction(-1, 4), InvalidArgument);
+  EXPECT_THROW(DotInteraction(-1, 4, DenseIsa::kBaseline), InvalidArgument);
   try {
-    DotInteraction(3, 0);
+    DotInteraction(3, 0, DenseIsa::kBaseline);
     ADD_FAILURE() << "no error";
   } catch (const InvalidArgument& error) {
     EXPECT_NE(std::string(error.what()).find("dim = 0"), std::string::npos) << error.what();
@@ -234,7 +245,7 @@ TEST(DotInteractionErrorTest, BadConfigurationThrows) {
 TEST(DotInteractionErrorTest, WrongSizesThrowAndWriteNothing) {
   std::mt19937_64 random(33);
   const Inputs inputs = random_inputs(random, 2, 3, 4);
-  DotInteraction interaction(2, 3);
+  DotInteraction interaction(2, 3, DenseIsa::kBaseline);
   const std::vector<std::span<const float>> embeddings = inputs.views();
   const auto expect_message = [](auto&& call, const std::string& fragment) {
     try {

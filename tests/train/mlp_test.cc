@@ -29,27 +29,28 @@ struct Shape {
   std::vector<int64_t> layer_widths;
 };
 
-// (shape, output activation, batch size)
-using MlpCase = std::tuple<Shape, OutputActivation, int64_t>;
+// (shape, output activation, batch size, instruction set)
+using MlpCase = std::tuple<Shape, OutputActivation, int64_t, DenseIsa>;
 
 std::string case_name(const ::testing::TestParamInfo<MlpCase>& test_info) {
-  const auto& [shape, activation, batch_size] = test_info.param;
+  const auto& [shape, activation, batch_size, isa] = test_info.param;
   std::string name = "in" + std::to_string(shape.input_width);
   for (const int64_t width : shape.layer_widths) name += "_" + std::to_string(width);
   name += activation == OutputActivation::kRelu ? "_relu" : "_identity";
-  return name + "_batch" + std::to_string(batch_size);
+  return name + "_batch" + std::to_string(batch_size) + "_" + std::string(dense_isa_name(isa));
 }
 
 class MlpTest : public ::testing::TestWithParam<MlpCase> {
  protected:
   MlpConfig config() const {
-    const auto& [shape, activation, batch_size] = GetParam();
+    const auto& [shape, activation, batch_size, isa] = GetParam();
     return {.name = "test_mlp",
             .input_width = shape.input_width,
             .layer_widths = shape.layer_widths,
             .output_activation = activation};
   }
   int64_t batch_size() const { return std::get<2>(GetParam()); }
+  DenseIsa isa() const { return std::get<3>(GetParam()); }
   bool relu_output() const { return std::get<1>(GetParam()) == OutputActivation::kRelu; }
 
   // A network of config() with initialised parameters, a random input batch in [-2, 2] and a
@@ -59,7 +60,7 @@ class MlpTest : public ::testing::TestWithParam<MlpCase> {
     std::vector<float> parameters, input, output_gradient;
   };
   Problem make_problem(std::mt19937_64& random) const {
-    Problem problem{.mlp = Mlp(config())};
+    Problem problem{.mlp = Mlp(config(), isa())};
     Mlp& mlp = problem.mlp;
     problem.parameters.resize(static_cast<size_t>(mlp.num_parameters()));
     mlp.initialize(problem.parameters, random);
@@ -160,7 +161,7 @@ TEST_P(MlpTest, BackwardWithoutInputGradientGivesTheSameParameterGradients) {
 TEST_P(MlpTest, ResultsDoNotDependOnEarlierBatches) {
   std::mt19937_64 random(14);
   const MlpConfig mlp_config = config();
-  Mlp used(mlp_config);
+  Mlp used(mlp_config, isa());
   std::vector<float> parameters(static_cast<size_t>(used.num_parameters()));
   used.initialize(parameters, random);
   const std::vector<float> large =
@@ -174,7 +175,7 @@ TEST_P(MlpTest, ResultsDoNotDependOnEarlierBatches) {
   std::vector<float> scratch(parameters.size());
   used.backward(parameters, large, large_gradient, scratch, {});
 
-  Mlp fresh(mlp_config);
+  Mlp fresh(mlp_config, isa());
   const std::span<const float> fresh_forward = fresh.forward(parameters, input);
   const std::vector<float> fresh_output(fresh_forward.begin(), fresh_forward.end());
   const std::span<const float> used_output = used.forward(parameters, input);
@@ -238,7 +239,7 @@ TEST_P(MlpTest, ResultsDoNotDependOnThreadCount) {
   for (const int num_threads : {1, 2, 3}) {
     SCOPED_TRACE(std::to_string(num_threads) + " threads");
     WorkerPool pool(num_threads);
-    Mlp threaded(config());
+    Mlp threaded(config(), isa());
     const std::span<const float> output = threaded.forward(parameters, input, &pool);
     EXPECT_TRUE(
         std::equal(output.begin(), output.end(), serial_output.begin(), serial_output.end()));
@@ -256,11 +257,14 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{13, {8, 5, 4}}, Shape{7, {9, 1}}),
                        ::testing::Values(OutputActivation::kRelu, OutputActivation::kIdentity),
                        // 300 rows span two row blocks of the Mlp, the second partial.
-                       ::testing::Values(int64_t{1}, int64_t{6}, int64_t{300})),
+                       ::testing::Values(int64_t{1}, int64_t{6}, int64_t{300}),
+                       // Every instruction set this CPU runs (dense_isa.h).
+                       ::testing::ValuesIn(supported_dense_isas())),
     case_name);
 
 TEST(MlpLayoutTest, ParameterBlocksCoverTheLayoutInOrder) {
-  const Mlp mlp({.name = "bottom_mlp", .input_width = 13, .layer_widths = {64, 16}});
+  const Mlp mlp({.name = "bottom_mlp", .input_width = 13, .layer_widths = {64, 16}},
+                DenseIsa::kBaseline);
   EXPECT_EQ(mlp.num_parameters(), 13 * 64 + 64 + 64 * 16 + 16);
   EXPECT_EQ(mlp.output_width(), 16);
   const std::vector<ParameterBlock> blocks = mlp.parameter_blocks(100);
@@ -281,7 +285,7 @@ TEST(MlpLayoutTest, ParameterBlocksCoverTheLayoutInOrder) {
 }
 
 TEST(MlpInitializeTest, GlorotUniformWeightsAndUniformBiasesFromTheSeed) {
-  const Mlp mlp({.name = "m", .input_width = 40, .layer_widths = {60, 20}});
+  const Mlp mlp({.name = "m", .input_width = 40, .layer_widths = {60, 20}}, DenseIsa::kBaseline);
   std::vector<float> parameters(static_cast<size_t>(mlp.num_parameters()));
   std::mt19937_64 random(5);
   mlp.initialize(parameters, random);
@@ -321,7 +325,7 @@ TEST(MlpInitializeTest, GlorotUniformWeightsAndUniformBiasesFromTheSeed) {
 TEST(MlpErrorTest, ConfigErrorsNameTheMlpFieldAndValue) {
   const auto expect_error = [](const MlpConfig& config, const std::string& fragment) {
     try {
-      const Mlp mlp(config);
+      const Mlp mlp(config, DenseIsa::kBaseline);
       ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
     } catch (const InvalidArgument& error) {
       EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
@@ -336,7 +340,7 @@ TEST(MlpErrorTest, ConfigErrorsNameTheMlpFieldAndValue) {
 }
 
 TEST(MlpErrorTest, WrongSizesThrowAndWriteNothing) {
-  Mlp mlp({.name = "my_mlp", .input_width = 3, .layer_widths = {4, 2}});
+  Mlp mlp({.name = "my_mlp", .input_width = 3, .layer_widths = {4, 2}}, DenseIsa::kBaseline);
   std::mt19937_64 random(21);
   std::vector<float> parameters(static_cast<size_t>(mlp.num_parameters()));
   mlp.initialize(parameters, random);

@@ -29,6 +29,7 @@ TrainSummary sample_summary() {
   s.first_step = 40;
   s.steps = 140;
   s.requested_steps = 500;
+  s.dense_isa = "avx2";
   s.examples = 204800;
   s.seconds = 12.345678901234567;
   s.examples_per_second = 16589.123456789;
@@ -97,6 +98,7 @@ TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
   EXPECT_EQ(number("eval_seconds"), s.eval_seconds);
   EXPECT_EQ(number("checkpoint_seconds"), s.checkpoint_seconds);
   EXPECT_EQ(fields.at("ranks"), "3");
+  EXPECT_EQ(fields.at("dense_isa"), "\"avx2\"");
   EXPECT_EQ(fields.at("first_step"), "40");
   EXPECT_EQ(fields.at("steps"), "140");
   EXPECT_EQ(fields.at("requested_steps"), "500");

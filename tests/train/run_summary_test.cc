@@ -41,14 +41,14 @@ TableConfig dynamic_table(const std::string& name, int64_t capacity) {
 TEST(RunSummary, TheFirstLineNamesTheTablesTheDenseModelAndTheData) {
   EXPECT_EQ(
       run_description(load_train_config("", {}), {hashed_table("C1", 1000), hashed_table("C2", 24)},
-                      3 << 20, 27601, "synthetic Criteo-like"),
+                      3 << 20, 27601, DenseIsa::kAvx2, "synthetic Criteo-like"),
       "recemb train: 26 tables, 1024 rows x 16 dims, 3.0 MiB with optimizer slots; 27601 "
-      "dense parameters; data: synthetic Criteo-like");
+      "dense parameters (avx2); data: synthetic Criteo-like");
   EXPECT_EQ(run_description(load_train_config("", {"embedding.vocabulary=dynamic"}),
                             {dynamic_table("C1", 5000), dynamic_table("C2", 250)}, 5 << 19, 12,
-                            "day_0.gz"),
+                            DenseIsa::kBaseline, "day_0.gz"),
             "recemb train: 26 dynamic tables, 5250 keys at most x 16 dims, 2.5 MiB with optimizer "
-            "slots when full; 12 dense parameters; data: day_0.gz");
+            "slots when full; 12 dense parameters (baseline); data: day_0.gz");
 }
 
 // The dynamic tables alone, in table order, with their capacities and what they hold.

@@ -43,7 +43,8 @@ struct DenseState {
 DenseState trained_state(const TrainConfig& config, uint64_t seed) {
   DenseState state{DlrmDenseModel(dense_config(config, seed)),
                    DenseOptimizer(DenseAdam{.learning_rate = 0.01f},
-                                  DlrmDenseModel::parameter_count(dense_config(config, seed)))};
+                                  DlrmDenseModel::parameter_count(dense_config(config, seed)),
+                                  default_dense_isa())};
   std::mt19937_64 random(seed);
   std::normal_distribution<float> normal;
   std::vector<float> gradients(state.model.parameters().size());

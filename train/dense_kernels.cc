@@ -1,0 +1,243 @@
+// The dense kernels of one instruction set (dense_kernels.h): this file is compiled once per
+// instruction set, with that set's -m flags, -DEigen=Eigen_<set> and -DRECEMB_DENSE_KERNELS=<the
+// table's name> (train/CMakeLists.txt). Everything but the table has internal linkage or lives
+// in the renamed Eigen, and the build makes the remaining symbols (the standard library's inline
+// functions) local to the copy.
+#include "train/dense_kernels.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "train/eigen.h"
+
+#ifndef RECEMB_DENSE_KERNELS
+#error "compile dense_kernels.cc through train/CMakeLists.txt, which names the table"
+#endif
+
+namespace recemb::train {
+namespace {
+
+// Examples per block of the interaction: a vector register of floats (the kernels' sums of one
+// example stay in one lane, so results do not depend on it).
+#ifdef __AVX512F__
+constexpr int64_t kLanes = 16;
+#else
+constexpr int64_t kLanes = 8;
+#endif
+
+void affine_forward(const float* x, const float* weights, const float* bias, int64_t rows,
+                    int64_t in, int64_t out, bool relu, float* y) {
+  // The bias first, then += the product: a product assigned with = would first zero y.
+  MatrixMap y_block(y, rows, out);
+  y_block.rowwise() = ConstRowVectorMap(bias, out);
+  y_block.noalias() += ConstMatrixMap(x, rows, in) * ConstMatrixMap(weights, in, out);
+  if (relu) y_block = y_block.cwiseMax(0.0f);
+}
+
+void affine_parameter_gradients(const float* x, const float* delta, int64_t rows, int64_t in,
+                                int64_t out, float* weight_gradient, float* bias_gradient) {
+  const ConstMatrixMap delta_block(delta, rows, out);
+  MatrixMap(weight_gradient, in, out).noalias() +=
+      ConstMatrixMap(x, rows, in).transpose() * delta_block;
+  // Row by row rather than colwise().sum(), whose result depends on the alignment of the
+  // destination (Eigen sums aligned columns pairwise, the others in sequence).
+  RowVectorMap bias_sum(bias_gradient, out);
+  for (int64_t r = 0; r < rows; ++r) bias_sum += delta_block.row(r);
+}
+
+void affine_input_gradient(const float* delta, const float* weights, int64_t rows, int64_t in,
+                           int64_t out, float* input_gradient) {
+  MatrixMap(input_gradient, rows, in).noalias() =
+      ConstMatrixMap(delta, rows, out) * ConstMatrixMap(weights, in, out).transpose();
+}
+
+void relu_gradient(const float* values, const float* gradient, int64_t count, float* out) {
+  ArrayMap(out, count) =
+      (ConstArrayMap(values, count) > 0.0f).select(ConstArrayMap(gradient, count), 0.0f);
+}
+
+void add(const float* values, int64_t count, float* sum) {
+  ArrayMap(sum, count) += ConstArrayMap(values, count);
+}
+
+// A loop the compiler vectorises (a float is finite unless its exponent bits are all ones): 4x
+// faster than Eigen's allFinite().
+bool all_finite(const float* values, int64_t count) {
+  uint32_t non_finite = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    non_finite |=
+        static_cast<uint32_t>((std::bit_cast<uint32_t>(values[i]) & 0x7f800000u) == 0x7f800000u);
+  }
+  return non_finite == 0;
+}
+
+// The interaction works on blocks of kLanes examples laid side by side ("lanes"), so that every
+// innermost loop runs over the examples of a block: contiguous, vectorised by the compiler, with
+// no horizontal sums. (Per example, a dot product of dim = 16 floats ends in a horizontal sum and
+// the 351 small products cost more in call and reduction overhead than in arithmetic: Eigen's
+// per-example matrix-vector products took 2x as long forward and 1.3x backward, for DLRM's shapes
+// with AVX2.) A block's buffers (InteractionBlock), F = num_embeddings + 1:
+//   vectors[(f * dim + k) * kLanes + lane]           T_f[k] of example first + lane
+//   vector_gradients[(f * dim + k) * kLanes + lane]  d(loss)/d(T_f[k])
+//   pair_gradients[(i * F + j) * kLanes + lane]      S_ij = P_ij (i > j), P_ji (i < j), 0 (i == j)
+// The backward pass is dT = S T per example, one sum per output element in registers. In the last
+// block of a batch, lanes beyond the batch hold stale values whose results are never stored.
+
+// Copies the block's examples into block.vectors.
+void gather(const InteractionBlock& block) {
+  const int64_t dim = block.dim;
+  const int64_t stride = dim * kLanes;
+  const auto num_embeddings = static_cast<int64_t>(block.embeddings.size());
+  for (int64_t f = 0; f <= num_embeddings; ++f) {
+    const std::span<const float> source =
+        f == 0 ? block.bottom : block.embeddings[static_cast<size_t>(f - 1)];
+    for (int64_t lane = 0; lane < block.count; ++lane) {
+      const float* row = &source[static_cast<size_t>((block.first + lane) * dim)];
+      for (int64_t k = 0; k < dim; ++k) block.vectors[f * stride + k * kLanes + lane] = row[k];
+    }
+  }
+}
+
+void interaction_forward(const InteractionBlock& block, float* output) {
+  gather(block);
+  const int64_t dim = block.dim;
+  const int64_t stride = dim * kLanes;  // floats between two vectors in block.vectors
+  const auto num_vectors = static_cast<int64_t>(block.embeddings.size()) + 1;
+  const int64_t width = dim + num_vectors * (num_vectors - 1) / 2;
+  float* block_output = output + block.first * width;
+  for (int64_t lane = 0; lane < block.count; ++lane) {
+    std::memcpy(block_output + lane * width,
+                &block.bottom[static_cast<size_t>((block.first + lane) * dim)],
+                sizeof(float) * static_cast<size_t>(dim));
+  }
+  const float* vectors = block.vectors;
+  int64_t column = dim;
+  for (int64_t i = 1; i < num_vectors; ++i) {
+    const float* vector_i = vectors + i * stride;
+    for (int64_t j = 0; j < i; ++j, ++column) {
+      const float* vector_j = vectors + j * stride;
+      float dots[kLanes] = {};
+      for (int64_t k = 0; k < dim; ++k) {
+        for (int64_t lane = 0; lane < kLanes; ++lane) {
+          dots[lane] += vector_i[k * kLanes + lane] * vector_j[k * kLanes + lane];
+        }
+      }
+      for (int64_t lane = 0; lane < block.count; ++lane) {
+        block_output[lane * width + column] = dots[lane];
+      }
+    }
+  }
+}
+
+// d(loss)/d(T_i)[k] = sum_j S_ij T_j[k] for k = k0 .. k0 + kCount - 1 and the examples of a
+// block (`pair_row` = S_i.), into `gradient_i`. The kCount independent sums hide the latency of
+// the multiply-adds (one sum at a time took 1.6x as long). Written element by element, not by
+// memcpy, so that the sums stay in registers.
+template <int kCount>
+void vector_gradient(const float* pair_row, const float* vectors, int64_t num_vectors,
+                     int64_t stride, int64_t k0, float* gradient_i) {
+  float sums[kCount][kLanes] = {};
+  for (int64_t j = 0; j < num_vectors; ++j) {
+    for (int q = 0; q < kCount; ++q) {
+      for (int64_t lane = 0; lane < kLanes; ++lane) {
+        sums[q][lane] +=
+            pair_row[j * kLanes + lane] * vectors[j * stride + (k0 + q) * kLanes + lane];
+      }
+    }
+  }
+  for (int q = 0; q < kCount; ++q) {
+    for (int64_t lane = 0; lane < kLanes; ++lane) {
+      gradient_i[(k0 + q) * kLanes + lane] = sums[q][lane];
+    }
+  }
+}
+
+void interaction_backward(const InteractionBlock& block, const float* output_gradient,
+                          float* bottom_gradient,
+                          std::span<const std::span<float>> embedding_gradients) {
+  gather(block);
+  const int64_t dim = block.dim;
+  const int64_t stride = dim * kLanes;
+  const auto num_vectors = static_cast<int64_t>(block.embeddings.size()) + 1;
+  const int64_t width = dim + num_vectors * (num_vectors - 1) / 2;
+  // S from the block's rows of output_gradient: pair by pair, so that S is written in whole
+  // lane vectors.
+  const float* block_gradient = output_gradient + block.first * width;
+  float* pairs = block.pair_gradients;
+  int64_t column = dim;
+  for (int64_t i = 1; i < num_vectors; ++i) {
+    for (int64_t j = 0; j < i; ++j, ++column) {
+      float* lower = pairs + (i * num_vectors + j) * kLanes;
+      for (int64_t lane = 0; lane < block.count; ++lane)
+        lower[lane] = block_gradient[lane * width + column];
+      std::memcpy(pairs + (j * num_vectors + i) * kLanes, lower, sizeof(float) * kLanes);
+    }
+  }
+  const float* vectors = block.vectors;
+  for (int64_t i = 0; i < num_vectors; ++i) {
+    const float* pair_row = pairs + i * num_vectors * kLanes;
+    float* gradient_i = block.vector_gradients + i * stride;
+    int64_t k = 0;
+    for (; k + 4 <= dim; k += 4) {
+      vector_gradient<4>(pair_row, vectors, num_vectors, stride, k, gradient_i);
+    }
+    for (; k < dim; ++k) vector_gradient<1>(pair_row, vectors, num_vectors, stride, k, gradient_i);
+  }
+  for (int64_t lane = 0; lane < block.count; ++lane) {
+    const int64_t example = block.first + lane;
+    for (int64_t k = 0; k < dim; ++k) {
+      bottom_gradient[example * dim + k] =
+          output_gradient[example * width + k] + block.vector_gradients[k * kLanes + lane];
+    }
+    for (size_t f = 0; f < embedding_gradients.size(); ++f) {
+      for (int64_t k = 0; k < dim; ++k) {
+        embedding_gradients[f][static_cast<size_t>(example * dim + k)] =
+            block.vector_gradients[(static_cast<int64_t>(f) + 1) * stride + k * kLanes + lane];
+      }
+    }
+  }
+}
+
+void adam_update(const AdamStep& step, int64_t count, const float* gradients, float* parameters,
+                 float* momenta, float* velocities) {
+  const ConstArrayMap g(gradients, count);
+  ArrayMap w(parameters, count);
+  ArrayMap m(momenta, count);
+  ArrayMap v(velocities, count);
+  m = step.beta_1 * m + (1.0f - step.beta_1) * g;
+  v = step.beta_2 * v + (1.0f - step.beta_2) * g.square();
+  w -= step.step_size * m / (v.sqrt() * step.velocity_scale + step.epsilon);
+}
+
+void adagrad_update(float learning_rate, int64_t count, const float* gradients, float* parameters,
+                    float* accumulators) {
+  const ConstArrayMap g(gradients, count);
+  ArrayMap a(accumulators, count);
+  a += g.square();
+  ArrayMap(parameters, count) -= learning_rate * g / a.sqrt();
+}
+
+void allow_heap([[maybe_unused]] bool allowed) {
+#ifndef NDEBUG
+  Eigen::internal::set_is_malloc_allowed(allowed);
+#endif
+}
+
+}  // namespace
+}  // namespace recemb::train
+
+extern "C" const recemb::train::DenseKernels RECEMB_DENSE_KERNELS = {
+    .affine_forward = recemb::train::affine_forward,
+    .affine_parameter_gradients = recemb::train::affine_parameter_gradients,
+    .affine_input_gradient = recemb::train::affine_input_gradient,
+    .relu_gradient = recemb::train::relu_gradient,
+    .add = recemb::train::add,
+    .all_finite = recemb::train::all_finite,
+    .interaction_lanes = recemb::train::kLanes,
+    .interaction_forward = recemb::train::interaction_forward,
+    .interaction_backward = recemb::train::interaction_backward,
+    .adam_update = recemb::train::adam_update,
+    .adagrad_update = recemb::train::adagrad_update,
+    .allow_heap = recemb::train::allow_heap,
+};
