@@ -1,5 +1,7 @@
 #include "serve/metrics.h"
 
+#include <cstdio>
+
 #include "train/float_text.h"
 
 namespace recemb::serve {
@@ -17,6 +19,13 @@ std::string label(const std::string& value) {
     escaped += c;
   }
   return "\"" + escaped + "\"";
+}
+
+// A bucket bound as Prometheus clients write it: "0.0005", "1".
+std::string bound_text(double bound) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", bound);
+  return text;
 }
 
 }  // namespace
@@ -68,7 +77,7 @@ std::string Metrics::render() const {
     for (size_t b = 0; b < kLatencyBounds.size(); ++b) {
       cumulative += histogram.buckets[b];
       out += "recemb_serve_request_seconds_bucket{method=" + label(method) + ",le=\"" +
-             train::double_text(kLatencyBounds[b]) + "\"} " + std::to_string(cumulative) + "\n";
+             bound_text(kLatencyBounds[b]) + "\"} " + std::to_string(cumulative) + "\n";
     }
     out += "recemb_serve_request_seconds_bucket{method=" + label(method) + ",le=\"+Inf\"} " +
            std::to_string(histogram.count) + "\n";
