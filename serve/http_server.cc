@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <httplib.h>
+#include <sys/socket.h>
 #include <thread>
 
 #include "recemb/error.h"
@@ -34,6 +35,12 @@ HttpServer::HttpServer(const HttpServerOptions& options,
   httplib::Server& server = impl_->server;
   const auto threads = static_cast<size_t>(std::max(options.threads, 1));
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // SO_REUSEADDR only (a restart may bind while old connections linger), not httplib's default
+  // SO_REUSEPORT, with which a second server on the same port would share its connections.
+  server.set_socket_options([](socket_t socket) {
+    const int on = 1;
+    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  });
   server.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
   const httplib::Server::Handler route = [handler](const httplib::Request& request,
                                                    httplib::Response& response) {
