@@ -7,14 +7,21 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "recemb/embedding.h"
 #include "recemb/serving.h"
 #include "recemb/string_key.h"
+
+#include "testing/criteo_lines.h"
+#include "train/model_file.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 
 namespace recemb::serve::test {
 
@@ -50,6 +57,24 @@ inline void export_to(const Embedding& embedding, const std::filesystem::path& d
                       ServingDtype dtype = ServingDtype::kFloat32) {
   std::filesystem::create_directories(dir);
   export_serving_model(embedding, dir / "model.recemb", {.dtype = dtype});
+}
+
+// Trains a small click model (`recemb train`'s trainer, 12 steps on random Criteo lines in
+// `work`) and exports it as `model_dir`/model.recemb, with its dense part.
+inline void train_and_export(const std::filesystem::path& work,
+                             const std::filesystem::path& model_dir) {
+  std::filesystem::create_directories(work);
+  std::filesystem::create_directories(model_dir);
+  std::mt19937_64 random(23);
+  std::ofstream(work / "train.tsv") << recemb::test::random_criteo_text(random, 384);
+  const train::TrainConfig config = train::load_train_config(
+      "", {"data.path=\"" + (work / "train.tsv").string() + "\"", "data.table_budget_mib=1",
+           "model.embedding_dim=4", "model.bottom_mlp=[8, 4]", "model.top_mlp=[8]",
+           "train.steps=12", "train.batch_size=32", "train.eval_every=0", "embedding.threads=1",
+           "output.dir=\"" + (work / "run").string() + "\""});
+  std::ostringstream log;
+  train::run_training(config, {.log = &log});
+  train::export_checkpoint(work / "run" / "checkpoints", model_dir, ServingDtype::kFloat32, 1);
 }
 
 // A random batch for lookup_embedding's model: per feature, ragged ids (bags of 0 to 4 ids; for
