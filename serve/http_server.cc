@@ -41,6 +41,7 @@ HttpServer::HttpServer(const HttpServerOptions& options,
     const int on = 1;
     setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
   });
+  server.set_read_timeout(options.read_timeout_seconds);
   server.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
   const httplib::Server::Handler route = [handler](const httplib::Request& request,
                                                    httplib::Response& response) {

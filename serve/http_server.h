@@ -33,13 +33,16 @@ struct HttpServerOptions {
   int port = 0;  // 0: any free port (HttpServer::port says which)
   int threads = 1;
   int64_t max_body_bytes = 0;  // larger bodies are refused with 413 before they are read
+  // A request (headers and body) not received within this many seconds is refused with 400.
+  int read_timeout_seconds = 5;
 };
 
 class HttpServer {
  public:
   // Answers every request (any method and path) with `handler`, which must not throw. Requests the
   // HTTP layer refuses itself (a body over max_body_bytes: 413; a malformed request: 400) are
-  // answered by `refusal`, given the status. Binds the address before returning: throws
+  // answered by `refusal`, given the status; so is one that does not arrive within
+  // read_timeout_seconds (400). Binds the address before returning: throws
   // InvalidArgument naming the address when it cannot (in use, not an address of this machine).
   HttpServer(const HttpServerOptions& options,
              std::function<HttpResponse(const HttpRequest&)> handler,

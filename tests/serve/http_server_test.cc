@@ -1,11 +1,15 @@
 #include "serve/http_server.h"
 
+#include <arpa/inet.h>
 #include <atomic>
 #include <future>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 
 #include "recemb/error.h"
 
@@ -59,6 +63,38 @@ TEST(HttpServer, EveryRequestReachesTheHandler) {
   ASSERT_TRUE(got);
   EXPECT_EQ(got->status, 413);
   EXPECT_EQ(got->body, "{\"refused\": 413}");
+  server.stop();
+  runner.join();
+}
+
+// A malformed request, and one whose body stops coming, are answered by `refusal` (no hang).
+TEST(HttpServer, MalformedAndStalledRequestsAreAnswered) {
+  HttpServer server(
+      {.port = 0, .threads = 2, .max_body_bytes = 100, .read_timeout_seconds = 1},
+      [](const HttpRequest&) { return HttpResponse{.body = "handled"}; }, refuse);
+  std::thread runner([&] { server.run(); });
+  const auto exchange = [&](const std::string& request) {
+    const int socket = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(server.port()));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const timeval timeout{.tv_sec = 20, .tv_usec = 0};  // bounds the test, never reached
+    setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    std::string answer;
+    if (connect(socket, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0 &&
+        send(socket, request.data(), request.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      const ssize_t got = recv(socket, buffer, sizeof buffer, 0);
+      if (got > 0) answer.assign(buffer, static_cast<size_t>(got));
+    }
+    close(socket);
+    return answer;
+  };
+  EXPECT_THAT(exchange("NONSENSE\r\n\r\n"), HasSubstr("{\"refused\": 400}"));
+  EXPECT_THAT(exchange("POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 50\r\n\r\n{\"in"),
+              HasSubstr("{\"refused\": 400}"));
   server.stop();
   runner.join();
 }
