@@ -29,9 +29,8 @@ class ServerTest : public ::testing::Test {
     models_ = new recemb::test::TemporaryDirectory();
     test::export_to(test::lookup_embedding(1), *models_ / "emb/1");
     test::export_to(test::lookup_embedding(2), *models_ / "emb/2");
-    test::train_and_export(*models_ / "work", *models_ / "ctr/5");
-    std::filesystem::rename(*models_ / "work", models_->path().parent_path() /
-                                                   (models_->path().filename().string() + "-work"));
+    const recemb::test::TemporaryDirectory work;
+    test::train_and_export(work.path(), *models_ / "ctr/5");
   }
   static void TearDownTestSuite() { delete models_; }
 

@@ -1,5 +1,6 @@
 #include "tools/recemb/serve_command.h"
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <csignal>
