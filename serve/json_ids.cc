@@ -91,6 +91,15 @@ nlohmann::json parse_request_json(std::string_view text, int max_depth, int feat
   }
 }
 
+void check_known_features(const nlohmann::json& features_by_name,
+                          const std::vector<FeatureConfig>& features) {
+  for (const auto& [key, value] : features_by_name.items()) {
+    bool known = false;
+    for (const FeatureConfig& feature : features) known = known || feature.name == key;
+    if (!known) throw InvalidArgument("unknown feature '" + truncated(key) + "'");
+  }
+}
+
 void parse_feature_ids(const nlohmann::json& value, const std::string& name, bool dynamic,
                        std::vector<int64_t>& ids, std::vector<float>& weights) {
   const auto id_list = [&](const nlohmann::json& list) {

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "recemb/config.h"
+
 namespace recemb::serve {
 
 // The first `max_length` bytes of `text`, with "..." when it was longer: how messages quote a
@@ -28,6 +30,11 @@ std::string describe(const nlohmann::json& value);
 // the outermost object) are feature names; a repeated key elsewhere is named with the feature it
 // is under.
 nlohmann::json parse_request_json(std::string_view text, int max_depth, int feature_depth);
+
+// Throws InvalidArgument naming the first key of the object `features_by_name` that is not the
+// name of one of `features`.
+void check_known_features(const nlohmann::json& features_by_name,
+                          const std::vector<FeatureConfig>& features);
 
 // Appends one example's ids and weights of feature `name` from its JSON value: one id, a list of
 // ids (a bag) or {"ids": ..., "weights": [...]}. An id is an integer, or for a feature of a

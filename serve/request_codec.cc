@@ -117,11 +117,7 @@ LookupRequest decode_json_lookup(std::string_view body, const ServingModel& mode
   const nlohmann::json& inputs = only_field(json, "inputs", nlohmann::json::value_t::object,
                                             "an object of features, each a list of examples");
   const auto& features = model.features();
-  for (const auto& [key, value] : inputs.items()) {
-    bool known = false;
-    for (const FeatureConfig& feature : features) known = known || feature.name == key;
-    if (!known) throw InvalidArgument("unknown feature '" + truncated(key) + "'");
-  }
+  check_known_features(inputs, features);
   LookupRequest request;
   request.features.resize(features.size());
   for (size_t f = 0; f < features.size(); ++f) {

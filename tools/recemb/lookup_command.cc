@@ -34,11 +34,7 @@ void parse_example(const std::string& line, const ServingModel& model, ExampleIn
     throw InvalidArgument("expected an object of features, got " + serve::describe(json));
   }
   const auto& features = model.features();
-  for (const auto& [key, value] : json.items()) {
-    bool known = false;
-    for (const FeatureConfig& feature : features) known = known || feature.name == key;
-    if (!known) throw InvalidArgument("unknown feature '" + serve::truncated(key) + "'");
-  }
+  serve::check_known_features(json, features);
   const size_t n = features.size();
   example.ids.resize(n);
   example.weights.resize(n);
