@@ -3,6 +3,7 @@
 #include <cstring>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -184,6 +185,18 @@ TEST_F(RequestCodecTest, BinaryBodiesAreCheckedBeforeEveryRead) {
   EXPECT_THAT(with(32, uint32_t{2}), HasSubstr("has-weights must be 0 or 1"));
   EXPECT_THAT(with(40, int64_t{1}), HasSubstr("offsets must start at 0"));
   EXPECT_THAT(with(48, int64_t{-1}), HasSubstr("offsets decrease at example"));
+}
+
+// Weights that JSON cannot carry, as a binary body can: a non-finite weight is refused by the
+// lookup, naming the feature.
+TEST_F(RequestCodecTest, NonFiniteBinaryWeightsAreRefused) {
+  const test::RandomBatch batch{.examples = 1,
+                                .ids = {{1}, {2}, {3}, {4}},
+                                .row_splits = {{0, 1}, {0, 1}, {0, 1}, {0, 1}},
+                                .weights = {{std::numeric_limits<float>::quiet_NaN()}, {}, {}, {}}};
+  const LookupRequest request = decode_binary_lookup(test::binary_body(batch), model_, 10);
+  EXPECT_THAT(recemb::test::error_of<InvalidArgument>([&] { look_up(model_, request); }),
+              HasSubstr("not finite"));
 }
 
 TEST(RequestCodec, Predictions) {
