@@ -83,8 +83,10 @@ int run_serve_command(const ServeArguments& args, std::ostream& err) {
        .max_body_bytes = args.max_body_bytes},
       [&server](const serve::HttpRequest& request) { return server.handle(request); },
       [&server](int status) { return server.refusal(status); });
-  err << "recemb serve: listening on " << address.host << ":" << http.port() << " (" << threads
-      << " threads)\n"
+  // An IPv6 host in brackets, as --listen takes it.
+  const bool ipv6 = address.host.find(':') != std::string::npos;
+  err << "recemb serve: listening on " << (ipv6 ? "[" + address.host + "]" : address.host) << ":"
+      << http.port() << " (" << threads << " threads)\n"
       << std::flush;
 
   std::atomic<bool> finished{false};
