@@ -4,6 +4,7 @@
 //   recemb export CKPT OUT [--dtype int8]    a checkpoint as a model directory for serving
 //   recemb lookup MODEL                      serving lookups, JSON lines on stdin -> stdout
 //   recemb predict MODEL_DIR [--data FILE]   click probabilities of Criteo lines
+//   recemb serve MODEL_DIR [--listen A:P]   the models of MODEL_DIR over HTTP (until SIGTERM)
 //   recemb hash --feature C3 [MODEL]         raw Criteo values -> the trainer's table rows
 //   recemb plan --shards N                   how the model's tables would be sharded
 // `recemb SUBCOMMAND --help` lists the options; `recemb --version` prints the version. The one file
@@ -23,6 +24,7 @@
 #include "tools/recemb/lookup_command.h"
 #include "tools/recemb/plan_command.h"
 #include "tools/recemb/predict_command.h"
+#include "tools/recemb/serve_command.h"
 #include "tools/recemb/train_command.h"
 
 namespace {
@@ -33,6 +35,7 @@ using recemb::tools::InspectArguments;
 using recemb::tools::LookupArguments;
 using recemb::tools::PlanArguments;
 using recemb::tools::PredictArguments;
+using recemb::tools::ServeArguments;
 using recemb::tools::TrainArguments;
 
 CLI::App* add_train(CLI::App& app, TrainArguments& args) {
@@ -108,6 +111,21 @@ CLI::App* add_predict(CLI::App& app, PredictArguments& args) {
   return predict;
 }
 
+CLI::App* add_serve(CLI::App& app, ServeArguments& args) {
+  CLI::App* serve = app.add_subcommand(
+      "serve", "Serve MODEL_DIR/NAME/VERSION/model.recemb over HTTP until SIGINT or SIGTERM");
+  serve->add_option("MODEL_DIR", args.model_dir, "A directory of models: NAME/VERSION/model.recemb")
+      ->required();
+  serve->add_option("--listen", args.listen, "HOST:PORT to listen on (port 0: any free port)")
+      ->capture_default_str();
+  serve->add_option("--threads", args.threads, "Request threads, 0 = one per core");
+  serve->add_option("--max-body-bytes", args.max_body_bytes, "Longer request bodies get 413")
+      ->capture_default_str();
+  serve->add_option("--max-examples", args.max_examples, "More examples in a request get 400")
+      ->capture_default_str();
+  return serve;
+}
+
 CLI::App* add_hash(CLI::App& app, HashArguments& args) {
   CLI::App* hash = app.add_subcommand(
       "hash", "The table rows recemb train uses for raw Criteo values (one per stdin line)");
@@ -159,6 +177,7 @@ int main(int argc, char** argv) {
   PlanArguments plan_args;
   PredictArguments predict_args;
   HashArguments hash_args;
+  ServeArguments serve_args;
   CLI::App* train = add_train(app, train_args);
   CLI::App* inspect = add_inspect(app, inspect_args);
   CLI::App* exporter = add_export(app, export_args);
@@ -166,6 +185,7 @@ int main(int argc, char** argv) {
   CLI::App* plan = add_plan(app, plan_args);
   CLI::App* predict = add_predict(app, predict_args);
   CLI::App* hash = add_hash(app, hash_args);
+  CLI::App* serve = add_serve(app, serve_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -187,6 +207,7 @@ int main(int argc, char** argv) {
     if (lookup->parsed()) {
       return recemb::tools::run_lookup_command(lookup_args, std::cin, std::cout, std::cerr);
     }
+    if (serve->parsed()) return recemb::tools::run_serve_command(serve_args, std::cerr);
     if (hash->parsed()) {
       return recemb::tools::run_hash_command(hash_args, std::cin, std::cout, std::cerr);
     }

@@ -1,0 +1,155 @@
+#include "serve/http_server.h"
+
+#include <arpa/inet.h>
+#include <atomic>
+#include <future>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+
+#include "recemb/error.h"
+
+#include "testing/error_of.h"
+
+namespace recemb::serve {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A client of the server on `port`, every wait bounded.
+httplib::Client client_of(int port) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(10);
+  client.set_read_timeout(20);
+  client.set_write_timeout(10);
+  return client;
+}
+
+HttpResponse refuse(int status) {
+  return {.status = status, .body = "{\"refused\": " + std::to_string(status) + "}"};
+}
+
+TEST(HttpServer, EveryRequestReachesTheHandler) {
+  HttpServer server(
+      {.port = 0, .threads = 2, .max_body_bytes = 100},
+      [](const HttpRequest& request) {
+        return HttpResponse{.status = request.method == "GET" ? 200 : 201,
+                            .content_type = "text/plain",
+                            .body = request.method + " " + request.path + " " +
+                                    request.content_type + " " + request.body};
+      },
+      refuse);
+  ASSERT_GT(server.port(), 0);
+  std::thread runner([&] { server.run(); });
+  httplib::Client client = client_of(server.port());
+  auto got = client.Get("/a/b:c?x=1");
+  ASSERT_TRUE(got) << httplib::to_string(got.error());
+  EXPECT_EQ(got->status, 200);
+  EXPECT_EQ(got->body, "GET /a/b:c  ");
+  EXPECT_EQ(got->get_header_value("Content-Type"), "text/plain");
+  got = client.Post("/v1/models/m:lookup", "hello", "application/octet-stream");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->status, 201);
+  EXPECT_EQ(got->body, "POST /v1/models/m:lookup application/octet-stream hello");
+  got = client.Delete("/x");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->body, "DELETE /x  ");
+  // A body over max_body_bytes is refused before the handler, by `refusal`.
+  got = client.Post("/big", std::string(101, 'x'), "application/json");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->status, 413);
+  EXPECT_EQ(got->body, "{\"refused\": 413}");
+  server.stop();
+  runner.join();
+}
+
+// A malformed request, and one whose body stops coming, are answered by `refusal` (no hang).
+TEST(HttpServer, MalformedAndStalledRequestsAreAnswered) {
+  HttpServer server(
+      {.port = 0, .threads = 2, .max_body_bytes = 100, .read_timeout_seconds = 1},
+      [](const HttpRequest&) { return HttpResponse{.body = "handled"}; }, refuse);
+  std::thread runner([&] { server.run(); });
+  const auto exchange = [&](const std::string& request) {
+    const int socket = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(server.port()));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const timeval timeout{.tv_sec = 20, .tv_usec = 0};  // bounds the test, never reached
+    setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    std::string answer;
+    if (connect(socket, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0 &&
+        send(socket, request.data(), request.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(request.size())) {
+      // Until the JSON body has come (headers and body may come in separate reads).
+      char buffer[4096];
+      while (answer.empty() || answer.back() != '}') {
+        const ssize_t got = recv(socket, buffer, sizeof buffer, 0);
+        if (got <= 0) break;
+        answer.append(buffer, static_cast<size_t>(got));
+      }
+    }
+    close(socket);
+    return answer;
+  };
+  EXPECT_THAT(exchange("NONSENSE\r\n\r\n"), HasSubstr("{\"refused\": 400}"));
+  EXPECT_THAT(exchange("POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 50\r\n\r\n{\"in"),
+              HasSubstr("{\"refused\": 400}"));
+  server.stop();
+  runner.join();
+}
+
+// stop() lets the request in flight finish, and run() then returns.
+TEST(HttpServer, StopAnswersTheRequestsInFlight) {
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  HttpServer server(
+      {.port = 0, .threads = 2, .max_body_bytes = 100},
+      [&](const HttpRequest&) {
+        entered.set_value();
+        released.wait();
+        return HttpResponse{.body = "done"};
+      },
+      refuse);
+  std::thread runner([&] { server.run(); });
+  auto answer = std::async(std::launch::async, [&] {
+    httplib::Client client = client_of(server.port());
+    return client.Get("/slow");
+  });
+  ASSERT_EQ(entered.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  std::thread stopper([&] { server.stop(); });
+  release.set_value();
+  const auto got = answer.get();
+  ASSERT_TRUE(got) << httplib::to_string(got.error());
+  EXPECT_EQ(got->body, "done");
+  stopper.join();
+  runner.join();
+  // No longer listening.
+  httplib::Client client = client_of(server.port());
+  client.set_connection_timeout(2);
+  EXPECT_FALSE(client.Get("/healthz"));
+}
+
+TEST(HttpServer, StopBeforeRunAndPortInUse) {
+  HttpServer server(
+      {.port = 0, .threads = 1, .max_body_bytes = 10},
+      [](const HttpRequest&) { return HttpResponse{}; }, refuse);
+  server.stop();
+  server.run();  // returns at once
+  HttpServer first(
+      {.port = 0, .threads = 1, .max_body_bytes = 10},
+      [](const HttpRequest&) { return HttpResponse{}; }, refuse);
+  EXPECT_THAT(recemb::test::error_of<InvalidArgument>([&] {
+                HttpServer(
+                    {.port = first.port(), .threads = 1, .max_body_bytes = 10},
+                    [](const HttpRequest&) { return HttpResponse{}; }, refuse);
+              }),
+              HasSubstr("cannot listen on 127.0.0.1:" + std::to_string(first.port())));
+}
+
+}  // namespace
+}  // namespace recemb::serve
