@@ -1,6 +1,8 @@
 #include "serve/server.h"
 
+#include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <vector>
@@ -10,6 +12,7 @@
 
 #include "serve/json_ids.h"
 #include "serve/request_codec.h"
+#include "train/model_file.h"
 
 namespace recemb::serve {
 namespace {
@@ -247,8 +250,12 @@ HttpResponse Server::describe_model(const ServedModel& served) const {
                                 {"tables", std::move(tables)},
                                 {"features", std::move(features)},
                                 {"metadata", model.metadata()}};
-  if (const auto step = model.metadata().find("step"); step != model.metadata().end()) {
-    description["step"] = step->second;
+  // The step the tables were trained to, as a number, when the export recorded it.
+  if (const auto step = model.metadata().find(train::kStepMetadata);
+      step != model.metadata().end()) {
+    int64_t value = 0;
+    const char* end = step->second.data() + step->second.size();
+    if (std::from_chars(step->second.data(), end, value).ptr == end) description["step"] = value;
   }
   return {.body = description.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
 }

@@ -199,6 +199,7 @@ void write_model_file(const Embedding& embedding, const std::optional<DenseModel
     options.metadata = dense_config_metadata(dense->config);
     options.metadata.insert(input_metadata().begin(), input_metadata().end());
   }
+  options.metadata[kStepMetadata] = std::to_string(embedding.step());
   export_serving_model(embedding, path, options);
 }
 

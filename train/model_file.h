@@ -72,10 +72,14 @@ CriteoIds criteo_ids(const std::vector<TableConfig>& tables,
 // another size than the description's model.
 std::optional<DenseModelPart> dense_part_of(const RestoredState& state, const std::string& context);
 
-// Writes `embedding`'s tables in `dtype` and, when given, `dense` (its arrays and the metadata
-// above) as the serving model `path`, atomically (export_serving_model). Throws InvalidArgument,
-// before creating any file, when `dense` does not fit the tables (criteo_ids), its
-// parameters are not its config's, or a value cannot be stored; otherwise as
+// The metadata key of the step the tables were trained to (Embedding::step), which every model file
+// holds (docs/serving.md, "Model directories").
+inline constexpr const char* kStepMetadata = "step";
+
+// Writes `embedding`'s tables in `dtype`, their step (kStepMetadata) and, when given, `dense` (its
+// arrays and the metadata above) as the serving model `path`, atomically (export_serving_model).
+// Throws InvalidArgument, before creating any file, when `dense` does not fit the tables
+// (criteo_ids), its parameters are not its config's, or a value cannot be stored; otherwise as
 // export_serving_model.
 void write_model_file(const Embedding& embedding, const std::optional<DenseModelPart>& dense,
                       const std::filesystem::path& path, ServingDtype dtype);

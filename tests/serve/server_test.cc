@@ -166,6 +166,10 @@ TEST_F(ServerTest, DescribesModels) {
       server.handle({.method = "GET", .path = "/v1/models/ctr/versions/5"}).body);
   EXPECT_EQ(ctr["predict"], true);
   EXPECT_EQ(ctr["features"].size(), 26u);
+  // recemb export records the step trained to: 320 of the fixture's 384 lines train (the rest are
+  // held out), 32 a step. The "emb" model, not exported from a checkpoint, has none.
+  EXPECT_EQ(ctr["step"], 10);
+  EXPECT_FALSE(description.contains("step"));
   EXPECT_EQ(server.handle({.method = "GET", .path = "/healthz"}).status, 200);
 }
 

@@ -71,7 +71,8 @@ TEST(ModelFileTest, DenseConfigMetadataAndModelFilePath) {
 // parameters bitwise; read_dense_part gives back the config, the parameters and the tables' sizes.
 TEST(ModelFileTest, WritesTheDenseModelAsNamedArraysAndReadsItBack) {
   const test::TemporaryDirectory dir;
-  const Embedding embedding = criteo_embedding(3);
+  Embedding embedding = criteo_embedding(3);
+  embedding.set_step(77);
   const DenseModelPart dense = random_dense(4);
   write_model_file(embedding, dense, dir / "model.recemb", ServingDtype::kFloat16);
   const ServingModel model = ServingModel::open(dir / "model.recemb");
@@ -82,7 +83,8 @@ TEST(ModelFileTest, WritesTheDenseModelAsNamedArraysAndReadsItBack) {
                                                 {"dense/top_mlp", "32,4"},
                                                 {"input/categorical_hash", "splitmix64_salted"},
                                                 {"input/dense_transform", "log1p_max0"},
-                                                {"input/format", "criteo_tsv"}}));
+                                                {"input/format", "criteo_tsv"},
+                                                {"step", "77"}}));
   const DlrmDenseModel shape(dense.config);
   const std::vector<ParameterBlock> blocks = shape.parameter_blocks();
   ASSERT_EQ(model.extra_arrays().size(), blocks.size());
@@ -335,7 +337,8 @@ TEST(CheckpointDensePartTest, IncompleteDensePartsAreDataLoss) {
 TEST(ExportCheckpointTest, WritesOneModelFileIntoTheModelDirectory) {
   const test::TemporaryDirectory dir;
   const DenseModelPart dense = random_dense(2);
-  const Embedding embedding = criteo_embedding(7);
+  Embedding embedding = criteo_embedding(7);
+  embedding.set_step(1234);
   save_checkpoint(embedding, dir / "ckpt",
                   {.extra_arrays = {{.name = kDenseParametersArray, .values = dense.parameters}},
                    .metadata = dense_config_metadata(dense.config)});
@@ -356,6 +359,7 @@ TEST(ExportCheckpointTest, WritesOneModelFileIntoTheModelDirectory) {
   const ServingModel model = ServingModel::open(dir / "model" / "model.recemb");
   EXPECT_EQ(model.dtype(), ServingDtype::kInt8);
   EXPECT_EQ(read_dense_part(model).dense.parameters, dense.parameters);
+  EXPECT_EQ(model.metadata().at(kStepMetadata), "1234");  // the step the tables were trained to
 
   std::ofstream(dir / "file") << "mine";
   EXPECT_THROW(export_checkpoint(dir / "ckpt", dir / "file", ServingDtype::kFloat32, 1),
