@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import recemb  # noqa: E402
+from binaries import REPOSITORY, recemb_binary  # noqa: E402
 
-REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPOSITORY / "bench" / "compare_torch_dlrm.py"
 
 
@@ -24,16 +24,6 @@ def compare():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def recemb_binary():
-    """The recemb binary built beside the package (the Python build builds it), or the release
-    build's."""
-    for candidate in (pathlib.Path(recemb.__file__).parents[2] / "bin" / "recemb",
-                      REPOSITORY / "build" / "release" / "bin" / "recemb"):
-        if candidate.is_file():
-            return candidate
-    pytest.skip("no recemb binary: build the recemb_cli target")
 
 
 def test_model_is_the_trainers_default(compare):

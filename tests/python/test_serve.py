@@ -4,7 +4,6 @@ http.client (JSON and binary lookups equal recemb.ServingModel's bitwise, errors
 
 import http.client
 import json
-import pathlib
 import queue
 import re
 import signal
@@ -16,19 +15,9 @@ import numpy as np
 import pytest
 
 import recemb
+from binaries import recemb_binary
 
-REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 TIMEOUT = 30  # seconds, for every wait
-
-
-def recemb_binary():
-    """The recemb binary built beside the package (the Python build builds it), or the release
-    build's."""
-    for candidate in (pathlib.Path(recemb.__file__).parents[2] / "bin" / "recemb",
-                      REPOSITORY / "build" / "release" / "bin" / "recemb"):
-        if candidate.is_file():
-            return candidate
-    pytest.skip("no recemb binary: build the recemb_cli target")
 
 
 @pytest.fixture(scope="module")
