@@ -24,6 +24,15 @@ Predictor::Predictor(ServingModel embeddings, ModelFileDensePart dense)
             model_.parameters().begin());
 }
 
+Predictor::Predictor(const Predictor& other)
+    : embeddings_(other.embeddings_),
+      ids_(other.ids_),
+      model_(other.model_.config()),
+      buffers_(other.model_.config().embedding_dim) {
+  std::copy(other.model_.parameters().begin(), other.model_.parameters().end(),
+            model_.parameters().begin());
+}
+
 void Predictor::predict(std::span<const std::string_view> lines, std::span<Prediction> results) {
   if (results.size() != lines.size()) {
     throw InvalidArgument("Predictor::predict: " + std::to_string(results.size()) +

@@ -47,6 +47,12 @@ class Predictor {
   // (ENOENT: a missing file or a directory without model.recemb).
   static Predictor open(const std::filesystem::path& model, const OpenOptions& options = {});
 
+  // A predictor of the same model that shares its tables (the ServingModel's memory) and has its
+  // own dense layers and buffers: copies predict on different threads at once.
+  Predictor(const Predictor& other);
+  Predictor(Predictor&&) = default;
+  Predictor& operator=(Predictor&&) = default;
+
   // The probability (or the refusal) of each line: results[i] for lines[i], results.size() ==
   // lines.size() (else InvalidArgument, nothing written). A line is a Criteo line without its
   // '\n' (a trailing '\r' is dropped), with the label field (40 tab-separated fields; the label

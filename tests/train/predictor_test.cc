@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "recemb/embedding.h"
@@ -204,6 +205,34 @@ TEST(PredictorTest, LineByLineAgreesWithBatchesToFloatRounding) {
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::vector<Prediction> alone = predict(predictor, {lines[i]});
     EXPECT_NEAR(alone[0].probability, batched[i].probability, kPredictionTolerance) << "line " << i;
+  }
+}
+
+// Copies share the tables and predict on their own threads at once, as the original does alone.
+TEST(PredictorTest, CopiesPredictConcurrentlyAsTheOriginal) {
+  const test::TemporaryDirectory dir;
+  Model model = make_model(6);
+  export_model(model, dir / "model");
+  std::mt19937_64 random(4);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 200; ++i) lines.push_back(test::random_criteo_line(random));
+  Predictor original = Predictor::open(dir / "model");
+  const std::vector<Prediction> expected = predict(original, lines);
+  std::vector<Predictor> copies(3, original);
+  std::vector<std::vector<Prediction>> results(copies.size());
+  std::vector<std::thread> threads;
+  for (size_t c = 0; c < copies.size(); ++c) {
+    threads.emplace_back([&, c] {
+      for (int round = 0; round < 3; ++round) results[c] = predict(copies[c], lines);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const std::vector<Prediction>& result : results) {
+    ASSERT_EQ(result.size(), expected.size());
+    for (size_t i = 0; i < lines.size(); ++i) {
+      EXPECT_EQ(result[i].error, expected[i].error);
+      EXPECT_EQ(result[i].probability, expected[i].probability) << "line " << i;
+    }
   }
 }
 
