@@ -188,6 +188,21 @@ TEST(PredictorTest, EqualsTheTrainersEvaluationOfDynamicTablesLineForLine) {
   expect_the_trainers_evaluation(CategoricalIds::kRawKeys);
 }
 
+// A random model (make_model(seed)) exported as `model_dir`, opened as a Predictor.
+Predictor exported_predictor(uint64_t seed, const std::filesystem::path& model_dir) {
+  Model model = make_model(seed);
+  export_model(model, model_dir);
+  return Predictor::open(model_dir);
+}
+
+// `n` random Criteo lines (with their labels), from `seed`.
+std::vector<std::string> random_lines(uint64_t seed, int n) {
+  std::mt19937_64 random(seed);
+  std::vector<std::string> lines;
+  for (int i = 0; i < n; ++i) lines.push_back(test::random_criteo_line(random));
+  return lines;
+}
+
 // One line at a time, the dense layers round differently than in a batch of 300: Eigen's
 // products take other kernels (another summation order) for one row. Each of the layers' dot
 // products (up to 367 terms, the interaction's width) then differs by a few float32 roundings of
@@ -195,12 +210,8 @@ TEST(PredictorTest, EqualsTheTrainersEvaluationOfDynamicTablesLineForLine) {
 // at most 1/4: the probabilities agree within kPredictionTolerance (observed: up to 6e-7).
 TEST(PredictorTest, LineByLineAgreesWithBatchesToFloatRounding) {
   const test::TemporaryDirectory dir;
-  Model model = make_model(8);
-  export_model(model, dir / "model");
-  std::mt19937_64 random(3);
-  std::vector<std::string> lines;
-  for (int i = 0; i < 300; ++i) lines.push_back(test::random_criteo_line(random));
-  Predictor predictor = Predictor::open(dir / "model");
+  Predictor predictor = exported_predictor(8, dir / "model");
+  const std::vector<std::string> lines = random_lines(3, 300);
   const std::vector<Prediction> batched = predict(predictor, lines);
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::vector<Prediction> alone = predict(predictor, {lines[i]});
@@ -211,12 +222,8 @@ TEST(PredictorTest, LineByLineAgreesWithBatchesToFloatRounding) {
 // Copies share the tables and predict on their own threads at once, as the original does alone.
 TEST(PredictorTest, CopiesPredictConcurrentlyAsTheOriginal) {
   const test::TemporaryDirectory dir;
-  Model model = make_model(6);
-  export_model(model, dir / "model");
-  std::mt19937_64 random(4);
-  std::vector<std::string> lines;
-  for (int i = 0; i < 200; ++i) lines.push_back(test::random_criteo_line(random));
-  Predictor original = Predictor::open(dir / "model");
+  Predictor original = exported_predictor(6, dir / "model");
+  const std::vector<std::string> lines = random_lines(4, 200);
   const std::vector<Prediction> expected = predict(original, lines);
   std::vector<Predictor> copies(3, original);
   std::vector<std::vector<Prediction>> results(copies.size());
