@@ -56,14 +56,13 @@ std::shared_ptr<ServedModel> open_version(const std::string& name, int64_t versi
                                           const fs::path& version_dir, const fs::path& root,
                                           std::ostream& log) {
   const std::string what = "model '" + name + "' version " + std::to_string(version);
-  const auto file = resolve_inside(version_dir / "model.recemb", root, what, log);
+  const auto file = resolve_inside(version_dir / train::kModelFileName, root, what, log);
   if (!file) return nullptr;
   try {
     auto served = std::make_shared<ServedModel>(ServedModel{
         .name = name, .version = version, .file = *file, .model = ServingModel::open(*file)});
-    try {
-      train::read_dense_part(served->model);
-      served->predictor = std::make_unique<SharedPredictor>(train::Predictor::open(*file));
+    try {  // the predictor shares the model's tables
+      served->predictor = std::make_unique<SharedPredictor>(train::Predictor::of(served->model));
     } catch (const InvalidArgument& error) {  // no dense part: lookups only
       served->no_predict_reason = error.what();
     }

@@ -29,9 +29,9 @@
 
 namespace recemb::serve {
 
-// A model's Predictor, used by one request at a time: a Predictor's buffers serve one thread,
-// and a Predictor cannot be copied (each would hold another copy of the tables), so predictions
-// of one model are serialised (docs/serving.md, "recemb serve").
+// A model's Predictor (sharing the model's tables), used by one request at a time: a Predictor's
+// buffers serve one thread, so predictions of one model are serialised (docs/serving.md,
+// "recemb serve").
 class SharedPredictor {
  public:
   explicit SharedPredictor(train::Predictor predictor) : predictor_(std::move(predictor)) {}

@@ -74,7 +74,7 @@ std::optional<DenseModelPart> dense_part_of(const RestoredState& state, const st
 
 // The metadata key of the step the tables were trained to (Embedding::step), which every model file
 // holds (docs/serving.md, "Model directories").
-inline constexpr const char* kStepMetadata = "step";
+inline constexpr char kStepMetadata[] = "step";
 
 // Writes `embedding`'s tables in `dtype`, their step (kStepMetadata) and, when given, `dense` (its
 // arrays and the metadata above) as the serving model `path`, atomically (export_serving_model).

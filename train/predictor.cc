@@ -10,9 +10,12 @@
 namespace recemb::train {
 
 Predictor Predictor::open(const std::filesystem::path& model, const OpenOptions& options) {
-  ServingModel embeddings = ServingModel::open(model_file_path(model), options);
-  ModelFileDensePart dense = read_dense_part(embeddings);
-  return Predictor(std::move(embeddings), std::move(dense));
+  return of(ServingModel::open(model_file_path(model), options));
+}
+
+Predictor Predictor::of(ServingModel model) {
+  ModelFileDensePart dense = read_dense_part(model);
+  return Predictor(std::move(model), std::move(dense));
 }
 
 Predictor::Predictor(ServingModel embeddings, ModelFileDensePart dense)

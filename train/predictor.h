@@ -46,6 +46,9 @@ class Predictor {
   // dense part (exported from a checkpoint that is not one of recemb train), std::system_error
   // (ENOENT: a missing file or a directory without model.recemb).
   static Predictor open(const std::filesystem::path& model, const OpenOptions& options = {});
+  // The same over a model already open: shares its tables (no second read of the file). Throws
+  // what read_dense_part throws.
+  static Predictor of(ServingModel model);
 
   // A predictor of the same model that shares its tables (the ServingModel's memory) and has its
   // own dense layers and buffers: copies predict on different threads at once.

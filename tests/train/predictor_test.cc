@@ -225,6 +225,12 @@ TEST(PredictorTest, CopiesPredictConcurrentlyAsTheOriginal) {
   Predictor original = exported_predictor(6, dir / "model");
   const std::vector<std::string> lines = random_lines(4, 200);
   const std::vector<Prediction> expected = predict(original, lines);
+  // A predictor over a model already open predicts as the one that opened it.
+  Predictor over_open = Predictor::of(ServingModel::open(dir / "model" / "model.recemb"));
+  const std::vector<Prediction> over_open_results = predict(over_open, lines);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(over_open_results[i].probability, expected[i].probability) << "line " << i;
+  }
   std::vector<Predictor> copies(3, original);
   std::vector<std::vector<Prediction>> results(copies.size());
   std::vector<std::thread> threads;
