@@ -357,6 +357,21 @@ class ServeProcess {
 
   int port() const { return port_; }
 
+  // The CPU time the server has used so far (user and system, all its threads), in seconds.
+  double cpu_seconds() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), {});
+    // Fields after the command (in parentheses, which may hold spaces): state is field 3, utime
+    // field 14 and stime field 15.
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    double ticks = 0;
+    for (int i = 3; i <= 15 && fields >> field; ++i) {
+      if (i >= 14) ticks += std::stod(field);
+    }
+    return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+  }
+
   // SIGTERM, then its exit (within 30 s: it closes idle keep-alive connections within 5 s).
   void stop() {
     if (pid_ == 0) return;
@@ -378,6 +393,8 @@ class ServeProcess {
 struct RunResult {
   int64_t answered = 0;
   double seconds = 0;
+  double server_cpu_seconds = 0;
+  double client_cpu_seconds = 0;
   int64_t reconnects = 0;
   std::vector<double> latencies_ms = {};
 };
@@ -627,13 +644,26 @@ double percentile(const std::vector<double>& sorted, double p) {
 
 struct Figures {
   double requests_per_second, p50, p90, p99, max;
+  double server_us, client_us;  // CPU time per request
 };
 
 Figures figures_of(RunResult& run) {
   std::sort(run.latencies_ms.begin(), run.latencies_ms.end());
-  return {static_cast<double>(run.answered) / run.seconds, percentile(run.latencies_ms, 50),
-          percentile(run.latencies_ms, 90), percentile(run.latencies_ms, 99),
-          run.latencies_ms.back()};
+  const auto answered = static_cast<double>(run.answered);
+  return {answered / run.seconds,
+          percentile(run.latencies_ms, 50),
+          percentile(run.latencies_ms, 90),
+          percentile(run.latencies_ms, 99),
+          run.latencies_ms.back(),
+          run.server_cpu_seconds / answered * 1e6,
+          run.client_cpu_seconds / answered * 1e6};
+}
+
+// This process's CPU time so far, in seconds.
+double client_cpu_seconds() {
+  timespec time{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time);
+  return static_cast<double>(time.tv_sec) + static_cast<double>(time.tv_nsec) * 1e-9;
 }
 
 double median(std::vector<double> values) {
@@ -668,8 +698,9 @@ int main(int argc, char** argv) {
   }
 
   std::ostringstream table;
-  table << "| body | clients | requests/s | p50 ms | p90 ms | p99 ms | max ms |\n"
-        << "|---|---:|---:|---:|---:|---:|---:|\n";
+  table << "| body | clients | requests/s | p50 ms | p90 ms | p99 ms | max ms | server CPU us a "
+           "request | client CPU us a request |\n"
+        << "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   {
     ServeProcess server(options, models, work / "serve.log");
     std::cout << "serve_load: recemb serve on 127.0.0.1:" << server.port() << ", "
@@ -684,16 +715,21 @@ int main(int argc, char** argv) {
       for (int clients : options.clients) {
         std::vector<Figures> runs;
         for (int r = 0; r < options.runs; ++r) {
+          const double server_cpu = server.cpu_seconds();
+          const double client_cpu = client_cpu_seconds();
           RunResult result = LoadRun(server.port(), workload, checked, options.check_all)
                                  .run(clients, options.requests, options.seconds);
+          result.server_cpu_seconds = server.cpu_seconds() - server_cpu;
+          result.client_cpu_seconds = client_cpu_seconds() - client_cpu;
           const Figures f = figures_of(result);
           runs.push_back(f);
           std::printf(
               "%-6s C=%-3d run %d: %lld requests in %.2f s: %.0f requests/s, p50 %.3f ms, p90 "
-              "%.3f ms, p99 %.3f ms, max %.3f ms (%lld reconnects)\n",
+              "%.3f ms, p99 %.3f ms, max %.3f ms; CPU a request: server %.0f us, client %.0f us "
+              "(%lld reconnects)\n",
               workload.format.c_str(), clients, r + 1, static_cast<long long>(result.answered),
-              result.seconds, f.requests_per_second, f.p50, f.p90, f.p99, f.max,
-              static_cast<long long>(result.reconnects));
+              result.seconds, f.requests_per_second, f.p50, f.p90, f.p99, f.max, f.server_us,
+              f.client_us, static_cast<long long>(result.reconnects));
           std::fflush(stdout);
         }
         const auto med = [&runs](double Figures::*field) {
@@ -702,10 +738,11 @@ int main(int argc, char** argv) {
           return median(values);
         };
         char row[256];
-        std::snprintf(row, sizeof row, "| %s | %d | %.0f | %.3f | %.3f | %.3f | %.3f |\n",
+        std::snprintf(row, sizeof row,
+                      "| %s | %d | %.0f | %.3f | %.3f | %.3f | %.3f | %.0f | %.0f |\n",
                       workload.format.c_str(), clients, med(&Figures::requests_per_second),
                       med(&Figures::p50), med(&Figures::p90), med(&Figures::p99),
-                      med(&Figures::max));
+                      med(&Figures::max), med(&Figures::server_us), med(&Figures::client_us));
         table << row;
       }
       if (std::find(checked.begin(), checked.end(), false) != checked.end()) {

@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <httplib.h>
-#include <limits>
 #include <malloc.h>
 #include <sys/socket.h>
 #include <thread>
@@ -23,6 +22,8 @@ struct HttpServer::Impl {
 };
 
 namespace {
+
+constexpr size_t kKeepAliveRequests = 1000;
 
 void answer(HttpResponse&& response, httplib::Response& out) {
   out.status = response.status;
@@ -54,9 +55,11 @@ HttpServer::HttpServer(const HttpServerOptions& options,
     impl_->listening_socket = socket;
   });
   // Answers leave at once (no Nagle delay between the headers and the body), and a client keeps
-  // its connection for as many requests as it likes (httplib closes one after 5 by default).
+  // its connection for kKeepAliveRequests requests (httplib's default, 5, made clients reconnect
+  // all the time); then it is closed ("Connection: close"), so that connections waiting for a
+  // thread get their turn.
   server.set_tcp_nodelay(true);
-  server.set_keep_alive_max_count(std::numeric_limits<size_t>::max());
+  server.set_keep_alive_max_count(kKeepAliveRequests);
   server.set_read_timeout(options.read_timeout_seconds);
   server.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
   const httplib::Server::Handler route = [handler](const httplib::Request& request,
