@@ -7,7 +7,7 @@
 //
 //   build/release/bench/serve_load build/release/bin/recemb                 # the matrix
 //   build/release/bench/serve_load build/release/bin/recemb --clients 8 --requests 500
-//       --runs 1 --warmup 0 --check-all                                     # the CI run
+//       --json-requests 100 --runs 1 --warmup 0 --check-all                 # the CI run
 //
 // Requests are encoded once, before any is sent (16 bodies of random ids, cycled); of an answer
 // only the status line and Content-Length are parsed, and its body is compared with the expected
@@ -16,9 +16,9 @@
 // wrong answer, a connection closed mid-answer or a run over --seconds fails (exit 1). A
 // connection the server closes between answers is reopened and the request sent again.
 //
-// Output: per run, requests/s and latency percentiles (from a request's first byte sent to its
-// answer's last byte received); then, per format and C, the medians of the runs as a markdown
-// table.
+// Output: per run, requests/s, latency percentiles (from a request's first byte sent to its
+// answer's last byte received) and the CPU time the server (/proc/PID/stat) and this client used
+// a request; then, per format and C, the medians of the runs as a markdown table.
 #include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
@@ -83,9 +83,10 @@ struct Options {
   std::string recemb;
   std::vector<int> clients = {1, 8, 64};
   std::vector<std::string> formats = {"binary", "json"};
-  int64_t requests = 20000;  // per run
-  int64_t warmup = 2000;     // requests per format before its runs, not measured
-  double seconds = 60;       // the limit of one run
+  int64_t requests = 20000;      // per run of binary lookups
+  int64_t json_requests = 2000;  // per run of JSON lookups (each costs the server 30x more)
+  int64_t warmup = 2000;         // requests per format before its runs, not measured
+  double seconds = 60;           // the limit of one run
   int runs = 3;
   int examples = 64;
   int threads = 0;  // recemb serve --threads; 0: its default
@@ -94,7 +95,8 @@ struct Options {
 
 const char* const kUsage =
     "usage: serve_load RECEMB [--clients 1,8,64] [--formats binary,json] [--requests N]\n"
-    "                  [--warmup N] [--seconds S] [--runs R] [--examples E] [--threads T]\n"
+    "                  [--json-requests N] [--warmup N] [--seconds S] [--runs R]\n"
+    "                  [--examples E] [--threads T]\n"
     "                  [--check-all]\n";
 
 template <typename T>
@@ -142,6 +144,8 @@ Options parse_options(int argc, char** argv) {
       }
     } else if (flag == "--requests") {
       options.requests = number<int64_t>(value, flag);
+    } else if (flag == "--json-requests") {
+      options.json_requests = number<int64_t>(value, flag);
     } else if (flag == "--warmup") {
       options.warmup = value == "0" ? 0 : number<int64_t>(value, flag);
     } else if (flag == "--seconds") {
@@ -705,12 +709,15 @@ int main(int argc, char** argv) {
     ServeProcess server(options, models, work / "serve.log");
     std::cout << "serve_load: recemb serve on 127.0.0.1:" << server.port() << ", "
               << options.examples << " examples x " << model.features().size()
-              << " features a request, " << options.requests << " requests a run" << std::endl;
+              << " features a request, " << options.requests << " binary and "
+              << options.json_requests << " JSON requests a run" << std::endl;
     for (const Workload& workload : workloads) {
+      const int64_t requests =
+          workload.format == "binary" ? options.requests : options.json_requests;
       std::vector<bool> checked(kDistinctBodies, false);
       if (options.warmup > 0) {
         LoadRun(server.port(), workload, checked, options.check_all)
-            .run(8, options.warmup, options.seconds);
+            .run(8, std::min(options.warmup, requests), options.seconds);
       }
       for (int clients : options.clients) {
         std::vector<Figures> runs;
@@ -718,7 +725,7 @@ int main(int argc, char** argv) {
           const double server_cpu = server.cpu_seconds();
           const double client_cpu = client_cpu_seconds();
           RunResult result = LoadRun(server.port(), workload, checked, options.check_all)
-                                 .run(clients, options.requests, options.seconds);
+                                 .run(clients, requests, options.seconds);
           result.server_cpu_seconds = server.cpu_seconds() - server_cpu;
           result.client_cpu_seconds = client_cpu_seconds() - client_cpu;
           const Figures f = figures_of(result);
