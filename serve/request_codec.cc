@@ -114,6 +114,21 @@ class BinaryReader {
   size_t offset_ = 0;
 };
 
+// The number of values of an activation of shape `shape`.
+size_t elements(const std::vector<int64_t>& shape) {
+  size_t count = 1;
+  for (int64_t extent : shape) count *= static_cast<size_t>(extent);
+  return count;
+}
+
+// ServingModel::activation_shape of each input (InvalidArgument for one the model refuses).
+std::vector<std::vector<int64_t>> activation_shapes(const ServingModel& model,
+                                                    const std::vector<FeatureInput>& inputs) {
+  std::vector<std::vector<int64_t>> shapes(inputs.size());
+  for (size_t f = 0; f < inputs.size(); ++f) shapes[f] = model.activation_shape(f, inputs[f]);
+  return shapes;
+}
+
 }  // namespace
 
 std::vector<FeatureInput> LookupRequest::inputs() const {
@@ -248,14 +263,11 @@ LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& mo
 Activations look_up(const ServingModel& model, const LookupRequest& request) {
   const std::vector<FeatureInput> inputs = request.inputs();
   Activations activations;
-  activations.shapes.resize(inputs.size());
+  activations.shapes = activation_shapes(model, inputs);
   activations.values.resize(inputs.size());
   std::vector<std::span<float>> spans(inputs.size());
   for (size_t f = 0; f < inputs.size(); ++f) {
-    activations.shapes[f] = model.activation_shape(f, inputs[f]);
-    size_t size = 1;
-    for (int64_t extent : activations.shapes[f]) size *= static_cast<size_t>(extent);
-    activations.values[f].resize(size);
+    activations.values[f].resize(elements(activations.shapes[f]));
     spans[f] = activations.values[f];
   }
   model.lookup(inputs, spans);
@@ -273,26 +285,36 @@ std::string encode_json_activations(const ServingModel& model, const Activations
   return out;
 }
 
-std::string encode_binary_activations(const Activations& activations) {
+std::string look_up_binary(const ServingModel& model, const LookupRequest& request) {
+  const std::vector<FeatureInput> inputs = request.inputs();
+  const std::vector<std::vector<int64_t>> shapes = activation_shapes(model, inputs);
   size_t bytes = 4 * sizeof(uint32_t);
-  for (size_t f = 0; f < activations.values.size(); ++f) {
-    bytes += 2 * sizeof(uint32_t) + activations.shapes[f].size() * sizeof(int64_t) +
-             activations.values[f].size() * sizeof(float);
+  for (const std::vector<int64_t>& shape : shapes) {
+    bytes +=
+        2 * sizeof(uint32_t) + shape.size() * sizeof(int64_t) + elements(shape) * sizeof(float);
   }
-  std::string out;
-  out.reserve(bytes);
-  const auto append = [&out](const void* data, size_t size) {
-    out.append(static_cast<const char*>(data), size);
+  std::string out(bytes, '\0');
+  size_t offset = 0;
+  const auto append = [&out, &offset](const void* data, size_t size) {
+    std::memcpy(out.data() + offset, data, size);
+    offset += size;
   };
   const uint32_t header[4] = {kBinaryAnswerMagic, kBinaryVersion,
-                              static_cast<uint32_t>(activations.values.size()), 0};
+                              static_cast<uint32_t>(shapes.size()), 0};
   append(header, sizeof header);
-  for (size_t f = 0; f < activations.values.size(); ++f) {
-    const uint32_t rank[2] = {static_cast<uint32_t>(activations.shapes[f].size()), 0};
+  // Each feature's values are looked up into the answer: every field before them is a multiple
+  // of 4 bytes long and the string's bytes are allocated aligned for any type, so they are
+  // aligned floats.
+  std::vector<std::span<float>> spans;
+  spans.reserve(shapes.size());
+  for (const std::vector<int64_t>& shape : shapes) {
+    const uint32_t rank[2] = {static_cast<uint32_t>(shape.size()), 0};
     append(rank, sizeof rank);
-    append(activations.shapes[f].data(), activations.shapes[f].size() * sizeof(int64_t));
-    append(activations.values[f].data(), activations.values[f].size() * sizeof(float));
+    append(shape.data(), shape.size() * sizeof(int64_t));
+    spans.emplace_back(reinterpret_cast<float*>(out.data() + offset), elements(shape));
+    offset += elements(shape) * sizeof(float);
   }
+  model.lookup(inputs, spans);
   return out;
 }
 

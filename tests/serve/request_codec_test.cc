@@ -70,9 +70,8 @@ TEST_F(RequestCodecTest, RandomBatchesEqualTheModelsLookupBitwise) {
       }
     }
 
-    const Activations from_binary =
-        look_up(model_, decode_binary_lookup(test::binary_body(batch), model_, 100));
-    const std::string encoded = encode_binary_activations(from_binary);
+    const std::string encoded =
+        look_up_binary(model_, decode_binary_lookup(test::binary_body(batch), model_, 100));
     // Header, then per feature: rank, shape, values.
     uint32_t header[4];
     std::memcpy(header, encoded.data(), sizeof header);
