@@ -49,10 +49,10 @@ HttpServer::HttpServer(const HttpServerOptions& options,
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // SO_REUSEADDR only (a restart may bind while old connections linger), not httplib's default
   // SO_REUSEPORT, with which a second server on the same port would share its connections.
-  server.set_socket_options([this](socket_t socket) {
+  server.set_socket_options([impl = impl_.get()](socket_t socket) {
     const int on = 1;
     setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    impl_->listening_socket = socket;
+    impl->listening_socket = socket;
   });
   // Answers leave at once (no Nagle delay between the headers and the body), and a client keeps
   // its connection for kKeepAliveRequests requests (httplib's default, 5, made clients reconnect
