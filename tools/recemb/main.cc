@@ -121,6 +121,10 @@ CLI::App* add_serve(CLI::App& app, ServeArguments& args) {
   serve->add_option("--threads", args.threads, "Request threads, 0 = one per core");
   serve->add_option("--max-body-bytes", args.max_body_bytes, "Longer request bodies get 413")
       ->capture_default_str();
+  serve
+      ->add_option("--poll-seconds", args.poll_seconds,
+                   "Scan MODEL_DIR for new versions this often (0: never)")
+      ->capture_default_str();
   serve->add_option("--max-examples", args.max_examples, "More examples in a request get 400")
       ->capture_default_str();
   return serve;
