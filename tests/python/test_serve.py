@@ -5,10 +5,7 @@ http.client (JSON and binary lookups equal recemb.ServingModel's bitwise, errors
 import contextlib
 import http.client
 import json
-import re
-import signal
 import struct
-import subprocess
 import threading
 import time
 
@@ -22,34 +19,16 @@ TIMEOUT = 30  # seconds, for every wait
 
 
 @contextlib.contextmanager
-def running_server(model_dir, *options):
-    """(port, log lines) of `recemb serve model_dir` on a free loopback port, stopped at the end
-    by SIGTERM, which must end it with exit status 0. The log list grows as the server logs."""
-    process = subprocess.Popen(
-        [str(recemb_binary()), "serve", str(model_dir), "--listen", "127.0.0.1:0", "--threads",
-         "2", *options], stderr=subprocess.PIPE, text=True)
-    log = []
-    listening = threading.Event()
-
-    def read_log():
-        for line in process.stderr:
-            log.append(line)
-            if "listening on" in line:
-                listening.set()
-    threading.Thread(target=read_log, daemon=True).start()
+def running_server(model_dir, poll_seconds=1.0):
+    """(port, log lines) of `recemb serve model_dir` (recemb.Server) on a free loopback port,
+    stopped at the end by SIGTERM, which must end it with exit status 0."""
+    server = recemb.Server(model_dir, threads=2, poll_seconds=poll_seconds,
+                           binary=recemb_binary(), timeout=TIMEOUT)
     try:
-        assert listening.wait(timeout=TIMEOUT), log
-        port = int(re.search(r"listening on 127\.0\.0\.1:(\d+)", log[-1]).group(1))
-        yield port, log
+        yield server.port, server.log
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            status = process.wait(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            raise
-    assert status == 0, log
+        status = server.stop()
+    assert status == 0, server.log
 
 
 def lookup_layer(seed):
@@ -171,7 +150,7 @@ def test_new_versions_are_swapped_in_while_lookups_go_on(tmp_path):
     body = json.dumps({"inputs": {"a": a.tolist(), "b": b.tolist()}})
     expected = {1: first.lookup({"a": a, "b": b})}
     answers, stop = [], threading.Event()
-    with running_server(models, "--poll-seconds", "0.1") as (port, log):
+    with running_server(models, poll_seconds=0.1) as (port, log):
         def client():
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
             while not stop.is_set() and len(answers) < 20000:
