@@ -3,8 +3,8 @@
 // table; the same for a dynamic table holding the same rows under keys = row ids; and the dynamic
 // table's index (serving/key_rows.h) alone.
 //
-// Model: one table of dim 64 holding 256 MiB of float32 (2^20 rows; 1 GiB, 2^22 rows, with
-// RECEMB_BENCH_LARGE=1), one feature, sum combiner. Exported as float32, float16 and int8 it makes
+// Model: one table of dim 64 holding 256 MiB of float32 (2^20 rows; also 1 GiB, 2^22 rows, with
+// RECEMB_BENCH_LARGE=1, and 4 GiB, 2^24 rows, with RECEMB_BENCH_HUGE=1), one feature, sum combiner. Exported as float32, float16 and int8 it makes
 // files of 256, 128 and 72 MiB (x4 for 1 GiB) in the system's temporary directory, removed at
 // exit.
 //
@@ -343,9 +343,10 @@ void BM_KeyRowsFind(benchmark::State& state, int64_t n) {
 }
 
 // Benchmarks of one table size are registered together, so its models are built once.
-void register_all(bool large) {
+void register_all(bool large, bool huge) {
   std::vector<int64_t> table_sizes = {256 * kMiB};
   if (large) table_sizes.push_back(kGiB);
+  if (huge) table_sizes.push_back(4 * kGiB);
   for (const int64_t table_bytes : table_sizes) {
     const std::string table = "/table:" + bytes_name(table_bytes);
     for (const recemb::ServingDtype dtype : kDtypes) {
@@ -405,5 +406,7 @@ void register_all(bool large) {
 
 int main(int argc, char** argv) {
   return recemb_bench::run_benchmarks(argc, argv,
-                                      [] { register_all(env_flag("RECEMB_BENCH_LARGE")); });
+                                      [] {
+    register_all(env_flag("RECEMB_BENCH_LARGE"), env_flag("RECEMB_BENCH_HUGE"));
+  });
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <variant>
 
 #include "recemb/error.h"
 
@@ -21,56 +22,56 @@ bool is_inside(const fs::path& path, const fs::path& root) {
   return std::mismatch(root.begin(), root.end(), path.begin(), path.end()).first == root.end();
 }
 
-// `path` with its symlinks resolved, or nullopt (and a log line naming why) when it does not
-// exist or resolves outside `root`.
-std::optional<fs::path> resolve_inside(const fs::path& path, const fs::path& root,
-                                       const std::string& what, std::ostream& log) {
+// `path` with its symlinks resolved, inside `root` (and not root itself); else the reason why not.
+std::variant<fs::path, std::string> resolve_inside(const fs::path& path, const fs::path& root) {
   std::error_code error;
   fs::path resolved = fs::canonical(path, error);
-  if (error) {
-    log << "recemb serve: skipping " << what << ": " << path.string() << ": " << error.message()
-        << "\n";
-    return std::nullopt;
-  }
+  if (error) return path.string() + ": " + error.message();
   if (!is_inside(resolved, root) || resolved == root) {
-    log << "recemb serve: skipping " << what << ": " << path.string() << " resolves to "
-        << resolved.string() << ", outside the model directory " << root.string() << "\n";
-    return std::nullopt;
+    return path.string() + " resolves to " + resolved.string() + ", outside the model directory " +
+           root.string();
   }
   return resolved;
 }
 
-// The directories of `dir` (symlinks followed), sorted by name.
+// The directories of `dir` (symlinks followed), sorted by name; none when it cannot be read.
 std::vector<fs::directory_entry> directories_in(const fs::path& dir) {
   std::vector<fs::directory_entry> entries;
-  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
-    std::error_code error;
-    if (entry.is_directory(error)) entries.push_back(entry);
+  std::error_code error;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    std::error_code type_error;
+    if (it->is_directory(type_error)) entries.push_back(*it);
   }
   std::sort(entries.begin(), entries.end());
   return entries;
 }
 
-// The version `version` of model `name`, or null (logged) when it cannot be served.
+// What tells one content of a file from the next: its size and modification time (both -1
+// when it cannot be read).
+std::pair<uintmax_t, int64_t> file_identity(const fs::path& file) {
+  std::error_code error;
+  const uintmax_t size = fs::file_size(file, error);
+  if (error) return {static_cast<uintmax_t>(-1), -1};
+  const auto time = fs::last_write_time(file, error);
+  if (error) return {static_cast<uintmax_t>(-1), -1};
+  return {size, static_cast<int64_t>(time.time_since_epoch().count())};
+}
+
+// The model in `file` (a version's model.recemb), with its predictors when it has a dense part.
+// Throws what opening it throws, or InvalidArgument when it lies outside `root`.
 std::shared_ptr<ServedModel> open_version(const std::string& name, int64_t version,
-                                          const fs::path& version_dir, const fs::path& root,
-                                          std::ostream& log) {
-  const std::string what = "model '" + name + "' version " + std::to_string(version);
-  const auto file = resolve_inside(version_dir / train::kModelFileName, root, what, log);
-  if (!file) return nullptr;
-  try {
-    auto served = std::make_shared<ServedModel>(ServedModel{
-        .name = name, .version = version, .file = *file, .model = ServingModel::open(*file)});
-    try {  // the predictor shares the model's tables
-      served->predictor = std::make_unique<SharedPredictor>(train::Predictor::of(served->model));
-    } catch (const InvalidArgument& error) {  // no dense part: lookups only
-      served->no_predict_reason = error.what();
-    }
-    return served;
-  } catch (const std::exception& error) {
-    log << "recemb serve: refusing " << what << ": " << error.what() << "\n";
-    return nullptr;
+                                          const fs::path& file, const fs::path& root) {
+  auto resolved = resolve_inside(file, root);
+  if (auto* reason = std::get_if<std::string>(&resolved)) throw InvalidArgument(*reason);
+  const fs::path& path = std::get<fs::path>(resolved);
+  auto served = std::make_shared<ServedModel>(ServedModel{
+      .name = name, .version = version, .file = path, .model = ServingModel::open(path)});
+  try {  // the predictors share the model's tables
+    served->predictor = std::make_unique<PredictorPool>(train::Predictor::of(served->model));
+  } catch (const InvalidArgument& error) {  // no dense part: lookups only
+    served->no_predict_reason = error.what();
   }
+  return served;
 }
 
 }  // namespace
@@ -91,52 +92,164 @@ std::optional<int64_t> parse_version(std::string_view name) {
   return version;
 }
 
-ModelRegistry::ModelRegistry(const fs::path& model_dir, std::ostream& log) {
-  std::error_code error;
-  if (!fs::is_directory(model_dir, error)) {
-    throw InvalidArgument("recemb serve: '" + model_dir.string() + "' is not a directory; " +
-                          std::string(kLayout));
+void PredictorPool::predict(std::span<const std::string_view> lines,
+                            std::span<train::Prediction> results) {
+  std::unique_ptr<train::Predictor> predictor = borrow();
+  try {
+    predictor->predict(lines, results);
+  } catch (...) {
+    give_back(std::move(predictor));
+    throw;
   }
-  const fs::path root = fs::canonical(model_dir);
-  for (const fs::directory_entry& model_entry : directories_in(root)) {
-    const std::string name = model_entry.path().filename().string();
-    if (!is_valid_model_name(name)) {
-      log << "recemb serve: skipping '" << name << "': not a model name ([A-Za-z0-9._-])\n";
-      continue;
+  give_back(std::move(predictor));
+}
+
+std::unique_ptr<train::Predictor> PredictorPool::borrow() {
+  {
+    const std::lock_guard lock(mutex_);
+    if (!idle_.empty()) {
+      std::unique_ptr<train::Predictor> predictor = std::move(idle_.back());
+      idle_.pop_back();
+      return predictor;
     }
-    const auto model_dir_resolved = resolve_inside(model_entry.path(), root, "'" + name + "'", log);
-    if (!model_dir_resolved) continue;
-    std::vector<std::pair<int64_t, fs::path>> versions;
-    for (const fs::directory_entry& version_entry : directories_in(*model_dir_resolved)) {
-      const std::string version_name = version_entry.path().filename().string();
-      const auto version = parse_version(version_name);
-      if (!version) {
-        log << "recemb serve: skipping model '" << name << "' directory '" << version_name
-            << "': not a version (a positive integer)\n";
-        continue;
-      }
-      versions.emplace_back(*version, version_entry.path());
+  }
+  return std::make_unique<train::Predictor>(prototype_);  // reads the prototype only
+}
+
+void PredictorPool::give_back(std::unique_ptr<train::Predictor> predictor) {
+  const std::lock_guard lock(mutex_);
+  idle_.push_back(std::move(predictor));
+}
+
+ModelRegistry::ModelRegistry(const fs::path& model_dir, std::ostream& log)
+    : root_([&] {
+        std::error_code error;
+        if (!fs::is_directory(model_dir, error)) {
+          throw InvalidArgument("recemb serve: '" + model_dir.string() + "' is not a directory; " +
+                                std::string(kLayout));
+        }
+        return fs::canonical(model_dir);
+      }()),
+      log_(log) {
+  for (const auto& [name, entries] : scan(/*report=*/true)) {
+    std::shared_ptr<ServedModel> served = newest_servable(name, entries, 0);
+    std::vector<int64_t> versions;
+    for (const VersionEntry& entry : entries) versions.push_back(entry.version);
+    if (served) {
+      serve(std::move(served), versions);
+    } else {
+      log_ << "recemb serve: no servable version of model '" << name << "'\n";
     }
-    std::sort(versions.begin(), versions.end());
-    std::shared_ptr<ServedModel> served;
-    for (auto it = versions.rbegin(); it != versions.rend() && !served; ++it) {
-      served = open_version(name, it->first, it->second, root, log);
-    }
-    if (!served) {
-      log << "recemb serve: no servable version of model '" << name << "'\n";
-      continue;
-    }
-    for (const auto& [version, path] : versions) served->versions.push_back(version);
-    log << "recemb serve: serving model '" << name << "' version " << served->version << " ("
-        << served->model.tables().size() << " tables, " << served->model.features().size()
-        << " features, " << serving_dtype_name(served->model.dtype())
-        << (served->predictor ? ", predict" : "") << ") from " << served->file.string() << "\n";
-    models_.emplace(name, std::move(served));
   }
   if (models_.empty()) {
     throw InvalidArgument("recemb serve: no model to serve in '" + model_dir.string() + "'; " +
                           std::string(kLayout));
   }
+}
+
+std::map<std::string, std::vector<ModelRegistry::VersionEntry>> ModelRegistry::scan(
+    bool report) const {
+  std::map<std::string, std::vector<VersionEntry>> models;
+  for (const fs::directory_entry& model_entry : directories_in(root_)) {
+    const std::string name = model_entry.path().filename().string();
+    if (!is_valid_model_name(name)) {
+      if (report) {
+        log_ << "recemb serve: skipping '" << name << "': not a model name ([A-Za-z0-9._-])\n";
+      }
+      continue;
+    }
+    const auto resolved = resolve_inside(model_entry.path(), root_);
+    if (const auto* reason = std::get_if<std::string>(&resolved)) {
+      if (report) log_ << "recemb serve: skipping '" << name << "': " << *reason << "\n";
+      continue;
+    }
+    std::vector<VersionEntry>& entries = models[name];
+    for (const fs::directory_entry& version_entry : directories_in(std::get<fs::path>(resolved))) {
+      const std::string version_name = version_entry.path().filename().string();
+      const auto version = parse_version(version_name);
+      if (!version) {
+        if (report) {
+          log_ << "recemb serve: skipping model '" << name << "' directory '" << version_name
+               << "': not a version (a positive integer)\n";
+        }
+        continue;
+      }
+      entries.push_back({*version, version_entry.path() / train::kModelFileName});
+    }
+    std::sort(entries.begin(), entries.end(),
+              [](const VersionEntry& a, const VersionEntry& b) { return a.version < b.version; });
+  }
+  return models;
+}
+
+std::shared_ptr<ServedModel> ModelRegistry::newest_servable(
+    const std::string& name, const std::vector<VersionEntry>& entries, int64_t served) {
+  for (auto it = entries.rbegin(); it != entries.rend() && it->version != served; ++it) {
+    const auto key = std::make_pair(name, it->version);
+    const std::pair<uintmax_t, int64_t> identity = file_identity(it->file);
+    if (const auto refused = refused_.find(key);
+        refused != refused_.end() && refused->second == identity) {
+      continue;  // refused before, unchanged since
+    }
+    try {
+      std::shared_ptr<ServedModel> model = open_version(name, it->version, it->file, root_);
+      refused_.erase(key);
+      return model;
+    } catch (const std::exception& error) {
+      log_ << "recemb serve: refusing model '" << name << "' version " << it->version << ": "
+           << error.what() << "\n";
+      refused_[key] = identity;
+    }
+  }
+  return nullptr;
+}
+
+void ModelRegistry::serve(std::shared_ptr<ServedModel> model,
+                          const std::vector<int64_t>& versions) {
+  log_ << "recemb serve: serving model '" << model->name << "' version " << model->version << " ("
+       << model->model.tables().size() << " tables, " << model->model.features().size()
+       << " features, " << serving_dtype_name(model->model.dtype())
+       << (model->predictor ? ", predict" : "") << ") from " << model->file.string() << "\n";
+  const std::lock_guard lock(mutex_);
+  versions_[model->name] = versions;
+  models_[model->name] = std::move(model);
+}
+
+int ModelRegistry::refresh() {
+  const std::lock_guard refreshing(refresh_mutex_);
+  std::map<std::string, std::vector<VersionEntry>> found = scan(/*report=*/false);
+  int swapped = 0;
+  for (const std::string& name : names()) {  // served models whose directory is gone
+    if (found.contains(name)) {
+      gone_.erase(name);
+    } else if (!gone_.contains(name)) {
+      const int64_t version = find(name)->version;
+      gone_[name] = version;
+      log_ << "recemb serve: model '" << name << "' is no longer in the model directory; still "
+           << "serving version " << version << "\n";
+    }
+  }
+  for (const auto& [name, entries] : found) {
+    std::vector<int64_t> versions;
+    for (const VersionEntry& entry : entries) versions.push_back(entry.version);
+    const std::shared_ptr<const ServedModel> current = find(name);
+    const bool current_present =
+        current && std::find(versions.begin(), versions.end(), current->version) != versions.end();
+    std::shared_ptr<ServedModel> newer =
+        newest_servable(name, entries, current_present ? current->version : 0);
+    if (newer) {
+      if (current) {
+        log_ << "recemb serve: model '" << name << "': replacing version " << current->version
+             << "\n";
+      }
+      serve(std::move(newer), versions);
+      ++swapped;
+    } else {
+      const std::lock_guard lock(mutex_);
+      if (models_.contains(name)) versions_[name] = versions;
+    }
+  }
+  return swapped;
 }
 
 std::shared_ptr<const ServedModel> ModelRegistry::find(std::string_view name) const {
@@ -150,6 +263,12 @@ std::vector<std::string> ModelRegistry::names() const {
   std::vector<std::string> names;
   for (const auto& [name, model] : models_) names.push_back(name);
   return names;
+}
+
+std::vector<int64_t> ModelRegistry::versions(std::string_view name) const {
+  const std::lock_guard lock(mutex_);
+  const auto found = versions_.find(name);
+  return found == versions_.end() ? std::vector<int64_t>{} : found->second;
 }
 
 }  // namespace recemb::serve

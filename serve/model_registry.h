@@ -1,13 +1,15 @@
 // The models `recemb serve` serves, read from a model directory laid out as TF Serving's
 // (docs/serving.md, "recemb serve"): MODEL_DIR/NAME/VERSION/model.recemb, VERSION a positive
-// integer; the newest version of each NAME that opens (checksums verified) is served.
+// integer; the newest version of each NAME that opens (checksums verified) is served, and
+// refresh() swaps in versions that appear later (hot swap).
 //
-//   const ModelRegistry registry("models", std::cerr);
+//   ModelRegistry registry("models", std::cerr);
 //   std::shared_ptr<const ServedModel> model = registry.find("ctr");  // held for a request
+//   registry.refresh();  // from one thread, every few seconds
 //
 // A request holds its model's shared_ptr for its duration: replacing a served model is an
 // exchange of the pointer under the registry's lock, and the old model lives until its last
-// request ends.
+// request ends. Models are opened outside the lock, so lookups never wait for a load.
 #ifndef RECEMB_SERVE_MODEL_REGISTRY_H_
 #define RECEMB_SERVE_MODEL_REGISTRY_H_
 
@@ -29,33 +31,34 @@
 
 namespace recemb::serve {
 
-// A model's Predictor (sharing the model's tables), used by one request at a time: a Predictor's
-// buffers serve one thread, so predictions of one model are serialised (docs/serving.md,
-// "recemb serve").
-class SharedPredictor {
+// A model's Predictor for concurrent requests: a Predictor's buffers serve one thread, so each
+// request borrows a copy of its own (the copies share the model's tables; one is made the first
+// time more requests predict at once than there are copies, so there are at most as many as
+// request threads).
+class PredictorPool {
  public:
-  explicit SharedPredictor(train::Predictor predictor) : predictor_(std::move(predictor)) {}
+  explicit PredictorPool(train::Predictor prototype) : prototype_(std::move(prototype)) {}
 
-  // Predictor::predict, under the lock.
-  void predict(std::span<const std::string_view> lines, std::span<train::Prediction> results) {
-    const std::lock_guard lock(mutex_);
-    predictor_.predict(lines, results);
-  }
+  // Predictor::predict on a copy no other request is using.
+  void predict(std::span<const std::string_view> lines, std::span<train::Prediction> results);
 
  private:
+  std::unique_ptr<train::Predictor> borrow();
+  void give_back(std::unique_ptr<train::Predictor> predictor);
+
   std::mutex mutex_;
-  train::Predictor predictor_;
+  const train::Predictor prototype_;  // never predicts: only copied
+  std::vector<std::unique_ptr<train::Predictor>> idle_;
 };
 
 // One served version of a model.
 struct ServedModel {
   std::string name = {};
   int64_t version = 0;
-  std::vector<int64_t> versions = {};  // every version directory found, increasing
-  std::filesystem::path file = {};     // its model.recemb (symlinks resolved)
+  std::filesystem::path file = {};  // its model.recemb (symlinks resolved)
   ServingModel model;
-  // For a model with a dense part (exported from recemb train): its predictor; null otherwise.
-  std::unique_ptr<SharedPredictor> predictor = {};
+  // For a model with a dense part (exported from recemb train): its predictors; null otherwise.
+  std::unique_ptr<PredictorPool> predictor = {};
   std::string no_predict_reason = {};  // why there is no predictor
 };
 
@@ -76,14 +79,49 @@ class ModelRegistry {
   // be served, saying what layout is expected.
   ModelRegistry(const std::filesystem::path& model_dir, std::ostream& log);
 
+  // Scans model_dir again and swaps in, for each model, the newest version that opens when it is
+  // not the one served: a newer version, or an older one when the served version's directory was
+  // removed (a rollback); a new NAME starts being served. A version that cannot be served is
+  // refused and logged once, and tried again only when its model.recemb changes (size or
+  // modification time: a copy still being written is retried when it completes). A model whose
+  // directories are all removed keeps being served (logged once). Logs every swap. Returns the
+  // number of models swapped in or added. Calls are serialised; lookups go on meanwhile.
+  int refresh();
+
   // The served model `name`; null when there is none.
   std::shared_ptr<const ServedModel> find(std::string_view name) const;
   // The names served, sorted.
   std::vector<std::string> names() const;
+  // The version directories of `name` found by the last scan, increasing (empty for an unknown
+  // name).
+  std::vector<int64_t> versions(std::string_view name) const;
 
  private:
-  mutable std::mutex mutex_;
+  // A version directory of a model; `file` its model.recemb (symlinks not resolved).
+  struct VersionEntry {
+    int64_t version = 0;
+    std::filesystem::path file;
+  };
+  // The models found by a scan, each with its versions, increasing (`report` logs the entries
+  // skipped).
+  std::map<std::string, std::vector<VersionEntry>> scan(bool report) const;
+  // The newest version of `entries` that opens, trying those above `served` (all of them when
+  // `served` is not among the entries) down to it; null when none opens or `served` is the
+  // newest.
+  std::shared_ptr<ServedModel> newest_servable(const std::string& name,
+                                               const std::vector<VersionEntry>& entries,
+                                               int64_t served);
+  void serve(std::shared_ptr<ServedModel> model, const std::vector<int64_t>& versions);
+
+  const std::filesystem::path root_;  // model_dir, canonical
+  std::ostream& log_;
+  std::mutex refresh_mutex_;  // one refresh at a time; guards refused_ and gone_
+  // Per model and version refused, the size and modification time of the file refused.
+  std::map<std::pair<std::string, int64_t>, std::pair<uintmax_t, int64_t>> refused_;
+  std::map<std::string, int64_t> gone_;  // models served whose directories are gone: version
+  mutable std::mutex mutex_;             // guards models_ and versions_
   std::map<std::string, std::shared_ptr<const ServedModel>, std::less<>> models_;
+  std::map<std::string, std::vector<int64_t>, std::less<>> versions_;
 };
 
 }  // namespace recemb::serve

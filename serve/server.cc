@@ -55,11 +55,7 @@ struct Server::Route {
 };
 
 Server::Server(std::shared_ptr<const ModelRegistry> registry, const ServerOptions& options)
-    : registry_(std::move(registry)), options_(options) {
-  for (const std::string& name : registry_->names()) {
-    metrics_.set_served_version(name, registry_->find(name)->version);
-  }
-}
+    : registry_(std::move(registry)), options_(options) {}
 
 HttpResponse Server::handle(const HttpRequest& request) {
   const auto start = std::chrono::steady_clock::now();
@@ -111,6 +107,9 @@ HttpResponse Server::route(const HttpRequest& request, Route& route) {
   if (request.path == "/metrics") {
     route.method = "metrics";
     require("GET");
+    for (const std::string& name : registry_->names()) {  // as served now, after any swap
+      metrics_.set_served_version(name, registry_->find(name)->version);
+    }
     return {.content_type = "text/plain; version=0.0.4", .body = metrics_.render()};
   }
   if (!request.path.starts_with(kModelsPrefix)) {
@@ -243,7 +242,7 @@ HttpResponse Server::describe_model(const ServedModel& served) const {
   }
   nlohmann::json description = {{"name", served.name},
                                 {"version", served.version},
-                                {"versions", served.versions},
+                                {"versions", registry_->versions(served.name)},
                                 {"dtype", serving_dtype_name(model.dtype())},
                                 {"predict", served.predictor != nullptr},
                                 {"tables", std::move(tables)},

@@ -23,13 +23,15 @@ from recemb.config import DynamicVocabulary, FeatureConfig, QuantizationConfig, 
 from recemb.embedding import Embedding, LookupBatch, serving_embedding_lookup
 from recemb.inputs import Ragged, Sparse
 from recemb.placement import Placement
+from recemb.server import Client, Server
 from recemb.serving import ServingModel
 
 __version__ = "0.1.0"
 
 __all__ = ["TableConfig", "FeatureConfig", "QuantizationConfig", "DynamicVocabulary",
            "string_key", "string_keys", "Ragged", "Sparse", "Embedding",
-           "LookupBatch", "serving_embedding_lookup", "ServingModel", "latest_checkpoint",
+           "LookupBatch", "serving_embedding_lookup", "ServingModel", "Server", "Client",
+           "latest_checkpoint",
            "inspect_checkpoint", "read_static_table_as_dynamic", "InvalidArgument",
            "FailedPrecondition", "DataLoss", "ResourceExhausted", "Placement",
            "Communicator", "local_communicator", "in_process_communicators", "mpi_available",

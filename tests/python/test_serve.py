@@ -2,14 +2,12 @@
 http.client (JSON and binary lookups equal recemb.ServingModel's bitwise, errors answered with
 4xx), and stopped by SIGTERM (exit 0). docs/serving.md, "recemb serve"."""
 
+import contextlib
 import http.client
 import json
-import queue
-import re
-import signal
 import struct
-import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -20,42 +18,47 @@ from binaries import recemb_binary
 TIMEOUT = 30  # seconds, for every wait
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """(port, model, log lines) of `recemb serve` on a model "emb" (version 4), stopped at the
-    end by SIGTERM, which must end it with exit status 0."""
-    tmp = tmp_path_factory.mktemp("serve")
-    rng = np.random.default_rng(5)
+@contextlib.contextmanager
+def running_server(model_dir, poll_seconds=1.0):
+    """(port, log lines) of `recemb serve model_dir` (recemb.Server) on a free loopback port,
+    stopped at the end by SIGTERM, which must end it with exit status 0."""
+    server = recemb.Server(model_dir, threads=2, poll_seconds=poll_seconds,
+                           binary=recemb_binary(), timeout=TIMEOUT)
+    try:
+        yield server.port, server.log
+    finally:
+        status = server.stop()
+    assert status == 0, server.log
+
+
+def lookup_layer(seed):
+    """A layer of features a (table t: 30 x 3, sum) and b (u: 10 x 2, mean), random rows."""
+    rng = np.random.default_rng(seed)
     tables = {"t": recemb.TableConfig(30, 3, initializer=rng.normal(size=(30, 3)), name="t",
                                       combiner="sum"),
               "u": recemb.TableConfig(10, 2, initializer=rng.normal(size=(10, 2)), name="u",
                                       combiner="mean")}
-    layer = recemb.Embedding([recemb.FeatureConfig(tables["t"], name="a"),
-                              recemb.FeatureConfig(tables["u"], name="b")])
-    (tmp / "models" / "emb" / "4").mkdir(parents=True)
-    layer.export(tmp / "models" / "emb" / "4" / "model.recemb")
-    model = recemb.ServingModel.open(tmp / "models" / "emb" / "4" / "model.recemb")
-    process = subprocess.Popen(
-        [str(recemb_binary()), "serve", str(tmp / "models"), "--listen", "127.0.0.1:0",
-         "--threads", "2"], stderr=subprocess.PIPE, text=True)
-    lines = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in process.stderr], daemon=True).start()
-    log, port = [], None
-    try:
-        while port is None:
-            log.append(lines.get(timeout=TIMEOUT))
-            match = re.search(r"listening on 127\.0\.0\.1:(\d+)", log[-1])
-            port = int(match.group(1)) if match else None
+    return recemb.Embedding([recemb.FeatureConfig(tables["t"], name="a"),
+                             recemb.FeatureConfig(tables["u"], name="b")])
+
+
+def export_version(layer, model_dir, version):
+    """Exports `layer` as model_dir/emb/VERSION, appearing at once (written aside, renamed)."""
+    staging = model_dir.parent / f"staging-{version}"
+    staging.mkdir()
+    layer.export(staging / "model.recemb")
+    (model_dir / "emb").mkdir(parents=True, exist_ok=True)
+    staging.rename(model_dir / "emb" / str(version))
+    return recemb.ServingModel.open(model_dir / "emb" / str(version) / "model.recemb")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """(port, model, log lines) of `recemb serve` on a model "emb" (version 4)."""
+    tmp = tmp_path_factory.mktemp("serve")
+    model = export_version(lookup_layer(5), tmp / "models", 4)
+    with running_server(tmp / "models") as (port, log):
         yield port, model, log
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            status = process.wait(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            raise
-    assert status == 0, log
 
 
 def request(port, method, path, body=None, content_type="application/json"):
@@ -134,3 +137,60 @@ def test_bad_requests_get_4xx_and_the_server_goes_on(served):
     assert status == 200
     assert 'recemb_serve_model_version{model="emb"} 4' in data.decode()
     assert request(port, "GET", "/healthz")[0] == 200
+
+
+def test_new_versions_are_swapped_in_while_lookups_go_on(tmp_path):
+    """A version written into the model directory is served within the poll period; every
+    lookup meanwhile is answered (200) with one version's activations; a damaged version is
+    refused (logged) and the one served goes on."""
+    models = tmp_path / "models"
+    first = export_version(lookup_layer(1), models, 1)
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(0, 30, size=(4, 3)), rng.integers(0, 10, size=(4, 2))
+    body = json.dumps({"inputs": {"a": a.tolist(), "b": b.tolist()}})
+    expected = {1: first.lookup({"a": a, "b": b})}
+    answers, stop = [], threading.Event()
+    with running_server(models, poll_seconds=0.1) as (port, log):
+        def client():
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+            while not stop.is_set() and len(answers) < 20000:
+                connection.request("POST", "/v1/models/emb:lookup", body=body,
+                                   headers={"Content-Type": "application/json"})
+                response = connection.getresponse()
+                answers.append((response.status, response.read()))
+        thread = threading.Thread(target=client)
+        thread.start()
+        try:
+            second = export_version(lookup_layer(2), models, 2)
+            expected[2] = second.lookup({"a": a, "b": b})
+            deadline = time.monotonic() + TIMEOUT
+            while json.loads(request(port, "GET", "/v1/models/emb")[2])["version"] != 2:
+                assert time.monotonic() < deadline, log
+                time.sleep(0.05)
+            damaged = tmp_path / "damaged"
+            damaged.mkdir()
+            data = bytearray((models / "emb" / "2" / "model.recemb").read_bytes())
+            data[-8] ^= 0x55
+            (damaged / "model.recemb").write_bytes(bytes(data))
+            damaged.rename(models / "emb" / "3")
+            while not any("refusing model 'emb' version 3" in line for line in log):
+                assert time.monotonic() < deadline, log
+                time.sleep(0.05)
+            described = json.loads(request(port, "GET", "/v1/models/emb")[2])
+            assert described["version"] == 2 and described["versions"] == [1, 2, 3]
+        finally:
+            stop.set()
+            thread.join(timeout=TIMEOUT)
+    assert answers
+    versions_seen = []
+    for status, data in answers:
+        assert status == 200, data
+        outputs = json.loads(data)["outputs"]
+        matches = [v for v, e in expected.items()
+                   if all(np.array_equal(np.asarray(outputs[f], dtype=np.float32), e[f])
+                          for f in ("a", "b"))]
+        assert len(matches) == 1
+        if not versions_seen or versions_seen[-1] != matches[0]:
+            versions_seen.append(matches[0])
+    assert versions_seen[-1] == 2 and versions_seen == sorted(versions_seen)
+    assert any("model 'emb': replacing version 1" in line for line in log)

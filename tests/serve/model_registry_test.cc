@@ -1,14 +1,19 @@
 #include "serve/model_registry.h"
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <random>
 #include <sstream>
+#include <thread>
 
 #include "recemb/error.h"
 
 #include "serve/serving_fixtures.h"
+#include "testing/criteo_lines.h"
 #include "testing/error_of.h"
 #include "testing/temporary_directory.h"
 
@@ -56,7 +61,8 @@ TEST(ModelRegistry, ServesTheNewestVersionThatOpens) {
   const auto ctr = registry.find("ctr");
   ASSERT_NE(ctr, nullptr);
   EXPECT_EQ(ctr->version, 12);
-  EXPECT_EQ(ctr->versions, (std::vector<int64_t>{3, 12, 20}));
+  EXPECT_EQ(registry.versions("ctr"), (std::vector<int64_t>{3, 12, 20}));
+  EXPECT_EQ(registry.versions("nothing"), std::vector<int64_t>{});
   EXPECT_EQ(ctr->predictor, nullptr);
   EXPECT_THAT(ctr->no_predict_reason, HasSubstr("dense"));
   EXPECT_EQ(ctr->file, fs::canonical(dir / "ctr" / "12" / "model.recemb"));
@@ -86,6 +92,161 @@ TEST(ModelRegistry, SymlinksMustStayInside) {
   EXPECT_EQ(registry.find("escaped"), nullptr);
   EXPECT_EQ(registry.find("v"), nullptr);
   EXPECT_EQ(registry.find("f"), nullptr);
+}
+
+// Damages one byte near the end of `file` (a table's bytes: the checksum fails).
+void damage(const fs::path& file) {
+  std::fstream stream(file, std::ios::in | std::ios::out | std::ios::binary);
+  stream.seekg(-8, std::ios::end);
+  const char byte = static_cast<char>(stream.get());
+  stream.seekp(-8, std::ios::end);
+  stream.put(static_cast<char>(byte ^ 0x55));
+}
+
+// How often `text` occurs in `log`.
+size_t count_of(const std::string& log, const std::string& text) {
+  size_t count = 0;
+  for (size_t at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++count;
+  return count;
+}
+
+// The activations `model` gives a fixed random batch: what tells the versions apart.
+std::vector<std::vector<float>> activations_of(const ServingModel& model) {
+  std::mt19937_64 random(3);
+  return test::reference_activations(model, test::random_batch(random, 16));
+}
+
+// A newer version is swapped in by refresh(); the model a request still holds keeps answering
+// as before; a damaged version is refused once and retried when its file changes; removing the
+// served version rolls back to the newest older one; a new name is added; a removed name keeps
+// being served.
+TEST(ModelRegistry, RefreshSwapsVersionsIn) {
+  recemb::test::TemporaryDirectory dir;
+  const Embedding first = test::lookup_embedding(1);
+  const Embedding second = test::lookup_embedding(2);
+  const Embedding third = test::lookup_embedding(3);
+  test::export_to(first, dir / "ctr" / "1");
+  std::ostringstream log;
+  ModelRegistry registry(dir.path(), log);
+  const std::shared_ptr<const ServedModel> held = registry.find("ctr");
+  const auto first_activations = activations_of(held->model);
+  EXPECT_EQ(registry.refresh(), 0);  // nothing new
+
+  test::export_to(second, dir / "ctr" / "2");
+  EXPECT_EQ(registry.refresh(), 1);
+  const auto swapped = registry.find("ctr");
+  EXPECT_EQ(swapped->version, 2);
+  EXPECT_EQ(registry.versions("ctr"), (std::vector<int64_t>{1, 2}));
+  EXPECT_NE(activations_of(swapped->model), first_activations);
+  EXPECT_EQ(activations_of(held->model), first_activations);  // the old model, still whole
+  EXPECT_THAT(log.str(), HasSubstr("model 'ctr': replacing version 1"));
+
+  test::export_to(third, dir / "ctr" / "3");
+  damage(dir / "ctr" / "3" / "model.recemb");
+  EXPECT_EQ(registry.refresh(), 0);
+  EXPECT_EQ(registry.refresh(), 0);
+  EXPECT_EQ(registry.find("ctr")->version, 2);
+  EXPECT_EQ(count_of(log.str(), "refusing model 'ctr' version 3"), 1u) << log.str();
+  EXPECT_EQ(registry.versions("ctr"), (std::vector<int64_t>{1, 2, 3}));
+  test::export_to(third, dir / "ctr" / "3");  // repaired: another size or time
+  fs::last_write_time(
+      dir / "ctr" / "3" / "model.recemb",
+      fs::last_write_time(dir / "ctr" / "3" / "model.recemb") + std::chrono::seconds(1));
+  EXPECT_EQ(registry.refresh(), 1);
+  EXPECT_EQ(registry.find("ctr")->version, 3);
+  EXPECT_EQ(activations_of(registry.find("ctr")->model),
+            activations_of(ServingModel::open(dir / "ctr" / "3" / "model.recemb")));
+
+  fs::remove_all(dir / "ctr" / "3");  // rollback
+  fs::remove_all(dir / "ctr" / "2");
+  EXPECT_EQ(registry.refresh(), 1);
+  EXPECT_EQ(registry.find("ctr")->version, 1);
+  EXPECT_EQ(activations_of(registry.find("ctr")->model), first_activations);
+
+  test::export_to(second, dir / "new" / "4");
+  EXPECT_EQ(registry.refresh(), 1);
+  EXPECT_EQ(registry.names(), (std::vector<std::string>{"ctr", "new"}));
+  fs::remove_all(dir / "new");
+  EXPECT_EQ(registry.refresh(), 0);
+  EXPECT_EQ(registry.refresh(), 0);
+  EXPECT_EQ(registry.find("new")->version, 4);
+  EXPECT_EQ(count_of(log.str(), "model 'new' is no longer in the model directory"), 1u);
+}
+
+// Lookups on models found while another thread swaps versions in: every lookup answers with
+// the activations of one of the versions (run under TSan in CI).
+TEST(ModelRegistry, LookupsGoOnDuringSwaps) {
+  recemb::test::TemporaryDirectory dir;
+  std::vector<std::vector<std::vector<float>>> expected;
+  for (uint64_t seed = 1; seed <= 2; ++seed) {
+    const Embedding embedding = test::lookup_embedding(seed);
+    test::export_to(embedding, dir / "stage" / std::to_string(seed));
+    expected.push_back(
+        activations_of(ServingModel::open(dir / "stage" / std::to_string(seed) / "model.recemb")));
+  }
+  fs::create_directories(dir / "root" / "m");
+  fs::copy(dir / "stage" / "1", dir / "root" / "m" / "1");
+  std::ostringstream log;
+  ModelRegistry registry(dir / "root", log);
+  std::atomic<bool> done{false};
+  std::atomic<int> lookups{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&] {
+      while (!done) {
+        const std::shared_ptr<const ServedModel> model = registry.find("m");
+        const auto activations = activations_of(model->model);
+        const auto index = static_cast<size_t>((model->version - 1) % 2);
+        EXPECT_EQ(activations, expected[index]);
+        ++lookups;
+      }
+    });
+  }
+  for (int version = 2; version <= 7; ++version) {  // alternating contents
+    fs::copy(dir / "stage" / std::to_string(2 - version % 2),
+             dir / "root" / "m" / std::to_string(version));
+    const int before = lookups;
+    EXPECT_EQ(registry.refresh(), 1);
+    while (lookups < before + 4) std::this_thread::yield();  // lookups before and after the swap
+  }
+  done = true;
+  for (std::thread& reader : readers) reader.join();
+  EXPECT_EQ(registry.find("m")->version, 7);
+  EXPECT_GT(lookups.load(), 0);
+}
+
+// Requests predicting at once, each on its own copy from the pool, get what one Predictor
+// predicting the same batch alone gives, bitwise (a batch of other lines may round differently:
+// the dense layers' blocking depends on the batch size).
+TEST(PredictorPool, ConcurrentPredictionsEqualOnePredictors) {
+  recemb::test::TemporaryDirectory dir;
+  test::train_and_export(dir / "work", dir / "model");
+  const ServingModel model = ServingModel::open(dir / "model" / "model.recemb");
+  std::mt19937_64 random(8);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 24; ++i) lines.push_back(recemb::test::random_criteo_line(random));
+  lines[5] = "1\tnot a line";
+  const std::vector<std::string_view> views(lines.begin(), lines.end());
+  train::Predictor alone = train::Predictor::of(model);
+  std::vector<train::Prediction> expected(lines.size());
+  alone.predict(views, expected);
+  ASSERT_FALSE(expected[5].error.empty());
+
+  PredictorPool pool(train::Predictor::of(model));
+  std::vector<std::thread> requests;
+  for (int t = 0; t < 3; ++t) {
+    requests.emplace_back([&] {
+      for (int round = 0; round < 10; ++round) {
+        std::vector<train::Prediction> results(lines.size());
+        pool.predict(views, results);
+        for (size_t i = 0; i < results.size(); ++i) {
+          EXPECT_EQ(results[i].probability, expected[i].probability) << i;
+          EXPECT_EQ(results[i].error, expected[i].error) << i;
+        }
+      }
+    });
+  }
+  for (std::thread& request : requests) request.join();
 }
 
 TEST(ModelRegistry, NoModelIsAnErrorSayingTheLayout) {

@@ -122,6 +122,10 @@ CLI::App* add_serve(CLI::App& app, ServeArguments& args) {
                     "Connections served at once (a thread each), 0 = 64");
   serve->add_option("--max-body-bytes", args.max_body_bytes, "Longer request bodies get 413")
       ->capture_default_str();
+  serve
+      ->add_option("--poll-seconds", args.poll_seconds,
+                   "Scan MODEL_DIR for new versions this often (0: never)")
+      ->capture_default_str();
   serve->add_option("--max-examples", args.max_examples, "More examples in a request get 400")
       ->capture_default_str();
   return serve;

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <memory>
+#include <mutex>
 #include <pthread.h>
 #include <thread>
 
@@ -71,10 +74,13 @@ int run_serve_command(const ServeArguments& args, std::ostream& err) {
   }
   if (args.max_body_bytes < 1) throw InvalidArgument("--max-body-bytes must be >= 1");
   if (args.max_examples < 1) throw InvalidArgument("--max-examples must be >= 1");
+  if (!(args.poll_seconds >= 0 && args.poll_seconds <= 86400)) {
+    throw InvalidArgument("--poll-seconds must be from 0 (never) to 86400");
+  }
   const int threads = args.threads > 0 ? args.threads : kDefaultServeThreads;
 
   const BlockedSignals blocked;  // before any thread starts
-  auto registry = std::make_shared<const serve::ModelRegistry>(args.model_dir, err);
+  auto registry = std::make_shared<serve::ModelRegistry>(args.model_dir, err);
   serve::Server server(registry,
                        {.max_body_bytes = args.max_body_bytes, .max_examples = args.max_examples});
   serve::HttpServer http(
@@ -89,6 +95,25 @@ int run_serve_command(const ServeArguments& args, std::ostream& err) {
   err << "recemb serve: listening on " << (ipv6 ? "[" + address.host + "]" : address.host) << ":"
       << http.port() << " (" << threads << " threads)\n"
       << std::flush;
+
+  // Hot swap: the registry rescans MODEL_DIR every poll_seconds until the server stops (the
+  // jthread is asked to stop and joined when this function returns or throws).
+  std::mutex poll_mutex;
+  std::condition_variable_any poll_wakeup;
+  const std::jthread poller([&](const std::stop_token& stop) {
+    if (args.poll_seconds == 0) return;
+    const auto period = std::chrono::duration<double>(args.poll_seconds);
+    std::unique_lock lock(poll_mutex);
+    for (;;) {
+      poll_wakeup.wait_for(lock, stop, period, [] { return false; });
+      if (stop.stop_requested()) return;
+      try {
+        registry->refresh();
+      } catch (const std::exception& error) {  // e.g. MODEL_DIR unreadable: keep serving
+        err << "recemb serve: scanning " << args.model_dir << ": " << error.what() << "\n";
+      }
+    }
+  });
 
   std::atomic<bool> finished{false};
   std::thread waiter([&] {

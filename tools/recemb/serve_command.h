@@ -1,7 +1,7 @@
 // `recemb serve MODEL_DIR [--listen 127.0.0.1:8500] [--threads N] [--max-body-bytes B]
-// [--max-examples E]`: the models of MODEL_DIR (MODEL_DIR/NAME/VERSION/model.recemb) over
-// HTTP/1.1 (docs/serving.md, "recemb serve", specifies the endpoints and bodies), until SIGINT or
-// SIGTERM.
+// [--max-examples E] [--poll-seconds S]`: the models of MODEL_DIR
+// (MODEL_DIR/NAME/VERSION/model.recemb) over HTTP/1.1 (docs/serving.md, "recemb serve", specifies
+// the endpoints and bodies), until SIGINT or SIGTERM.
 #ifndef RECEMB_TOOLS_RECEMB_SERVE_COMMAND_H_
 #define RECEMB_TOOLS_RECEMB_SERVE_COMMAND_H_
 
@@ -23,6 +23,7 @@ struct ServeArguments {
   int threads = 0;                        // connections served at once; 0: kDefaultServeThreads
   int64_t max_body_bytes = 64 << 20;
   int64_t max_examples = 4096;  // per request
+  double poll_seconds = 1.0;    // MODEL_DIR is scanned for new versions this often; 0: never
 };
 
 struct ListenAddress {
@@ -36,7 +37,8 @@ ListenAddress parse_listen_address(std::string_view listen);
 
 // Loads the models (ModelRegistry: each model served and each version refused is logged on
 // `err`), listens (logging "recemb serve: listening on HOST:PORT") and answers requests until the
-// process receives SIGINT or SIGTERM; then stops accepting, answers the requests in flight and
+// process receives SIGINT or SIGTERM, meanwhile swapping in new versions every poll_seconds
+// (ModelRegistry::refresh); then stops accepting, answers the requests in flight and
 // returns 0. SIGINT and SIGTERM are blocked in the calling thread (and the threads it starts)
 // while it runs. Throws InvalidArgument, before listening, for bad arguments, a MODEL_DIR with no
 // model to serve, or an address it cannot listen on.
