@@ -20,7 +20,8 @@ namespace {
 constexpr std::string_view kResumeMayChange[] = {
     "train.steps",        "train.eval_every",   "train.log_every",     "checkpoint.dir",
     "checkpoint.every",   "checkpoint.keep",    "output.dir",          "embedding.threads",
-    "embedding.sharding", "data.max_malformed", "data.reader_threads", "train.overlap"};
+    "embedding.sharding", "data.max_malformed", "data.reader_threads", "train.overlap",
+    "serving.publish_dir", "serving.publish_every_seconds", "serving.publish_dtype"};
 
 }  // namespace
 

@@ -1,8 +1,8 @@
-// recemb/serving.h and recemb/publish.h. Paths convert from str or os.PathLike and to pathlib.Path. export, open
-// (which may read the whole file to verify it) and lookup release the interpreter lock; a
-// ServingModel is immutable, so lookups from several Python threads run in parallel. The numpy
-// arrays of ExportOptions.extra_arrays are borrowed as SaveOptions' are (bind_checkpoint.cc): each
-// ServingArray keeps its array alive, and ExportOptions its ServingArrays. ServingModel's
+// recemb/serving.h and recemb/publish.h. Paths convert from str or os.PathLike and to pathlib.Path.
+// export, open (which may read the whole file to verify it) and lookup release the interpreter
+// lock; a ServingModel is immutable, so lookups from several Python threads run in parallel. The
+// numpy arrays of ExportOptions.extra_arrays are borrowed as SaveOptions' are (bind_checkpoint.cc):
+// each ServingArray keeps its array alive, and ExportOptions its ServingArrays. ServingModel's
 // extra_arrays are read-only numpy arrays of their shapes over the model's memory (their base is
 // the model).
 #include <map>
