@@ -8,6 +8,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -239,6 +240,7 @@ class Trainer {
     // MetricsLog drops these off-schedule records (see metrics_log.h).
     save();
     if (embedding_.step() != published_step_) publish_model();
+    errors_.locally([&] { finish_publishing(); });
     if (loss_window_count_ > 0) record_loss(embedding_.step());
     const EvalRecord final_eval = evaluate();
     summary_.seconds = seconds_since(start);
@@ -451,10 +453,13 @@ class Trainer {
   // The steps' batches, read by prefetching_ and looked up in embedding_ (set once they exist).
   // Publishes the tables and the dense model at this step boundary into serving.publish_dir (a
   // base the first time, then deltas: recemb/publish.h), with what `recemb export` writes beside
-  // the tables (model_file_options), so that a base is `recemb export`'s file of this step.
+  // the tables (model_file_options), so that a base is `recemb export`'s file of this step. A
+  // delta's rows are copied here and the file is written on another thread while training goes
+  // on; the previous one is waited for first (its error, if any, ends the run).
   void publish_model() {
     if (config_.serving.publish_dir.empty()) return;
     const Clock::time_point t = Clock::now();
+    finish_publishing();
     pipeline_->wait_for_prefetch();
     const std::optional<DenseModelPart> dense =
         DenseModelPart{.config = model_.config(),
@@ -462,14 +467,23 @@ class Trainer {
     const ExportOptions options =
         model_file_options(embedding_, dense, parse_serving_dtype(config_.serving.publish_dtype),
                            "serving.publish_dir '" + config_.serving.publish_dir + "': ");
-    publish(embedding_, config_.serving.publish_dir,
-            {.dtype = options.dtype,
-             .extra_arrays = options.extra_arrays,
-             .metadata = options.metadata});
+    publishing_ =
+        std::async(std::launch::async, begin_publish(embedding_, config_.serving.publish_dir,
+                                                     {.dtype = options.dtype,
+                                                      .extra_arrays = options.extra_arrays,
+                                                      .metadata = options.metadata}));
     published_step_ = embedding_.step();
     summary_.publish_seconds += seconds_since(t);
     ++summary_.publishes;
     last_publish_ = Clock::now();
+  }
+
+  // Waits for the delta being written, if any; rethrows its error.
+  void finish_publishing() {
+    if (!publishing_.valid()) return;
+    const Clock::time_point t = Clock::now();
+    publishing_.get();
+    summary_.publish_seconds += seconds_since(t);
   }
 
   // Declared before embedding_, so that its destructor has waited for a prefetched lookup before
@@ -495,6 +509,7 @@ class Trainer {
   int64_t last_saved_step_ = -1;
   std::optional<Clock::time_point> last_publish_;  // none: not publishing (yet)
   int64_t published_step_ = -1;
+  std::future<PublishResult> publishing_;  // the delta being written
   // The data position after the last batch trained on (what a checkpoint saves).
   std::string trained_position_;
 };

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -59,13 +60,26 @@ struct PublishResult {
 // an Embedding that is never published pays nothing.
 //
 // Each file is written atomically (a temporary file, fsynced, renamed), so a reader never sees a
-// partial one; a failed publish changes nothing (its changes go into the next one). `dir` is
-// created if absent (its parent must exist). Throws as export_serving_model for bad options or
-// values (InvalidArgument), std::system_error for a failing file-system call, and
-// FailedPrecondition for an Embedding spanning several ranks (publish from one process). No call
-// that changes `embedding` may run concurrently.
+// partial one. Bad options throw (InvalidArgument, as export_serving_model's) before anything
+// changes; a publish that fails later, writing its file (std::system_error for a failing
+// file-system call, naming it; InvalidArgument for a table value the dtype cannot hold), makes
+// the next publish a base. `dir` is created if absent (its parent must exist). FailedPrecondition
+// for an Embedding spanning several ranks (publish from one process). No call that changes
+// `embedding` may run concurrently.
 RECEMB_EXPORT PublishResult publish(Embedding& embedding, const std::filesystem::path& dir,
                                     const PublishOptions& options = {});
+
+// publish in two halves, so that a trainer writes a delta on another thread while it trains on:
+// begin_publish(embedding, dir, options)() is publish(embedding, dir, options). The first half,
+// at a step boundary, validates as publish does, then writes a base there (it reads the tables),
+// or, for a delta, copies the changed rows (and options' arrays and metadata) and clears the
+// change tracking. It returns the second half, which returns the base's result, or encodes and
+// writes the delta: it may run on any thread, concurrently with any call on `embedding`. Call it
+// (to its end) before the next begin_publish or publish of `embedding`. Should it throw, the
+// next publish writes a base.
+RECEMB_EXPORT std::function<PublishResult()> begin_publish(Embedding& embedding,
+                                                           const std::filesystem::path& dir,
+                                                           const PublishOptions& options = {});
 
 }  // namespace recemb
 

@@ -109,10 +109,10 @@ class _Reordered:
 
 class ServingModel:
     """A serving model file opened read-only: open reads the whole file into memory the model
-    owns, and its tables are looked up there. Immutable: lookups from several threads run in
-    parallel (the interpreter lock is released). The model never reads the file again, so the file
-    may be replaced, rewritten in place, truncated or deleted meanwhile: the model keeps serving
-    what it opened."""
+    owns, and its tables are looked up there. Immutable but for apply_delta: lookups from several
+    threads run in parallel (the interpreter lock is released). The model never reads the file
+    again, so the file may be replaced, rewritten in place, truncated or deleted meanwhile: the
+    model keeps serving what it opened."""
 
     __slots__ = ("_model", "_resolved", "_engine", "_tables", "_new_arrays", "_extra_arrays",
                  "_metadata")

@@ -14,6 +14,7 @@
 #ifndef RECEMB_EMBEDDING_EMBEDDING_IMPL_H_
 #define RECEMB_EMBEDDING_EMBEDDING_IMPL_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -44,14 +45,16 @@ namespace recemb {
 namespace internal {
 
 // Where an Embedding last published (recemb/publish.h): the model directory, the version it
-// wrote a base in, the sequence of the last file written there (0: the base), the base's
-// identity (its manifest checksum) and the dtype of them all.
+// wrote a base in, the sequence of the last delta taken (0: the base), the base's identity (its
+// manifest checksum) and the dtype of them all.
 struct Publication {
   std::filesystem::path dir;
   int64_t version = 0;
   int64_t sequence = 0;
   uint64_t base_id = 0;
   ServingDtype dtype = ServingDtype::kFloat32;
+  // Set by a delta's write that failed (possibly on another thread): the next publish is a base.
+  std::shared_ptr<std::atomic<bool>> failed_write;
 };
 
 // What an Embedding is and holds: its configs, placement, the parts this rank holds, its step.

@@ -5,12 +5,14 @@
 // TTL); and every refusal (damaged, truncated, wrong base, out of order, shared model) leaves the
 // model as it was.
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <random>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "recemb/embedding.h"
@@ -22,6 +24,7 @@
 #include "serving/serving_scenario.h"
 #include "testing/embedding_calls.h"
 #include "testing/error_of.h"
+#include "testing/fault_file_system.h"
 #include "testing/files.h"
 #include "testing/random_batches.h"
 #include "testing/temporary_directory.h"
@@ -324,6 +327,29 @@ TEST(PublishTest, UntrackedWritesAndNewDtypesWriteANewBase) {
                        {.extra_arrays = {{.name = "x", .shape = {1}, .values = nan}}}),
                InvalidArgument);
   EXPECT_EQ(publish(layer, directory / "other", {.dtype = ServingDtype::kInt8}).sequence, 1);
+}
+
+TEST(PublishTest, AFailedDeltaWriteLeavesNoFileAndMakesTheNextPublishABase) {
+  TemporaryDirectory directory;
+  const std::filesystem::path dir = directory / "m";
+  std::mt19937_64 rng(8);
+  Embedding layer = make_layer(8);
+  publish(layer, dir);
+  train(layer, rng, 2, kItems);
+  {
+    test::FaultFileSystem faults;
+    faults.fail(test::FaultPoint::kSync, 1, ENOSPC);
+    EXPECT_THROW(publish(layer, dir), std::system_error);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "1" / "delta-00000001.recemb"));
+  train(layer, rng, 1, kItems);
+  // The rows the failed delta took are in no file: a base, equal to a fresh export.
+  const PublishResult result = publish(layer, dir);
+  EXPECT_EQ(result.sequence, 0);
+  EXPECT_EQ(result.version, 2);
+  export_serving_model(layer, directory / "fresh.recemb");
+  EXPECT_TRUE(test::read_bytes(result.file) == test::read_bytes(directory / "fresh.recemb"));
+  EXPECT_EQ(publish(layer, dir).sequence, 1);
 }
 
 }  // namespace
