@@ -8,11 +8,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <random>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "recemb/embedding.h"
@@ -327,6 +329,38 @@ TEST(PublishTest, UntrackedWritesAndNewDtypesWriteANewBase) {
                        {.extra_arrays = {{.name = "x", .shape = {1}, .values = nan}}}),
                InvalidArgument);
   EXPECT_EQ(publish(layer, directory / "other", {.dtype = ServingDtype::kInt8}).sequence, 1);
+}
+
+// begin_publish: the delta written on another thread while the layer trains on holds the rows
+// of the step it began at.
+TEST(PublishTest, ADeltaWrittenWhileTrainingHoldsTheRowsOfItsStep) {
+  for (const ServingDtype dtype : kDtypes) {
+    SCOPED_TRACE(serving_dtype_name(dtype));
+    TemporaryDirectory directory;
+    const std::filesystem::path dir = directory / "m";
+    std::mt19937_64 rng(12);
+    Embedding layer = make_layer(12);
+    Extras extras = extras_for(dtype, 0);
+    const PublishResult base = publish(layer, dir, extras.options);
+    train(layer, rng, 3, kItems);
+    extras = extras_for(dtype, 1);
+    export_serving_model(layer, directory / "fresh.recemb",
+                         {.dtype = dtype,
+                          .extra_arrays = extras.options.extra_arrays,
+                          .metadata = extras.options.metadata});
+    std::function<PublishResult()> write = begin_publish(layer, dir, extras.options);
+    extras.weights.assign(3, 7.0f);  // the arrays were copied
+    PublishResult delta;
+    std::thread writer([&] { delta = write(); });
+    train(layer, rng, 3, kItems);
+    writer.join();
+    EXPECT_EQ(delta.sequence, 1);
+    ServingModel model = ServingModel::open(base.file);
+    model.apply_delta(delta.file);
+    expect_same_model(model, ServingModel::open(directory / "fresh.recemb"), rng, "delta");
+    // The next delta holds the rows trained since.
+    EXPECT_EQ(publish(layer, dir, extras.options).sequence, 2);
+  }
 }
 
 TEST(PublishTest, AFailedDeltaWriteLeavesNoFileAndMakesTheNextPublishABase) {
