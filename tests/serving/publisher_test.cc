@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "recemb/checkpoint.h"
 #include "recemb/embedding.h"
 #include "recemb/error.h"
 #include "recemb/publish.h"
@@ -307,18 +308,25 @@ TEST(PublishTest, UntrackedWritesAndNewDtypesWriteANewBase) {
   EXPECT_EQ(publish(layer, dir).sequence, 0);
   train(layer, rng, 1, kItems);
   EXPECT_EQ(publish(layer, dir).sequence, 1);
+  // Saving a checkpoint writes no row: deltas go on. Restoring one is not tracked: a base.
+  const std::filesystem::path checkpoint = save_checkpoint(layer, directory / "ckpt");
+  train(layer, rng, 1, kItems);
+  EXPECT_EQ(publish(layer, dir).sequence, 2);
+  restore_checkpoint(layer, checkpoint);
+  EXPECT_EQ(publish(layer, dir).sequence, 0);
+  EXPECT_EQ(publish(layer, dir).sequence, 1);
   // write_variable is not tracked row by row: a base, in the next version.
   std::vector<float> rows = test::read(layer, "items", "parameters");
   rows[7] += 1.0f;
   layer.write_variable("items", "parameters", rows);
   PublishResult result = publish(layer, dir);
   EXPECT_EQ(result.sequence, 0);
-  EXPECT_EQ(result.version, 2);
+  EXPECT_EQ(result.version, 3);
   EXPECT_EQ(publish(layer, dir).sequence, 1);
   // Another dtype: a base.
   result = publish(layer, dir, {.dtype = ServingDtype::kInt8});
   EXPECT_EQ(result.sequence, 0);
-  EXPECT_EQ(result.version, 3);
+  EXPECT_EQ(result.version, 4);
   // Another directory: a base there.
   result = publish(layer, directory / "other", {.dtype = ServingDtype::kInt8});
   EXPECT_EQ(result.sequence, 0);
