@@ -202,6 +202,20 @@ TEST(Trainer, PublishedDeltasAddUpToTheExportOfTheLastStep) {
   }
 }
 
+TEST(Trainer, APublishDirThatCannotBeCreatedStopsTheRunBeforeTraining) {
+  const auto dir = fresh_dir("publish_bad");
+  std::filesystem::create_directories(dir);
+  test::write_bytes(dir / "file", {});
+  const std::string publish_dir = (dir / "file" / "ctr").string();
+  try {
+    run_training(small_config(dir, {"serving.publish_dir=\"" + publish_dir + "\""}), {});
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& error) {
+    EXPECT_THAT(error.what(), HasSubstr(publish_dir));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "checkpoints"));
+}
+
 TEST(Trainer, HashedTablesReportNoVocabulary) {
   const auto dir = fresh_dir("hashed_no_vocabulary");
   std::ostringstream log;
