@@ -63,9 +63,14 @@ struct PublishResult {
 // partial one. Bad options throw (InvalidArgument, as export_serving_model's) before anything
 // changes; a publish that fails later, writing its file (std::system_error for a failing
 // file-system call, naming it; InvalidArgument for a table value the dtype cannot hold), makes
-// the next publish a base. `dir` is created if absent (its parent must exist). FailedPrecondition
-// for an Embedding spanning several ranks (publish from one process). No call that changes
-// `embedding` may run concurrently.
+// the next publish a base. `dir` is created if absent (its parent must exist). No call that
+// changes `embedding` may run concurrently.
+//
+// Several ranks: collective (every rank calls it with the same `dir` and options). Each rank's
+// changes are gathered (the ids and keys: an all-gather; their rows: the whole table gathered, as
+// read_variable and read_dynamic_table do, on every rank) and rank 0 writes the files; every rank
+// returns the same result. An error of rank 0's writing a base is every rank's; a failure writing
+// a delta throws on rank 0 alone, and every rank's next publish writes a base.
 RECEMB_EXPORT PublishResult publish(Embedding& embedding, const std::filesystem::path& dir,
                                     const PublishOptions& options = {});
 

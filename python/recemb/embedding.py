@@ -492,8 +492,8 @@ class Embedding(_TableAccess):
         deltas"). extra_arrays ({name: float32 array}) and metadata ({str: str}) are written
         whole in every file; a delta's arrays must keep the base's names and shapes. Returns
         the result: .file, .version, .sequence (0 for a base), .rows. Raises ValueError for a
-        bad dtype, array or value (as export) and RuntimeError (recemb.FailedPrecondition) with
-        several ranks."""
+        bad dtype, array or value (as export). With several ranks, every rank calls it (rank 0
+        writes the files)."""
         if isinstance(dtype, (type, np.dtype)):  # np.float16, np.dtype("int8"): by name
             dtype = np.dtype(dtype).name
         _path("dir", dir)

@@ -20,6 +20,8 @@
 #include "recemb/error.h"
 #include "recemb/serving.h"
 
+#include "embedding/agreement.h"
+#include "embedding/parts.h"
 #include "format/checksum.h"
 #include "format/file_io.h"
 #include "format/json.h"
@@ -32,8 +34,9 @@ namespace recemb::internal {
 namespace {
 
 // The table's values: in place (zero-copy) when this process holds a static table whole, else
-// assembled from its parts (read_variable, read_dynamic_table).
-TableValues values_of(const Embedding& embedding, const TableConfig& table) {
+// assembled from its parts (read_variable, read_dynamic_table; always, when `collective`: every
+// rank makes the same calls).
+TableValues values_of(const Embedding& embedding, const TableConfig& table, bool collective) {
   TableValues values;
   if (table.dynamic_vocabulary) {
     DynamicTableContents contents = embedding.read_dynamic_table(table.name);
@@ -41,7 +44,7 @@ TableValues values_of(const Embedding& embedding, const TableConfig& table) {
     values.owned = std::move(contents.parameters);
     values.owned.resize(values.owned.size() + static_cast<size_t>(table.dim), 0.0f);
     values.num_rows = static_cast<int64_t>(values.keys.size()) + 1;
-  } else if (embedding.has_whole_table(table.name)) {
+  } else if (!collective && embedding.has_whole_table(table.name)) {
     values.rows = embedding.variable_data(table.name, "parameters");
     values.num_rows = table.vocabulary_size;
     return values;
@@ -56,8 +59,8 @@ TableValues values_of(const Embedding& embedding, const TableConfig& table) {
 
 }  // namespace
 
-uint64_t write_serving_model(const Embedding& embedding, const std::filesystem::path& path,
-                             const ExportOptions& options) {
+WrittenModel write_serving_model(const Embedding& embedding, const std::filesystem::path& path,
+                                 const ExportOptions& options, bool collective) {
   try {
     serving_dtype_name(options.dtype);
   } catch (const InvalidArgument& error) {
@@ -68,12 +71,8 @@ uint64_t write_serving_model(const Embedding& embedding, const std::filesystem::
                            .tables = embedding.tables(),
                            .features = embedding.features(),
                            .metadata = options.metadata};
-  if (embedding.world_size() > 1) {
-    throw FailedPrecondition("export_serving_model: the Embedding spans " +
-                             std::to_string(embedding.world_size()) +
-                             " ranks; export from a checkpoint (load_checkpoint) in one process");
-  }
   std::vector<TableValues> values;
+  int64_t rows = 0;
   const std::string context = "serving model '" + path.string() + "'";
   TableEncoder encoder(options.dtype, context);
   uint64_t data_size = 0;
@@ -88,7 +87,8 @@ uint64_t write_serving_model(const Embedding& embedding, const std::filesystem::
   };
   for (TableConfig& table : manifest.tables) {
     table.optimizer.reset();
-    values.push_back(values_of(embedding, table));
+    values.push_back(values_of(embedding, table, collective));
+    rows += values.back().num_rows - (table.dynamic_vocabulary ? 1 : 0);
     manifest.key_blobs.emplace_back();
     if (table.dynamic_vocabulary) {
       manifest.key_blobs.back() = whole_blob(std::as_bytes(std::span(values.back().keys)));
@@ -121,7 +121,7 @@ uint64_t write_serving_model(const Embedding& embedding, const std::filesystem::
                              .manifest_checksum = format::checksum(manifest_bytes),
                              .file_size = kServingHeaderSize + manifest_bytes.size() + data_size};
 
-  format::write_file_atomically(path, [&](format::OutputFile& file) {
+  const auto write = [&](format::OutputFile& file) {
     file.write(encode_header(header));
     file.write(manifest_bytes);
     for (size_t t = 0; t < manifest.tables.size(); ++t) {
@@ -138,8 +138,16 @@ uint64_t write_serving_model(const Embedding& embedding, const std::filesystem::
       file.write(std::as_bytes(array.values));
       file.write(padding_after(array.values.size_bytes()));
     }
-  });
-  return header.manifest_checksum;
+  };
+  if (collective) {
+    Communicator& communicator = PartAccess::communicator(embedding);
+    agree(communicator, [&] {
+      if (communicator.rank() == 0) format::write_file_atomically(path, write);
+    });
+  } else {
+    format::write_file_atomically(path, write);
+  }
+  return {.manifest_checksum = header.manifest_checksum, .rows = rows};
 }
 
 }  // namespace recemb::internal
@@ -148,7 +156,12 @@ namespace recemb {
 
 void export_serving_model(const Embedding& embedding, const std::filesystem::path& path,
                           const ExportOptions& options) {
-  internal::write_serving_model(embedding, path, options);
+  if (embedding.world_size() > 1) {
+    throw FailedPrecondition("export_serving_model: the Embedding spans " +
+                             std::to_string(embedding.world_size()) +
+                             " ranks; export from a checkpoint (load_checkpoint) in one process");
+  }
+  internal::write_serving_model(embedding, path, options, false);
 }
 
 }  // namespace recemb

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -19,6 +20,7 @@
 #include "recemb/error.h"
 #include "recemb/publish.h"
 
+#include "embedding/agreement.h"
 #include "embedding/embedding_impl.h"
 #include "embedding/parts.h"
 #include "format/checksum.h"
@@ -60,41 +62,62 @@ int64_t next_version(const fs::path& dir) {
   return largest + 1;
 }
 
+// `mine` from every rank, merged: sorted, each once (`mine` alone with one rank).
+std::vector<int64_t> union_over_ranks(Communicator& communicator, std::vector<int64_t> mine) {
+  if (communicator.size() > 1) {
+    std::vector<std::byte> all;
+    std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
+    communicator.all_gather(std::as_bytes(std::span(mine)), all, counts);
+    mine.resize(all.size() / sizeof(int64_t));
+    std::memcpy(mine.data(), all.data(), all.size());
+  }
+  std::sort(mine.begin(), mine.end());
+  mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+  return mine;
+}
+
+// Collective with several ranks: rank 0 chooses the version, creates its directory and writes
+// the base; every rank gathers the tables and agrees on rank 0's errors.
 PublishResult publish_base(Embedding& embedding, Model& model, const fs::path& dir,
                            const PublishOptions& options) {
-  const int64_t version = next_version(dir);
+  Communicator& communicator = PartAccess::communicator(embedding);
+  const bool root = communicator.rank() == 0;
+  int64_t version = 0;
+  agree(communicator, [&] {
+    if (!root) return;
+    version = next_version(dir);
+    format::file_system().create_directory(dir / std::to_string(version));
+  });
+  version = union_over_ranks(communicator, {version}).back();  // rank 0's, the largest
   const fs::path directory = dir / std::to_string(version);
   const fs::path file = directory / kBaseFileName;
-  format::file_system().create_directory(directory);
-  uint64_t base_id = 0;
+  WrittenModel written;
   try {
-    base_id = write_serving_model(embedding, file,
+    written = write_serving_model(embedding, file,
                                   {.dtype = options.dtype,
                                    .extra_arrays = options.extra_arrays,
-                                   .metadata = options.metadata});
+                                   .metadata = options.metadata},
+                                  communicator.size() > 1);
+    agree(communicator, [&] {
+      if (root) format::file_system().sync_directory(dir);
+    });
   } catch (...) {
-    format::file_system().remove_all(directory);  // empty: the model is written atomically
+    // Empty (the model is written atomically), or holding a complete model no delta names.
+    if (root) format::file_system().remove_all(directory);
     throw;
   }
-  format::file_system().sync_directory(dir);
-  int64_t rows = 0;
   for (TableState& state : model.states) {
     state.storage().start_tracking_changes();
-    if (DynamicPart* dynamic = state.dynamic()) {
-      dynamic->start_tracking_removals();
-      rows += dynamic->index().size();
-    } else {
-      rows += state.rows();
-    }
+    if (DynamicPart* dynamic = state.dynamic()) dynamic->start_tracking_removals();
   }
   model.untracked_writes = false;
   model.publication = Publication{.dir = dir,
                                   .version = version,
                                   .sequence = 0,
-                                  .base_id = base_id,
+                                  .base_id = written.manifest_checksum,
                                   .dtype = options.dtype,
                                   .failed_write = std::make_shared<std::atomic<bool>>(false)};
-  return {.file = file, .version = version, .sequence = 0, .rows = rows};
+  return {.file = file, .version = version, .sequence = 0, .rows = written.rows};
 }
 
 // One table's changes: its changed rows (static: row ids; dynamic: upserted keys) with their
@@ -104,42 +127,71 @@ struct TableChanges {
   std::vector<int64_t> removed;
 };
 
-TableChanges changes_of(const TableState& state) {
-  TableChanges changes;
-  TableValues& values = changes.values;
-  const TableStorage& storage = state.storage();
-  const std::span<const uint8_t> changed = storage.changed_rows();
-  const int64_t dim = state.table().dim;
-  std::vector<int64_t>& ids = state.dynamic() ? values.keys : values.row_ids;
-  if (const DynamicPart* dynamic = state.dynamic()) {
-    const KeyIndex& index = dynamic->index();
-    std::vector<std::pair<int64_t, int64_t>> keyed;  // (key, slot)
-    for (int64_t slot = 0; slot < index.slot_end(); ++slot) {
-      if (changed[static_cast<size_t>(slot)] && index.occupied(slot)) {
-        keyed.emplace_back(index.key_of(slot), slot);
+// Table t's changes on every rank (collective with several): the rows each rank's parts marked
+// (a static table's rows, a dynamic table's keys that hold one), and a dynamic table's keys
+// removed and not admitted again since. Their values come from this process's own storage when
+// it holds the table whole alone, else from the whole table gathered (read_variable,
+// read_dynamic_table).
+TableChanges changes_of(const Embedding& embedding, const Model& model, size_t t) {
+  const TableConfig& table = model.tables[t];
+  const bool dynamic = table.dynamic_vocabulary.has_value();
+  std::vector<int64_t> ids;
+  std::vector<int64_t> removed;
+  for (const TableState& state : model.states) {
+    if (state.part().table != t) continue;
+    const std::span<const uint8_t> changed = state.storage().changed_rows();
+    if (const DynamicPart* part = state.dynamic()) {
+      const KeyIndex& index = part->index();
+      for (int64_t slot = 0; slot < index.slot_end(); ++slot) {
+        if (changed[static_cast<size_t>(slot)] && index.occupied(slot)) {
+          ids.push_back(index.key_of(slot));
+        }
+      }
+      for (const int64_t key : part->removed_keys()) {
+        if (index.find(key) == KeyIndex::kAbsent) removed.push_back(key);
+      }
+    } else {
+      for (int64_t row = 0; row < state.part().rows; ++row) {
+        if (changed[static_cast<size_t>(row)]) ids.push_back(state.part().global_row(row));
       }
     }
-    std::sort(keyed.begin(), keyed.end());
-    for (const auto& [key, slot] : keyed) {
-      ids.push_back(key);
-      values.owned.insert(values.owned.end(), storage.row(slot), storage.row(slot) + dim);
+  }
+  Communicator& communicator = PartAccess::communicator(embedding);
+  TableChanges changes;
+  TableValues& values = changes.values;
+  (dynamic ? values.keys : values.row_ids) = union_over_ranks(communicator, std::move(ids));
+  const std::vector<int64_t>& changed_ids = dynamic ? values.keys : values.row_ids;
+  const int64_t dim = table.dim;
+  values.owned.reserve(changed_ids.size() * static_cast<size_t>(dim));
+  const TableState* whole = communicator.size() == 1 ? model.whole_state(t) : nullptr;
+  if (dynamic) {
+    changes.removed = union_over_ranks(communicator, std::move(removed));
+    if (whole != nullptr) {
+      for (const int64_t key : changed_ids) {
+        const float* row = whole->storage().row(whole->dynamic()->index().find(key));
+        values.owned.insert(values.owned.end(), row, row + dim);
+      }
+    } else {
+      const DynamicTableContents contents = embedding.read_dynamic_table(table.name);
+      for (const int64_t key : changed_ids) {
+        const auto at = std::lower_bound(contents.keys.begin(), contents.keys.end(), key);
+        const float* row = contents.parameters.data() + (at - contents.keys.begin()) * dim;
+        values.owned.insert(values.owned.end(), row, row + dim);
+      }
     }
-    // A key removed and not admitted again since; each once.
-    for (const int64_t key : dynamic->removed_keys()) {
-      if (index.find(key) == KeyIndex::kAbsent) changes.removed.push_back(key);
-    }
-    std::sort(changes.removed.begin(), changes.removed.end());
-    changes.removed.erase(std::unique(changes.removed.begin(), changes.removed.end()),
-                          changes.removed.end());
   } else {
-    for (int64_t row = 0; row < storage.num_rows(); ++row) {
-      if (!changed[static_cast<size_t>(row)]) continue;
-      ids.push_back(row);
-      values.owned.insert(values.owned.end(), storage.row(row), storage.row(row) + dim);
+    std::vector<float> gathered;
+    if (whole == nullptr) {
+      gathered.resize(static_cast<size_t>(table.vocabulary_size * dim));
+      embedding.read_variable(table.name, "parameters", gathered);
+    }
+    for (const int64_t id : changed_ids) {
+      const float* row = whole != nullptr ? whole->storage().row(id) : gathered.data() + id * dim;
+      values.owned.insert(values.owned.end(), row, row + dim);
     }
   }
   values.rows = values.owned;
-  values.num_rows = std::ssize(ids);
+  values.num_rows = std::ssize(changed_ids);
   return changes;
 }
 
@@ -147,8 +199,11 @@ TableChanges changes_of(const TableState& state) {
 // too), written by write(): on any thread, while the Embedding trains on.
 class DeltaWriter {
  public:
-  DeltaWriter(Model& model, const PublishOptions& options)
-      : tables_(model.tables), dtype_(options.dtype), metadata_(options.metadata) {
+  DeltaWriter(const Embedding& embedding, Model& model, const PublishOptions& options)
+      : tables_(model.tables),
+        dtype_(options.dtype),
+        metadata_(options.metadata),
+        writes_file_(embedding.rank() == 0) {
     Publication& publication = *model.publication;
     sequence_ = publication.sequence + 1;
     version_ = publication.version;
@@ -156,12 +211,7 @@ class DeltaWriter {
     failed_ = publication.failed_write;
     file_ = publication.dir / std::to_string(version_) / delta_file_name(sequence_);
     for (size_t t = 0; t < model.tables.size(); ++t) {
-      const TableState* state = model.whole_state(t);
-      if (state == nullptr) {
-        throw FailedPrecondition("publish: table '" + model.tables[t].name +
-                                 "' is not held whole by this process");
-      }
-      changes_.push_back(changes_of(*state));
+      changes_.push_back(changes_of(embedding, model, t));
     }
     for (const ServingArray& array : options.extra_arrays) {
       array_values_.emplace_back(array.values.begin(), array.values.end());
@@ -237,6 +287,9 @@ class DeltaWriter {
                             "(UTF-8): " +
                             error.what());
     }
+    const PublishResult result{
+        .file = file_, .version = version_, .sequence = sequence_, .rows = rows};
+    if (!writes_file_) return result;  // rank 0 writes
     const auto manifest_bytes = std::as_bytes(std::span(text));
     const ServingHeader header{.format_version = kDeltaFile.format_version,
                                .manifest_size = manifest_bytes.size(),
@@ -265,7 +318,7 @@ class DeltaWriter {
         out.write(padding_after(array.values.size_bytes()));
       }
     });
-    return {.file = file_, .version = version_, .sequence = sequence_, .rows = rows};
+    return result;
   }
 
   std::vector<TableConfig> tables_;
@@ -279,6 +332,7 @@ class DeltaWriter {
   uint64_t base_id_ = 0;
   std::shared_ptr<std::atomic<bool>> failed_;
   fs::path file_;
+  bool writes_file_;
 };
 
 }  // namespace
@@ -295,22 +349,24 @@ std::function<PublishResult()> begin_publish(Embedding& embedding, const std::fi
     throw InvalidArgument(std::string("PublishOptions.dtype: ") + error.what());
   }
   internal::check_extra_arrays(options.extra_arrays);
-  if (embedding.world_size() > 1) {
-    throw FailedPrecondition("publish: the Embedding spans " +
-                             std::to_string(embedding.world_size()) +
-                             " ranks; publish from one process");
-  }
   internal::Model& model = internal::PartAccess::model(embedding);
   const std::optional<internal::Publication>& last = model.publication;
+  // Rank 0 alone writes, so it alone knows of a failed write or a missing base; any rank's
+  // reason for a base is every rank's.
+  const bool root = embedding.rank() == 0;
+  const bool base_here =
+      !last || model.untracked_writes || last->dir != dir || last->dtype != options.dtype ||
+      (root && (last->failed_write->load() ||
+                !std::filesystem::exists(last->dir / std::to_string(last->version) /
+                                         internal::kBaseFileName)));
   const bool base =
-      !last || model.untracked_writes || last->failed_write->load() || last->dir != dir ||
-      last->dtype != options.dtype ||
-      !std::filesystem::exists(last->dir / std::to_string(last->version) / internal::kBaseFileName);
+      internal::union_over_ranks(internal::PartAccess::communicator(embedding), {base_here ? 1 : 0})
+          .back() == 1;
   if (base) {
     PublishResult result = internal::publish_base(embedding, model, dir, options);
     return [result] { return result; };
   }
-  auto writer = std::make_shared<internal::DeltaWriter>(model, options);
+  auto writer = std::make_shared<internal::DeltaWriter>(embedding, model, options);
   return [writer] { return writer->write(); };
 }
 

@@ -151,9 +151,15 @@ inline std::span<const std::byte> padding_after(uint64_t size) {
 }
 
 // export_serving_model, returning the checksum of the manifest written (the identity of the
-// model, that a delta names as its base: docs/serving.md, "Publishing deltas").
-uint64_t write_serving_model(const Embedding& embedding, const std::filesystem::path& path,
-                             const ExportOptions& options);
+// model, that a delta names as its base: docs/serving.md, "Publishing deltas") and the rows (and
+// keys) written. `collective`: every rank of the Embedding calls it (the tables gathered on every
+// rank), rank 0 writes the file, and its error is every rank's (embedding/agreement.h).
+struct WrittenModel {
+  uint64_t manifest_checksum = 0;
+  int64_t rows = 0;
+};
+WrittenModel write_serving_model(const Embedding& embedding, const std::filesystem::path& path,
+                                 const ExportOptions& options, bool collective);
 
 }  // namespace recemb::internal
 
