@@ -287,8 +287,7 @@ class DeltaWriter {
                             "(UTF-8): " +
                             error.what());
     }
-    const PublishResult result{
-        .file = file_, .version = version_, .sequence = sequence_, .rows = rows};
+    PublishResult result{.file = file_, .version = version_, .sequence = sequence_, .rows = rows};
     if (!writes_file_) return result;  // rank 0 writes
     const auto manifest_bytes = std::as_bytes(std::span(text));
     const ServingHeader header{.format_version = kDeltaFile.format_version,
