@@ -1,0 +1,377 @@
+// publish (recemb/publish.h): a base through export's writer, then deltas of the rows the
+// Embedding's change tracking marked (TableStorage::changed_rows, DynamicPart::removed_keys),
+// encoded by the exporter's TableEncoder (docs/serving.md, "Publishing deltas").
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "recemb/error.h"
+#include "recemb/publish.h"
+
+#include "embedding/agreement.h"
+#include "embedding/embedding_impl.h"
+#include "embedding/parts.h"
+#include "format/checksum.h"
+#include "format/file_io.h"
+#include "format/file_system.h"
+#include "serving/format.h"
+#include "serving/table_encoder.h"
+
+namespace recemb::internal {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kBaseFileName[] = "model.recemb";
+
+// A version directory's name as its number: digits only, without a leading zero.
+std::optional<int64_t> version_of(const std::string& name) {
+  int64_t version = 0;
+  if (name.empty() || name[0] == '0') return std::nullopt;
+  const auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), version);
+  if (error != std::errc() || end != name.data() + name.size()) return std::nullopt;
+  return version;
+}
+
+std::string delta_file_name(int64_t sequence) {
+  char name[48];
+  std::snprintf(name, sizeof name, "delta-%08lld.recemb", static_cast<long long>(sequence));
+  return name;
+}
+
+// 1 + the largest version directory in `dir` (1 if none), creating `dir` when absent.
+int64_t next_version(const fs::path& dir) {
+  if (!fs::is_directory(dir)) format::file_system().create_directory(dir);
+  int64_t largest = 0;
+  for (const fs::path& entry : format::file_system().list(dir)) {
+    const std::optional<int64_t> version = version_of(entry.filename().string());
+    if (version && fs::is_directory(entry)) largest = std::max(largest, *version);
+  }
+  return largest + 1;
+}
+
+// `mine` from every rank, merged: sorted, each once (`mine` alone with one rank).
+std::vector<int64_t> union_over_ranks(Communicator& communicator, std::vector<int64_t> mine) {
+  if (communicator.size() > 1) {
+    std::vector<std::byte> all;
+    std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
+    communicator.all_gather(std::as_bytes(std::span(mine)), all, counts);
+    mine.resize(all.size() / sizeof(int64_t));
+    std::memcpy(mine.data(), all.data(), all.size());
+  }
+  std::sort(mine.begin(), mine.end());
+  mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+  return mine;
+}
+
+// Collective with several ranks: rank 0 chooses the version, creates its directory and writes
+// the base; every rank gathers the tables and agrees on rank 0's errors.
+PublishResult publish_base(Embedding& embedding, Model& model, const fs::path& dir,
+                           const PublishOptions& options) {
+  Communicator& communicator = PartAccess::communicator(embedding);
+  const bool root = communicator.rank() == 0;
+  int64_t version = 0;
+  agree(communicator, [&] {
+    if (!root) return;
+    version = next_version(dir);
+    format::file_system().create_directory(dir / std::to_string(version));
+  });
+  version = union_over_ranks(communicator, {version}).back();  // rank 0's, the largest
+  const fs::path directory = dir / std::to_string(version);
+  const fs::path file = directory / kBaseFileName;
+  WrittenModel written;
+  try {
+    written = write_serving_model(embedding, file,
+                                  {.dtype = options.dtype,
+                                   .extra_arrays = options.extra_arrays,
+                                   .metadata = options.metadata},
+                                  communicator.size() > 1);
+    agree(communicator, [&] {
+      if (root) format::file_system().sync_directory(dir);
+    });
+  } catch (...) {
+    // Empty (the model is written atomically), or holding a complete model no delta names.
+    if (root) format::file_system().remove_all(directory);
+    throw;
+  }
+  for (TableState& state : model.states) {
+    state.storage().start_tracking_changes();
+    if (DynamicPart* dynamic = state.dynamic()) dynamic->start_tracking_removals();
+  }
+  model.untracked_writes = false;
+  model.publication = Publication{.dir = dir,
+                                  .version = version,
+                                  .sequence = 0,
+                                  .base_id = written.manifest_checksum,
+                                  .dtype = options.dtype,
+                                  .failed_write = std::make_shared<std::atomic<bool>>(false)};
+  return {.file = file, .version = version, .sequence = 0, .rows = written.rows};
+}
+
+// One table's changes: its changed rows (static: row ids; dynamic: upserted keys) with their
+// values, and a dynamic table's removed keys, increasing.
+struct TableChanges {
+  TableValues values;
+  std::vector<int64_t> removed;
+};
+
+// Table t's changes on every rank (collective with several): the rows each rank's parts marked
+// (a static table's rows, a dynamic table's keys that hold one), and a dynamic table's keys
+// removed and not admitted again since. Their values come from this process's own storage when
+// it holds the table whole alone, else from the whole table gathered (read_variable,
+// read_dynamic_table).
+TableChanges changes_of(const Embedding& embedding, const Model& model, size_t t) {
+  const TableConfig& table = model.tables[t];
+  const bool dynamic = table.dynamic_vocabulary.has_value();
+  std::vector<int64_t> ids;
+  std::vector<int64_t> removed;
+  for (const TableState& state : model.states) {
+    if (state.part().table != t) continue;
+    const std::span<const uint8_t> changed = state.storage().changed_rows();
+    if (const DynamicPart* part = state.dynamic()) {
+      const KeyIndex& index = part->index();
+      for (int64_t slot = 0; slot < index.slot_end(); ++slot) {
+        if (changed[static_cast<size_t>(slot)] && index.occupied(slot)) {
+          ids.push_back(index.key_of(slot));
+        }
+      }
+      for (const int64_t key : part->removed_keys()) {
+        if (index.find(key) == KeyIndex::kAbsent) removed.push_back(key);
+      }
+    } else {
+      for (int64_t row = 0; row < state.part().rows; ++row) {
+        if (changed[static_cast<size_t>(row)]) ids.push_back(state.part().global_row(row));
+      }
+    }
+  }
+  Communicator& communicator = PartAccess::communicator(embedding);
+  TableChanges changes;
+  TableValues& values = changes.values;
+  (dynamic ? values.keys : values.row_ids) = union_over_ranks(communicator, std::move(ids));
+  const std::vector<int64_t>& changed_ids = dynamic ? values.keys : values.row_ids;
+  const int64_t dim = table.dim;
+  values.owned.reserve(changed_ids.size() * static_cast<size_t>(dim));
+  const TableState* whole = communicator.size() == 1 ? model.whole_state(t) : nullptr;
+  if (dynamic) {
+    changes.removed = union_over_ranks(communicator, std::move(removed));
+    if (whole != nullptr) {
+      for (const int64_t key : changed_ids) {
+        const float* row = whole->storage().row(whole->dynamic()->index().find(key));
+        values.owned.insert(values.owned.end(), row, row + dim);
+      }
+    } else {
+      const DynamicTableContents contents = embedding.read_dynamic_table(table.name);
+      for (const int64_t key : changed_ids) {
+        const auto at = std::lower_bound(contents.keys.begin(), contents.keys.end(), key);
+        const float* row = contents.parameters.data() + (at - contents.keys.begin()) * dim;
+        values.owned.insert(values.owned.end(), row, row + dim);
+      }
+    }
+  } else {
+    std::vector<float> gathered;
+    if (whole == nullptr) {
+      gathered.resize(static_cast<size_t>(table.vocabulary_size * dim));
+      embedding.read_variable(table.name, "parameters", gathered);
+    }
+    for (const int64_t id : changed_ids) {
+      const float* row = whole != nullptr ? whole->storage().row(id) : gathered.data() + id * dim;
+      values.owned.insert(values.owned.end(), row, row + dim);
+    }
+  }
+  values.rows = values.owned;
+  values.num_rows = std::ssize(changed_ids);
+  return changes;
+}
+
+// A delta taken from the Embedding (its changed rows copied, the options' arrays and metadata
+// too), written by write(): on any thread, while the Embedding trains on.
+class DeltaWriter {
+ public:
+  DeltaWriter(const Embedding& embedding, Model& model, const PublishOptions& options)
+      : tables_(model.tables),
+        dtype_(options.dtype),
+        metadata_(options.metadata),
+        writes_file_(embedding.rank() == 0) {
+    Publication& publication = *model.publication;
+    sequence_ = publication.sequence + 1;
+    version_ = publication.version;
+    base_id_ = publication.base_id;
+    failed_ = publication.failed_write;
+    file_ = publication.dir / std::to_string(version_) / delta_file_name(sequence_);
+    for (size_t t = 0; t < model.tables.size(); ++t) {
+      changes_.push_back(changes_of(embedding, model, t));
+    }
+    for (const ServingArray& array : options.extra_arrays) {
+      array_values_.emplace_back(array.values.begin(), array.values.end());
+      arrays_.push_back({.name = array.name, .shape = array.shape});
+    }
+    for (size_t a = 0; a < arrays_.size(); ++a) arrays_[a].values = array_values_[a];
+    // Taken: the next delta holds the changes from here on.
+    for (TableState& state : model.states) {
+      state.storage().clear_changes();
+      if (DynamicPart* dynamic = state.dynamic()) dynamic->clear_removed_keys();
+    }
+    publication.sequence = sequence_;
+  }
+
+  // Writes the delta file. On a throw, the next publish writes a base (the changes taken here
+  // are in no file).
+  PublishResult write() {
+    try {
+      return write_file();
+    } catch (...) {
+      failed_->store(true);
+      throw;
+    }
+  }
+
+ private:
+  PublishResult write_file() {
+    const std::string context = "serving delta '" + file_.string() + "'";
+    DeltaManifest manifest{
+        .base = base_id_, .sequence = sequence_, .dtype = dtype_, .metadata = metadata_};
+    TableEncoder encoder(dtype_, context);
+    uint64_t data_size = 0;
+    int64_t rows = 0;
+    // Places a blob of `bytes` (given whole) next in the data section.
+    const auto whole_blob = [&](std::span<const std::byte> bytes) {
+      format::StreamingChecksum checksum;
+      checksum.update(bytes);
+      checksum.update(padding_after(bytes.size()));
+      const TableBlob blob{
+          .offset = data_size, .size = bytes.size(), .checksum = checksum.digest()};
+      data_size += padded_size(bytes.size());
+      return blob;
+    };
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      const TableConfig& table = tables_[t];
+      const TableValues& values = changes_[t].values;
+      const bool dynamic = table.dynamic_vocabulary.has_value();
+      DeltaTable& entry = manifest.tables.emplace_back(
+          DeltaTable{.name = table.name, .dim = table.dim, .dynamic = dynamic});
+      entry.ids = whole_blob(std::as_bytes(std::span(dynamic ? values.keys : values.row_ids)));
+      format::StreamingChecksum checksum;
+      uint64_t size = 0;
+      encoder.encode(table, values, [&](std::span<const std::byte> bytes) {
+        checksum.update(bytes);
+        size += bytes.size();
+      });
+      checksum.update(padding_after(size));
+      entry.rows = {.offset = data_size, .size = size, .checksum = checksum.digest()};
+      data_size += padded_size(size);
+      if (dynamic) entry.removed = whole_blob(std::as_bytes(std::span(changes_[t].removed)));
+      rows += values.num_rows;
+    }
+    for (const ServingArray& array : arrays_) {
+      manifest.extra_arrays.push_back({.name = array.name, .shape = array.shape});
+      manifest.extra_blobs.push_back(whole_blob(std::as_bytes(array.values)));
+    }
+    std::string text;
+    try {
+      text = encode_delta_manifest(manifest);
+    } catch (const format::JsonError& error) {  // names that are not UTF-8
+      throw InvalidArgument(context +
+                            ": the extra array names or metadata cannot be written as JSON "
+                            "(UTF-8): " +
+                            error.what());
+    }
+    PublishResult result{.file = file_, .version = version_, .sequence = sequence_, .rows = rows};
+    if (!writes_file_) return result;  // rank 0 writes
+    const auto manifest_bytes = std::as_bytes(std::span(text));
+    const ServingHeader header{.format_version = kDeltaFile.format_version,
+                               .manifest_size = manifest_bytes.size(),
+                               .manifest_checksum = format::checksum(manifest_bytes),
+                               .file_size = kServingHeaderSize + manifest_bytes.size() + data_size};
+    format::write_file_atomically(file_, [&](format::OutputFile& out) {
+      out.write(encode_header(header, kDeltaFile));
+      out.write(manifest_bytes);
+      for (size_t t = 0; t < manifest.tables.size(); ++t) {
+        const TableValues& values = changes_[t].values;
+        const std::span<const int64_t> ids =
+            manifest.tables[t].dynamic ? values.keys : values.row_ids;
+        out.write(std::as_bytes(ids));
+        out.write(padding_after(ids.size_bytes()));
+        encoder.encode(tables_[t], values,
+                       [&](std::span<const std::byte> bytes) { out.write(bytes); });
+        out.write(padding_after(manifest.tables[t].rows.size));
+        if (manifest.tables[t].dynamic) {
+          const std::span<const int64_t> removed = changes_[t].removed;
+          out.write(std::as_bytes(removed));
+          out.write(padding_after(removed.size_bytes()));
+        }
+      }
+      for (const ServingArray& array : arrays_) {
+        out.write(std::as_bytes(array.values));
+        out.write(padding_after(array.values.size_bytes()));
+      }
+    });
+    return result;
+  }
+
+  std::vector<TableConfig> tables_;
+  ServingDtype dtype_;
+  std::map<std::string, std::string> metadata_;
+  std::vector<std::vector<float>> array_values_;
+  std::vector<ServingArray> arrays_;  // their values in array_values_
+  std::vector<TableChanges> changes_;
+  int64_t sequence_ = 0;
+  int64_t version_ = 0;
+  uint64_t base_id_ = 0;
+  std::shared_ptr<std::atomic<bool>> failed_;
+  fs::path file_;
+  bool writes_file_;
+};
+
+}  // namespace
+
+}  // namespace recemb::internal
+
+namespace recemb {
+
+std::function<PublishResult()> begin_publish(Embedding& embedding, const std::filesystem::path& dir,
+                                             const PublishOptions& options) {
+  try {
+    serving_dtype_name(options.dtype);
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(std::string("PublishOptions.dtype: ") + error.what());
+  }
+  internal::check_extra_arrays(options.extra_arrays);
+  internal::Model& model = internal::PartAccess::model(embedding);
+  const std::optional<internal::Publication>& last = model.publication;
+  // Rank 0 alone writes, so it alone knows of a failed write or a missing base; any rank's
+  // reason for a base is every rank's.
+  const bool root = embedding.rank() == 0;
+  const bool base_here =
+      !last || model.untracked_writes || last->dir != dir || last->dtype != options.dtype ||
+      (root && (last->failed_write->load() ||
+                !std::filesystem::exists(last->dir / std::to_string(last->version) /
+                                         internal::kBaseFileName)));
+  const bool base =
+      internal::union_over_ranks(internal::PartAccess::communicator(embedding), {base_here ? 1 : 0})
+          .back() == 1;
+  if (base) {
+    PublishResult result = internal::publish_base(embedding, model, dir, options);
+    return [result] { return result; };
+  }
+  auto writer = std::make_shared<internal::DeltaWriter>(embedding, model, options);
+  return [writer] { return writer->write(); };
+}
+
+PublishResult publish(Embedding& embedding, const std::filesystem::path& dir,
+                      const PublishOptions& options) {
+  return begin_publish(embedding, dir, options)();
+}
+
+}  // namespace recemb
