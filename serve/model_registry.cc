@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <chrono>
+#include <thread>
+#include <utility>
 #include <variant>
 
 #include "recemb/error.h"
@@ -245,11 +249,64 @@ int ModelRegistry::refresh() {
       serve(std::move(newer), versions);
       ++swapped;
     } else {
-      const std::lock_guard lock(mutex_);
-      if (models_.contains(name)) versions_[name] = versions;
+      {
+        const std::lock_guard lock(mutex_);
+        if (models_.contains(name)) versions_[name] = versions;
+      }
+      if (current && apply_deltas(name)) ++swapped;
     }
   }
   return swapped;
+}
+
+bool ModelRegistry::apply_deltas(const std::string& name) {
+  const std::shared_ptr<const ServedModel> current = find(name);
+  const fs::path directory = current->file.parent_path();
+  const auto delta_file = [&](int64_t sequence) { return directory / delta_file_name(sequence); };
+  if (!fs::exists(delta_file(current->model.delta_sequence() + 1))) return false;
+  Replicas& replicas = replicas_[name];
+  if (replicas.retired) {  // the replica served before the last swap becomes the spare
+    if (!release_when_unused(replicas.retired, std::chrono::seconds(2))) return false;
+    replicas.spare = std::move(replicas.retired_model);
+    replicas.retired_model.reset();
+  }
+  if (!replicas.spare) replicas.spare = current->model.clone();  // the first delta of a version
+  ServingModel& spare = *replicas.spare;
+  while (spare.delta_sequence() < current->model.delta_sequence() ||
+         fs::exists(delta_file(spare.delta_sequence() + 1))) {
+    const int64_t sequence = spare.delta_sequence() + 1;
+    const fs::path file = delta_file(sequence);
+    const auto key = std::make_tuple(name, current->version, sequence);
+    const std::pair<uintmax_t, int64_t> identity = file_identity(file);
+    if (const auto refused = refused_deltas_.find(key);
+        refused != refused_deltas_.end() && refused->second == identity) {
+      break;  // refused before, unchanged since
+    }
+    try {
+      auto resolved = resolve_inside(file, root_);
+      if (auto* reason = std::get_if<std::string>(&resolved)) throw InvalidArgument(*reason);
+      spare.apply_delta(std::get<fs::path>(resolved));
+      refused_deltas_.erase(key);
+    } catch (const std::exception& error) {
+      log_ << "recemb serve: refusing model '" << name << "' version " << current->version
+           << " delta " << sequence << ": " << error.what() << "\n";
+      refused_deltas_[key] = identity;
+      break;
+    }
+  }
+  if (spare.delta_sequence() <= current->model.delta_sequence()) return false;
+  std::shared_ptr<ServedModel> updated =
+      served_model(name, current->version, current->file, spare);
+  log_ << "recemb serve: model '" << name << "' version " << current->version << ": delta "
+       << spare.delta_sequence() << " applied\n";
+  replicas.retired_model = std::move(replicas.served);
+  replicas.served = std::move(replicas.spare);
+  replicas.spare.reset();
+  {
+    const std::lock_guard lock(mutex_);
+    replicas.retired = std::exchange(models_[name], std::move(updated));
+  }
+  return true;
 }
 
 std::shared_ptr<const ServedModel> ModelRegistry::find(std::string_view name) const {
