@@ -4,9 +4,9 @@
 // table's index (serving/key_rows.h) alone.
 //
 // Model: one table of dim 64 holding 256 MiB of float32 (2^20 rows; also 1 GiB, 2^22 rows, with
-// RECEMB_BENCH_LARGE=1, and 4 GiB, 2^24 rows, with RECEMB_BENCH_HUGE=1), one feature, sum combiner. Exported as float32, float16 and int8 it makes
-// files of 256, 128 and 72 MiB (x4 for 1 GiB) in the system's temporary directory, removed at
-// exit.
+// RECEMB_BENCH_LARGE=1, and 4 GiB, 2^24 rows, with RECEMB_BENCH_HUGE=1), one feature, sum combiner.
+// Exported as float32, float16 and int8 it makes files of 256, 128 and 72 MiB (x4 for 1 GiB) in the
+// system's temporary directory, removed at exit.
 //
 //   BM_Export/dtype:D/table:S              export_serving_model (encode, write, fsync, rename);
 //                                          bytes = the file.
@@ -405,8 +405,7 @@ void register_all(bool large, bool huge) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return recemb_bench::run_benchmarks(argc, argv,
-                                      [] {
+  return recemb_bench::run_benchmarks(argc, argv, [] {
     register_all(env_flag("RECEMB_BENCH_LARGE"), env_flag("RECEMB_BENCH_HUGE"));
   });
 }

@@ -1,5 +1,5 @@
 // An HTTP/1.1 server on cpp-httplib (the only file of recemb that includes httplib.h): a pool of
-// threads answering every request with one handler.
+// threads answering every request with one handler, over keep-alive connections (TCP_NODELAY).
 //
 //   HttpServer server({.host = "127.0.0.1", .port = 0, .threads = 4, .max_body_bytes = 1 << 20},
 //                     handler);
@@ -31,6 +31,8 @@ struct HttpResponse {
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: any free port (HttpServer::port says which)
+  // Connections served at once: each open connection has a thread of its own (httplib) until it
+  // closes (after 1000 requests, or idle for 5 s); a connection beyond waits.
   int threads = 1;
   int64_t max_body_bytes = 0;  // larger bodies are refused with 413 before they are read
   // A request (headers and body) not received within this many seconds is refused with 400.

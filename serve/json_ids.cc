@@ -1,7 +1,7 @@
 #include "serve/json_ids.h"
 
+#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <set>
 
@@ -141,11 +141,13 @@ void append_values(std::span<const float> values, std::span<const int64_t> shape
   out += '[';
   if (shape.size() <= 1) {
     for (size_t i = 0; i < values.size(); ++i) {
+      // As printf's "%.9g" (the standard says so), several times faster.
       char number[32];
-      const int length =
-          std::snprintf(number, sizeof number, "%.9g", static_cast<double>(values[i]));
+      const char* end = std::to_chars(number, number + sizeof number,
+                                      static_cast<double>(values[i]), std::chars_format::general, 9)
+                            .ptr;
       if (i > 0) out += ", ";
-      out.append(number, static_cast<size_t>(length));
+      out.append(number, static_cast<size_t>(end - number));
     }
   } else {
     const size_t rows = static_cast<size_t>(shape[0]);

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "recemb/error.h"
@@ -61,33 +62,46 @@ void check_same_examples(int64_t examples, int64_t first_examples, const std::st
 }
 
 // Reads the binary request layout, checking each length against the bytes left before reading.
+// What is read is named (for the error only, so built only then) by a field and the feature being
+// read, if any.
 class BinaryReader {
  public:
-  explicit BinaryReader(std::string_view body) : body_(body) {}
+  BinaryReader(std::string_view body, const std::vector<FeatureConfig>& features)
+      : body_(body), features_(features) {}
+
+  // Names the fields read from now on as fields of feature `feature`.
+  void start_feature(size_t feature) { feature_ = feature; }
+
+  // "feature 3 ('C4')", the feature being read.
+  std::string feature_context() const {
+    return "feature " + std::to_string(feature_) + " ('" + features_[feature_].name + "')";
+  }
 
   template <typename T>
-  T value(const std::string& what) {
+  T value(const char* field) {
     T result;
-    std::memcpy(&result, take(sizeof(T), 1, what), sizeof(T));
+    std::memcpy(&result, take(sizeof(T), 1, field), sizeof(T));
     return result;
   }
 
   template <typename T>
-  void array(int64_t count, std::vector<T>& out, const std::string& what) {
+  void array(int64_t count, std::vector<T>& out, const char* field) {
+    const char* data = take(sizeof(T), count, field);
     out.resize(static_cast<size_t>(count));
-    if (count > 0) std::memcpy(out.data(), take(sizeof(T), count, what), out.size() * sizeof(T));
+    if (count > 0) std::memcpy(out.data(), data, out.size() * sizeof(T));
   }
 
   size_t offset() const { return offset_; }
   size_t left() const { return body_.size() - offset_; }
 
  private:
-  const char* take(size_t size, int64_t count, const std::string& what) {
+  const char* take(size_t size, int64_t count, const char* field) {
     if (count < 0 || static_cast<uint64_t>(count) > left() / size) {
-      throw InvalidArgument("binary body: " + what + " (" + std::to_string(count) + " x " +
-                            std::to_string(size) + " bytes at byte " + std::to_string(offset_) +
-                            ") runs past the end of the body (" + std::to_string(body_.size()) +
-                            " bytes)");
+      throw InvalidArgument(
+          "binary body: " + (feature_ < features_.size() ? feature_context() + " " : "") + field +
+          " (" + std::to_string(count) + " x " + std::to_string(size) + " bytes at byte " +
+          std::to_string(offset_) + ") runs past the end of the body (" +
+          std::to_string(body_.size()) + " bytes)");
     }
     const char* data = body_.data() + offset_;
     offset_ += size * static_cast<size_t>(count);
@@ -95,8 +109,25 @@ class BinaryReader {
   }
 
   std::string_view body_;
+  const std::vector<FeatureConfig>& features_;
+  size_t feature_ = std::numeric_limits<size_t>::max();  // none yet: the header
   size_t offset_ = 0;
 };
+
+// The number of values of an activation of shape `shape`.
+size_t elements(const std::vector<int64_t>& shape) {
+  size_t count = 1;
+  for (int64_t extent : shape) count *= static_cast<size_t>(extent);
+  return count;
+}
+
+// ServingModel::activation_shape of each input (InvalidArgument for one the model refuses).
+std::vector<std::vector<int64_t>> activation_shapes(const ServingModel& model,
+                                                    const std::vector<FeatureInput>& inputs) {
+  std::vector<std::vector<int64_t>> shapes(inputs.size());
+  for (size_t f = 0; f < inputs.size(); ++f) shapes[f] = model.activation_shape(f, inputs[f]);
+  return shapes;
+}
 
 }  // namespace
 
@@ -166,7 +197,8 @@ LookupRequest decode_json_lookup(std::string_view body, const ServingModel& mode
 
 LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& model,
                                    int64_t max_examples) {
-  BinaryReader reader(body);
+  const auto& features = model.features();
+  BinaryReader reader(body, features);
   const auto magic = reader.value<uint32_t>("the magic number");
   if (magic != kBinaryRequestMagic) {
     throw InvalidArgument("binary body: not a lookup request (its first 4 bytes are not \"REBQ\")");
@@ -176,7 +208,6 @@ LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& mo
     throw InvalidArgument("binary body: version " + std::to_string(version) +
                           ", this server reads version " + std::to_string(kBinaryVersion));
   }
-  const auto& features = model.features();
   const auto feature_count = reader.value<uint32_t>("the number of features");
   if (feature_count != features.size()) {
     throw InvalidArgument("binary body: " + std::to_string(feature_count) +
@@ -190,35 +221,36 @@ LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& mo
   request.features.resize(features.size());
   for (size_t f = 0; f < features.size(); ++f) {
     const std::string& name = features[f].name;
-    const std::string context = "feature " + std::to_string(f) + " ('" + name + "')";
-    const auto examples = reader.value<int64_t>(context + " examples");
-    const auto total_ids = reader.value<int64_t>(context + " total ids");
-    const auto has_weights = reader.value<uint32_t>(context + " has weights");
-    const auto reserved = reader.value<uint32_t>(context + " reserved word");
+    reader.start_feature(f);
+    const auto examples = reader.value<int64_t>("examples");
+    const auto total_ids = reader.value<int64_t>("total ids");
+    const auto has_weights = reader.value<uint32_t>("has weights");
+    const auto reserved = reader.value<uint32_t>("reserved word");
     check_examples(examples, max_examples, name);
     if (f == 0) request.examples = examples;
     check_same_examples(examples, request.examples, name, features[0].name);
     if (has_weights > 1 || reserved != 0) {
-      throw InvalidArgument("binary body: " + context +
+      throw InvalidArgument("binary body: " + reader.feature_context() +
                             ": has-weights must be 0 or 1 and the reserved word 0");
     }
     FeatureIds& ids = request.features[f];
-    reader.array(examples + 1, ids.row_splits, context + " offsets");
+    reader.array(examples + 1, ids.row_splits, "offsets");
     if (ids.row_splits.front() != 0 || ids.row_splits.back() != total_ids) {
-      throw InvalidArgument("binary body: " + context + ": offsets must start at 0 and end at " +
-                            "the total ids " + std::to_string(total_ids) + ", got " +
+      throw InvalidArgument("binary body: " + reader.feature_context() +
+                            ": offsets must start at 0 and end at the total ids " +
+                            std::to_string(total_ids) + ", got " +
                             std::to_string(ids.row_splits.front()) + " and " +
                             std::to_string(ids.row_splits.back()));
     }
     for (int64_t example = 0; example < examples; ++example) {
       if (ids.row_splits[static_cast<size_t>(example + 1)] <
           ids.row_splits[static_cast<size_t>(example)]) {
-        throw InvalidArgument("binary body: " + context + ": offsets decrease at example " +
-                              std::to_string(example));
+        throw InvalidArgument("binary body: " + reader.feature_context() +
+                              ": offsets decrease at example " + std::to_string(example));
       }
     }
-    reader.array(total_ids, ids.ids, context + " ids");
-    if (has_weights == 1) reader.array(total_ids, ids.weights, context + " weights");
+    reader.array(total_ids, ids.ids, "ids");
+    if (has_weights == 1) reader.array(total_ids, ids.weights, "weights");
   }
   if (reader.left() != 0) {
     throw InvalidArgument("binary body: " + std::to_string(reader.left()) +
@@ -231,14 +263,11 @@ LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& mo
 Activations look_up(const ServingModel& model, const LookupRequest& request) {
   const std::vector<FeatureInput> inputs = request.inputs();
   Activations activations;
-  activations.shapes.resize(inputs.size());
+  activations.shapes = activation_shapes(model, inputs);
   activations.values.resize(inputs.size());
   std::vector<std::span<float>> spans(inputs.size());
   for (size_t f = 0; f < inputs.size(); ++f) {
-    activations.shapes[f] = model.activation_shape(f, inputs[f]);
-    size_t size = 1;
-    for (int64_t extent : activations.shapes[f]) size *= static_cast<size_t>(extent);
-    activations.values[f].resize(size);
+    activations.values[f].resize(elements(activations.shapes[f]));
     spans[f] = activations.values[f];
   }
   model.lookup(inputs, spans);
@@ -256,20 +285,36 @@ std::string encode_json_activations(const ServingModel& model, const Activations
   return out;
 }
 
-std::string encode_binary_activations(const Activations& activations) {
-  std::string out;
-  const auto append = [&out](const void* data, size_t size) {
-    out.append(static_cast<const char*>(data), size);
+std::string look_up_binary(const ServingModel& model, const LookupRequest& request) {
+  const std::vector<FeatureInput> inputs = request.inputs();
+  const std::vector<std::vector<int64_t>> shapes = activation_shapes(model, inputs);
+  size_t bytes = 4 * sizeof(uint32_t);
+  for (const std::vector<int64_t>& shape : shapes) {
+    bytes +=
+        2 * sizeof(uint32_t) + shape.size() * sizeof(int64_t) + elements(shape) * sizeof(float);
+  }
+  std::string out(bytes, '\0');
+  size_t offset = 0;
+  const auto append = [&out, &offset](const void* data, size_t size) {
+    std::memcpy(out.data() + offset, data, size);
+    offset += size;
   };
   const uint32_t header[4] = {kBinaryAnswerMagic, kBinaryVersion,
-                              static_cast<uint32_t>(activations.values.size()), 0};
+                              static_cast<uint32_t>(shapes.size()), 0};
   append(header, sizeof header);
-  for (size_t f = 0; f < activations.values.size(); ++f) {
-    const uint32_t rank[2] = {static_cast<uint32_t>(activations.shapes[f].size()), 0};
+  // Each feature's values are looked up into the answer: every field before them is a multiple
+  // of 4 bytes long and the string's bytes are allocated aligned for any type, so they are
+  // aligned floats.
+  std::vector<std::span<float>> spans;
+  spans.reserve(shapes.size());
+  for (const std::vector<int64_t>& shape : shapes) {
+    const uint32_t rank[2] = {static_cast<uint32_t>(shape.size()), 0};
     append(rank, sizeof rank);
-    append(activations.shapes[f].data(), activations.shapes[f].size() * sizeof(int64_t));
-    append(activations.values[f].data(), activations.values[f].size() * sizeof(float));
+    append(shape.data(), shape.size() * sizeof(int64_t));
+    spans.emplace_back(reinterpret_cast<float*>(out.data() + offset), elements(shape));
+    offset += elements(shape) * sizeof(float);
   }
+  model.lookup(inputs, spans);
   return out;
 }
 

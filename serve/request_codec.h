@@ -59,11 +59,12 @@ LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& mo
 // range, naming the feature and the example).
 Activations look_up(const ServingModel& model, const LookupRequest& request);
 
+// Looks `request` up as look_up does, into the binary answer layout (docs/serving.md, "Binary
+// bodies"): the activations are written in place there, not copied.
+std::string look_up_binary(const ServingModel& model, const LookupRequest& request);
+
 // {"outputs": {"feature": [activation of example 0, ...], ...}}, floats printed round-trippable.
 std::string encode_json_activations(const ServingModel& model, const Activations& activations);
-
-// The binary answer layout (docs/serving.md, "Binary bodies").
-std::string encode_binary_activations(const Activations& activations);
 
 // {"instances": ["<Criteo line>", ...]}: 1 to `max_examples` strings.
 std::vector<std::string> decode_json_instances(std::string_view body, int64_t max_examples);

@@ -183,13 +183,12 @@ HttpResponse Server::lookup(const HttpRequest& request, const ServedModel& model
   const LookupRequest decoded =
       binary ? decode_binary_lookup(request.body, model.model, options_.max_examples)
              : decode_json_lookup(request.body, model.model, options_.max_examples);
-  const Activations activations = look_up(model.model, decoded);
+  HttpResponse response = binary ? HttpResponse{.content_type = std::string(kBinaryType),
+                                                .body = look_up_binary(model.model, decoded)}
+                                 : HttpResponse{.body = encode_json_activations(
+                                                    model.model, look_up(model.model, decoded))};
   metrics_.add_rows(model.name, decoded.examples);
-  if (binary) {
-    return {.content_type = std::string(kBinaryType),
-            .body = encode_binary_activations(activations)};
-  }
-  return {.body = encode_json_activations(model.model, activations)};
+  return response;
 }
 
 HttpResponse Server::predict(const HttpRequest& request, const ServedModel& model) {

@@ -2,11 +2,13 @@
 
 #include <arpa/inet.h>
 #include <atomic>
+#include <fcntl.h>
 #include <future>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
@@ -132,6 +134,107 @@ TEST(HttpServer, StopAnswersTheRequestsInFlight) {
   httplib::Client client = client_of(server.port());
   client.set_connection_timeout(2);
   EXPECT_FALSE(client.Get("/healthz"));
+}
+
+// A socket connected to 127.0.0.1:`port` (blocking, receives bounded by 20 s), or -1.
+int connect_to(int port) {
+  const int socket = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const timeval timeout{.tv_sec = 20, .tv_usec = 0};  // bounds the test, never reached
+  setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  if (connect(socket, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    close(socket);
+    return -1;
+  }
+  return socket;
+}
+
+// One answer read from `socket`: its status line and headers (lower case) and its body of
+// Content-Length bytes; "" when the connection closes first.
+std::string read_answer(int socket, std::string& body) {
+  std::string header;
+  char c = 0;
+  while (!header.ends_with("\r\n\r\n")) {
+    if (recv(socket, &c, 1, 0) != 1) return "";
+    header += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  const size_t length = header.find("content-length: ");
+  if (length == std::string::npos) return "";
+  body.resize(std::stoul(header.substr(length + 16)));
+  size_t got = 0;
+  while (got < body.size()) {
+    const ssize_t n = recv(socket, body.data() + got, body.size() - got, 0);
+    if (n <= 0) return "";
+    got += static_cast<size_t>(n);
+  }
+  return header;
+}
+
+// A client may send many requests on one connection (httplib's default closed it after 5).
+TEST(HttpServer, OneConnectionServesManyRequests) {
+  HttpServer server(
+      {.port = 0, .threads = 2, .max_body_bytes = 100},
+      [](const HttpRequest& request) { return HttpResponse{.body = request.body}; }, refuse);
+  std::thread runner([&] { server.run(); });
+  const int socket = connect_to(server.port());
+  ASSERT_GE(socket, 0);
+  for (int i = 0; i < 50; ++i) {
+    const std::string body = "request " + std::to_string(i);
+    const std::string request =
+        "POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\n\r\n" + body;
+    ASSERT_EQ(send(socket, request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()));
+    std::string answer_body;
+    const std::string header = read_answer(socket, answer_body);
+    ASSERT_THAT(header, ::testing::StartsWith("http/1.1 200")) << "request " << i;
+    EXPECT_EQ(header.find("connection: close"), std::string::npos) << "request " << i;
+    EXPECT_EQ(answer_body, body);
+  }
+  close(socket);
+  server.stop();
+  runner.join();
+}
+
+// Many clients connecting at once are queued by the system until the server accepts them (the
+// listen backlog): none waits for its connection request to be sent again.
+TEST(HttpServer, ClientsConnectingAtOnceAreQueued) {
+  HttpServer server(
+      {.port = 0, .threads = 1, .max_body_bytes = 10},
+      [](const HttpRequest&) { return HttpResponse{}; }, refuse);
+  // Not running: nothing accepts, so every connection waits in the backlog.
+  constexpr int kClients = 64;
+  std::vector<pollfd> sockets;
+  for (int i = 0; i < kClients; ++i) {
+    const int socket = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(server.port()));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connect(socket, reinterpret_cast<const sockaddr*>(&address), sizeof address);
+    sockets.push_back({.fd = socket, .events = POLLOUT, .revents = 0});
+  }
+  // Connected: writable without an error. A connection request dropped by a full backlog is sent
+  // again after 1 s, then 3 s, ...: never accepted here, it stays in progress.
+  int connected = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (connected < kClients && std::chrono::steady_clock::now() < deadline) {
+    if (poll(sockets.data(), sockets.size(), 100) <= 0) continue;
+    for (pollfd& socket : sockets) {
+      if ((socket.revents & POLLOUT) == 0) continue;
+      int error = 0;
+      socklen_t size = sizeof error;
+      getsockopt(socket.fd, SOL_SOCKET, SO_ERROR, &error, &size);
+      EXPECT_EQ(error, 0);
+      ++connected;
+      socket.events = 0;  // counted
+    }
+  }
+  for (const pollfd& socket : sockets) close(socket.fd);
+  EXPECT_EQ(connected, kClients);
 }
 
 TEST(HttpServer, StopBeforeRunAndPortInUse) {

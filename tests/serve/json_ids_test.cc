@@ -1,8 +1,11 @@
 #include "serve/json_ids.h"
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <limits>
 #include <random>
 
 #include "recemb/error.h"
@@ -81,6 +84,37 @@ TEST(JsonIds, ValuesRoundTrip) {
     EXPECT_EQ(std::memcmp(&got, &values[i], sizeof got), 0) << i;
   }
   EXPECT_EQ(json_string("a\"\xff"), "\"a\\\"\xef\xbf\xbd\"");
+}
+
+// Each value as printf's "%.9g" writes it (docs/serving.md: 9 significant digits), ", " between.
+TEST(JsonIds, ValuesPrintedAsPrintfWith9Digits) {
+  std::mt19937_64 random(11);
+  std::vector<float> values = {0.0f,
+                               -0.0f,
+                               1.0f,
+                               -2.5f,
+                               1e-7f,
+                               123456789.0f,
+                               1e20f,
+                               3e-42f,
+                               std::numeric_limits<float>::max(),
+                               std::numeric_limits<float>::denorm_min()};
+  while (values.size() < 1000) {
+    const auto bits = static_cast<uint32_t>(random());
+    float value = 0;
+    std::memcpy(&value, &bits, sizeof value);
+    if (std::isfinite(value)) values.push_back(value);
+  }
+  std::string expected = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    char number[32];
+    std::snprintf(number, sizeof number, "%.9g", static_cast<double>(values[i]));
+    expected += (i == 0 ? "" : ", ") + std::string(number);
+  }
+  expected += "]";
+  std::string text;
+  append_values(values, std::vector<int64_t>{static_cast<int64_t>(values.size())}, text);
+  EXPECT_EQ(text, expected);
 }
 
 }  // namespace

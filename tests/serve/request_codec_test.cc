@@ -70,9 +70,8 @@ TEST_F(RequestCodecTest, RandomBatchesEqualTheModelsLookupBitwise) {
       }
     }
 
-    const Activations from_binary =
-        look_up(model_, decode_binary_lookup(test::binary_body(batch), model_, 100));
-    const std::string encoded = encode_binary_activations(from_binary);
+    const std::string encoded =
+        look_up_binary(model_, decode_binary_lookup(test::binary_body(batch), model_, 100));
     // Header, then per feature: rank, shape, values.
     uint32_t header[4];
     std::memcpy(header, encoded.data(), sizeof header);
@@ -165,6 +164,15 @@ TEST_F(RequestCodecTest, BinaryBodiesAreCheckedBeforeEveryRead) {
   for (size_t length = 0; length < body.size(); ++length) {
     EXPECT_THAT(binary_error(body.substr(0, length)), HasSubstr("binary body")) << length;
   }
+  // The message names the field, and the feature it belongs to.
+  EXPECT_THAT(binary_error(body.substr(0, 10)),
+              HasSubstr("binary body: the number of features (1 x 4 bytes at byte 8) runs past "
+                        "the end of the body (10 bytes)"));
+  EXPECT_THAT(binary_error(body.substr(0, 20)),
+              HasSubstr("binary body: feature 0 ('a') examples (1 x 8 bytes at byte 16) runs past "
+                        "the end of the body (20 bytes)"));
+  EXPECT_THAT(binary_error(body.substr(0, 50)),
+              HasSubstr("binary body: feature 0 ('a') offsets (4 x 8 bytes at byte 40)"));
   EXPECT_THAT(binary_error(body + "x"), HasSubstr("1 bytes after the last feature"));
   EXPECT_EQ(binary_error(body), "");
   EXPECT_THAT(binary_error(body, 2), HasSubstr("more than --max-examples 2"));

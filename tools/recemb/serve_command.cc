@@ -68,15 +68,16 @@ ListenAddress parse_listen_address(std::string_view listen) {
 
 int run_serve_command(const ServeArguments& args, std::ostream& err) {
   const ListenAddress address = parse_listen_address(args.listen);
-  if (args.threads < 0) throw InvalidArgument("--threads must be >= 0 (0: one per core)");
+  if (args.threads < 0) {
+    throw InvalidArgument("--threads must be >= 0 (0: " + std::to_string(kDefaultServeThreads) +
+                          ")");
+  }
   if (args.max_body_bytes < 1) throw InvalidArgument("--max-body-bytes must be >= 1");
   if (args.max_examples < 1) throw InvalidArgument("--max-examples must be >= 1");
   if (!(args.poll_seconds >= 0 && args.poll_seconds <= 86400)) {
     throw InvalidArgument("--poll-seconds must be from 0 (never) to 86400");
   }
-  const int threads = args.threads > 0
-                          ? args.threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = args.threads > 0 ? args.threads : kDefaultServeThreads;
 
   const BlockedSignals blocked;  // before any thread starts
   auto registry = std::make_shared<serve::ModelRegistry>(args.model_dir, err);

@@ -61,7 +61,8 @@ TEST(ServeCommand, NoModelExitsTwoSayingTheLayout) {
   EXPECT_THAT(outcome.output, HasSubstr("expected MODEL_DIR/NAME/VERSION/model.recemb"));
 }
 
-// The program serves until SIGTERM, then stops and exits 0; its log names the model and address.
+// The program serves until SIGTERM, then stops and exits 0; its log names the model, the address
+// and the threads.
 TEST(ServeCommand, ServesUntilSigterm) {
   recemb::test::TemporaryDirectory dir;
   std::filesystem::create_directories(dir / "models/emb/3");
@@ -77,8 +78,8 @@ TEST(ServeCommand, ServesUntilSigterm) {
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
   const std::string models = (dir / "models").string();
-  const char* arguments[] = {RECEMB_CLI,  "serve", models.c_str(), "--listen", "127.0.0.1:0",
-                             "--threads", "2",     nullptr};
+  const char* arguments[] = {RECEMB_CLI, "serve",       models.c_str(),
+                             "--listen", "127.0.0.1:0", nullptr};
   pid_t pid = 0;
   ASSERT_EQ(
       posix_spawn(&pid, RECEMB_CLI, &actions, nullptr, const_cast<char**>(arguments), environ), 0);
@@ -121,6 +122,9 @@ TEST(ServeCommand, ServesUntilSigterm) {
   ASSERT_NE(port, 0) << text;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << text;
   EXPECT_THAT(text, HasSubstr("serving model 'emb' version 3"));
+  // A thread for each connection served at once, 64 by default (whatever the cores).
+  EXPECT_THAT(text, HasSubstr("listening on 127.0.0.1:" + std::to_string(port) + " (" +
+                              std::to_string(kDefaultServeThreads) + " threads)"));
   EXPECT_THAT(text, HasSubstr("SIGTERM: stopping"));
   EXPECT_THAT(text, HasSubstr("recemb serve: stopped"));
 }
