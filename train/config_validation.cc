@@ -8,6 +8,7 @@
 #include "recemb/embedding.h"
 #include "recemb/error.h"
 #include "recemb/optimizer.h"
+#include "recemb/serving.h"
 
 namespace recemb::train {
 namespace {
@@ -84,6 +85,13 @@ void validate_train_config(const TrainConfig& c) {
   require(c.checkpoint.every >= 0, "checkpoint.every must be >= 0");
   require(c.checkpoint.keep >= 1, "checkpoint.keep must be >= 1");
   require(!c.output.dir.empty(), "output.dir must not be empty");
+  require(c.serving.publish_every_seconds > 0.0,
+          "serving.publish_every_seconds must be > 0 (no publishing: serving.publish_dir = \"\")");
+  try {
+    parse_serving_dtype(c.serving.publish_dtype);
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(std::string("serving.publish_dtype: ") + error.what());
+  }
   for (const auto& [name, table] : c.tables) {
     require(!table.vocabulary_size || *table.vocabulary_size >= 1,
             "tables." + name + ".vocabulary_size must be >= 1");

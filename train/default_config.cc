@@ -74,6 +74,11 @@ keep = 2                # complete checkpoints kept
 [output]
 dir = "recemb-run"      # metrics.jsonl, summary.json, training.svg, config.toml
 
+[serving]
+publish_dir = ""              # a model directory (MODEL_DIR/NAME) to publish to; "" = none
+publish_every_seconds = 10.0  # seconds between publishes (> 0): a base, then deltas
+publish_dtype = "float32"     # float32 | float16 | int8
+
 # Per-table overrides, for any of the tables C1..C26:
 # [tables.C3]
 # vocabulary_size = 100000

@@ -170,12 +170,12 @@ std::optional<DenseModelPart> dense_part_of(const RestoredState& state,
   return dense;
 }
 
-void write_model_file(const Embedding& embedding, const std::optional<DenseModelPart>& dense,
-                      const std::filesystem::path& path, ServingDtype dtype) {
+ExportOptions model_file_options(const Embedding& embedding,
+                                 const std::optional<DenseModelPart>& dense, ServingDtype dtype,
+                                 const std::string& context) {
   ExportOptions options{.dtype = dtype};
   std::optional<DlrmDenseModel> shape;  // the dense model's layout, for its parameter blocks
   if (dense) {
-    const std::string context = "model file '" + path.string() + "': ";
     try {
       shape.emplace(dense->config);
       criteo_ids(embedding.tables(), embedding.features(), dense->config.embedding_dim);
@@ -200,7 +200,14 @@ void write_model_file(const Embedding& embedding, const std::optional<DenseModel
     options.metadata.insert(input_metadata().begin(), input_metadata().end());
   }
   options.metadata[kStepMetadata] = std::to_string(embedding.step());
-  export_serving_model(embedding, path, options);
+  return options;
+}
+
+void write_model_file(const Embedding& embedding, const std::optional<DenseModelPart>& dense,
+                      const std::filesystem::path& path, ServingDtype dtype) {
+  export_serving_model(
+      embedding, path,
+      model_file_options(embedding, dense, dtype, "model file '" + path.string() + "': "));
 }
 
 ModelFileDensePart read_dense_part(const ServingModel& model) {

@@ -76,6 +76,15 @@ std::optional<DenseModelPart> dense_part_of(const RestoredState& state, const st
 // holds (docs/serving.md, "Model directories").
 inline constexpr char kStepMetadata[] = "step";
 
+// What a model file holds beside `embedding`'s tables in `dtype`: their step (kStepMetadata) and,
+// when given, `dense` (its arrays, borrowed from dense->parameters, and the metadata above): the
+// options of export_serving_model, and of publish (docs/training.md, "Publishing to a server").
+// Throws InvalidArgument starting with `context` when `dense` does not fit the tables
+// (criteo_ids) or its parameters are not its config's.
+ExportOptions model_file_options(const Embedding& embedding,
+                                 const std::optional<DenseModelPart>& dense, ServingDtype dtype,
+                                 const std::string& context);
+
 // Writes `embedding`'s tables in `dtype`, their step (kStepMetadata) and, when given, `dense` (its
 // arrays and the metadata above) as the serving model `path`, atomically (export_serving_model).
 // Throws InvalidArgument, before creating any file, when `dense` does not fit the tables

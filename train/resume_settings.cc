@@ -18,9 +18,14 @@ namespace {
 // where, and how the work is spread, not which updates it makes (docs/training.md, "Checkpoints
 // and --resume"). Any other change would make the resumed run differ from the uninterrupted one.
 constexpr std::string_view kResumeMayChange[] = {
-    "train.steps",        "train.eval_every",   "train.log_every",     "checkpoint.dir",
-    "checkpoint.every",   "checkpoint.keep",    "output.dir",          "embedding.threads",
-    "embedding.sharding", "data.max_malformed", "data.reader_threads", "train.overlap"};
+    "train.steps",          "train.eval_every",
+    "train.log_every",      "checkpoint.dir",
+    "checkpoint.every",     "checkpoint.keep",
+    "output.dir",           "embedding.threads",
+    "embedding.sharding",   "data.max_malformed",
+    "data.reader_threads",  "train.overlap",
+    "serving.publish_dir",  "serving.publish_every_seconds",
+    "serving.publish_dtype"};
 
 }  // namespace
 

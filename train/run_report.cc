@@ -159,6 +159,8 @@ void write_summary_json(const TrainSummary& s, const std::filesystem::path& path
       << "  \"eval_seconds\": " << double_text(s.eval_seconds) << ",\n"
       << "  \"checkpoint_seconds\": " << double_text(s.checkpoint_seconds) << ",\n"
       << "  \"checkpoints\": " << s.checkpoints << ",\n"
+      << "  \"publish_seconds\": " << double_text(s.publish_seconds) << ",\n"
+      << "  \"publishes\": " << s.publishes << ",\n"
       << "  \"embedding_bytes\": " << s.embedding_bytes << ",\n"
       << "  \"peak_resident_bytes\": " << s.peak_resident_bytes << ",\n"
       << "  \"malformed_lines\": " << s.malformed_lines << ",\n"

@@ -53,6 +53,8 @@ struct TrainSummary {
   double data_seconds = 0, lookup_seconds = 0, dense_seconds = 0, update_seconds = 0;
   double eval_seconds = 0, checkpoint_seconds = 0;
   int64_t checkpoints = 0;       // checkpoints this run wrote
+  double publish_seconds = 0;    // serving.publish_dir: writing bases and deltas
+  int64_t publishes = 0;         // files published this run
   int64_t checkpoint_every = 0;  // checkpoint.every: steps between checkpoints (0: at the end)
   int64_t embedding_bytes = 0;   // tables + slots
   int64_t peak_resident_bytes = 0;

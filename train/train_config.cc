@@ -295,6 +295,9 @@ TrainConfig load_train_config(const std::string& config_path,
   c.checkpoint.every = get<int64_t>(config, "checkpoint.every");
   c.checkpoint.keep = get<int>(config, "checkpoint.keep");
   c.output.dir = get<std::string>(config, "output.dir");
+  c.serving.publish_dir = get<std::string>(config, "serving.publish_dir");
+  c.serving.publish_every_seconds = get<double>(config, "serving.publish_every_seconds");
+  c.serving.publish_dtype = get<std::string>(config, "serving.publish_dtype");
   c.tables = std::move(tables);
   validate_train_config(c);
   // Learning rates not given are the optimizer's own (docs/training.md, "Learning rates").
@@ -378,6 +381,9 @@ std::string to_toml(const TrainConfig& c) {
        toml::table{
            {"dir", c.checkpoint.dir}, {"every", c.checkpoint.every}, {"keep", c.checkpoint.keep}}},
       {"output", toml::table{{"dir", c.output.dir}}},
+      {"serving", toml::table{{"publish_dir", c.serving.publish_dir},
+                              {"publish_every_seconds", c.serving.publish_every_seconds},
+                              {"publish_dtype", c.serving.publish_dtype}}},
       {"tables", std::move(tables)},
   };
   // data.path: "" or one path as a string (as configs had it), several as a list.

@@ -103,6 +103,13 @@ struct TrainConfig {
   struct Output {
     std::string dir = {};  // metrics.jsonl, summary.json, training.svg
   } output;
+  // Online publishing (docs/training.md, "Publishing to a server"): a base, then deltas of the
+  // rows changed (recemb/publish.h), into a model directory `recemb serve` reads.
+  struct Serving {
+    std::string publish_dir = {};        // MODEL_DIR/NAME; "": no publishing
+    double publish_every_seconds = 0.0;  // > 0: seconds between publishes, at step boundaries
+    std::string publish_dtype = {};      // float32 | float16 | int8
+  } serving;
   std::map<std::string, TableOverride> tables = {};  // by table name "C1".."C26"
 };
 

@@ -8,6 +8,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "recemb/embedding.h"
 #include "recemb/error.h"
 #include "recemb/placement.h"
+#include "recemb/publish.h"
 
 #include "train/criteo_profile.h"
 #include "train/data_parallel.h"
@@ -25,6 +27,7 @@
 #include "train/embedding_model.h"
 #include "train/held_out_evaluation.h"
 #include "train/metrics_log.h"
+#include "train/model_file.h"
 #include "train/prefetching_source.h"
 #include "train/rank_errors.h"
 #include "train/run_resources.h"
@@ -138,6 +141,15 @@ class Trainer {
                                    .train_every = config_.train.log_every,
                                    .eval_every = config_.train.eval_every});
     });
+    errors_.locally([&] {
+      if (!root() || config_.serving.publish_dir.empty()) return;
+      if (group_.size() > 1) {
+        throw InvalidArgument("serving.publish_dir: publishing runs in one process (this run has " +
+                              std::to_string(group_.size()) +
+                              " ranks): export its checkpoints with `recemb export` instead");
+      }
+      std::filesystem::create_directories(config_.serving.publish_dir);
+    });
     errors_.sync();
     summary_.rank = group_.rank();
     summary_.ranks = group_.size();
@@ -162,6 +174,7 @@ class Trainer {
     // The progress line's rate counts the training steps only (evaluations and checkpoints
     // included), not the evaluation before them.
     const Clock::time_point steps_start = Clock::now();
+    publish_model();  // the base: the served model from the start
     while (embedding_.step() < config_.train.steps) {
       StepBatch& batch = pipeline_->next();
       int64_t count = batch.count;
@@ -209,6 +222,9 @@ class Trainer {
           step < config_.train.steps) {
         save();
       }
+      if (last_publish_ && seconds_since(*last_publish_) >= config_.serving.publish_every_seconds) {
+        publish_model();
+      }
       const double elapsed = seconds_since(steps_start);
       const double rate = static_cast<double>(summary_.examples) / elapsed;
       const int64_t total = std::max(total_steps, step);
@@ -223,6 +239,8 @@ class Trainer {
     // Saved before the final records: a run resumed from here continues the loss window, and
     // MetricsLog drops these off-schedule records (see metrics_log.h).
     save();
+    if (embedding_.step() != published_step_) publish_model();
+    errors_.locally([&] { finish_publishing(); });
     if (loss_window_count_ > 0) record_loss(embedding_.step());
     const EvalRecord final_eval = evaluate();
     summary_.seconds = seconds_since(start);
@@ -433,6 +451,41 @@ class Trainer {
   RankErrors errors_;
   ProgressDisplay progress_;
   // The steps' batches, read by prefetching_ and looked up in embedding_ (set once they exist).
+  // Publishes the tables and the dense model at this step boundary into serving.publish_dir (a
+  // base the first time, then deltas: recemb/publish.h), with what `recemb export` writes beside
+  // the tables (model_file_options), so that a base is `recemb export`'s file of this step. A
+  // delta's rows are copied here and the file is written on another thread while training goes
+  // on; the previous one is waited for first (its error, if any, ends the run).
+  void publish_model() {
+    if (config_.serving.publish_dir.empty()) return;
+    const Clock::time_point t = Clock::now();
+    finish_publishing();
+    pipeline_->wait_for_prefetch();
+    const std::optional<DenseModelPart> dense =
+        DenseModelPart{.config = model_.config(),
+                       .parameters = {model_.parameters().begin(), model_.parameters().end()}};
+    const ExportOptions options =
+        model_file_options(embedding_, dense, parse_serving_dtype(config_.serving.publish_dtype),
+                           "serving.publish_dir '" + config_.serving.publish_dir + "': ");
+    publishing_ =
+        std::async(std::launch::async, begin_publish(embedding_, config_.serving.publish_dir,
+                                                     {.dtype = options.dtype,
+                                                      .extra_arrays = options.extra_arrays,
+                                                      .metadata = options.metadata}));
+    published_step_ = embedding_.step();
+    summary_.publish_seconds += seconds_since(t);
+    ++summary_.publishes;
+    last_publish_ = Clock::now();
+  }
+
+  // Waits for the delta being written, if any; rethrows its error.
+  void finish_publishing() {
+    if (!publishing_.valid()) return;
+    const Clock::time_point t = Clock::now();
+    publishing_.get();
+    summary_.publish_seconds += seconds_since(t);
+  }
+
   // Declared before embedding_, so that its destructor has waited for a prefetched lookup before
   // the batches are freed.
   std::optional<StepPipeline> pipeline_;
@@ -454,6 +507,9 @@ class Trainer {
   int64_t loss_window_count_ = 0;
   double recent_loss_ = std::nan("");
   int64_t last_saved_step_ = -1;
+  std::optional<Clock::time_point> last_publish_;  // none: not publishing (yet)
+  int64_t published_step_ = -1;
+  std::future<PublishResult> publishing_;  // the delta being written
   // The data position after the last batch trained on (what a checkpoint saves).
   std::string trained_position_;
 };

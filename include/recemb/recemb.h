@@ -13,6 +13,7 @@
 #include "recemb/learning_rate.h"
 #include "recemb/optimizer.h"
 #include "recemb/placement.h"
+#include "recemb/publish.h"
 #include "recemb/serving.h"
 #include "recemb/string_key.h"
 

@@ -37,6 +37,10 @@
 
 namespace recemb {
 
+namespace internal {
+struct ServingModelAccess;
+}  // namespace internal
+
 // How a serving model stores table values.
 //   kFloat32: as trained; lookups equal Embedding::lookup bitwise.
 //   kFloat16: IEEE binary16, rounded to nearest even: each value within max(2^-11 |x|, 2^-25).
@@ -101,12 +105,12 @@ struct OpenOptions {
 
 // A serving model opened read-only: open reads the whole file into memory the model owns (as many
 // bytes as the file, plus a hash index of at most 16 bytes a key for each dynamic table, built
-// there) and its tables are looked up there. Immutable after open: every method is
-// const and may run concurrently from any number of threads. Copies share that memory (a
-// shared_ptr), which lives as long as the last copy; moving or copying a model never invalidates
-// another copy. Once open, the model no longer reads the file: it may be replaced, rewritten in
-// place, truncated or deleted without any effect on the model (docs/serving.md). A moved-from
-// ServingModel may only be assigned to or destroyed.
+// there) and its tables are looked up there. Immutable after open but for apply_delta: every
+// other method is const and may run concurrently from any number of threads. Copies share that
+// memory (a shared_ptr), which lives as long as the last copy; moving or copying a model never
+// invalidates another copy. Once open, the model no longer reads the file: it may be replaced,
+// rewritten in place, truncated or deleted without any effect on the model (docs/serving.md). A
+// moved-from ServingModel may only be assigned to or destroyed.
 class RECEMB_EXPORT ServingModel {
  public:
   // Reads and checks `path` (see OpenOptions::verify), through the library's file system
@@ -163,10 +167,34 @@ class RECEMB_EXPORT ServingModel {
   void lookup(std::span<const FeatureInput> inputs,
               std::span<const std::span<float>> activations) const;
 
+  // Online publishing (recemb/publish.h; docs/serving.md, "Publishing deltas").
+  //
+  // A deep copy, with memory of its own (a replica for a server that applies deltas): the same
+  // tables, extra arrays, metadata and delta_sequence(), dynamic tables' indexes rebuilt. Copies
+  // and clones of a model are independent afterwards.
+  ServingModel clone() const;
+  // Applies the delta file `delta` (written by publish) in place: the rows and dynamic keys it
+  // holds replace the model's, the keys it removes are dropped (a key the model does not hold is
+  // ignored), its extra arrays' values and metadata replace the model's. Throws
+  // FailedPrecondition unless this handle is the only one of its model (no copy, so that no
+  // concurrent lookup can see the change: a server applies deltas to a replica no request
+  // holds), or when the delta is for another base or is not the next sequence (naming both);
+  // DataLoss, naming the file and the item, for a file that is not a delta, is damaged
+  // (checksums), truncated, or whose tables, dims or dtype are not the model's; InvalidArgument
+  // when its extra arrays' names or shapes are not the model's; std::system_error for a failing
+  // read. Everything is verified before anything changes: on a throw the model is as it was.
+  // Static tables' rows are overwritten in place (O(rows in the delta)); a dynamic table with
+  // upserted or removed keys is rebuilt (its keys merged, its index rebuilt: O(table), in new
+  // memory). Not concurrent with any other call on this model.
+  void apply_delta(const std::filesystem::path& delta);
+  // Deltas applied: 0 for a model opened from a base.
+  int64_t delta_sequence() const;
+
  private:
+  friend struct internal::ServingModelAccess;
   struct State;
-  explicit ServingModel(std::shared_ptr<const State> state);
-  std::shared_ptr<const State> state_;
+  explicit ServingModel(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace recemb

@@ -24,7 +24,7 @@ import numbers
 import os
 import pathlib
 import threading
-from typing import Any, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 
@@ -479,6 +479,33 @@ class Embedding(_TableAccess):
                 "(layer.save), restore it into a layer in one process and export that")
         with self._lock:
             _recemb.export_serving_model(self._engine, path, options)
+
+    def publish(self, dir: PathLike, dtype: str = "float32",
+                extra_arrays: Optional[Mapping[str, Any]] = None,
+                metadata: Optional[Mapping[str, str]] = None) -> Any:
+        """Publishes the tables into the model directory `dir` (MODEL_DIR/NAME of `recemb
+        serve`): the first call (and the next after a write that is not a training step:
+        write_variable, load, ...; or with another dir or dtype) writes a base, dir/<V>/
+        model.recemb as export writes it; each later call dir/<V>/delta-<8 digits>.recemb
+        holding the rows (and dynamic keys, and removed keys) changed since the previous publish,
+        which ServingModel.apply_delta applies to the base (docs/serving.md, "Publishing
+        deltas"). extra_arrays ({name: float32 array}) and metadata ({str: str}) are written
+        whole in every file; a delta's arrays must keep the base's names and shapes. Returns
+        the result: .file, .version, .sequence (0 for a base), .rows. Raises ValueError for a
+        bad dtype, array or value (as export) and RuntimeError (recemb.FailedPrecondition) with
+        several ranks."""
+        if isinstance(dtype, (type, np.dtype)):  # np.float16, np.dtype("int8"): by name
+            dtype = np.dtype(dtype).name
+        _path("dir", dir)
+        arrays = []
+        for name, values in (extra_arrays or {}).items():
+            values = np.ascontiguousarray(values, dtype=np.float32)
+            arrays.append(_recemb.ServingArray(str(name), list(values.shape), values.reshape(-1)))
+        options = _recemb.PublishOptions(
+            dtype=_parse_name(_recemb.parse_serving_dtype, "dtype", dtype),
+            extra_arrays=arrays, metadata={str(k): str(v) for k, v in (metadata or {}).items()})
+        with self._lock:
+            return _recemb.publish(self._engine, dir, options)
 
     def _set_step(self, step):
         step = _int_setting("step", step, 2**63 - 1)

@@ -109,10 +109,10 @@ class _Reordered:
 
 class ServingModel:
     """A serving model file opened read-only: open reads the whole file into memory the model
-    owns, and its tables are looked up there. Immutable: lookups from several threads run in
-    parallel (the interpreter lock is released). The model never reads the file again, so the file
-    may be replaced, rewritten in place, truncated or deleted meanwhile: the model keeps serving
-    what it opened."""
+    owns, and its tables are looked up there. Immutable but for apply_delta: lookups from several
+    threads run in parallel (the interpreter lock is released). The model never reads the file
+    again, so the file may be replaced, rewritten in place, truncated or deleted meanwhile: the
+    model keeps serving what it opened."""
 
     __slots__ = ("_model", "_resolved", "_engine", "_tables", "_new_arrays", "_extra_arrays",
                  "_metadata")
@@ -193,6 +193,27 @@ class ServingModel:
     def metadata(self):
         """{key: str} exported beside the tables (none in a file of format version 1)."""
         return dict(self._metadata)
+
+    def clone(self):
+        """A deep copy, in memory of its own, with this model's feature_config: a replica to
+        apply deltas to while this one serves (apply_delta)."""
+        return ServingModel(self._model.clone(), self._resolved.structure)
+
+    def apply_delta(self, path):
+        """Applies the delta file `path` (written by Embedding.publish) in place: its rows, keys,
+        removed keys, extra arrays (their values, in this model's arrays) and metadata replace
+        this model's (docs/serving.md, "Publishing deltas"). Not concurrent with this object's
+        lookups: apply to a clone no thread looks up in, then swap. Raises RuntimeError
+        (recemb.FailedPrecondition) for a delta of another base or not the next sequence, naming
+        both; recemb.DataLoss (a ValueError) for a damaged, truncated or mismatched file; the
+        model is then as it was."""
+        self._model.apply_delta(path)
+        self._metadata = self._model.metadata()
+
+    @property
+    def delta_sequence(self):
+        """Deltas applied: 0 for a model opened from a base."""
+        return self._model.delta_sequence()
 
     def lookup(self, features, weights=None, *, out=None):
         """The activations of `features` (and `weights`), in the structure of feature_config:

@@ -1,8 +1,8 @@
-// recemb/serving.h. Paths convert from str or os.PathLike and to pathlib.Path. export, open
-// (which may read the whole file to verify it) and lookup release the interpreter lock; a
-// ServingModel is immutable, so lookups from several Python threads run in parallel. The numpy
-// arrays of ExportOptions.extra_arrays are borrowed as SaveOptions' are (bind_checkpoint.cc): each
-// ServingArray keeps its array alive, and ExportOptions its ServingArrays. ServingModel's
+// recemb/serving.h and recemb/publish.h. Paths convert from str or os.PathLike and to pathlib.Path.
+// export, open (which may read the whole file to verify it) and lookup release the interpreter
+// lock; a ServingModel is immutable, so lookups from several Python threads run in parallel. The
+// numpy arrays of ExportOptions.extra_arrays are borrowed as SaveOptions' are (bind_checkpoint.cc):
+// each ServingArray keeps its array alive, and ExportOptions its ServingArrays. ServingModel's
 // extra_arrays are read-only numpy arrays of their shapes over the model's memory (their base is
 // the model).
 #include <map>
@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "recemb/publish.h"
 #include "recemb/serving.h"
 
 #include "bind.h"
@@ -68,6 +69,30 @@ void bind_serving(py::module_& module) {
              "Writes the embedding's tables (no slots) and configs to the file `path`, "
              "atomically.");
 
+  // As ExportOptions (recemb/publish.h).
+  const PublishOptions publish_defaults{};
+  py::class_<PublishOptions>(module, "PublishOptions")
+      .def(py::init([](ServingDtype dtype, std::vector<ServingArray> extra_arrays,
+                       std::map<std::string, std::string> metadata) {
+             return PublishOptions{.dtype = dtype,
+                                   .extra_arrays = std::move(extra_arrays),
+                                   .metadata = std::move(metadata)};
+           }),
+           py::arg("dtype") = publish_defaults.dtype,
+           py::arg("extra_arrays") = publish_defaults.extra_arrays,
+           py::arg("metadata") = publish_defaults.metadata, py::keep_alive<1, 3>())
+      .def_readonly("dtype", &PublishOptions::dtype)
+      .def_readonly("metadata", &PublishOptions::metadata);
+  py::class_<PublishResult>(module, "PublishResult")
+      .def_readonly("file", &PublishResult::file)
+      .def_readonly("version", &PublishResult::version)
+      .def_readonly("sequence", &PublishResult::sequence)
+      .def_readonly("rows", &PublishResult::rows);
+  module.def("publish", &publish, py::arg("embedding"), py::arg("dir"),
+             py::arg("options") = PublishOptions{}, Release(),
+             "Writes a base into the model directory `dir`, then deltas of the rows changed "
+             "since the previous publish (docs/serving.md, \"Publishing deltas\").");
+
   py::class_<OpenOptions> open_options(module, "OpenOptions");
   bind_fields(open_options, Field{"verify", &OpenOptions::verify});
 
@@ -113,7 +138,13 @@ void bind_serving(py::module_& module) {
            "The shape of feature `feature`'s activation for `input`: output shape + [dim].")
       .def("lookup", &ServingModel::lookup, py::arg("inputs"), py::arg("activations"), Release(),
            "As Embedding.lookup: activations[f] (float32, C-contiguous, writeable) receives "
-           "feature f's combined rows.");
+           "feature f's combined rows.")
+      .def("clone", &ServingModel::clone, Release(),
+           "A deep copy, in memory of its own (a replica to apply deltas to).")
+      .def("apply_delta", &ServingModel::apply_delta, py::arg("delta"), Release(),
+           "Applies the delta file `delta` in place (docs/serving.md, \"Publishing deltas\").")
+      .def("delta_sequence", &ServingModel::delta_sequence,
+           "Deltas applied: 0 for a model opened from a base.");
 }
 
 }  // namespace recemb::python

@@ -309,6 +309,17 @@ void Embedding::Impl::update_tables() {
             internal::update_rows(update, task.rows, view);
       },
       {.work = total_rows, .min_work_for_threads = internal::kMinRowsForThreads});
+  // Online publishing: the rows just written, once a publish started tracking them (a byte a
+  // row, written in place: no allocation).
+  for (TableState& state : model.states) {
+    internal::TableStorage& storage = state.storage();
+    if (!state.optimizer() || !storage.tracks_changes()) continue;
+    if (state.updates_all_rows()) {
+      storage.mark_all_changed();
+    } else {
+      for (const int64_t row : state.grouping().unique_rows()) storage.mark_changed(row);
+    }
+  }
 }
 
 void Embedding::apply_gradients(LookupBatch& batch,

@@ -92,6 +92,14 @@ class DynamicPart {
   // Sets the zero row's parameters back to 0 (after an update wrote to it).
   void reset_zero_row(TableStorage& storage) const;
 
+  // Online publishing (docs/serving.md, "Publishing deltas"): from start_tracking_removals on, the
+  // keys that commit and expire remove (a key may appear more than once, and may have been
+  // admitted again since), until clear_removed_keys. The rows that commit admits are marked in
+  // the storage by initialize_admitted (TableStorage::mark_changed).
+  void start_tracking_removals();
+  std::span<const int64_t> removed_keys() const { return removed_keys_; }
+  void clear_removed_keys() { removed_keys_.clear(); }
+
  private:
   // The distinct absent keys of a lookup, in order of first occurrence.
   struct Distinct {
@@ -105,6 +113,8 @@ class DynamicPart {
   // Marks (or unmarks) in in_lookup_ the slots of the present keys of `runs`; returns how many
   // distinct slots were newly marked.
   int64_t mark_present(std::span<const KeyRun> runs, bool mark);
+  // Erases the keys of the slots in victims_, recording them when tracking removals.
+  void evict_victims();
 
   TableConfig table_;
   DynamicVocabulary vocabulary_;
@@ -127,6 +137,8 @@ class DynamicPart {
     int64_t slot;
   };
   std::vector<KeySlot> admitted_rows_;  // by the last commit, in order
+  bool tracks_removals_ = false;
+  std::vector<int64_t> removed_keys_;
 };
 
 // The lookup steps of the training lookups not applied yet (their keys are pinned). Shared

@@ -288,6 +288,7 @@ void Embedding::write_dynamic_table(std::string_view table, const DynamicTableCo
                              "write_dynamic_table takes the same contents on every rank");
   }
   // Validated: replace the keys of every part this rank holds.
+  model.untracked_writes = true;
   const size_t t = model.table_index(table);
   const TableConfig& config = model.tables[t];
   const int64_t n = std::ssize(contents.keys);

@@ -298,6 +298,7 @@ void Embedding::Impl::read_variable(size_t table, std::string_view variable, std
 
 void Embedding::Impl::write_variable(size_t table, std::string_view variable,
                                      std::span<const float> values) {
+  model.untracked_writes = true;
   const TableConfig& config = model.tables[table];
   const int64_t width = model.variable_width(config.name, variable);
   for (TableState& state : model.states) {
@@ -448,6 +449,7 @@ bool Embedding::has_whole_table(std::string_view table) const {
 std::span<float> Embedding::variable_data(std::string_view table, std::string_view variable) {
   impl_->execution.join_prefetch();
   const auto values = std::as_const(*this).variable_data(table, variable);
+  impl_->model.untracked_writes = true;  // the caller may write the rows
   return {const_cast<float*>(values.data()), values.size()};
 }
 

@@ -14,9 +14,11 @@
 #ifndef RECEMB_EMBEDDING_EMBEDDING_IMPL_H_
 #define RECEMB_EMBEDDING_EMBEDDING_IMPL_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
@@ -28,6 +30,7 @@
 #include "recemb/communicator.h"
 #include "recemb/embedding.h"
 #include "recemb/placement.h"
+#include "recemb/serving.h"
 
 #include "batch/csr_feature.h"
 #include "embedding/dynamic_part.h"
@@ -40,6 +43,19 @@
 
 namespace recemb {
 namespace internal {
+
+// Where an Embedding last published (recemb/publish.h): the model directory, the version it
+// wrote a base in, the sequence of the last delta taken (0: the base), the base's identity (its
+// manifest checksum) and the dtype of them all.
+struct Publication {
+  std::filesystem::path dir;
+  int64_t version = 0;
+  int64_t sequence = 0;
+  uint64_t base_id = 0;
+  ServingDtype dtype = ServingDtype::kFloat32;
+  // Set by a delta's write that failed (possibly on another thread): the next publish is a base.
+  std::shared_ptr<std::atomic<bool>> failed_write;
+};
 
 // What an Embedding is and holds: its configs, placement, the parts this rank holds, its step.
 struct Model {
@@ -61,6 +77,13 @@ struct Model {
   bool has_dynamic_tables = false;                  // any table, held here or not
   int64_t step = 0;
   int64_t skipped_rows = 0;
+  // Online publishing (recemb/publish.h): the last publish, and whether rows were written since
+  // by a call that does not mark the rows it writes (write_variable, write_dynamic_table, a
+  // restore, the mutable variable_data), so that the next publish writes a base. Training steps
+  // mark theirs (TableStorage::mark_changed, DynamicPart's removed keys) once a publish started
+  // the tracking.
+  std::optional<Publication> publication;
+  bool untracked_writes = false;
 
   // InvalidArgument for an unknown name.
   size_t table_index(std::string_view name) const;

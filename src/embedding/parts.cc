@@ -40,7 +40,14 @@ std::vector<LocalPart<const float>> PartAccess::local_parts(const Embedding& emb
 }
 
 std::vector<LocalPart<float>> PartAccess::local_parts(Embedding& embedding) {
-  return parts_of<float>(embedding);
+  std::vector<LocalPart<float>> parts = parts_of<float>(embedding);
+  embedding.impl_->model.untracked_writes = true;  // the caller may write the rows
+  return parts;
+}
+
+Model& PartAccess::model(Embedding& embedding) {
+  embedding.impl_->execution.join_prefetch();
+  return embedding.impl_->model;
 }
 
 Communicator& PartAccess::communicator(const Embedding& embedding) {

@@ -26,6 +26,8 @@
 
 namespace recemb::internal {
 
+struct Model;
+
 // One variable of a part; Float is float or const float.
 template <class Float>
 struct PartVariable {
@@ -50,7 +52,12 @@ struct PartAccess {
   // the Embedding and stay valid while it lives and is not moved from. Waits for a prefetch in
   // progress first (as every call on the Embedding does).
   static std::vector<LocalPart<const float>> local_parts(const Embedding& embedding);
+  // The same, to write (marks the Embedding's rows as written for online publishing, so that its
+  // next publish writes a base: Model::untracked_writes).
   static std::vector<LocalPart<float>> local_parts(Embedding& embedding);
+  // The Embedding's model, for online publishing (serving/publisher.cc), which reads the parts'
+  // rows and the changes tracked in them. Waits for a prefetch in progress first.
+  static Model& model(Embedding& embedding);
   // The ranks sharing the tables (local_communicator() for one process alone).
   static Communicator& communicator(const Embedding& embedding);
   // Whether a training lookup is not applied yet (its batch holds slots of dynamic tables' keys).

@@ -23,7 +23,6 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-constexpr char kMagic[8] = {'R', 'E', 'C', 'E', 'M', 'B', 'S', 'V'};
 constexpr ServingDtype kDtypes[] = {ServingDtype::kFloat32, ServingDtype::kFloat16,
                                     ServingDtype::kInt8};
 
@@ -75,6 +74,129 @@ void store(std::span<std::byte> bytes, size_t offset, T value) {
   std::memcpy(bytes.data() + offset, &value, sizeof(T));
 }
 
+TableBlob blob_of(const JsonReader& entry) {
+  entry.expect_only({"offset", "size", "checksum"});
+  return TableBlob{.offset = entry.member("offset").unsigned_integer(),
+                   .size = entry.member("size").unsigned_integer(),
+                   .checksum = format::checksum_from_json(entry.member("checksum"))};
+}
+
+Json blob_json(const TableBlob& blob) {
+  return {{"offset", blob.offset},
+          {"size", blob.size},
+          {"checksum", format::checksum_to_hex(blob.checksum)}};
+}
+
+Json extra_arrays_json(const std::vector<ServingArray>& arrays,
+                       const std::vector<TableBlob>& blobs) {
+  Json json = Json::array();
+  for (size_t a = 0; a < arrays.size(); ++a) {
+    const TableBlob& blob = blobs[a];
+    json.push_back({{"name", arrays[a].name},
+                    {"shape", arrays[a].shape},
+                    {"offset", blob.offset},
+                    {"size", blob.size},
+                    {"checksum", format::checksum_to_hex(blob.checksum)}});
+  }
+  return json;
+}
+
+// Reads "extra_arrays" (names non-empty and unique) into `arrays` and `blobs`, with the byte size
+// of each array's values from its shape (nullopt: beyond 64 bits), and "metadata".
+std::vector<std::optional<uint64_t>> read_extra_arrays(
+    const JsonReader& root, std::vector<ServingArray>& out, std::vector<TableBlob>& blobs,
+    std::map<std::string, std::string>& metadata) {
+  std::vector<std::optional<uint64_t>> array_sizes;
+  const JsonReader arrays = root.member("extra_arrays");
+  std::set<std::string> names;
+  for (size_t a = 0; a < arrays.size(); ++a) {
+    const JsonReader entry = arrays.element(a);
+    entry.expect_only({"name", "shape", "offset", "size", "checksum"});
+    ServingArray array{.name = entry.member("name").string()};
+    if (array.name.empty() || !names.insert(array.name).second) {
+      entry.member("name").fail("extra array name '" + format::truncated(array.name) +
+                                "' is empty or repeated");
+    }
+    const JsonReader shape = entry.member("shape");
+    std::optional<uint64_t> bytes = sizeof(float);
+    for (size_t i = 0; i < shape.size(); ++i) {
+      array.shape.push_back(shape.element(i).integer(0));
+      if (bytes &&
+          __builtin_mul_overflow(*bytes, static_cast<uint64_t>(array.shape.back()), &*bytes)) {
+        bytes.reset();
+      }
+    }
+    out.push_back(std::move(array));
+    blobs.push_back(TableBlob{.offset = entry.member("offset").unsigned_integer(),
+                              .size = entry.member("size").unsigned_integer(),
+                              .checksum = format::checksum_from_json(entry.member("checksum"))});
+    array_sizes.push_back(bytes);
+  }
+  root.member("metadata").for_each_member([&](const std::string& key, const JsonReader& value) {
+    metadata[key] = value.string();
+  });
+  return array_sizes;
+}
+
+// Checks that blobs come one after the other from offset 0 of a data section of `data_size`
+// bytes, each of its expected size, and that they end with it.
+class BlobLayout {
+ public:
+  BlobLayout(uint64_t data_size, const std::string& context)
+      : data_size_(data_size), context_(context) {}
+
+  // Checks that the blob of `owner` of `expected` bytes (`what` says how many it must be) comes
+  // next, and moves past it.
+  void place(const TableBlob& blob, std::optional<uint64_t> expected, const std::string& owner,
+             const std::string& what) {
+    if (!expected || blob.size != *expected) {
+      fail(context_, owner + ": blob size " + std::to_string(blob.size) + " is not " + what);
+    }
+    if (blob.offset != end_) {
+      fail(context_, owner + ": blob offset " + std::to_string(blob.offset) + " should be " +
+                         std::to_string(end_) +
+                         " (blobs are contiguous: the tables', then the extra arrays', in order)");
+    }
+    if (blob.size > data_size_ - end_ || padded_size(blob.size) > data_size_ - end_) {
+      fail(context_, owner + ": its blob of " + std::to_string(blob.size) + " bytes at offset " +
+                         std::to_string(blob.offset) + " ends after the data section's " +
+                         std::to_string(data_size_) + " bytes (truncated?)");
+    }
+    end_ += padded_size(blob.size);
+  }
+
+  void place_extra_arrays(const std::vector<ServingArray>& arrays,
+                          const std::vector<TableBlob>& blobs,
+                          const std::vector<std::optional<uint64_t>>& sizes) {
+    for (size_t a = 0; a < arrays.size(); ++a) {
+      place(blobs[a], sizes[a], "extra array '" + format::truncated(arrays[a].name) + "'",
+            "4 bytes (float32) per value of its shape");
+    }
+  }
+
+  void finish() const {
+    if (end_ != data_size_) {
+      fail(context_, "the data section has " + std::to_string(data_size_) +
+                         " bytes but the tables and extra arrays use " + std::to_string(end_));
+    }
+  }
+
+ private:
+  uint64_t data_size_;
+  const std::string& context_;
+  uint64_t end_ = 0;  // of the blobs so far, padding included
+};
+
+ServingDtype read_dtype(const JsonReader& root) {
+  const JsonReader dtype = root.member("dtype");
+  try {
+    // A long name is cut, so that the message quotes a few dozen characters; it stays invalid.
+    return parse_serving_dtype(format::truncated(dtype.string()));
+  } catch (const InvalidArgument& error) {
+    dtype.fail(error.what());
+  }
+}
+
 }  // namespace
 
 std::optional<uint64_t> serving_blob_size(ServingDtype dtype, int64_t num_rows, int64_t dim) {
@@ -97,9 +219,10 @@ std::optional<uint64_t> serving_blob_size(ServingDtype dtype, int64_t num_rows, 
   return size;
 }
 
-std::array<std::byte, kServingHeaderSize> encode_header(const ServingHeader& header) {
+std::array<std::byte, kServingHeaderSize> encode_header(const ServingHeader& header,
+                                                        const ServingFileKind& kind) {
   std::array<std::byte, kServingHeaderSize> bytes{};
-  std::memcpy(bytes.data(), kMagic, sizeof kMagic);
+  std::memcpy(bytes.data(), kind.magic.data(), kind.magic.size());
   store<uint32_t>(bytes, 8, header.format_version);
   store<uint64_t>(bytes, 16, header.manifest_size);
   store<uint64_t>(bytes, 24, header.manifest_checksum);
@@ -108,19 +231,22 @@ std::array<std::byte, kServingHeaderSize> encode_header(const ServingHeader& hea
   return bytes;
 }
 
-ServingHeader decode_header(std::span<const std::byte> file, const std::string& context) {
+ServingHeader decode_header(std::span<const std::byte> file, const std::string& context,
+                            const ServingFileKind& kind) {
+  const std::string name(kind.name);
   if (file.size() < kServingHeaderSize) {
-    fail(context, "the file has " + std::to_string(file.size()) +
-                      " bytes, fewer than a serving model's 64-byte header (truncated?)");
+    fail(context, "the file has " + std::to_string(file.size()) + " bytes, fewer than a " + name +
+                      "'s 64-byte header (truncated?)");
   }
-  if (std::memcmp(file.data(), kMagic, sizeof kMagic) != 0) {
-    fail(context, "not a recemb serving model (it does not start with \"RECEMBSV\")");
+  if (std::memcmp(file.data(), kind.magic.data(), kind.magic.size()) != 0) {
+    fail(context, "not a recemb " + name + " (it does not start with \"" +
+                      std::string(kind.magic.data(), kind.magic.size()) + "\")");
   }
   const uint32_t version = load<uint32_t>(file, 8);
-  const bool known = version >= 1 && version <= kServingFormatVersion;
+  const bool known = version >= 1 && version <= kind.format_version;
   const std::string unsupported = "format version " + std::to_string(version) +
                                   " is not supported (this recemb reads versions 1 to " +
-                                  std::to_string(kServingFormatVersion) + ")";
+                                  std::to_string(kind.format_version) + ")";
   if (format::checksum(file.first(56)) != load<uint64_t>(file, 56)) {
     if (!known) fail(context, unsupported + ", or the header is damaged");
     fail(context, "the header checksum does not match: the header is damaged");
@@ -156,9 +282,7 @@ std::string encode_manifest(const ServingManifest& manifest) {
                   {"size", blob.size},
                   {"checksum", format::checksum_to_hex(blob.checksum)}};
     if (const std::optional<TableBlob>& keys = manifest.key_blobs[t]) {
-      entry["keys"] = {{"offset", keys->offset},
-                       {"size", keys->size},
-                       {"checksum", format::checksum_to_hex(keys->checksum)}};
+      entry["keys"] = blob_json(*keys);
     }
     tables.push_back(std::move(entry));
   }
@@ -166,20 +290,12 @@ std::string encode_manifest(const ServingManifest& manifest) {
   for (const FeatureConfig& feature : manifest.features) {
     features.push_back(format::feature_to_json(feature));
   }
-  Json extra_arrays = Json::array();
-  for (size_t a = 0; a < manifest.extra_arrays.size(); ++a) {
-    const TableBlob& blob = manifest.extra_blobs[a];
-    extra_arrays.push_back({{"name", manifest.extra_arrays[a].name},
-                            {"shape", manifest.extra_arrays[a].shape},
-                            {"offset", blob.offset},
-                            {"size", blob.size},
-                            {"checksum", format::checksum_to_hex(blob.checksum)}});
-  }
-  const Json json = {{"dtype", serving_dtype_name(manifest.dtype)},
-                     {"tables", std::move(tables)},
-                     {"features", std::move(features)},
-                     {"extra_arrays", std::move(extra_arrays)},
-                     {"metadata", manifest.metadata}};
+  const Json json = {
+      {"dtype", serving_dtype_name(manifest.dtype)},
+      {"tables", std::move(tables)},
+      {"features", std::move(features)},
+      {"extra_arrays", extra_arrays_json(manifest.extra_arrays, manifest.extra_blobs)},
+      {"metadata", manifest.metadata}};
   std::string text = json.dump(1) + "\n";
   text.resize(padded_size(text.size()), ' ');
   return text;
@@ -197,24 +313,16 @@ ServingManifest decode_manifest(std::string_view text, uint32_t version, uint64_
     root.expect_only({"dtype", "tables", "features", "extra_arrays", "metadata"});
   }
   ServingManifest manifest;
-  const JsonReader dtype = root.member("dtype");
-  try {
-    // A long name is cut, so that the message quotes a few dozen characters; it stays invalid.
-    manifest.dtype = parse_serving_dtype(format::truncated(dtype.string()));
-  } catch (const InvalidArgument& error) {
-    dtype.fail(error.what());
-  }
-  const auto blob_of = [](const JsonReader& entry) {
-    return TableBlob{.offset = entry.member("offset").unsigned_integer(),
-                     .size = entry.member("size").unsigned_integer(),
-                     .checksum = format::checksum_from_json(entry.member("checksum"))};
-  };
+  manifest.dtype = read_dtype(root);
   const JsonReader tables = root.member("tables");
   for (size_t t = 0; t < tables.size(); ++t) {
     const JsonReader entry = tables.element(t);
     entry.expect_only({"config", "offset", "size", "checksum", "keys"});
     manifest.tables.push_back(format::table_from_json(entry.member("config")));
-    manifest.blobs.push_back(blob_of(entry));
+    manifest.blobs.push_back(
+        TableBlob{.offset = entry.member("offset").unsigned_integer(),
+                  .size = entry.member("size").unsigned_integer(),
+                  .checksum = format::checksum_from_json(entry.member("checksum"))});
     const std::optional<JsonReader> keys = entry.find("keys");
     const bool dynamic = manifest.tables.back().dynamic_vocabulary.has_value();
     if (dynamic && version < 3) {
@@ -226,7 +334,6 @@ ServingManifest decode_manifest(std::string_view text, uint32_t version, uint64_
                          : "only a dynamic table has a \"keys\" blob");
     }
     if (keys) {
-      keys->expect_only({"offset", "size", "checksum"});
       manifest.key_blobs.emplace_back(blob_of(*keys));
     } else {
       manifest.key_blobs.emplace_back();
@@ -244,81 +351,104 @@ ServingManifest decode_manifest(std::string_view text, uint32_t version, uint64_
   // The byte size of each extra array's values, from its shape (nullopt: beyond 64 bits).
   std::vector<std::optional<uint64_t>> array_sizes;
   if (version >= 2) {
-    const JsonReader arrays = root.member("extra_arrays");
-    std::set<std::string> names;
-    for (size_t a = 0; a < arrays.size(); ++a) {
-      const JsonReader entry = arrays.element(a);
-      entry.expect_only({"name", "shape", "offset", "size", "checksum"});
-      ServingArray array{.name = entry.member("name").string()};
-      if (array.name.empty() || !names.insert(array.name).second) {
-        entry.member("name").fail("extra array name '" + format::truncated(array.name) +
-                                  "' is empty or repeated");
-      }
-      const JsonReader shape = entry.member("shape");
-      std::optional<uint64_t> bytes = sizeof(float);
-      for (size_t i = 0; i < shape.size(); ++i) {
-        array.shape.push_back(shape.element(i).integer(0));
-        if (bytes &&
-            __builtin_mul_overflow(*bytes, static_cast<uint64_t>(array.shape.back()), &*bytes)) {
-          bytes.reset();
-        }
-      }
-      manifest.extra_arrays.push_back(std::move(array));
-      manifest.extra_blobs.push_back(blob_of(entry));
-      array_sizes.push_back(bytes);
-    }
-    root.member("metadata").for_each_member([&](const std::string& key, const JsonReader& value) {
-      manifest.metadata[key] = value.string();
-    });
+    array_sizes =
+        read_extra_arrays(root, manifest.extra_arrays, manifest.extra_blobs, manifest.metadata);
   }
 
-  uint64_t end = 0;  // of the blobs so far, padding included
-  // Checks that the blob of `owner` of `expected` bytes (`what` says how many it must be) comes
-  // next, and moves past it.
-  const auto place = [&](const TableBlob& blob, std::optional<uint64_t> expected,
-                         const std::string& owner, const std::string& what) {
-    if (!expected || blob.size != *expected) {
-      fail(context, owner + ": blob size " + std::to_string(blob.size) + " is not " + what);
-    }
-    if (blob.offset != end) {
-      fail(context, owner + ": blob offset " + std::to_string(blob.offset) + " should be " +
-                        std::to_string(end) +
-                        " (blobs are contiguous: the tables', then the extra arrays', in order)");
-    }
-    if (blob.size > data_size - end || padded_size(blob.size) > data_size - end) {
-      fail(context, owner + ": its blob of " + std::to_string(blob.size) + " bytes at offset " +
-                        std::to_string(blob.offset) + " ends after the data section's " +
-                        std::to_string(data_size) + " bytes (truncated?)");
-    }
-    end += padded_size(blob.size);
-  };
+  BlobLayout layout(data_size, context);
   const std::string rows_of =
       " x " + std::string(serving_dtype_name(manifest.dtype)) + " rows of dim ";
   for (size_t t = 0; t < manifest.tables.size(); ++t) {
     const TableConfig& table = manifest.tables[t];
     const std::string owner = "table '" + table.name + "'";
     if (const std::optional<TableBlob>& keys = manifest.key_blobs[t]) {
-      place(*keys, keys->size % sizeof(int64_t) == 0 ? std::optional(keys->size) : std::nullopt,
-            owner + " keys", "a multiple of 8 (int64 keys)");
+      layout.place(*keys,
+                   keys->size % sizeof(int64_t) == 0 ? std::optional(keys->size) : std::nullopt,
+                   owner + " keys", "a multiple of 8 (int64 keys)");
       const auto num_keys = static_cast<int64_t>(keys->size / sizeof(int64_t));
-      place(manifest.blobs[t], serving_blob_size(manifest.dtype, num_keys + 1, table.dim), owner,
-            std::to_string(num_keys) + " keys + 1 zero row" + rows_of + std::to_string(table.dim));
+      layout.place(
+          manifest.blobs[t], serving_blob_size(manifest.dtype, num_keys + 1, table.dim), owner,
+          std::to_string(num_keys) + " keys + 1 zero row" + rows_of + std::to_string(table.dim));
     } else {
-      place(manifest.blobs[t], serving_blob_size(manifest.dtype, table.vocabulary_size, table.dim),
-            owner,
-            "vocabulary_size " + std::to_string(table.vocabulary_size) + rows_of +
-                std::to_string(table.dim));
+      layout.place(manifest.blobs[t],
+                   serving_blob_size(manifest.dtype, table.vocabulary_size, table.dim), owner,
+                   "vocabulary_size " + std::to_string(table.vocabulary_size) + rows_of +
+                       std::to_string(table.dim));
     }
   }
-  for (size_t a = 0; a < manifest.extra_arrays.size(); ++a) {
-    place(manifest.extra_blobs[a], array_sizes[a],
-          "extra array '" + format::truncated(manifest.extra_arrays[a].name) + "'",
-          "4 bytes (float32) per value of its shape");
+  layout.place_extra_arrays(manifest.extra_arrays, manifest.extra_blobs, array_sizes);
+  layout.finish();
+  return manifest;
+}
+
+std::string encode_delta_manifest(const DeltaManifest& manifest) {
+  Json tables = Json::array();
+  for (const DeltaTable& table : manifest.tables) {
+    Json entry = {{"name", table.name}, {"dim", table.dim}};
+    entry[table.dynamic ? "keys" : "ids"] = blob_json(table.ids);
+    entry["rows"] = blob_json(table.rows);
+    if (table.removed) entry["removed"] = blob_json(*table.removed);
+    tables.push_back(std::move(entry));
   }
-  if (end != data_size) {
-    fail(context, "the data section has " + std::to_string(data_size) +
-                      " bytes but the tables and extra arrays use " + std::to_string(end));
+  const Json json = {
+      {"base", format::checksum_to_hex(manifest.base)},
+      {"sequence", manifest.sequence},
+      {"dtype", serving_dtype_name(manifest.dtype)},
+      {"tables", std::move(tables)},
+      {"extra_arrays", extra_arrays_json(manifest.extra_arrays, manifest.extra_blobs)},
+      {"metadata", manifest.metadata}};
+  std::string text = json.dump(1) + "\n";
+  text.resize(padded_size(text.size()), ' ');
+  return text;
+}
+
+DeltaManifest decode_delta_manifest(std::string_view text, uint64_t data_size,
+                                    const std::string& context) {
+  const format::JsonDocument document{.name = context + ": manifest",
+                                      .source = format::JsonSource::kFile};
+  const Json json = format::parse_json(text, document);
+  const JsonReader root(json, document);
+  root.expect_only({"base", "sequence", "dtype", "tables", "extra_arrays", "metadata"});
+  DeltaManifest manifest{.base = format::checksum_from_json(root.member("base")),
+                         .sequence = root.member("sequence").integer(1),
+                         .dtype = read_dtype(root)};
+  BlobLayout layout(data_size, context);
+  const JsonReader tables = root.member("tables");
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const JsonReader entry = tables.element(t);
+    DeltaTable table{.name = entry.member("name").string(),
+                     .dim = entry.member("dim").integer(1),
+                     .dynamic = entry.find("keys").has_value()};
+    const std::string owner = "table '" + format::truncated(table.name) + "'";
+    if (table.dynamic) {
+      entry.expect_only({"name", "dim", "keys", "rows", "removed"});
+      table.ids = blob_of(entry.member("keys"));
+      table.removed = blob_of(entry.member("removed"));
+    } else {
+      entry.expect_only({"name", "dim", "ids", "rows"});
+      table.ids = blob_of(entry.member("ids"));
+    }
+    table.rows = blob_of(entry.member("rows"));
+    const std::string ids = table.dynamic ? " keys" : " ids";
+    const auto int64s = [](const TableBlob& blob) {
+      return blob.size % sizeof(int64_t) == 0 ? std::optional(blob.size) : std::nullopt;
+    };
+    layout.place(table.ids, int64s(table.ids), owner + ids, "a multiple of 8 (int64" + ids + ")");
+    const auto count = static_cast<int64_t>(table.ids.size / sizeof(int64_t));
+    layout.place(table.rows, serving_blob_size(manifest.dtype, count, table.dim), owner + " rows",
+                 std::to_string(count) + ids + " x " +
+                     std::string(serving_dtype_name(manifest.dtype)) + " rows of dim " +
+                     std::to_string(table.dim));
+    if (table.removed) {
+      layout.place(*table.removed, int64s(*table.removed), owner + " removed keys",
+                   "a multiple of 8 (int64 keys)");
+    }
+    manifest.tables.push_back(std::move(table));
   }
+  const std::vector<std::optional<uint64_t>> array_sizes =
+      read_extra_arrays(root, manifest.extra_arrays, manifest.extra_blobs, manifest.metadata);
+  layout.place_extra_arrays(manifest.extra_arrays, manifest.extra_blobs, array_sizes);
+  layout.finish();
   return manifest;
 }
 

@@ -72,6 +72,19 @@ inline constexpr uint64_t padded_size(uint64_t size) {
 // or dim + 8 bytes (int8); nullopt if that does not fit in 64 bits.
 std::optional<uint64_t> serving_blob_size(ServingDtype dtype, int64_t rows, int64_t dim);
 
+// What a file of the serving format holds: a model (this file's layout) or a delta of a model's
+// rows (docs/serving.md, "Publishing deltas": the same header, with its own magic so that one can
+// never be opened as the other, a manifest of its own, and blobs laid out alike).
+struct ServingFileKind {
+  std::array<char, 8> magic;
+  uint32_t format_version;  // the version written; readers accept 1 to it
+  std::string_view name;    // how messages name the kind of file
+};
+inline constexpr ServingFileKind kModelFile{
+    {'R', 'E', 'C', 'E', 'M', 'B', 'S', 'V'}, kServingFormatVersion, "serving model"};
+inline constexpr ServingFileKind kDeltaFile{
+    {'R', 'E', 'C', 'E', 'M', 'B', 'D', 'L'}, 1, "serving delta"};
+
 struct ServingHeader {
   uint32_t format_version = kServingFormatVersion;
   uint64_t manifest_size = 0;
@@ -79,14 +92,17 @@ struct ServingHeader {
   uint64_t file_size = 0;
 };
 
-std::array<std::byte, kServingHeaderSize> encode_header(const ServingHeader& header);
+// header.format_version is written as given, after kind's magic.
+std::array<std::byte, kServingHeaderSize> encode_header(const ServingHeader& header,
+                                                        const ServingFileKind& kind = kModelFile);
 
 // Reads the header at the start of `file` (the whole file). Throws DataLoss starting with
 // `context` (e.g. "serving model 'm.recemb'") when the file is shorter than a header, lacks the
-// magic, fails the header checksum, has a format version outside [1, kServingFormatVersion], is not
-// file_size bytes long (truncated or extended) or its manifest_size is not a multiple of 64 inside
-// the file.
-ServingHeader decode_header(std::span<const std::byte> file, const std::string& context);
+// magic (kind's), fails the header checksum, has a format version outside [1,
+// kind.format_version], is not file_size bytes long (truncated or extended) or its manifest_size
+// is not a multiple of 64 inside the file.
+ServingHeader decode_header(std::span<const std::byte> file, const std::string& context,
+                            const ServingFileKind& kind = kModelFile);
 
 // Where a table's (or an extra array's) blob lies in the data section.
 struct TableBlob {
@@ -122,6 +138,39 @@ std::string encode_manifest(const ServingManifest& manifest);
 // feature or the array.
 ServingManifest decode_manifest(std::string_view text, uint32_t version, uint64_t data_size,
                                 const std::string& context);
+
+// A delta's manifest (docs/serving.md, "Publishing deltas"): the base it applies to and its
+// sequence, then per table (every table of the base, in its order) the rows changed since the
+// previous file: a static table's row ids, a dynamic table's upserted keys, and their rows in the
+// base's dtype, and a dynamic table's removed keys (ids and keys int64, strictly increasing:
+// checked when applied); then the extra arrays and metadata, whole. The blobs lie in that order:
+// per table its ids (or keys), rows and removed keys; then the extra arrays'.
+struct DeltaTable {
+  std::string name;
+  int64_t dim = 0;
+  bool dynamic = false;
+  TableBlob ids;                     // static: row ids; dynamic: the upserted keys
+  TableBlob rows;                    // their rows
+  std::optional<TableBlob> removed;  // dynamic tables only
+};
+
+struct DeltaManifest {
+  uint64_t base = 0;  // the base model's manifest checksum
+  int64_t sequence = 0;
+  ServingDtype dtype = ServingDtype::kFloat32;
+  std::vector<DeltaTable> tables;
+  std::vector<ServingArray> extra_arrays;  // names and shapes, values empty
+  std::vector<TableBlob> extra_blobs;
+  std::map<std::string, std::string> metadata;
+};
+
+// The JSON text padded with spaces to a multiple of 64 bytes.
+std::string encode_delta_manifest(const DeltaManifest& manifest);
+// Parses and checks a delta's manifest for a data section of `data_size` bytes: its structure,
+// each blob's size against its row count and dim, and the blobs' contiguity (as decode_manifest).
+// Throws DataLoss starting with `context` and naming the field, table or array.
+DeltaManifest decode_delta_manifest(std::string_view text, uint64_t data_size,
+                                    const std::string& context);
 
 }  // namespace recemb::internal
 

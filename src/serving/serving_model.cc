@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -12,6 +15,7 @@
 #include "kernels/pool.h"
 #include "serving/format.h"
 #include "serving/key_rows.h"
+#include "serving/model_access.h"
 #include "storage/float_buffer.h"
 
 namespace recemb {
@@ -34,17 +38,30 @@ class FileContents {
     size_ = file.size();
     buffer_ = internal::FloatBuffer((size_ + sizeof(float) - 1) / sizeof(float));
     try {
-      file.read_at(0, std::as_writable_bytes(buffer_.span()).first(size_));
+      file.read_at(0, bytes());
     } catch (const DataLoss& error) {
       fail(context, std::string("it was truncated while being read: ") + error.what());
     }
   }
+  // A copy, in memory of its own.
+  FileContents(const FileContents& other) : buffer_(other.buffer_.size()), size_(other.size_) {
+    std::copy(other.buffer_.span().begin(), other.buffer_.span().end(), buffer_.span().begin());
+  }
+  FileContents& operator=(const FileContents&) = delete;
 
   std::span<const std::byte> bytes() const { return std::as_bytes(buffer_.span()).first(size_); }
+  std::span<std::byte> bytes() { return std::as_writable_bytes(buffer_.span()).first(size_); }
 
  private:
   internal::FloatBuffer buffer_;
   size_t size_ = 0;
+};
+
+// A dynamic table rebuilt by a delta: its keys and rows (the zero row last), in memory of their
+// own; its blobs in the file's contents are no longer read.
+struct RebuiltTable {
+  std::vector<int64_t> keys;
+  internal::FloatBuffer rows;  // (keys + 1) rows, 64-byte aligned as the file's blobs
 };
 
 }  // namespace
@@ -52,13 +69,97 @@ class FileContents {
 struct ServingModel::State {
   State(const std::filesystem::path& file, const std::string& context)
       : path(file), contents(file, context) {}
+  // A deep copy (clone): the same model in memory of its own, its indexes rebuilt.
+  State(const State& other)
+      : path(other.path),
+        contents(other.contents),
+        data_offset(other.data_offset),
+        base_id(other.base_id),
+        delta_sequence(other.delta_sequence),
+        manifest(other.manifest),
+        feature_table(other.feature_table) {
+    for (const std::optional<RebuiltTable>& table : other.rebuilt) {
+      rebuilt.emplace_back();
+      if (!table) continue;
+      rebuilt.back() =
+          RebuiltTable{.keys = table->keys, .rows = internal::FloatBuffer(table->rows.size())};
+      std::copy(table->rows.span().begin(), table->rows.span().end(),
+                rebuilt.back()->rows.span().begin());
+    }
+    bind();
+    for (size_t t = 0; t < keys.size(); ++t) {
+      key_rows.emplace_back();
+      if (manifest.key_blobs[t]) key_rows.back() = internal::KeyRows(keys[t]);
+    }
+  }
 
   std::filesystem::path path;
   FileContents contents;
+  uint64_t data_offset = 0;  // of the data section in `contents`
+  // The file's manifest checksum: the identity deltas name as their base (docs/serving.md,
+  // "Publishing deltas"), kept as deltas are applied.
+  uint64_t base_id = 0;
+  int64_t delta_sequence = 0;  // deltas applied
+  // The file's manifest; apply_delta replaces the metadata (and the extra arrays' values, in
+  // place).
   internal::ServingManifest manifest;
-  std::vector<size_t> feature_table;        // feature -> table index
-  std::vector<internal::TableRows> tables;  // the rows of each table, inside `contents`
+  std::vector<size_t> feature_table;                 // feature -> table index
+  std::vector<std::optional<RebuiltTable>> rebuilt;  // per table
+  // Where each table's rows (without padding; a dynamic table's zero row included) and a dynamic
+  // table's keys are: in `contents`, or in its RebuiltTable. Set by bind.
+  std::vector<std::span<std::byte>> rows;
+  std::vector<std::span<const int64_t>> keys;
+  std::vector<internal::TableRows> tables;  // the lookup kernels' view of `rows`
   std::vector<internal::KeyRows> key_rows;  // per table: a dynamic table's index, else empty
+
+  std::span<std::byte> data() { return contents.bytes().subspan(data_offset); }
+
+  // Points rows, keys, tables and the extra arrays' values at where they are (after open, a copy
+  // or a rebuild). Allocates only the first time (a fixed number of entries).
+  void bind() {
+    const size_t n = manifest.tables.size();
+    rows.resize(n);
+    keys.resize(n);
+    tables.resize(n);
+    rebuilt.resize(n);
+    const std::span<std::byte> file_data = data();
+    for (size_t t = 0; t < n; ++t) {
+      const internal::TableBlob& blob = manifest.blobs[t];
+      if (rebuilt[t]) {
+        rows[t] =
+            std::as_writable_bytes(rebuilt[t]->rows.span())
+                .first(*internal::serving_blob_size(
+                    manifest.dtype, std::ssize(rebuilt[t]->keys) + 1, manifest.tables[t].dim));
+        keys[t] = rebuilt[t]->keys;
+      } else {
+        rows[t] = file_data.subspan(blob.offset, blob.size);
+        if (const std::optional<internal::TableBlob>& key_blob = manifest.key_blobs[t]) {
+          // 64-byte aligned in memory the model owns (FileContents), as every blob.
+          keys[t] = std::span(reinterpret_cast<const int64_t*>(file_data.data() + key_blob->offset),
+                              key_blob->size / sizeof(int64_t));
+        }
+      }
+      switch (manifest.dtype) {
+        case ServingDtype::kFloat32:
+          tables[t] = reinterpret_cast<const float*>(rows[t].data());
+          break;
+        case ServingDtype::kFloat16:
+          tables[t] = internal::Float16Rows{reinterpret_cast<const uint16_t*>(rows[t].data())};
+          break;
+        case ServingDtype::kInt8:
+          tables[t] = internal::Int8Rows{reinterpret_cast<const uint8_t*>(rows[t].data())};
+          break;
+      }
+    }
+    for (size_t a = 0; a < manifest.extra_arrays.size(); ++a) {
+      const internal::TableBlob& blob = manifest.extra_blobs[a];
+      manifest.extra_arrays[a].values =
+          std::span(reinterpret_cast<const float*>(file_data.data() + blob.offset),
+                    blob.size / sizeof(float));
+    }
+  }
+
+  void apply_delta(const std::filesystem::path& delta);
 
   size_t table_index(std::string_view name) const {
     std::string names;
@@ -102,39 +203,25 @@ ServingModel ServingModel::open(const std::filesystem::path& path, const OpenOpt
   };
   for (size_t t = 0; t < parsed.tables.size(); ++t) {
     const std::string owner = "table '" + parsed.tables[t].name + "'";
-    state->key_rows.emplace_back();
     if (const std::optional<internal::TableBlob>& keys = parsed.key_blobs[t]) {
-      const std::span<const std::byte> key_bytes = blob_bytes(*keys, owner + " keys");
-      try {
-        // 64-byte aligned in memory the model owns (FileContents), as every blob.
-        state->key_rows.back() = internal::KeyRows(std::span(
-            reinterpret_cast<const int64_t*>(key_bytes.data()), keys->size / sizeof(int64_t)));
-      } catch (const InvalidArgument& error) {
-        fail(context, owner + ": " + error.what());
-      }
+      blob_bytes(*keys, owner + " keys");
     }
-    const std::span<const std::byte> bytes = blob_bytes(parsed.blobs[t], owner);
-    switch (parsed.dtype) {
-      case ServingDtype::kFloat32:
-        state->tables.emplace_back(reinterpret_cast<const float*>(bytes.data()));
-        break;
-      case ServingDtype::kFloat16:
-        state->tables.emplace_back(
-            internal::Float16Rows{reinterpret_cast<const uint16_t*>(bytes.data())});
-        break;
-      case ServingDtype::kInt8:
-        state->tables.emplace_back(
-            internal::Int8Rows{reinterpret_cast<const uint8_t*>(bytes.data())});
-        break;
-    }
+    blob_bytes(parsed.blobs[t], owner);
   }
   for (size_t a = 0; a < parsed.extra_arrays.size(); ++a) {
-    ServingArray& array = parsed.extra_arrays[a];
-    const internal::TableBlob& blob = parsed.extra_blobs[a];
-    const std::span<const std::byte> bytes = blob_bytes(blob, "extra array '" + array.name + "'");
-    // 64-byte aligned in memory the model owns (FileContents), as every blob.
-    array.values =
-        std::span(reinterpret_cast<const float*>(bytes.data()), blob.size / sizeof(float));
+    blob_bytes(parsed.extra_blobs[a], "extra array '" + parsed.extra_arrays[a].name + "'");
+  }
+  state->data_offset = internal::kServingHeaderSize + header.manifest_size;
+  state->base_id = header.manifest_checksum;
+  state->bind();
+  for (size_t t = 0; t < parsed.tables.size(); ++t) {
+    state->key_rows.emplace_back();
+    if (!parsed.key_blobs[t]) continue;
+    try {
+      state->key_rows.back() = internal::KeyRows(state->keys[t]);
+    } catch (const InvalidArgument& error) {
+      fail(context, "table '" + parsed.tables[t].name + "': " + error.what());
+    }
   }
   for (const FeatureConfig& feature : parsed.features) {
     size_t t = 0;
@@ -144,12 +231,216 @@ ServingModel ServingModel::open(const std::filesystem::path& path, const OpenOpt
   return ServingModel(std::move(state));
 }
 
-ServingModel::ServingModel(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+namespace {
+
+// Throws DataLoss naming `owner` unless `values` are strictly increasing and, when `limit` is
+// given, in [0, limit).
+void check_increasing(std::span<const int64_t> values, std::optional<int64_t> limit,
+                      const std::string& context, const std::string& owner) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0 && values[i] <= values[i - 1]) {
+      fail(context, owner + ": position " + std::to_string(i) + " (" + std::to_string(values[i]) +
+                        ") is not above the previous one (" + std::to_string(values[i - 1]) +
+                        "): they must be strictly increasing");
+    }
+    if (limit && (values[i] < 0 || values[i] >= *limit)) {
+      fail(context, owner + ": row " + std::to_string(values[i]) + " is outside [0, " +
+                        std::to_string(*limit) + ")");
+    }
+  }
+}
+
+template <typename T>
+std::span<const T> view(std::span<const std::byte> bytes) {
+  return {reinterpret_cast<const T*>(bytes.data()), bytes.size() / sizeof(T)};
+}
+
+}  // namespace
+
+void ServingModel::State::apply_delta(const std::filesystem::path& delta) {
+  const std::string context = "serving delta '" + delta.string() + "'";
+  const FileContents contents_of_delta(delta, context);
+  const std::span<const std::byte> file = contents_of_delta.bytes();
+  const internal::ServingHeader header =
+      internal::decode_header(file, context, internal::kDeltaFile);
+  const std::span<const std::byte> manifest_bytes =
+      file.subspan(internal::kServingHeaderSize, header.manifest_size);
+  if (format::checksum(manifest_bytes) != header.manifest_checksum) {
+    fail(context, "the manifest checksum does not match: the manifest is damaged");
+  }
+  const std::span<const std::byte> delta_data =
+      file.subspan(internal::kServingHeaderSize + header.manifest_size);
+  const internal::DeltaManifest parsed = internal::decode_delta_manifest(
+      std::string_view(reinterpret_cast<const char*>(manifest_bytes.data()), manifest_bytes.size()),
+      delta_data.size(), context);
+  const std::string model = "serving model '" + path.string() + "'";
+  if (parsed.base != base_id) {
+    throw FailedPrecondition(context + " applies to the base model whose manifest checksum is " +
+                             format::checksum_to_hex(parsed.base) + ", but " + model + "'s is " +
+                             format::checksum_to_hex(base_id) +
+                             ": apply a model's deltas to that model only");
+  }
+  if (parsed.sequence != delta_sequence + 1) {
+    throw FailedPrecondition(context + " has sequence " + std::to_string(parsed.sequence) +
+                             ", but " + model + " has applied " + std::to_string(delta_sequence) +
+                             " deltas and takes sequence " + std::to_string(delta_sequence + 1) +
+                             " next: apply deltas in order, each once");
+  }
+  if (parsed.dtype != manifest.dtype || parsed.tables.size() != manifest.tables.size()) {
+    fail(context, "its dtype or tables do not match " + model + "'s");
+  }
+  for (size_t t = 0; t < parsed.tables.size(); ++t) {
+    const TableConfig& table = manifest.tables[t];
+    const internal::DeltaTable& entry = parsed.tables[t];
+    if (entry.name != table.name || entry.dim != table.dim ||
+        entry.dynamic != table.dynamic_vocabulary.has_value()) {
+      fail(context, "table " + std::to_string(t) + " '" + format::truncated(entry.name) +
+                        "' does not match " + model + "'s table '" + table.name + "'");
+    }
+  }
+  const std::vector<ServingArray>& arrays = manifest.extra_arrays;
+  bool same_arrays = parsed.extra_arrays.size() == arrays.size();
+  for (size_t a = 0; same_arrays && a < arrays.size(); ++a) {
+    same_arrays = parsed.extra_arrays[a].name == arrays[a].name &&
+                  parsed.extra_arrays[a].shape == arrays[a].shape;
+  }
+  if (!same_arrays) {
+    throw InvalidArgument(context + ": its extra arrays' names and shapes are not " + model +
+                          "'s (a delta replaces the values of the base's arrays only)");
+  }
+  // Every blob's checksum, before anything is read from it.
+  const auto blob_bytes = [&](const internal::TableBlob& blob, const std::string& owner) {
+    const std::span<const std::byte> bytes =
+        delta_data.subspan(blob.offset, internal::padded_size(blob.size));
+    if (format::checksum(bytes) != blob.checksum) {
+      fail(context, owner + ": the checksum does not match: its blob is damaged");
+    }
+    return bytes.first(blob.size);
+  };
+  struct TableChange {
+    std::span<const int64_t> ids;  // static: row ids; dynamic: upserted keys
+    std::span<const std::byte> rows;
+    std::span<const int64_t> removed;
+  };
+  std::vector<TableChange> changes;
+  for (size_t t = 0; t < parsed.tables.size(); ++t) {
+    const internal::DeltaTable& entry = parsed.tables[t];
+    const std::string owner = "table '" + entry.name + "'";
+    TableChange& change = changes.emplace_back();
+    change.ids = view<int64_t>(blob_bytes(entry.ids, owner + (entry.dynamic ? " keys" : " ids")));
+    change.rows = blob_bytes(entry.rows, owner + " rows");
+    if (entry.removed)
+      change.removed = view<int64_t>(blob_bytes(*entry.removed, owner + " removed keys"));
+    check_increasing(
+        change.ids,
+        entry.dynamic ? std::nullopt : std::optional(manifest.tables[t].vocabulary_size), context,
+        owner + (entry.dynamic ? " keys" : " ids"));
+    check_increasing(change.removed, std::nullopt, context, owner + " removed keys");
+  }
+  std::vector<std::span<const std::byte>> array_values;
+  for (size_t a = 0; a < parsed.extra_arrays.size(); ++a) {
+    array_values.push_back(
+        blob_bytes(parsed.extra_blobs[a], "extra array '" + parsed.extra_arrays[a].name + "'"));
+  }
+
+  // Verified. The dynamic tables that change are rebuilt aside (the only allocations), then
+  // everything is committed without a throw.
+  std::vector<std::optional<RebuiltTable>> rebuilds(parsed.tables.size());
+  std::vector<internal::KeyRows> indexes(parsed.tables.size());
+  for (size_t t = 0; t < parsed.tables.size(); ++t) {
+    const TableChange& change = changes[t];
+    if (!parsed.tables[t].dynamic || (change.ids.empty() && change.removed.empty())) continue;
+    const uint64_t row_bytes =
+        *internal::serving_blob_size(manifest.dtype, 1, manifest.tables[t].dim);
+    const std::span<const int64_t> old_keys = keys[t];
+    const std::span<const std::byte> old_rows = rows[t];
+    std::vector<int64_t> new_keys;
+    new_keys.reserve(old_keys.size() + change.ids.size());
+    // Merged: (key, where its row is) in increasing key order; upserts win, removed keys go.
+    std::vector<const std::byte*> sources;
+    sources.reserve(old_keys.size() + change.ids.size() + 1);
+    size_t i = 0;
+    size_t j = 0;
+    size_t r = 0;
+    while (i < old_keys.size() || j < change.ids.size()) {
+      if (j == change.ids.size() || (i < old_keys.size() && old_keys[i] < change.ids[j])) {
+        const int64_t key = old_keys[i];
+        while (r < change.removed.size() && change.removed[r] < key) ++r;
+        if (r == change.removed.size() || change.removed[r] != key) {
+          new_keys.push_back(key);
+          sources.push_back(old_rows.data() + i * row_bytes);
+        }
+        ++i;
+      } else {
+        if (i < old_keys.size() && old_keys[i] == change.ids[j]) ++i;
+        new_keys.push_back(change.ids[j]);
+        sources.push_back(change.rows.data() + j * row_bytes);
+        ++j;
+      }
+    }
+    sources.push_back(old_rows.data() + old_keys.size() * row_bytes);  // the zero row
+    const uint64_t bytes = sources.size() * row_bytes;
+    RebuiltTable rebuilt_table{
+        .keys = std::move(new_keys),
+        .rows = internal::FloatBuffer((bytes + sizeof(float) - 1) / sizeof(float))};
+    std::byte* out = reinterpret_cast<std::byte*>(rebuilt_table.rows.data());
+    for (const std::byte* source : sources) {
+      out = std::copy_n(source, row_bytes, out);
+    }
+    try {
+      indexes[t] = internal::KeyRows(rebuilt_table.keys);
+    } catch (const InvalidArgument& error) {
+      throw InvalidArgument(context + ": table '" + manifest.tables[t].name + "': " + error.what());
+    }
+    rebuilds[t] = std::move(rebuilt_table);
+  }
+  std::map<std::string, std::string> metadata = parsed.metadata;
+
+  for (size_t t = 0; t < parsed.tables.size(); ++t) {
+    const TableChange& change = changes[t];
+    if (rebuilds[t]) {
+      rebuilt[t] = std::move(rebuilds[t]);
+      key_rows[t] = std::move(indexes[t]);
+    } else if (!parsed.tables[t].dynamic) {
+      const uint64_t row_bytes =
+          *internal::serving_blob_size(manifest.dtype, 1, manifest.tables[t].dim);
+      for (size_t k = 0; k < change.ids.size(); ++k) {
+        std::copy_n(change.rows.data() + k * row_bytes, row_bytes,
+                    rows[t].data() + static_cast<uint64_t>(change.ids[k]) * row_bytes);
+      }
+    }
+  }
+  const std::span<std::byte> file_data = data();
+  for (size_t a = 0; a < array_values.size(); ++a) {
+    std::copy(array_values[a].begin(), array_values[a].end(),
+              file_data.data() + manifest.extra_blobs[a].offset);
+  }
+  manifest.metadata.swap(metadata);
+  ++delta_sequence;
+  bind();
+}
+
+ServingModel::ServingModel(std::shared_ptr<State> state) : state_(std::move(state)) {}
 ServingModel::ServingModel(const ServingModel&) = default;
 ServingModel& ServingModel::operator=(const ServingModel&) = default;
 ServingModel::ServingModel(ServingModel&&) noexcept = default;
 ServingModel& ServingModel::operator=(ServingModel&&) noexcept = default;
 ServingModel::~ServingModel() = default;
+
+ServingModel ServingModel::clone() const { return ServingModel(std::make_shared<State>(*state_)); }
+
+void ServingModel::apply_delta(const std::filesystem::path& delta) {
+  if (state_.use_count() != 1) {
+    throw FailedPrecondition("serving model '" + state_->path.string() + "': apply_delta '" +
+                             delta.string() + "' needs the only handle of the model (it has " +
+                             std::to_string(state_.use_count()) +
+                             " copies sharing it, whose lookups would see the change): apply "
+                             "deltas to a clone() no lookup holds");
+  }
+  state_->apply_delta(delta);
+}
+
+int64_t ServingModel::delta_sequence() const { return state_->delta_sequence; }
 
 const std::filesystem::path& ServingModel::path() const { return state_->path; }
 ServingDtype ServingModel::dtype() const { return state_->manifest.dtype; }
@@ -234,5 +525,17 @@ void ServingModel::lookup(std::span<const FeatureInput> inputs,
                         0, batch[f].num_bags(), activations[f].data());
   }
 }
+
+namespace internal {
+
+std::span<const std::byte> ServingModelAccess::table_rows(const ServingModel& model, size_t table) {
+  return model.state_->rows[table];
+}
+
+std::span<const int64_t> ServingModelAccess::table_keys(const ServingModel& model, size_t table) {
+  return model.state_->keys[table];
+}
+
+}  // namespace internal
 
 }  // namespace recemb

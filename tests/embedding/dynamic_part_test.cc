@@ -147,6 +147,26 @@ TEST(DynamicPart, ExpiresKeysNotSeenWithinTheTtl) {
   EXPECT_EQ(p.dynamic.counters().evicted, 1);
 }
 
+TEST(DynamicPart, TracksRemovedKeysAndAdmittedRowsOnceStarted) {
+  Part p({.capacity = 2, .ttl_steps = 3});
+  p.train({1}, 1);
+  p.train({2}, 2);
+  p.train({3}, 3);  // evicts 1: not tracked yet
+  EXPECT_TRUE(p.dynamic.removed_keys().empty());
+  p.dynamic.start_tracking_removals();
+  p.storage.start_tracking_changes();
+  const int64_t slot = p.train({4}, 4)[0];  // evicts 2, admits 4
+  EXPECT_THAT(p.dynamic.removed_keys(), ElementsAre(2));
+  std::vector<uint8_t> changed(p.storage.changed_rows().begin(), p.storage.changed_rows().end());
+  std::vector<uint8_t> expected(3, 0);
+  expected[static_cast<size_t>(slot)] = 1;
+  EXPECT_EQ(changed, expected);              // the admitted key's new row only
+  EXPECT_EQ(p.dynamic.expire(6, kNone), 1);  // 3, last seen at 3, expires; 4 stays
+  EXPECT_THAT(p.dynamic.removed_keys(), ElementsAre(2, 3));
+  p.dynamic.clear_removed_keys();
+  EXPECT_TRUE(p.dynamic.removed_keys().empty());
+}
+
 TEST(DynamicPart, ResetZeroRowClearsWhatAnUpdateWroteThere) {
   Part p({.capacity = 1});
   float* zero = p.storage.row(p.dynamic.zero_row());

@@ -39,6 +39,24 @@ TEST(ConfigValidation, RangesAreValidated) {
               HasSubstr("checkpoint.keep"));
 }
 
+TEST(ConfigValidation, PublishingSettingsAreValidated) {
+  const TrainConfig defaults = load_train_config("", {});
+  EXPECT_EQ(defaults.serving.publish_dir, "");
+  EXPECT_EQ(defaults.serving.publish_every_seconds, 10.0);
+  EXPECT_EQ(defaults.serving.publish_dtype, "float32");
+  EXPECT_EQ(
+      load_train_config("", {"serving.publish_every_seconds=0.5"}).serving.publish_every_seconds,
+      0.5);
+  for (const std::string seconds : {"0.0", "-1.0"}) {
+    EXPECT_THAT(error_of<InvalidArgument>(
+                    [&] { load_train_config("", {"serving.publish_every_seconds=" + seconds}); }),
+                HasSubstr("serving.publish_every_seconds must be > 0"));
+  }
+  EXPECT_THAT(error_of<InvalidArgument>(
+                  [] { load_train_config("", {"serving.publish_dtype=\"bfloat16\""}); }),
+              AllOf(HasSubstr("serving.publish_dtype"), HasSubstr("'bfloat16'")));
+}
+
 TEST(ConfigValidation, StepsAndBatchSizeAreBounded) {
   EXPECT_THAT(error_of<InvalidArgument>([] { load_train_config("", {"train.steps=0"}); }),
               HasSubstr("train.steps must be >= 1, not 0"));

@@ -46,6 +46,8 @@ TrainSummary sample_summary() {
   s.eval_seconds = 0.7;
   s.checkpoint_seconds = 1.25;
   s.checkpoints = 2;
+  s.publish_seconds = 0.375;
+  s.publishes = 9;
   s.embedding_bytes = 134217728;
   s.peak_resident_bytes = 182714368;
   s.malformed_lines = 2;
@@ -78,7 +80,7 @@ TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
   EXPECT_EQ(text.front(), '{');
   EXPECT_EQ(text.substr(text.size() - 2), "}\n");
   const auto fields = json_fields(text);
-  EXPECT_EQ(fields.size(), 28u);
+  EXPECT_EQ(fields.size(), 30u);
   const auto number = [&](const std::string& name) {
     return std::strtod(fields.at(name).c_str(), nullptr);
   };
@@ -97,6 +99,8 @@ TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
   EXPECT_EQ(number("update_seconds"), s.update_seconds);
   EXPECT_EQ(number("eval_seconds"), s.eval_seconds);
   EXPECT_EQ(number("checkpoint_seconds"), s.checkpoint_seconds);
+  EXPECT_EQ(number("publish_seconds"), s.publish_seconds);
+  EXPECT_EQ(fields.at("publishes"), "9");
   EXPECT_EQ(fields.at("ranks"), "3");
   EXPECT_EQ(fields.at("dense_isa"), "\"avx2\"");
   EXPECT_EQ(fields.at("first_step"), "40");

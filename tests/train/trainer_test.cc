@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -17,11 +19,14 @@
 
 #include "recemb/checkpoint.h"
 #include "recemb/error.h"
+#include "recemb/serving.h"
 
+#include "serving/model_access.h"
 #include "testing/fault_file_system.h"
 #include "testing/files.h"
 #include "train/embedding_model.h"
 #include "train/example_batch.h"
+#include "train/model_file.h"
 #include "train/trainer_runs.h"
 
 namespace recemb::train {
@@ -151,6 +156,66 @@ TEST(Trainer, DriftingItemsAreAdmittedAndTheirPredecessorsEvicted) {
 }
 
 // The hashed mode has no vocabulary to report.
+// serving.publish_dir: a base at the start, a delta at every step boundary here (a tiny
+// publish_every_seconds), and one at the end; the base plus its deltas applied in order equals
+// `recemb export` of the final checkpoint byte for byte (tables, dense arrays, metadata), for
+// hashed and dynamic tables.
+TEST(Trainer, PublishedDeltasAddUpToTheExportOfTheLastStep) {
+  for (const std::string vocabulary : {"hashed", "dynamic"}) {
+    SCOPED_TRACE(vocabulary);
+    const auto dir = fresh_dir("publish_" + vocabulary);
+    const std::filesystem::path served = dir / "served" / "ctr";
+    const TrainSummary summary = run_training(
+        small_config(
+            dir, {"train.steps=12", "embedding.vocabulary=" + vocabulary, "embedding.min_count=2",
+                  "embedding.ttl_steps=3", "serving.publish_dir=\"" + served.string() + "\"",
+                  "serving.publish_every_seconds=1e-9", "serving.publish_dtype=\"int8\""}),
+        {});
+    EXPECT_EQ(summary.publishes, 1 + 12);  // the base, then each step (the last one at the end)
+    ServingModel model = ServingModel::open(served / "1" / "model.recemb");
+    for (int k = 1; k <= 12; ++k) {
+      char name[32];
+      std::snprintf(name, sizeof name, "delta-%08d.recemb", k);
+      model.apply_delta(served / "1" / name);
+    }
+    EXPECT_FALSE(std::filesystem::exists(served / "1" / "delta-00000013.recemb"));
+    const ExportedModel exported =
+        export_checkpoint(dir / "checkpoints", dir / "exported", ServingDtype::kInt8, 1);
+    const ServingModel fresh = ServingModel::open(exported.path);
+    EXPECT_EQ(model.metadata(), fresh.metadata());
+    EXPECT_EQ(model.metadata().at(kStepMetadata), "12");
+    ASSERT_EQ(model.tables().size(), fresh.tables().size());
+    for (size_t t = 0; t < model.tables().size(); ++t) {
+      const auto rows = internal::ServingModelAccess::table_rows(model, t);
+      const auto fresh_rows = internal::ServingModelAccess::table_rows(fresh, t);
+      EXPECT_TRUE(std::equal(rows.begin(), rows.end(), fresh_rows.begin(), fresh_rows.end()));
+      const auto keys = internal::ServingModelAccess::table_keys(model, t);
+      const auto fresh_keys = internal::ServingModelAccess::table_keys(fresh, t);
+      EXPECT_TRUE(std::equal(keys.begin(), keys.end(), fresh_keys.begin(), fresh_keys.end()));
+    }
+    ASSERT_EQ(model.extra_arrays().size(), fresh.extra_arrays().size());
+    for (size_t a = 0; a < model.extra_arrays().size(); ++a) {
+      const std::span<const float> values = model.extra_arrays()[a].values;
+      const std::span<const float> fresh_values = fresh.extra_arrays()[a].values;
+      EXPECT_EQ(std::memcmp(values.data(), fresh_values.data(), values.size_bytes()), 0);
+    }
+  }
+}
+
+TEST(Trainer, APublishDirThatCannotBeCreatedStopsTheRunBeforeTraining) {
+  const auto dir = fresh_dir("publish_bad");
+  std::filesystem::create_directories(dir);
+  test::write_bytes(dir / "file", {});
+  const std::string publish_dir = (dir / "file" / "ctr").string();
+  try {
+    run_training(small_config(dir, {"serving.publish_dir=\"" + publish_dir + "\""}), {});
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& error) {
+    EXPECT_THAT(error.what(), HasSubstr(publish_dir));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "checkpoints"));
+}
+
 TEST(Trainer, HashedTablesReportNoVocabulary) {
   const auto dir = fresh_dir("hashed_no_vocabulary");
   std::ostringstream log;
