@@ -61,21 +61,48 @@ std::pair<uintmax_t, int64_t> file_identity(const fs::path& file) {
   return {size, static_cast<int64_t>(time.time_since_epoch().count())};
 }
 
-// The model in `file` (a version's model.recemb), with its predictors when it has a dense part.
-// Throws what opening it throws, or InvalidArgument when it lies outside `root`.
-std::shared_ptr<ServedModel> open_version(const std::string& name, int64_t version,
-                                          const fs::path& file, const fs::path& root) {
-  auto resolved = resolve_inside(file, root);
-  if (auto* reason = std::get_if<std::string>(&resolved)) throw InvalidArgument(*reason);
-  const fs::path& path = std::get<fs::path>(resolved);
-  auto served = std::make_shared<ServedModel>(ServedModel{
-      .name = name, .version = version, .file = path, .model = ServingModel::open(path)});
+// `model` served as `name` version `version` from `file`, with its predictors when it has a
+// dense part.
+std::shared_ptr<ServedModel> served_model(const std::string& name, int64_t version,
+                                          const fs::path& file, ServingModel model) {
+  auto served = std::make_shared<ServedModel>(
+      ServedModel{.name = name, .version = version, .file = file, .model = std::move(model)});
   try {  // the predictors share the model's tables
     served->predictor = std::make_unique<PredictorPool>(train::Predictor::of(served->model));
   } catch (const InvalidArgument& error) {  // no dense part: lookups only
     served->no_predict_reason = error.what();
   }
   return served;
+}
+
+// The model in `file` (a version's model.recemb). Throws what opening it throws, or
+// InvalidArgument when it lies outside `root`.
+std::shared_ptr<ServedModel> open_version(const std::string& name, int64_t version,
+                                          const fs::path& file, const fs::path& root) {
+  auto resolved = resolve_inside(file, root);
+  if (auto* reason = std::get_if<std::string>(&resolved)) throw InvalidArgument(*reason);
+  const fs::path& path = std::get<fs::path>(resolved);
+  return served_model(name, version, path, ServingModel::open(path));
+}
+
+// The file name of a version's delta `sequence` (recemb/publish.h).
+std::string delta_file_name(int64_t sequence) {
+  char name[40];
+  std::snprintf(name, sizeof name, "delta-%08lld.recemb", static_cast<long long>(sequence));
+  return name;
+}
+
+// The served model `retired` no longer is, once no request holds it (waiting for the requests
+// in flight, at most `patience`); whether it was released.
+bool release_when_unused(std::shared_ptr<const ServedModel>& retired,
+                         std::chrono::milliseconds patience) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  while (retired.use_count() > 1) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  retired.reset();
+  return true;
 }
 
 }  // namespace

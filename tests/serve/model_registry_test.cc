@@ -251,6 +251,7 @@ TEST(ModelRegistry, RefreshAppliesDeltas) {
     export_serving_model(embedding, dir / "fresh.recemb");
     return activations_of(ServingModel::open(dir / "fresh.recemb"));
   };
+  std::filesystem::create_directories(dir / "root");
   EXPECT_EQ(publish(embedding, dir / "root" / "m").sequence, 0);
   std::ostringstream log;
   ModelRegistry registry(dir / "root", log);
