@@ -35,7 +35,7 @@ import numpy as np
 import recemb
 
 FEATURES = ("item", "user")
-ITEMS, DIM = 20000, 16
+ITEMS, DIM = 200_000, 16
 PROBES = 1000  # the last PROBES item rows change only by the freshness probes' steps
 BATCH, BAG = 64, 4
 
@@ -159,7 +159,7 @@ def freshness_watcher(address, probes, stop, delays, counters, limit):
     """Looks each probe (time, id, expected row) up until the server returns the row; records
     the delay from the training step."""
     with recemb.Client(address) as client:
-        while not stop.is_set() or probes:
+        while not stop.is_set():  # the probe of the last publish is never published: left
             if not probes:
                 time.sleep(0.02)
                 continue
@@ -196,6 +196,7 @@ def main():
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="recemb-soak-"))
     models = work / "models"
+    models.mkdir()
     rng = np.random.default_rng(1)
     layer = make_layer(1)
     train(layer, rng, 5)
