@@ -48,9 +48,10 @@ void Metrics::add_rows(const std::string& model, int64_t rows) {
   rows_[model] += rows;
 }
 
-void Metrics::set_served_version(const std::string& model, int64_t version) {
+void Metrics::set_served_version(const std::string& model, int64_t version,
+                                 int64_t delta_sequence) {
   const std::lock_guard lock(mutex_);
-  versions_[model] = version;
+  versions_[model] = {version, delta_sequence};
 }
 
 std::string Metrics::render() const {
@@ -88,9 +89,15 @@ std::string Metrics::render() const {
   }
   out += "# HELP recemb_serve_model_version The version served of each model.\n";
   out += "# TYPE recemb_serve_model_version gauge\n";
-  for (const auto& [model, version] : versions_) {
-    out +=
-        "recemb_serve_model_version{model=" + label(model) + "} " + std::to_string(version) + "\n";
+  for (const auto& [model, served] : versions_) {
+    out += "recemb_serve_model_version{model=" + label(model) + "} " +
+           std::to_string(served.first) + "\n";
+  }
+  out += "# HELP recemb_serve_model_delta_sequence The deltas applied to the version served.\n";
+  out += "# TYPE recemb_serve_model_delta_sequence gauge\n";
+  for (const auto& [model, served] : versions_) {
+    out += "recemb_serve_model_delta_sequence{model=" + label(model) + "} " +
+           std::to_string(served.second) + "\n";
   }
   out += "# HELP recemb_serve_rows_total Examples answered (looked up or predicted), by model.\n";
   out += "# TYPE recemb_serve_rows_total counter\n";

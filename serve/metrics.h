@@ -25,7 +25,8 @@ class Metrics {
                       double seconds);
   // `rows` examples answered by model `model` (looked up or predicted).
   void add_rows(const std::string& model, int64_t rows);
-  void set_served_version(const std::string& model, int64_t version);
+  // The version of `model` served and the deltas applied to it.
+  void set_served_version(const std::string& model, int64_t version, int64_t delta_sequence);
 
   // Every metric in Prometheus' text format.
   std::string render() const;
@@ -41,7 +42,7 @@ class Metrics {
   std::map<std::pair<std::string, std::string>, int64_t> errors_;          // model, method
   std::map<std::string, Histogram> latency_;                               // method
   std::map<std::string, int64_t> rows_;                                    // model
-  std::map<std::string, int64_t> versions_;                                // model
+  std::map<std::string, std::pair<int64_t, int64_t>> versions_;  // model: version, deltas
 };
 
 }  // namespace recemb::serve

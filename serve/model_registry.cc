@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <chrono>
+#include <thread>
+#include <utility>
 #include <variant>
 
 #include "recemb/error.h"
@@ -57,21 +61,48 @@ std::pair<uintmax_t, int64_t> file_identity(const fs::path& file) {
   return {size, static_cast<int64_t>(time.time_since_epoch().count())};
 }
 
-// The model in `file` (a version's model.recemb), with its predictors when it has a dense part.
-// Throws what opening it throws, or InvalidArgument when it lies outside `root`.
-std::shared_ptr<ServedModel> open_version(const std::string& name, int64_t version,
-                                          const fs::path& file, const fs::path& root) {
-  auto resolved = resolve_inside(file, root);
-  if (auto* reason = std::get_if<std::string>(&resolved)) throw InvalidArgument(*reason);
-  const fs::path& path = std::get<fs::path>(resolved);
-  auto served = std::make_shared<ServedModel>(ServedModel{
-      .name = name, .version = version, .file = path, .model = ServingModel::open(path)});
+// `model` served as `name` version `version` from `file`, with its predictors when it has a
+// dense part.
+std::shared_ptr<ServedModel> served_model(const std::string& name, int64_t version,
+                                          const fs::path& file, ServingModel model) {
+  auto served = std::make_shared<ServedModel>(
+      ServedModel{.name = name, .version = version, .file = file, .model = std::move(model)});
   try {  // the predictors share the model's tables
     served->predictor = std::make_unique<PredictorPool>(train::Predictor::of(served->model));
   } catch (const InvalidArgument& error) {  // no dense part: lookups only
     served->no_predict_reason = error.what();
   }
   return served;
+}
+
+// The model in `file` (a version's model.recemb). Throws what opening it throws, or
+// InvalidArgument when it lies outside `root`.
+std::shared_ptr<ServedModel> open_version(const std::string& name, int64_t version,
+                                          const fs::path& file, const fs::path& root) {
+  auto resolved = resolve_inside(file, root);
+  if (auto* reason = std::get_if<std::string>(&resolved)) throw InvalidArgument(*reason);
+  const fs::path& path = std::get<fs::path>(resolved);
+  return served_model(name, version, path, ServingModel::open(path));
+}
+
+// The file name of a version's delta `sequence` (recemb/publish.h).
+std::string delta_file_name(int64_t sequence) {
+  char name[40];
+  std::snprintf(name, sizeof name, "delta-%08lld.recemb", static_cast<long long>(sequence));
+  return name;
+}
+
+// The served model `retired` no longer is, once no request holds it (waiting for the requests
+// in flight, at most `patience`); whether it was released.
+bool release_when_unused(std::shared_ptr<const ServedModel>& retired,
+                         std::chrono::milliseconds patience) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  while (retired.use_count() > 1) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  retired.reset();
+  return true;
 }
 
 }  // namespace
@@ -245,11 +276,64 @@ int ModelRegistry::refresh() {
       serve(std::move(newer), versions);
       ++swapped;
     } else {
-      const std::lock_guard lock(mutex_);
-      if (models_.contains(name)) versions_[name] = versions;
+      {
+        const std::lock_guard lock(mutex_);
+        if (models_.contains(name)) versions_[name] = versions;
+      }
+      if (current && apply_deltas(name)) ++swapped;
     }
   }
   return swapped;
+}
+
+bool ModelRegistry::apply_deltas(const std::string& name) {
+  const std::shared_ptr<const ServedModel> current = find(name);
+  const fs::path directory = current->file.parent_path();
+  const auto delta_file = [&](int64_t sequence) { return directory / delta_file_name(sequence); };
+  if (!fs::exists(delta_file(current->model.delta_sequence() + 1))) return false;
+  Replicas& replicas = replicas_[name];
+  if (replicas.retired) {  // the replica served before the last swap becomes the spare
+    if (!release_when_unused(replicas.retired, std::chrono::seconds(2))) return false;
+    replicas.spare = std::move(replicas.retired_model);
+    replicas.retired_model.reset();
+  }
+  if (!replicas.spare) replicas.spare = current->model.clone();  // the first delta of a version
+  ServingModel& spare = *replicas.spare;
+  while (spare.delta_sequence() < current->model.delta_sequence() ||
+         fs::exists(delta_file(spare.delta_sequence() + 1))) {
+    const int64_t sequence = spare.delta_sequence() + 1;
+    const fs::path file = delta_file(sequence);
+    const auto key = std::make_tuple(name, current->version, sequence);
+    const std::pair<uintmax_t, int64_t> identity = file_identity(file);
+    if (const auto refused = refused_deltas_.find(key);
+        refused != refused_deltas_.end() && refused->second == identity) {
+      break;  // refused before, unchanged since
+    }
+    try {
+      auto resolved = resolve_inside(file, root_);
+      if (auto* reason = std::get_if<std::string>(&resolved)) throw InvalidArgument(*reason);
+      spare.apply_delta(std::get<fs::path>(resolved));
+      refused_deltas_.erase(key);
+    } catch (const std::exception& error) {
+      log_ << "recemb serve: refusing model '" << name << "' version " << current->version
+           << " delta " << sequence << ": " << error.what() << "\n";
+      refused_deltas_[key] = identity;
+      break;
+    }
+  }
+  if (spare.delta_sequence() <= current->model.delta_sequence()) return false;
+  std::shared_ptr<ServedModel> updated =
+      served_model(name, current->version, current->file, spare);
+  log_ << "recemb serve: model '" << name << "' version " << current->version << ": delta "
+       << spare.delta_sequence() << " applied\n";
+  replicas.retired_model = std::move(replicas.served);
+  replicas.served = std::move(replicas.spare);
+  replicas.spare.reset();
+  {
+    const std::lock_guard lock(mutex_);
+    replicas.retired = std::exchange(models_[name], std::move(updated));
+  }
+  return true;
 }
 
 std::shared_ptr<const ServedModel> ModelRegistry::find(std::string_view name) const {

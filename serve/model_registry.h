@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "recemb/serving.h"
@@ -84,8 +85,12 @@ class ModelRegistry {
   // removed (a rollback); a new NAME starts being served. A version that cannot be served is
   // refused and logged once, and tried again only when its model.recemb changes (size or
   // modification time: a copy still being written is retried when it completes). A model whose
-  // directories are all removed keeps being served (logged once). Logs every swap. Returns the
-  // number of models swapped in or added. Calls are serialised; lookups go on meanwhile.
+  // directories are all removed keeps being served (logged once). Then, for each model whose
+  // version directory holds deltas (recemb/publish.h) past the ones applied, applies them in
+  // sequence to a replica no request holds and swaps it in (docs/serving.md, "Deltas in the
+  // server"); a delta that cannot be applied is refused and logged once, and the model stays at
+  // the deltas before it. Logs every swap. Returns the number of models swapped in or added.
+  // Calls are serialised; lookups go on meanwhile.
   int refresh();
 
   // The served model `name`; null when there is none.
@@ -112,6 +117,19 @@ class ModelRegistry {
                                                const std::vector<VersionEntry>& entries,
                                                int64_t served);
   void serve(std::shared_ptr<ServedModel> model, const std::vector<int64_t>& versions);
+  // Applies the deltas past the ones `name`'s served model holds and swaps the result in;
+  // whether it did.
+  bool apply_deltas(const std::string& name);
+
+  // The replicas of a model that receives deltas: the served model's, another one no request
+  // holds (`spare`, brought up to date and swapped in at the next delta), and the one served
+  // before the last swap until its last request ends (it then becomes the spare).
+  struct Replicas {
+    std::optional<ServingModel> served;  // a handle of the served model's replica
+    std::optional<ServingModel> spare;   // the only handle of its replica
+    std::shared_ptr<const ServedModel> retired;
+    std::optional<ServingModel> retired_model;  // retired's replica
+  };
 
   const std::filesystem::path root_;  // model_dir, canonical
   std::ostream& log_;
@@ -119,6 +137,10 @@ class ModelRegistry {
   // Per model and version refused, the size and modification time of the file refused.
   std::map<std::pair<std::string, int64_t>, std::pair<uintmax_t, int64_t>> refused_;
   std::map<std::string, int64_t> gone_;  // models served whose directories are gone: version
+  std::map<std::string, Replicas> replicas_;  // per model
+  // Per model, version and delta sequence refused, the size and modification time of the file.
+  std::map<std::tuple<std::string, int64_t, int64_t>, std::pair<uintmax_t, int64_t>>
+      refused_deltas_;
   mutable std::mutex mutex_;             // guards models_ and versions_
   std::map<std::string, std::shared_ptr<const ServedModel>, std::less<>> models_;
   std::map<std::string, std::vector<int64_t>, std::less<>> versions_;

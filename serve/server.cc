@@ -108,7 +108,8 @@ HttpResponse Server::route(const HttpRequest& request, Route& route) {
     route.method = "metrics";
     require("GET");
     for (const std::string& name : registry_->names()) {  // as served now, after any swap
-      metrics_.set_served_version(name, registry_->find(name)->version);
+      const std::shared_ptr<const ServedModel> served = registry_->find(name);
+      metrics_.set_served_version(name, served->version, served->model.delta_sequence());
     }
     return {.content_type = "text/plain; version=0.0.4", .body = metrics_.render()};
   }
@@ -243,6 +244,7 @@ HttpResponse Server::describe_model(const ServedModel& served) const {
   nlohmann::json description = {{"name", served.name},
                                 {"version", served.version},
                                 {"versions", registry_->versions(served.name)},
+                                {"delta_sequence", model.delta_sequence()},
                                 {"dtype", serving_dtype_name(model.dtype())},
                                 {"predict", served.predictor != nullptr},
                                 {"tables", std::move(tables)},

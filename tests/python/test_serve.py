@@ -194,3 +194,40 @@ def test_new_versions_are_swapped_in_while_lookups_go_on(tmp_path):
             versions_seen.append(matches[0])
     assert versions_seen[-1] == 2 and versions_seen == sorted(versions_seen)
     assert any("model 'emb': replacing version 1" in line for line in log)
+
+
+def test_published_deltas_are_served(tmp_path):
+    """layer.publish writes a base, then deltas; the server applies each within its poll period,
+    and then answers as the layer's own pure lookup, bitwise (float32), dynamic keys included."""
+    rng = np.random.default_rng(9)
+    t = recemb.TableConfig(50, 4, name="t", combiner="sum",
+                           initializer=rng.normal(size=(50, 4)))
+    users = recemb.TableConfig(None, 4, name="users", combiner="mean",
+                               vocabulary=recemb.DynamicVocabulary(capacity=8))
+    layer = recemb.Embedding({"a": recemb.FeatureConfig(t, name="a"),
+                              "user": recemb.FeatureConfig(users, name="user")},
+                             optimizer=recemb.optimizers.SGD(learning_rate=0.5))
+    models = tmp_path / "models"
+    models.mkdir()
+    assert layer.publish(models / "ctr").sequence == 0
+    with running_server(models, poll_seconds=0.1) as (port, log):
+        client = recemb.Client(f"127.0.0.1:{port}")
+        for sequence in (1, 2, 3):
+            for _ in range(3):  # new user keys come, and (capacity 8) old ones go
+                features = {"a": rng.integers(0, 50, size=(6, 2)),
+                            "user": rng.integers(0, 20, size=(6, 1))}
+                acts = layer(features)
+                layer.apply_gradients({n: rng.normal(size=a.shape).astype(np.float32)
+                                       for n, a in acts.items()})
+            assert layer.publish(models / "ctr").sequence == sequence
+            deadline = time.monotonic() + TIMEOUT
+            while client.describe("ctr")["delta_sequence"] != sequence:
+                assert time.monotonic() < deadline, log
+                time.sleep(0.05)
+            probe = {"a": np.arange(50).reshape(25, 2), "user": np.arange(-2, 23).reshape(25, 1)}
+            expected = layer(probe, training=False)
+            got = client.lookup("ctr", probe)
+            for name in ("a", "user"):
+                np.testing.assert_array_equal(got[name], expected[name])
+        client.close()
+    assert any("model 'ctr' version 1: delta 3 applied" in line for line in log)

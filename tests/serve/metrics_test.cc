@@ -16,7 +16,7 @@ TEST(Metrics, RendersPrometheusText) {
   metrics.record_request("", "other", 404, 0.00005);
   metrics.add_rows("ctr", 64);
   metrics.add_rows("ctr", 3);
-  metrics.set_served_version("ctr", 7);
+  metrics.set_served_version("ctr", 7, 12);
   const std::string text = metrics.render();
   EXPECT_THAT(text, HasSubstr("# TYPE recemb_serve_requests_total counter\n"));
   EXPECT_THAT(text, HasSubstr("recemb_serve_requests_total{model=\"ctr\",method=\"lookup\","
@@ -39,6 +39,7 @@ TEST(Metrics, RendersPrometheusText) {
   EXPECT_THAT(text, HasSubstr("recemb_serve_request_seconds_count{method=\"lookup\"} 3\n"));
   EXPECT_THAT(text, HasSubstr("recemb_serve_request_seconds_sum{method=\"lookup\"} 2.0023\n"));
   EXPECT_THAT(text, HasSubstr("recemb_serve_model_version{model=\"ctr\"} 7\n"));
+  EXPECT_THAT(text, HasSubstr("recemb_serve_model_delta_sequence{model=\"ctr\"} 12\n"));
   EXPECT_THAT(text, HasSubstr("recemb_serve_rows_total{model=\"ctr\"} 67\n"));
 }
 

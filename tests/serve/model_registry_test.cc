@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "recemb/error.h"
+#include "recemb/publish.h"
 
 #include "serve/serving_fixtures.h"
 #include "testing/criteo_lines.h"
@@ -213,6 +214,85 @@ TEST(ModelRegistry, LookupsGoOnDuringSwaps) {
   for (std::thread& reader : readers) reader.join();
   EXPECT_EQ(registry.find("m")->version, 7);
   EXPECT_GT(lookups.load(), 0);
+}
+
+// One training step of `embedding` (lookup_embedding's model) on a random batch with random
+// gradients: rows of t, u and users change, and users admits (and, full, evicts) keys.
+void train_step(Embedding& embedding, std::mt19937_64& random) {
+  const test::RandomBatch batch = test::random_batch(random, 16);
+  const std::vector<FeatureInput> inputs = batch.inputs();
+  std::vector<std::vector<float>> activations(inputs.size()), gradients(inputs.size());
+  std::vector<std::span<float>> outputs;
+  std::vector<std::span<const float>> gradient_spans;
+  std::normal_distribution<float> normal;
+  for (size_t f = 0; f < inputs.size(); ++f) {
+    int64_t size = 1;
+    for (int64_t extent : embedding.activation_shape(f, inputs[f])) size *= extent;
+    activations[f].resize(static_cast<size_t>(size));
+    gradients[f].resize(static_cast<size_t>(size));
+    for (float& g : gradients[f]) g = normal(random);
+    outputs.emplace_back(activations[f]);
+    gradient_spans.emplace_back(gradients[f]);
+  }
+  LookupBatch lookup_batch;
+  embedding.lookup(inputs, outputs, lookup_batch);
+  embedding.apply_gradients(lookup_batch, gradient_spans);
+}
+
+// Deltas published beside the served version are applied by refresh() to a replica no request
+// holds and swapped in: the model served then answers as a fresh export of the same step; a
+// request holding an earlier state keeps it; a replica still held delays the next application;
+// a damaged delta is refused once and the model stays at the deltas before it.
+TEST(ModelRegistry, RefreshAppliesDeltas) {
+  recemb::test::TemporaryDirectory dir;
+  std::mt19937_64 random(17);
+  Embedding embedding = test::lookup_embedding(4, Sgd{.learning_rate = 0.5f});
+  const auto fresh_activations = [&] {
+    export_serving_model(embedding, dir / "fresh.recemb");
+    return activations_of(ServingModel::open(dir / "fresh.recemb"));
+  };
+  std::filesystem::create_directories(dir / "root");
+  EXPECT_EQ(publish(embedding, dir / "root" / "m").sequence, 0);
+  std::ostringstream log;
+  ModelRegistry registry(dir / "root", log);
+  std::shared_ptr<const ServedModel> base = registry.find("m");
+  const auto base_activations = activations_of(base->model);
+  EXPECT_EQ(registry.refresh(), 0);
+
+  train_step(embedding, random);
+  EXPECT_EQ(publish(embedding, dir / "root" / "m").sequence, 1);
+  EXPECT_EQ(registry.refresh(), 1);
+  std::shared_ptr<const ServedModel> held = registry.find("m");
+  EXPECT_EQ(held->version, 1);
+  EXPECT_EQ(held->model.delta_sequence(), 1);
+  EXPECT_EQ(activations_of(held->model), fresh_activations());
+  EXPECT_NE(activations_of(held->model), base_activations);
+  EXPECT_EQ(activations_of(base->model), base_activations);  // the request's model, unchanged
+  EXPECT_THAT(log.str(), HasSubstr("model 'm' version 1: delta 1 applied"));
+
+  for (int64_t sequence = 2; sequence <= 3; ++sequence) {
+    train_step(embedding, random);
+    EXPECT_EQ(publish(embedding, dir / "root" / "m").sequence, sequence);
+  }
+  // `base` still holds the replica the next deltas go to: they wait for it.
+  EXPECT_EQ(registry.refresh(), 0);
+  EXPECT_EQ(registry.find("m")->model.delta_sequence(), 1);
+  base.reset();
+  EXPECT_EQ(registry.refresh(), 1);
+  EXPECT_EQ(registry.find("m")->model.delta_sequence(), 3);
+  EXPECT_EQ(activations_of(registry.find("m")->model), fresh_activations());
+  EXPECT_EQ(held->model.delta_sequence(), 1);  // still whole: the next replica is the other one
+  held.reset();
+
+  train_step(embedding, random);
+  const PublishResult fourth = publish(embedding, dir / "root" / "m");
+  damage(fourth.file);
+  EXPECT_EQ(registry.refresh(), 0);
+  EXPECT_EQ(registry.refresh(), 0);
+  EXPECT_EQ(registry.find("m")->model.delta_sequence(), 3);
+  EXPECT_EQ(count_of(log.str(), "refusing model 'm' version 1 delta 4"), 1u) << log.str();
+  // Requests go on answering as at delta 3 (another replica than the one refused).
+  EXPECT_EQ(activations_of(registry.find("m")->model).size(), 4u);
 }
 
 // Requests predicting at once, each on its own copy from the pool, get what one Predictor

@@ -152,6 +152,7 @@ TEST_F(ServerTest, DescribesModels) {
   EXPECT_EQ(description["name"], "emb");
   EXPECT_EQ(description["version"], 2);
   EXPECT_EQ(description["versions"], nlohmann::json::parse("[1, 2]"));
+  EXPECT_EQ(description["delta_sequence"], 0);
   EXPECT_EQ(description["predict"], false);
   ASSERT_EQ(description["tables"].size(), 3u);
   EXPECT_EQ(description["tables"][0]["name"], "t");

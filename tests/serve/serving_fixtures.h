@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <span>
 #include <sstream>
@@ -32,8 +33,9 @@ inline std::vector<int64_t> user_keys() {
   return keys;
 }
 
-// Features a (table t: sum), b (u: mean), s (u: a sequence of 3), user (users: dynamic, mean).
-inline Embedding lookup_embedding(uint64_t seed = 5) {
+// Features a (table t: sum), b (u: mean), s (u: a sequence of 3), user (users: dynamic, mean);
+// trainable with `optimizer` when given.
+inline Embedding lookup_embedding(uint64_t seed = 5, std::optional<Optimizer> optimizer = {}) {
   Embedding embedding({{.name = "t", .vocabulary_size = 50, .dim = 3, .combiner = Combiner::kSum},
                        {.name = "u", .vocabulary_size = 20, .dim = 2, .combiner = Combiner::kMean},
                        {.name = "users",
@@ -44,7 +46,7 @@ inline Embedding lookup_embedding(uint64_t seed = 5) {
                        {.name = "b", .table = "u"},
                        {.name = "s", .table = "u", .max_sequence_length = 3},
                        {.name = "user", .table = "users"}},
-                      {.seed = seed});
+                      {.optimizer = std::move(optimizer), .seed = seed});
   const std::vector<int64_t> keys = user_keys();
   std::vector<float> rows(keys.size() * 2);
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = 0.25f * static_cast<float>(i) - 0.6f;
