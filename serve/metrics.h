@@ -42,7 +42,7 @@ class Metrics {
   std::map<std::pair<std::string, std::string>, int64_t> errors_;          // model, method
   std::map<std::string, Histogram> latency_;                               // method
   std::map<std::string, int64_t> rows_;                                    // model
-  std::map<std::string, std::pair<int64_t, int64_t>> versions_;  // model: version, deltas
+  std::map<std::string, std::pair<int64_t, int64_t>> versions_;            // model: version, deltas
 };
 
 }  // namespace recemb::serve

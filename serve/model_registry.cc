@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 #include <utility>
 #include <variant>
 
 #include "recemb/error.h"
+#include "recemb/publish.h"
 
 #include "train/model_file.h"
 
@@ -85,13 +86,6 @@ std::shared_ptr<ServedModel> open_version(const std::string& name, int64_t versi
   return served_model(name, version, path, ServingModel::open(path));
 }
 
-// The file name of a version's delta `sequence` (recemb/publish.h).
-std::string delta_file_name(int64_t sequence) {
-  char name[40];
-  std::snprintf(name, sizeof name, "delta-%08lld.recemb", static_cast<long long>(sequence));
-  return name;
-}
-
 // The served model `retired` no longer is, once no request holds it (waiting for the requests
 // in flight, at most `patience`); whether it was released.
 bool release_when_unused(std::shared_ptr<const ServedModel>& retired,
@@ -113,14 +107,6 @@ bool is_valid_model_name(std::string_view name) {
     return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
            c == '_' || c == '-';
   });
-}
-
-std::optional<int64_t> parse_version(std::string_view name) {
-  if (name.empty() || name[0] < '1' || name[0] > '9') return std::nullopt;
-  int64_t version = 0;
-  const auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), version);
-  if (error != std::errc() || end != name.data() + name.size()) return std::nullopt;
-  return version;
 }
 
 void PredictorPool::predict(std::span<const std::string_view> lines,
@@ -197,7 +183,7 @@ std::map<std::string, std::vector<ModelRegistry::VersionEntry>> ModelRegistry::s
     std::vector<VersionEntry>& entries = models[name];
     for (const fs::directory_entry& version_entry : directories_in(std::get<fs::path>(resolved))) {
       const std::string version_name = version_entry.path().filename().string();
-      const auto version = parse_version(version_name);
+      const auto version = model_version_of(version_name);
       if (!version) {
         if (report) {
           log_ << "recemb serve: skipping model '" << name << "' directory '" << version_name
@@ -322,8 +308,7 @@ bool ModelRegistry::apply_deltas(const std::string& name) {
     }
   }
   if (spare.delta_sequence() <= current->model.delta_sequence()) return false;
-  std::shared_ptr<ServedModel> updated =
-      served_model(name, current->version, current->file, spare);
+  std::shared_ptr<ServedModel> updated = served_model(name, current->version, current->file, spare);
   log_ << "recemb serve: model '" << name << "' version " << current->version << ": delta "
        << spare.delta_sequence() << " applied\n";
   replicas.retired_model = std::move(replicas.served);

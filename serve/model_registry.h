@@ -66,16 +66,12 @@ struct ServedModel {
 // Whether `name` may name a model: [A-Za-z0-9._-]+, not "." or "..".
 bool is_valid_model_name(std::string_view name);
 
-// The version a directory named `name` holds: a positive decimal integer (no sign, no leading
-// zero, at most int64); nullopt otherwise.
-std::optional<int64_t> parse_version(std::string_view name);
-
 class ModelRegistry {
  public:
   // Scans `model_dir`: each valid NAME (is_valid_model_name) whose directory, symlinks resolved,
-  // lies inside model_dir; in it the version directories (parse_version), newest first, until one
-  // whose model.recemb (resolved inside model_dir) opens with its checksums verified (and, when it
-  // has a dense part, whose dense part reads). Logs to `log` each model served and each entry
+  // lies inside model_dir; in it the version directories (model_version_of), newest first, until
+  // one whose model.recemb (resolved inside model_dir) opens with its checksums verified (and, when
+  // it has a dense part, whose dense part reads). Logs to `log` each model served and each entry
   // skipped and why. Throws InvalidArgument when model_dir is not a directory or no model could
   // be served, saying what layout is expected.
   ModelRegistry(const std::filesystem::path& model_dir, std::ostream& log);
@@ -136,12 +132,12 @@ class ModelRegistry {
   std::mutex refresh_mutex_;  // one refresh at a time; guards refused_ and gone_
   // Per model and version refused, the size and modification time of the file refused.
   std::map<std::pair<std::string, int64_t>, std::pair<uintmax_t, int64_t>> refused_;
-  std::map<std::string, int64_t> gone_;  // models served whose directories are gone: version
+  std::map<std::string, int64_t> gone_;       // models served whose directories are gone: version
   std::map<std::string, Replicas> replicas_;  // per model
   // Per model, version and delta sequence refused, the size and modification time of the file.
   std::map<std::tuple<std::string, int64_t, int64_t>, std::pair<uintmax_t, int64_t>>
       refused_deltas_;
-  mutable std::mutex mutex_;             // guards models_ and versions_
+  mutable std::mutex mutex_;  // guards models_ and versions_
   std::map<std::string, std::shared_ptr<const ServedModel>, std::less<>> models_;
   std::map<std::string, std::vector<int64_t>, std::less<>> versions_;
 };

@@ -9,6 +9,7 @@
 
 #include "recemb/combiner.h"
 #include "recemb/error.h"
+#include "recemb/publish.h"
 
 #include "serve/json_ids.h"
 #include "serve/request_codec.h"
@@ -132,7 +133,8 @@ HttpResponse Server::route(const HttpRequest& request, Route& route) {
     name = rest.substr(0, slash);
     constexpr std::string_view kVersions = "/versions/";
     const std::string_view tail = rest.substr(slash);
-    if (!tail.starts_with(kVersions) || !(version = parse_version(tail.substr(kVersions.size())))) {
+    if (!tail.starts_with(kVersions) ||
+        !(version = model_version_of(tail.substr(kVersions.size())))) {
       throw not_found("no such path '" + truncated(request.path, 80) +
                       "' (expected /v1/models/NAME or /v1/models/NAME/versions/VERSION, VERSION "
                       "a positive integer)");

@@ -24,6 +24,7 @@
 #include "recemb/checkpoint.h"
 #include "recemb/config.h"
 #include "recemb/embedding.h"
+#include "recemb/publish.h"
 #include "recemb/serving.h"
 
 #include "train/dlrm_dense_model.h"
@@ -31,8 +32,8 @@
 
 namespace recemb::train {
 
-// The file a model directory holds.
-inline constexpr char kModelFileName[] = "model.recemb";
+// The file a model directory holds (recemb/publish.h).
+using ::recemb::kModelFileName;
 
 // The name the trainer saves its flat dense parameter vector under in a checkpoint (an extra
 // array; dense_config_metadata describes its shape).

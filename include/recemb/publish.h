@@ -17,7 +17,9 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "recemb/embedding.h"
@@ -85,6 +87,15 @@ RECEMB_EXPORT PublishResult publish(Embedding& embedding, const std::filesystem:
 RECEMB_EXPORT std::function<PublishResult()> begin_publish(Embedding& embedding,
                                                            const std::filesystem::path& dir,
                                                            const PublishOptions& options = {});
+
+// The names of a model directory (docs/serving.md, "recemb serve"), as publish writes them and
+// `recemb serve` reads them. A version directory's model (a base):
+inline constexpr char kModelFileName[] = "model.recemb";
+// The version a directory named `name` holds: a positive decimal integer (no sign, no leading
+// zero, at most int64); nullopt for any other name.
+RECEMB_EXPORT std::optional<int64_t> model_version_of(std::string_view name);
+// The file of a version's delta `sequence` (>= 1): "delta-" and at least 8 digits, ".recemb".
+RECEMB_EXPORT std::string delta_file_name(int64_t sequence);
 
 }  // namespace recemb
 

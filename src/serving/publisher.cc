@@ -34,29 +34,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kBaseFileName[] = "model.recemb";
-
-// A version directory's name as its number: digits only, without a leading zero.
-std::optional<int64_t> version_of(const std::string& name) {
-  int64_t version = 0;
-  if (name.empty() || name[0] == '0') return std::nullopt;
-  const auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), version);
-  if (error != std::errc() || end != name.data() + name.size()) return std::nullopt;
-  return version;
-}
-
-std::string delta_file_name(int64_t sequence) {
-  char name[48];
-  std::snprintf(name, sizeof name, "delta-%08lld.recemb", static_cast<long long>(sequence));
-  return name;
-}
-
 // 1 + the largest version directory in `dir` (1 if none), creating `dir` when absent.
 int64_t next_version(const fs::path& dir) {
   if (!fs::is_directory(dir)) format::file_system().create_directory(dir);
   int64_t largest = 0;
   for (const fs::path& entry : format::file_system().list(dir)) {
-    const std::optional<int64_t> version = version_of(entry.filename().string());
+    const std::optional<int64_t> version = model_version_of(entry.filename().string());
     if (version && fs::is_directory(entry)) largest = std::max(largest, *version);
   }
   return largest + 1;
@@ -90,7 +73,7 @@ PublishResult publish_base(Embedding& embedding, Model& model, const fs::path& d
   });
   version = union_over_ranks(communicator, {version}).back();  // rank 0's, the largest
   const fs::path directory = dir / std::to_string(version);
-  const fs::path file = directory / kBaseFileName;
+  const fs::path file = directory / kModelFileName;
   WrittenModel written;
   try {
     written = write_serving_model(embedding, file,
@@ -355,9 +338,9 @@ std::function<PublishResult()> begin_publish(Embedding& embedding, const std::fi
   const bool root = embedding.rank() == 0;
   const bool base_here =
       !last || model.untracked_writes || last->dir != dir || last->dtype != options.dtype ||
-      (root && (last->failed_write->load() ||
-                !std::filesystem::exists(last->dir / std::to_string(last->version) /
-                                         internal::kBaseFileName)));
+      (root &&
+       (last->failed_write->load() ||
+        !std::filesystem::exists(last->dir / std::to_string(last->version) / kModelFileName)));
   const bool base =
       internal::union_over_ranks(internal::PartAccess::communicator(embedding), {base_here ? 1 : 0})
           .back() == 1;
@@ -372,6 +355,20 @@ std::function<PublishResult()> begin_publish(Embedding& embedding, const std::fi
 PublishResult publish(Embedding& embedding, const std::filesystem::path& dir,
                       const PublishOptions& options) {
   return begin_publish(embedding, dir, options)();
+}
+
+std::optional<int64_t> model_version_of(std::string_view name) {
+  if (name.empty() || name[0] < '1' || name[0] > '9') return std::nullopt;
+  int64_t version = 0;
+  const auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), version);
+  if (error != std::errc() || end != name.data() + name.size()) return std::nullopt;
+  return version;
+}
+
+std::string delta_file_name(int64_t sequence) {
+  char name[48];
+  std::snprintf(name, sizeof name, "delta-%08lld.recemb", static_cast<long long>(sequence));
+  return name;
 }
 
 }  // namespace recemb

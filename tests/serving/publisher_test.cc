@@ -153,6 +153,17 @@ Extras extras_for(ServingDtype dtype, int k) {
   return extras;
 }
 
+TEST(Publisher, ModelDirectoryNames) {
+  EXPECT_EQ(model_version_of("1"), 1);
+  EXPECT_EQ(model_version_of("9223372036854775807"), INT64_MAX);
+  for (const char* name : {"", "0", "01", "-1", "+1", "1a", "9223372036854775808", " 1"}) {
+    EXPECT_EQ(model_version_of(name), std::nullopt) << name;
+  }
+  EXPECT_EQ(delta_file_name(1), "delta-00000001.recemb");
+  EXPECT_EQ(delta_file_name(123456789), "delta-123456789.recemb");
+  EXPECT_STREQ(kModelFileName, "model.recemb");
+}
+
 TEST(PublishTest, BasePlusDeltasEqualsAFreshExportOfEveryStep) {
   for (const ServingDtype dtype : kDtypes) {
     SCOPED_TRACE(serving_dtype_name(dtype));
