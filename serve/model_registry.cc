@@ -138,7 +138,7 @@ void PredictorPool::give_back(std::unique_ptr<train::Predictor> predictor) {
   idle_.push_back(std::move(predictor));
 }
 
-ModelRegistry::ModelRegistry(const fs::path& model_dir, std::ostream& log)
+ModelRegistry::ModelRegistry(const fs::path& model_dir, std::ostream& log, bool may_start_empty)
     : root_([&] {
         std::error_code error;
         if (!fs::is_directory(model_dir, error)) {
@@ -159,8 +159,10 @@ ModelRegistry::ModelRegistry(const fs::path& model_dir, std::ostream& log)
     }
   }
   if (models_.empty()) {
-    throw InvalidArgument("recemb serve: no model to serve in '" + model_dir.string() + "'; " +
-                          std::string(kLayout));
+    const std::string message =
+        "no model to serve in '" + model_dir.string() + "'; " + std::string(kLayout);
+    if (!may_start_empty) throw InvalidArgument("recemb serve: " + message);
+    log_ << "recemb serve: warning: " << message << "; serving none until one appears\n";
   }
 }
 

@@ -72,9 +72,11 @@ class ModelRegistry {
   // lies inside model_dir; in it the version directories (model_version_of), newest first, until
   // one whose model.recemb (resolved inside model_dir) opens with its checksums verified (and, when
   // it has a dense part, whose dense part reads). Logs to `log` each model served and each entry
-  // skipped and why. Throws InvalidArgument when model_dir is not a directory or no model could
-  // be served, saying what layout is expected.
-  ModelRegistry(const std::filesystem::path& model_dir, std::ostream& log);
+  // skipped and why. Throws InvalidArgument when model_dir is not a directory, or, unless
+  // `may_start_empty` (a server that scans again later: refresh), when no model could be served,
+  // saying what layout is expected; with `may_start_empty` that is logged as a warning instead.
+  ModelRegistry(const std::filesystem::path& model_dir, std::ostream& log,
+                bool may_start_empty = false);
 
   // Scans model_dir again and swaps in, for each model, the newest version that opens when it is
   // not the one served: a newer version, or an older one when the served version's directory was

@@ -231,3 +231,28 @@ def test_published_deltas_are_served(tmp_path):
                 np.testing.assert_array_equal(got[name], expected[name])
         client.close()
     assert any("model 'ctr' version 1: delta 3 applied" in line for line in log)
+
+
+def test_a_server_started_empty_serves_the_first_model_published(tmp_path):
+    """With polling on, an empty model directory is served (a warning logged; unknown models
+    404) until a trainer publishes into it."""
+    models = tmp_path / "models"
+    models.mkdir()
+    with running_server(models, poll_seconds=0.1) as (port, log):
+        assert any("warning: no model to serve" in line for line in log), log
+        assert request(port, "GET", "/v1/models/emb")[0] == 404
+        assert request(port, "GET", "/healthz")[0] == 200
+        layer = lookup_layer(8)
+        layer.publish(models / "emb")
+        deadline = time.monotonic() + TIMEOUT
+        while request(port, "GET", "/v1/models/emb")[0] != 200:
+            assert time.monotonic() < deadline, log
+            time.sleep(0.05)
+        a = np.array([[1, 2]])
+        b = np.array([[3]])
+        status, _, data = request(port, "POST", "/v1/models/emb:lookup",
+                                  json.dumps({"inputs": {"a": a.tolist(), "b": b.tolist()}}))
+        assert status == 200, data
+        expected = layer([a, b], training=False)  # the layer's features are a list
+        np.testing.assert_array_equal(
+            np.asarray(json.loads(data)["outputs"]["a"], dtype=np.float32), expected[0])

@@ -80,7 +80,7 @@ def test_refusals_raise_with_the_servers_message(server):
 
 def test_a_server_that_cannot_start_says_why(tmp_path):
     with pytest.raises(RuntimeError, match="no model to serve"):
-        recemb.Server(tmp_path, binary=recemb_binary())
+        recemb.Server(tmp_path, poll_seconds=0, binary=recemb_binary())
 
 
 def test_predictions_equal_recemb_predicts(tmp_path):

@@ -80,7 +80,9 @@ int run_serve_command(const ServeArguments& args, std::ostream& err) {
   const int threads = args.threads > 0 ? args.threads : kDefaultServeThreads;
 
   const BlockedSignals blocked;  // before any thread starts
-  auto registry = std::make_shared<serve::ModelRegistry>(args.model_dir, err);
+  // With polling on, a directory with no model yet is served (a trainer publishes into it later).
+  auto registry =
+      std::make_shared<serve::ModelRegistry>(args.model_dir, err, args.poll_seconds > 0);
   serve::Server server(registry,
                        {.max_body_bytes = args.max_body_bytes, .max_examples = args.max_examples});
   serve::HttpServer http(

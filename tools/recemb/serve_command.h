@@ -41,7 +41,8 @@ ListenAddress parse_listen_address(std::string_view listen);
 // (ModelRegistry::refresh); then stops accepting, answers the requests in flight and
 // returns 0. SIGINT and SIGTERM are blocked in the calling thread (and the threads it starts)
 // while it runs. Throws InvalidArgument, before listening, for bad arguments, a MODEL_DIR with no
-// model to serve, or an address it cannot listen on.
+// model to serve when poll_seconds is 0 (with polling it serves none until one appears), or an
+// address it cannot listen on.
 int run_serve_command(const ServeArguments& args, std::ostream& err);
 
 }  // namespace recemb::tools

@@ -52,10 +52,13 @@ TEST(ServeCommand, ListenAddresses) {
   }
 }
 
-TEST(ServeCommand, NoModelExitsTwoSayingTheLayout) {
+// Without polling (--poll-seconds 0), a directory with no model is an error; with polling it is
+// served, empty, until a model appears (tests/python/test_serve.py).
+TEST(ServeCommand, NoModelWithoutPollingExitsTwoSayingTheLayout) {
   recemb::test::TemporaryDirectory dir;
-  const recemb::test::CommandOutcome outcome = recemb::test::run_shell_command(
-      "timeout 60 " RECEMB_CLI " serve " + dir.path().string() + " --listen 127.0.0.1:0");
+  const recemb::test::CommandOutcome outcome =
+      recemb::test::run_shell_command("timeout 60 " RECEMB_CLI " serve " + dir.path().string() +
+                                      " --listen 127.0.0.1:0 --poll-seconds 0");
   EXPECT_EQ(outcome.status, 2) << outcome.output;
   EXPECT_THAT(outcome.output, HasSubstr("no model to serve"));
   EXPECT_THAT(outcome.output, HasSubstr("expected MODEL_DIR/NAME/VERSION/model.recemb"));
