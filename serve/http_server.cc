@@ -85,15 +85,17 @@ class Session : public std::enable_shared_from_this<Session> {
 
   asio::io_context::executor_type executor() { return socket_.get_executor(); }
 
-  // From stop(), on its loop: a connection waiting for a request that has not begun is closed;
-  // one reading or writing a request is closed after its answer.
+  // From stop(), on its loop: a connection waiting for a request that has not begun is closed, and
+  // so is one refused; one reading or writing a request is closed after its answer.
   void stop() {
     stopping_ = true;
-    if (phase_ == Phase::kReading && !request_begun()) close();
+    if ((phase_ == Phase::kReading && !request_begun()) || phase_ == Phase::kDraining) close();
   }
 
  private:
-  enum class Phase { kReading, kWriting, kClosed };
+  enum class Phase { kReading, kWriting, kDraining, kClosed };
+  // What follows an answer.
+  enum class Then { kNextRequest, kClose, kDrainAndClose };
 
   bool request_begun() const { return buffer_.size() > 0 || (parser_ && parser_->got_some()); }
 
@@ -107,13 +109,14 @@ class Session : public std::enable_shared_from_this<Session> {
       if (Clock::now() < self->deadline_) {
         self->watch_deadline();
       } else if (self->phase_ == Phase::kReading) {
-        // The read ends (operation_aborted): refuse_or_close answers 400 and closes; a few bytes
-        // written into an empty socket buffer, not watched.
+        // The read ends (operation_aborted): refuse_or_close answers 400 or closes.
         self->timed_out_ = true;
         boost::system::error_code ignored;
         self->socket_.cancel(ignored);
+        self->deadline_ = Clock::now() + self->server_.read_timeout;
+        self->watch_deadline();
       } else {
-        self->close();  // a client not reading its answer
+        self->close();  // a client not reading its answer, or still sending a refused request
       }
     });
   }
@@ -147,13 +150,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // A read that failed: a request over the body limit is refused with 413, a malformed one, or one
   // not received in time, with 400; a connection closed, or idle past the timeout, is closed.
   void refuse_or_close(boost::system::error_code error) {
-    if (error == http::error::body_limit) return write(server_.refusal(413), false);
+    if (error == http::error::body_limit) return write(server_.refusal(413), Then::kDrainAndClose);
     const bool closed = error == http::error::end_of_stream || error == asio::error::eof ||
                         error == asio::error::connection_reset;
     if (closed || phase_ == Phase::kClosed || (timed_out_ && !request_begun())) return close();
     if (timed_out_ ||
         error.category() == http::make_error_code(http::error::bad_method).category()) {
-      return write(server_.refusal(400), false);
+      return write(server_.refusal(400), Then::kDrainAndClose);
     }
     close();
   }
@@ -161,31 +164,49 @@ class Session : public std::enable_shared_from_this<Session> {
   void answer() {
     http::request<http::string_body> request = parser_->release();
     const boost::beast::string_view target = request.target();
-    const bool keep_alive = request.keep_alive() && !stopping_;
+    const Then then = request.keep_alive() && !stopping_ ? Then::kNextRequest : Then::kClose;
     write(server_.handler({.method = text(request.method_string()),
                            .path = text(target.substr(0, target.find('?'))),
                            .content_type = text(request[http::field::content_type]),
                            .body = std::move(request.body())}),
-          keep_alive);
+          then);
   }
 
-  void write(HttpResponse&& answer, bool keep_alive) {
+  void write(HttpResponse&& answer, Then then) {
     phase_ = Phase::kWriting;
     deadline_ = Clock::now() + server_.read_timeout;
     response_.result(static_cast<unsigned>(answer.status));
     response_.version(11);
     response_.set(http::field::content_type, answer.content_type);
     response_.body() = std::move(answer.body);  // not copied: answers are up to megabytes
-    response_.keep_alive(keep_alive);
+    response_.keep_alive(then == Then::kNextRequest);
     response_.prepare_payload();
     http::async_write(socket_, response_,
-                      [self = shared_from_this()](boost::system::error_code error, size_t) {
-                        if (error || !self->response_.keep_alive() || self->stopping_) {
-                          return self->close();
-                        }
+                      [self = shared_from_this(), then](boost::system::error_code error, size_t) {
+                        if (error) return self->close();
+                        if (then == Then::kDrainAndClose) return self->drain();
+                        if (then == Then::kClose || self->stopping_) return self->close();
                         self->response_ = {};
                         self->read_request();
                       });
+  }
+
+  // After a refusal: what the client still sends (the rest of a refused body) is read and dropped
+  // until it closes its side, for read_timeout at most. Closing with bytes unread would reset the
+  // connection, and the client could lose its answer before reading it.
+  void drain() {
+    if (phase_ != Phase::kDraining) {
+      phase_ = Phase::kDraining;
+      deadline_ = Clock::now() + server_.read_timeout;
+      boost::system::error_code ignored;
+      socket_.shutdown(tcp::socket::shutdown_send, ignored);
+      buffer_.clear();
+    }
+    socket_.async_read_some(buffer_.prepare(kReadBytes),
+                            [self = shared_from_this()](boost::system::error_code error, size_t) {
+                              if (error) return self->close();
+                              self->drain();
+                            });
   }
 
   void close() {

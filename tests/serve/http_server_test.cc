@@ -69,6 +69,27 @@ TEST(HttpServer, EveryRequestReachesTheHandler) {
   runner.join();
 }
 
+// A body far over the limit is refused with 413 before it is read, and the client, still sending
+// it, gets the answer (the server reads and drops the rest instead of resetting the connection).
+TEST(HttpServer, ALargeRefusedBodyGetsItsAnswer) {
+  HttpServer server(
+      {.port = 0, .threads = 2, .max_body_bytes = 100},
+      [](const HttpRequest& request) { return HttpResponse{.body = request.path}; }, refuse);
+  std::thread runner([&] { server.run(); });
+  httplib::Client client = client_of(server.port());
+  for (int i = 0; i < 3; ++i) {
+    const auto got = client.Post("/big", std::string(size_t{16} << 20, 'x'), "application/json");
+    ASSERT_TRUE(got) << httplib::to_string(got.error());
+    EXPECT_EQ(got->status, 413);
+    EXPECT_EQ(got->body, "{\"refused\": 413}");
+  }
+  const auto got = client.Get("/small");  // and the server keeps serving
+  ASSERT_TRUE(got) << httplib::to_string(got.error());
+  EXPECT_EQ(got->body, "/small");
+  server.stop();
+  runner.join();
+}
+
 // A malformed request, and one whose body stops coming, are answered by `refusal` (no hang).
 TEST(HttpServer, MalformedAndStalledRequestsAreAnswered) {
   HttpServer server(
