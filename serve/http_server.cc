@@ -251,12 +251,20 @@ void Listener::close_everything() {
   boost::system::error_code ignored;
   acceptor->close(ignored);
   idle_loops_kept.clear();  // each loop then ends with its last connection
-  std::lock_guard lock(sessions_mutex);
-  for (Session* session : sessions) {
-    // Null when the session is being destroyed (it then waits for the lock to leave the set).
-    if (std::shared_ptr<Session> alive = session->weak_from_this().lock()) {
-      asio::post(alive->executor(), [alive] { alive->stop(); });
+  // Taken under the lock, let go after it: the last reference to a session that ended meanwhile
+  // destroys it, which takes the lock.
+  std::vector<std::shared_ptr<Session>> open;
+  {
+    std::lock_guard lock(sessions_mutex);
+    for (Session* session : sessions) {
+      // Null when the session is being destroyed (it then waits for the lock to leave the set).
+      if (std::shared_ptr<Session> alive = session->weak_from_this().lock()) {
+        open.push_back(std::move(alive));
+      }
     }
+  }
+  for (const std::shared_ptr<Session>& session : open) {
+    asio::post(session->executor(), [session] { session->stop(); });
   }
 }
 
