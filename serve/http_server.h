@@ -61,8 +61,9 @@ class HttpServer {
   int port() const;
   // Accepts and answers requests until stop(). Returns once the requests in flight are answered.
   void run();
-  // Stops accepting; run() then returns when the requests in flight are answered. Thread-safe;
-  // before run() it makes run() return at once.
+  // Stops accepting and closes the idle connections; run() then returns when the requests in
+  // flight are answered (their connections closed after the answer). Thread-safe; before run() it
+  // makes run() return at once.
   void stop();
 
  private:
