@@ -1,37 +1,276 @@
 #include "serve/http_server.h"
 
+#include <algorithm>
 #include <atomic>
-#include <httplib.h>
+#include <boost/asio/basic_waitable_timer.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
 #include <malloc.h>
-#include <sys/socket.h>
+#include <mutex>
+#include <optional>
 #include <thread>
+#include <unordered_set>
+#include <vector>
 
 #include "recemb/error.h"
 
 namespace recemb::serve {
 
-struct HttpServer::Impl {
-  httplib::Server server;
-  int port = 0;
-  int listening_socket = -1;
-  // stop() and run() may race: either run() sees `stopped`, or stop() sees `started` and waits
-  // until the library's loop runs (or has ended) to stop it.
-  std::atomic<bool> stopped{false};
-  std::atomic<bool> started{false};
-  std::atomic<bool> finished{false};
-};
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr size_t kKeepAliveRequests = 1000;
+class Session;
 
-void answer(HttpResponse&& response, httplib::Response& out) {
-  out.status = response.status;
-  out.body = std::move(response.body);  // not copied: answers are up to megabytes
-  out.set_header("Content-Type", response.content_type);
+constexpr size_t kReadBytes = 64 << 10;  // the most Beast reads at once
+
+std::string text(boost::beast::string_view view) { return {view.data(), view.size()}; }
+
+// The listening socket, the event loops and the open connections. Each loop is run by a thread of
+// its own and serves the connections given to it in turn: a connection's operations run on one
+// thread, one at a time, with no lock (nor strand) between them.
+struct Listener {
+  // Declared before the event loops: the handlers they still hold when destroyed end sessions,
+  // which leave `sessions`.
+  std::function<HttpResponse(const HttpRequest&)> handler;
+  std::function<HttpResponse(int status)> refusal;
+  uint64_t max_body_bytes = 0;
+  Clock::duration read_timeout{};
+  std::mutex sessions_mutex;
+  std::unordered_set<Session*> sessions;  // the open connections, for stop()
+  std::atomic<bool> stopped{false};
+  std::vector<std::unique_ptr<asio::io_context>> loops;  // loops[0] accepts too
+  // The loops but the first have no work of their own until given a connection: kept running.
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> idle_loops_kept;
+  std::optional<tcp::acceptor> acceptor;  // on loops[0]
+  size_t next_loop = 0;                   // the loop of the next connection
+  int port = 0;
+
+  void accept();
+  void close_everything();
+};
+
+// One connection: reads a request, answers it with the handler (on its loop's thread), writes the
+// answer, and again while the client keeps the connection alive. stop() reaches it through its
+// loop too.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  using Socket = tcp::socket::rebind_executor<asio::io_context::executor_type>::other;
+
+  Session(Listener& server, Socket socket)
+      : server_(server), socket_(std::move(socket)), timer_(socket_.get_executor()) {
+    std::lock_guard lock(server_.sessions_mutex);
+    server_.sessions.insert(this);
+  }
+  ~Session() {
+    std::lock_guard lock(server_.sessions_mutex);
+    server_.sessions.erase(this);
+  }
+
+  void start() {
+    // Reads take what room the buffer has, at least 512 bytes, at most 64 KiB: room for a whole
+    // binary request of 64 examples x 26 features (13 KB) in one read, not 26.
+    buffer_.reserve(kReadBytes);
+    read_request();
+    watch_deadline();
+  }
+
+  asio::io_context::executor_type executor() { return socket_.get_executor(); }
+
+  // From stop(), on its loop: a connection waiting for a request that has not begun is closed, and
+  // so is one refused; one reading or writing a request is closed after its answer.
+  void stop() {
+    stopping_ = true;
+    if ((phase_ == Phase::kReading && !request_begun()) || phase_ == Phase::kDraining) close();
+  }
+
+ private:
+  enum class Phase { kReading, kWriting, kDraining, kClosed };
+  // What follows an answer.
+  enum class Then { kNextRequest, kClose, kDrainAndClose };
+
+  bool request_begun() const { return buffer_.size() > 0 || (parser_ && parser_->got_some()); }
+
+  // The read timeout bounds each wait for a request (headers and body, from when the previous
+  // answer left) and each answer's write. The timer is not reset for every request: when it fires
+  // before the deadline of the current phase, it waits again until then.
+  void watch_deadline() {
+    timer_.expires_at(deadline_);
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code error) {
+      if (error || self->phase_ == Phase::kClosed) return;
+      if (Clock::now() < self->deadline_) {
+        self->watch_deadline();
+      } else if (self->phase_ == Phase::kReading) {
+        // The read ends (operation_aborted): refuse_or_close answers 400 or closes.
+        self->timed_out_ = true;
+        boost::system::error_code ignored;
+        self->socket_.cancel(ignored);
+        self->deadline_ = Clock::now() + self->server_.read_timeout;
+        self->watch_deadline();
+      } else {
+        self->close();  // a client not reading its answer, or still sending a refused request
+      }
+    });
+  }
+
+  void read_request() {
+    phase_ = Phase::kReading;
+    deadline_ = Clock::now() + server_.read_timeout;
+    parser_.emplace();
+    parser_->body_limit(server_.max_body_bytes);
+    http::async_read_header(socket_, buffer_, *parser_,
+                            [self = shared_from_this()](boost::system::error_code error, size_t) {
+                              self->on_header(error);
+                            });
+  }
+
+  void on_header(boost::system::error_code error) {
+    if (error) return refuse_or_close(error);
+    // A client that waits for a go-ahead before sending its body (curl, for bodies over 1 KB).
+    if (boost::beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      boost::system::error_code ignored;
+      asio::write(socket_, asio::buffer(kContinue), ignored);  // a few bytes: never blocks
+    }
+    http::async_read(socket_, buffer_, *parser_,
+                     [self = shared_from_this()](boost::system::error_code body_error, size_t) {
+                       if (body_error) return self->refuse_or_close(body_error);
+                       self->answer();
+                     });
+  }
+
+  // A read that failed: a request over the body limit is refused with 413, a malformed one, or one
+  // not received in time, with 400; a connection closed, or idle past the timeout, is closed.
+  void refuse_or_close(boost::system::error_code error) {
+    if (error == http::error::body_limit) return write(server_.refusal(413), Then::kDrainAndClose);
+    const bool closed = error == http::error::end_of_stream || error == asio::error::eof ||
+                        error == asio::error::connection_reset;
+    if (closed || phase_ == Phase::kClosed || (timed_out_ && !request_begun())) return close();
+    if (timed_out_ ||
+        error.category() == http::make_error_code(http::error::bad_method).category()) {
+      return write(server_.refusal(400), Then::kDrainAndClose);
+    }
+    close();
+  }
+
+  void answer() {
+    http::request<http::string_body> request = parser_->release();
+    const boost::beast::string_view target = request.target();
+    const Then then = request.keep_alive() && !stopping_ ? Then::kNextRequest : Then::kClose;
+    write(server_.handler({.method = text(request.method_string()),
+                           .path = text(target.substr(0, target.find('?'))),
+                           .content_type = text(request[http::field::content_type]),
+                           .body = std::move(request.body())}),
+          then);
+  }
+
+  void write(HttpResponse&& answer, Then then) {
+    phase_ = Phase::kWriting;
+    deadline_ = Clock::now() + server_.read_timeout;
+    response_.result(static_cast<unsigned>(answer.status));
+    response_.version(11);
+    response_.set(http::field::content_type, answer.content_type);
+    response_.body() = std::move(answer.body);  // not copied: answers are up to megabytes
+    response_.keep_alive(then == Then::kNextRequest);
+    response_.prepare_payload();
+    http::async_write(socket_, response_,
+                      [self = shared_from_this(), then](boost::system::error_code error, size_t) {
+                        if (error) return self->close();
+                        if (then == Then::kDrainAndClose) return self->drain();
+                        if (then == Then::kClose || self->stopping_) return self->close();
+                        self->response_ = {};
+                        self->read_request();
+                      });
+  }
+
+  // After a refusal: what the client still sends (the rest of a refused body) is read and dropped
+  // until it closes its side, for read_timeout at most. Closing with bytes unread would reset the
+  // connection, and the client could lose its answer before reading it.
+  void drain() {
+    if (phase_ != Phase::kDraining) {
+      phase_ = Phase::kDraining;
+      deadline_ = Clock::now() + server_.read_timeout;
+      boost::system::error_code ignored;
+      socket_.shutdown(tcp::socket::shutdown_send, ignored);
+      buffer_.clear();
+    }
+    socket_.async_read_some(buffer_.prepare(kReadBytes),
+                            [self = shared_from_this()](boost::system::error_code error, size_t) {
+                              if (error) return self->close();
+                              self->drain();
+                            });
+  }
+
+  void close() {
+    if (phase_ == Phase::kClosed) return;
+    phase_ = Phase::kClosed;
+    boost::system::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    socket_.close(ignored);
+    timer_.cancel();
+  }
+
+  Listener& server_;
+  Socket socket_;
+  asio::basic_waitable_timer<Clock, asio::wait_traits<Clock>, asio::io_context::executor_type>
+      timer_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::response<http::string_body> response_;
+  Phase phase_ = Phase::kReading;
+  Clock::time_point deadline_{};
+  bool timed_out_ = false;
+  bool stopping_ = false;
+};
+
+void Listener::accept() {
+  asio::io_context& loop = *loops[next_loop];
+  acceptor->async_accept(loop, [this](boost::system::error_code error, Session::Socket socket) {
+    if (error == asio::error::operation_aborted || !acceptor->is_open()) return;
+    if (!error) {
+      // Answers leave at once: no Nagle delay after a short write.
+      socket.set_option(tcp::no_delay(true), error);
+      // Started on its own loop (the accepting thread may be another's).
+      const std::shared_ptr<Session> session = std::make_shared<Session>(*this, std::move(socket));
+      asio::post(session->executor(), [session] { session->start(); });
+      next_loop = (next_loop + 1) % loops.size();
+    }
+    accept();
+  });
+}
+
+void Listener::close_everything() {
+  boost::system::error_code ignored;
+  acceptor->close(ignored);
+  idle_loops_kept.clear();  // each loop then ends with its last connection
+  // Taken under the lock, let go after it: the last reference to a session that ended meanwhile
+  // destroys it, which takes the lock.
+  std::vector<std::shared_ptr<Session>> open;
+  {
+    std::lock_guard lock(sessions_mutex);
+    for (Session* session : sessions) {
+      // Null when the session is being destroyed (it then waits for the lock to leave the set).
+      if (std::shared_ptr<Session> alive = session->weak_from_this().lock()) {
+        open.push_back(std::move(alive));
+      }
+    }
+  }
+  for (const std::shared_ptr<Session>& session : open) {
+    asio::post(session->executor(), [session] { session->stop(); });
+  }
 }
 
 }  // namespace
+
+struct HttpServer::Impl : Listener {};
 
 HttpServer::HttpServer(const HttpServerOptions& options,
                        std::function<HttpResponse(const HttpRequest&)> handler,
@@ -44,54 +283,44 @@ HttpServer::HttpServer(const HttpServerOptions& options,
   // allocates for its requests.
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
   mallopt(M_MMAP_THRESHOLD, 16 << 20);
-  httplib::Server& server = impl_->server;
-  const auto threads = static_cast<size_t>(std::max(options.threads, 1));
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // SO_REUSEADDR only (a restart may bind while old connections linger), not httplib's default
-  // SO_REUSEPORT, with which a second server on the same port would share its connections.
-  server.set_socket_options([impl = impl_.get()](socket_t socket) {
-    const int on = 1;
-    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    impl->listening_socket = socket;
-  });
-  // Answers leave at once (no Nagle delay between the headers and the body), and a client keeps
-  // its connection for kKeepAliveRequests requests (httplib's default, 5, made clients reconnect
-  // all the time); then it is closed ("Connection: close"), so that connections waiting for a
-  // thread get their turn.
-  server.set_tcp_nodelay(true);
-  server.set_keep_alive_max_count(kKeepAliveRequests);
-  server.set_read_timeout(options.read_timeout_seconds);
-  server.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
-  const httplib::Server::Handler route = [handler](const httplib::Request& request,
-                                                   httplib::Response& response) {
-    // The body is moved, not copied: httplib hands the request over as const, but it is the
-    // library's own local of this request, which it does not read again (no logger is set).
-    answer(handler({.method = request.method,
-                    .path = request.path,
-                    .content_type = request.get_header_value("Content-Type"),
-                    .body = std::move(const_cast<httplib::Request&>(request).body)}),
-           response);
-  };
-  // Every path of every method goes to `handler` (".*" matches the whole path).
-  server.Get(".*", route).Post(".*", route).Put(".*", route).Patch(".*", route);
-  server.Delete(".*", route).Options(".*", route);
-  // Statuses the library set itself (no handler ran: the body is still empty).
-  server.set_error_handler([refusal](const httplib::Request&, httplib::Response& response) {
-    if (response.body.empty()) answer(refusal(response.status), response);
-  });
+  Impl& impl = *impl_;
+  impl.handler = std::move(handler);
+  impl.refusal = std::move(refusal);
+  impl.max_body_bytes = static_cast<uint64_t>(std::max<int64_t>(options.max_body_bytes, 0));
+  impl.read_timeout = std::chrono::seconds(options.read_timeout_seconds);
+  const int cores = static_cast<int>(std::max(std::thread::hardware_concurrency(), 1U));
+  const int loops = options.threads > 0 ? std::min(options.threads, cores) : cores;
+  for (int i = 0; i < loops; ++i) {
+    impl.loops.push_back(std::make_unique<asio::io_context>(1));  // run by one thread
+    if (i > 0) impl.idle_loops_kept.push_back(asio::make_work_guard(*impl.loops.back()));
+  }
+  tcp::acceptor& acceptor = impl.acceptor.emplace(*impl.loops.front());
   const std::string address = options.host + ":" + std::to_string(options.port);
-  if (options.port == 0) {
-    impl_->port = server.bind_to_any_port(options.host);
-  } else if (server.bind_to_port(options.host, options.port)) {
-    impl_->port = options.port;
+  boost::system::error_code error;
+  const tcp::resolver::results_type endpoints =
+      tcp::resolver(*impl.loops.front())
+          .resolve(options.host, std::to_string(options.port),
+                   tcp::resolver::passive | tcp::resolver::numeric_service, error);
+  for (const tcp::endpoint endpoint : endpoints) {
+    error = {};
+    acceptor.open(endpoint.protocol(), error);
+    // SO_REUSEADDR (a restart may bind while old connections linger), not SO_REUSEPORT, with which
+    // a second server on the same port would share its connections.
+    if (!error) acceptor.set_option(tcp::acceptor::reuse_address(true), error);
+    if (!error) acceptor.bind(endpoint, error);
+    // The longest backlog: clients connecting at once beyond a short one would wait for their
+    // SYN's retransmission (1 s).
+    if (!error) acceptor.listen(asio::socket_base::max_listen_connections, error);
+    if (!error) break;
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
   }
-  if (impl_->port <= 0) {
-    throw InvalidArgument("cannot listen on " + address +
-                          " (is the port in use, or the host not an address of this machine?)");
+  if (error || !acceptor.is_open()) {
+    throw InvalidArgument("cannot listen on " + address + " (" + error.message() +
+                          "; is the port in use, or the host not an address of this machine?)");
   }
-  // httplib listens with a backlog of 5: clients connecting at once beyond that would wait for
-  // their SYN's retransmission (1 s). Listening again only raises the backlog.
-  listen(impl_->listening_socket, SOMAXCONN);
+  impl.port = acceptor.local_endpoint().port();
+  impl.accept();
 }
 
 HttpServer::~HttpServer() = default;
@@ -99,16 +328,18 @@ HttpServer::~HttpServer() = default;
 int HttpServer::port() const { return impl_->port; }
 
 void HttpServer::run() {
-  impl_->started = true;
-  if (!impl_->stopped) impl_->server.listen_after_bind();
-  impl_->finished = true;
+  if (impl_->stopped) return;
+  std::vector<std::thread> helpers;
+  for (size_t i = 1; i < impl_->loops.size(); ++i) {
+    helpers.emplace_back([loop = impl_->loops[i].get()] { loop->run(); });
+  }
+  impl_->loops.front()->run();  // until the acceptor is closed and its connections too
+  for (std::thread& helper : helpers) helper.join();
 }
 
 void HttpServer::stop() {
   impl_->stopped = true;
-  if (!impl_->started) return;
-  while (!impl_->server.is_running() && !impl_->finished) std::this_thread::yield();
-  impl_->server.stop();
+  asio::post(*impl_->loops.front(), [impl = impl_.get()] { impl->close_everything(); });
 }
 
 }  // namespace recemb::serve

@@ -1,5 +1,6 @@
-// An HTTP/1.1 server on cpp-httplib (the only file of recemb that includes httplib.h): a pool of
-// threads answering every request with one handler, over keep-alive connections (TCP_NODELAY).
+// An HTTP/1.1 server on Boost.Beast and Boost.Asio (http_server.cc is the only file of recemb that
+// includes them): an event loop, run by a few threads, answering every request with one handler,
+// over keep-alive connections (TCP_NODELAY).
 //
 //   HttpServer server({.host = "127.0.0.1", .port = 0, .threads = 4, .max_body_bytes = 1 << 20},
 //                     handler);
@@ -31,17 +32,21 @@ struct HttpResponse {
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: any free port (HttpServer::port says which)
-  // Connections served at once: each open connection has a thread of its own (httplib) until it
-  // closes (after 1000 requests, or idle for 5 s); a connection beyond waits.
-  int threads = 1;
+  // Threads running the event loop, which serves every open connection (none waits for another to
+  // close) and runs the handler: 0, or more than the machine's cores, means as many as the cores
+  // (more would only take turns on them).
+  int threads = 0;
   int64_t max_body_bytes = 0;  // larger bodies are refused with 413 before they are read
-  // A request (headers and body) not received within this many seconds is refused with 400.
+  // A request (headers and body) not received within this many seconds of the previous answer (or
+  // of the connection) is refused with 400; a connection idle that long is closed, and so is one
+  // whose client does not take its answer that long.
   int read_timeout_seconds = 5;
 };
 
 class HttpServer {
  public:
-  // Answers every request (any method and path) with `handler`, which must not throw. Requests the
+  // Answers every request (any method and path) with `handler`, which must not throw and runs on a
+  // thread of the event loop (keep it short: a lookup takes tens of µs). Requests the
   // HTTP layer refuses itself (a body over max_body_bytes: 413; a malformed request: 400) are
   // answered by `refusal`, given the status; so is one that does not arrive within
   // read_timeout_seconds (400). Binds the address before returning: throws
@@ -56,8 +61,9 @@ class HttpServer {
   int port() const;
   // Accepts and answers requests until stop(). Returns once the requests in flight are answered.
   void run();
-  // Stops accepting; run() then returns when the requests in flight are answered. Thread-safe;
-  // before run() it makes run() return at once.
+  // Stops accepting and closes the idle connections; run() then returns when the requests in
+  // flight are answered (their connections closed after the answer). Thread-safe; before run() it
+  // makes run() return at once.
   void stop();
 
  private:

@@ -69,6 +69,27 @@ TEST(HttpServer, EveryRequestReachesTheHandler) {
   runner.join();
 }
 
+// A body far over the limit is refused with 413 before it is read, and the client, still sending
+// it, gets the answer (the server reads and drops the rest instead of resetting the connection).
+TEST(HttpServer, ALargeRefusedBodyGetsItsAnswer) {
+  HttpServer server(
+      {.port = 0, .threads = 2, .max_body_bytes = 100},
+      [](const HttpRequest& request) { return HttpResponse{.body = request.path}; }, refuse);
+  std::thread runner([&] { server.run(); });
+  httplib::Client client = client_of(server.port());
+  for (int i = 0; i < 3; ++i) {
+    const auto got = client.Post("/big", std::string(size_t{16} << 20, 'x'), "application/json");
+    ASSERT_TRUE(got) << httplib::to_string(got.error());
+    EXPECT_EQ(got->status, 413);
+    EXPECT_EQ(got->body, "{\"refused\": 413}");
+  }
+  const auto got = client.Get("/small");  // and the server keeps serving
+  ASSERT_TRUE(got) << httplib::to_string(got.error());
+  EXPECT_EQ(got->body, "/small");
+  server.stop();
+  runner.join();
+}
+
 // A malformed request, and one whose body stops coming, are answered by `refusal` (no hang).
 TEST(HttpServer, MalformedAndStalledRequestsAreAnswered) {
   HttpServer server(
@@ -173,7 +194,7 @@ std::string read_answer(int socket, std::string& body) {
   return header;
 }
 
-// A client may send many requests on one connection (httplib's default closed it after 5).
+// A client may send many requests on one connection, none closing it.
 TEST(HttpServer, OneConnectionServesManyRequests) {
   HttpServer server(
       {.port = 0, .threads = 2, .max_body_bytes = 100},
@@ -235,6 +256,49 @@ TEST(HttpServer, ClientsConnectingAtOnceAreQueued) {
   }
   for (const pollfd& socket : sockets) close(socket.fd);
   EXPECT_EQ(connected, kClients);
+}
+
+// stop() closes the idle keep-alive connections at once: run() returns without waiting for their
+// read timeout (10 minutes here; the test waits 20 s at most).
+TEST(HttpServer, StopClosesIdleConnections) {
+  HttpServer server(
+      {.port = 0, .threads = 2, .max_body_bytes = 10, .read_timeout_seconds = 600},
+      [](const HttpRequest& request) { return HttpResponse{.body = request.path}; }, refuse);
+  auto running = std::async(std::launch::async, [&] { server.run(); });
+  std::vector<int> sockets;
+  for (int i = 0; i < 4; ++i) {
+    sockets.push_back(connect_to(server.port()));
+    ASSERT_GE(sockets.back(), 0);
+    const std::string request = "GET /idle HTTP/1.1\r\nHost: h\r\n\r\n";
+    ASSERT_EQ(send(sockets.back(), request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()));
+    std::string body;
+    EXPECT_THAT(read_answer(sockets.back(), body), ::testing::StartsWith("http/1.1 200"));
+    EXPECT_EQ(body, "/idle");
+  }
+  server.stop();
+  EXPECT_EQ(running.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  for (const int socket : sockets) {
+    char byte = 0;
+    EXPECT_EQ(recv(socket, &byte, 1, 0), 0);  // closed by the server
+    close(socket);
+  }
+}
+
+// An IPv6 host (the loopback address ::1) is listened on and served.
+TEST(HttpServer, ServesAnIpv6Host) {
+  HttpServer server(
+      {.host = "::1", .port = 0, .threads = 1, .max_body_bytes = 10},
+      [](const HttpRequest& request) { return HttpResponse{.body = request.path}; }, refuse);
+  std::thread runner([&] { server.run(); });
+  httplib::Client client("::1", server.port());
+  client.set_connection_timeout(10);
+  client.set_read_timeout(20);
+  const auto got = client.Get("/over/v6");
+  ASSERT_TRUE(got) << httplib::to_string(got.error());
+  EXPECT_EQ(got->body, "/over/v6");
+  server.stop();
+  runner.join();
 }
 
 TEST(HttpServer, StopBeforeRunAndPortInUse) {
