@@ -327,6 +327,8 @@ HttpServer::~HttpServer() = default;
 
 int HttpServer::port() const { return impl_->port; }
 
+int HttpServer::threads() const { return static_cast<int>(impl_->loops.size()); }
+
 void HttpServer::run() {
   if (impl_->stopped) return;
   std::vector<std::thread> helpers;

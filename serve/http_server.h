@@ -59,6 +59,8 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   int port() const;
+  // The threads running the event loop (HttpServerOptions::threads, resolved).
+  int threads() const;
   // Accepts and answers requests until stop(). Returns once the requests in flight are answered.
   void run();
   // Stops accepting and closes the idle connections; run() then returns when the requests in

@@ -118,8 +118,7 @@ CLI::App* add_serve(CLI::App& app, ServeArguments& args) {
       ->required();
   serve->add_option("--listen", args.listen, "HOST:PORT to listen on (port 0: any free port)")
       ->capture_default_str();
-  serve->add_option("--threads", args.threads,
-                    "Connections served at once (a thread each), 0 = 64");
+  serve->add_option("--threads", args.threads, "Threads running the event loop, 0 = one per core");
   serve->add_option("--max-body-bytes", args.max_body_bytes, "Longer request bodies get 413")
       ->capture_default_str();
   serve

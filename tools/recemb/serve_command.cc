@@ -68,16 +68,12 @@ ListenAddress parse_listen_address(std::string_view listen) {
 
 int run_serve_command(const ServeArguments& args, std::ostream& err) {
   const ListenAddress address = parse_listen_address(args.listen);
-  if (args.threads < 0) {
-    throw InvalidArgument("--threads must be >= 0 (0: " + std::to_string(kDefaultServeThreads) +
-                          ")");
-  }
+  if (args.threads < 0) throw InvalidArgument("--threads must be >= 0 (0: one per core)");
   if (args.max_body_bytes < 1) throw InvalidArgument("--max-body-bytes must be >= 1");
   if (args.max_examples < 1) throw InvalidArgument("--max-examples must be >= 1");
   if (!(args.poll_seconds >= 0 && args.poll_seconds <= 86400)) {
     throw InvalidArgument("--poll-seconds must be from 0 (never) to 86400");
   }
-  const int threads = args.threads > 0 ? args.threads : kDefaultServeThreads;
 
   const BlockedSignals blocked;  // before any thread starts
   // With polling on, a directory with no model yet is served (a trainer publishes into it later).
@@ -88,14 +84,14 @@ int run_serve_command(const ServeArguments& args, std::ostream& err) {
   serve::HttpServer http(
       {.host = address.host,
        .port = address.port,
-       .threads = threads,
+       .threads = args.threads,
        .max_body_bytes = args.max_body_bytes},
       [&server](const serve::HttpRequest& request) { return server.handle(request); },
       [&server](int status) { return server.refusal(status); });
   // An IPv6 host in brackets, as --listen takes it.
   const bool ipv6 = address.host.find(':') != std::string::npos;
   err << "recemb serve: listening on " << (ipv6 ? "[" + address.host + "]" : address.host) << ":"
-      << http.port() << " (" << threads << " threads)\n"
+      << http.port() << " (" << http.threads() << " threads)\n"
       << std::flush;
 
   // Hot swap: the registry rescans MODEL_DIR every poll_seconds until the server stops (the

@@ -12,15 +12,10 @@
 
 namespace recemb::tools {
 
-// --threads 0: the connections served at once (httplib gives each open connection a thread; one
-// beyond waits until a connection closes): enough for 64 clients, each with one keep-alive
-// connection.
-inline constexpr int kDefaultServeThreads = 64;
-
 struct ServeArguments {
   std::string model_dir = {};
   std::string listen = "127.0.0.1:8500";  // HOST:PORT; port 0: any free port (logged)
-  int threads = 0;                        // connections served at once; 0: kDefaultServeThreads
+  int threads = 0;  // threads running the event loop; 0 (or more than the cores): one per core
   int64_t max_body_bytes = 64 << 20;
   int64_t max_examples = 4096;  // per request
   double poll_seconds = 1.0;    // MODEL_DIR is scanned for new versions this often; 0: never
