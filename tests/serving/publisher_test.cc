@@ -153,7 +153,7 @@ Extras extras_for(ServingDtype dtype, int k) {
   return extras;
 }
 
-TEST(Publisher, ModelDirectoryNames) {
+TEST(PublishTest, ModelDirectoryNames) {
   EXPECT_EQ(model_version_of("1"), 1);
   EXPECT_EQ(model_version_of("9223372036854775807"), INT64_MAX);
   for (const char* name : {"", "0", "01", "-1", "+1", "1a", "9223372036854775808", " 1"}) {
