@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -36,7 +37,8 @@ _BINARY_VERSION = 1
 
 def _binary() -> pathlib.Path:
     """The recemb program: the one built beside this package, else `recemb` on PATH."""
-    beside = pathlib.Path(__file__).resolve().parents[2] / "bin" / "recemb"
+    # Not resolved: a development build links the package's files to the sources.
+    beside = pathlib.Path(os.path.abspath(__file__)).parents[2] / "bin" / "recemb"
     if beside.is_file():
         return beside
     found = shutil.which("recemb")

@@ -2,6 +2,8 @@
 lookups through the binary body equal to recemb.ServingModel's bitwise for every kind of input;
 predictions equal to `recemb predict`'s to float rounding; refusals raised as the error their status means."""
 
+import os
+import pathlib
 import subprocess
 
 import numpy as np
@@ -81,6 +83,16 @@ def test_refusals_raise_with_the_servers_message(server):
 def test_a_server_that_cannot_start_says_why(tmp_path):
     with pytest.raises(RuntimeError, match="no model to serve"):
         recemb.Server(tmp_path, poll_seconds=0, binary=recemb_binary())
+
+
+def test_the_program_beside_the_package_is_found(tmp_path):
+    """Without binary=, the recemb program built beside the package runs (its refusal of an
+    empty directory shows it ran)."""
+    beside = pathlib.Path(os.path.abspath(recemb.__file__)).parents[2] / "bin" / "recemb"
+    if not beside.is_file():
+        pytest.skip("no recemb program beside the package in this build")
+    with pytest.raises(RuntimeError, match="no model to serve"):
+        recemb.Server(tmp_path, poll_seconds=0)
 
 
 def test_predictions_equal_recemb_predicts(tmp_path):
