@@ -6,7 +6,6 @@
 #include <future>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -16,20 +15,17 @@
 #include "recemb/error.h"
 
 #include "testing/error_of.h"
+#include "testing/http_client.h"
 
 namespace recemb::serve {
 namespace {
 
 using ::testing::HasSubstr;
 
-// A client of the server on `port`, every wait bounded.
-httplib::Client client_of(int port) {
-  httplib::Client client("127.0.0.1", port);
-  client.set_connection_timeout(10);
-  client.set_read_timeout(20);
-  client.set_write_timeout(10);
-  return client;
-}
+using recemb::test::HttpClient;
+
+// A client of the server on `port`, every wait bounded (20 s).
+HttpClient client_of(int port) { return HttpClient("127.0.0.1", port, 20); }
 
 HttpResponse refuse(int status) {
   return {.status = status, .body = "{\"refused\": " + std::to_string(status) + "}"};
@@ -47,21 +43,21 @@ TEST(HttpServer, EveryRequestReachesTheHandler) {
       refuse);
   ASSERT_GT(server.port(), 0);
   std::thread runner([&] { server.run(); });
-  httplib::Client client = client_of(server.port());
-  auto got = client.Get("/a/b:c?x=1");
-  ASSERT_TRUE(got) << httplib::to_string(got.error());
+  HttpClient client = client_of(server.port());
+  auto got = client.get("/a/b:c?x=1");
+  ASSERT_TRUE(got) << client.error();
   EXPECT_EQ(got->status, 200);
   EXPECT_EQ(got->body, "GET /a/b:c  ");
-  EXPECT_EQ(got->get_header_value("Content-Type"), "text/plain");
-  got = client.Post("/v1/models/m:lookup", "hello", "application/octet-stream");
+  EXPECT_EQ(got->header("Content-Type"), "text/plain");
+  got = client.post("/v1/models/m:lookup", "hello", "application/octet-stream");
   ASSERT_TRUE(got);
   EXPECT_EQ(got->status, 201);
   EXPECT_EQ(got->body, "POST /v1/models/m:lookup application/octet-stream hello");
-  got = client.Delete("/x");
+  got = client.request("DELETE", "/x", "", "");
   ASSERT_TRUE(got);
   EXPECT_EQ(got->body, "DELETE /x  ");
   // A body over max_body_bytes is refused before the handler, by `refusal`.
-  got = client.Post("/big", std::string(101, 'x'), "application/json");
+  got = client.post("/big", std::string(101, 'x'), "application/json");
   ASSERT_TRUE(got);
   EXPECT_EQ(got->status, 413);
   EXPECT_EQ(got->body, "{\"refused\": 413}");
@@ -76,15 +72,15 @@ TEST(HttpServer, ALargeRefusedBodyGetsItsAnswer) {
       {.port = 0, .threads = 2, .max_body_bytes = 100},
       [](const HttpRequest& request) { return HttpResponse{.body = request.path}; }, refuse);
   std::thread runner([&] { server.run(); });
-  httplib::Client client = client_of(server.port());
+  HttpClient client = client_of(server.port());
   for (int i = 0; i < 3; ++i) {
-    const auto got = client.Post("/big", std::string(size_t{16} << 20, 'x'), "application/json");
-    ASSERT_TRUE(got) << httplib::to_string(got.error());
+    const auto got = client.post("/big", std::string(size_t{16} << 20, 'x'), "application/json");
+    ASSERT_TRUE(got) << client.error();
     EXPECT_EQ(got->status, 413);
     EXPECT_EQ(got->body, "{\"refused\": 413}");
   }
-  const auto got = client.Get("/small");  // and the server keeps serving
-  ASSERT_TRUE(got) << httplib::to_string(got.error());
+  const auto got = client.get("/small");  // and the server keeps serving
+  ASSERT_TRUE(got) << client.error();
   EXPECT_EQ(got->body, "/small");
   server.stop();
   runner.join();
@@ -140,21 +136,19 @@ TEST(HttpServer, StopAnswersTheRequestsInFlight) {
       refuse);
   std::thread runner([&] { server.run(); });
   auto answer = std::async(std::launch::async, [&] {
-    httplib::Client client = client_of(server.port());
-    return client.Get("/slow");
+    HttpClient client = client_of(server.port());
+    const std::optional<recemb::test::HttpAnswer> got = client.get("/slow");
+    return got ? got->body : "failed: " + client.error();
   });
   ASSERT_EQ(entered.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
   std::thread stopper([&] { server.stop(); });
   release.set_value();
-  const auto got = answer.get();
-  ASSERT_TRUE(got) << httplib::to_string(got.error());
-  EXPECT_EQ(got->body, "done");
+  EXPECT_EQ(answer.get(), "done");
   stopper.join();
   runner.join();
   // No longer listening.
-  httplib::Client client = client_of(server.port());
-  client.set_connection_timeout(2);
-  EXPECT_FALSE(client.Get("/healthz"));
+  HttpClient client("127.0.0.1", server.port(), 2);
+  EXPECT_FALSE(client.get("/healthz"));
 }
 
 // A socket connected to 127.0.0.1:`port` (blocking, receives bounded by 20 s), or -1.
@@ -291,11 +285,9 @@ TEST(HttpServer, ServesAnIpv6Host) {
       {.host = "::1", .port = 0, .threads = 1, .max_body_bytes = 10},
       [](const HttpRequest& request) { return HttpResponse{.body = request.path}; }, refuse);
   std::thread runner([&] { server.run(); });
-  httplib::Client client("::1", server.port());
-  client.set_connection_timeout(10);
-  client.set_read_timeout(20);
-  const auto got = client.Get("/over/v6");
-  ASSERT_TRUE(got) << httplib::to_string(got.error());
+  HttpClient client("::1", server.port(), 20);
+  const auto got = client.get("/over/v6");
+  ASSERT_TRUE(got) << client.error();
   EXPECT_EQ(got->body, "/over/v6");
   server.stop();
   runner.join();

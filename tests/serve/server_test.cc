@@ -4,7 +4,6 @@
 #include <future>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -13,6 +12,7 @@
 #include "serve/request_codec.h"
 #include "serve/serving_fixtures.h"
 #include "testing/criteo_lines.h"
+#include "testing/http_client.h"
 #include "testing/temporary_directory.h"
 #include "train/predictor.h"
 
@@ -252,26 +252,24 @@ TEST_F(ServerTest, ConcurrentClientsOverHttp) {
   std::vector<std::future<int>> clients;
   for (int c = 0; c < 8; ++c) {
     clients.push_back(std::async(std::launch::async, [&, c] {
-      httplib::Client client("127.0.0.1", http.port());
-      client.set_connection_timeout(10);
-      client.set_read_timeout(30);
+      recemb::test::HttpClient client("127.0.0.1", http.port());
       std::mt19937_64 random(static_cast<uint64_t>(c));
       int good = 0;
       for (int i = 0; i < 15; ++i) {
         const test::RandomBatch batch = test::random_batch(random, 1 + i);
         if (i % 3 == 2) {
           const auto answer =
-              client.Post("/v1/models/emb:lookup", "{\"inputs\": [", "application/json");
+              client.post("/v1/models/emb:lookup", "{\"inputs\": [", "application/json");
           EXPECT_TRUE(answer && answer->status == 400);
           continue;
         }
         const bool binary = i % 3 == 1;
-        const auto answer = binary ? client.Post("/v1/models/emb:lookup", test::binary_body(batch),
+        const auto answer = binary ? client.post("/v1/models/emb:lookup", test::binary_body(batch),
                                                  "application/octet-stream")
-                                   : client.Post("/v1/models/emb:lookup", test::json_body(batch),
+                                   : client.post("/v1/models/emb:lookup", test::json_body(batch),
                                                  "application/json");
         if (!answer || answer->status != 200) {
-          ADD_FAILURE() << (answer ? answer->body : httplib::to_string(answer.error()));
+          ADD_FAILURE() << (answer ? answer->body : client.error());
           continue;
         }
         expect_bitwise_equal(
@@ -283,14 +281,13 @@ TEST_F(ServerTest, ConcurrentClientsOverHttp) {
     }));
   }
   for (auto& client : clients) EXPECT_EQ(client.get(), 10);
-  httplib::Client client("127.0.0.1", http.port());
-  client.set_read_timeout(30);
+  recemb::test::HttpClient client("127.0.0.1", http.port());
   const auto too_big =
-      client.Post("/v1/models/emb:lookup", std::string((1 << 16) + 1, ' '), "application/json");
+      client.post("/v1/models/emb:lookup", std::string((1 << 16) + 1, ' '), "application/json");
   ASSERT_TRUE(too_big);
   EXPECT_EQ(too_big->status, 413);
   EXPECT_THAT(too_big->body, HasSubstr("\"code\": \"PayloadTooLarge\""));
-  const auto health = client.Get("/healthz");
+  const auto health = client.get("/healthz");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
   http.stop();

@@ -7,7 +7,6 @@
 #include <fstream>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <spawn.h>
@@ -20,6 +19,7 @@
 #include "recemb/serving.h"
 
 #include "testing/error_of.h"
+#include "testing/http_client.h"
 #include "testing/shell_command.h"
 #include "testing/temporary_directory.h"
 
@@ -96,10 +96,8 @@ TEST(ServeCommand, ServesUntilSigterm) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (port != 0) {
-    httplib::Client client("127.0.0.1", port);
-    client.set_connection_timeout(10);
-    client.set_read_timeout(30);
-    const auto answer = client.Post("/v1/models/emb:lookup", R"({"inputs": {"a": [[1, 4], []]}})",
+    recemb::test::HttpClient client("127.0.0.1", port);
+    const auto answer = client.post("/v1/models/emb:lookup", R"({"inputs": {"a": [[1, 4], []]}})",
                                     "application/json");
     EXPECT_TRUE(answer && answer->status == 200);
     if (answer) {
