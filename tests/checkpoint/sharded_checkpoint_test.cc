@@ -27,9 +27,9 @@
 #include "recemb/error.h"
 
 #include "checkpoint/checkpoint_fixtures.h"
+#include "testing/embedding_calls.h"
 #include "testing/fault_file_system.h"
 #include "testing/files.h"
-#include "testing/random_batches.h"
 #include "testing/temporary_directory.h"
 
 namespace recemb {
@@ -73,39 +73,11 @@ Embedding make_layer(const RankSetup& setup, uint64_t seed,
                     .communicator = std::move(communicator)});
 }
 
-// Trains steps [first, last) on this rank's share of each step's global batch, which depends
-// only on the step.
+// Trains steps [first, last) on this rank's share of each step's global batch
+// (testing/embedding_calls.h).
 void train(Embedding& layer, int64_t first, int64_t last) {
-  const int64_t begin = layer.rank() * kBatch / layer.world_size();
-  const int64_t end = (layer.rank() + 1) * kBatch / layer.world_size();
-  for (int64_t step = first; step < last; ++step) {
-    std::mt19937_64 rng(1000 + static_cast<uint64_t>(step));
-    std::vector<test::OwnedInput> inputs;
-    std::vector<std::vector<float>> gradients;
-    for (const FeatureConfig& feature : layer.features()) {
-      int64_t rows = 0;
-      int64_t dim = 0;
-      for (const TableConfig& table : layer.tables()) {
-        if (table.name == feature.table) rows = table.vocabulary_size, dim = table.dim;
-      }
-      const std::vector<test::Bag> bags =
-          test::random_bags(rng, kBatch, {.vocabulary_size = rows, .max_length = 4});
-      const std::vector<float> gradient =
-          test::random_gradient(rng, static_cast<size_t>(kBatch * dim));
-      inputs.push_back(test::OwnedInput::ragged({bags.begin() + begin, bags.begin() + end}, true));
-      gradients.emplace_back(gradient.begin() + begin * dim, gradient.begin() + end * dim);
-    }
-    const std::vector<FeatureInput> views = test::views_of(inputs);
-    std::vector<std::vector<float>> activations;
-    for (size_t f = 0; f < views.size(); ++f) {
-      activations.emplace_back(gradients[f].size());
-    }
-    std::vector<std::span<float>> activation_spans(activations.begin(), activations.end());
-    LookupBatch batch;
-    layer.lookup(views, activation_spans, batch);
-    std::vector<std::span<const float>> gradient_spans(gradients.begin(), gradients.end());
-    layer.apply_gradients(batch, gradient_spans);
-  }
+  test::train_rank_share(layer, first, last, kBatch, 1000,
+                         [](const TableConfig& table) { return table.vocabulary_size; });
 }
 
 // Runs body(communicator) on `ranks` threads (one rank alone: the null, local communicator) and

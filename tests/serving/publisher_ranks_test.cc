@@ -19,7 +19,7 @@
 #include "recemb/serving.h"
 
 #include "serving/model_access.h"
-#include "testing/random_batches.h"
+#include "testing/embedding_calls.h"
 #include "testing/temporary_directory.h"
 
 namespace recemb {
@@ -49,32 +49,12 @@ Embedding make_layer(int ranks, ShardingStrategy strategy,
                     .communicator = std::move(communicator)});
 }
 
-// Steps [first, last) on this rank's share of each step's global batch (which depends only on
-// the step): items from 60 rows, users from 70 keys (the table holds 24).
+// Steps [first, last) on this rank's share of each step's global batch (testing/embedding_calls.h):
+// items from their 60 rows, users from 70 keys (the table holds 24).
 void train(Embedding& layer, int64_t first, int64_t last) {
-  const int64_t begin = layer.rank() * kBatch / layer.world_size();
-  const int64_t end = (layer.rank() + 1) * kBatch / layer.world_size();
-  for (int64_t step = first; step < last; ++step) {
-    std::mt19937_64 rng(77 + static_cast<uint64_t>(step));
-    std::vector<test::OwnedInput> inputs;
-    std::vector<std::vector<float>> gradients;
-    for (const auto& [vocabulary, dim] : {std::pair<int64_t, int64_t>{60, 4}, {70, 6}}) {
-      const std::vector<test::Bag> bags =
-          test::random_bags(rng, kBatch, {.vocabulary_size = vocabulary, .max_length = 4});
-      const std::vector<float> gradient =
-          test::random_gradient(rng, static_cast<size_t>(kBatch * dim));
-      inputs.push_back(test::OwnedInput::ragged({bags.begin() + begin, bags.begin() + end}, true));
-      gradients.emplace_back(gradient.begin() + begin * dim, gradient.begin() + end * dim);
-    }
-    const std::vector<FeatureInput> views = test::views_of(inputs);
-    std::vector<std::vector<float>> activations;
-    for (const std::vector<float>& gradient : gradients) activations.emplace_back(gradient.size());
-    std::vector<std::span<float>> activation_spans(activations.begin(), activations.end());
-    LookupBatch batch;
-    layer.lookup(views, activation_spans, batch);
-    std::vector<std::span<const float>> gradient_spans(gradients.begin(), gradients.end());
-    layer.apply_gradients(batch, gradient_spans);
-  }
+  test::train_rank_share(layer, first, last, kBatch, 77, [](const TableConfig& table) {
+    return table.dynamic_vocabulary ? int64_t{70} : table.vocabulary_size;
+  });
 }
 
 void expect_same_tables(const ServingModel& model, const ServingModel& expected) {

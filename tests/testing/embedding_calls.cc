@@ -1,6 +1,8 @@
 #include "testing/embedding_calls.h"
 
+#include <algorithm>
 #include <cstring>
+#include <random>
 #include <span>
 
 namespace recemb::test {
@@ -49,6 +51,32 @@ std::vector<std::vector<float>> look_up(Embedding& layer, const std::vector<Owne
 void train(Embedding& layer, LookupBatch& batch, const std::vector<std::vector<float>>& gradients) {
   const std::vector<std::span<const float>> spans(gradients.begin(), gradients.end());
   layer.apply_gradients(batch, spans);
+}
+
+void train_rank_share(Embedding& layer, int64_t first, int64_t last, int64_t batch_size,
+                      uint64_t seed, const std::function<int64_t(const TableConfig&)>& ids_of) {
+  const int64_t begin = layer.rank() * batch_size / layer.world_size();
+  const int64_t end = (layer.rank() + 1) * batch_size / layer.world_size();
+  for (int64_t step = first; step < last; ++step) {
+    std::mt19937_64 rng(seed + static_cast<uint64_t>(step));
+    std::vector<OwnedInput> inputs;
+    std::vector<std::vector<float>> gradients;
+    for (const FeatureConfig& feature : layer.features()) {
+      const auto table =
+          std::find_if(layer.tables().begin(), layer.tables().end(),
+                       [&](const TableConfig& t) { return t.name == feature.table; });
+      const std::vector<Bag> bags =
+          random_bags(rng, batch_size, {.vocabulary_size = ids_of(*table), .max_length = 4});
+      const std::vector<float> gradient =
+          random_gradient(rng, static_cast<size_t>(batch_size * table->dim));
+      inputs.push_back(OwnedInput::ragged({bags.begin() + begin, bags.begin() + end}, true));
+      gradients.emplace_back(gradient.begin() + begin * table->dim,
+                             gradient.begin() + end * table->dim);
+    }
+    LookupBatch batch;
+    look_up(layer, inputs, batch);
+    train(layer, batch, gradients);
+  }
 }
 
 Snapshot snapshot_of(const Embedding& layer) {

@@ -5,6 +5,7 @@
 #define RECEMB_TESTS_TESTING_EMBEDDING_CALLS_H_
 
 #include <cstdint>
+#include <functional>
 #include <gtest/gtest.h>
 #include <map>
 #include <string>
@@ -36,6 +37,13 @@ void expect_floats_eq(const std::vector<float>& actual, const std::vector<float>
 
 // Applies one gradient per feature to the lookup in `batch`.
 void train(Embedding& layer, LookupBatch& batch, const std::vector<std::vector<float>>& gradients);
+
+// Trains steps [first, last) of `layer` on this rank's share of each step's global batch of
+// `batch_size` examples, which depends only on the step and `seed` (so any number of ranks trains
+// on the same global batches: rank r of W takes examples [r B / W, (r + 1) B / W)): per feature,
+// random weighted ragged bags of up to 4 ids in [0, ids_of(its table)), and random gradients.
+void train_rank_share(Embedding& layer, int64_t first, int64_t last, int64_t batch_size,
+                      uint64_t seed, const std::function<int64_t(const TableConfig&)>& ids_of);
 
 // Every variable of every table, the step and the skipped-row count.
 struct Snapshot {
