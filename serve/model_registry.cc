@@ -62,6 +62,14 @@ std::pair<uintmax_t, int64_t> file_identity(const fs::path& file) {
   return {size, static_cast<int64_t>(time.time_since_epoch().count())};
 }
 
+// The versions of `entries`, in their order.
+template <typename Entries>
+std::vector<int64_t> versions_of(const Entries& entries) {
+  std::vector<int64_t> versions;
+  for (const auto& entry : entries) versions.push_back(entry.version);
+  return versions;
+}
+
 // `model` served as `name` version `version` from `file`, with its predictors when it has a
 // dense part.
 std::shared_ptr<ServedModel> served_model(const std::string& name, int64_t version,
@@ -150,10 +158,8 @@ ModelRegistry::ModelRegistry(const fs::path& model_dir, std::ostream& log, bool 
       log_(log) {
   for (const auto& [name, entries] : scan(/*report=*/true)) {
     std::shared_ptr<ServedModel> served = newest_servable(name, entries, 0);
-    std::vector<int64_t> versions;
-    for (const VersionEntry& entry : entries) versions.push_back(entry.version);
     if (served) {
-      serve(std::move(served), versions);
+      serve(std::move(served), versions_of(entries));
     } else {
       log_ << "recemb serve: no servable version of model '" << name << "'\n";
     }
@@ -204,23 +210,31 @@ std::map<std::string, std::vector<ModelRegistry::VersionEntry>> ModelRegistry::s
 std::shared_ptr<ServedModel> ModelRegistry::newest_servable(
     const std::string& name, const std::vector<VersionEntry>& entries, int64_t served) {
   for (auto it = entries.rbegin(); it != entries.rend() && it->version != served; ++it) {
-    const auto key = std::make_pair(name, it->version);
-    const std::pair<uintmax_t, int64_t> identity = file_identity(it->file);
-    if (const auto refused = refused_.find(key);
-        refused != refused_.end() && refused->second == identity) {
-      continue;  // refused before, unchanged since
-    }
-    try {
-      std::shared_ptr<ServedModel> model = open_version(name, it->version, it->file, root_);
-      refused_.erase(key);
+    std::shared_ptr<ServedModel> model;
+    if (use_unless_refused(it->file, "model '" + name + "' version " + std::to_string(it->version),
+                           [&] { model = open_version(name, it->version, it->file, root_); })) {
       return model;
-    } catch (const std::exception& error) {
-      log_ << "recemb serve: refusing model '" << name << "' version " << it->version << ": "
-           << error.what() << "\n";
-      refused_[key] = identity;
     }
   }
   return nullptr;
+}
+
+bool ModelRegistry::use_unless_refused(const fs::path& file, const std::string& what,
+                                       const std::function<void()>& use) {
+  const std::pair<uintmax_t, int64_t> identity = file_identity(file);
+  if (const auto refused = refused_.find(file);
+      refused != refused_.end() && refused->second == identity) {
+    return false;  // refused before, unchanged since
+  }
+  try {
+    use();
+    refused_.erase(file);
+    return true;
+  } catch (const std::exception& error) {
+    log_ << "recemb serve: refusing " << what << ": " << error.what() << "\n";
+    refused_[file] = identity;
+    return false;
+  }
 }
 
 void ModelRegistry::serve(std::shared_ptr<ServedModel> model,
@@ -241,16 +255,13 @@ int ModelRegistry::refresh() {
   for (const std::string& name : names()) {  // served models whose directory is gone
     if (found.contains(name)) {
       gone_.erase(name);
-    } else if (!gone_.contains(name)) {
-      const int64_t version = find(name)->version;
-      gone_[name] = version;
+    } else if (gone_.insert(name).second) {
       log_ << "recemb serve: model '" << name << "' is no longer in the model directory; still "
-           << "serving version " << version << "\n";
+           << "serving version " << find(name)->version << "\n";
     }
   }
   for (const auto& [name, entries] : found) {
-    std::vector<int64_t> versions;
-    for (const VersionEntry& entry : entries) versions.push_back(entry.version);
+    const std::vector<int64_t> versions = versions_of(entries);
     const std::shared_ptr<const ServedModel> current = find(name);
     const bool current_present =
         current && std::find(versions.begin(), versions.end(), current->version) != versions.end();
@@ -291,23 +302,17 @@ bool ModelRegistry::apply_deltas(const std::string& name) {
          fs::exists(delta_file(spare.delta_sequence() + 1))) {
     const int64_t sequence = spare.delta_sequence() + 1;
     const fs::path file = delta_file(sequence);
-    const auto key = std::make_tuple(name, current->version, sequence);
-    const std::pair<uintmax_t, int64_t> identity = file_identity(file);
-    if (const auto refused = refused_deltas_.find(key);
-        refused != refused_deltas_.end() && refused->second == identity) {
-      break;  // refused before, unchanged since
-    }
-    try {
-      auto resolved = resolve_inside(file, root_);
-      if (auto* reason = std::get_if<std::string>(&resolved)) throw InvalidArgument(*reason);
-      spare.apply_delta(std::get<fs::path>(resolved));
-      refused_deltas_.erase(key);
-    } catch (const std::exception& error) {
-      log_ << "recemb serve: refusing model '" << name << "' version " << current->version
-           << " delta " << sequence << ": " << error.what() << "\n";
-      refused_deltas_[key] = identity;
-      break;
-    }
+    const bool applied =
+        use_unless_refused(file,
+                           "model '" + name + "' version " + std::to_string(current->version) +
+                               " delta " + std::to_string(sequence),
+                           [&] {
+                             auto resolved = resolve_inside(file, root_);
+                             if (auto* reason = std::get_if<std::string>(&resolved))
+                               throw InvalidArgument(*reason);
+                             spare.apply_delta(std::get<fs::path>(resolved));
+                           });
+    if (!applied) break;
   }
   if (spare.delta_sequence() <= current->model.delta_sequence()) return false;
   std::shared_ptr<ServedModel> updated = served_model(name, current->version, current->file, spare);

@@ -15,15 +15,16 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <vector>
 
 #include "recemb/serving.h"
@@ -115,6 +116,10 @@ class ModelRegistry {
                                                const std::vector<VersionEntry>& entries,
                                                int64_t served);
   void serve(std::shared_ptr<ServedModel> model, const std::vector<int64_t>& versions);
+  // Runs `use` on `file` unless `file` was refused before and has not changed since; if `use`
+  // throws, refuses `file`, logging "refusing <what>: <error>". Whether `use` ran to its end.
+  bool use_unless_refused(const std::filesystem::path& file, const std::string& what,
+                          const std::function<void()>& use);
   // Applies the deltas past the ones `name`'s served model holds and swaps the result in;
   // whether it did.
   bool apply_deltas(const std::string& name);
@@ -131,15 +136,12 @@ class ModelRegistry {
 
   const std::filesystem::path root_;  // model_dir, canonical
   std::ostream& log_;
-  std::mutex refresh_mutex_;  // one refresh at a time; guards refused_ and gone_
-  // Per model and version refused, the size and modification time of the file refused.
-  std::map<std::pair<std::string, int64_t>, std::pair<uintmax_t, int64_t>> refused_;
-  std::map<std::string, int64_t> gone_;       // models served whose directories are gone: version
+  std::mutex refresh_mutex_;  // one refresh at a time; guards refused_, gone_ and replicas_
+  // The files refused (a version's model.recemb, a delta): the size and modification time each had.
+  std::map<std::filesystem::path, std::pair<uintmax_t, int64_t>> refused_;
+  std::set<std::string> gone_;                // models served whose directories are gone
   std::map<std::string, Replicas> replicas_;  // per model
-  // Per model, version and delta sequence refused, the size and modification time of the file.
-  std::map<std::tuple<std::string, int64_t, int64_t>, std::pair<uintmax_t, int64_t>>
-      refused_deltas_;
-  mutable std::mutex mutex_;  // guards models_ and versions_
+  mutable std::mutex mutex_;                  // guards models_ and versions_
   std::map<std::string, std::shared_ptr<const ServedModel>, std::less<>> models_;
   std::map<std::string, std::vector<int64_t>, std::less<>> versions_;
 };
