@@ -75,37 +75,20 @@ WrittenModel write_serving_model(const Embedding& embedding, const std::filesyst
   int64_t rows = 0;
   const std::string context = "serving model '" + path.string() + "'";
   TableEncoder encoder(options.dtype, context);
-  uint64_t data_size = 0;
-  // Places a blob of `bytes` (given whole) next in the data section.
-  const auto whole_blob = [&](std::span<const std::byte> bytes) {
-    format::StreamingChecksum checksum;
-    checksum.update(bytes);
-    checksum.update(padding_after(bytes.size()));
-    const TableBlob blob{.offset = data_size, .size = bytes.size(), .checksum = checksum.digest()};
-    data_size += padded_size(bytes.size());
-    return blob;
-  };
+  BlobLayout layout;
   for (TableConfig& table : manifest.tables) {
     table.optimizer.reset();
     values.push_back(values_of(embedding, table, collective));
     rows += values.back().num_rows - (table.dynamic_vocabulary ? 1 : 0);
     manifest.key_blobs.emplace_back();
     if (table.dynamic_vocabulary) {
-      manifest.key_blobs.back() = whole_blob(std::as_bytes(std::span(values.back().keys)));
+      manifest.key_blobs.back() = layout.whole(std::as_bytes(std::span(values.back().keys)));
     }
-    format::StreamingChecksum checksum;
-    uint64_t size = 0;
-    encoder.encode(table, values.back(), [&](std::span<const std::byte> bytes) {
-      checksum.update(bytes);
-      size += bytes.size();
-    });
-    checksum.update(padding_after(size));
-    manifest.blobs.push_back({.offset = data_size, .size = size, .checksum = checksum.digest()});
-    data_size += padded_size(size);
+    manifest.blobs.push_back(layout.encoded(encoder, table, values.back()));
   }
   for (const ServingArray& array : options.extra_arrays) {
     manifest.extra_arrays.push_back({.name = array.name, .shape = array.shape});
-    manifest.extra_blobs.push_back(whole_blob(std::as_bytes(array.values)));
+    manifest.extra_blobs.push_back(layout.whole(std::as_bytes(array.values)));
   }
   std::string text;
   try {
@@ -117,9 +100,10 @@ WrittenModel write_serving_model(const Embedding& embedding, const std::filesyst
                           error.what());
   }
   const auto manifest_bytes = std::as_bytes(std::span(text));
-  const ServingHeader header{.manifest_size = manifest_bytes.size(),
-                             .manifest_checksum = format::checksum(manifest_bytes),
-                             .file_size = kServingHeaderSize + manifest_bytes.size() + data_size};
+  const ServingHeader header{
+      .manifest_size = manifest_bytes.size(),
+      .manifest_checksum = format::checksum(manifest_bytes),
+      .file_size = kServingHeaderSize + manifest_bytes.size() + layout.data_size()};
 
   const auto write = [&](format::OutputFile& file) {
     file.write(encode_header(header));

@@ -226,40 +226,22 @@ class DeltaWriter {
     DeltaManifest manifest{
         .base = base_id_, .sequence = sequence_, .dtype = dtype_, .metadata = metadata_};
     TableEncoder encoder(dtype_, context);
-    uint64_t data_size = 0;
+    BlobLayout layout;
     int64_t rows = 0;
-    // Places a blob of `bytes` (given whole) next in the data section.
-    const auto whole_blob = [&](std::span<const std::byte> bytes) {
-      format::StreamingChecksum checksum;
-      checksum.update(bytes);
-      checksum.update(padding_after(bytes.size()));
-      const TableBlob blob{
-          .offset = data_size, .size = bytes.size(), .checksum = checksum.digest()};
-      data_size += padded_size(bytes.size());
-      return blob;
-    };
     for (size_t t = 0; t < tables_.size(); ++t) {
       const TableConfig& table = tables_[t];
       const TableValues& values = changes_[t].values;
       const bool dynamic = table.dynamic_vocabulary.has_value();
       DeltaTable& entry = manifest.tables.emplace_back(
           DeltaTable{.name = table.name, .dim = table.dim, .dynamic = dynamic});
-      entry.ids = whole_blob(std::as_bytes(std::span(dynamic ? values.keys : values.row_ids)));
-      format::StreamingChecksum checksum;
-      uint64_t size = 0;
-      encoder.encode(table, values, [&](std::span<const std::byte> bytes) {
-        checksum.update(bytes);
-        size += bytes.size();
-      });
-      checksum.update(padding_after(size));
-      entry.rows = {.offset = data_size, .size = size, .checksum = checksum.digest()};
-      data_size += padded_size(size);
-      if (dynamic) entry.removed = whole_blob(std::as_bytes(std::span(changes_[t].removed)));
+      entry.ids = layout.whole(std::as_bytes(std::span(dynamic ? values.keys : values.row_ids)));
+      entry.rows = layout.encoded(encoder, table, values);
+      if (dynamic) entry.removed = layout.whole(std::as_bytes(std::span(changes_[t].removed)));
       rows += values.num_rows;
     }
     for (const ServingArray& array : arrays_) {
       manifest.extra_arrays.push_back({.name = array.name, .shape = array.shape});
-      manifest.extra_blobs.push_back(whole_blob(std::as_bytes(array.values)));
+      manifest.extra_blobs.push_back(layout.whole(std::as_bytes(array.values)));
     }
     std::string text;
     try {
@@ -273,10 +255,11 @@ class DeltaWriter {
     PublishResult result{.file = file_, .version = version_, .sequence = sequence_, .rows = rows};
     if (!writes_file_) return result;  // rank 0 writes
     const auto manifest_bytes = std::as_bytes(std::span(text));
-    const ServingHeader header{.format_version = kDeltaFile.format_version,
-                               .manifest_size = manifest_bytes.size(),
-                               .manifest_checksum = format::checksum(manifest_bytes),
-                               .file_size = kServingHeaderSize + manifest_bytes.size() + data_size};
+    const ServingHeader header{
+        .format_version = kDeltaFile.format_version,
+        .manifest_size = manifest_bytes.size(),
+        .manifest_checksum = format::checksum(manifest_bytes),
+        .file_size = kServingHeaderSize + manifest_bytes.size() + layout.data_size()};
     format::write_file_atomically(file_, [&](format::OutputFile& out) {
       out.write(encode_header(header, kDeltaFile));
       out.write(manifest_bytes);

@@ -20,6 +20,7 @@
 #include "recemb/error.h"
 #include "recemb/serving.h"
 
+#include "format/checksum.h"
 #include "format/json.h"
 #include "format/json_reader.h"
 #include "kernels/quantized_rows.h"
@@ -149,6 +150,42 @@ inline std::span<const std::byte> padding_after(uint64_t size) {
   static constexpr std::byte kZeros[kServingAlignment] = {};
   return std::span(kZeros).first(padded_size(size) - size);
 }
+
+// Lays out the blobs of a data section one after another, each at a multiple of the alignment and
+// checksummed with its padding (docs/serving.md, "Table and array blobs"), as the manifest
+// describes them before the file is written.
+class BlobLayout {
+ public:
+  // The next blob: `bytes`, given whole.
+  TableBlob whole(std::span<const std::byte> bytes) {
+    format::StreamingChecksum checksum;
+    checksum.update(bytes);
+    return next(checksum, bytes.size());
+  }
+  // The next blob: the rows of `table` as `encoder` encodes them (chunk by chunk; throws what it
+  // throws).
+  TableBlob encoded(TableEncoder& encoder, const TableConfig& table, const TableValues& values) {
+    format::StreamingChecksum checksum;
+    uint64_t size = 0;
+    encoder.encode(table, values, [&](std::span<const std::byte> bytes) {
+      checksum.update(bytes);
+      size += bytes.size();
+    });
+    return next(checksum, size);
+  }
+  // The bytes of the blobs laid out so far, padding included.
+  uint64_t data_size() const { return data_size_; }
+
+ private:
+  TableBlob next(format::StreamingChecksum& checksum, uint64_t size) {
+    checksum.update(padding_after(size));
+    const TableBlob blob{.offset = data_size_, .size = size, .checksum = checksum.digest()};
+    data_size_ += padded_size(size);
+    return blob;
+  }
+
+  uint64_t data_size_ = 0;
+};
 
 // export_serving_model, returning the checksum of the manifest written (the identity of the
 // model, that a delta names as its base: docs/serving.md, "Publishing deltas") and the rows (and
