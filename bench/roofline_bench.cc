@@ -12,13 +12,13 @@
 // (target_clones: the best ISA the CPU has is picked at load time, whatever the library was built
 // for), the row width a compile-time constant (accumulators in registers), tables on transparent
 // huge pages (madvise(MADV_HUGEPAGE); the `thp` counter is the share of the table that
-// AnonHugePages reports), every cache line of the row P ids ahead prefetched (the prefetch stream
-// runs straight through bag boundaries, so P = 64 is three bags ahead at L = 20), K bags summed
-// side by side (more independent loads in flight), and worker threads that spin briefly before
-// sleeping (a 4096-id batch takes about as long as waking a sleeping thread on this VM). With T
-// threads the gather splits the bags into T ranges; the update gives each thread the ids of its own
-// 1/T of the rows, so no row is written by two threads. RECEMB_BENCH_TUNE=1 registers every P in
-// {0, 16, 32, 64} and K in {1, 2, 4}; without it only the best setting found (kBestPrefetch,
+// AnonHugePages reports), every cache line of the row P ids ahead prefetched into the L2 (the
+// prefetch stream runs straight through bag boundaries, so P = 64 is three bags ahead at L = 20), K
+// bags summed side by side (more independent loads in flight), and worker threads that spin briefly
+// before sleeping (a 4096-id batch takes about as long as waking a sleeping thread on this VM).
+// With T threads the gather splits the bags into T ranges; the update gives each thread the ids of
+// its own 1/T of the rows, so no row is written by two threads. RECEMB_BENCH_TUNE=1 registers every
+// P in {0, 16, 32, 64} and K in {1, 2, 4}; without it only the best setting found (kBestPrefetch,
 // kBestInterleave) is.
 #include <algorithm>
 #include <atomic>
@@ -192,9 +192,11 @@ RECEMB_BENCH_BEST_ISA float sum_floats(const float* values, int64_t n) {
   return sum;
 }
 
+// Into the L2 (prefetcht1): more misses in flight than the L1's fill buffers allow (as
+// kernels/prefetch.h's forward kernel).
 template <int64_t kDim>
 [[gnu::always_inline]] inline void prefetch_row(const float* row) {
-  for (int64_t d = 0; d < kDim; d += kCacheLineFloats) __builtin_prefetch(row + d, 0, 3);
+  for (int64_t d = 0; d < kDim; d += kCacheLineFloats) __builtin_prefetch(row + d, 0, 2);
 }
 
 template <int64_t kDim>

@@ -1,6 +1,7 @@
 #include "batch/csr_feature.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -9,6 +10,10 @@
 #include <string>
 
 #include "recemb/error.h"
+
+#include "util/check.h"
+#include "util/thread_pool.h"
+#include "util/work_split.h"
 
 // Every input kind is reduced to one of three walks over its entries in storage order:
 //   plain:    dense and ragged ids that are not sequences, where row r, holding entries
@@ -268,10 +273,13 @@ class Entries {
   // set exactly when an entry fails: for id = u as uint64 and V = vocabulary_size_, u | (V - 1 - u)
   // when u >= V (negative ids included; V = 0 rejects every id), and for a weight's bits w,
   // (w & exponent) + lowest exponent bit when the exponent is all ones (inf, nan).
-  bool all_valid() const {
+  bool all_valid() const { return all_valid(0, size_); }
+
+  // The same for entries [first, last).
+  bool all_valid(int64_t first, int64_t last) const {
     uint64_t id_bits = 0;
     if (check_ids_) {
-      for (int64_t i = 0; i < size_; ++i) {
+      for (int64_t i = first; i < last; ++i) {
         const auto id = static_cast<uint64_t>(static_cast<int64_t>(ids_[i]));
         id_bits |= id | (vocabulary_size_ - 1 - id);
       }
@@ -280,7 +288,7 @@ class Entries {
     if constexpr (kWeighted) {
       if (check_weights_) {
         constexpr uint32_t kExponent = 0x7f80'0000;
-        for (int64_t i = 0; i < size_; ++i) {
+        for (int64_t i = first; i < last; ++i) {
           weight_bits |= (std::bit_cast<uint32_t>(weights_[i]) & kExponent) + 0x80'0000;
         }
       }
@@ -373,15 +381,41 @@ void write_scales(Combiner combiner, CsrFeature& out) {
 // row_begin(r + 1)): the rows cover the entries in storage order, so the ids and weights are
 // copied whole and the offsets are the row starts. bag_size is the ids per row when every row has
 // as many (dense ids), so unweighted bags share one scale; else nullopt.
+// With a pool, the entries are checked and copied in ranges on its threads (a batch's ids are
+// often not in cache, and one thread reads them at a fraction of the memory's bandwidth); a bad
+// entry is then found again in storage order on the calling thread, so the error is the same.
 template <typename EntriesT, typename RowBegin>
 void fill_plain(const EntriesT& entries, int64_t num_rows, RowBegin row_begin,
-                std::optional<int64_t> bag_size, CsrFeature& out) {
+                std::optional<int64_t> bag_size, ThreadPool* pool, CsrFeature& out) {
   constexpr bool kWeighted = EntriesT::kHasWeights;
-  check_entries(entries);
   const int64_t size = entries.size();
   size_output(num_rows, size, kWeighted, out);
-  std::copy_n(entries.ids(), size, out.ids.data());  // converts int32 ids
-  if constexpr (kWeighted) std::copy_n(entries.weights(), size, out.weights.data());
+  std::atomic<bool> valid{true};
+  const auto check_and_copy = [&](int64_t first, int64_t last) {
+    if (!entries.all_valid(first, last)) {
+      valid.store(false, std::memory_order_relaxed);
+      return;
+    }
+    std::copy(entries.ids() + first, entries.ids() + last, out.ids.data() + first);  // int32 too
+    if constexpr (kWeighted) {
+      std::copy(entries.weights() + first, entries.weights() + last, out.weights.data() + first);
+    }
+  };
+  if (pool == nullptr) {
+    check_and_copy(0, size);
+  } else {
+    const int64_t tasks = (size + kIdsPerNormalizeTask - 1) / kIdsPerNormalizeTask;
+    pool->parallel_for(tasks,
+                       [&](int64_t task, int) {
+                         const int64_t first = task * kIdsPerNormalizeTask;
+                         check_and_copy(first, std::min(size, first + kIdsPerNormalizeTask));
+                       },
+                       {.work = size, .min_work_for_threads = kMinIdsForThreads});
+  }
+  if (!valid.load(std::memory_order_relaxed)) {
+    check_entries(entries);  // throws for the first bad entry
+    RECEMB_CHECK(false);
+  }
   int64_t* offsets = out.offsets.data();
   for (int64_t row = 1; row <= num_rows; ++row) offsets[row] = row_begin(row);
   const Combiner combiner = entries.context().table.combiner;
@@ -530,7 +564,7 @@ std::vector<int64_t> activation_shape(const FeatureConfig& feature, const TableC
 }
 
 void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
-                       const FeatureInput& input, CsrFeature& out) {
+                       const FeatureInput& input, CsrFeature& out, ThreadPool* pool) {
   const Context context{feature, table, input};
   const Layout layout = resolve_layout(context);
 
@@ -548,7 +582,7 @@ void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
     const auto row_begin = [bag_size](int64_t row) { return row * bag_size; };
     with_entries(context, ids, weights, [&](const auto& entries) {
       if (layout.sequence_length == 0) {
-        fill_plain(entries, layout.num_rows, row_begin, bag_size, out);
+        fill_plain(entries, layout.num_rows, row_begin, bag_size, pool, out);
       } else {
         fill_sequence(entries, layout, row_begin, out);
       }
@@ -562,7 +596,7 @@ void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
           };
           with_entries(context, ids, weights, [&](const auto& entries) {
             if (layout.sequence_length == 0) {
-              fill_plain(entries, layout.num_rows, row_begin, std::nullopt, out);
+              fill_plain(entries, layout.num_rows, row_begin, std::nullopt, pool, out);
             } else {
               fill_sequence(entries, layout, row_begin, out);
             }

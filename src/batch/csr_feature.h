@@ -12,6 +12,8 @@
 
 namespace recemb::internal {
 
+class ThreadPool;
+
 // Bag b (one output row of dim floats, in row-major activation order) holds
 //   ids[offsets[b] .. offsets[b+1])  with weights weights[j] (all 1 when weights is empty)
 // and its activation is  bag_scales[b] * sum_j weights[j] * row(ids[j]).
@@ -42,10 +44,11 @@ std::string shape_string(std::span<const int64_t> dims);
 // feature, the example (index, or index tuple for sparse inputs) and the bad value: ids outside
 // [0, vocabulary_size), weights whose count differs from the ids' (or non-finite weights when
 // validate_weights_and_indices), malformed row_splits / sparse indices / shapes. On a throw, `out`
-// is unchanged for dense and ragged ids and holds unspecified contents for sparse ones, which are
-// checked as they are written (callers normalise into staging buffers either way).
+// holds unspecified contents (callers normalise into staging buffers). With a pool, large
+// features that are not sequences have their ids checked and copied on the pool's threads (the
+// pool must not be running another loop); the result and the error are the same.
 void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
-                       const FeatureInput& input, CsrFeature& out);
+                       const FeatureInput& input, CsrFeature& out, ThreadPool* pool = nullptr);
 
 }  // namespace recemb::internal
 

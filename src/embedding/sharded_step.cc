@@ -52,7 +52,7 @@ void Embedding::Impl::normalize_inputs(std::span<const FeatureInput> inputs,
     internal::check_activation_buffer(features[f],
                                       internal::activation_shape(features[f], table, inputs[f]),
                                       activations[f].size());
-    internal::normalize_feature(features[f], table, inputs[f], normalized[f]);
+    internal::normalize_feature(features[f], table, inputs[f], normalized[f], &execution.pool);
     table_ids[t] += normalized[f].ids.size();
     if (table_ids[t] >= std::numeric_limits<uint32_t>::max()) {
       throw InvalidArgument("table '" + table.name + "': more than 2^32 - 1 ids in one batch");

@@ -136,7 +136,7 @@ HWY_INLINE void pool_bag(D d, const Bags<Table>& bags, int64_t bag, int64_t colu
   for (int64_t j = bags.offsets[bag]; j < end; ++j) {
     const int64_t ahead = j + bags.prefetch_rows;
     if (prefetch && ahead < bags.prefetch_end) {
-      prefetch_bytes(bags.table.address(bags.ids[ahead]), bags.table.row_bytes());
+      prefetch_bytes_to_l2(bags.table.address(bags.ids[ahead]), bags.table.row_bytes());
     }
     const auto row = bags.table.row(d, bags.ids[j]);
     if constexpr (kWeighted) {
@@ -168,7 +168,7 @@ void prefetch_first_rows(const Bags<Table>& bags, int64_t first_bag) {
   const int64_t begin = bags.offsets[first_bag];
   const int64_t end = std::min(begin + bags.prefetch_rows, bags.prefetch_end);
   for (int64_t j = begin; j < end; ++j) {
-    prefetch_bytes(bags.table.address(bags.ids[j]), bags.table.row_bytes());
+    prefetch_bytes_to_l2(bags.table.address(bags.ids[j]), bags.table.row_bytes());
   }
 }
 
@@ -338,7 +338,7 @@ struct Float32Format {
 
   const float* row(int64_t id) const { return table + id * dim; }
   int64_t row_bytes() const { return dim * 4; }
-  void prefetch(int64_t id) const { prefetch_bytes(row(id), row_bytes()); }
+  void prefetch(int64_t id) const { prefetch_bytes_to_l2(row(id), row_bytes()); }
 };
 
 struct Float16Row {
@@ -352,7 +352,7 @@ struct Float16Format {
 
   Float16Row row(int64_t id) const { return {table + id * dim}; }
   int64_t row_bytes() const { return dim * 2; }
-  void prefetch(int64_t id) const { prefetch_bytes(table + id * dim, row_bytes()); }
+  void prefetch(int64_t id) const { prefetch_bytes_to_l2(table + id * dim, row_bytes()); }
 };
 
 struct Int8Row {
@@ -372,7 +372,7 @@ struct Int8Format {
     return {codes, int8_row_parameters(codes, dim)};
   }
   int64_t row_bytes() const { return int8_row_bytes(dim); }
-  void prefetch(int64_t id) const { prefetch_bytes(table + id * row_bytes(), row_bytes()); }
+  void prefetch(int64_t id) const { prefetch_bytes_to_l2(table + id * row_bytes(), row_bytes()); }
 };
 
 template <typename Format, bool kWeighted, bool kQuantized>

@@ -37,8 +37,8 @@ struct PoolInput {
 // without weights), then acc * scale if the scale is not 1. An empty bag gives +0.0. So results are
 // bitwise the same on every SIMD target (kernels/simd_target.h; rows of every format run the
 // Highway kernel, simulated quantization a scalar loop) and for float32 training and serving
-// tables. Rows are prefetched ahead of use (kernels/prefetch.h), the first ones on
-// entry. Writes out rows [first_bag, last_bag) only. Never throws, never allocates.
+// tables. Rows are prefetched into the L2 ahead of use (kernels/prefetch.h), the first
+// ones on entry. Writes out rows [first_bag, last_bag) only. Never throws, never allocates.
 void pool_bags(const PoolInput& input, int64_t first_bag, int64_t last_bag, float* out);
 
 }  // namespace recemb::internal

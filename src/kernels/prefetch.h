@@ -16,7 +16,9 @@ inline constexpr int64_t kPrefetchDistance = 16;
 // one it sums, so that about the same number of cache lines is in flight whatever the row width
 // (dim 64: 64 rows), within [kMinForwardPrefetchRows, kMaxForwardPrefetchRows] rows. On the
 // first engine's Zen 5 the 1 GiB gather was flat from 16 to 128 rows ahead at dims 16 and 64 and
-// slightly better at 64 than 16 at dim 128 (docs/performance-history.md).
+// slightly better at 64 than 16 at dim 128 (docs/performance-history.md). It prefetches into the
+// L2 only (prefetch_bytes_to_l2): on the Xeon of docs/performance.md that raised a uniform 1 GiB
+// lookup by a third and cost a Zipf one 1-5% ("Decisions").
 inline constexpr int64_t kForwardPrefetchBytes = 16384;
 inline constexpr int64_t kMinForwardPrefetchRows = 16;
 inline constexpr int64_t kMaxForwardPrefetchRows = 128;
@@ -67,13 +69,13 @@ inline void prefetch_row_for_write(const float* row, int64_t dim) {
   for (int64_t d = 0; d < dim; d += 16) prefetch_line_for_write(row + d);
 }
 
-// Prefetches every 64-byte line holding one of the `bytes` bytes at `first` (rows that are not
-// line-aligned: float16 and int8 rows, float32 rows of odd widths).
-inline void prefetch_bytes(const void* first, int64_t bytes) {
+// Prefetches into the L2 cache every 64-byte line holding one of the `bytes` bytes at `first`
+// (rows that are not line-aligned: float16 and int8 rows, float32 rows of odd widths).
+inline void prefetch_bytes_to_l2(const void* first, int64_t bytes) {
   const auto begin = reinterpret_cast<uintptr_t>(first);
   const uintptr_t end = begin + static_cast<uintptr_t>(bytes);
   for (uintptr_t line = begin & ~uintptr_t{63}; line < end; line += 64) {
-    prefetch_line(reinterpret_cast<const void*>(line));
+    prefetch_line_to_l2(reinterpret_cast<const void*>(line));
   }
 }
 

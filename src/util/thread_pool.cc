@@ -1,10 +1,36 @@
 #include "util/thread_pool.h"
 
+#include <chrono>
 #include <string>
 #include <system_error>
 #include <utility>
 
 namespace recemb::internal {
+namespace {
+
+// How long a thread spins on a change before it sleeps on a condition variable: waking a
+// sleeping thread costs tens of microseconds on a VM, about a tenth of a batch's pooling
+// (docs/performance.md, "Decisions").
+constexpr auto kSpinTime = std::chrono::microseconds(100);
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spins until done() or kSpinTime has passed; returns done().
+template <class Done>
+bool spin_until(const Done& done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+  for (uint32_t spin = 1;; ++spin) {
+    if (done()) return true;
+    cpu_relax();
+    if (spin % 64 == 0 && std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads, const ThreadStarter& start_thread) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
@@ -37,6 +63,7 @@ void ThreadPool::stop_workers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   work_ready_.notify_all();
   for (std::thread& worker : workers_) worker.join();
@@ -56,33 +83,44 @@ void ThreadPool::run(int64_t num_tasks, TaskFunction function, void* context) {
     next_task_.store(0, std::memory_order_relaxed);
     unfinished_tasks_.store(num_tasks, std::memory_order_relaxed);
     loop_open_ = true;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   work_ready_.notify_all();
   drain(0);
+  const auto finished = [this] { return unfinished_tasks_.load(std::memory_order_acquire) == 0; };
+  spin_until(finished);
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    work_done_.wait(lock, finished);
+    // No worker may join after this point, and none may still read the loop's state when the
+    // next run() overwrites it.
+    loop_open_ = false;
+  }
+  const auto left = [this] { return active_workers_.load(std::memory_order_acquire) == 0; };
+  if (spin_until(left)) return;
   std::unique_lock<std::mutex> lock(mutex_);
-  work_done_.wait(lock, [this] { return unfinished_tasks_.load() == 0; });
-  // No worker may join after this point, and none may still read the loop's state when the
-  // next run() overwrites it.
-  loop_open_ = false;
-  work_done_.wait(lock, [this] { return active_workers_ == 0; });
+  work_done_.wait(lock, left);
 }
 
 void ThreadPool::worker_loop(int thread_index) {
   uint64_t seen_generation = 0;
   while (true) {
+    const auto changed = [&] {
+      return generation_.load(std::memory_order_acquire) != seen_generation;
+    };
+    spin_until(changed);
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen_generation; });
+      work_ready_.wait(lock, changed);
       if (stopping_) return;
-      seen_generation = generation_;
+      seen_generation = generation_.load(std::memory_order_relaxed);
       if (!loop_open_) continue;
-      ++active_workers_;
+      active_workers_.fetch_add(1, std::memory_order_relaxed);
     }
     drain(thread_index);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      --active_workers_;
+      active_workers_.fetch_sub(1, std::memory_order_release);
     }
     work_done_.notify_all();
   }

@@ -99,10 +99,12 @@ class ThreadPool {
   int64_t num_tasks_ = 0;
   std::atomic<int64_t> next_task_{0};
   std::atomic<int64_t> unfinished_tasks_{0};
+  // Written under mutex_ (so that a waiter on a condition variable misses no change); atomic so
+  // that spinning threads may read them without it.
+  std::atomic<uint64_t> generation_{0};  // changes once per parallel_for and on stopping
+  std::atomic<int> active_workers_{0};   // workers inside drain()
   // Guarded by mutex_.
-  uint64_t generation_ = 0;  // changes once per parallel_for
-  bool loop_open_ = false;   // workers may join the current loop
-  int active_workers_ = 0;   // workers inside drain()
+  bool loop_open_ = false;  // workers may join the current loop
   bool stopping_ = false;
 };
 

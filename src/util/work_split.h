@@ -17,6 +17,8 @@ namespace recemb::internal {
 // Lookup: pooling, in ids.
 inline constexpr int64_t kMinIdsForThreads = 16384;
 inline constexpr int64_t kIdsPerPoolTask = 2048;
+// Lookup: the check and copy of one feature's ids (batch/csr_feature.h), in ids.
+inline constexpr int64_t kIdsPerNormalizeTask = 8192;
 // apply_gradients: the finiteness check of the gradients, in values.
 inline constexpr int64_t kMinGradientValuesForThreads = int64_t{1} << 18;  // 1 MiB
 inline constexpr int64_t kGradientValuesPerCheckTask = int64_t{1} << 16;   // 256 KiB
