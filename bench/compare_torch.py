@@ -31,6 +31,10 @@ different orders) and have moved; a mismatch stops the script with exit status 1
 
 Timing: each side is warmed up, then its steps per run are chosen so that a run lasts about
 --min-time seconds, and --repeats runs of each side alternate (recemb, torch, torch, recemb, ...).
+With --interleave the two sides alternate every call instead, as in a training loop that runs
+torch ops between recemb calls (each call timed alone; a run's first side alternates): what
+torch leaves behind (its OpenMP threads still spinning, caches) is then in recemb's time, and
+recemb's in torch's.
 Figures are medians over the runs: examples/s (bags of the first feature per second) and Mrows/s
 (ids looked up per second, over all features). ratio = recemb / torch.
 
@@ -422,13 +426,31 @@ class Result:
         return self.rate("recemb", "examples") / self.rate("torch", "examples")
 
 
-def measure(phase, repeats, warm_up, min_time):
+def run_interleaved(sides, order, batches, steps):
+    """Seconds per step of each side when the sides take turns every step, in `order`."""
+    totals = dict.fromkeys(order, 0.0)
+    for i in range(steps):
+        batch = batches[i % len(batches)]
+        for side in order:
+            start = time.perf_counter()
+            sides[side](batch)
+            totals[side] += time.perf_counter() - start
+    return {side: total / steps for side, total in totals.items()}
+
+
+def measure(phase, repeats, warm_up, min_time, interleave=False):
     batches = phase.data.batches
     sides = {"recemb": phase.recemb_step, "torch": phase.torch_step}
     steps = {side: steps_per_run(fn, batches, warm_up, min_time) for side, fn in sides.items()}
     seconds = {side: [] for side in sides}
     for repeat in range(repeats):
         order = ("recemb", "torch") if repeat % 2 == 0 else ("torch", "recemb")
+        if interleave:
+            # About 2 * min_time a run: each side's calls add up to about min_time.
+            per_step = run_interleaved(sides, order, batches, min(steps.values()))
+            for side in order:
+                seconds[side].append(per_step[side])
+            continue
         for side in order:
             seconds[side].append(run(sides[side], batches, steps[side]) / steps[side])
     return seconds
@@ -503,6 +525,8 @@ def parse_args(argv):
     parser.add_argument("--smoke", action="store_true",
                         help="tables / 4096, batch 128, 1 run of ~10 ms per side: seconds, for CI")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
+    parser.add_argument("--interleave", action="store_true",
+                        help="alternate recemb and torch every call (a training loop's pattern)")
     args = parser.parse_args(argv)
     workloads = make_workloads(args.smoke, args.criteo)
     args.threads = [int(t) for t in args.threads.split(",")]
@@ -526,7 +550,8 @@ def main(argv=None):
     args = parse_args(argv)
     warm_up = 0.0 if args.smoke else min(0.3, args.min_time)
     log(f"recemb vs torch {torch.__version__}: threads {args.threads}, {args.repeats} "
-        f"alternating runs of ~{args.min_time:g} s per side, torch tables on "
+        f"alternating runs of ~{args.min_time:g} s per side"
+        f"{', calls interleaved' if args.interleave else ''}, torch tables on "
         f"{'huge pages' if args.torch_huge_pages else 'its own allocator'}, load average "
         f"{os.getloadavg()[0]:.2f}")
     results = []
@@ -545,7 +570,8 @@ def main(argv=None):
                     phase = Phase(workload, step, threads, tables.bags, data)
                     phase.check()
                     built = time.perf_counter() - started
-                    seconds = measure(phase, args.repeats, warm_up, args.min_time)
+                    seconds = measure(phase, args.repeats, warm_up, args.min_time,
+                                      args.interleave)
                     phase.close()
                     del phase
                     gc.collect()

@@ -43,8 +43,8 @@ namespace recemb_bench {
 namespace {
 
 // The best setting of the gather on this machine (RECEMB_BENCH_TUNE=1; bench/README.md).
-constexpr int64_t kBestPrefetch = 16;
-constexpr int kBestInterleave = 2;
+constexpr int64_t kBestPrefetch = 64;
+constexpr int kBestInterleave = 4;
 constexpr int kCacheLineFloats = 16;
 constexpr float kLearningRate = 0.01f;
 

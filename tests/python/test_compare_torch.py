@@ -42,6 +42,24 @@ def test_smoke_run_prints_every_workload_and_step(compare, capsys):
     assert len(plain_rows) == 4  # 2 thread counts x 2 steps
 
 
+def test_interleaved_runs_time_each_side_every_call(compare, monkeypatch):
+    calls = []
+    monkeypatch.setattr(compare.time, "perf_counter", lambda: len(calls) * 0.5)
+
+    def side(name):
+        return lambda batch: calls.append((name, batch))
+
+    sides = {"recemb": side("recemb"), "torch": side("torch")}
+    per_step = compare.run_interleaved(sides, ("torch", "recemb"), ["b0", "b1"], 3)
+    assert calls == [("torch", "b0"), ("recemb", "b0"), ("torch", "b1"), ("recemb", "b1"),
+                     ("torch", "b0"), ("recemb", "b0")]
+    # Each call advances the fake clock by one tick of 0.5 s, inside its own timing.
+    assert per_step == {"torch": 0.5, "recemb": 0.5}
+    monkeypatch.undo()
+    assert compare.main(["--smoke", "--threads", "2", "--workloads", "d64-zipf", "--steps",
+                         "forward", "--interleave"]) == 0
+
+
 @pytest.mark.parametrize("workload", ["d64-zipf", "dlrm", "dlrm-multihot"])
 @pytest.mark.parametrize("step", ["forward", "sgd", "adagrad", "adam"])
 def test_check_passes_when_both_sides_agree(compare, workload, step):
