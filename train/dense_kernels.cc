@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "train/eigen.h"
 
@@ -81,8 +84,113 @@ bool all_finite(const float* values, int64_t count) {
 //   vectors[(f * dim + k) * kLanes + lane]           T_f[k] of example first + lane
 //   vector_gradients[(f * dim + k) * kLanes + lane]  d(loss)/d(T_f[k])
 //   pair_gradients[(i * F + j) * kLanes + lane]      S_ij = P_ij (i > j), P_ji (i < j), 0 (i == j)
+//   pairs[p * kLanes + lane]                         pair p = i (i - 1) / 2 + j (i > j): its dot
+//                                                    product (forward) or P_ij (backward)
 // The backward pass is dT = S T per example, one sum per output element in registers. In the last
 // block of a batch, lanes beyond the batch hold stale values whose results are never stored.
+
+// GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_ps(), which its
+// -W(maybe-)uninitialized then reports wherever they are inlined (a false positive): off for the
+// transposes and the interaction kernels that inline them.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// Transposes kLanes rows of kLanes floats in registers: rows[r] holds row r's floats on entry
+// and column r's on return.
+#if defined(__AVX512F__)
+using LaneVector = __m512;
+inline LaneVector load_lanes(const float* p) { return _mm512_loadu_ps(p); }
+inline void store_lanes(float* p, LaneVector v) { _mm512_storeu_ps(p, v); }
+[[gnu::always_inline]] inline void transpose_tile(LaneVector* rows) {
+  LaneVector t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(rows[i], rows[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(rows[i], rows[i + 1]);
+  }
+  LaneVector u[16];
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int h = 0; h < 16; h += 8) {
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_f32x4(u[h + i], u[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_f32x4(u[h + i], u[h + i + 4], 0xDD);
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    rows[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    rows[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+  }
+}
+#elif defined(__AVX2__)
+using LaneVector = __m256;
+inline LaneVector load_lanes(const float* p) { return _mm256_loadu_ps(p); }
+inline void store_lanes(float* p, LaneVector v) { _mm256_storeu_ps(p, v); }
+[[gnu::always_inline]] inline void transpose_tile(LaneVector* rows) {
+  LaneVector t[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(rows[i], rows[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(rows[i], rows[i + 1]);
+  }
+  LaneVector u[8];
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    rows[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    rows[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+#endif
+
+// lanes[c * kLanes + r] = rows[r * stride + c] for r < count (<= kLanes) and c < columns: rows of
+// examples into the lane layout. Data movement only, so the results do not depend on the path.
+void to_lanes(const float* rows, int64_t stride, int64_t count, int64_t columns, float* lanes) {
+  int64_t c = 0;
+#if defined(__AVX512F__) || defined(__AVX2__)
+  if (count == kLanes) {
+    LaneVector tile[kLanes];
+    for (; c + kLanes <= columns; c += kLanes) {
+#pragma GCC unroll 16
+      for (int64_t r = 0; r < kLanes; ++r) tile[r] = load_lanes(rows + r * stride + c);
+      transpose_tile(tile);
+#pragma GCC unroll 16
+      for (int64_t r = 0; r < kLanes; ++r) store_lanes(lanes + (c + r) * kLanes, tile[r]);
+    }
+  }
+#endif
+  for (int64_t r = 0; r < count; ++r) {
+    for (int64_t k = c; k < columns; ++k) lanes[k * kLanes + r] = rows[r * stride + k];
+  }
+}
+
+// rows[r * stride + c] = lanes[c * kLanes + r] for r < count (<= kLanes) and c < columns: the
+// lane layout back into rows of examples.
+void from_lanes(const float* lanes, int64_t count, int64_t columns, float* rows, int64_t stride) {
+  int64_t c = 0;
+#if defined(__AVX512F__) || defined(__AVX2__)
+  if (count == kLanes) {
+    LaneVector tile[kLanes];
+    for (; c + kLanes <= columns; c += kLanes) {
+#pragma GCC unroll 16
+      for (int64_t r = 0; r < kLanes; ++r) tile[r] = load_lanes(lanes + (c + r) * kLanes);
+      transpose_tile(tile);
+#pragma GCC unroll 16
+      for (int64_t r = 0; r < kLanes; ++r) store_lanes(rows + r * stride + c, tile[r]);
+    }
+  }
+#endif
+  for (int64_t r = 0; r < count; ++r) {
+    for (int64_t k = c; k < columns; ++k) rows[r * stride + k] = lanes[k * kLanes + r];
+  }
+}
 
 // Copies the block's examples into block.vectors.
 void gather(const InteractionBlock& block) {
@@ -92,10 +200,8 @@ void gather(const InteractionBlock& block) {
   for (int64_t f = 0; f <= num_embeddings; ++f) {
     const std::span<const float> source =
         f == 0 ? block.bottom : block.embeddings[static_cast<size_t>(f - 1)];
-    for (int64_t lane = 0; lane < block.count; ++lane) {
-      const float* row = &source[static_cast<size_t>((block.first + lane) * dim)];
-      for (int64_t k = 0; k < dim; ++k) block.vectors[f * stride + k * kLanes + lane] = row[k];
-    }
+    to_lanes(&source[static_cast<size_t>(block.first * dim)], dim, block.count, dim,
+             block.vectors + f * stride);
   }
 }
 
@@ -112,10 +218,10 @@ void interaction_forward(const InteractionBlock& block, float* output) {
                 sizeof(float) * static_cast<size_t>(dim));
   }
   const float* vectors = block.vectors;
-  int64_t column = dim;
+  float* pairs = block.pairs;
   for (int64_t i = 1; i < num_vectors; ++i) {
     const float* vector_i = vectors + i * stride;
-    for (int64_t j = 0; j < i; ++j, ++column) {
+    for (int64_t j = 0; j < i; ++j, pairs += kLanes) {
       const float* vector_j = vectors + j * stride;
       float dots[kLanes] = {};
       for (int64_t k = 0; k < dim; ++k) {
@@ -123,11 +229,10 @@ void interaction_forward(const InteractionBlock& block, float* output) {
           dots[lane] += vector_i[k * kLanes + lane] * vector_j[k * kLanes + lane];
         }
       }
-      for (int64_t lane = 0; lane < block.count; ++lane) {
-        block_output[lane * width + column] = dots[lane];
-      }
+      for (int64_t lane = 0; lane < kLanes; ++lane) pairs[lane] = dots[lane];
     }
   }
+  from_lanes(block.pairs, block.count, width - dim, block_output + dim, width);
 }
 
 // d(loss)/d(T_i)[k] = sum_j S_ij T_j[k] for k = k0 .. k0 + kCount - 1 and the examples of a
@@ -161,17 +266,16 @@ void interaction_backward(const InteractionBlock& block, const float* output_gra
   const int64_t stride = dim * kLanes;
   const auto num_vectors = static_cast<int64_t>(block.embeddings.size()) + 1;
   const int64_t width = dim + num_vectors * (num_vectors - 1) / 2;
-  // S from the block's rows of output_gradient: pair by pair, so that S is written in whole
-  // lane vectors.
-  const float* block_gradient = output_gradient + block.first * width;
+  // S from the block's rows of output_gradient: the pairs' gradients into the lane layout, then
+  // each pair's lane vector to its two places in S.
+  to_lanes(output_gradient + block.first * width + dim, width, block.count, width - dim,
+           block.pairs);
   float* pairs = block.pair_gradients;
-  int64_t column = dim;
+  const float* pair = block.pairs;
   for (int64_t i = 1; i < num_vectors; ++i) {
-    for (int64_t j = 0; j < i; ++j, ++column) {
-      float* lower = pairs + (i * num_vectors + j) * kLanes;
-      for (int64_t lane = 0; lane < block.count; ++lane)
-        lower[lane] = block_gradient[lane * width + column];
-      std::memcpy(pairs + (j * num_vectors + i) * kLanes, lower, sizeof(float) * kLanes);
+    for (int64_t j = 0; j < i; ++j, pair += kLanes) {
+      std::memcpy(pairs + (i * num_vectors + j) * kLanes, pair, sizeof(float) * kLanes);
+      std::memcpy(pairs + (j * num_vectors + i) * kLanes, pair, sizeof(float) * kLanes);
     }
   }
   const float* vectors = block.vectors;
@@ -184,20 +288,20 @@ void interaction_backward(const InteractionBlock& block, const float* output_gra
     }
     for (; k < dim; ++k) vector_gradient<1>(pair_row, vectors, num_vectors, stride, k, gradient_i);
   }
+  from_lanes(block.vector_gradients, block.count, dim, bottom_gradient + block.first * dim, dim);
   for (int64_t lane = 0; lane < block.count; ++lane) {
     const int64_t example = block.first + lane;
     for (int64_t k = 0; k < dim; ++k) {
-      bottom_gradient[example * dim + k] =
-          output_gradient[example * width + k] + block.vector_gradients[k * kLanes + lane];
-    }
-    for (size_t f = 0; f < embedding_gradients.size(); ++f) {
-      for (int64_t k = 0; k < dim; ++k) {
-        embedding_gradients[f][static_cast<size_t>(example * dim + k)] =
-            block.vector_gradients[(static_cast<int64_t>(f) + 1) * stride + k * kLanes + lane];
-      }
+      bottom_gradient[example * dim + k] += output_gradient[example * width + k];
     }
   }
+  for (size_t f = 0; f < embedding_gradients.size(); ++f) {
+    from_lanes(block.vector_gradients + (static_cast<int64_t>(f) + 1) * stride, block.count, dim,
+               embedding_gradients[f].data() + block.first * dim, dim);
+  }
 }
+
+#pragma GCC diagnostic pop
 
 void adam_update(const AdamStep& step, int64_t count, const float* gradients, float* parameters,
                  float* momenta, float* velocities) {

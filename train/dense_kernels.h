@@ -35,6 +35,7 @@ struct InteractionBlock {
   float* vectors = nullptr;           // (num_embeddings + 1) * dim * lanes floats
   float* vector_gradients = nullptr;  // as many
   float* pair_gradients = nullptr;    // (num_embeddings + 1)^2 * lanes floats, diagonal 0
+  float* pairs = nullptr;             // the pairs (i > j), lanes floats each
 };
 
 // Adam's update with its bias corrections folded into two per-step constants (dense_optimizer.h):

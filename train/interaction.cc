@@ -43,6 +43,7 @@ void DotInteraction::make_scratch(const WorkerPool* pool) {
     scratch.vector_gradients.resize(scratch.vectors.size());
     // The diagonal is never written: it stays 0.
     scratch.pair_gradients.resize(static_cast<size_t>(num_vectors * num_vectors * lanes));
+    scratch.pairs.resize(static_cast<size_t>(num_vectors * (num_vectors - 1) / 2 * lanes));
   }
 }
 
@@ -69,7 +70,8 @@ void DotInteraction::for_each_block(std::span<const float> bottom,
                               .count = std::min(lanes, batch_size - first),
                               .vectors = scratch.vectors.data(),
                               .vector_gradients = scratch.vector_gradients.data(),
-                              .pair_gradients = scratch.pair_gradients.data()});
+                              .pair_gradients = scratch.pair_gradients.data(),
+                              .pairs = scratch.pairs.data()});
     }
   });
 }

@@ -63,6 +63,7 @@ class DotInteraction {
     std::vector<float> vectors;
     std::vector<float> vector_gradients;
     std::vector<float> pair_gradients;
+    std::vector<float> pairs;
   };
   // A Scratch for each of `pool`'s threads (one without a pool).
   void make_scratch(const WorkerPool* pool);

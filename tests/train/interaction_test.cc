@@ -218,14 +218,17 @@ TEST_P(DotInteractionThreadTest, ResultsDoNotDependOnThreadCount) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, DotInteractionShapeTest,
-                         ::testing::Combine(::testing::Values(int64_t{0}, int64_t{1}, int64_t{3},
-                                                              int64_t{26}),
-                                            // 5: a block of 4 columns and a single one.
-                                            ::testing::Values(int64_t{1}, int64_t{5}, int64_t{16}),
-                                            ::testing::Values(int64_t{1}, int64_t{5}),
-                                            ::testing::ValuesIn(supported_dense_isas())),
-                         shape_name);
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DotInteractionShapeTest,
+    ::testing::Combine(::testing::Values(int64_t{0}, int64_t{1}, int64_t{3}, int64_t{26}),
+                       // 5: a block of 4 columns and a single one; 20:
+                       // register-transposed tiles of 16 (or 8) columns
+                       // and the rest one by one.
+                       ::testing::Values(int64_t{1}, int64_t{5}, int64_t{16}, int64_t{20}),
+                       // 37: whole blocks of examples and a partial one.
+                       ::testing::Values(int64_t{1}, int64_t{5}, int64_t{37}),
+                       ::testing::ValuesIn(supported_dense_isas())),
+    shape_name);
 INSTANTIATE_TEST_SUITE_P(InstructionSets, DotInteractionThreadTest,
                          ::testing::ValuesIn(supported_dense_isas()),
                          [](const ::testing::TestParamInfo<DenseIsa>& test_info) {
