@@ -97,24 +97,52 @@ bool all_finite(const float* values, int64_t count) {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 // Transposes kLanes rows of kLanes floats in registers: rows[r] holds row r's floats on entry
-// and column r's on return.
+// and column r's on return. Within each 128-bit lane, the rows are interleaved by floats, then by
+// pairs of floats (the same two stages for both sets, `interleave_in_lanes`); then the 128-bit
+// lanes are exchanged between rows, in two stages with AVX-512 and one with AVX2.
 #if defined(__AVX512F__)
 using LaneVector = __m512;
 inline LaneVector load_lanes(const float* p) { return _mm512_loadu_ps(p); }
 inline void store_lanes(float* p, LaneVector v) { _mm512_storeu_ps(p, v); }
+inline LaneVector unpack_low(LaneVector a, LaneVector b) { return _mm512_unpacklo_ps(a, b); }
+inline LaneVector unpack_high(LaneVector a, LaneVector b) { return _mm512_unpackhi_ps(a, b); }
+template <int kControl>
+inline LaneVector shuffle(LaneVector a, LaneVector b) {
+  return _mm512_shuffle_ps(a, b, kControl);
+}
+#elif defined(__AVX2__)
+using LaneVector = __m256;
+inline LaneVector load_lanes(const float* p) { return _mm256_loadu_ps(p); }
+inline void store_lanes(float* p, LaneVector v) { _mm256_storeu_ps(p, v); }
+inline LaneVector unpack_low(LaneVector a, LaneVector b) { return _mm256_unpacklo_ps(a, b); }
+inline LaneVector unpack_high(LaneVector a, LaneVector b) { return _mm256_unpackhi_ps(a, b); }
+template <int kControl>
+inline LaneVector shuffle(LaneVector a, LaneVector b) {
+  return _mm256_shuffle_ps(a, b, kControl);
+}
+#endif
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+[[gnu::always_inline]] inline void interleave_in_lanes(const LaneVector* rows, LaneVector* out) {
+  LaneVector t[kLanes];
+  for (int64_t i = 0; i < kLanes; i += 2) {
+    t[i] = unpack_low(rows[i], rows[i + 1]);
+    t[i + 1] = unpack_high(rows[i], rows[i + 1]);
+  }
+  for (int64_t i = 0; i < kLanes; i += 4) {
+    out[i] = shuffle<0x44>(t[i], t[i + 2]);
+    out[i + 1] = shuffle<0xEE>(t[i], t[i + 2]);
+    out[i + 2] = shuffle<0x44>(t[i + 1], t[i + 3]);
+    out[i + 3] = shuffle<0xEE>(t[i + 1], t[i + 3]);
+  }
+}
+#endif
+
+#if defined(__AVX512F__)
 [[gnu::always_inline]] inline void transpose_tile(LaneVector* rows) {
-  LaneVector t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(rows[i], rows[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(rows[i], rows[i + 1]);
-  }
   LaneVector u[16];
-  for (int i = 0; i < 16; i += 4) {
-    u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-    u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
+  interleave_in_lanes(rows, u);
+  LaneVector t[16];
   for (int h = 0; h < 16; h += 8) {
     for (int i = 0; i < 4; ++i) {
       t[h + i] = _mm512_shuffle_f32x4(u[h + i], u[h + i + 4], 0x88);
@@ -127,22 +155,9 @@ inline void store_lanes(float* p, LaneVector v) { _mm512_storeu_ps(p, v); }
   }
 }
 #elif defined(__AVX2__)
-using LaneVector = __m256;
-inline LaneVector load_lanes(const float* p) { return _mm256_loadu_ps(p); }
-inline void store_lanes(float* p, LaneVector v) { _mm256_storeu_ps(p, v); }
 [[gnu::always_inline]] inline void transpose_tile(LaneVector* rows) {
-  LaneVector t[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(rows[i], rows[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(rows[i], rows[i + 1]);
-  }
   LaneVector u[8];
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
+  interleave_in_lanes(rows, u);
   for (int i = 0; i < 4; ++i) {
     rows[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
     rows[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
@@ -150,46 +165,48 @@ inline void store_lanes(float* p, LaneVector v) { _mm256_storeu_ps(p, v); }
 }
 #endif
 
-// lanes[c * kLanes + r] = rows[r * stride + c] for r < count (<= kLanes) and c < columns: rows of
-// examples into the lane layout. Data movement only, so the results do not depend on the path.
-void to_lanes(const float* rows, int64_t stride, int64_t count, int64_t columns, float* lanes) {
-  int64_t c = 0;
+// dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows and c < columns: whole tiles of
+// kLanes x kLanes through registers where the instruction set has a tile transpose, the rest
+// element by element. Data movement only, so the results do not depend on the path. Moves a
+// block's examples (rows of `dim` floats, kLanes of them) into the lane layout and back.
+void transpose(const float* src, int64_t src_stride, int64_t rows, int64_t columns, float* dst,
+               int64_t dst_stride) {
+  int64_t tiled_rows = 0;
+  int64_t tiled_columns = 0;
 #if defined(__AVX512F__) || defined(__AVX2__)
-  if (count == kLanes) {
-    LaneVector tile[kLanes];
-    for (; c + kLanes <= columns; c += kLanes) {
+  tiled_rows = rows - rows % kLanes;
+  tiled_columns = columns - columns % kLanes;
+  LaneVector tile[kLanes];
+  for (int64_t r0 = 0; r0 < tiled_rows; r0 += kLanes) {
+    for (int64_t c0 = 0; c0 < tiled_columns; c0 += kLanes) {
 #pragma GCC unroll 16
-      for (int64_t r = 0; r < kLanes; ++r) tile[r] = load_lanes(rows + r * stride + c);
+      for (int64_t i = 0; i < kLanes; ++i) tile[i] = load_lanes(src + (r0 + i) * src_stride + c0);
       transpose_tile(tile);
 #pragma GCC unroll 16
-      for (int64_t r = 0; r < kLanes; ++r) store_lanes(lanes + (c + r) * kLanes, tile[r]);
+      for (int64_t i = 0; i < kLanes; ++i) store_lanes(dst + (c0 + i) * dst_stride + r0, tile[i]);
     }
   }
 #endif
-  for (int64_t r = 0; r < count; ++r) {
-    for (int64_t k = c; k < columns; ++k) lanes[k * kLanes + r] = rows[r * stride + k];
+  // The rows below the tiles, then the columns to their right.
+  for (int64_t r = tiled_rows; r < rows; ++r) {
+    for (int64_t c = 0; c < columns; ++c) dst[c * dst_stride + r] = src[r * src_stride + c];
+  }
+  for (int64_t r = 0; r < tiled_rows; ++r) {
+    for (int64_t c = tiled_columns; c < columns; ++c) {
+      dst[c * dst_stride + r] = src[r * src_stride + c];
+    }
   }
 }
 
-// rows[r * stride + c] = lanes[c * kLanes + r] for r < count (<= kLanes) and c < columns: the
-// lane layout back into rows of examples.
+// count (<= kLanes) examples' `columns` floats, rows `stride` apart, into the lane layout:
+// lanes[c * kLanes + example].
+void to_lanes(const float* rows, int64_t stride, int64_t count, int64_t columns, float* lanes) {
+  transpose(rows, stride, count, columns, lanes, kLanes);
+}
+
+// The inverse: rows[example * stride + c] = lanes[c * kLanes + example].
 void from_lanes(const float* lanes, int64_t count, int64_t columns, float* rows, int64_t stride) {
-  int64_t c = 0;
-#if defined(__AVX512F__) || defined(__AVX2__)
-  if (count == kLanes) {
-    LaneVector tile[kLanes];
-    for (; c + kLanes <= columns; c += kLanes) {
-#pragma GCC unroll 16
-      for (int64_t r = 0; r < kLanes; ++r) tile[r] = load_lanes(lanes + (c + r) * kLanes);
-      transpose_tile(tile);
-#pragma GCC unroll 16
-      for (int64_t r = 0; r < kLanes; ++r) store_lanes(rows + r * stride + c, tile[r]);
-    }
-  }
-#endif
-  for (int64_t r = 0; r < count; ++r) {
-    for (int64_t k = c; k < columns; ++k) rows[r * stride + k] = lanes[k * kLanes + r];
-  }
+  transpose(lanes, kLanes, columns, count, rows, stride);
 }
 
 // Copies the block's examples into block.vectors.
