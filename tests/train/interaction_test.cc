@@ -218,17 +218,23 @@ TEST_P(DotInteractionThreadTest, ResultsDoNotDependOnThreadCount) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, DotInteractionShapeTest,
-    ::testing::Combine(::testing::Values(int64_t{0}, int64_t{1}, int64_t{3}, int64_t{26}),
-                       // 5: a block of 4 columns and a single one; 20:
-                       // register-transposed tiles of 16 (or 8) columns
-                       // and the rest one by one.
-                       ::testing::Values(int64_t{1}, int64_t{5}, int64_t{16}, int64_t{20}),
-                       // 37: whole blocks of examples and a partial one.
-                       ::testing::Values(int64_t{1}, int64_t{5}, int64_t{37}),
-                       ::testing::ValuesIn(supported_dense_isas())),
-    shape_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, DotInteractionShapeTest,
+                         ::testing::Combine(::testing::Values(int64_t{0}, int64_t{1}, int64_t{3},
+                                                              int64_t{26}),
+                                            // 5: a block of 4 columns and a single one.
+                                            ::testing::Values(int64_t{1}, int64_t{5}, int64_t{16}),
+                                            ::testing::Values(int64_t{1}, int64_t{5}),
+                                            ::testing::ValuesIn(supported_dense_isas())),
+                         shape_name);
+// Whole blocks of examples and a partial one (37), moved into and out of the lane layout by
+// register-transposed tiles of 16 (AVX-512) or 8 (AVX2) columns and the rest one by one: dims 16
+// and 20, and the 21 pairs of 7 vectors.
+INSTANTIATE_TEST_SUITE_P(Tiles, DotInteractionShapeTest,
+                         ::testing::Combine(::testing::Values(int64_t{6}),
+                                            ::testing::Values(int64_t{16}, int64_t{20}),
+                                            ::testing::Values(int64_t{37}),
+                                            ::testing::ValuesIn(supported_dense_isas())),
+                         shape_name);
 INSTANTIATE_TEST_SUITE_P(InstructionSets, DotInteractionThreadTest,
                          ::testing::ValuesIn(supported_dense_isas()),
                          [](const ::testing::TestParamInfo<DenseIsa>& test_info) {
