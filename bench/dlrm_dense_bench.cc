@@ -14,8 +14,9 @@
 // model's multiply-adds) as the MLP computes them, on blocks of 256 rows (mlp.h), for a batch of
 // 2048 (8 blocks spread over 1 or 2 threads, each block's product on one thread): forward
 // X W, weight gradient X^T D, input gradient D W^T; and the second layer's forward. Each through
-// the trainer's own kernels (Eigen; train/dense_kernels.h, one entry per instruction set, e.g.
-// eigen_avx512: the forward adds the bias and the weight gradient sums it, as the MLP does) and,
+// the trainer's own kernels (train/dense_kernels.h: libxsmm's generated code or Eigen, one entry
+// per instruction set, e.g. recemb_avx512: the forward adds the bias, the weight gradient sums it
+// and the input gradient takes W^T, as the MLP does) and,
 // where the build found them, OpenBLAS, oneDNN (dnnl_sgemm) and libxsmm (libxsmm_sgemm, and a JIT
 // kernel of the whole block where libxsmm makes one), each library on one thread per block
 // (docs/training.md, "Dense layers").
@@ -152,16 +153,16 @@ constexpr GemmShape kGemmShapes[] = {
 };
 constexpr int64_t kGemmBlocks = 8;  // a batch of 2048 rows
 
-enum class GemmLibrary { kEigen, kOpenBlas, kDnnl, kLibxsmm, kLibxsmmJit };
+enum class GemmLibrary { kRecemb, kOpenBlas, kDnnl, kLibxsmm, kLibxsmmJit };
 
 // The product through the trainer's kernels, as the MLP calls them (mlp.cc): the forward X W
 // after the bias (zeros here), the weight gradient X^T D with the bias gradient's row sums (into
-// `bias`), the input gradient D W^T.
+// `bias`), the input gradient D W^T (given W^T).
 void gemm_kernels(const DenseKernels& kernels, const GemmShape& shape, const float* a,
                   const float* b, float* c, float* bias) {
   if (shape.transpose_a) {  // a: X [k, m], b: D [k, n]
     kernels.affine_parameter_gradients(a, b, shape.k, shape.m, shape.n, c, bias);
-  } else if (shape.transpose_b) {  // a: D [m, k], b: W [n, k]
+  } else if (shape.transpose_b) {  // a: D [m, k], b: W^T [k, n]
     kernels.affine_input_gradient(a, b, shape.m, shape.n, shape.k, c);
   } else {  // a: X [m, k], b: W [k, n]
     kernels.affine_forward(a, b, bias, shape.m, shape.k, shape.n, false, c);
@@ -179,6 +180,15 @@ void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library, Dens
   };
   const std::vector<float> a = filled(shape.m * shape.k);
   const std::vector<float> b = filled(shape.k * shape.n);
+  // The trainer's input gradient takes W^T, which the MLP transposes once per batch.
+  std::vector<float> b_transposed(b.size());
+  if (shape.transpose_b) {
+    for (int64_t block = 0; block < kGemmBlocks; ++block) {
+      recemb::train::dense_kernels(isa).transpose(b.data() + block * shape.n * shape.k, shape.n,
+                                                  shape.k,
+                                                  b_transposed.data() + block * shape.n * shape.k);
+    }
+  }
   std::vector<float> c = filled(shape.m * shape.n);
   const int lda = shape.transpose_a ? shape.m : shape.k;
   const int ldb = shape.transpose_b ? shape.k : shape.n;
@@ -207,8 +217,10 @@ void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library, Dens
     const float* block_b = b.data() + block * shape.k * shape.n;
     float* block_c = c.data() + block * shape.m * shape.n;
     switch (library) {
-      case GemmLibrary::kEigen:
-        gemm_kernels(kernels, shape, block_a, block_b, block_c, bias.data() + block * shape.n);
+      case GemmLibrary::kRecemb:
+        gemm_kernels(kernels, shape, block_a,
+                     shape.transpose_b ? b_transposed.data() + block * shape.k * shape.n : block_b,
+                     block_c, bias.data() + block * shape.n);
         break;
 #ifdef RECEMB_BENCH_OPENBLAS
       case GemmLibrary::kOpenBlas:
@@ -264,7 +276,7 @@ void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library, Dens
   std::vector<Library> libraries;
   for (const DenseIsa isa : recemb::train::supported_dense_isas()) {
     libraries.push_back(
-        {"eigen_" + std::string(recemb::train::dense_isa_name(isa)), GemmLibrary::kEigen, isa});
+        {"recemb_" + std::string(recemb::train::dense_isa_name(isa)), GemmLibrary::kRecemb, isa});
   }
   const DenseIsa widest = recemb::train::widest_dense_isa();
 #ifdef RECEMB_BENCH_OPENBLAS

@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <optional>
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
 #include "train/eigen.h"
+#include "train/jit_product.h"
 
 #ifndef RECEMB_DENSE_KERNELS
 #error "compile dense_kernels.cc through train/CMakeLists.txt, which names the table"
@@ -29,30 +31,132 @@ constexpr int64_t kLanes = 16;
 constexpr int64_t kLanes = 8;
 #endif
 
+// The MLPs' products run through libxsmm's generated kernels (jit_product.h) where this
+// instruction set has them and they were measured faster than Eigen's (docs/training.md, "The
+// matrix-product library"): for layers of at most kMaxJitWeights weights (a kernel reads the whole
+// weight matrix for every few rows, without blocking it for the caches as Eigen does, so it must
+// stay in the L2 cache). Elsewhere, and for a chunk libxsmm makes no kernel for, Eigen. (The
+// kernels are 3-5x slower than Eigen into a single output column, as in DLRM's last layer, but
+// those products are some 0.5 % of a step; Eigen's small products, done coefficient by
+// coefficient, would make results depend on alignment: fused multiply-adds in whole vector
+// registers, separate ones in the elements before the first aligned one.)
+#if defined(__AVX512F__)
+constexpr std::optional<JitIsa> kJitIsa = JitIsa::kAvx512;
+#elif defined(__AVX2__)
+constexpr std::optional<JitIsa> kJitIsa = JitIsa::kAvx2;
+#else
+constexpr std::optional<JitIsa> kJitIsa = std::nullopt;
+#endif
+constexpr int64_t kMaxJitWeights = int64_t{1} << 16;
+// The kernels take a batch's rows in chunks of kMaxChunkRows, then of the powers of two below
+// it, the largest first: a layer needs kernels for 9 row counts whatever the batch size, all
+// made when the layer is built (prepare_products).
+constexpr int64_t kMaxChunkRows = 256;
+
+bool runs_jit(int64_t in, int64_t out) { return kJitIsa.has_value() && in * out <= kMaxJitWeights; }
+
+template <typename Chunk>
+void for_each_chunk(int64_t rows, Chunk&& chunk) {
+  int64_t first = 0;
+  for (; rows - first >= kMaxChunkRows; first += kMaxChunkRows) chunk(first, kMaxChunkRows);
+  for (int64_t count = kMaxChunkRows / 2; count > 0; count /= 2) {
+    if (rows - first >= count) {
+      chunk(first, count);
+      first += count;
+    }
+  }
+}
+
+// The products of a chunk of `count` rows of a layer of `in` inputs and `out` outputs.
+ProductShape forward_shape(int64_t count, int64_t in, int64_t out) {  // y += x W
+  return {.rows = count, .columns = out, .depth = in, .accumulate = true};
+}
+ProductShape weight_gradient_shape(int64_t count, int64_t in, int64_t out) {  // dW += x^T delta
+  return {.rows = in, .columns = out, .depth = count, .transpose_left = true, .accumulate = true};
+}
+ProductShape input_gradient_shape(int64_t count, int64_t in, int64_t out) {  // dx = delta W^T
+  return {.rows = count, .columns = in, .depth = out};
+}
+
+ProductKernel jit_kernel(const ProductShape& shape) {
+  return kJitIsa.has_value() ? product_kernel(*kJitIsa, shape) : ProductKernel();
+}
+
+void prepare_products(int64_t in, int64_t out) {
+  if (!runs_jit(in, out)) return;
+  for (int64_t count = kMaxChunkRows; count > 0; count /= 2) {
+    jit_kernel(forward_shape(count, in, out));
+    jit_kernel(weight_gradient_shape(count, in, out));
+    jit_kernel(input_gradient_shape(count, in, out));
+  }
+}
+
 void affine_forward(const float* x, const float* weights, const float* bias, int64_t rows,
                     int64_t in, int64_t out, bool relu, float* y) {
   // The bias first, then += the product: a product assigned with = would first zero y.
   MatrixMap y_block(y, rows, out);
   y_block.rowwise() = ConstRowVectorMap(bias, out);
-  y_block.noalias() += ConstMatrixMap(x, rows, in) * ConstMatrixMap(weights, in, out);
+  const auto eigen_chunk = [&](int64_t first, int64_t count) {
+    MatrixMap(y + first * out, count, out).noalias() +=
+        ConstMatrixMap(x + first * in, count, in) * ConstMatrixMap(weights, in, out);
+  };
+  if (runs_jit(in, out)) {
+    for_each_chunk(rows, [&](int64_t first, int64_t count) {
+      if (const ProductKernel kernel = jit_kernel(forward_shape(count, in, out))) {
+        kernel(x + first * in, weights, y + first * out);
+      } else {
+        eigen_chunk(first, count);
+      }
+    });
+  } else {
+    eigen_chunk(0, rows);
+  }
   if (relu) y_block = y_block.cwiseMax(0.0f);
 }
 
 void affine_parameter_gradients(const float* x, const float* delta, int64_t rows, int64_t in,
                                 int64_t out, float* weight_gradient, float* bias_gradient) {
-  const ConstMatrixMap delta_block(delta, rows, out);
-  MatrixMap(weight_gradient, in, out).noalias() +=
-      ConstMatrixMap(x, rows, in).transpose() * delta_block;
+  const auto eigen_chunk = [&](int64_t first, int64_t count) {
+    MatrixMap(weight_gradient, in, out).noalias() +=
+        ConstMatrixMap(x + first * in, count, in).transpose() *
+        ConstMatrixMap(delta + first * out, count, out);
+  };
+  if (runs_jit(in, out)) {
+    for_each_chunk(rows, [&](int64_t first, int64_t count) {
+      if (const ProductKernel kernel = jit_kernel(weight_gradient_shape(count, in, out))) {
+        kernel(x + first * in, delta + first * out, weight_gradient);
+      } else {
+        eigen_chunk(first, count);
+      }
+    });
+  } else {
+    eigen_chunk(0, rows);
+  }
   // Row by row rather than colwise().sum(), whose result depends on the alignment of the
   // destination (Eigen sums aligned columns pairwise, the others in sequence).
+  const ConstMatrixMap delta_block(delta, rows, out);
   RowVectorMap bias_sum(bias_gradient, out);
   for (int64_t r = 0; r < rows; ++r) bias_sum += delta_block.row(r);
 }
 
-void affine_input_gradient(const float* delta, const float* weights, int64_t rows, int64_t in,
-                           int64_t out, float* input_gradient) {
-  MatrixMap(input_gradient, rows, in).noalias() =
-      ConstMatrixMap(delta, rows, out) * ConstMatrixMap(weights, in, out).transpose();
+void affine_input_gradient(const float* delta, const float* weights_transposed, int64_t rows,
+                           int64_t in, int64_t out, float* input_gradient) {
+  const auto eigen_chunk = [&](int64_t first, int64_t count) {
+    MatrixMap(input_gradient + first * in, count, in).noalias() =
+        ConstMatrixMap(delta + first * out, count, out) *
+        ConstMatrixMap(weights_transposed, out, in);
+  };
+  if (runs_jit(in, out)) {
+    for_each_chunk(rows, [&](int64_t first, int64_t count) {
+      if (const ProductKernel kernel = jit_kernel(input_gradient_shape(count, in, out))) {
+        kernel(delta + first * out, weights_transposed, input_gradient + first * in);
+      } else {
+        eigen_chunk(first, count);
+      }
+    });
+  } else {
+    eigen_chunk(0, rows);
+  }
 }
 
 void relu_gradient(const float* values, const float* gradient, int64_t count, float* out) {
@@ -168,7 +272,8 @@ inline LaneVector shuffle(LaneVector a, LaneVector b) {
 // dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows and c < columns: whole tiles of
 // kLanes x kLanes through registers where the instruction set has a tile transpose, the rest
 // element by element. Data movement only, so the results do not depend on the path. Moves a
-// block's examples (rows of `dim` floats, kLanes of them) into the lane layout and back.
+// block's examples (rows of `dim` floats, kLanes of them) into the lane layout and back, and
+// transposes an MLP's weights for its input gradients.
 void transpose(const float* src, int64_t src_stride, int64_t rows, int64_t columns, float* dst,
                int64_t dst_stride) {
   int64_t tiled_rows = 0;
@@ -207,6 +312,11 @@ void to_lanes(const float* rows, int64_t stride, int64_t count, int64_t columns,
 // The inverse: rows[example * stride + c] = lanes[c * kLanes + example].
 void from_lanes(const float* lanes, int64_t count, int64_t columns, float* rows, int64_t stride) {
   transpose(lanes, kLanes, columns, count, rows, stride);
+}
+
+// transposed [columns, rows] = matrix [rows, columns]^T.
+void transpose_matrix(const float* matrix, int64_t rows, int64_t columns, float* transposed) {
+  transpose(matrix, columns, rows, columns, transposed, rows);
 }
 
 // Copies the block's examples into block.vectors.
@@ -352,6 +462,8 @@ extern "C" const recemb::train::DenseKernels RECEMB_DENSE_KERNELS = {
     .affine_forward = recemb::train::affine_forward,
     .affine_parameter_gradients = recemb::train::affine_parameter_gradients,
     .affine_input_gradient = recemb::train::affine_input_gradient,
+    .prepare_products = recemb::train::prepare_products,
+    .transpose = recemb::train::transpose_matrix,
     .relu_gradient = recemb::train::relu_gradient,
     .add = recemb::train::add,
     .all_finite = recemb::train::all_finite,

@@ -57,9 +57,15 @@ struct DenseKernels {
   // row order, for x [rows, in] and delta [rows, out].
   void (*affine_parameter_gradients)(const float* x, const float* delta, int64_t rows, int64_t in,
                                      int64_t out, float* weight_gradient, float* bias_gradient);
-  // input_gradient [rows, in] = delta [rows, out] W^T.
-  void (*affine_input_gradient)(const float* delta, const float* weights, int64_t rows, int64_t in,
-                                int64_t out, float* input_gradient);
+  // input_gradient [rows, in] = delta [rows, out] W^T, given W^T [out, in] (`transpose`).
+  void (*affine_input_gradient)(const float* delta, const float* weights_transposed, int64_t rows,
+                                int64_t in, int64_t out, float* input_gradient);
+  // Makes the three products above ready for a layer of `in` inputs and `out` outputs, for any
+  // number of rows: those that run on code generated at run time (dense_kernels.cc) otherwise
+  // generate it, allocating, on their first use. An MLP calls it when it is built.
+  void (*prepare_products)(int64_t in, int64_t out);
+  // transposed [columns, rows] = matrix [rows, columns]^T.
+  void (*transpose)(const float* matrix, int64_t rows, int64_t columns, float* transposed);
   // out[i] = gradient[i] where values[i] > 0, else 0 (ReLU's backward; out may be gradient).
   void (*relu_gradient)(const float* values, const float* gradient, int64_t count, float* out);
   // sum[i] += values[i].

@@ -23,6 +23,8 @@ float uniform(std::mt19937_64& random, double limit) {
 // per block. A block's activations stay in the L2 cache from one layer to the next, the backward
 // pass needs buffers of one block per thread only, and Eigen's packing buffers (which grow with
 // the rows of a product) stay small enough to come from the stack for any batch size (eigen.h).
+// The products that run on generated code have it made when the Mlp is built
+// (DenseKernels::prepare_products), so that neither allocates during training.
 // The arithmetic is the kernels' of the model's instruction set (dense_kernels.h).
 // The blocks do not depend on the thread count, nor does any sum: a block's rows are summed in
 // order into the block's own parameter gradients, and the blocks' gradients are then added in
@@ -51,7 +53,11 @@ Mlp::Mlp(MlpConfig config, DenseIsa isa)
     num_parameters_ += layer_parameter_count(input_width, output_width);
     input_width = output_width;
   }
+  for (const Layer& layer : layers_) {
+    kernels_->prepare_products(layer.input_width, layer.output_width);
+  }
   activations_.resize(layers_.size());
+  transposed_weights_.resize(static_cast<size_t>(num_parameters_));
   max_width_ = std::max_element(layers_.begin(), layers_.end(), [](const Layer& a, const Layer& b) {
                  return a.output_width < b.output_width;
                })->output_width;
@@ -100,27 +106,34 @@ void Mlp::initialize(std::span<float> parameters, std::mt19937_64& random) const
 std::span<const float> Mlp::forward(std::span<const float> parameters, std::span<const float> input,
                                     WorkerPool* pool) {
   check_parameter_size(parameters.size(), "parameters");
-  const int64_t batch_size = batch_size_of(input, "input");
+  start_forward(batch_size_of(input, "input"));
+  run_tasks(pool, num_blocks(batch_size_),
+            [&](int64_t block, int) { forward_block(parameters, input, block); });
+  return activations_.back();
+}
+
+void Mlp::start_forward(int64_t batch_size) {
   batch_size_ = batch_size;
   for (size_t l = 0; l < layers_.size(); ++l) {
     activations_[l].resize(static_cast<size_t>(batch_size * layers_[l].output_width));
   }
-  run_tasks(pool, (batch_size + kRowBlock - 1) / kRowBlock, [&](int64_t block, int) {
-    const int64_t first = block * kRowBlock;
-    const int64_t count = std::min(kRowBlock, batch_size - first);
-    const float* x = input.data() + first * config_.input_width;
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const Layer& layer = layers_[l];
-      float* y = activations_[l].data() + first * layer.output_width;
-      const float* weights = parameters.data() + layer.weights_offset;
-      kernels_->affine_forward(
-          x, weights, weights + layer.input_width * layer.output_width, count, layer.input_width,
-          layer.output_width,
-          l + 1 < layers_.size() || config_.output_activation == OutputActivation::kRelu, y);
-      x = y;
-    }
-  });
-  return activations_.back();
+}
+
+void Mlp::forward_block(std::span<const float> parameters, std::span<const float> input,
+                        int64_t block) {
+  const int64_t first = block * kRowBlock;
+  const int64_t count = std::min(kRowBlock, batch_size_ - first);
+  const float* x = input.data() + first * config_.input_width;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    float* y = activations_[l].data() + first * layer.output_width;
+    const float* weights = parameters.data() + layer.weights_offset;
+    kernels_->affine_forward(
+        x, weights, weights + layer.input_width * layer.output_width, count, layer.input_width,
+        layer.output_width,
+        l + 1 < layers_.size() || config_.output_activation == OutputActivation::kRelu, y);
+    x = y;
+  }
 }
 
 void Mlp::backward(std::span<const float> parameters, std::span<const float> input,
@@ -145,28 +158,40 @@ void Mlp::backward(std::span<const float> parameters, std::span<const float> inp
                              std::to_string(batch_size) + " examples, but the last forward had " +
                              std::to_string(batch_size_));
   }
-
-  const int64_t num_blocks = (batch_size + kRowBlock - 1) / kRowBlock;
-  const int num_workers = pool == nullptr ? 1 : pool->num_threads();
-  gradient_buffers_.resize(static_cast<size_t>(num_workers * 2 * kRowBlock * max_width_));
-  block_gradients_.resize(static_cast<size_t>(num_blocks * num_parameters_));
-  run_tasks(pool, num_blocks, [&](int64_t block, int worker) {
-    backward_block(parameters, input, output_gradient, input_gradient, block, worker);
+  start_backward(parameters, !input_gradient.empty(), pool == nullptr ? 1 : pool->num_threads());
+  run_tasks(pool, num_blocks(batch_size), [&](int64_t block, int worker) {
+    backward_block(input, output_gradient, input_gradient, block, worker);
   });
+  finish_backward(parameter_gradients, pool);
+}
+
+void Mlp::start_backward(std::span<const float> parameters, bool input_gradient, int num_workers) {
+  // The input gradients multiply by W^T: each layer's, once per batch, in the layout of the
+  // parameters (its bias's floats unused).
+  for (size_t l = input_gradient ? 0 : 1; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    kernels_->transpose(parameters.data() + layer.weights_offset, layer.input_width,
+                        layer.output_width, transposed_weights_.data() + layer.weights_offset);
+  }
+  gradient_buffers_.resize(static_cast<size_t>(num_workers * 2 * kRowBlock * max_width_));
+  block_gradients_.resize(static_cast<size_t>(num_blocks(batch_size_) * num_parameters_));
+}
+
+void Mlp::finish_backward(std::span<float> parameter_gradients, WorkerPool* pool) {
+  const int64_t blocks = num_blocks(batch_size_);
   run_tasks(pool, (num_parameters_ + kReduceChunk - 1) / kReduceChunk, [&](int64_t chunk, int) {
     const int64_t begin = chunk * kReduceChunk;
     const int64_t size = std::min(kReduceChunk, num_parameters_ - begin);
     float* sum = parameter_gradients.data() + begin;
     std::copy_n(block_gradients_.data() + begin, size, sum);
-    for (int64_t block = 1; block < num_blocks; ++block) {
+    for (int64_t block = 1; block < blocks; ++block) {
       kernels_->add(block_gradients_.data() + block * num_parameters_ + begin, size, sum);
     }
   });
 }
 
-void Mlp::backward_block(std::span<const float> parameters, std::span<const float> input,
-                         std::span<const float> output_gradient, std::span<float> input_gradient,
-                         int64_t block, int worker) {
+void Mlp::backward_block(std::span<const float> input, std::span<const float> output_gradient,
+                         std::span<float> input_gradient, int64_t block, int worker) {
   const int64_t first = block * kRowBlock;
   const int64_t count = std::min(kRowBlock, batch_size_ - first);
   float* const gradients = block_gradients_.data() + block * num_parameters_;
@@ -191,10 +216,10 @@ void Mlp::backward_block(std::span<const float> parameters, std::span<const floa
     kernels_->affine_parameter_gradients(x, delta, count, layer.input_width, layer.output_width,
                                          weight_gradient,
                                          weight_gradient + layer.input_width * layer.output_width);
-    const float* weights = parameters.data() + layer.weights_offset;
+    const float* weights_transposed = transposed_weights_.data() + layer.weights_offset;
     if (l == 0) {
       if (!input_gradient.empty()) {
-        kernels_->affine_input_gradient(delta, weights, count, layer.input_width,
+        kernels_->affine_input_gradient(delta, weights_transposed, count, layer.input_width,
                                         layer.output_width,
                                         input_gradient.data() + first * layer.input_width);
       }
@@ -202,8 +227,8 @@ void Mlp::backward_block(std::span<const float> parameters, std::span<const floa
     }
     buffer = 1 - buffer;
     float* d_h = buffers[buffer];
-    kernels_->affine_input_gradient(delta, weights, count, layer.input_width, layer.output_width,
-                                    d_h);
+    kernels_->affine_input_gradient(delta, weights_transposed, count, layer.input_width,
+                                    layer.output_width, d_h);
     kernels_->relu_gradient(x, d_h, count * layer.input_width, d_h);
     delta = d_h;
   }

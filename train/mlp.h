@@ -106,6 +106,25 @@ class Mlp {
                 std::span<const float> output_gradient, std::span<float> parameter_gradients,
                 std::span<float> input_gradient, WorkerPool* pool = nullptr);
 
+  // The steps of forward and backward, for a model that runs several layers' work on one block
+  // of rows in one task (DlrmDenseModel): forward is start_forward, then forward_block for every
+  // block; backward is start_backward, backward_block for every block, then finish_backward.
+  // Blocks may run in any order on any threads, each thread with its own `worker` index below
+  // the start_backward's num_workers. These check nothing: the caller checks the sizes as forward
+  // and backward do.
+  static constexpr int64_t kRowBlock = 256;  // rows of the batch per block
+  static int64_t num_blocks(int64_t batch_size) { return (batch_size + kRowBlock - 1) / kRowBlock; }
+  void start_forward(int64_t batch_size);
+  void forward_block(std::span<const float> parameters, std::span<const float> input,
+                     int64_t block);
+  // `input_gradient`: whether backward_block will be given one.
+  void start_backward(std::span<const float> parameters, bool input_gradient, int num_workers);
+  // Backpropagates the rows of block `block`, writing the block's rows of input_gradient (unless
+  // empty) and its own parameter gradients, which finish_backward adds up in block order.
+  void backward_block(std::span<const float> input, std::span<const float> output_gradient,
+                      std::span<float> input_gradient, int64_t block, int worker);
+  void finish_backward(std::span<float> parameter_gradients, WorkerPool* pool);
+
  private:
   struct Layer {
     int64_t input_width;
@@ -113,7 +132,6 @@ class Mlp {
     int64_t weights_offset;  // in the MLP's parameter span; the bias follows the weights
   };
 
-  static constexpr int64_t kRowBlock = 256;      // rows of the batch per block (mlp.cc)
   static constexpr int64_t kReduceChunk = 4096;  // parameters per task of the blocks' sum
 
   // The parameters of one layer: W [in, out] and b [out].
@@ -128,11 +146,6 @@ class Mlp {
   const DenseKernels* kernels_;
   std::vector<Layer> layers_;
   int64_t num_parameters_ = 0;
-  // Backpropagates the rows of block `block` (kRowBlock rows from block * kRowBlock), writing
-  // the block's parameter gradients into its part of block_gradients_ (mlp.cc).
-  void backward_block(std::span<const float> parameters, std::span<const float> input,
-                      std::span<const float> output_gradient, std::span<float> input_gradient,
-                      int64_t block, int worker);
 
   // Workspace: activations_[l] = h_{l+1} [B, out_l] of the last forward (B = batch_size_); per
   // worker thread, two gradient buffers of [kRowBlock, max out_l] that backward alternates
@@ -142,6 +155,8 @@ class Mlp {
   std::vector<std::vector<float>> activations_;
   std::vector<float> gradient_buffers_;
   std::vector<float> block_gradients_;
+  // Each layer's W^T [out, in] for the last backward, at its weights' offset in the parameters.
+  std::vector<float> transposed_weights_;
 };
 
 }  // namespace recemb::train

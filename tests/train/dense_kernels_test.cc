@@ -20,11 +20,15 @@ namespace {
 
 using reference::random_floats;
 
-// (rows, in, out): odd sizes leave partial vector registers; 70 x 40 spans Eigen's blocking.
+// (rows, in, out): odd sizes leave partial vector registers; 70 x 40 spans Eigen's blocking; 300
+// rows run in chunks of 256, 32, 8 and 4 on generated code, and 300 x 256 weights on Eigen
+// (dense_kernels.cc: the products of layers of up to 2^16 weights run on generated code with AVX2
+// and AVX-512).
 struct AffineShape {
   int64_t rows, in, out;
 };
-constexpr AffineShape kShapes[] = {{1, 1, 1}, {3, 5, 7}, {17, 13, 9}, {70, 40, 33}};
+constexpr AffineShape kShapes[] = {{1, 1, 1},    {3, 5, 7},     {17, 13, 9},
+                                   {70, 40, 33}, {300, 40, 33}, {5, 300, 256}};
 
 class DenseKernelsTest : public ::testing::TestWithParam<DenseIsa> {
  protected:
@@ -90,7 +94,14 @@ TEST_P(DenseKernelsTest, AffineBackwardAddsParameterGradientsAndGivesInputGradie
     kernels().affine_parameter_gradients(x.data(), delta.data(), s.rows, s.in, s.out,
                                          weight_gradient.data(), bias_gradient.data());
     std::vector<float> input_gradient(s.rows * s.in, 9.0f);
-    kernels().affine_input_gradient(delta.data(), w.data(), s.rows, s.in, s.out,
+    std::vector<float> w_transposed(w.size(), 9.0f);
+    kernels().transpose(w.data(), s.in, s.out, w_transposed.data());
+    for (int64_t i = 0; i < s.in; ++i) {
+      for (int64_t o = 0; o < s.out; ++o) {
+        ASSERT_EQ(w_transposed[o * s.in + i], w[i * s.out + o]) << i << ", " << o;
+      }
+    }
+    kernels().affine_input_gradient(delta.data(), w_transposed.data(), s.rows, s.in, s.out,
                                     input_gradient.data());
     expect_close(weight_gradient, expected_weights, s.rows, "weight gradient");
     expect_close(bias_gradient, expected_bias, s.rows, "bias gradient");
