@@ -120,30 +120,45 @@ float DlrmDenseModel::train_step(std::span<const float> dense, std::span<const f
     }
   }
 
-  const std::span<const float> logits = forward(dense, embeddings, batch_size);
-  // Per example: loss = max(s, 0) - s y + log1p(exp(-|s|)), d(loss)/ds = sigmoid(s) - y.
-  logit_gradients_.resize(labels.size());
-  const float inverse_batch_size = 1.0f / static_cast<float>(batch_size);
-  double loss_sum = 0.0;
-  for (size_t b = 0; b < labels.size(); ++b) {
-    const float s = logits[b];
-    const float y = labels[b];
-    loss_sum += static_cast<double>(std::max(s, 0.0f) - s * y + std::log1p(std::exp(-std::abs(s))));
-    const float p = 1.0f / (1.0f + std::exp(-s));
-    logit_gradients_[b] = (p - y) * inverse_batch_size;
-  }
-
+  // One task per block of the MLPs' rows does all of the block's work, forward and backward,
+  // while its activations are in the cache: the blocks' parameter gradients are then added up in
+  // block order (mlp.h), so the results are those of the layers run one after the other.
   const std::span<const float> parameters = parameters_;
-  const std::span<float> gradients = gradients_;
   const int64_t num_bottom = bottom_mlp_.num_parameters();
+  const std::span<const float> bottom_parameters = parameters.first(num_bottom);
+  const std::span<const float> top_parameters = parameters.subspan(num_bottom);
+  start_forward(batch_size);
+  const int num_workers = pool_->num_threads();
+  bottom_mlp_.start_backward(bottom_parameters, false, num_workers);
+  top_mlp_.start_backward(top_parameters, true, num_workers);
+  logit_gradients_.resize(labels.size());
+  example_losses_.resize(labels.size());
   feature_gradients_.resize(features_.size());
-  top_mlp_.backward(parameters.subspan(num_bottom), features_, logit_gradients_,
-                    gradients.subspan(num_bottom), feature_gradients_, pool_.get());
   bottom_gradients_.resize(static_cast<size_t>(batch_size * config_.embedding_dim));
-  interaction_.backward(bottom_mlp_.output(), embeddings, feature_gradients_, bottom_gradients_,
-                        embedding_gradients, pool_.get());
-  bottom_mlp_.backward(parameters.first(num_bottom), dense, bottom_gradients_,
-                       gradients.first(num_bottom), {}, pool_.get());
+  const float inverse_batch_size = 1.0f / static_cast<float>(batch_size);
+  run_tasks(pool_.get(), Mlp::num_blocks(batch_size), [&](int64_t block, int worker) {
+    forward_block(dense, embeddings, block, worker);
+    const int64_t first = block * Mlp::kRowBlock;
+    const int64_t count = std::min(Mlp::kRowBlock, batch_size - first);
+    // Per example: loss = max(s, 0) - s y + log1p(exp(-|s|)), d(loss)/ds = sigmoid(s) - y.
+    const std::span<const float> logits = top_mlp_.output();
+    for (int64_t b = first; b < first + count; ++b) {
+      const float s = logits[b];
+      const float y = labels[b];
+      example_losses_[b] = std::max(s, 0.0f) - s * y + std::log1p(std::exp(-std::abs(s)));
+      const float p = 1.0f / (1.0f + std::exp(-s));
+      logit_gradients_[b] = (p - y) * inverse_batch_size;
+    }
+    top_mlp_.backward_block(features_, logit_gradients_, feature_gradients_, block, worker);
+    interaction_.backward_rows(bottom_mlp_.output(), embeddings, feature_gradients_,
+                               bottom_gradients_, embedding_gradients, first, count, worker);
+    bottom_mlp_.backward_block(dense, bottom_gradients_, {}, block, worker);
+  });
+  const std::span<float> gradients = gradients_;
+  top_mlp_.finish_backward(gradients.subspan(num_bottom), pool_.get());
+  bottom_mlp_.finish_backward(gradients.first(num_bottom), pool_.get());
+  double loss_sum = 0.0;
+  for (const float loss : example_losses_) loss_sum += static_cast<double>(loss);
   return static_cast<float>(loss_sum / static_cast<double>(batch_size));
 }
 
@@ -152,7 +167,10 @@ void DlrmDenseModel::predict(std::span<const float> dense,
                              std::span<float> probabilities) {
   const int64_t batch_size = static_cast<int64_t>(probabilities.size());
   validate_inputs("predict", dense, embeddings, batch_size);
-  const std::span<const float> logits = forward(dense, embeddings, batch_size);
+  start_forward(batch_size);
+  run_tasks(pool_.get(), Mlp::num_blocks(batch_size),
+            [&](int64_t block, int worker) { forward_block(dense, embeddings, block, worker); });
+  const std::span<const float> logits = top_mlp_.output();
   for (size_t b = 0; b < probabilities.size(); ++b) {
     probabilities[b] = 1.0f / (1.0f + std::exp(-logits[b]));
   }
@@ -199,16 +217,24 @@ void DlrmDenseModel::validate_inputs(const char* caller, std::span<const float> 
   }
 }
 
-std::span<const float> DlrmDenseModel::forward(std::span<const float> dense,
-                                               std::span<const std::span<const float>> embeddings,
-                                               int64_t batch_size) {
+void DlrmDenseModel::start_forward(int64_t batch_size) {
+  bottom_mlp_.start_forward(batch_size);
+  top_mlp_.start_forward(batch_size);
+  interaction_.reserve_workers(pool_->num_threads());
+  features_.resize(static_cast<size_t>(batch_size * interaction_.output_width()));
+}
+
+void DlrmDenseModel::forward_block(std::span<const float> dense,
+                                   std::span<const std::span<const float>> embeddings,
+                                   int64_t block, int worker) {
   const std::span<const float> parameters = parameters_;
   const int64_t num_bottom = bottom_mlp_.num_parameters();
-  const std::span<const float> z =
-      bottom_mlp_.forward(parameters.first(num_bottom), dense, pool_.get());
-  features_.resize(static_cast<size_t>(batch_size * interaction_.output_width()));
-  interaction_.forward(z, embeddings, features_, pool_.get());
-  return top_mlp_.forward(parameters.subspan(num_bottom), features_, pool_.get());
+  const int64_t first = block * Mlp::kRowBlock;
+  const int64_t batch_size = static_cast<int64_t>(dense.size()) / config_.num_dense_features;
+  const int64_t count = std::min(Mlp::kRowBlock, batch_size - first);
+  bottom_mlp_.forward_block(parameters.first(num_bottom), dense, block);
+  interaction_.forward_rows(bottom_mlp_.output(), embeddings, first, count, features_, worker);
+  top_mlp_.forward_block(parameters.subspan(num_bottom), features_, block);
 }
 
 }  // namespace recemb::train

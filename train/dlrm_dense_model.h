@@ -28,8 +28,10 @@
 // (W_0, b_0, W_1, b_1, ...; W_l is [in, out] row-major). parameter_blocks() names every array.
 // A checkpoint saves one array; a data-parallel trainer all-reduces gradients() in one call.
 //
-// train_step and predict run on config.num_threads threads (the caller's and a WorkerPool's; the
-// loss and the sigmoid on the caller's). Results are bitwise the same for the same parameters and
+// train_step and predict run on config.num_threads threads (the caller's and a WorkerPool's), one
+// task per block of 256 examples doing all of the block's layers, forward and backward, while its
+// activations are in the cache (the sum of the loss and the sigmoid on the caller's thread).
+// Results are bitwise the same for the same parameters and
 // inputs, whatever the thread count and wherever the arrays lie in memory (so replicas and a
 // resumed run compute exactly what an uninterrupted one does; mlp.h, interaction.h). They are
 // computed by the kernels of one instruction set (dense_isa.h), chosen when the model is built;
@@ -130,10 +132,12 @@ class DlrmDenseModel {
   void validate_inputs(const char* caller, std::span<const float> dense,
                        std::span<const std::span<const float>> embeddings,
                        int64_t batch_size) const;
-  // Runs the forward pass; returns the logits [B] (in the top MLP's workspace).
-  std::span<const float> forward(std::span<const float> dense,
-                                 std::span<const std::span<const float>> embeddings,
-                                 int64_t batch_size);
+  // The forward pass: start_forward sizes the workspace for a batch, then forward_block runs
+  // the bottom MLP, the interaction and the top MLP on one block of the MLPs' rows (mlp.h),
+  // leaving its logits in the top MLP's output.
+  void start_forward(int64_t batch_size);
+  void forward_block(std::span<const float> dense,
+                     std::span<const std::span<const float>> embeddings, int64_t block, int worker);
 
   DlrmDenseConfig config_;
   DenseIsa dense_isa_;
@@ -148,6 +152,7 @@ class DlrmDenseModel {
   std::vector<float> features_;           // x, the interaction's output
   std::vector<float> feature_gradients_;  // d(loss)/d(x)
   std::vector<float> logit_gradients_;    // d(mean loss)/d(s)
+  std::vector<float> example_losses_;     // each example's loss
   std::vector<float> bottom_gradients_;   // d(loss)/d(z)
 };
 

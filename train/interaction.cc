@@ -8,7 +8,8 @@
 namespace recemb::train {
 namespace {
 
-constexpr int64_t kBlocksPerTask = 8;  // blocks of the interaction per task of the WorkerPool
+// Examples per task of the WorkerPool: 8 blocks of the AVX-512 kernels, 16 of the others.
+constexpr int64_t kExamplesPerTask = 128;
 
 [[noreturn]] void throw_size_error(const std::string& argument, size_t size, int64_t expected) {
   throw InvalidArgument("interaction: " + argument + " has size " + std::to_string(size) +
@@ -29,15 +30,14 @@ DotInteraction::DotInteraction(int64_t num_embeddings, int64_t dim, DenseIsa isa
   if (dim < 1) {
     throw InvalidArgument("interaction: dim = " + std::to_string(dim) + " must be >= 1");
   }
-  make_scratch(nullptr);
+  reserve_workers(1);
 }
 
-void DotInteraction::make_scratch(const WorkerPool* pool) {
-  const size_t num_workers = pool == nullptr ? 1 : static_cast<size_t>(pool->num_threads());
-  if (scratch_.size() >= num_workers) return;
+void DotInteraction::reserve_workers(int num_workers) {
+  if (scratch_.size() >= static_cast<size_t>(num_workers)) return;
   const int64_t num_vectors = num_embeddings_ + 1;
   const int64_t lanes = kernels_->interaction_lanes;
-  scratch_.resize(num_workers);
+  scratch_.resize(static_cast<size_t>(num_workers));
   for (Scratch& scratch : scratch_) {
     scratch.vectors.resize(static_cast<size_t>(num_vectors * dim_ * lanes));
     scratch.vector_gradients.resize(scratch.vectors.size());
@@ -55,25 +55,21 @@ int64_t DotInteraction::output_width(int64_t num_embeddings, int64_t dim) {
 template <class Kernel>
 void DotInteraction::for_each_block(std::span<const float> bottom,
                                     std::span<const std::span<const float>> embeddings,
-                                    int64_t batch_size, WorkerPool* pool, Kernel kernel) {
-  make_scratch(pool);
+                                    int64_t first, int64_t count, int worker, Kernel kernel) {
+  Scratch& scratch = scratch_[static_cast<size_t>(worker)];
   const int64_t lanes = kernels_->interaction_lanes;
-  const int64_t task_examples = lanes * kBlocksPerTask;
-  run_tasks(pool, (batch_size + task_examples - 1) / task_examples, [&](int64_t task, int worker) {
-    Scratch& scratch = scratch_[static_cast<size_t>(worker)];
-    const int64_t end = std::min(batch_size, (task + 1) * task_examples);
-    for (int64_t first = task * task_examples; first < end; first += lanes) {
-      kernel(InteractionBlock{.bottom = bottom,
-                              .embeddings = embeddings,
-                              .dim = dim_,
-                              .first = first,
-                              .count = std::min(lanes, batch_size - first),
-                              .vectors = scratch.vectors.data(),
-                              .vector_gradients = scratch.vector_gradients.data(),
-                              .pair_gradients = scratch.pair_gradients.data(),
-                              .pairs = scratch.pairs.data()});
-    }
-  });
+  const int64_t end = first + count;
+  for (int64_t block = first; block < end; block += lanes) {
+    kernel(InteractionBlock{.bottom = bottom,
+                            .embeddings = embeddings,
+                            .dim = dim_,
+                            .first = block,
+                            .count = std::min(lanes, end - block),
+                            .vectors = scratch.vectors.data(),
+                            .vector_gradients = scratch.vector_gradients.data(),
+                            .pair_gradients = scratch.pair_gradients.data(),
+                            .pairs = scratch.pairs.data()});
+  }
 }
 
 void DotInteraction::forward(std::span<const float> bottom,
@@ -84,7 +80,19 @@ void DotInteraction::forward(std::span<const float> bottom,
   if (output.size() != static_cast<size_t>(batch_size * width)) {
     throw_size_error("output", output.size(), batch_size * width);
   }
-  for_each_block(bottom, embeddings, batch_size, pool, [&](const InteractionBlock& block) {
+  reserve_workers(pool == nullptr ? 1 : pool->num_threads());
+  run_tasks(pool, (batch_size + kExamplesPerTask - 1) / kExamplesPerTask,
+            [&](int64_t task, int worker) {
+              const int64_t first = task * kExamplesPerTask;
+              forward_rows(bottom, embeddings, first,
+                           std::min(kExamplesPerTask, batch_size - first), output, worker);
+            });
+}
+
+void DotInteraction::forward_rows(std::span<const float> bottom,
+                                  std::span<const std::span<const float>> embeddings, int64_t first,
+                                  int64_t count, std::span<float> output, int worker) {
+  for_each_block(bottom, embeddings, first, count, worker, [&](const InteractionBlock& block) {
     kernels_->interaction_forward(block, output.data());
   });
 }
@@ -112,7 +120,22 @@ void DotInteraction::backward(std::span<const float> bottom,
   if (bottom_gradient.size() != bottom.size()) {
     throw_size_error("bottom_gradient", bottom_gradient.size(), batch_size * dim_);
   }
-  for_each_block(bottom, embeddings, batch_size, pool, [&](const InteractionBlock& block) {
+  reserve_workers(pool == nullptr ? 1 : pool->num_threads());
+  run_tasks(
+      pool, (batch_size + kExamplesPerTask - 1) / kExamplesPerTask, [&](int64_t task, int worker) {
+        const int64_t first = task * kExamplesPerTask;
+        backward_rows(bottom, embeddings, output_gradient, bottom_gradient, embedding_gradients,
+                      first, std::min(kExamplesPerTask, batch_size - first), worker);
+      });
+}
+
+void DotInteraction::backward_rows(std::span<const float> bottom,
+                                   std::span<const std::span<const float>> embeddings,
+                                   std::span<const float> output_gradient,
+                                   std::span<float> bottom_gradient,
+                                   std::span<const std::span<float>> embedding_gradients,
+                                   int64_t first, int64_t count, int worker) {
+  for_each_block(bottom, embeddings, first, count, worker, [&](const InteractionBlock& block) {
     kernels_->interaction_backward(block, output_gradient.data(), bottom_gradient.data(),
                                    embedding_gradients);
   });

@@ -54,6 +54,20 @@ class DotInteraction {
                 std::span<const float> output_gradient, std::span<float> bottom_gradient,
                 std::span<const std::span<float>> embedding_gradients, WorkerPool* pool = nullptr);
 
+  // forward and backward over examples [first, first + count) of the batch alone, on worker
+  // `worker`'s scratch buffers: for a model that runs the interaction's rows in its own tasks
+  // (DlrmDenseModel). The caller checks the sizes as forward and backward do (these check
+  // nothing), calls reserve_workers first and gives each thread its own worker index below it.
+  void reserve_workers(int num_workers);
+  void forward_rows(std::span<const float> bottom,
+                    std::span<const std::span<const float>> embeddings, int64_t first,
+                    int64_t count, std::span<float> output, int worker);
+  void backward_rows(std::span<const float> bottom,
+                     std::span<const std::span<const float>> embeddings,
+                     std::span<const float> output_gradient, std::span<float> bottom_gradient,
+                     std::span<const std::span<float>> embedding_gradients, int64_t first,
+                     int64_t count, int worker);
+
  private:
   // Validates bottom and embeddings (throwing InvalidArgument) and returns the batch size.
   int64_t check_sizes(std::span<const float> bottom,
@@ -65,14 +79,12 @@ class DotInteraction {
     std::vector<float> pair_gradients;
     std::vector<float> pairs;
   };
-  // A Scratch for each of `pool`'s threads (one without a pool).
-  void make_scratch(const WorkerPool* pool);
-  // For each block of up to interaction_lanes examples of the batch, in tasks of kBlocksPerTask
-  // blocks on `pool`: calls kernel(block) with the block and the worker's Scratch.
+  // For each block of up to interaction_lanes examples in [first, first + count): calls
+  // kernel(block) with the block and worker `worker`'s Scratch.
   template <class Kernel>
   void for_each_block(std::span<const float> bottom,
-                      std::span<const std::span<const float>> embeddings, int64_t batch_size,
-                      WorkerPool* pool, Kernel kernel);
+                      std::span<const std::span<const float>> embeddings, int64_t first,
+                      int64_t count, int worker, Kernel kernel);
 
   int64_t num_embeddings_;
   int64_t dim_;

@@ -218,6 +218,53 @@ TEST_P(DotInteractionThreadTest, ResultsDoNotDependOnThreadCount) {
   }
 }
 
+// forward_rows and backward_rows over ranges of any length, run in reverse order on two workers'
+// scratch, give bitwise the results of forward and backward over the batch.
+TEST_P(DotInteractionThreadTest, RowRangesGiveTheWholeBatchsResults) {
+  const int64_t num_embeddings = 5;
+  const int64_t dim = 20;
+  const int64_t batch_size = 203;
+  std::mt19937_64 random(36);
+  const Inputs inputs = random_inputs(random, num_embeddings, dim, batch_size);
+  const size_t width = static_cast<size_t>(DotInteraction::output_width(num_embeddings, dim));
+  const std::vector<float> output_gradient =
+      random_floats(random, static_cast<size_t>(batch_size) * width, -1.0f, 1.0f);
+  // Output, bottom gradient and embedding gradients, concatenated.
+  const auto run = [&](bool by_ranges) {
+    DotInteraction interaction(num_embeddings, dim, GetParam());
+    std::vector<float> output(output_gradient.size());
+    std::vector<float> bottom_gradient(inputs.bottom.size());
+    std::vector<std::vector<float>> embedding_gradients(inputs.embeddings.size(),
+                                                        std::vector<float>(inputs.bottom.size()));
+    const std::vector<std::span<float>> gradient_views(embedding_gradients.begin(),
+                                                       embedding_gradients.end());
+    if (by_ranges) {
+      interaction.reserve_workers(2);
+      // [0, 7), [7, 40), [40, 203): a partial block, blocks across range ends, a long range.
+      const int64_t starts[] = {0, 7, 40, batch_size};
+      for (int r = 2; r >= 0; --r) {
+        interaction.forward_rows(inputs.bottom, inputs.views(), starts[r],
+                                 starts[r + 1] - starts[r], output, r % 2);
+      }
+      for (int r = 2; r >= 0; --r) {
+        interaction.backward_rows(inputs.bottom, inputs.views(), output_gradient, bottom_gradient,
+                                  gradient_views, starts[r], starts[r + 1] - starts[r], r % 2);
+      }
+    } else {
+      interaction.forward(inputs.bottom, inputs.views(), output);
+      interaction.backward(inputs.bottom, inputs.views(), output_gradient, bottom_gradient,
+                           gradient_views);
+    }
+    std::vector<float> results = output;
+    results.insert(results.end(), bottom_gradient.begin(), bottom_gradient.end());
+    for (const std::vector<float>& g : embedding_gradients) {
+      results.insert(results.end(), g.begin(), g.end());
+    }
+    return results;
+  };
+  EXPECT_EQ(run(true), run(false));
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, DotInteractionShapeTest,
                          ::testing::Combine(::testing::Values(int64_t{0}, int64_t{1}, int64_t{3},
                                                               int64_t{26}),

@@ -251,6 +251,34 @@ TEST_P(MlpTest, ResultsDoNotDependOnThreadCount) {
   }
 }
 
+// The steps of forward and backward, blocks run in reverse order on two workers, give bitwise the
+// results of forward and backward.
+TEST_P(MlpTest, StepsByBlockGiveTheWholeBatchsResults) {
+  std::mt19937_64 random(17);
+  auto [mlp, parameters, input, output_gradient] = make_problem(random);
+  const std::span<const float> whole_forward = mlp.forward(parameters, input);
+  const std::vector<float> whole_output(whole_forward.begin(), whole_forward.end());
+  std::vector<float> whole_gradients(parameters.size());
+  std::vector<float> whole_input_gradient(input.size());
+  mlp.backward(parameters, input, output_gradient, whole_gradients, whole_input_gradient);
+
+  Mlp stepped(config(), isa());
+  const int64_t num_blocks = Mlp::num_blocks(batch_size());
+  stepped.start_forward(batch_size());
+  for (int64_t block = num_blocks; block-- > 0;) stepped.forward_block(parameters, input, block);
+  EXPECT_EQ(std::vector<float>(stepped.output().begin(), stepped.output().end()), whole_output);
+  std::vector<float> gradients(parameters.size(), 9.0f);
+  std::vector<float> input_gradient(input.size(), 9.0f);
+  stepped.start_backward(parameters, true, 2);
+  for (int64_t block = num_blocks; block-- > 0;) {
+    stepped.backward_block(input, output_gradient, input_gradient, block,
+                           static_cast<int>(block % 2));
+  }
+  stepped.finish_backward(gradients, nullptr);
+  EXPECT_EQ(gradients, whole_gradients);
+  EXPECT_EQ(input_gradient, whole_input_gradient);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MlpTest,
     ::testing::Combine(::testing::Values(Shape{1, {1}}, Shape{5, {3}}, Shape{4, {6, 3}},
