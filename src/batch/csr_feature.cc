@@ -11,6 +11,7 @@
 
 #include "recemb/error.h"
 
+#include "batch/input_layout.h"
 #include "util/check.h"
 #include "util/thread_pool.h"
 #include "util/work_split.h"
@@ -31,201 +32,15 @@
 namespace recemb::internal {
 namespace {
 
-struct Context {
-  const FeatureConfig& feature;
-  const TableConfig& table;
-  const FeatureInput& input;
-};
-
-// How the input's entries map to bags once its shape has been checked.
-struct Layout {
-  int64_t num_rows = 0;         // bags of the plain (non-sequence) interpretation
-  int64_t sequence_length = 0;  // 0: one bag per row; L > 0: row r, position p is bag r * L + p
-  // The activation shape without dim when it is a part of the input's shape or the output_shape
-  // (borrowed from them); empty for [num_rows] or, for a sequence, [num_rows, sequence_length].
-  std::span<const int64_t> shape;
-
-  int64_t num_bags() const { return sequence_length > 0 ? num_rows * sequence_length : num_rows; }
-};
-
-std::string prefix(const Context& context) {
-  return "feature '" + context.feature.name + "' (table '" + context.table.name + "')";
+[[noreturn]] void fail_id(const FeatureContext& context, int64_t i, int64_t id) {
+  fail_feature(context, describe_entry(context, i) + ": id " + std::to_string(id) +
+                            " is out of range [0, " +
+                            std::to_string(context.table.vocabulary_size) + ")");
 }
 
-[[noreturn]] void fail(const Context& context, const std::string& detail) {
-  throw InvalidArgument(prefix(context) + ": " + detail);
-}
-
-// Product of dims >= 0; nullopt if it does not fit in int64_t.
-std::optional<int64_t> checked_product(std::span<const int64_t> dims) {
-  if (std::find(dims.begin(), dims.end(), 0) != dims.end()) return 0;
-  int64_t product = 1;
-  for (const int64_t d : dims) {
-    if (__builtin_mul_overflow(product, d, &product)) return std::nullopt;
-  }
-  return product;
-}
-
-void check_no_negative_dims(const Context& context, std::span<const int64_t> dims,
-                            const char* what) {
-  if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) {
-    fail(context, std::string(what) + " " + shape_string(dims) + " has a negative dimension");
-  }
-}
-
-// The product of `part`, a part of the shape `dims` named by `what`.
-int64_t shape_product(const Context& context, std::span<const int64_t> dims,
-                      std::span<const int64_t> part, const char* what) {
-  const std::optional<int64_t> product = checked_product(part);
-  if (!product) fail(context, std::string(what) + " " + shape_string(dims) + " is too large");
-  return *product;
-}
-
-const IdSpan& ids_of(const DenseIds& dense) { return dense.ids; }
-const IdSpan& ids_of(const RaggedIds& ragged) { return ragged.values; }
-const IdSpan& ids_of(const SparseIds& sparse) { return sparse.values; }
-
-size_t num_values(const IdSpan& ids) {
-  return std::visit([](auto typed) { return typed.size(); }, ids);
-}
-
-std::string sparse_index(const SparseIds& sparse, int64_t i) {
-  const size_t rank = sparse.dense_shape.size();
-  return shape_string(sparse.indices.subspan(static_cast<size_t>(i) * rank, rank));
-}
-
-// Where storage entry i of the input sits, for error messages.
-std::string describe_entry(const Context& context, int64_t i) {
-  if (const auto* dense = std::get_if<DenseIds>(&context.input)) {
-    const std::vector<int64_t>& shape = dense->shape;
-    if (shape.size() == 1) return "example " + std::to_string(i);
-    const int64_t bag_size = shape.back();
-    int64_t row = i / bag_size;
-    const std::string position = ", position " + std::to_string(i % bag_size);
-    if (shape.size() == 2) return "example " + std::to_string(row) + position;
-    std::vector<int64_t> tuple(shape.size() - 1);
-    for (size_t d = tuple.size(); d-- > 0;) {
-      tuple[d] = row % shape[d];
-      row /= shape[d];
-    }
-    return "example " + shape_string(tuple) + position;
-  }
-  if (const auto* ragged = std::get_if<RaggedIds>(&context.input)) {
-    return std::visit(
-        [i](auto splits) {
-          // The splits were validated before any entry, so this finds the row holding i.
-          const auto end = std::upper_bound(splits.begin(), splits.end(), i);
-          const auto row = end - splits.begin() - 1;
-          return "example " + std::to_string(row) + ", position " +
-                 std::to_string(i - static_cast<int64_t>(splits[static_cast<size_t>(row)]));
-        },
-        ragged->row_splits);
-  }
-  return "entry " + sparse_index(std::get<SparseIds>(context.input), i);
-}
-
-[[noreturn]] void fail_id(const Context& context, int64_t i, int64_t id) {
-  fail(context, describe_entry(context, i) + ": id " + std::to_string(id) +
-                    " is out of range [0, " + std::to_string(context.table.vocabulary_size) + ")");
-}
-
-[[noreturn]] void fail_weight(const Context& context, int64_t i, float weight) {
-  fail(context, describe_entry(context, i) + ": weight " + std::to_string(weight) +
-                    " is not finite (validate_weights_and_indices is set)");
-}
-
-// Checks the input's shape against the feature; writes nothing, so a failure changes no output.
-Layout resolve_layout(const Context& context) {
-  const FeatureConfig& feature = context.feature;
-  if (feature.max_sequence_length < 0) {
-    fail(context,
-         "max_sequence_length " + std::to_string(feature.max_sequence_length) + " is negative");
-  }
-  int64_t num_rows = 0;
-  bool sequence_capable = false;       // rows are examples and entries are positions
-  std::span<const int64_t> row_shape;  // the plain activation shape without dim
-  if (const auto* dense = std::get_if<DenseIds>(&context.input)) {
-    const std::vector<int64_t>& dims = dense->shape;
-    if (dims.empty()) fail(context, "dense ids have an empty shape; rank >= 1 is required");
-    check_no_negative_dims(context, dims, "dense shape");
-    const int64_t size = shape_product(context, dims, dims, "dense shape");
-    if (static_cast<size_t>(size) != num_values(dense->ids)) {
-      fail(context, "dense shape " + shape_string(dims) + " needs " + std::to_string(size) +
-                        " ids but " + std::to_string(num_values(dense->ids)) + " were given");
-    }
-    if (dims.size() == 1 && feature.max_sequence_length > 0 && feature.output_shape.empty()) {
-      throw InvalidArgument(prefix(context) + " is a sequence feature (max_sequence_length " +
-                            std::to_string(feature.max_sequence_length) +
-                            ") but the dense ids have rank 1; pass [batch, positions] ids");
-    }
-    row_shape = dims;
-    if (dims.size() >= 2) row_shape = row_shape.first(dims.size() - 1);
-    num_rows = shape_product(context, dims, row_shape, "dense shape");
-    sequence_capable = dims.size() == 2;
-  } else if (const auto* ragged = std::get_if<RaggedIds>(&context.input)) {
-    const size_t num_splits =
-        std::visit([](auto splits) { return splits.size(); }, ragged->row_splits);
-    if (num_splits == 0) fail(context, "row_splits is empty; it needs batch size + 1 entries");
-    num_rows = static_cast<int64_t>(num_splits) - 1;
-    sequence_capable = true;  // row_shape stays empty: [num_rows]
-  } else {
-    const auto& sparse = std::get<SparseIds>(context.input);
-    const std::vector<int64_t>& dims = sparse.dense_shape;
-    const size_t rank = dims.size();
-    if (rank < 2) {
-      fail(context, "sparse dense_shape " + shape_string(dims) + " has rank " +
-                        std::to_string(rank) + "; rank >= 2 is required");
-    }
-    check_no_negative_dims(context, dims, "sparse dense_shape");
-    const size_t nnz = num_values(sparse.values);
-    if (sparse.indices.size() != nnz * rank) {
-      fail(context, "sparse indices hold " + std::to_string(sparse.indices.size()) +
-                        " values but " + std::to_string(nnz) + " entries of rank " +
-                        std::to_string(rank) + " need " + std::to_string(nnz * rank));
-    }
-    row_shape = std::span<const int64_t>(dims).first(rank - 1);
-    num_rows = shape_product(context, dims, row_shape, "sparse dense_shape");
-    sequence_capable = rank == 2;
-  }
-
-  if (!feature.output_shape.empty()) {
-    const std::vector<int64_t>& output_shape = feature.output_shape;
-    if (std::any_of(output_shape.begin(), output_shape.end(), [](int64_t d) { return d < 1; })) {
-      fail(context, "output_shape " + shape_string(output_shape) + " has a dimension < 1");
-    }
-    const std::optional<int64_t> size = checked_product(output_shape);
-    if (!size) fail(context, "output_shape " + shape_string(output_shape) + " is too large");
-    if (*size == num_rows) return {num_rows, 0, output_shape};
-    if (sequence_capable && num_rows > 0 && *size % num_rows == 0) {
-      return {num_rows, *size / num_rows, output_shape};
-    }
-    fail(context, "output_shape " + shape_string(output_shape) + " (" + std::to_string(*size) +
-                      " bags) matches neither the input's " + std::to_string(num_rows) + " bags" +
-                      (sequence_capable ? " nor a multiple of its batch size (a sequence)"
-                                        : " (only ragged and rank-2 inputs can be sequences)"));
-  }
-  const int64_t length = feature.max_sequence_length;
-  if (length > 0 && sequence_capable) {
-    int64_t num_bags = 0;
-    if (__builtin_mul_overflow(num_rows, length, &num_bags)) {
-      fail(context, "max_sequence_length " + std::to_string(length) + " times batch size " +
-                        std::to_string(num_rows) + " is too large");
-    }
-    return {num_rows, length, {}};
-  }
-  // TF ignores max_sequence_length for sparse inputs of rank > 2; dense ones of rank > 2 match.
-  return {num_rows, 0, row_shape};
-}
-
-void write_shape(const Layout& layout, int64_t dim, std::vector<int64_t>& shape) {
-  if (!layout.shape.empty()) {
-    shape.assign(layout.shape.begin(), layout.shape.end());
-  } else if (layout.sequence_length > 0) {
-    shape.assign({layout.num_rows, layout.sequence_length});
-  } else {
-    shape.assign({layout.num_rows});
-  }
-  shape.push_back(dim);
+[[noreturn]] void fail_weight(const FeatureContext& context, int64_t i, float weight) {
+  fail_feature(context, describe_entry(context, i) + ": weight " + std::to_string(weight) +
+                            " is not finite (validate_weights_and_indices is set)");
 }
 
 struct Entry {
@@ -237,7 +52,7 @@ struct Entry {
 template <typename Id, bool kWeighted>
 class Entries {
  public:
-  Entries(const Context& context, std::span<const Id> ids, std::span<const float> weights)
+  Entries(const FeatureContext& context, std::span<const Id> ids, std::span<const float> weights)
       : context_(context),
         ids_(ids.data()),
         weights_(weights.data()),
@@ -249,7 +64,7 @@ class Entries {
 
   static constexpr bool kHasWeights = kWeighted;
   int64_t size() const { return size_; }
-  const Context& context() const { return context_; }
+  const FeatureContext& context() const { return context_; }
   const Id* ids() const { return ids_; }
   const float* weights() const { return weights_; }
 
@@ -297,7 +112,7 @@ class Entries {
   }
 
  private:
-  const Context& context_;
+  const FeatureContext& context_;
   const Id* ids_;
   const float* weights_;
   int64_t size_;
@@ -432,7 +247,8 @@ void fill_plain(const EntriesT& entries, int64_t num_rows, RowBegin row_begin,
 // The fills keep their cursors in locals rather than in a writer object: a member counter is
 // reloaded after every store through the int64_t output pointers (measured 1.5-2x slower).
 template <typename EntriesT, typename RowBegin>
-void fill_sequence(const EntriesT& entries, Layout layout, RowBegin row_begin, CsrFeature& out) {
+void fill_sequence(const EntriesT& entries, InputLayout layout, RowBegin row_begin,
+                   CsrFeature& out) {
   constexpr bool kWeighted = EntriesT::kHasWeights;
   check_entries(entries);  // positions a sequence drops are validated too
   const int64_t length = layout.sequence_length;
@@ -460,10 +276,11 @@ void fill_sequence(const EntriesT& entries, Layout layout, RowBegin row_begin, C
 }
 
 template <typename Split>
-void check_row_splits(const Context& context, std::span<const Split> splits, size_t num_ids) {
+void check_row_splits(const FeatureContext& context, std::span<const Split> splits,
+                      size_t num_ids) {
   const auto fail_split = [&](size_t b, const std::string& why) {
-    fail(context,
-         "row_splits[" + std::to_string(b) + "] = " + std::to_string(splits[b]) + " " + why);
+    fail_feature(context, "row_splits[" + std::to_string(b) + "] = " + std::to_string(splits[b]) +
+                              " " + why);
   };
   if (splits[0] != 0) fail_split(0, "must be 0");
   for (size_t b = 1; b < splits.size(); ++b) {
@@ -480,9 +297,10 @@ void check_row_splits(const Context& context, std::span<const Split> splits, siz
 
 // kRank is the rank when fixed at compile time (2, the common case, runs ~15% faster), else 0.
 template <size_t kRank, typename EntriesT>
-void fill_sparse(const EntriesT& entries, const SparseIds& sparse, Layout layout, CsrFeature& out) {
+void fill_sparse(const EntriesT& entries, const SparseIds& sparse, InputLayout layout,
+                 CsrFeature& out) {
   constexpr bool kWeighted = EntriesT::kHasWeights;
-  const Context& context = entries.context();
+  const FeatureContext& context = entries.context();
   const int64_t length = layout.sequence_length;
   const int64_t num_bags = layout.num_bags();
   size_output(num_bags, entries.size(), kWeighted, out);
@@ -504,16 +322,17 @@ void fill_sparse(const EntriesT& entries, const SparseIds& sparse, Layout layout
     int64_t bag = 0;
     for (size_t d = 0; d < rank; ++d) {
       if (index[d] < 0 || index[d] >= dense_shape[d]) [[unlikely]] {
-        fail(context, "entry " + sparse_index(sparse, i) + " is outside dense_shape " +
-                          shape_string(dense_shape));
+        fail_feature(context, "entry " + sparse_index(sparse, i) + " is outside dense_shape " +
+                                  shape_string(dense_shape));
       }
       if (d + 1 < rank) bag = bag * dense_shape[d] + index[d];
     }
     const int64_t position = index[rank - 1];
     if (bag < previous_bag || (bag == previous_bag && position <= previous_position)) [[unlikely]] {
-      fail(context, "entry " + sparse_index(sparse, i) + " follows entry " +
-                        sparse_index(sparse, i - 1) +
-                        "; indices must be in canonical (row-major, strictly increasing) order");
+      fail_feature(context,
+                   "entry " + sparse_index(sparse, i) + " follows entry " +
+                       sparse_index(sparse, i - 1) +
+                       "; indices must be in canonical (row-major, strictly increasing) order");
     }
     previous_bag = bag;
     previous_position = position;
@@ -532,7 +351,7 @@ void fill_sparse(const EntriesT& entries, const SparseIds& sparse, Layout layout
 
 // Calls fill(entries) with the Entries view matching the id type and the presence of weights.
 template <typename Fill>
-void with_entries(const Context& context, const IdSpan& ids, std::span<const float> weights,
+void with_entries(const FeatureContext& context, const IdSpan& ids, std::span<const float> weights,
                   Fill&& fill) {
   std::visit(
       [&](auto typed) {
@@ -548,33 +367,17 @@ void with_entries(const Context& context, const IdSpan& ids, std::span<const flo
 
 }  // namespace
 
-std::string shape_string(std::span<const int64_t> dims) {
-  std::string text = "[";
-  for (size_t d = 0; d < dims.size(); ++d) {
-    text += (d == 0 ? "" : ", ") + std::to_string(dims[d]);
-  }
-  return text + "]";
-}
-
-std::vector<int64_t> activation_shape(const FeatureConfig& feature, const TableConfig& table,
-                                      const FeatureInput& input) {
-  std::vector<int64_t> shape;
-  write_shape(resolve_layout(Context{feature, table, input}), table.dim, shape);
-  return shape;
-}
-
 void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
                        const FeatureInput& input, CsrFeature& out, ThreadPool* pool) {
-  const Context context{feature, table, input};
-  const Layout layout = resolve_layout(context);
+  const FeatureContext context{feature, table, input};
+  const InputLayout layout = resolve_layout(context);
 
-  const IdSpan& ids =
-      std::visit([](const auto& typed) -> const IdSpan& { return ids_of(typed); }, input);
+  const IdSpan& ids = input_ids(input);
   const std::span<const float> weights =
       std::visit([](const auto& typed) { return typed.weights; }, input);
-  if (!weights.empty() && weights.size() != num_values(ids)) {
-    fail(context, std::to_string(weights.size()) + " weights for " +
-                      std::to_string(num_values(ids)) + " ids");
+  if (!weights.empty() && weights.size() != num_ids(ids)) {
+    fail_feature(context, std::to_string(weights.size()) + " weights for " +
+                              std::to_string(num_ids(ids)) + " ids");
   }
 
   if (const auto* dense = std::get_if<DenseIds>(&input)) {
@@ -590,7 +393,7 @@ void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
   } else if (const auto* ragged = std::get_if<RaggedIds>(&input)) {
     std::visit(
         [&](auto splits) {
-          check_row_splits(context, splits, num_values(ids));
+          check_row_splits(context, splits, num_ids(ids));
           const auto row_begin = [splits](int64_t row) {
             return static_cast<int64_t>(splits[static_cast<size_t>(row)]);
           };
@@ -613,7 +416,7 @@ void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
       }
     });
   }
-  write_shape(layout, table.dim, out.activation_shape);
+  write_activation_shape(layout, table.dim, out.activation_shape);
 }
 
 }  // namespace recemb::internal

@@ -31,14 +31,6 @@ struct CsrFeature {
   int64_t num_bags() const { return static_cast<int64_t>(offsets.size()) - 1; }
 };
 
-// The activation shape of `feature` for `input`. Throws InvalidArgument (naming the feature) if the
-// input's shape does not fit the config.
-std::vector<int64_t> activation_shape(const FeatureConfig& feature, const TableConfig& table,
-                                      const FeatureInput& input);
-
-// "[3, 2, 4]": a shape or an index tuple as the batch checks' error messages write it.
-std::string shape_string(std::span<const int64_t> dims);
-
 // Validates `input` against `feature` and its `table` and writes its CSR form to `out`, reusing
 // out's capacity (no allocation once the buffers have grown). Throws InvalidArgument naming the
 // feature, the example (index, or index tuple for sparse inputs) and the bad value: ids outside

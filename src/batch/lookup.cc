@@ -6,6 +6,7 @@
 
 #include "recemb/error.h"
 
+#include "batch/input_layout.h"
 #include "util/check.h"
 #include "util/checked_math.h"
 

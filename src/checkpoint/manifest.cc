@@ -8,7 +8,7 @@
 #include "recemb/error.h"
 #include "recemb/optimizer.h"
 
-#include "batch/csr_feature.h"
+#include "batch/input_layout.h"
 #include "checkpoint/layout.h"
 #include "format/checksum.h"
 #include "format/config_json.h"

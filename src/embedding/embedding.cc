@@ -9,6 +9,7 @@
 
 #include "recemb/error.h"
 
+#include "batch/input_layout.h"
 #include "config/validate.h"
 #include "embedding/agreement.h"
 #include "embedding/embedding_impl.h"

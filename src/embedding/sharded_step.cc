@@ -17,6 +17,7 @@
 #include "recemb/error.h"
 
 #include "batch/csr_feature.h"
+#include "batch/input_layout.h"
 #include "batch/lookup.h"
 #include "embedding/agreement.h"
 #include "embedding/embedding_impl.h"

@@ -8,6 +8,7 @@
 #include "recemb/serving.h"
 
 #include "batch/csr_feature.h"
+#include "batch/input_layout.h"
 #include "batch/lookup.h"
 #include "format/checksum.h"
 #include "format/file_io.h"

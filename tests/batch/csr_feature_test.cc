@@ -14,6 +14,7 @@
 
 #include "recemb/error.h"
 
+#include "batch/input_layout.h"
 #include "testing/error_of.h"
 #include "util/thread_pool.h"
 
@@ -453,13 +454,6 @@ Model fixture_model(const std::vector<std::vector<int64_t>>& rows) {
     }
   }
   return model;
-}
-
-TEST(CsrFeatureTest, ShapeStringListsTheExtents) {
-  EXPECT_EQ(shape_string(std::vector<int64_t>{}), "[]");
-  EXPECT_EQ(shape_string(std::vector<int64_t>{7}), "[7]");
-  EXPECT_EQ(shape_string(std::vector<int64_t>{3, 0, -2, int64_t{1} << 40}),
-            "[3, 0, -2, 1099511627776]");
 }
 
 TEST(CsrFeatureTest, TfFixtureSparseAndRagged) {

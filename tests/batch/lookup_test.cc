@@ -11,6 +11,7 @@
 
 #include "recemb/error.h"
 
+#include "batch/input_layout.h"
 #include "testing/error_of.h"
 
 namespace recemb::internal {
