@@ -8,7 +8,7 @@
 // Which thread runs which task varies from run to run: callers make results independent of it
 // (and so of the thread count) by giving every task its own output and every worker its own
 // scratch, and by summing tasks' partial results in task order afterwards (docs/training.md,
-// "Dense layers").
+// "Performance").
 //
 // Tasks must not throw (callers validate first) nor call run. One thread calls run at a time.
 #ifndef RECEMB_TRAIN_WORKER_POOL_H_
