@@ -187,10 +187,10 @@ bool all_finite(const float* values, int64_t count) {
 // with AVX2.) A block's buffers (InteractionBlock), F = num_embeddings + 1:
 //   vectors[(f * dim + k) * kLanes + lane]           T_f[k] of example first + lane
 //   vector_gradients[(f * dim + k) * kLanes + lane]  d(loss)/d(T_f[k])
-//   pair_gradients[(i * F + j) * kLanes + lane]      S_ij = P_ij (i > j), P_ji (i < j), 0 (i == j)
 //   pairs[p * kLanes + lane]                         pair p = i (i - 1) / 2 + j (i > j): its dot
 //                                                    product (forward) or P_ij (backward)
-// The backward pass is dT = S T per example, one sum per output element in registers. In the last
+// The backward pass is dT_i = sum_{j != i} P_ij T_j per example (P symmetric, read from the pairs),
+// one sum per output element in registers. In the last
 // block of a batch, lanes beyond the batch hold stale values whose results are never stored.
 
 // GCC 12's AVX-512 intrinsics start some results from _mm512_undefined_ps(), which its
@@ -332,6 +332,26 @@ void gather(const InteractionBlock& block) {
   }
 }
 
+// The dot products of vector i with vectors j .. j + kCount - 1 (`vectors_j`, `stride` floats
+// apart) for the examples of a block, into kCount consecutive pairs. The kCount independent sums
+// hide the latency of the multiply-adds and share the loads of vector i; each pair's sum runs
+// over k in order, whatever kCount.
+template <int kCount>
+void dot_products(const float* vector_i, const float* vectors_j, int64_t stride, int64_t dim,
+                  float* pairs) {
+  float dots[kCount][kLanes] = {};
+  for (int64_t k = 0; k < dim; ++k) {
+    for (int q = 0; q < kCount; ++q) {
+      for (int64_t lane = 0; lane < kLanes; ++lane) {
+        dots[q][lane] += vector_i[k * kLanes + lane] * vectors_j[q * stride + k * kLanes + lane];
+      }
+    }
+  }
+  for (int q = 0; q < kCount; ++q) {
+    for (int64_t lane = 0; lane < kLanes; ++lane) pairs[q * kLanes + lane] = dots[q][lane];
+  }
+}
+
 void interaction_forward(const InteractionBlock& block, float* output) {
   gather(block);
   const int64_t dim = block.dim;
@@ -348,36 +368,37 @@ void interaction_forward(const InteractionBlock& block, float* output) {
   float* pairs = block.pairs;
   for (int64_t i = 1; i < num_vectors; ++i) {
     const float* vector_i = vectors + i * stride;
-    for (int64_t j = 0; j < i; ++j, pairs += kLanes) {
-      const float* vector_j = vectors + j * stride;
-      float dots[kLanes] = {};
-      for (int64_t k = 0; k < dim; ++k) {
-        for (int64_t lane = 0; lane < kLanes; ++lane) {
-          dots[lane] += vector_i[k * kLanes + lane] * vector_j[k * kLanes + lane];
-        }
-      }
-      for (int64_t lane = 0; lane < kLanes; ++lane) pairs[lane] = dots[lane];
+    int64_t j = 0;
+    for (; j + 8 <= i; j += 8, pairs += 8 * kLanes) {
+      dot_products<8>(vector_i, vectors + j * stride, stride, dim, pairs);
+    }
+    for (; j < i; ++j, pairs += kLanes) {
+      dot_products<1>(vector_i, vectors + j * stride, stride, dim, pairs);
     }
   }
   from_lanes(block.pairs, block.count, width - dim, block_output + dim, width);
 }
 
-// d(loss)/d(T_i)[k] = sum_j S_ij T_j[k] for k = k0 .. k0 + kCount - 1 and the examples of a
-// block (`pair_row` = S_i.), into `gradient_i`. The kCount independent sums hide the latency of
-// the multiply-adds (one sum at a time took 1.6x as long). Written element by element, not by
-// memcpy, so that the sums stay in registers.
+// d(loss)/d(T_i)[k] = sum_{j != i} P_ij T_j[k] for k = k0 .. k0 + kCount - 1 and the examples
+// of a block, into `gradient_i`, where P_ij = P_ji is the gradient of pair (max(i, j),
+// min(i, j)) in `pairs` (the pairs j < i of row i are consecutive, those j > i a row apart). The
+// kCount independent sums hide the latency of the multiply-adds and share the loads of P; each
+// runs over j in order. Written element by element, not by memcpy, so that the sums stay in
+// registers.
 template <int kCount>
-void vector_gradient(const float* pair_row, const float* vectors, int64_t num_vectors,
-                     int64_t stride, int64_t k0, float* gradient_i) {
+void vector_gradient(const float* pairs, const float* vectors, int64_t num_vectors, int64_t stride,
+                     int64_t i, int64_t k0, float* gradient_i) {
   float sums[kCount][kLanes] = {};
-  for (int64_t j = 0; j < num_vectors; ++j) {
+  const auto add = [&](const float* pair, int64_t j) {
     for (int q = 0; q < kCount; ++q) {
       for (int64_t lane = 0; lane < kLanes; ++lane) {
-        sums[q][lane] +=
-            pair_row[j * kLanes + lane] * vectors[j * stride + (k0 + q) * kLanes + lane];
+        sums[q][lane] += pair[lane] * vectors[j * stride + (k0 + q) * kLanes + lane];
       }
     }
-  }
+  };
+  const float* row_i = pairs + i * (i - 1) / 2 * kLanes;  // pairs (i, 0 .. i - 1)
+  for (int64_t j = 0; j < i; ++j) add(row_i + j * kLanes, j);
+  for (int64_t j = i + 1; j < num_vectors; ++j) add(pairs + (j * (j - 1) / 2 + i) * kLanes, j);
   for (int q = 0; q < kCount; ++q) {
     for (int64_t lane = 0; lane < kLanes; ++lane) {
       gradient_i[(k0 + q) * kLanes + lane] = sums[q][lane];
@@ -393,27 +414,19 @@ void interaction_backward(const InteractionBlock& block, const float* output_gra
   const int64_t stride = dim * kLanes;
   const auto num_vectors = static_cast<int64_t>(block.embeddings.size()) + 1;
   const int64_t width = dim + num_vectors * (num_vectors - 1) / 2;
-  // S from the block's rows of output_gradient: the pairs' gradients into the lane layout, then
-  // each pair's lane vector to its two places in S.
+  // The pairs' gradients into the lane layout.
   to_lanes(output_gradient + block.first * width + dim, width, block.count, width - dim,
            block.pairs);
-  float* pairs = block.pair_gradients;
-  const float* pair = block.pairs;
-  for (int64_t i = 1; i < num_vectors; ++i) {
-    for (int64_t j = 0; j < i; ++j, pair += kLanes) {
-      std::memcpy(pairs + (i * num_vectors + j) * kLanes, pair, sizeof(float) * kLanes);
-      std::memcpy(pairs + (j * num_vectors + i) * kLanes, pair, sizeof(float) * kLanes);
-    }
-  }
-  const float* vectors = block.vectors;
+  constexpr int kCount = kLanes == 16 ? 8 : 4;  // sums in registers: 8 of 32, 4 of 16
   for (int64_t i = 0; i < num_vectors; ++i) {
-    const float* pair_row = pairs + i * num_vectors * kLanes;
     float* gradient_i = block.vector_gradients + i * stride;
     int64_t k = 0;
-    for (; k + 4 <= dim; k += 4) {
-      vector_gradient<4>(pair_row, vectors, num_vectors, stride, k, gradient_i);
+    for (; k + kCount <= dim; k += kCount) {
+      vector_gradient<kCount>(block.pairs, block.vectors, num_vectors, stride, i, k, gradient_i);
     }
-    for (; k < dim; ++k) vector_gradient<1>(pair_row, vectors, num_vectors, stride, k, gradient_i);
+    for (; k < dim; ++k) {
+      vector_gradient<1>(block.pairs, block.vectors, num_vectors, stride, i, k, gradient_i);
+    }
   }
   from_lanes(block.vector_gradients, block.count, dim, bottom_gradient + block.first * dim, dim);
   for (int64_t lane = 0; lane < block.count; ++lane) {
