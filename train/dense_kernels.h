@@ -34,6 +34,7 @@ struct InteractionBlock {
   int64_t count = 0;
   float* vectors = nullptr;           // (num_embeddings + 1) * dim * lanes floats
   float* vector_gradients = nullptr;  // as many
+  float* pair_gradients = nullptr;    // (num_embeddings + 1)^2 * lanes floats, diagonal 0
   float* pairs = nullptr;             // the pairs (i > j), lanes floats each
 };
 

@@ -41,6 +41,8 @@ void DotInteraction::reserve_workers(int num_workers) {
   for (Scratch& scratch : scratch_) {
     scratch.vectors.resize(static_cast<size_t>(num_vectors * dim_ * lanes));
     scratch.vector_gradients.resize(scratch.vectors.size());
+    // The diagonal is never written: it stays 0.
+    scratch.pair_gradients.resize(static_cast<size_t>(num_vectors * num_vectors * lanes));
     scratch.pairs.resize(static_cast<size_t>(num_vectors * (num_vectors - 1) / 2 * lanes));
   }
 }
@@ -65,6 +67,7 @@ void DotInteraction::for_each_block(std::span<const float> bottom,
                             .count = std::min(lanes, end - block),
                             .vectors = scratch.vectors.data(),
                             .vector_gradients = scratch.vector_gradients.data(),
+                            .pair_gradients = scratch.pair_gradients.data(),
                             .pairs = scratch.pairs.data()});
   }
 }

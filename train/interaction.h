@@ -76,6 +76,7 @@ class DotInteraction {
   struct Scratch {
     std::vector<float> vectors;
     std::vector<float> vector_gradients;
+    std::vector<float> pair_gradients;
     std::vector<float> pairs;
   };
   // For each block of up to interaction_lanes examples in [first, first + count): calls
