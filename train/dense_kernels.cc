@@ -91,6 +91,26 @@ void prepare_products(int64_t in, int64_t out) {
   }
 }
 
+// Runs one of a layer's products over `rows` rows: chunk by chunk on the generated kernels where
+// runs_jit (jit_chunk(kernel, first), with the kernel of shape(count, in, out)), else, and
+// for a chunk libxsmm made no kernel for, on Eigen (eigen_chunk(first, count)).
+template <typename EigenChunk, typename JitChunk>
+void run_product(int64_t rows, int64_t in, int64_t out,
+                 ProductShape (*shape)(int64_t, int64_t, int64_t), EigenChunk&& eigen_chunk,
+                 JitChunk&& jit_chunk) {
+  if (!runs_jit(in, out)) {
+    eigen_chunk(0, rows);
+    return;
+  }
+  for_each_chunk(rows, [&](int64_t first, int64_t count) {
+    if (const ProductKernel kernel = jit_kernel(shape(count, in, out))) {
+      jit_chunk(kernel, first);
+    } else {
+      eigen_chunk(first, count);
+    }
+  });
+}
+
 void affine_forward(const float* x, const float* weights, const float* bias, int64_t rows,
                     int64_t in, int64_t out, bool relu, float* y) {
   // The bias first, then += the product: a product assigned with = would first zero y.
@@ -100,17 +120,9 @@ void affine_forward(const float* x, const float* weights, const float* bias, int
     MatrixMap(y + first * out, count, out).noalias() +=
         ConstMatrixMap(x + first * in, count, in) * ConstMatrixMap(weights, in, out);
   };
-  if (runs_jit(in, out)) {
-    for_each_chunk(rows, [&](int64_t first, int64_t count) {
-      if (const ProductKernel kernel = jit_kernel(forward_shape(count, in, out))) {
-        kernel(x + first * in, weights, y + first * out);
-      } else {
-        eigen_chunk(first, count);
-      }
-    });
-  } else {
-    eigen_chunk(0, rows);
-  }
+  run_product(rows, in, out, forward_shape, eigen_chunk, [&](ProductKernel kernel, int64_t first) {
+    kernel(x + first * in, weights, y + first * out);
+  });
   if (relu) y_block = y_block.cwiseMax(0.0f);
 }
 
@@ -121,17 +133,10 @@ void affine_parameter_gradients(const float* x, const float* delta, int64_t rows
         ConstMatrixMap(x + first * in, count, in).transpose() *
         ConstMatrixMap(delta + first * out, count, out);
   };
-  if (runs_jit(in, out)) {
-    for_each_chunk(rows, [&](int64_t first, int64_t count) {
-      if (const ProductKernel kernel = jit_kernel(weight_gradient_shape(count, in, out))) {
-        kernel(x + first * in, delta + first * out, weight_gradient);
-      } else {
-        eigen_chunk(first, count);
-      }
-    });
-  } else {
-    eigen_chunk(0, rows);
-  }
+  run_product(rows, in, out, weight_gradient_shape, eigen_chunk,
+              [&](ProductKernel kernel, int64_t first) {
+                kernel(x + first * in, delta + first * out, weight_gradient);
+              });
   // Row by row rather than colwise().sum(), whose result depends on the alignment of the
   // destination (Eigen sums aligned columns pairwise, the others in sequence).
   const ConstMatrixMap delta_block(delta, rows, out);
@@ -146,17 +151,10 @@ void affine_input_gradient(const float* delta, const float* weights_transposed, 
         ConstMatrixMap(delta + first * out, count, out) *
         ConstMatrixMap(weights_transposed, out, in);
   };
-  if (runs_jit(in, out)) {
-    for_each_chunk(rows, [&](int64_t first, int64_t count) {
-      if (const ProductKernel kernel = jit_kernel(input_gradient_shape(count, in, out))) {
-        kernel(delta + first * out, weights_transposed, input_gradient + first * in);
-      } else {
-        eigen_chunk(first, count);
-      }
-    });
-  } else {
-    eigen_chunk(0, rows);
-  }
+  run_product(rows, in, out, input_gradient_shape, eigen_chunk,
+              [&](ProductKernel kernel, int64_t first) {
+                kernel(delta + first * out, weights_transposed, input_gradient + first * in);
+              });
 }
 
 void relu_gradient(const float* values, const float* gradient, int64_t count, float* out) {

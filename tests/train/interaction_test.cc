@@ -179,6 +179,26 @@ TEST_P(DotInteractionShapeTest, ResultsDoNotDependOnArrayAlignment) {
   }
 }
 
+// The output, the bottom gradient and the embedding gradients that compute(output,
+// bottom_gradient, embedding_gradients) writes into fresh buffers for `inputs`, concatenated.
+template <class Compute>
+std::vector<float> interaction_results(const Inputs& inputs, size_t output_size, Compute compute) {
+  std::vector<float> output(output_size);
+  std::vector<float> bottom_gradient(inputs.bottom.size());
+  std::vector<std::vector<float>> embedding_gradients(inputs.embeddings.size(),
+                                                      std::vector<float>(inputs.bottom.size()));
+  const std::vector<std::span<float>> gradient_views(embedding_gradients.begin(),
+                                                     embedding_gradients.end());
+  compute(std::span<float>(output), std::span<float>(bottom_gradient),
+          std::span<const std::span<float>>(gradient_views));
+  std::vector<float> results = output;
+  results.insert(results.end(), bottom_gradient.begin(), bottom_gradient.end());
+  for (const std::vector<float>& g : embedding_gradients) {
+    results.insert(results.end(), g.begin(), g.end());
+  }
+  return results;
+}
+
 // Forward and backward on 1, 2 and 3 threads give bitwise the results of the caller's thread
 // alone, for a batch of several tasks ending in a partial block of examples.
 class DotInteractionThreadTest : public ::testing::TestWithParam<DenseIsa> {};
@@ -192,24 +212,16 @@ TEST_P(DotInteractionThreadTest, ResultsDoNotDependOnThreadCount) {
   const size_t width = static_cast<size_t>(DotInteraction::output_width(num_embeddings, dim));
   const std::vector<float> output_gradient =
       random_floats(random, static_cast<size_t>(batch_size) * width, -1.0f, 1.0f);
-  // Output, bottom gradient and embedding gradients, concatenated.
   const auto run = [&](WorkerPool* pool) {
     DotInteraction interaction(num_embeddings, dim, GetParam());
-    std::vector<float> output(output_gradient.size());
-    std::vector<float> bottom_gradient(inputs.bottom.size());
-    std::vector<std::vector<float>> embedding_gradients(inputs.embeddings.size(),
-                                                        std::vector<float>(inputs.bottom.size()));
-    const std::vector<std::span<float>> gradient_views(embedding_gradients.begin(),
-                                                       embedding_gradients.end());
-    interaction.forward(inputs.bottom, inputs.views(), output, pool);
-    interaction.backward(inputs.bottom, inputs.views(), output_gradient, bottom_gradient,
-                         gradient_views, pool);
-    std::vector<float> results = output;
-    results.insert(results.end(), bottom_gradient.begin(), bottom_gradient.end());
-    for (const std::vector<float>& g : embedding_gradients) {
-      results.insert(results.end(), g.begin(), g.end());
-    }
-    return results;
+    return interaction_results(inputs, output_gradient.size(),
+                               [&](std::span<float> output, std::span<float> bottom_gradient,
+                                   std::span<const std::span<float>> embedding_gradients) {
+                                 interaction.forward(inputs.bottom, inputs.views(), output, pool);
+                                 interaction.backward(inputs.bottom, inputs.views(),
+                                                      output_gradient, bottom_gradient,
+                                                      embedding_gradients, pool);
+                               });
   };
   const std::vector<float> serial = run(nullptr);
   for (const int num_threads : {1, 2, 3}) {
@@ -229,38 +241,31 @@ TEST_P(DotInteractionThreadTest, RowRangesGiveTheWholeBatchsResults) {
   const size_t width = static_cast<size_t>(DotInteraction::output_width(num_embeddings, dim));
   const std::vector<float> output_gradient =
       random_floats(random, static_cast<size_t>(batch_size) * width, -1.0f, 1.0f);
-  // Output, bottom gradient and embedding gradients, concatenated.
   const auto run = [&](bool by_ranges) {
     DotInteraction interaction(num_embeddings, dim, GetParam());
-    std::vector<float> output(output_gradient.size());
-    std::vector<float> bottom_gradient(inputs.bottom.size());
-    std::vector<std::vector<float>> embedding_gradients(inputs.embeddings.size(),
-                                                        std::vector<float>(inputs.bottom.size()));
-    const std::vector<std::span<float>> gradient_views(embedding_gradients.begin(),
-                                                       embedding_gradients.end());
-    if (by_ranges) {
-      interaction.reserve_workers(2);
-      // [0, 7), [7, 40), [40, 203): a partial block, blocks across range ends, a long range.
-      const int64_t starts[] = {0, 7, 40, batch_size};
-      for (int r = 2; r >= 0; --r) {
-        interaction.forward_rows(inputs.bottom, inputs.views(), starts[r],
-                                 starts[r + 1] - starts[r], output, r % 2);
-      }
-      for (int r = 2; r >= 0; --r) {
-        interaction.backward_rows(inputs.bottom, inputs.views(), output_gradient, bottom_gradient,
-                                  gradient_views, starts[r], starts[r + 1] - starts[r], r % 2);
-      }
-    } else {
-      interaction.forward(inputs.bottom, inputs.views(), output);
-      interaction.backward(inputs.bottom, inputs.views(), output_gradient, bottom_gradient,
-                           gradient_views);
-    }
-    std::vector<float> results = output;
-    results.insert(results.end(), bottom_gradient.begin(), bottom_gradient.end());
-    for (const std::vector<float>& g : embedding_gradients) {
-      results.insert(results.end(), g.begin(), g.end());
-    }
-    return results;
+    return interaction_results(
+        inputs, output_gradient.size(),
+        [&](std::span<float> output, std::span<float> bottom_gradient,
+            std::span<const std::span<float>> embedding_gradients) {
+          if (!by_ranges) {
+            interaction.forward(inputs.bottom, inputs.views(), output);
+            interaction.backward(inputs.bottom, inputs.views(), output_gradient, bottom_gradient,
+                                 embedding_gradients);
+            return;
+          }
+          interaction.reserve_workers(2);
+          // [0, 7), [7, 40), [40, 203): a partial block, blocks across range ends, a long range.
+          const int64_t starts[] = {0, 7, 40, batch_size};
+          for (int r = 2; r >= 0; --r) {
+            interaction.forward_rows(inputs.bottom, inputs.views(), starts[r],
+                                     starts[r + 1] - starts[r], output, r % 2);
+          }
+          for (int r = 2; r >= 0; --r) {
+            interaction.backward_rows(inputs.bottom, inputs.views(), output_gradient,
+                                      bottom_gradient, embedding_gradients, starts[r],
+                                      starts[r + 1] - starts[r], r % 2);
+          }
+        });
   };
   EXPECT_EQ(run(true), run(false));
 }
