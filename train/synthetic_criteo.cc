@@ -95,6 +95,7 @@ SyntheticCriteo::SyntheticCriteo(SyntheticOptions options) : options_(std::move(
   for (size_t j = 0; j < kNumDenseFeatures; ++j) {
     dense_weights_[j] = kDenseWeight * signed_unit(model.next());
     dense_means_[j] = mean_log1p_geometric(kDenseMeans[j]);
+    log_continue_[j] = std::log1p(-1.0 / (1.0 + kDenseMeans[j]));
   }
   features_.reserve(kNumCategoricalFeatures);
   for (int f = 0; f < kNumCategoricalFeatures; ++f) {
@@ -170,8 +171,7 @@ int64_t SyntheticCriteo::next(ExampleBatch& batch, int64_t max_examples) {
     for (size_t j = 0; j < kNumDenseFeatures; ++j) {
       // Inversion of the geometric distribution P(c) = p (1 - p)^c, p = 1 / (1 + mean); the
       // uniform is taken from (0, 1] so that the logarithm is finite.
-      const double p = 1.0 / (1.0 + kDenseMeans[j]);
-      const double c = std::floor(std::log(1.0 - random.uniform()) / std::log1p(-p));
+      const double c = std::floor(std::log(1.0 - random.uniform()) / log_continue_[j]);
       dense[j] = dense_value(static_cast<int64_t>(c));
     }
     int64_t* ids = batch.categorical.data() + i;

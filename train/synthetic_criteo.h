@@ -133,6 +133,8 @@ class SyntheticCriteo final : public ExampleSource {
   uint64_t stream_key_;  // seed and split: the key of every example's random stream
   std::array<double, kNumDenseFeatures> dense_weights_;
   std::array<double, kNumDenseFeatures> dense_means_;  // E[x_j]
+  // log(1 - p_j), p_j = 1 / (1 + mu_j): the geometric draws' divisor.
+  std::array<double, kNumDenseFeatures> log_continue_;
   std::vector<Feature> features_;
   int64_t index_ = 0;  // of the next example
   std::optional<int64_t> vocabulary_time_;

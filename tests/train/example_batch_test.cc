@@ -33,6 +33,15 @@ TEST(DenseValueTest, IsLog1pOfTheClampedCount) {
   EXPECT_EQ(dense_value(0), 0.0f);
 }
 
+// The small counts come from a table (example_batch.cc): bitwise the value computed in double and
+// rounded to float, on both sides of the table's end, so files and synthetic data give the same
+// features as before it.
+TEST(DenseValueTest, SmallCountsAreBitwiseTheRoundedDoubleLog1p) {
+  for (int64_t x = 0; x < 10'000; ++x) {
+    ASSERT_EQ(dense_value(x), static_cast<float>(std::log1p(static_cast<double>(x)))) << x;
+  }
+}
+
 // Fills a batch the way a source does (stride = capacity while filling) and checks the final
 // layout against the values written, for full and short batches.
 TEST(ExampleBatchTest, FinishMovesToFeatureMajorLayoutOfTheFinalSize) {
