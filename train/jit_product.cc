@@ -47,7 +47,8 @@ constexpr unsigned kCodeBufferBytes = 1u << 20;
 }
 
 // Generates the kernel and copies it into memory of its own, readable and executable but not
-// writable. Returns null when libxsmm makes no code for the shape.
+// writable. Returns null when libxsmm makes no code for the shape. Called with the cache's lock
+// held.
 ProductKernel::Function generate(JitIsa isa, const ProductShape& shape) {
   if (shape.rows < 1 || shape.columns < 1 || shape.depth < 1 || shape.rows > INT_MAX ||
       shape.columns > INT_MAX || shape.depth > INT_MAX) {
@@ -67,7 +68,9 @@ ProductKernel::Function generate(JitIsa isa, const ProductShape& shape) {
       LIBXSMM_GEMM_PREFETCH_NONE);
   if (descriptor == nullptr) return nullptr;
 
-  std::vector<unsigned char> buffer(kCodeBufferBytes);
+  // Kernels are generated one at a time, under the cache's lock: one buffer serves them all
+  // (a fresh one per kernel cost most of a model's construction under the sanitizers).
+  static std::vector<unsigned char>& buffer = *new std::vector<unsigned char>(kCodeBufferBytes);
   libxsmm_generated_code code = {};
   code.generated_code = buffer.data();
   code.buffer_size = kCodeBufferBytes;
@@ -113,7 +116,7 @@ ProductKernel product_kernel(JitIsa isa, const ProductShape& shape) {
   if (const auto found = kernels.kernels.find(key); found != kernels.kernels.end()) {
     return ProductKernel(found->second);
   }
-  // Generated before it is cached: should the buffer's allocation throw, nothing is cached.
+  // Generated before it is cached: should an allocation throw, nothing is cached.
   const ProductKernel::Function function = generate(isa, shape);
   kernels.kernels.emplace(key, function);
   return ProductKernel(function);
