@@ -34,8 +34,10 @@ struct InteractionBlock {
   int64_t count = 0;
   float* vectors = nullptr;           // (num_embeddings + 1) * dim * lanes floats
   float* vector_gradients = nullptr;  // as many
-  float* pair_gradients = nullptr;    // (num_embeddings + 1)^2 * lanes floats, diagonal 0
-  float* pairs = nullptr;             // the pairs (i > j), lanes floats each
+  // (num_embeddings + 1)^2 * lanes floats, diagonal 0: the 8-lane kernels' symmetric pair
+  // gradients (dense_kernels.cc, kFullPairMatrix); the 16-lane kernels leave it unused.
+  float* pair_gradients = nullptr;
+  float* pairs = nullptr;  // the pairs (i > j), lanes floats each
 };
 
 // Adam's update with its bias corrections folded into two per-step constants (dense_optimizer.h):

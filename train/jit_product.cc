@@ -34,8 +34,8 @@ struct CacheKeyHash {
   }
 };
 
-// The generator writes a kernel's machine code into a buffer of ours; the largest seen for the
-// trainer's shapes is under 8 KiB (docs/training.md, "The matrix-product library").
+// The generator writes a kernel's machine code into a buffer of ours: the kernels of DLRM's layers
+// take under 8 KiB. Code that would not fit is a generator error: no kernel for the shape.
 constexpr unsigned kCodeBufferBytes = 1u << 20;
 
 [[noreturn]] void abort_for(const ProductShape& shape, const char* what) {
