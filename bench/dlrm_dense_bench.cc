@@ -193,8 +193,9 @@ void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library, Dens
     }
   }
   std::vector<float> c = filled(shape.m * shape.n);
-  const int lda = shape.transpose_a ? shape.m : shape.k;
-  const int ldb = shape.transpose_b ? shape.k : shape.n;
+  // The peer libraries' leading dimensions: unused when none of them was found at configure time.
+  [[maybe_unused]] const int lda = shape.transpose_a ? shape.m : shape.k;
+  [[maybe_unused]] const int ldb = shape.transpose_b ? shape.k : shape.n;
   const DenseKernels& kernels = recemb::train::dense_kernels(isa);
   // The kernels' bias, one per block (zeros forward; the row sums of D, weight gradient).
   std::vector<float> bias(static_cast<size_t>(shape.n * kGemmBlocks), 0.0f);
@@ -282,7 +283,7 @@ void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library, Dens
     libraries.push_back(
         {"recemb_" + std::string(recemb::train::dense_isa_name(isa)), GemmLibrary::kRecemb, isa});
   }
-  const DenseIsa widest = recemb::train::widest_dense_isa();
+  [[maybe_unused]] const DenseIsa widest = recemb::train::widest_dense_isa();  // for the peers
 #ifdef RECEMB_BENCH_OPENBLAS
   libraries.push_back({"openblas", GemmLibrary::kOpenBlas, widest});
 #endif
