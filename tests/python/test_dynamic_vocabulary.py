@@ -605,6 +605,42 @@ def test_stats_read_write_and_copies():
         layer.vocabulary_stats("nope")
 
 
+@pytest.mark.parametrize("optimizer, slot, value, problem", [
+    ("adagrad", "accumulators", -1.0, "is out of range: 'accumulators' must be finite and > 0"),
+    ("adagrad", "accumulators", 0.0, "is out of range: 'accumulators' must be finite and > 0"),
+    ("ftrl", "accumulators", 0.0, "is out of range: 'accumulators' must be finite and > 0"),
+    ("adagrad_momentum", "accumulators", -1.0,
+     "is out of range: 'accumulators' must be finite and >= 0"),
+    ("rowwise_adagrad", "accumulators", -1.0,
+     "is out of range: 'accumulators' must be finite and >= 0"),
+    ("adam", "velocities", -0.5, "is out of range: 'velocities' must be finite and >= 0"),
+    ("adam", "momenta", np.inf, "is not finite"),
+    ("ftrl", "linears", np.nan, "is not finite"),
+])
+def test_write_refuses_slot_values_the_optimizer_cannot_hold(optimizer, slot, value, problem):
+    # Adagrad accumulators of -1 were taken, and the next step turned the rows into -inf.
+    table = recemb.TableConfig(dim=2, name="t", vocabulary=recemb.DynamicVocabulary(capacity=4))
+    layer = recemb.Embedding({"f": recemb.FeatureConfig(table, name="f")}, optimizer=optimizer)
+    ids = {"f": np.array([1, 2])}
+    activations = layer(ids)
+    layer.apply_gradients({"f": np.ones_like(activations["f"])})
+    keys, rows, slots = layer.read_dynamic_table("t")
+    bad = {name: values.copy() for name, values in slots.items()}
+    bad[slot].reshape(-1)[bad[slot].size // 2] = value  # key 2's first value
+    index = bad[slot].size // 2
+    shown = re.escape(f"{np.float32(value):f}" if np.isfinite(value) else str(value).lower())
+    with pytest.raises(ValueError, match=rf"write_dynamic_table: table 't': '{slot}': value "
+                                         rf"{shown}0* at index {index} \(key 2\) {problem}"):
+        layer.write_dynamic_table("t", keys, rows, bad)
+    after = layer.read_dynamic_table("t")
+    np.testing.assert_array_equal(after[1], rows)
+    for name in slots:
+        np.testing.assert_array_equal(after[2][name], slots[name])
+    activations = layer(ids)
+    layer.apply_gradients({"f": np.ones_like(activations["f"])})
+    assert np.isfinite(layer.read_dynamic_table("t")[1]).all()
+
+
 def test_a_static_checkpoint_converts_into_a_dynamic_table(tmp_path):
     static = recemb.TableConfig(6, 3, name="user")
     features = {"u": recemb.FeatureConfig(static, name="u")}
