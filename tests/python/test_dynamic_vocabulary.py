@@ -540,6 +540,13 @@ def test_bad_ids_raise_value_error_naming_the_feature():
         ({"u": recemb.Ragged(["a", None], [0, 1, 2])}, "feature 'u': values of dynamic table"),
         ({"i": np.array([1, 2], dtype=object)}, "feature 'i': ids must be integers, got dtype "
                                                 "object"),
+        # An int beyond int64 in a list makes numpy hold the ids as objects: named by its range.
+        ({"u": [5, -2**63 - 1]}, r"feature 'u': ids: -9223372036854775809 at index \(1,\) is "
+                                 r"outside the 64-bit integers \[-2\*\*63, 2\*\*63\)"),
+        ({"u": [["a", 2**64]]}, r"feature 'u': ids: 18446744073709551616 at index \(0, 1\) is "
+                                r"outside the 64-bit integers"),
+        ({"i": [2**70]}, r"feature 'i': ids: 1180591620717411303424 at index \(0,\) is outside "
+                         r"the 64-bit integers"),
     ]
     for bad, match in cases:
         with pytest.raises(ValueError, match=match):
