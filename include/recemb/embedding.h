@@ -245,7 +245,10 @@ class RECEMB_EXPORT Embedding {
   // Copies a whole variable out to / in from a row-major array of exactly its size, whatever the
   // placement (read_variable gathers the parts from every rank; write_variable keeps the parts this
   // rank holds, so every rank passes the whole variable). Unknown names or a wrong size throw
-  // InvalidArgument; write_variable also rejects non-finite values.
+  // InvalidArgument; write_variable also rejects non-finite values, and slot values the optimizer
+  // cannot hold: accumulators and second moments (Adagrad's and FTRL's "accumulators" > 0;
+  // AdagradMomentum's and RowwiseAdagrad's "accumulators", Adam's "velocities" >= 0), naming the
+  // table, variable, row and value (docs/semantics.md §5).
   void read_variable(std::string_view table, std::string_view variable, std::span<float> out) const;
   void write_variable(std::string_view table, std::string_view variable,
                       std::span<const float> values);
@@ -265,8 +268,9 @@ class RECEMB_EXPORT Embedding {
   DynamicTableContents read_dynamic_table(std::string_view table) const;
   // Replaces the table's keys, rows and slots with `contents` (as read_dynamic_table gives them),
   // each key counted as seen once at the current step. InvalidArgument, nothing changed, for keys
-  // not strictly increasing, arrays of the wrong size or missing slots, non-finite values, or more
-  // keys than a part holds.
+  // not strictly increasing, arrays of the wrong size or missing slots, non-finite values, slot
+  // values the optimizer cannot hold (as write_variable; the message names table, slot, key and
+  // value), or more keys than a part holds.
   void write_dynamic_table(std::string_view table, const DynamicTableContents& contents);
   std::span<float> variable_data(std::string_view table, std::string_view variable);
   std::span<const float> variable_data(std::string_view table, std::string_view variable) const;

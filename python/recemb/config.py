@@ -7,6 +7,7 @@ TF). Configs are plain values; an Embedding copies what it needs and never chang
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterable
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
@@ -30,15 +31,25 @@ def _parse_name(parse, argument, value):
         raise ValueError(f"{argument}={value!r}: {error}") from None
 
 
-def _int(owner, field, value):
-    """`value` as an int of the C++ fields' type (int64), or ValueError naming the field; its
-    valid range is checked by the C++ library when the Embedding is built."""
+def _int(owner, field, value, minimum=None):
+    """`value` as an int of the C++ fields' type (int64) and >= minimum (when given), or
+    ValueError naming the field as TF's configs do ("must be an int and must be >= 1")."""
+    requirement = "an int" if minimum is None else f"an int and must be >= {minimum}"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{owner}: {field} must be an int, got {value!r}")
+        raise ValueError(f"{owner}: {field} must be {requirement}, got {value!r}")
     if not -2**63 <= value < 2**63:
         raise ValueError(f"{owner}: {field}={value}: outside the 64-bit integers "
                          "[-2**63, 2**63)")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{owner}: {field} must be {requirement}, got {value!r}")
     return int(value)
+
+
+def _name(owner, value):
+    """`value` (a config's name) when it is None or a non-empty str, else ValueError."""
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ValueError(f"{owner}: name must be None or a non-empty str, got {value!r}")
+    return value
 
 
 class QuantizationConfig:
@@ -46,9 +57,16 @@ class QuantizationConfig:
     straight-through): x = clip(x, lower, upper), snapped to num_buckets evenly spaced values."""
 
     def __init__(self, num_buckets: int, lower: float, upper: float) -> None:
-        self.num_buckets = _int("QuantizationConfig", "num_buckets", num_buckets)
+        owner = "QuantizationConfig"
+        self.num_buckets = _int(owner, "num_buckets", num_buckets, minimum=2)
+        for field, value in (("lower", lower), ("upper", upper)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"{owner}: {field} must be a float, got {value!r}")
         self.lower = float(lower)
         self.upper = float(upper)
+        if not (np.isfinite(self.lower) and np.isfinite(self.upper) and self.lower < self.upper):
+            raise ValueError(f"{owner}: needs finite lower < upper, got lower {self.lower}, "
+                             f"upper {self.upper}")
 
     def __repr__(self):
         return (f"QuantizationConfig(num_buckets={self.num_buckets}, lower={self.lower}, "
@@ -111,6 +129,10 @@ class TableConfig:
         index in order of first appearance in the flattened feature config (as TF).
     vocabulary: None (a static table of vocabulary_size rows) or a DynamicVocabulary (a dynamic
         table; vocabulary_size must then be None).
+
+    Every argument is checked here, as TF's constructor does (ValueError naming the field:
+    vocabulary_size and dim ints >= 1, a known combiner, ...); the Embedding checks its configs
+    again when it is built.
     """
 
     def __init__(self, vocabulary_size: Optional[int] = None, dim: Optional[int] = None,
@@ -129,10 +151,15 @@ class TableConfig:
                 "recemb.DynamicVocabulary(...) (a dynamic table), " +
                 ("not both" if vocabulary is not None else "got neither"))
         self.vocabulary_size = (None if vocabulary_size is None else
-                                _int(owner, "vocabulary_size", vocabulary_size))
+                                _int(owner, "vocabulary_size", vocabulary_size, minimum=1))
         if dim is None:
             raise ValueError(f"{owner}: dim is required")
-        self.dim = _int(owner, "dim", dim)
+        self.dim = _int(owner, "dim", dim, minimum=1)
+        rows = vocabulary.capacity if vocabulary is not None else self.vocabulary_size
+        if rows * self.dim >= 2**63:
+            raise ValueError(f"{owner}: " + ("vocabulary.capacity" if vocabulary is not None else
+                                             "vocabulary_size") +
+                             f" * dim = {rows} * {self.dim} overflows the 64-bit integers")
         try:
             _parse_name(_recemb.parse_combiner, "combiner", combiner)
         except ValueError as error:
@@ -154,7 +181,7 @@ class TableConfig:
         self.initializer = initializer
         self.optimizer = optimizers.get(optimizer)
         self.combiner = combiner
-        self.name = name
+        self.name = _name(owner, name)
         self.quantization_config = quantization_config
         self.vocabulary = vocabulary
 
@@ -177,6 +204,9 @@ class FeatureConfig:
     validate_weights_and_indices: True rejects non-finite weights (ids are always checked).
     name: unique among the features; None uses the feature's path in the config structure
         (for example "watched" for a dict key).
+
+    Every argument is checked here, as TF's constructor does (ValueError naming the field:
+    max_sequence_length an int >= 0, output_shape entries ints >= 1, ...).
     """
 
     def __init__(self, table: TableConfig, max_sequence_length: int = 0,
@@ -186,13 +216,19 @@ class FeatureConfig:
         if not isinstance(table, TableConfig):
             raise ValueError(f"{owner}: table must be a TableConfig, got {type(table).__name__}")
         self.table = table
-        self.max_sequence_length = _int(owner, "max_sequence_length", max_sequence_length)
+        self.max_sequence_length = _int(owner, "max_sequence_length", max_sequence_length,
+                                        minimum=0)
         if not isinstance(validate_weights_and_indices, bool):
-            raise ValueError(f"{owner}: validate_weights_and_indices must be a bool")
+            raise ValueError(f"{owner}: validate_weights_and_indices must be a bool, got "
+                             f"{validate_weights_and_indices!r}")
         self.validate_weights_and_indices = validate_weights_and_indices
+        if output_shape is not None and (isinstance(output_shape, (str, bytes)) or
+                                         not isinstance(output_shape, Iterable)):
+            raise ValueError(f"{owner}: output_shape must be None or a sequence of ints, got "
+                             f"{output_shape!r}")
         self.output_shape = None if output_shape is None else [
-            _int(owner, "output_shape entries", d) for d in output_shape]
-        self.name = name
+            _int(owner, "output_shape entries", d, minimum=1) for d in output_shape]
+        self.name = _name(owner, name)
 
     def __repr__(self):
         return (f"FeatureConfig(table={self.table!r}, max_sequence_length="

@@ -460,18 +460,24 @@ class Embedding(_TableAccess):
             self._checked(lambda: _path("checkpoint", checkpoint))
             return _recemb.restore_checkpoint(self._engine, checkpoint, options).step
 
-    def export(self, path: PathLike, dtype: str = "float32") -> None:
+    def export(self, path: PathLike, dtype: str = "float32",
+               extra_arrays: Optional[Mapping[str, Any]] = None,
+               metadata: Optional[Mapping[str, str]] = None) -> None:
         """Writes the tables (no slots; a dynamic table's keys and their rows) and the configs as
         the serving model file `path` (see recemb.ServingModel and docs/serving.md), atomically.
         dtype: "float32" (lookups equal this layer's pure lookups bitwise), "float16" or "int8"
-        (within the bounds of docs/serving.md). Raises ValueError, creating no file, for a bad
-        dtype or a value the dtype cannot hold (non-finite; |x| >= 65520 for float16), naming the
-        table, row (a dynamic table's key) and column, and
+        (within the bounds of docs/serving.md). extra_arrays ({name: array of floats}, stored in
+        float32 whatever the dtype: a dense model's weights, for example) and metadata ({str:
+        str}) are written with the tables; ServingModel.extra_arrays() and metadata() read them
+        back. Raises ValueError, creating no file, for a bad dtype, a value the dtype cannot hold
+        (non-finite; |x| >= 65520 for float16), naming the table, row (a dynamic table's key) and
+        column, or a bad extra array (an empty or repeated name, a non-finite value), and
         RuntimeError (recemb.FailedPrecondition) with several ranks (export from one process)."""
         if isinstance(dtype, (type, np.dtype)):  # np.float16, np.dtype("int8"): by name
             dtype = np.dtype(dtype).name
         options = _recemb.ExportOptions(
-            dtype=_parse_name(_recemb.parse_serving_dtype, "dtype", dtype))
+            dtype=_parse_name(_recemb.parse_serving_dtype, "dtype", dtype),
+            extra_arrays=_serving_arrays(extra_arrays), metadata=_metadata(metadata))
         _path("path", path)
         if self.world_size > 1:
             raise _recemb.FailedPrecondition(
@@ -497,13 +503,9 @@ class Embedding(_TableAccess):
         if isinstance(dtype, (type, np.dtype)):  # np.float16, np.dtype("int8"): by name
             dtype = np.dtype(dtype).name
         _path("dir", dir)
-        arrays = []
-        for name, values in (extra_arrays or {}).items():
-            values = np.ascontiguousarray(values, dtype=np.float32)
-            arrays.append(_recemb.ServingArray(str(name), list(values.shape), values.reshape(-1)))
         options = _recemb.PublishOptions(
             dtype=_parse_name(_recemb.parse_serving_dtype, "dtype", dtype),
-            extra_arrays=arrays, metadata={str(k): str(v) for k, v in (metadata or {}).items()})
+            extra_arrays=_serving_arrays(extra_arrays), metadata=_metadata(metadata))
         with self._lock:
             return _recemb.publish(self._engine, dir, options)
 
@@ -511,6 +513,20 @@ class Embedding(_TableAccess):
         step = _int_setting("step", step, 2**63 - 1)
         with self._lock:
             self._engine.set_step(step)
+
+
+def _serving_arrays(extra_arrays):
+    """The ServingArrays of export's and publish's extra_arrays ({name: array of floats})."""
+    arrays = []
+    for name, values in (extra_arrays or {}).items():
+        values = float32_array(values, f"extra_arrays['{name}']")
+        arrays.append(_recemb.ServingArray(str(name), list(values.shape), values.reshape(-1)))
+    return arrays
+
+
+def _metadata(metadata):
+    """export's and publish's metadata ({str: str}) as the C++ map."""
+    return {str(key): str(value) for key, value in (metadata or {}).items()}
 
 
 def _path(name, value):

@@ -116,7 +116,21 @@ def _string_keys(owner, value, array, dynamic_table):
     try:
         return _recemb.string_keys(array)
     except ValueError as error:
+        _check_int64(owner, array)
         raise ValueError(f"{owner} of dynamic table '{dynamic_table}': {error}") from None
+
+
+def _check_int64(owner, array):
+    """ValueError starting with `owner` naming the first int of the object array `array` outside
+    the int64 range (numpy keeps such ints of a list as objects), if it holds one."""
+    if array.dtype.kind != "O":
+        return
+    for index, item in enumerate(array.flat):
+        if (isinstance(item, numbers.Integral) and not isinstance(item, bool) and
+                not -2**63 <= item < 2**63):
+            where = tuple(int(i) for i in np.unravel_index(index, array.shape))
+            raise ValueError(f"{owner}: {item} at index {where} is outside the 64-bit integers "
+                             "[-2**63, 2**63), so beyond any vocabulary or key")
 
 
 def _ids(feature, value, what, ndim=None, dynamic_table=None):
@@ -139,6 +153,7 @@ def id_array(owner: str, value: Any, ndim: Optional[int] = None,
         return _string_keys(owner, value, array, dynamic_table)
     if array.dtype not in _ID_DTYPES:
         if array.dtype.kind not in "iu" and array.size != 0:
+            _check_int64(owner, array)
             raise ValueError(f"{owner} must be integers, got dtype {array.dtype}")
         beyond = array > _INT64_MAX if array.dtype.kind == "u" else None  # exact, in uint64
         if beyond is not None and beyond.any():

@@ -51,6 +51,11 @@ def _numpy(value):
     return value
 
 
+def _numpy_arrays(arrays):
+    """{name: tensor or array} with every tensor as numpy (None stays None)."""
+    return None if arrays is None else {name: _numpy(values) for name, values in arrays.items()}
+
+
 class _Lookup(torch.autograd.Function):
     """Returns the activations of one training lookup; its backward applies their gradients to
     the tables with the lookup's own batch. `trigger` is an empty tensor requiring grad, so that
@@ -252,9 +257,17 @@ class Embedding(torch.nn.Module):
         verifying every file (resize as recemb.Embedding.restore). Returns the step."""
         return self.layer.restore(checkpoint, resize)
 
-    def export(self, path: Any, dtype: str = "float32") -> None:
-        """recemb.Embedding.export: a serving model file for recemb.ServingModel."""
-        self.layer.export(path, dtype)
+    def export(self, path: Any, dtype: str = "float32", extra_arrays: Any = None,
+               metadata: Any = None) -> None:
+        """recemb.Embedding.export: a serving model file for recemb.ServingModel; extra_arrays
+        may hold tensors (a dense model's state_dict(), for example)."""
+        self.layer.export(path, dtype, _numpy_arrays(extra_arrays), metadata)
+
+    def publish(self, dir: Any, dtype: str = "float32", extra_arrays: Any = None,
+                metadata: Any = None) -> Any:
+        """recemb.Embedding.publish (a base, then deltas, for `recemb serve`); extra_arrays may
+        hold tensors."""
+        return self.layer.publish(dir, dtype, _numpy_arrays(extra_arrays), metadata)
 
     def _variables(self, prefix):
         """{state_dict key: (table, variable)} of the static tables' variables."""

@@ -163,12 +163,10 @@ void validate_contents(const internal::Model& model, size_t t, const DynamicTabl
                             " keys x " + std::to_string(width) + "), got " +
                             std::to_string(values.size()));
     }
-    const auto bad = std::find_if(values.begin(), values.end(),
-                                  [](float value) { return !std::isfinite(value); });
-    if (bad != values.end()) {
-      throw InvalidArgument(owner + ": '" + std::string(name) + "' value " + std::to_string(*bad) +
-                            " at index " + std::to_string(bad - values.begin()) + " is not finite");
-    }
+    model.check_variable_values(
+        table, name, values, owner + ": '" + std::string(name) + "'", [&](int64_t row) {
+          return "key " + std::to_string(contents.keys[static_cast<size_t>(row)]);
+        });
   };
   check_values("parameters", contents.parameters, config.dim);
   const std::vector<std::string> names = model.variable_names(table);

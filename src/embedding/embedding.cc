@@ -180,6 +180,29 @@ void Model::check_variable_size(std::string_view table, std::string_view name, s
   }
 }
 
+void Model::check_variable_values(std::string_view table, std::string_view name,
+                                  std::span<const float> values, std::string_view what,
+                                  const std::function<std::string(int64_t)>& row_name) const {
+  const int64_t width = variable_width(table, name);
+  SlotRange range = SlotRange::kFinite;
+  const size_t t = table_index(table);
+  if (name != "parameters") {
+    for (const SlotSpec& spec : slot_specs(*optimizers[t], tables[t].dim)) {
+      if (spec.name == name) range = spec.range;
+    }
+  }
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (in_range(range, values[i])) continue;
+    std::string message = std::string(what) + ": value " + std::to_string(values[i]) +
+                          " at index " + std::to_string(i) + " (" +
+                          row_name(static_cast<int64_t>(i) / width) + ")";
+    if (!std::isfinite(values[i])) throw InvalidArgument(message + " is not finite");
+    throw InvalidArgument(message + " is out of range: '" + std::string(name) + "' must be " +
+                          std::string(range_text(range)) + " (a sum of squares whose root the " +
+                          "optimizer's update takes)");
+  }
+}
+
 }  // namespace internal
 
 Embedding::Impl::Impl(std::vector<TableConfig> table_configs,
@@ -426,13 +449,10 @@ void Embedding::write_variable(std::string_view table, std::string_view variable
   impl_->execution.join_prefetch();
   internal::agree(impl_->exchange.communicator(), [&] {
     impl_->model.check_variable_size(table, variable, values.size());
-    for (size_t i = 0; i < values.size(); ++i) {
-      if (!std::isfinite(values[i])) {
-        throw InvalidArgument("table '" + std::string(table) + "' variable '" +
-                              std::string(variable) + "': value " + std::to_string(values[i]) +
-                              " at index " + std::to_string(i) + " is not finite");
-      }
-    }
+    impl_->model.check_variable_values(
+        table, variable, values,
+        "table '" + std::string(table) + "' variable '" + std::string(variable) + "'",
+        [](int64_t row) { return "row " + std::to_string(row); });
   });
   if (impl_->world_size() > 1) {
     internal::agree_on_value(

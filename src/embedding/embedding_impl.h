@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -96,6 +97,13 @@ struct Model {
   // Floats per row of a variable (dim for "parameters"); InvalidArgument for an unknown name.
   int64_t variable_width(std::string_view table, std::string_view name) const;
   void check_variable_size(std::string_view table, std::string_view name, size_t size) const;
+  // Throws InvalidArgument "<what>: value V at index I (<row_name(I / width)>) is not finite" or
+  // "... is out of range: '<name>' must be <range_text>" for the first of `values` (rows of the
+  // variable's width) that the variable cannot hold: "parameters" any finite value, a slot its
+  // SlotRange (optimizers/slot_spec.h). row_name(r) names row r ("row 3", "key -5").
+  void check_variable_values(std::string_view table, std::string_view name,
+                             std::span<const float> values, std::string_view what,
+                             const std::function<std::string(int64_t)>& row_name) const;
 };
 
 // The threads an Embedding runs on.

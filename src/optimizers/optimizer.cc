@@ -42,21 +42,26 @@ std::string_view type_name_of(const Adam&) { return "Adam"; }
 std::string_view type_name_of(const Ftrl&) { return "Ftrl"; }
 std::string_view type_name_of(const RowwiseAdagrad&) { return "RowwiseAdagrad"; }
 
+using internal::SlotRange;
+
 std::vector<SlotSpec> slots_of(const Sgd&, int64_t /*dim*/) { return {}; }
 std::vector<SlotSpec> slots_of(const Adagrad& adagrad, int64_t dim) {
-  return {{"accumulators", dim, adagrad.initial_accumulator_value}};
+  return {{"accumulators", dim, adagrad.initial_accumulator_value, SlotRange::kAboveZero}};
 }
 std::vector<SlotSpec> slots_of(const AdagradMomentum&, int64_t dim) {
-  return {{"accumulators", dim, 0.0f}, {"momenta", dim, 0.0f}};
+  return {{"accumulators", dim, 0.0f, SlotRange::kAtLeastZero},
+          {"momenta", dim, 0.0f, SlotRange::kFinite}};
 }
 std::vector<SlotSpec> slots_of(const Adam&, int64_t dim) {
-  return {{"momenta", dim, 0.0f}, {"velocities", dim, 0.0f}};
+  return {{"momenta", dim, 0.0f, SlotRange::kFinite},
+          {"velocities", dim, 0.0f, SlotRange::kAtLeastZero}};
 }
 std::vector<SlotSpec> slots_of(const Ftrl& ftrl, int64_t dim) {
-  return {{"accumulators", dim, ftrl.initial_accumulator_value}, {"linears", dim, 0.0f}};
+  return {{"accumulators", dim, ftrl.initial_accumulator_value, SlotRange::kAboveZero},
+          {"linears", dim, 0.0f, SlotRange::kFinite}};
 }
 std::vector<SlotSpec> slots_of(const RowwiseAdagrad& rowwise_adagrad, int64_t /*dim*/) {
-  return {{"accumulators", 1, rowwise_adagrad.initial_accumulator_value}};
+  return {{"accumulators", 1, rowwise_adagrad.initial_accumulator_value, SlotRange::kAtLeastZero}};
 }
 
 // Every alternative of Optimizer with its default hyperparameters, in variant order.

@@ -361,6 +361,84 @@ TEST(DynamicTables, WriteThenReadRoundTripsAndValidates) {
               HasSubstr("is dynamic"));
 }
 
+// What each optimizer's slots hold, written out here apart from optimizers/slot_spec.h: an
+// accumulator or second moment whose root the update takes is > 0 (no epsilon: Adagrad, FTRL) or
+// >= 0; momenta and linears are any finite value.
+enum class Holds { kAnyFinite, kAtLeastZero, kAboveZero };
+
+struct SlotRule {
+  std::string optimizer;
+  std::string slot;
+  Holds holds;
+};
+
+TEST(DynamicTables, WriteRefusesSlotValuesTheOptimizerCannotHoldAndChangesNothing) {
+  const std::vector<SlotRule> rules = {{"adagrad", "accumulators", Holds::kAboveZero},
+                                       {"adagrad_momentum", "accumulators", Holds::kAtLeastZero},
+                                       {"adagrad_momentum", "momenta", Holds::kAnyFinite},
+                                       {"adam", "momenta", Holds::kAnyFinite},
+                                       {"adam", "velocities", Holds::kAtLeastZero},
+                                       {"ftrl", "accumulators", Holds::kAboveZero},
+                                       {"ftrl", "linears", Holds::kAnyFinite},
+                                       {"rowwise_adagrad", "accumulators", Holds::kAtLeastZero}};
+  const float kInfinity = std::numeric_limits<float>::infinity();
+  for (const SlotRule& rule : rules) {
+    for (const float value : {-1.5f, -0.0f, 0.0f, std::numeric_limits<float>::denorm_min(), 2.0f,
+                              std::nanf(""), kInfinity, -kInfinity}) {
+      SCOPED_TRACE(rule.optimizer + " " + rule.slot + " " + std::to_string(value));
+      Embedding layer(
+          {{.name = "items", .dim = 2, .dynamic_vocabulary = DynamicVocabulary{.capacity = 4}}},
+          {{.name = "f", .table = "items"}},
+          {.optimizer = parse_optimizer(rule.optimizer), .seed = kSeed});
+      const std::vector<std::string> names = layer.variable_names("items");
+      DynamicTableContents contents{.keys = {-5, 9}, .parameters = {1, 2, 3, 4}};
+      for (size_t v = 1; v < names.size(); ++v) {
+        const size_t width = rule.optimizer == "rowwise_adagrad" ? 1 : 2;  // one value a row
+        contents.slots.emplace_back(names[v], std::vector<float>(2 * width, 1.0f));
+      }
+      layer.write_dynamic_table("items", contents);
+      DynamicTableContents written = contents;
+      const auto slot = std::find_if(written.slots.begin(), written.slots.end(),
+                                     [&](const auto& entry) { return entry.first == rule.slot; });
+      ASSERT_NE(slot, written.slots.end());
+      const size_t index = slot->second.size() / 2;  // key 9's first value
+      slot->second[index] = value;
+      const bool valid =
+          std::isfinite(value) &&
+          (rule.holds == Holds::kAnyFinite || (rule.holds == Holds::kAtLeastZero && value >= 0) ||
+           (rule.holds == Holds::kAboveZero && value > 0));
+      if (!valid) {
+        const std::string message =
+            test::error_of<InvalidArgument>([&] { layer.write_dynamic_table("items", written); });
+        EXPECT_THAT(message, HasSubstr("write_dynamic_table: table 'items': '" + rule.slot +
+                                       "': value " + std::to_string(value) + " at index " +
+                                       std::to_string(index) + " (key 9)"));
+        EXPECT_THAT(message, HasSubstr(std::isfinite(value) ? "is out of range: '" + rule.slot +
+                                                                  "' must be finite and"
+                                                            : std::string("is not finite")));
+        const DynamicTableContents after = layer.read_dynamic_table("items");
+        EXPECT_EQ(after.parameters, contents.parameters);
+        EXPECT_EQ(after.slots, contents.slots);
+        continue;
+      }
+      layer.write_dynamic_table("items", written);
+      EXPECT_EQ(layer.read_dynamic_table("items").slots, written.slots);
+      // A step from the written state leaves every row finite.
+      const std::vector<int64_t> ids{-5, 9};
+      const std::vector<FeatureInput> inputs{
+          DenseIds{.ids = std::span<const int64_t>(ids), .shape = {2}}};
+      std::vector<float> activations(4);
+      LookupBatch batch;
+      layer.lookup(inputs, std::vector<std::span<float>>{activations}, batch);
+      const std::vector<float> gradients{0.5f, 0.0f, -0.25f, 0.0f};
+      layer.apply_gradients(batch, std::vector<std::span<const float>>{gradients});
+      for (const float row_value : layer.read_dynamic_table("items").parameters) {
+        EXPECT_TRUE(std::isfinite(row_value)) << row_value;
+      }
+    }
+  }
+}
+
 TEST(DynamicTables, ConfigErrorsNameTheTableAndField) {
   auto error = [](TableConfig table) {
     return test::error_of<InvalidArgument>(

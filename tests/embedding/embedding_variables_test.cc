@@ -178,6 +178,49 @@ TEST(EmbeddingVariables, UnknownNamesAndWrongSizesAreRejected) {
   EXPECT_TRUE(unchanged(before, layer));
 }
 
+TEST(EmbeddingVariables, SlotValuesTheOptimizerCannotHoldAreRejected) {
+  // Accumulators and second moments (whose root the update takes) must be >= 0, or > 0 where the
+  // update has no epsilon (Adagrad, FTRL); momenta and linears take any finite value.
+  Embedding layer = one_table_per_optimizer();
+  const Snapshot before = snapshot_of(layer);
+  struct Write {
+    std::string table;
+    std::string slot;
+    float value;
+  };
+  const std::vector<Write> refused = {
+      {"adagrad", "accumulators", 0.0f},   {"adagrad", "accumulators", -1.0f},
+      {"global", "accumulators", 0.0f},    {"ftrl", "accumulators", 0.0f},
+      {"momentum", "accumulators", -1.0f}, {"adam", "velocities", -1.0f},
+      {"rowwise", "accumulators", -1.0f}};
+  for (const Write& write : refused) {
+    const std::string& table = write.table;
+    const std::string& slot = write.slot;
+    const float value = write.value;
+    std::vector<float> values(static_cast<size_t>(product(layer.variable_shape(table, slot))),
+                              1.0f);
+    const size_t row_wise = values.size() == 7 ? 1 : 3;
+    values[4 * row_wise] = value;  // row 4
+    EXPECT_THAT(error_of<InvalidArgument>([&] { layer.write_variable(table, slot, values); }),
+                HasSubstr("table '" + table + "' variable '" + slot + "': value " +
+                          std::to_string(value) + " at index " + std::to_string(4 * row_wise) +
+                          " (row 4) is out of range: '" + slot + "' must be finite and"))
+        << table;
+  }
+  EXPECT_TRUE(unchanged(before, layer));
+  const std::vector<Write> taken = {
+      {"momentum", "accumulators", 0.0f}, {"adam", "velocities", 0.0f},
+      {"rowwise", "accumulators", 0.0f},  {"adam", "momenta", -1.0f},
+      {"ftrl", "linears", -1.0f},         {"momentum", "momenta", -1.0f}};
+  for (const Write& write : taken) {
+    std::vector<float> values(
+        static_cast<size_t>(product(layer.variable_shape(write.table, write.slot))), write.value);
+    layer.write_variable(write.table, write.slot, values);
+    EXPECT_TRUE(bitwise_equal(read(layer, write.table, write.slot), values))
+        << write.table << "/" << write.slot;
+  }
+}
+
 TEST(EmbeddingVariables, VariableDataIsTheStorageItself) {
   Embedding layer = one_table_per_optimizer();
   std::mt19937_64 rng(7);

@@ -131,6 +131,37 @@ TEST(SlotSpecsTest, WidthsAndInitialValues) {
               ElementsAre(IsSlot("accumulators", 1, 0.75f)));
 }
 
+TEST(SlotSpecsTest, AccumulatorsAndSecondMomentsHoldNonNegativeValues) {
+  using internal::in_range;
+  using internal::slot_specs;
+  using internal::SlotRange;
+  auto ranges = [](const Optimizer& optimizer) {
+    std::vector<SlotRange> result;
+    for (const internal::SlotSpec& spec : slot_specs(optimizer, 4)) result.push_back(spec.range);
+    return result;
+  };
+  // Divided by their root with no epsilon: > 0. With an epsilon: >= 0.
+  EXPECT_THAT(ranges(Adagrad{}), ElementsAre(SlotRange::kAboveZero));
+  EXPECT_THAT(ranges(Ftrl{}), ElementsAre(SlotRange::kAboveZero, SlotRange::kFinite));
+  EXPECT_THAT(ranges(AdagradMomentum{}), ElementsAre(SlotRange::kAtLeastZero, SlotRange::kFinite));
+  EXPECT_THAT(ranges(Adam{}), ElementsAre(SlotRange::kFinite, SlotRange::kAtLeastZero));
+  EXPECT_THAT(ranges(RowwiseAdagrad{}), ElementsAre(SlotRange::kAtLeastZero));
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  for (const SlotRange range :
+       {SlotRange::kFinite, SlotRange::kAtLeastZero, SlotRange::kAboveZero}) {
+    EXPECT_FALSE(in_range(range, nan));
+    EXPECT_FALSE(in_range(range, inf));
+    EXPECT_FALSE(in_range(range, -inf));
+    EXPECT_TRUE(in_range(range, tiny));
+    EXPECT_EQ(in_range(range, -tiny), range == SlotRange::kFinite);
+    EXPECT_EQ(in_range(range, 0.0f), range != SlotRange::kAboveZero);
+    EXPECT_EQ(in_range(range, -0.0f), range != SlotRange::kAboveZero);
+  }
+  EXPECT_EQ(internal::range_text(SlotRange::kAtLeastZero), "finite and >= 0");
+}
+
 TEST(SlotSpecsTest, NamesMatchSlotNames) {
   for (const std::string& name : kNames) {
     const Optimizer optimizer = parse_optimizer(name);

@@ -19,21 +19,12 @@ def test_table_config_fields_and_validation():
             recemb.TableConfig(bad, 4)
         with pytest.raises(ValueError, match="dim must be an int"):
             recemb.TableConfig(10, bad)
-    for bad in (0, -1):  # ranges are the C++ library's, checked when the layer is built
-        with pytest.raises(ValueError, match=f"table 'table_0': vocabulary_size must be >= 1, "
-                                             f"got {bad}"):
-            recemb.Embedding(recemb.FeatureConfig(recemb.TableConfig(bad, 4)))
-        with pytest.raises(ValueError, match=f"table 't': dim must be >= 1, got {bad}"):
-            recemb.Embedding(recemb.FeatureConfig(recemb.TableConfig(10, bad, name="t")))
     with pytest.raises(ValueError, match="initializer names"):
         recemb.TableConfig(10, 4, initializer="glorot")
     with pytest.raises(ValueError, match="initializer must be"):
         recemb.TableConfig(10, 4, initializer=object())
     with pytest.raises(ValueError, match="quantization_config"):
         recemb.TableConfig(10, 4, quantization_config=(2, 0, 1))
-    with pytest.raises(ValueError, match="num_buckets must be >= 2, got 1"):
-        recemb.Embedding(recemb.FeatureConfig(recemb.TableConfig(
-            10, 4, quantization_config=recemb.QuantizationConfig(1, 0.0, 1.0))))
     assert "array of shape (10, 4)" in repr(recemb.TableConfig(10, 4,
                                                                initializer=np.zeros((10, 4))))
     for bad in (2**63, -2**63 - 1):  # not the bindings' signature dump at Embedding()
@@ -72,12 +63,96 @@ def test_feature_config_fields_and_validation():
     assert feature.output_shape == [2, 3] and feature.max_sequence_length == 0
     with pytest.raises(ValueError, match="max_sequence_length must be an int"):
         recemb.FeatureConfig(table, max_sequence_length=1.5)
-    with pytest.raises(ValueError, match="max_sequence_length must be >= 0, got -1"):
-        recemb.Embedding(recemb.FeatureConfig(table, max_sequence_length=-1))
     with pytest.raises(ValueError, match="validate_weights_and_indices"):
         recemb.FeatureConfig(table, validate_weights_and_indices=1)
-    with pytest.raises(ValueError, match="output_shape entries must be >= 1, got 0"):
-        recemb.Embedding(recemb.FeatureConfig(table, output_shape=[0]))
+
+
+# As TF's TableConfig / FeatureConfig / QuantizationConfig, the constructors refuse a bad argument
+# (ValueError naming the field, with TF's "must be an int and must be >= 1"), not the layer later.
+_T = recemb.TableConfig(10, 4, name="t")
+BAD_CONFIGS = [
+    (lambda: recemb.TableConfig(0, 4), "TableConfig: vocabulary_size must be an int and must be "
+                                       ">= 1, got 0"),
+    (lambda: recemb.TableConfig(-7, 4, name="t"), "TableConfig 't': vocabulary_size must be an "
+                                                  "int and must be >= 1, got -7"),
+    (lambda: recemb.TableConfig(10.0, 4), "vocabulary_size must be an int and must be >= 1, "
+                                          "got 10.0"),
+    (lambda: recemb.TableConfig(10, 0, name="t"), "TableConfig 't': dim must be an int and must "
+                                                  "be >= 1, got 0"),
+    (lambda: recemb.TableConfig(10, -1), "dim must be an int and must be >= 1, got -1"),
+    (lambda: recemb.TableConfig(10, True), "dim must be an int and must be >= 1, got True"),
+    (lambda: recemb.TableConfig(2**62, 4, name="t"), r"TableConfig 't': vocabulary_size \* dim "
+                                                     r"= 4611686018427387904 \* 4 overflows"),
+    (lambda: recemb.TableConfig(10, 4, combiner="max"), "combiner='max': unknown combiner"),
+    (lambda: recemb.TableConfig(10, 4, initializer=object()), "initializer must be None, a "
+                                                              "name, a float"),
+    (lambda: recemb.TableConfig(10, 4, name=""), "name must be None or a non-empty str, got ''"),
+    (lambda: recemb.TableConfig(10, 4, name=5), "name must be None or a non-empty str, got 5"),
+    (lambda: recemb.QuantizationConfig(1, 0.0, 1.0), "QuantizationConfig: num_buckets must be an "
+                                                     "int and must be >= 2, got 1"),
+    (lambda: recemb.QuantizationConfig(4, 1.0, 1.0), "QuantizationConfig: needs finite lower < "
+                                                     "upper, got lower 1.0, upper 1.0"),
+    (lambda: recemb.QuantizationConfig(4, float("nan"), 1.0), "needs finite lower < upper"),
+    (lambda: recemb.QuantizationConfig(4, "0", 1.0), "lower must be a float, got '0'"),
+    (lambda: recemb.FeatureConfig(_T, max_sequence_length=-1), "FeatureConfig: "
+     "max_sequence_length must be an int and must be >= 0, got -1"),
+    (lambda: recemb.FeatureConfig(_T, max_sequence_length=1.5, name="f"), "FeatureConfig 'f': "
+     "max_sequence_length must be an int and must be >= 0, got 1.5"),
+    (lambda: recemb.FeatureConfig(_T, output_shape=[0]), "output_shape entries must be an int "
+                                                         "and must be >= 1, got 0"),
+    (lambda: recemb.FeatureConfig(_T, output_shape=(4, -1)), "output_shape entries must be an "
+                                                             "int and must be >= 1, got -1"),
+    (lambda: recemb.FeatureConfig(_T, output_shape=4), "output_shape must be None or a sequence "
+                                                       "of ints, got 4"),
+    (lambda: recemb.FeatureConfig(_T, output_shape="4"), "output_shape must be None or a "
+                                                         "sequence of ints, got '4'"),
+    (lambda: recemb.FeatureConfig(_T, validate_weights_and_indices=None), "FeatureConfig: "
+     "validate_weights_and_indices must be a bool, got None"),
+    (lambda: recemb.FeatureConfig("t"), "table must be a TableConfig, got str"),
+    (lambda: recemb.FeatureConfig(_T, name=""), "name must be None or a non-empty str"),
+]
+
+
+@pytest.mark.parametrize("make, message", BAD_CONFIGS,
+                         ids=[message[:40] for _, message in BAD_CONFIGS])
+def test_constructors_refuse_each_bad_argument(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_constructors_take_the_edge_values():
+    smallest = recemb.TableConfig(np.int64(1), 1, name="smallest",
+                                  quantization_config=recemb.QuantizationConfig(2, -1e-30, 1e-30))
+    features = {"one": recemb.FeatureConfig(smallest, max_sequence_length=0),
+                "sequence": recemb.FeatureConfig(smallest, max_sequence_length=1),
+                "shaped": recemb.FeatureConfig(smallest, output_shape=[1])}
+    assert (smallest.vocabulary_size, smallest.dim) == (1, 1)
+    assert type(smallest.vocabulary_size) is int
+    layer = recemb.Embedding(features)
+    activations = layer({"one": np.array([0]), "sequence": recemb.Ragged(np.array([0]), [0, 1]),
+                         "shaped": np.array([0])}, training=False)
+    assert {name: a.shape for name, a in activations.items()} == {
+        "one": (1, 1), "sequence": (1, 1, 1), "shaped": (1, 1)}
+    recemb.TableConfig(2**61 - 1, 4)  # vocabulary_size * dim = 2**63 - 4: within int64
+    recemb.TableConfig(None, 1, vocabulary=recemb.DynamicVocabulary(capacity=1))
+
+
+def test_the_layer_keeps_its_own_checks_of_configs_changed_after_construction():
+    table = recemb.TableConfig(10, 4, name="t")
+    feature = recemb.FeatureConfig(table, name="f")
+    table.vocabulary_size = 0
+    with pytest.raises(ValueError, match="table 't': vocabulary_size must be >= 1, got 0"):
+        recemb.Embedding(feature)
+    table.vocabulary_size, table.dim = 10, 0
+    with pytest.raises(ValueError, match="table 't': dim must be >= 1, got 0"):
+        recemb.Embedding(feature)
+    table.dim = 4
+    feature.max_sequence_length = -1
+    with pytest.raises(ValueError, match="feature 'f': max_sequence_length must be >= 0, got -1"):
+        recemb.Embedding(feature)
+    feature.max_sequence_length, feature.output_shape = 0, [0]
+    with pytest.raises(ValueError, match="feature 'f': output_shape entries must be >= 1, got 0"):
+        recemb.Embedding(feature)
 
 
 def test_resolution_into_cpp_configs():

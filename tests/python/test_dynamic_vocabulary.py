@@ -540,6 +540,13 @@ def test_bad_ids_raise_value_error_naming_the_feature():
         ({"u": recemb.Ragged(["a", None], [0, 1, 2])}, "feature 'u': values of dynamic table"),
         ({"i": np.array([1, 2], dtype=object)}, "feature 'i': ids must be integers, got dtype "
                                                 "object"),
+        # An int beyond int64 in a list makes numpy hold the ids as objects: named by its range.
+        ({"u": [5, -2**63 - 1]}, r"feature 'u': ids: -9223372036854775809 at index \(1,\) is "
+                                 r"outside the 64-bit integers \[-2\*\*63, 2\*\*63\)"),
+        ({"u": [["a", 2**64]]}, r"feature 'u': ids: 18446744073709551616 at index \(0, 1\) is "
+                                r"outside the 64-bit integers"),
+        ({"i": [2**70]}, r"feature 'i': ids: 1180591620717411303424 at index \(0,\) is outside "
+                         r"the 64-bit integers"),
     ]
     for bad, match in cases:
         with pytest.raises(ValueError, match=match):
@@ -603,6 +610,42 @@ def test_stats_read_write_and_copies():
         layer.read_dynamic_table("item")
     with pytest.raises(ValueError, match="no table named 'nope'"):
         layer.vocabulary_stats("nope")
+
+
+@pytest.mark.parametrize("optimizer, slot, value, problem", [
+    ("adagrad", "accumulators", -1.0, "is out of range: 'accumulators' must be finite and > 0"),
+    ("adagrad", "accumulators", 0.0, "is out of range: 'accumulators' must be finite and > 0"),
+    ("ftrl", "accumulators", 0.0, "is out of range: 'accumulators' must be finite and > 0"),
+    ("adagrad_momentum", "accumulators", -1.0,
+     "is out of range: 'accumulators' must be finite and >= 0"),
+    ("rowwise_adagrad", "accumulators", -1.0,
+     "is out of range: 'accumulators' must be finite and >= 0"),
+    ("adam", "velocities", -0.5, "is out of range: 'velocities' must be finite and >= 0"),
+    ("adam", "momenta", np.inf, "is not finite"),
+    ("ftrl", "linears", np.nan, "is not finite"),
+])
+def test_write_refuses_slot_values_the_optimizer_cannot_hold(optimizer, slot, value, problem):
+    # Adagrad accumulators of -1 were taken, and the next step turned the rows into -inf.
+    table = recemb.TableConfig(dim=2, name="t", vocabulary=recemb.DynamicVocabulary(capacity=4))
+    layer = recemb.Embedding({"f": recemb.FeatureConfig(table, name="f")}, optimizer=optimizer)
+    ids = {"f": np.array([1, 2])}
+    activations = layer(ids)
+    layer.apply_gradients({"f": np.ones_like(activations["f"])})
+    keys, rows, slots = layer.read_dynamic_table("t")
+    bad = {name: values.copy() for name, values in slots.items()}
+    bad[slot].reshape(-1)[bad[slot].size // 2] = value  # key 2's first value
+    index = bad[slot].size // 2
+    shown = re.escape(f"{np.float32(value):f}" if np.isfinite(value) else str(value).lower())
+    with pytest.raises(ValueError, match=rf"write_dynamic_table: table 't': '{slot}': value "
+                                         rf"{shown}0* at index {index} \(key 2\) {problem}"):
+        layer.write_dynamic_table("t", keys, rows, bad)
+    after = layer.read_dynamic_table("t")
+    np.testing.assert_array_equal(after[1], rows)
+    for name in slots:
+        np.testing.assert_array_equal(after[2][name], slots[name])
+    activations = layer(ids)
+    layer.apply_gradients({"f": np.ones_like(activations["f"])})
+    assert np.isfinite(layer.read_dynamic_table("t")[1]).all()
 
 
 def test_a_static_checkpoint_converts_into_a_dynamic_table(tmp_path):

@@ -689,8 +689,9 @@ def test_config_errors():
     table = recemb.TableConfig(4, 2, name="t")
     with pytest.raises(ValueError, match="vocabulary_size must be an int"):
         recemb.TableConfig(4.5, 2)
-    with pytest.raises(ValueError, match="table 'table_0': vocabulary_size must be >= 1, got 0"):
-        recemb.Embedding(recemb.FeatureConfig(recemb.TableConfig(0, 2)))
+    with pytest.raises(ValueError, match="TableConfig: vocabulary_size must be an int and must "
+                                         "be >= 1, got 0"):
+        recemb.TableConfig(0, 2)
     with pytest.raises(ValueError, match="combiner"):
         recemb.TableConfig(4, 2, combiner="max")
     with pytest.raises(ValueError, match="table must be a TableConfig"):

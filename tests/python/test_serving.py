@@ -332,13 +332,7 @@ def test_extra_arrays_and_metadata_round_trip(tmp_path):
               "scale": np.array(rng.normal(), dtype=np.float32).reshape(()),
               "dense/bias": rng.normal(size=7).astype(np.float32)}
     metadata = {"dense/bottom_mlp": "64,16", "run": "", "caf\u00e9": "\u00fcber"}
-    # Embedding.export writes the tables alone; the library's ExportOptions carries the extras.
-    options = recemb._recemb.ExportOptions(
-        dtype=recemb._recemb.ServingDtype.kInt8,
-        extra_arrays=[recemb._recemb.ServingArray(name, list(values.shape), values.reshape(-1))
-                      for name, values in arrays.items()],
-        metadata=metadata)
-    recemb._recemb.export_serving_model(layer._engine, tmp_path / "m.recemb", options)
+    layer.export(tmp_path / "m.recemb", dtype="int8", extra_arrays=arrays, metadata=metadata)
     model = recemb.ServingModel.open(tmp_path / "m.recemb")
     assert model.metadata == metadata
     got = model.extra_arrays
@@ -359,4 +353,29 @@ def test_extra_arrays_and_metadata_round_trip(tmp_path):
         recemb._recemb.ServingArray("w", [2, 2], arrays["dense/bias"])])
     with pytest.raises(ValueError, match="the shape holds 4 values but 7 were given"):
         recemb._recemb.export_serving_model(layer._engine, tmp_path / "bad.recemb", bad)
+    for extras, match in (({"w": [1.0, np.nan]}, "'w': value 1 is nan"),
+                          ({"w": ["a"]}, r"extra_arrays\['w'\] must be real numbers"),
+                          ({"": [1.0]}, "empty")):
+        with pytest.raises(ValueError, match=match):
+            layer.export(tmp_path / "bad.recemb", extra_arrays=extras)
     assert not (tmp_path / "bad.recemb").exists()
+
+
+def test_torch_export_takes_a_dense_models_tensors(tmp_path):
+    """recemb.torch.Embedding.export (and publish) take extra_arrays of tensors, such as a dense
+    model's state_dict(), and metadata; ServingModel gives them back bitwise."""
+    torch = pytest.importorskip("torch")
+    import recemb.torch
+    torch.manual_seed(3)
+    table = recemb.TableConfig(20, 3, name="t")
+    module = recemb.torch.Embedding({"f": recemb.FeatureConfig(table, name="f")}, "sgd")
+    dense = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    state = dense.state_dict()
+    module.export(tmp_path / "m.recemb", extra_arrays=state, metadata={"dense": "3-4-1"})
+    model = recemb.ServingModel.open(tmp_path / "m.recemb")
+    assert list(model.extra_arrays) == list(state) and model.metadata == {"dense": "3-4-1"}
+    for name, tensor in state.items():
+        assert model.extra_arrays[name].tobytes() == tensor.numpy().tobytes(), name
+    result = module.publish(tmp_path / "dir", extra_arrays=state)
+    published = recemb.ServingModel.open(result.file)
+    assert published.extra_arrays["2.bias"].tobytes() == state["2.bias"].numpy().tobytes()

@@ -423,3 +423,76 @@ def test_tf_pipelining_flag_selects_one_step_staleness():
                                         pipeline_execution_with_tensor_core=flag)
         chosen = module.layer._options["pipeline_staleness"]
         assert recemb._recemb.pipeline_staleness_name(chosen) == staleness
+
+
+def test_a_custom_model_is_served_by_recemb_rows_and_a_torchscript_mlp(tmp_path):
+    """docs/python.md, "Serving a custom torch model": the rows from recemb's serving file
+    (ServingModel.lookup) and the dense part as TorchScript reproduce the trained model's
+    predictions on held-out examples; the MLP's weights also travel in the file's extra_arrays."""
+    rng = np.random.default_rng(5)
+    torch.manual_seed(5)
+    user = recemb.TableConfig(vocabulary_size=40, dim=4, name="user")
+    item = recemb.TableConfig(vocabulary_size=60, dim=6, name="item", combiner="sum")
+    features = {"user": recemb.FeatureConfig(user, name="user"),
+                "items": recemb.FeatureConfig(item, name="items")}
+    embedding = recemb.torch.Embedding(features, recemb.optimizers.Adagrad(learning_rate=0.1))
+    mlp = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.Adam(mlp.parameters(), lr=0.01)
+
+    def examples(count):
+        ids = {"user": rng.integers(0, 40, size=count),
+               "items": recemb.Ragged.from_lists([rng.integers(0, 60, size=rng.integers(1, 5))
+                                                  for _ in range(count)])}
+        labels = torch.from_numpy((ids["user"] % 2).astype(np.float32)).reshape(-1, 1)
+        return ids, labels
+
+    def predict(rows):
+        return mlp(torch.cat([rows["user"], rows["items"]], dim=1))
+
+    for _ in range(20):
+        ids, labels = examples(32)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(predict(embedding(ids)),
+                                                                    labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert embedding.step == 20
+
+    embedding.export(tmp_path / "model.recemb", extra_arrays=mlp.state_dict(),
+                     metadata={"dense": "Linear(10, 16), ReLU, Linear(16, 1)"})
+    torch.jit.script(mlp).save(str(tmp_path / "mlp.pt"))
+    served_rows = recemb.ServingModel.open(tmp_path / "model.recemb", feature_config=features)
+    served_mlp = torch.jit.load(str(tmp_path / "mlp.pt"))
+    rebuilt = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    rebuilt.load_state_dict({name: torch.from_numpy(values.copy())
+                             for name, values in served_rows.extra_arrays.items()})
+
+    held_out, _ = examples(50)
+    embedding.eval()
+    with torch.no_grad():
+        trained = predict(embedding(held_out))
+        rows = served_rows.lookup(held_out)
+        dense_input = torch.from_numpy(np.concatenate([rows["user"], rows["items"]], axis=1))
+        served = served_mlp(dense_input)
+        from_file_alone = rebuilt(dense_input)
+    assert embedding.step == 20  # evaluation changed nothing
+    torch.testing.assert_close(served, trained, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(from_file_alone, trained, rtol=1e-6, atol=1e-7)
+    assert trained.std() > 0  # predictions that depend on the examples
+
+
+def test_dense_gradients_synced_with_torch_distributed_under_mpirun():
+    """docs/python.md, "Dense layers under mpirun": 2 ranks of a recemb.torch model whose MLP's
+    gradients are summed with torch.distributed (gloo) keep the MLP the same on both ranks, and
+    the MLP and the tables equal the one-process run (mpi_torch_dense_script.py checks)."""
+    from mpi_jobs import mpi_skip_reason, run_mpi_job
+    if mpi_skip_reason() is not None:
+        pytest.skip(mpi_skip_reason())
+    import socket
+    with socket.socket() as probe:  # a free port for gloo's rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    returncode, stdout, stderr, _ = run_mpi_job(2, "mpi_torch_dense_script.py", str(port),
+                                                timeout=180)
+    assert returncode == 0, stdout + stderr
+    assert "rank 0 of 2: ok" in stdout and "rank 1 of 2: ok" in stdout, stdout + stderr
