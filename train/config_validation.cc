@@ -87,6 +87,14 @@ void validate_train_config(const TrainConfig& c) {
   require(!c.output.dir.empty(), "output.dir must not be empty");
   require(c.serving.publish_every_seconds > 0.0,
           "serving.publish_every_seconds must be > 0 (no publishing: serving.publish_dir = \"\")");
+  require(c.serving.base_every_deltas >= 0,
+          "serving.base_every_deltas must be >= 0 (0: no bound), not " +
+              std::to_string(c.serving.base_every_deltas));
+  require(c.serving.base_every_bytes >= 0,
+          "serving.base_every_bytes must be >= 0 (0: no bound), not " +
+              std::to_string(c.serving.base_every_bytes));
+  require(c.serving.keep_versions >= 0, "serving.keep_versions must be >= 0 (0: all), not " +
+                                            std::to_string(c.serving.keep_versions));
   try {
     parse_serving_dtype(c.serving.publish_dtype);
   } catch (const InvalidArgument& error) {

@@ -78,6 +78,10 @@ dir = "recemb-run"      # metrics.jsonl, summary.json, training.svg, config.toml
 publish_dir = ""              # a model directory (MODEL_DIR/NAME) to publish to; "" = none
 publish_every_seconds = 10.0  # seconds between publishes (> 0): a base, then deltas
 publish_dtype = "float32"     # float32 | float16 | int8
+base_every_deltas = 360       # a new base (the next version) after this many deltas; 0 = no bound
+base_every_bytes = 1073741824 # ... or once the deltas hold this many bytes (1 GiB); 0 = no bound
+keep_versions = 2             # versions kept in publish_dir after a new base (the newest and the
+                              # one before, for a server still on it); 0 = all
 
 # Per-table overrides, for any of the tables C1..C26:
 # [tables.C3]

@@ -105,7 +105,17 @@ std::map<std::string, std::string> dense_config_metadata(const DlrmDenseConfig& 
 }
 
 std::filesystem::path model_file_path(const std::filesystem::path& model) {
-  return std::filesystem::is_directory(model) ? model / kModelFileName : model;
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(model)) return model;
+  const fs::path file = model / kModelFileName;
+  if (!fs::exists(file) &&
+      (fs::exists(model / "checkpoints") || fs::exists(model / "config.toml"))) {
+    throw InvalidArgument("'" + model.string() + "' holds no " + kModelFileName +
+                          ": it is the output directory of a training run, not a model; export "
+                          "its model first: recemb export " +
+                          (model / "checkpoints").string() + " MODEL_DIR, then give MODEL_DIR");
+  }
+  return file;
 }
 
 CriteoIds criteo_ids(const std::vector<TableConfig>& tables,

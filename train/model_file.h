@@ -49,7 +49,10 @@ struct DenseModelPart {
 // dense and 26 categorical features, is implied).
 std::map<std::string, std::string> dense_config_metadata(const DlrmDenseConfig& config);
 
-// The model file of `model`: `model` itself, or MODEL_DIR/model.recemb when it is a directory.
+// The model file of `model`: `model` itself, or MODEL_DIR/model.recemb when it is a directory
+// (how `recemb predict` and `recemb lookup` take their MODEL). Throws InvalidArgument, naming
+// `recemb export`, for a directory holding no model.recemb but a training run's outputs
+// (checkpoints/ or config.toml): a run's output directory, not a model.
 std::filesystem::path model_file_path(const std::filesystem::path& model);
 
 // How the Criteo reader turns C1..C26 into ids for a model: hashed into static tables of

@@ -143,6 +143,15 @@ toml::table parse_document(std::string_view text, const std::string& origin) {
   }
 }
 
+// What a setting of `existing`'s type takes, in words: "a number", "an integer", ...
+std::string value_kind(const toml::node& existing) {
+  if (existing.is_floating_point()) return "a number";
+  if (existing.is_integer()) return "an integer";
+  if (existing.is_boolean()) return "true or false";
+  if (existing.is_array()) return "a list ([...])";
+  return type_name(existing);
+}
+
 // Whether the setting at dotted `key` holds a string.
 bool is_string_setting(const toml::table& config, const std::string& key) {
   if (key.starts_with("tables.") && key.ends_with(".optimizer")) return true;
@@ -173,10 +182,16 @@ void apply_override(toml::table& config, std::map<std::string, TableOverride>& t
   try {
     parsed = parse_document("value = " + value, origin);
   } catch (const InvalidArgument& error) {
-    if (!string_setting) throw;
-    throw InvalidArgument(std::string(error.what()) + " (" + key +
-                          " is a string: quote it as TOML does, past the shell: --set " + key +
-                          "='\"...\"')");
+    if (string_setting) {
+      throw InvalidArgument(std::string(error.what()) + " (" + key +
+                            " is a string: quote it as TOML does, past the shell: --set " + key +
+                            "='\"...\"')");
+    }
+    // Not a TOML value: say what the setting takes rather than what the parser guessed.
+    const toml::node* existing = config.at_path(key).node();
+    if (existing == nullptr || existing->is_table()) throw;
+    throw InvalidArgument(origin + ": " + key + ": expected " + value_kind(*existing) + ", got '" +
+                          value + "'");
   }
   // Rebuild the dotted key as nested tables and merge it like a file.
   toml::table nested;
@@ -298,6 +313,9 @@ TrainConfig load_train_config(const std::string& config_path,
   c.serving.publish_dir = get<std::string>(config, "serving.publish_dir");
   c.serving.publish_every_seconds = get<double>(config, "serving.publish_every_seconds");
   c.serving.publish_dtype = get<std::string>(config, "serving.publish_dtype");
+  c.serving.base_every_deltas = get<int64_t>(config, "serving.base_every_deltas");
+  c.serving.base_every_bytes = get<int64_t>(config, "serving.base_every_bytes");
+  c.serving.keep_versions = get<int>(config, "serving.keep_versions");
   c.tables = std::move(tables);
   validate_train_config(c);
   // Learning rates not given are the optimizer's own (docs/training.md, "Learning rates").
@@ -383,7 +401,10 @@ std::string to_toml(const TrainConfig& c) {
       {"output", toml::table{{"dir", c.output.dir}}},
       {"serving", toml::table{{"publish_dir", c.serving.publish_dir},
                               {"publish_every_seconds", c.serving.publish_every_seconds},
-                              {"publish_dtype", c.serving.publish_dtype}}},
+                              {"publish_dtype", c.serving.publish_dtype},
+                              {"base_every_deltas", c.serving.base_every_deltas},
+                              {"base_every_bytes", c.serving.base_every_bytes},
+                              {"keep_versions", c.serving.keep_versions}}},
       {"tables", std::move(tables)},
   };
   // data.path: "" or one path as a string (as configs had it), several as a list.

@@ -109,6 +109,11 @@ struct TrainConfig {
     std::string publish_dir = {};        // MODEL_DIR/NAME; "": no publishing
     double publish_every_seconds = 0.0;  // > 0: seconds between publishes, at step boundaries
     std::string publish_dtype = {};      // float32 | float16 | int8
+    // Retention (PublishOptions, docs/serving.md "Retention"): a new base after this many deltas
+    // or bytes of deltas (0: no bound), and the versions kept (0: all).
+    int64_t base_every_deltas = 0;
+    int64_t base_every_bytes = 0;
+    int keep_versions = 0;
   } serving;
   std::map<std::string, TableOverride> tables = {};  // by table name "C1".."C26"
 };

@@ -30,6 +30,7 @@
 #include "train/model_file.h"
 #include "train/prefetching_source.h"
 #include "train/rank_errors.h"
+#include "train/resume_settings.h"
 #include "train/run_resources.h"
 #include "train/run_summary.h"
 #include "train/step_pipeline.h"
@@ -115,6 +116,8 @@ class Trainer {
   TrainSummary run() {
     // Rank 0 alone writes output.dir and looks into the checkpoint directory; the other ranks
     // learn of its errors at sync() and of its findings by broadcast.
+    // Checked before anything is written: a refused --init-from leaves no file.
+    if (!options_.init_from.empty()) initialize_from(options_.init_from);
     errors_.locally([&] {
       if (root()) std::filesystem::create_directories(output_dir_);
     });
@@ -132,12 +135,12 @@ class Trainer {
         }
       });
     }
-    const bool resumed = embedding_.step() > 0;
+    const bool resumed = run_step() > 0;
     errors_.locally([&] {
       if (!root()) return;
       std::ofstream(output_dir_ / "config.toml") << to_toml(config_);
       metrics_.emplace(output_dir_ / "metrics.jsonl",
-                       KeptRecords{.step = resumed ? embedding_.step() : -1,
+                       KeptRecords{.step = resumed ? run_step() : -1,
                                    .train_every = config_.train.log_every,
                                    .eval_every = config_.train.eval_every});
     });
@@ -153,7 +156,7 @@ class Trainer {
     errors_.sync();
     summary_.rank = group_.rank();
     summary_.ranks = group_.size();
-    summary_.first_step = embedding_.step();
+    summary_.first_step = run_step();
     summary_.requested_steps = config_.train.steps;
     summary_.checkpoint_every = config_.checkpoint.every;
     summary_.dense_isa = dense_isa_name(model_.dense_isa());
@@ -175,7 +178,7 @@ class Trainer {
     // included), not the evaluation before them.
     const Clock::time_point steps_start = Clock::now();
     publish_model();  // the base: the served model from the start
-    while (embedding_.step() < config_.train.steps) {
+    while (run_step() < config_.train.steps) {
       StepBatch& batch = pipeline_->next();
       int64_t count = batch.count;
       // A stop asked for (a signal) on any rank: every rank stops before this batch, whose
@@ -186,14 +189,14 @@ class Trainer {
         const std::vector<int64_t> values = group_.all_gather(std::array{count, stop});
         expect_same_on_every_rank(
             values, group_.size(), 0,
-            "examples in the batch of step " + std::to_string(embedding_.step() + 1));
+            "examples in the batch of step " + std::to_string(run_step() + 1));
         for (int q = 0; q < group_.size(); ++q) {
           stop = std::max(stop, values[2 * static_cast<size_t>(q) + 1]);
         }
       }
       if (stop != 0) {
         summary_.stop_signal = static_cast<int>(stop);
-        progress_.message("stopping at step " + std::to_string(embedding_.step()) + " (signal " +
+        progress_.message("stopping at step " + std::to_string(run_step()) + " (signal " +
                           std::to_string(stop) + ")");
         break;
       }
@@ -202,17 +205,19 @@ class Trainer {
         if (summary_.examples == 0) {
           throw InvalidArgument(
               "no examples to train on: the training data ended at step " +
-              std::to_string(embedding_.step()) + (resumed ? ", where this run resumed" : "") +
-              " (" + data_.description +
-              "): give more data, or continue a finished run from other data in a new run");
+              std::to_string(run_step()) + (resumed ? ", where this run resumed" : "") + " (" +
+              data_.description +
+              "): give more data, or continue the model on other data in a new run with "
+              "--init-from " +
+              checkpoint_dir_.string() + " --output <another dir>");
         }
-        progress_.message("the training data ended at step " + std::to_string(embedding_.step()) +
+        progress_.message("the training data ended at step " + std::to_string(run_step()) +
                           ", before train.steps = " + std::to_string(config_.train.steps));
         break;
       }
       train_step(batch);
       trained_position_ = batch.position;
-      const int64_t step = embedding_.step();
+      const int64_t step = run_step();
       if (step % config_.train.log_every == 0) record_loss(step);
       if (config_.train.eval_every > 0 && step % config_.train.eval_every == 0 &&
           step < config_.train.steps) {
@@ -239,12 +244,15 @@ class Trainer {
     // Saved before the final records: a run resumed from here continues the loss window, and
     // MetricsLog drops these off-schedule records (see metrics_log.h).
     save();
-    if (embedding_.step() != published_step_) publish_model();
-    errors_.locally([&] { finish_publishing(); });
-    if (loss_window_count_ > 0) record_loss(embedding_.step());
+    if (run_step() != published_step_) publish_model();
+    errors_.locally([&] {
+      finish_publishing();
+      report_deltas();
+    });
+    if (loss_window_count_ > 0) record_loss(run_step());
     const EvalRecord final_eval = evaluate();
     summary_.seconds = seconds_since(start);
-    summary_.steps = embedding_.step();
+    summary_.steps = run_step();
     summary_.examples_per_second = static_cast<double>(summary_.examples) / summary_.seconds;
     summary_.final_auc = final_eval.auc;
     summary_.final_log_loss = final_eval.log_loss;
@@ -264,6 +272,9 @@ class Trainer {
 
  private:
   bool root() const { return group_.rank() == 0; }
+
+  // This run's step: the tables' (Embedding::step) less the step they had when it began.
+  int64_t run_step() const { return embedding_.step() - first_step_; }
 
   // Collective: throws InvalidArgument on every rank when the ranks' dense layers run different
   // instruction sets, which round differently: the replicas' parameters would drift apart
@@ -291,13 +302,13 @@ class Trainer {
     if (!left) return config_.train.steps;
     const int64_t examples = *left;
     const int64_t steps = (examples + config_.train.batch_size - 1) / config_.train.batch_size;
-    if (embedding_.step() + steps >= config_.train.steps) return config_.train.steps;
+    if (run_step() + steps >= config_.train.steps) return config_.train.steps;
     progress_.message(
         "the data will end before train.steps = " + std::to_string(config_.train.steps) +
         ": about " + std::to_string(examples) + " examples are left in " + data_.description +
         ", about " + std::to_string(steps) + " steps of " +
         std::to_string(config_.train.batch_size));
-    return embedding_.step() + steps;
+    return run_step() + steps;
   }
 
   void describe_run() {
@@ -319,7 +330,7 @@ class Trainer {
   // One step on the global batch `batch`, of which this rank trains on its slice.
   void train_step(StepBatch& batch) {
     const Slice mine = group_.slice(batch.count);
-    pipeline_->look_up(batch, mine, embedding_.step() + 1 < config_.train.steps);
+    pipeline_->look_up(batch, mine, run_step() + 1 < config_.train.steps);
 
     Clock::time_point t = Clock::now();
     float local_loss = 0.0f;
@@ -385,7 +396,8 @@ class Trainer {
     const Clock::time_point t = Clock::now();
     update_held_out_set(data_, examples_total_);
     // Not the buffers of a batch prefetched ahead: its lookup still reads them.
-    const EvalRecord record = evaluator_.evaluate(data_.eval_set, pipeline_->idle_buffers());
+    EvalRecord record = evaluator_.evaluate(data_.eval_set, pipeline_->idle_buffers());
+    record.step -= first_step_;  // the evaluator counts the tables' steps
     errors_.locally([&] {
       if (metrics_) metrics_->add(record);
     });
@@ -400,8 +412,8 @@ class Trainer {
   }
 
   void save() {
-    if (embedding_.step() == last_saved_step_) return;  // e.g. resumed at the final step
-    last_saved_step_ = embedding_.step();
+    if (run_step() == last_saved_step_) return;  // e.g. resumed at the final step
+    last_saved_step_ = run_step();
     const Clock::time_point t = Clock::now();
     // The checkpoint is the state after this step, as the serial loop's.
     pipeline_->wait_for_prefetch();
@@ -411,7 +423,8 @@ class Trainer {
                                              {.data_position = trained_position_,
                                               .examples = examples_total_,
                                               .loss_window_sum = loss_window_sum_,
-                                              .loss_window_count = loss_window_count_},
+                                              .loss_window_count = loss_window_count_,
+                                              .first_step = first_step_},
                                              config_.checkpoint.keep));
     summary_.checkpoint_seconds += seconds_since(t);
     ++summary_.checkpoints;
@@ -433,14 +446,41 @@ class Trainer {
       return;
     }
     const RestoredState state = restore_checkpoint(embedding_, newest);
-    last_saved_step_ = embedding_.step();
     const TrainerProgress progress =
         restore_trainer_state(state, config_, newest, model_, dense_optimizer_);
+    first_step_ = progress.first_step;
+    last_saved_step_ = run_step();
     prefetching_->seek(progress.data_position);
     examples_total_ = progress.examples;
     loss_window_sum_ = progress.loss_window_sum;
     loss_window_count_ = progress.loss_window_count;
-    progress_.message("resumed from " + newest + " at step " + std::to_string(embedding_.step()));
+    progress_.message("resumed from " + newest + " at step " + std::to_string(run_step()));
+  }
+
+  // --init-from: checks that `checkpoint`'s model has this run's shape (every rank reads its
+  // manifest), then restores its tables, slots and dense state; this run's step 0 is its step.
+  void initialize_from(const std::string& checkpoint) {
+    if (options_.resume) {
+      throw InvalidArgument("--init-from and --resume: --resume continues this run (" +
+                            checkpoint_dir_.string() + "), --init-from starts a new one from " +
+                            checkpoint + ": give one");
+    }
+    // Rank 0's choice of the newest checkpoint, so that every rank restores the same one.
+    std::string chosen;
+    errors_.locally([&] {
+      if (!root()) return;
+      chosen = latest_checkpoint(checkpoint).value_or(checkpoint).string();
+      const CheckpointInfo info = inspect_checkpoint(chosen, {.verify = false});
+      check_init_settings(info, embedding_model(config_), model_.config(), config_.dense.optimizer,
+                          chosen);
+    });
+    errors_.sync();
+    chosen = group_.broadcast(chosen);
+    const RestoredState state = restore_checkpoint(embedding_, chosen);
+    restore_dense_state(state, chosen, model_, dense_optimizer_);
+    first_step_ = embedding_.step();
+    progress_.message("initialised from " + chosen + " (step " + std::to_string(first_step_) +
+                      " of its run): tables, optimizer slots and the dense model");
   }
 
   const TrainConfig& config_;
@@ -467,23 +507,55 @@ class Trainer {
     const ExportOptions options =
         model_file_options(embedding_, dense, parse_serving_dtype(config_.serving.publish_dtype),
                            "serving.publish_dir '" + config_.serving.publish_dir + "': ");
-    publishing_ =
-        std::async(std::launch::async, begin_publish(embedding_, config_.serving.publish_dir,
-                                                     {.dtype = options.dtype,
-                                                      .extra_arrays = options.extra_arrays,
-                                                      .metadata = options.metadata}));
-    published_step_ = embedding_.step();
+    const bool first = !last_publish_;
+    publishing_ = std::async(std::launch::async,
+                             begin_publish(embedding_, config_.serving.publish_dir,
+                                           {.dtype = options.dtype,
+                                            .extra_arrays = options.extra_arrays,
+                                            .metadata = options.metadata,
+                                            .base_every_deltas = config_.serving.base_every_deltas,
+                                            .base_every_bytes = config_.serving.base_every_bytes,
+                                            .keep_versions = config_.serving.keep_versions}));
+    published_step_ = run_step();
     summary_.publish_seconds += seconds_since(t);
     ++summary_.publishes;
     last_publish_ = Clock::now();
+    if (first) finish_publishing();  // the base, written already: said at once where it went
   }
 
-  // Waits for the delta being written, if any; rethrows its error.
+  // Waits for the delta being written, if any; rethrows its error. Says where each base went
+  // and counts the deltas.
   void finish_publishing() {
     if (!publishing_.valid()) return;
     const Clock::time_point t = Clock::now();
-    publishing_.get();
+    const PublishResult result = publishing_.get();
     summary_.publish_seconds += seconds_since(t);
+    if (result.sequence > 0) {
+      ++deltas_published_;
+      delta_bytes_published_ += result.bytes;
+      last_delta_ = result.file;
+      return;
+    }
+    char size[64];
+    std::snprintf(size, sizeof size, "%.1f MiB, %" PRId64 " rows",
+                  static_cast<double>(result.bytes) / (1 << 20), result.rows);
+    std::string line =
+        "published a base: " + result.file.string() + " (" + size + "; " + result.base_reason + ")";
+    if (!result.removed_versions.empty()) {
+      line += "; removed older version";
+      for (const int64_t version : result.removed_versions) line += " " + std::to_string(version);
+    }
+    progress_.message(line);
+  }
+
+  // The deltas published since the run began, in one line (none: nothing).
+  void report_deltas() {
+    if (deltas_published_ == 0) return;
+    char size[32];
+    std::snprintf(size, sizeof size, "%.1f MiB",
+                  static_cast<double>(delta_bytes_published_) / (1 << 20));
+    progress_.message("published " + std::to_string(deltas_published_) + " deltas (" + size +
+                      ") beside the bases; the last: " + last_delta_.string());
   }
 
   // Declared before embedding_, so that its destructor has waited for a prefetched lookup before
@@ -507,9 +579,13 @@ class Trainer {
   int64_t loss_window_count_ = 0;
   double recent_loss_ = std::nan("");
   int64_t last_saved_step_ = -1;
+  int64_t first_step_ = 0;  // the tables' step at this run's step 0 (--init-from)
   std::optional<Clock::time_point> last_publish_;  // none: not publishing (yet)
   int64_t published_step_ = -1;
   std::future<PublishResult> publishing_;  // the delta being written
+  int64_t deltas_published_ = 0;           // by this run, and their bytes
+  int64_t delta_bytes_published_ = 0;
+  std::filesystem::path last_delta_;
   // The data position after the last batch trained on (what a checkpoint saves).
   std::string trained_position_;
 };

@@ -64,6 +64,14 @@ struct RunOptions {
   // start from scratch). Without it, an existing checkpoint directory is left alone and new
   // checkpoints are added to it.
   bool resume = false;
+  // Not empty: a new run (its own steps from 0, data, outputs and checkpoints) whose tables,
+  // embedding optimizer slots, dense parameters and dense optimizer slots are those of this
+  // checkpoint (a ckpt-* directory, or a checkpoint directory: its newest), as `recemb train
+  // --init-from` (docs/training.md, "Day after day: --init-from"). The model's shape must be the
+  // checkpoint's (check_init_settings), checked before anything is written. The optimizers go on
+  // counting their steps from the checkpoint's (Adam's bias correction, the tables' last-seen
+  // steps). Not with `resume`.
+  std::string init_from = {};
   std::ostream* log = nullptr;  // progress and messages (rank 0's only); nullptr: std::cerr
   ProgressMode progress = ProgressMode::kLines;
   // The ranks training together, each calling run_training with the same config (collective:
@@ -81,7 +89,8 @@ struct RunOptions {
 // lines, an unreadable file, no example left to train on), for a train.batch_size whose buffers
 // would exceed the memory (estimated before the data is read), and for a --resume whose
 // settings differ from the checkpoint's in a way that changes the training
-// (check_resume_settings), naming the cause; files written before an error stay. With several
+// (check_resume_settings) or an init_from whose model differs (check_init_settings), naming the
+// cause; files written before an error stay. With several
 // ranks, also InvalidArgument when train.batch_size is smaller than the number of ranks or the
 // ranks read different data, and every rank throws every error (see the top of this file).
 TrainSummary run_training(const TrainConfig& config, const RunOptions& options = {});

@@ -21,7 +21,28 @@ constexpr char kDataPosition[] = "data_position";
 constexpr char kDenseOptimizerStep[] = "dense_optimizer_step";
 constexpr char kExamples[] = "examples";
 constexpr char kLossWindow[] = "loss_window";  // "<sum> <count>" of the unrecorded steps
-constexpr char kSettings[] = "train_config";   // to_toml of the run's settings
+constexpr char kFirstStep[] = "first_step";    // TrainerProgress::first_step
+
+// The checkpoint's metadata `name`, or InvalidArgument naming `checkpoint`.
+const std::string& metadata_text(const RestoredState& state, const std::string& checkpoint,
+                                 const char* name) {
+  const auto found = state.metadata.find(name);
+  if (found == state.metadata.end()) {
+    throw InvalidArgument(checkpoint + ": metadata '" + name + "' is missing");
+  }
+  return found->second;
+}
+
+// The checkpoint's metadata `name` as an integer >= 0, or InvalidArgument naming `checkpoint`.
+int64_t metadata_integer(const RestoredState& state, const std::string& checkpoint,
+                         const char* name) {
+  int64_t value = 0;
+  const std::string& written = metadata_text(state, checkpoint, name);
+  if (std::sscanf(written.c_str(), "%" SCNd64, &value) != 1 || value < 0) {
+    throw InvalidArgument(checkpoint + ": malformed metadata '" + name + "'");
+  }
+  return value;
+}
 
 }  // namespace
 
@@ -34,9 +55,10 @@ SaveOptions trainer_save_options(const TrainConfig& config, const DlrmDenseModel
                        {.name = kDenseOptimizerSlots, .values = optimizer.slots()}},
       .metadata = dense_config_metadata(model.config())};
   options.metadata.insert({{kDataPosition, progress.data_position},
-                           {kSettings, to_toml(config)},
+                           {kSettingsMetadata, to_toml(config)},
                            {kDenseOptimizerStep, std::to_string(optimizer.step())},
                            {kExamples, std::to_string(progress.examples)},
+                           {kFirstStep, std::to_string(progress.first_step)},
                            {kLossWindow, double_text(progress.loss_window_sum) + " " +
                                              std::to_string(progress.loss_window_count)}});
   return options;
@@ -45,6 +67,26 @@ SaveOptions trainer_save_options(const TrainConfig& config, const DlrmDenseModel
 TrainerProgress restore_trainer_state(const RestoredState& state, const TrainConfig& config,
                                       const std::string& checkpoint, DlrmDenseModel& model,
                                       DenseOptimizer& optimizer) {
+  // Checkpoints of older versions hold no settings: they resume unchecked.
+  if (const auto saved = state.metadata.find(kSettingsMetadata); saved != state.metadata.end()) {
+    check_resume_settings(saved->second, config, checkpoint);
+  }
+  TrainerProgress progress{.data_position = metadata_text(state, checkpoint, kDataPosition),
+                           .examples = metadata_integer(state, checkpoint, kExamples)};
+  if (std::sscanf(metadata_text(state, checkpoint, kLossWindow).c_str(), "%lf %" SCNd64,
+                  &progress.loss_window_sum, &progress.loss_window_count) != 2) {
+    throw InvalidArgument(checkpoint + ": malformed metadata '" + kLossWindow + "'");
+  }
+  // Checkpoints of older versions, and of runs started from scratch, start at step 0.
+  if (state.metadata.contains(kFirstStep)) {
+    progress.first_step = metadata_integer(state, checkpoint, kFirstStep);
+  }
+  restore_dense_state(state, checkpoint, model, optimizer);
+  return progress;
+}
+
+void restore_dense_state(const RestoredState& state, const std::string& checkpoint,
+                         DlrmDenseModel& model, DenseOptimizer& optimizer) {
   const auto array = [&](const char* name, size_t size) -> const std::vector<float>& {
     const auto found = state.extra_arrays.find(name);
     if (found == state.extra_arrays.end() || found->second.size() != size) {
@@ -53,37 +95,12 @@ TrainerProgress restore_trainer_state(const RestoredState& state, const TrainCon
     }
     return found->second;
   };
-  const auto text = [&](const char* name) -> const std::string& {
-    const auto found = state.metadata.find(name);
-    if (found == state.metadata.end()) {
-      throw InvalidArgument(checkpoint + ": metadata '" + name + "' is missing");
-    }
-    return found->second;
-  };
-  const auto integer = [&](const char* name) {
-    int64_t value = 0;
-    const std::string& written = text(name);
-    if (std::sscanf(written.c_str(), "%" SCNd64, &value) != 1 || value < 0) {
-      throw InvalidArgument(checkpoint + ": malformed metadata '" + name + "'");
-    }
-    return value;
-  };
-  // Checkpoints of older versions hold no settings: they resume unchecked.
-  if (const auto saved = state.metadata.find(kSettings); saved != state.metadata.end()) {
-    check_resume_settings(saved->second, config, checkpoint);
-  }
   const std::vector<float>& parameters = array(kDenseParametersArray, model.parameters().size());
   const std::vector<float>& slots = array(kDenseOptimizerSlots, optimizer.slots().size());
-  const int64_t optimizer_step = integer(kDenseOptimizerStep);
-  TrainerProgress progress{.data_position = text(kDataPosition), .examples = integer(kExamples)};
-  if (std::sscanf(text(kLossWindow).c_str(), "%lf %" SCNd64, &progress.loss_window_sum,
-                  &progress.loss_window_count) != 2) {
-    throw InvalidArgument(checkpoint + ": malformed metadata '" + kLossWindow + "'");
-  }
+  const int64_t optimizer_step = metadata_integer(state, checkpoint, kDenseOptimizerStep);
   std::copy(parameters.begin(), parameters.end(), model.parameters().begin());
   std::copy(slots.begin(), slots.end(), optimizer.slots().begin());
   optimizer.set_step(optimizer_step);
-  return progress;
 }
 
 }  // namespace recemb::train

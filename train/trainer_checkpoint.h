@@ -23,6 +23,9 @@ struct TrainerProgress {
   int64_t examples = 0;            // trained on over all runs
   double loss_window_sum = 0;      // the training losses of the steps not yet recorded
   int64_t loss_window_count = 0;
+  // The tables' step (Embedding::step) at this run's step 0: the step of the checkpoint a run
+  // initialised with --init-from started from; 0 for a run started from scratch.
+  int64_t first_step = 0;
 };
 
 // The SaveOptions of a trainer checkpoint: `model`'s parameters and `optimizer`'s slots as extra
@@ -40,6 +43,13 @@ SaveOptions trainer_save_options(const TrainConfig& config, const DlrmDenseModel
 TrainerProgress restore_trainer_state(const RestoredState& state, const TrainConfig& config,
                                       const std::string& checkpoint, DlrmDenseModel& model,
                                       DenseOptimizer& optimizer);
+
+// The dense half of restore_trainer_state, for a run initialised from another run's checkpoint
+// (--init-from): restores `model`'s parameters and `optimizer`'s slots and step from `state`.
+// Throws InvalidArgument naming `checkpoint`, before changing anything, when one is missing,
+// malformed or of another size than this model's.
+void restore_dense_state(const RestoredState& state, const std::string& checkpoint,
+                         DlrmDenseModel& model, DenseOptimizer& optimizer);
 
 }  // namespace recemb::train
 

@@ -196,7 +196,9 @@ RECEMB_EXPORT Embedding load_checkpoint(const std::filesystem::path& checkpoint,
 
 // One file of a checkpoint as inspect_checkpoint reports it.
 struct CheckpointFile {
-  std::string path = {};      // relative to the checkpoint directory
+  std::string path = {};  // relative to the checkpoint directory
+  // What it holds: "manifest", "table 'C1' variable 'parameters'", "extra array 'dense/parameters'"
+  std::string holds = {};
   uint64_t bytes = 0;         // as the manifest records it
   std::string checksum = {};  // XXH3-64 of the whole file, 16 hex digits, as recorded
   bool ok = false;            // verified (or, without verification, present with the right size)
@@ -219,9 +221,10 @@ struct CheckpointInfo {
   int64_t step = 0;
   std::vector<CheckpointTable> tables = {};  // in the checkpoint's order
   std::vector<FeatureConfig> features = {};
-  std::string manifest_json = {};          // the manifest's text
-  std::vector<CheckpointFile> files = {};  // the manifest first, then every data file
-  bool ok = false;                         // every file ok
+  std::map<std::string, std::string> metadata = {};  // SaveOptions::metadata, as saved
+  std::string manifest_json = {};                    // the manifest's text
+  std::vector<CheckpointFile> files = {};            // the manifest first, then every data file
+  bool ok = false;                                   // every file ok
 };
 
 struct InspectOptions {

@@ -135,11 +135,11 @@ RECEMB_EXPORT Placement plan_placement(const std::vector<TableConfig>& tables,
                                        const std::optional<Optimizer>& global_optimizer,
                                        const PlacementOptions& options);
 
-// The plan as text: a header line, one line per shard (shard, tables, rows, bytes, expected
-// lookups), a total line ("total", number of tables, sums over shards); an empty line; a header
-// line and one line per TableShard (table, strategy name, shard, rows, columns as
-// "first-end" with end exclusive, bytes, expected lookups). Fields are separated by spaces;
-// lookups have 2 decimals.
+// The plan as text: a header line, one line per shard (shard, tables, rows, bytes with the
+// optimizer slots, expected lookups), a total line ("total", number of tables, sums over
+// shards); an empty line; a header line and one line per TableShard (table, strategy name,
+// shard, rows, columns as the half-open range "[first,end)", bytes with slots, expected
+// lookups). Fields are separated by spaces; lookups have 2 decimals.
 RECEMB_EXPORT std::string format_placement(const Placement& placement);
 
 }  // namespace recemb

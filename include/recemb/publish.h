@@ -38,6 +38,16 @@ struct PublishOptions {
   std::vector<ServingArray> extra_arrays = {};
   // Written whole in every file, replacing the model's when a delta is applied.
   std::map<std::string, std::string> metadata = {};
+  // Retention (docs/serving.md, "Retention"): a publish writes a new base (the next version)
+  // instead of a delta once its base has base_every_deltas deltas, or once they hold
+  // base_every_bytes bytes or more; 0: no such bound. A server restarting then applies at most
+  // that many deltas and bytes beside the base.
+  int64_t base_every_deltas = 360;              // >= 0; one hour of deltas every 10 s
+  int64_t base_every_bytes = int64_t{1} << 30;  // >= 0; 1 GiB
+  // After a new base, the versions of `dir` older than its keep_versions newest are removed
+  // (each whole: its base and deltas). 2 keeps the one before the new base for a server still
+  // serving it or catching up on its deltas; 0 keeps every version.
+  int keep_versions = 2;  // >= 0
 };
 
 struct PublishResult {
@@ -45,6 +55,13 @@ struct PublishResult {
   int64_t version = 0;         // the version directory it is in
   int64_t sequence = 0;        // 0: a base; n: the n-th delta of that base
   int64_t rows = 0;            // rows and keys written (all of them in a base)
+  int64_t bytes = 0;           // the file's size
+  // A base: why this publish wrote one and not a delta ("the first publish into DIR", "the base
+  // has 360 deltas (base_every_deltas)", "the base DIR/3/model.recemb was replaced since it was
+  // written", ...). Empty for a delta.
+  std::string base_reason = {};
+  // A base: the versions removed after it (PublishOptions::keep_versions), increasing.
+  std::vector<int64_t> removed_versions = {};
 };
 
 // Publishes `embedding`'s tables into the model directory `dir` (MODEL_DIR/NAME, as `recemb
@@ -55,18 +72,28 @@ struct PublishResult {
 // digits>.recemb (sequence 1, 2, ...): the rows of static tables, and the keys (with their rows)
 // of dynamic tables, changed or admitted since the previous publish, the keys removed since
 // (evicted, expired), and options.extra_arrays and options.metadata whole. A base is written
-// instead when `dir` or options.dtype differ from the previous publish's, when the base file is
-// gone, or when the rows were written since by anything but training steps (write_variable,
-// write_dynamic_table, load_checkpoint into this Embedding, the mutable variable_data). Change
-// tracking starts with the first publish (a byte a row, and the removed keys; nothing before):
-// an Embedding that is never published pays nothing.
+// instead (PublishResult::base_reason says why) when `dir` or options.dtype differ from the
+// previous publish's, when the base file is gone or is not the file this Embedding wrote (its
+// size and header, which holds the checksum deltas name, differ: replaced by another writer),
+// when the rows were written since by anything but training steps (write_variable,
+// write_dynamic_table, load_checkpoint into this Embedding, the mutable variable_data), or when
+// the base's deltas reach options.base_every_deltas or base_every_bytes. Change tracking starts
+// with the first publish (a byte a row, and the removed keys; nothing before): an Embedding that
+// is never published pays nothing.
 //
 // Each file is written atomically (a temporary file, fsynced, renamed), so a reader never sees a
-// partial one. Bad options throw (InvalidArgument, as export_serving_model's) before anything
-// changes; a publish that fails later, writing its file (std::system_error for a failing
-// file-system call, naming it; InvalidArgument for a table value the dtype cannot hold), makes
-// the next publish a base. `dir` is created if absent (its parent must exist). No call that
-// changes `embedding` may run concurrently.
+// partial one; a base is written into a directory of another name (".publishing-<V>"), renamed
+// to <V> once complete, so that a version directory never lacks its base. After a base, the
+// versions beyond options.keep_versions newest are removed, each renamed out of the versions'
+// names (".removing-<V>") before it is deleted: a reader sees a version whole or not at all.
+// Bad options throw (InvalidArgument, as export_serving_model's, and for a negative retention
+// bound) before anything changes, and so does a `dir` holding the largest version (int64's
+// maximum: FailedPrecondition, as no version can follow it). A publish that fails later,
+// writing its file (std::system_error for a failing file-system call, naming it;
+// InvalidArgument for a table value the dtype cannot hold), makes the next publish a base; one
+// failing to remove an old version throws (std::system_error) with the base written. `dir` is
+// created if absent (its parent must exist). No call that changes `embedding` may run
+// concurrently; one writer at a time publishes into `dir`.
 //
 // Several ranks: collective (every rank calls it with the same `dir` and options). Each rank's
 // changes are gathered (the ids and keys: an all-gather; their rows: the whole table gathered, as

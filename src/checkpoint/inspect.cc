@@ -22,7 +22,9 @@ CheckpointInfo inspect_checkpoint(const std::filesystem::path& checkpoint,
   const internal::Manifest& manifest = manifest_file.manifest;
   CheckpointInfo info{.format_version = manifest.format_version,
                       .step = manifest.step,
+                      .metadata = manifest.metadata,
                       .files = {{.path = std::string(internal::kManifestFile),
+                                 .holds = "manifest",
                                  .bytes = manifest_file.text.size(),
                                  .checksum = format::checksum_to_hex(format::checksum(
                                      std::as_bytes(std::span(manifest_file.text)))),
@@ -41,8 +43,10 @@ CheckpointInfo inspect_checkpoint(const std::filesystem::path& checkpoint,
 
   std::vector<std::byte> scratch;
   const auto check = [&](const internal::DataFile& data, const std::string& what) {
-    CheckpointFile file{
-        .path = data.file, .bytes = data.bytes, .checksum = format::checksum_to_hex(data.checksum)};
+    CheckpointFile file{.path = data.file,
+                        .holds = what,
+                        .bytes = data.bytes,
+                        .checksum = format::checksum_to_hex(data.checksum)};
     try {
       const format::InputFile input = format::InputFile::open(directory / data.file);
       if (options.verify) {

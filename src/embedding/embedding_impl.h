@@ -56,6 +56,13 @@ struct Publication {
   ServingDtype dtype = ServingDtype::kFloat32;
   // Set by a delta's write that failed (possibly on another thread): the next publish is a base.
   std::shared_ptr<std::atomic<bool>> failed_write;
+  // The bytes of the deltas written since the base (added by each delta's write, possibly on
+  // another thread), for PublishOptions::base_every_bytes.
+  std::shared_ptr<std::atomic<int64_t>> delta_bytes;
+  // What identifies the base file written: its size and its first bytes (the header, holding the
+  // manifest's checksum that deltas name as their base).
+  uint64_t base_size = 0;
+  std::vector<std::byte> base_header;
 };
 
 // What an Embedding is and holds: its configs, placement, the parts this rank holds, its step.

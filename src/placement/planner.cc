@@ -309,7 +309,7 @@ Placement internal::plan_valid_placement(const std::vector<TableConfig>& tables,
 std::string format_placement(const Placement& placement) {
   std::ostringstream text;
   text << std::fixed << std::setprecision(2) << std::left << std::setw(6) << "shard" << std::right
-       << std::setw(8) << "tables" << std::setw(15) << "rows" << std::setw(19) << "bytes"
+       << std::setw(8) << "tables" << std::setw(15) << "rows" << std::setw(19) << "bytes_with_slots"
        << std::setw(17) << "lookups/example"
        << "\n";
   const auto shard_line = [&](const std::string& shard, int64_t tables, const ShardSummary& s) {
@@ -329,12 +329,13 @@ std::string format_placement(const Placement& placement) {
   text << "\n"
        << std::left << std::setw(24) << "table" << std::setw(12) << "strategy" << std::right
        << std::setw(7) << "shard" << std::setw(15) << "rows" << std::setw(15) << "columns"
-       << std::setw(19) << "bytes" << std::setw(17) << "lookups/example"
+       << std::setw(19) << "bytes_with_slots" << std::setw(17) << "lookups/example"
        << "\n";
   for (const TablePlacement& table : placement.tables) {
     for (const TableShard& part : table.shards) {
-      const std::string columns = std::to_string(part.first_column) + "-" +
-                                  std::to_string(part.first_column + part.num_columns);
+      // Half-open: [0,8) and [8,16) do not overlap.
+      const std::string columns = "[" + std::to_string(part.first_column) + "," +
+                                  std::to_string(part.first_column + part.num_columns) + ")";
       // Names longer than the column push the rest right; a space keeps the fields apart.
       text << std::left << std::setw(23) << table.table << " " << std::setw(12)
            << sharding_strategy_name(table.strategy) << std::right << std::setw(7) << part.shard

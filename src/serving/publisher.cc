@@ -9,11 +9,13 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -34,15 +36,71 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// 1 + the largest version directory in `dir` (1 if none), creating `dir` when absent.
-int64_t next_version(const fs::path& dir) {
-  if (!fs::is_directory(dir)) format::file_system().create_directory(dir);
-  int64_t largest = 0;
+// The names a publish gives a version directory while it writes its base, and while it removes
+// it: not versions, so that a reader (recemb serve) never lists a version without its base, nor
+// one half removed.
+constexpr char kStagingPrefix[] = ".publishing-";
+constexpr char kRemovingPrefix[] = ".removing-";
+
+// The versions in `dir`, increasing.
+std::vector<int64_t> versions_in(const fs::path& dir) {
+  std::vector<int64_t> versions;
   for (const fs::path& entry : format::file_system().list(dir)) {
     const std::optional<int64_t> version = model_version_of(entry.filename().string());
-    if (version && fs::is_directory(entry)) largest = std::max(largest, *version);
+    if (version && fs::is_directory(entry)) versions.push_back(*version);
   }
-  return largest + 1;
+  std::sort(versions.begin(), versions.end());
+  return versions;
+}
+
+// 1 + the largest version directory in `dir` (1 if none), creating `dir` when absent.
+// FailedPrecondition when the largest is int64's maximum: no version can follow it.
+int64_t next_version(const fs::path& dir) {
+  if (!fs::is_directory(dir)) format::file_system().create_directory(dir);
+  const std::vector<int64_t> versions = versions_in(dir);
+  if (versions.empty()) return 1;
+  if (versions.back() == std::numeric_limits<int64_t>::max()) {
+    throw FailedPrecondition("publish into '" + dir.string() + "': it holds version " +
+                             std::to_string(versions.back()) +
+                             ", the largest a version can be: no base can follow it; publish "
+                             "into another model directory, or remove that version");
+  }
+  return versions.back() + 1;
+}
+
+// Removes the versions of `dir` beyond its `keep` newest (keep >= 1), each renamed out of the
+// versions' names first, and what interrupted removals left. Returns the versions removed.
+std::vector<int64_t> remove_superseded_versions(const fs::path& dir, int keep) {
+  format::FileSystem& files = format::file_system();
+  for (const fs::path& entry : files.list(dir)) {
+    if (entry.filename().string().starts_with(kRemovingPrefix)) files.remove_all(entry);
+  }
+  std::vector<int64_t> versions = versions_in(dir);
+  if (std::ssize(versions) <= keep) return {};
+  versions.resize(versions.size() - static_cast<size_t>(keep));
+  for (const int64_t version : versions) {
+    const fs::path removing = dir / (kRemovingPrefix + std::to_string(version));
+    files.rename(dir / std::to_string(version), removing);
+    files.remove_all(removing);
+  }
+  files.sync_directory(dir);
+  return versions;
+}
+
+// The size and the first kServingHeaderSize bytes of the file `path` (fewer if it is shorter);
+// nullopt when there is no such file.
+std::optional<std::pair<uint64_t, std::vector<std::byte>>> file_identity(const fs::path& path) {
+  std::unique_ptr<format::ReadableFile> file;
+  try {
+    file = format::file_system().open(path);
+  } catch (const std::system_error& error) {
+    if (error.code() == std::errc::no_such_file_or_directory) return std::nullopt;
+    throw;
+  }
+  const uint64_t size = file->size();
+  std::vector<std::byte> header(static_cast<size_t>(std::min(size, kServingHeaderSize)));
+  header.resize(file->read_at(0, header));
+  return std::pair{size, std::move(header)};
 }
 
 // `mine` from every rank, merged: sorted, each once (`mine` alone with one rank).
@@ -59,34 +117,41 @@ std::vector<int64_t> union_over_ranks(Communicator& communicator, std::vector<in
   return mine;
 }
 
-// Collective with several ranks: rank 0 chooses the version, creates its directory and writes
-// the base; every rank gathers the tables and agrees on rank 0's errors.
+// Collective with several ranks: rank 0 chooses the version, writes the base into a staging
+// directory, renames it to the version's name and removes the versions beyond
+// options.keep_versions; every rank gathers the tables and agrees on rank 0's errors.
 PublishResult publish_base(Embedding& embedding, Model& model, const fs::path& dir,
-                           const PublishOptions& options) {
+                           const PublishOptions& options, std::string reason) {
   Communicator& communicator = PartAccess::communicator(embedding);
   const bool root = communicator.rank() == 0;
   int64_t version = 0;
   agree(communicator, [&] {
     if (!root) return;
     version = next_version(dir);
-    format::file_system().create_directory(dir / std::to_string(version));
+    const fs::path staging = dir / (kStagingPrefix + std::to_string(version));
+    format::file_system().remove_all(staging);  // left by an interrupted publish
+    format::file_system().create_directory(staging);
   });
   version = union_over_ranks(communicator, {version}).back();  // rank 0's, the largest
+  const fs::path staging = dir / (kStagingPrefix + std::to_string(version));
   const fs::path directory = dir / std::to_string(version);
-  const fs::path file = directory / kModelFileName;
   WrittenModel written;
+  std::optional<std::pair<uint64_t, std::vector<std::byte>>> identity;
   try {
-    written = write_serving_model(embedding, file,
+    written = write_serving_model(embedding, staging / kModelFileName,
                                   {.dtype = options.dtype,
                                    .extra_arrays = options.extra_arrays,
                                    .metadata = options.metadata},
                                   communicator.size() > 1);
     agree(communicator, [&] {
-      if (root) format::file_system().sync_directory(dir);
+      if (!root) return;
+      identity = file_identity(staging / kModelFileName);
+      format::file_system().rename(staging, directory);
+      format::file_system().sync_directory(dir);
     });
   } catch (...) {
-    // Empty (the model is written atomically), or holding a complete model no delta names.
-    if (root) format::file_system().remove_all(directory);
+    // The staging directory, empty or holding a complete model no version names.
+    if (root) format::file_system().remove_all(staging);
     throw;
   }
   for (TableState& state : model.states) {
@@ -94,13 +159,73 @@ PublishResult publish_base(Embedding& embedding, Model& model, const fs::path& d
     if (DynamicPart* dynamic = state.dynamic()) dynamic->start_tracking_removals();
   }
   model.untracked_writes = false;
-  model.publication = Publication{.dir = dir,
-                                  .version = version,
-                                  .sequence = 0,
-                                  .base_id = written.manifest_checksum,
-                                  .dtype = options.dtype,
-                                  .failed_write = std::make_shared<std::atomic<bool>>(false)};
-  return {.file = file, .version = version, .sequence = 0, .rows = written.rows};
+  model.publication =
+      Publication{.dir = dir,
+                  .version = version,
+                  .sequence = 0,
+                  .base_id = written.manifest_checksum,
+                  .dtype = options.dtype,
+                  .failed_write = std::make_shared<std::atomic<bool>>(false),
+                  .delta_bytes = std::make_shared<std::atomic<int64_t>>(0),
+                  .base_size = identity ? identity->first : 0,
+                  .base_header = identity ? identity->second : std::vector<std::byte>()};
+  PublishResult result{.file = directory / kModelFileName,
+                       .version = version,
+                       .sequence = 0,
+                       .rows = written.rows,
+                       .bytes = static_cast<int64_t>(identity ? identity->first : 0),
+                       .base_reason = std::move(reason)};
+  // The base is published; a failure removing older versions throws with it in place.
+  if (options.keep_versions > 0) {
+    agree(communicator, [&] {
+      if (root) result.removed_versions = remove_superseded_versions(dir, options.keep_versions);
+    });
+  }
+  return result;
+}
+
+// Why the next publish of `model` into `dir` must be a base; empty: a delta will do. `root`: this
+// rank writes the files, and alone knows of a failed write and of the base file's state.
+std::string base_reason(const Model& model, const fs::path& dir, const PublishOptions& options,
+                        bool root) {
+  if (!model.publication) return "the first publish of this Embedding into '" + dir.string() + "'";
+  const Publication& last = *model.publication;
+  if (last.dir != dir) {
+    return "another directory than the previous publish's ('" + last.dir.string() + "')";
+  }
+  if (last.dtype != options.dtype) {
+    return "dtype " + std::string(serving_dtype_name(options.dtype)) + ", the base's " +
+           std::string(serving_dtype_name(last.dtype));
+  }
+  if (model.untracked_writes) {
+    return "rows written since by other than training steps (write_variable, "
+           "write_dynamic_table, a restored checkpoint, variable_data)";
+  }
+  if (options.base_every_deltas > 0 && last.sequence >= options.base_every_deltas) {
+    return "the base has " + std::to_string(last.sequence) + " deltas (base_every_deltas " +
+           std::to_string(options.base_every_deltas) + ")";
+  }
+  const int64_t delta_bytes = last.delta_bytes->load();
+  if (options.base_every_bytes > 0 && delta_bytes >= options.base_every_bytes) {
+    return "the base's deltas hold " + std::to_string(delta_bytes) + " bytes (base_every_bytes " +
+           std::to_string(options.base_every_bytes) + ")";
+  }
+  if (!root) return {};
+  if (last.failed_write->load()) return "the previous delta's write failed";
+  const fs::path base = dir / std::to_string(last.version) / kModelFileName;
+  std::optional<std::pair<uint64_t, std::vector<std::byte>>> identity;
+  try {
+    identity = file_identity(base);
+  } catch (const std::system_error& error) {  // a base, rather than this rank's error alone
+    return "the base '" + base.string() + "' cannot be read (" + error.what() + ")";
+  }
+  if (!identity) return "the base '" + base.string() + "' is gone";
+  if (identity->first != last.base_size || identity->second != last.base_header) {
+    return "the base '" + base.string() +
+           "' is not the file this Embedding wrote (replaced since): no server could apply a "
+           "delta of it";
+  }
+  return {};
 }
 
 // One table's changes: its changed rows (static: row ids; dynamic: upserted keys) with their
@@ -192,6 +317,7 @@ class DeltaWriter {
     version_ = publication.version;
     base_id_ = publication.base_id;
     failed_ = publication.failed_write;
+    delta_bytes_ = publication.delta_bytes;
     file_ = publication.dir / std::to_string(version_) / delta_file_name(sequence_);
     for (size_t t = 0; t < model.tables.size(); ++t) {
       changes_.push_back(changes_of(embedding, model, t));
@@ -252,14 +378,19 @@ class DeltaWriter {
                             "(UTF-8): " +
                             error.what());
     }
-    PublishResult result{.file = file_, .version = version_, .sequence = sequence_, .rows = rows};
-    if (!writes_file_) return result;  // rank 0 writes
     const auto manifest_bytes = std::as_bytes(std::span(text));
     const ServingHeader header{
         .format_version = kDeltaFile.format_version,
         .manifest_size = manifest_bytes.size(),
         .manifest_checksum = format::checksum(manifest_bytes),
         .file_size = kServingHeaderSize + manifest_bytes.size() + layout.data_size()};
+    PublishResult result{.file = file_,
+                         .version = version_,
+                         .sequence = sequence_,
+                         .rows = rows,
+                         .bytes = static_cast<int64_t>(header.file_size)};
+    delta_bytes_->fetch_add(result.bytes);  // every rank counts, so that every rank agrees
+    if (!writes_file_) return result;       // rank 0 writes
     format::write_file_atomically(file_, [&](format::OutputFile& out) {
       out.write(encode_header(header, kDeltaFile));
       out.write(manifest_bytes);
@@ -296,6 +427,7 @@ class DeltaWriter {
   int64_t version_ = 0;
   uint64_t base_id_ = 0;
   std::shared_ptr<std::atomic<bool>> failed_;
+  std::shared_ptr<std::atomic<int64_t>> delta_bytes_;
   fs::path file_;
   bool writes_file_;
 };
@@ -314,21 +446,23 @@ std::function<PublishResult()> begin_publish(Embedding& embedding, const std::fi
     throw InvalidArgument(std::string("PublishOptions.dtype: ") + error.what());
   }
   internal::check_extra_arrays(options.extra_arrays);
+  if (options.base_every_deltas < 0 || options.base_every_bytes < 0 || options.keep_versions < 0) {
+    throw InvalidArgument("PublishOptions: base_every_deltas (" +
+                          std::to_string(options.base_every_deltas) + "), base_every_bytes (" +
+                          std::to_string(options.base_every_bytes) + ") and keep_versions (" +
+                          std::to_string(options.keep_versions) + ") must be >= 0 (0: no bound)");
+  }
   internal::Model& model = internal::PartAccess::model(embedding);
-  const std::optional<internal::Publication>& last = model.publication;
   // Rank 0 alone writes, so it alone knows of a failed write or a missing base; any rank's
   // reason for a base is every rank's.
-  const bool root = embedding.rank() == 0;
-  const bool base_here =
-      !last || model.untracked_writes || last->dir != dir || last->dtype != options.dtype ||
-      (root &&
-       (last->failed_write->load() ||
-        !std::filesystem::exists(last->dir / std::to_string(last->version) / kModelFileName)));
-  const bool base =
-      internal::union_over_ranks(internal::PartAccess::communicator(embedding), {base_here ? 1 : 0})
-          .back() == 1;
+  std::string reason = internal::base_reason(model, dir, options, embedding.rank() == 0);
+  const bool base = internal::union_over_ranks(internal::PartAccess::communicator(embedding),
+                                               {reason.empty() ? 0 : 1})
+                        .back() == 1;
   if (base) {
-    PublishResult result = internal::publish_base(embedding, model, dir, options);
+    if (reason.empty()) reason = "rank 0's reason";
+    PublishResult result =
+        internal::publish_base(embedding, model, dir, options, std::move(reason));
     return [result] { return result; };
   }
   auto writer = std::make_shared<internal::DeltaWriter>(embedding, model, options);

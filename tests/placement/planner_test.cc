@@ -595,8 +595,8 @@ TEST(FormatPlacementTest, PrintsShardTotalsAndParts) {
       EXPECT_EQ(fields[1], sharding_strategy_name(table.strategy));
       EXPECT_EQ(fields[2], std::to_string(part.shard));
       EXPECT_EQ(fields[3], std::to_string(part.rows));
-      EXPECT_EQ(fields[4], std::to_string(part.first_column) + "-" +
-                               std::to_string(part.first_column + part.num_columns));
+      EXPECT_EQ(fields[4], "[" + std::to_string(part.first_column) + "," +
+                               std::to_string(part.first_column + part.num_columns) + ")");
       EXPECT_EQ(fields[5], std::to_string(part.bytes));
       EXPECT_NEAR(std::stod(fields[6]), part.expected_lookups, 0.005 + 1e-9);
     }

@@ -5,6 +5,7 @@
 // TTL); and every refusal (damaged, truncated, wrong base, out of order, shared model) leaves the
 // model as it was.
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -403,6 +404,184 @@ TEST(PublishTest, AFailedDeltaWriteLeavesNoFileAndMakesTheNextPublishABase) {
   export_serving_model(layer, directory / "fresh.recemb");
   EXPECT_TRUE(test::read_bytes(result.file) == test::read_bytes(directory / "fresh.recemb"));
   EXPECT_EQ(publish(layer, dir).sequence, 1);
+}
+
+// The files of the model directory `dir`, relative to it ("3/delta-00000002.recemb"), sorted.
+std::vector<std::string> files_in(const std::filesystem::path& dir) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file()) {
+      files.push_back(std::filesystem::relative(entry.path(), dir).string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// What a server can see of `dir` at any moment: every version directory it lists holds its base,
+// and its deltas are 1..n without a gap. Returns a description of the first violation ("" when
+// none); a version removed while it is being read is not one.
+std::string inconsistency_seen(const std::filesystem::path& dir) {
+  std::error_code error;
+  for (const auto& version : std::filesystem::directory_iterator(dir, error)) {
+    if (!model_version_of(version.path().filename().string())) continue;
+    std::vector<int64_t> deltas;
+    bool base = false;
+    std::error_code listing;
+    for (const auto& file : std::filesystem::directory_iterator(version.path(), listing)) {
+      const std::string name = file.path().filename().string();
+      if (name == kModelFileName) base = true;
+      for (int64_t sequence = 1; sequence <= 64; ++sequence) {
+        if (name == delta_file_name(sequence)) deltas.push_back(sequence);
+      }
+    }
+    std::sort(deltas.begin(), deltas.end());
+    std::string violation = base ? "" : " has no base";
+    for (size_t d = 0; d < deltas.size(); ++d) {
+      if (deltas[d] != static_cast<int64_t>(d) + 1) violation = ": a gap in its deltas";
+    }
+    // Renamed away (then removed) while it was listed: gone whole, which a reader may see.
+    if (listing || !std::filesystem::exists(version.path())) continue;
+    if (!violation.empty()) return version.path().string() + violation;
+  }
+  return "";
+}
+
+// Retention: a new base every 3 deltas, the 2 newest versions kept. After each of 17 publishes
+// the files on disk are the rule's prediction; a reader listing the directory meanwhile (another
+// thread) never sees a version without its base or with a gap in its deltas; and the newest
+// version, opened with its deltas applied, equals a fresh export of the step.
+TEST(PublishTest, RetentionKeepsTheNewestVersionsWithABaseEveryFewDeltas) {
+  TemporaryDirectory directory;
+  const std::filesystem::path dir = directory / "m";
+  std::mt19937_64 rng(21);
+  Embedding layer = make_layer(21);
+  constexpr int64_t kDeltas = 3;  // per base
+  const PublishOptions options{.base_every_deltas = kDeltas, .keep_versions = 2};
+  std::atomic<bool> done{false};
+  std::string seen;
+  std::thread reader([&] {
+    while (!done.load() && seen.empty()) {
+      if (std::filesystem::exists(dir)) seen = inconsistency_seen(dir);
+    }
+  });
+  for (int k = 0; k < 17; ++k) {
+    const PublishResult result = publish(layer, dir, options);
+    const int64_t version = k / (kDeltas + 1) + 1, sequence = k % (kDeltas + 1);
+    EXPECT_EQ(result.version, version) << k;
+    EXPECT_EQ(result.sequence, sequence) << k;
+    if (sequence == 0 && version > 1) {
+      EXPECT_THAT(result.base_reason, HasSubstr("the base has 3 deltas (base_every_deltas 3)"));
+    }
+    if (sequence == 0 && version > 2) {
+      EXPECT_EQ(result.removed_versions, std::vector<int64_t>{version - 2}) << k;
+    } else {
+      EXPECT_TRUE(result.removed_versions.empty()) << k;
+    }
+    EXPECT_EQ(result.bytes, static_cast<int64_t>(std::filesystem::file_size(result.file)));
+    // The rule's prediction: the version before, whole, and this one up to this publish.
+    std::vector<std::string> expected;
+    for (int64_t v = std::max<int64_t>(1, version - 1); v <= version; ++v) {
+      expected.push_back(std::to_string(v) + "/" + kModelFileName);
+      for (int64_t d = 1; d <= (v == version ? sequence : kDeltas); ++d) {
+        expected.push_back(std::to_string(v) + "/" + delta_file_name(d));
+      }
+    }
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(files_in(dir), expected) << k;
+    // What a server restarting now serves: the newest base and its deltas.
+    ServingModel served = ServingModel::open(dir / std::to_string(version) / kModelFileName);
+    for (int64_t d = 1; d <= sequence; ++d) {
+      served.apply_delta(dir / std::to_string(version) / delta_file_name(d));
+    }
+    export_serving_model(layer, directory / "fresh.recemb");
+    expect_same_model(served, ServingModel::open(directory / "fresh.recemb"), rng,
+                      "publish " + std::to_string(k));
+    train(layer, rng, 1, kItems);
+  }
+  done.store(true);
+  reader.join();
+  EXPECT_EQ(seen, "");
+}
+
+// base_every_bytes: a new base once the deltas hold that many bytes; keep_versions 0 keeps all.
+TEST(PublishTest, ANewBaseOnceTheDeltasHoldBaseEveryBytes) {
+  TemporaryDirectory directory;
+  const std::filesystem::path dir = directory / "m";
+  std::mt19937_64 rng(22);
+  Embedding layer = make_layer(22);
+  publish(layer, dir);
+  train(layer, rng, 1, kItems);
+  const int64_t delta = publish(layer, dir).bytes;  // about the size of each of the next ones
+  ASSERT_GT(delta, 0);
+  const PublishOptions options{
+      .base_every_deltas = 0, .base_every_bytes = 2 * delta, .keep_versions = 0};
+  int64_t held = delta;
+  int bases = 0;
+  for (int k = 0; k < 6; ++k) {
+    train(layer, rng, 1, kItems);
+    const PublishResult result = publish(layer, dir, options);
+    if (held >= 2 * delta) {
+      EXPECT_EQ(result.sequence, 0) << k;
+      EXPECT_THAT(result.base_reason, HasSubstr("(base_every_bytes " + std::to_string(2 * delta)));
+      held = 0;
+      ++bases;
+    } else {
+      EXPECT_GT(result.sequence, 0) << k;
+      held += result.bytes;
+    }
+  }
+  EXPECT_GE(bases, 1);
+  EXPECT_TRUE(std::filesystem::exists(dir / "1" / kModelFileName));  // all kept
+  EXPECT_THAT(error_of<InvalidArgument>([&] { publish(layer, dir, {.keep_versions = -1}); }),
+              HasSubstr("keep_versions (-1) must be >= 0"));
+}
+
+// A directory holding the largest version: no base can follow it. Refused before anything is
+// written, instead of a version named -9223372036854775808 that no server reads.
+TEST(PublishTest, ADirectoryHoldingTheLargestVersionIsRefused) {
+  TemporaryDirectory directory;
+  const std::filesystem::path dir = directory / "m";
+  std::filesystem::create_directories(dir / "9223372036854775807");
+  Embedding layer = make_layer(23);
+  EXPECT_THAT(error_of<FailedPrecondition>([&] { publish(layer, dir); }),
+              AllOf(HasSubstr("9223372036854775807"), HasSubstr("no base can follow it")));
+  EXPECT_EQ(files_in(dir), std::vector<std::string>{});
+  std::vector<std::string> entries;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    entries.push_back(entry.path().filename().string());
+  }
+  EXPECT_EQ(entries, std::vector<std::string>{"9223372036854775807"});
+}
+
+// A base replaced by other bytes under its name (another trainer publishing the same version):
+// a delta of it could not be applied by any server, so the next publish is a new base, saying
+// why; and a base replaced by bytes of the same size is told apart by its header.
+TEST(PublishTest, ABaseReplacedByAnotherFileGetsANewBaseNotADelta) {
+  TemporaryDirectory directory;
+  const std::filesystem::path dir = directory / "m";
+  std::mt19937_64 rng(24);
+  Embedding layer = make_layer(24);
+  Embedding other = make_layer(25);  // the same shape: a file of the same size
+  const PublishOptions options{.keep_versions = 0};
+  EXPECT_THAT(publish(layer, dir, options).base_reason, HasSubstr("the first publish"));
+  export_serving_model(other, directory / "other.recemb");
+  ASSERT_EQ(std::filesystem::file_size(directory / "other.recemb"),
+            std::filesystem::file_size(dir / "1" / kModelFileName));
+  std::filesystem::copy_file(directory / "other.recemb", dir / "1" / kModelFileName,
+                             std::filesystem::copy_options::overwrite_existing);
+  train(layer, rng, 1, kItems);
+  const PublishResult result = publish(layer, dir, options);
+  EXPECT_EQ(result.sequence, 0);
+  EXPECT_EQ(result.version, 2);
+  EXPECT_THAT(result.base_reason,
+              AllOf(HasSubstr((dir / "1" / kModelFileName).string()), HasSubstr("replaced since")));
+  EXPECT_FALSE(std::filesystem::exists(dir / "1" / delta_file_name(1)));
+  train(layer, rng, 1, kItems);
+  EXPECT_EQ(publish(layer, dir, options).sequence, 1);  // the new base is its own
+  // A base that is gone: a new one too.
+  std::filesystem::remove(dir / "2" / kModelFileName);
+  EXPECT_THAT(publish(layer, dir, options).base_reason, HasSubstr("is gone"));
 }
 
 }  // namespace

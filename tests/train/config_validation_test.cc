@@ -3,9 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "recemb/embedding.h"
 #include "recemb/error.h"
+#include "recemb/publish.h"
 
 #include "testing/error_of.h"
 #include "train/train_config.h"
@@ -55,6 +58,18 @@ TEST(ConfigValidation, PublishingSettingsAreValidated) {
   EXPECT_THAT(error_of<InvalidArgument>(
                   [] { load_train_config("", {"serving.publish_dtype=\"bfloat16\""}); }),
               AllOf(HasSubstr("serving.publish_dtype"), HasSubstr("'bfloat16'")));
+  // Retention: the library's defaults, and no negative bound.
+  const PublishOptions library;
+  EXPECT_EQ(defaults.serving.base_every_deltas, library.base_every_deltas);
+  EXPECT_EQ(defaults.serving.base_every_bytes, library.base_every_bytes);
+  EXPECT_EQ(defaults.serving.keep_versions, library.keep_versions);
+  for (const auto& [setting, message] : std::vector<std::pair<std::string, std::string>>{
+           {"serving.base_every_deltas=-1", "serving.base_every_deltas must be >= 0"},
+           {"serving.base_every_bytes=-5", "serving.base_every_bytes must be >= 0"},
+           {"serving.keep_versions=-2", "serving.keep_versions must be >= 0 (0: all), not -2"}}) {
+    EXPECT_THAT(error_of<InvalidArgument>([&] { load_train_config("", {setting}); }),
+                HasSubstr(message));
+  }
 }
 
 TEST(ConfigValidation, StepsAndBatchSizeAreBounded) {

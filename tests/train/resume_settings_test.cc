@@ -27,6 +27,10 @@ TEST(ResumeSettings, ResumeRefusesSettingsThatChangeTheUpdates) {
   };
   EXPECT_THAT(error({"train.batch_size=64"}), AllOf(HasSubstr("train.batch_size is 64, was 128"),
                                                     HasSubstr("run/checkpoints/ckpt-7")));
+  // Other data or settings: the hint names --init-from, which starts a new run from it.
+  EXPECT_THAT(error({"train.batch_size=128", "data.path=\"day2.tsv\""}),
+              AllOf(HasSubstr("data.path is 'day2.tsv', was ''"),
+                    HasSubstr("--init-from run/checkpoints/ckpt-7")));
   EXPECT_THAT(error({"train.batch_size=128", "data.synthetic_seed=2"}),
               HasSubstr("data.synthetic_seed is 2, was 1"));
   EXPECT_THAT(error({"train.batch_size=128", "tables.C3.vocabulary_size=10"}),

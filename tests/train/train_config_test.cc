@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "recemb/error.h"
 
@@ -19,6 +21,7 @@ using test::error_of;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string write_file(const std::string& name, const std::string& text) {
   const std::filesystem::path path = std::filesystem::path(::testing::TempDir()) / name;
@@ -104,6 +107,19 @@ TEST(TrainConfig, WrongTypesAndSyntaxErrorsAreReported) {
               HasSubstr("expected section.key=value"));
   EXPECT_THAT(error_of<InvalidArgument>([] { load_train_config("", {"train.steps=[1"}); }),
               HasSubstr("override 'train.steps=[1'"));
+  // A word that is no TOML value: what the setting takes, not what the parser guessed from its
+  // first letter ('f' as in false).
+  for (const auto& [assignment, message] : std::vector<std::pair<std::string, std::string>>{
+           {"embedding.learning_rate=fast",
+            "embedding.learning_rate: expected a number, got 'fast'"},
+           {"train.steps=ten", "train.steps: expected an integer, got 'ten'"},
+           {"data.strict=yes", "data.strict: expected true or false, got 'yes'"},
+           {"model.top_mlp=wide", "model.top_mlp: expected a list ([...]), got 'wide'"}}) {
+    const std::string error =
+        error_of<InvalidArgument>([&] { load_train_config("", {assignment}); });
+    EXPECT_THAT(error, HasSubstr(message)) << assignment;
+    EXPECT_THAT(error, Not(HasSubstr("parsing"))) << assignment;
+  }
   const std::string path = write_file("config_syntax.toml", "[train]\nsteps = = 3\n");
   EXPECT_THAT(error_of<InvalidArgument>([&] { load_train_config(path, {}); }),
               HasSubstr(path + ":2:"));

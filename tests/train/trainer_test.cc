@@ -202,6 +202,41 @@ TEST(Trainer, PublishedDeltasAddUpToTheExportOfTheLastStep) {
   }
 }
 
+// Retention through the trainer's settings: a base every 5 deltas, 2 versions kept. 13 publishes
+// (the base, then one after each of 12 steps) make versions 1 (base + 5 deltas), 2 (the same) and
+// 3 (a base), and version 1 is removed after the third base. The run says where each base went
+// and why, and sums up the deltas.
+TEST(Trainer, PublishingSaysWhereEachBaseWentAndKeepsTheNewestVersions) {
+  const auto dir = fresh_dir("publish_retention");
+  const std::filesystem::path served = dir / "served" / "ctr";
+  std::ostringstream log;
+  const TrainSummary summary = run_training(
+      small_config(dir, {"train.steps=12", "serving.publish_dir=\"" + served.string() + "\"",
+                         "serving.publish_every_seconds=1e-9", "serving.base_every_deltas=5",
+                         "serving.keep_versions=2"}),
+      {.log = &log});
+  EXPECT_EQ(summary.publishes, 13);
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(served)) {
+    if (entry.is_regular_file()) {
+      files.push_back(std::filesystem::relative(entry.path(), served).string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"2/delta-00000001.recemb", "2/delta-00000002.recemb",
+                                             "2/delta-00000003.recemb", "2/delta-00000004.recemb",
+                                             "2/delta-00000005.recemb", "2/model.recemb",
+                                             "3/model.recemb"}));
+  EXPECT_THAT(log.str(),
+              AllOf(HasSubstr("published a base: " + (served / "1" / "model.recemb").string()),
+                    HasSubstr("the first publish"),
+                    HasSubstr("published a base: " + (served / "2" / "model.recemb").string()),
+                    HasSubstr("the base has 5 deltas (base_every_deltas 5)"),
+                    HasSubstr("published a base: " + (served / "3" / "model.recemb").string()),
+                    HasSubstr("removed older version 1"), HasSubstr("published 10 deltas ("),
+                    HasSubstr("the last: " + (served / "2" / "delta-00000005.recemb").string())));
+}
+
 TEST(Trainer, APublishDirThatCannotBeCreatedStopsTheRunBeforeTraining) {
   const auto dir = fresh_dir("publish_bad");
   std::filesystem::create_directories(dir);
@@ -519,6 +554,133 @@ TEST(Trainer, ResumeRefusesChangedSettings) {
   EXPECT_EQ(read_text(dir / "metrics.jsonl"), metrics);  // nothing written
   EXPECT_EQ(
       run_training(small_config(dir, {"train.steps=10"}), {.resume = true, .log = &log}).steps, 10);
+}
+
+// Day after day (--init-from): day 1's 40 steps, then a new run of 30 steps on day 2 from day 1's
+// checkpoint, against one run of 70 steps reading day 1 then day 2 (no checkpoint restored).
+// Every table, slot, dense parameter and dense slot of the two final checkpoints is the same
+// bytes: the new run carries the model and its optimizers' state (and their steps: Adam's bias
+// correction), and counts its own steps from 0.
+TEST(Trainer, InitFromContinuesTheModelOnNewDataAsOneRunOverBothDays) {
+  const auto dir = fresh_dir("init_from");
+  std::filesystem::create_directories(dir);
+  write_criteo(dir / "day1.tsv", 40 * 64, 0, 11);  // 40 steps of 64, exactly
+  write_criteo(dir / "day2.tsv", 30 * 64, 0, 12);
+  write_criteo(dir / "eval.tsv", 500, 0, 13);
+  const auto settings = [&](const std::string& data, int steps, const std::string& out) {
+    return small_config(
+        dir / out,
+        {"data.path=" + data, "data.eval_path=\"" + (dir / "eval.tsv").string() + "\"",
+         "data.eval_examples=500", "train.batch_size=64", "train.steps=" + std::to_string(steps),
+         "embedding.optimizer=adam", "embedding.learning_rate=0.01", "checkpoint.every=0"});
+  };
+  const std::string day1 = "\"" + (dir / "day1.tsv").string() + "\"";
+  const std::string day2 = "\"" + (dir / "day2.tsv").string() + "\"";
+  std::ostringstream log;
+  run_training(settings(day1, 40, "day1"), {.log = &log});
+  const TrainSummary day2_run =
+      run_training(settings(day2, 30, "day2"),
+                   {.init_from = (dir / "day1" / "checkpoints").string(), .log = &log});
+  EXPECT_EQ(day2_run.first_step, 0);
+  EXPECT_EQ(day2_run.steps, 30);
+  EXPECT_EQ(day2_run.examples, 30 * 64);
+  EXPECT_THAT(log.str(), HasSubstr("initialised from " +
+                                   (dir / "day1" / "checkpoints" / "ckpt-000000000040").string()));
+  EXPECT_THAT(read_text(dir / "day2" / "metrics.jsonl"), HasSubstr("{\"step\": 0,"));
+  const TrainSummary both =
+      run_training(settings("[" + day1 + ", " + day2 + "]", 70, "both"), {.log = &log});
+  EXPECT_EQ(both.steps, 70);
+  EXPECT_EQ(day2_run.final_auc, both.final_auc);  // bitwise: the same model
+
+  // The checkpoints hold the tables' step (70) in their names; their data files must be equal.
+  const auto files_of = [](const std::filesystem::path& checkpoint) {
+    std::vector<std::pair<std::string, std::string>> files;
+    for (const CheckpointFile& file : inspect_checkpoint(checkpoint).files) {
+      if (file.holds != "manifest") files.emplace_back(file.holds, file.checksum);
+    }
+    return files;
+  };
+  const auto continued = files_of(dir / "day2" / "checkpoints" / "ckpt-000000000070");
+  EXPECT_EQ(continued, files_of(dir / "both" / "checkpoints" / "ckpt-000000000070"));
+  EXPECT_EQ(continued.size(), 26u * 3 + 2);  // parameters and Adam's two slots; the dense arrays
+
+  // A run initialised from day 1, stopped at its step 15 and resumed, ends as the day-2 run.
+  run_training(settings(day2, 15, "day2_resumed"),
+               {.init_from = (dir / "day1" / "checkpoints").string(), .log = &log});
+  const TrainSummary resumed =
+      run_training(settings(day2, 30, "day2_resumed"), {.resume = true, .log = &log});
+  EXPECT_EQ(resumed.first_step, 15);
+  EXPECT_EQ(files_of(dir / "day2_resumed" / "checkpoints" / "ckpt-000000000070"), continued);
+}
+
+// --init-from refuses a model of another shape, naming every difference with both values, before
+// anything is written; the data, steps, learning rates and output may change.
+TEST(Trainer, InitFromRefusesAnotherModelShapeAndWritesNothing) {
+  const auto dir = fresh_dir("init_from_refused");
+  std::ostringstream log;
+  run_training(small_config(dir / "day1", {"train.steps=5"}), {.log = &log});
+  const std::string checkpoints = (dir / "day1" / "checkpoints").string();
+  const std::string checkpoint = checkpoints + "/ckpt-000000000005";
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
+      {{"tables.C3.vocabulary_size=77"}, {"table C3: vocabulary_size is 77, was "}},
+      {{"model.embedding_dim=4", "model.bottom_mlp=[16,4]"},
+       {"table C1: dim is 4, was 8", "table C26: dim is 4, was 8",
+        "dense/embedding_dim is [4], was [8]", "dense/bottom_mlp is [16,4], was [16,8]"}},
+      {{"model.top_mlp=[32,16]"}, {"dense/top_mlp is [32,16], was [16]"}},
+      {{"embedding.optimizer=adam", "tables.C2.optimizer=sgd", "dense.optimizer=adagrad"},
+       {"table C1: optimizer is adam, was adagrad", "table C2: optimizer is sgd, was adagrad",
+        "dense.optimizer is 'adagrad', was 'adam'"}},
+      {{"embedding.vocabulary=dynamic"}, {"table C7: vocabulary is dynamic, was hashed"}},
+  };
+  for (const auto& [changes, messages] : cases) {
+    const auto out = dir / "refused";
+    std::vector<std::string> settings = changes;
+    settings.push_back("train.steps=3");
+    try {
+      run_training(small_config(out, settings), {.init_from = checkpoints, .log = &log});
+      ADD_FAILURE() << changes.front() << ": no error";
+    } catch (const InvalidArgument& error) {
+      EXPECT_THAT(error.what(), AllOf(HasSubstr("--init-from"), HasSubstr(checkpoint)));
+      for (const std::string& message : messages) {
+        EXPECT_THAT(error.what(), HasSubstr(message)) << changes.front();
+      }
+    }
+    EXPECT_FALSE(std::filesystem::exists(out)) << changes.front();  // nothing written
+  }
+  try {
+    run_training(small_config(dir / "both", {"train.steps=3"}),
+                 {.resume = true, .init_from = checkpoints, .log = &log});
+    ADD_FAILURE() << "--resume with --init-from: no error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("give one"));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "both"));
+  // What may change: data, steps, learning rates, output.
+  const TrainSummary changed = run_training(
+      small_config(dir / "day2", {"train.steps=3", "data.synthetic_seed=9",
+                                  "embedding.learning_rate=0.5", "dense.learning_rate=0.001"}),
+      {.init_from = checkpoint, .log = &log});
+  EXPECT_EQ(changed.steps, 3);
+}
+
+// The hint of a run whose data ended at once names --init-from, which exists.
+TEST(Trainer, AFinishedRunsHintForNewDataNamesInitFrom) {
+  const auto dir = fresh_dir("hint_init_from");
+  std::filesystem::create_directories(dir);
+  write_criteo(dir / "day1.tsv", 700, 0, 3);
+  std::ostringstream log;
+  const auto config = [&](int steps) {
+    return small_config(
+        dir / "out", {"data.path=\"" + (dir / "day1.tsv").string() + "\"", "data.eval_examples=100",
+                      "train.batch_size=64", "train.steps=" + std::to_string(steps)});
+  };
+  run_training(config(100), {.log = &log});
+  try {
+    run_training(config(200), {.resume = true, .log = &log});
+    FAIL() << "no error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("--init-from " + (dir / "out" / "checkpoints").string()));
+  }
 }
 
 // Rates far too small for anything to move: the summary says the model did not learn.

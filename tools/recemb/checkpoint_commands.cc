@@ -55,9 +55,11 @@ int run_inspect_command(const InspectArguments& args, std::ostream& out) {
   for (const CheckpointFile& file : info.files) {
     total += file.bytes;
     if (!file.ok) ++damaged;
-    char line[512];
-    std::snprintf(line, sizeof line, "  %-7s %-44s %10s  %s\n", file.ok ? "ok" : "DAMAGED",
-                  file.path.c_str(), bytes_text(static_cast<double>(file.bytes)).c_str(),
+    // The file's name, and what it holds ("x0.f32" is "extra array 'dense/parameters'").
+    char line[768];
+    std::snprintf(line, sizeof line, "  %-7s %-20s %-44s %10s  %s\n", file.ok ? "ok" : "DAMAGED",
+                  file.path.c_str(), file.holds.c_str(),
+                  bytes_text(static_cast<double>(file.bytes)).c_str(),
                   file.ok ? file.checksum.c_str() : file.error.c_str());
     out << line;
   }

@@ -6,12 +6,14 @@
 #include <array>
 #include <nlohmann/json.hpp>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "recemb/error.h"
 #include "recemb/serving.h"
 
 #include "serve/json_ids.h"
+#include "train/model_file.h"
 
 namespace recemb::tools {
 namespace {
@@ -35,6 +37,18 @@ void parse_example(const std::string& line, const ServingModel& model, ExampleIn
   }
   const auto& features = model.features();
   serve::check_known_features(json, features);
+  std::vector<std::string> missing;
+  for (const FeatureConfig& feature : features) {
+    if (!json.contains(feature.name)) missing.push_back("'" + feature.name + "'");
+  }
+  if (!missing.empty()) {
+    std::string names;
+    for (const std::string& name : missing) names += (names.empty() ? "" : ", ") + name;
+    throw InvalidArgument(missing.size() == 1
+                              ? "feature " + names + " is missing"
+                              : std::to_string(missing.size()) + " features are missing: " + names +
+                                    " (every feature of the model must be given)");
+  }
   const size_t n = features.size();
   example.ids.resize(n);
   example.weights.resize(n);
@@ -42,7 +56,6 @@ void parse_example(const std::string& line, const ServingModel& model, ExampleIn
   example.inputs.clear();
   for (size_t f = 0; f < n; ++f) {
     const std::string& name = features[f].name;
-    if (!json.contains(name)) throw InvalidArgument("feature '" + name + "' is missing");
     example.ids[f].clear();
     example.weights[f].clear();
     serve::parse_feature_ids(json[name], name, model.is_dynamic(features[f].table), example.ids[f],
@@ -77,7 +90,8 @@ void write_error_answer(int64_t line_number, const std::string& message, std::os
 
 int run_lookup_command(const LookupArguments& args, std::istream& in, std::ostream& out,
                        std::ostream& err) {
-  const ServingModel model = ServingModel::open(args.model, {.verify = args.verify});
+  const ServingModel model =
+      ServingModel::open(train::model_file_path(args.model), {.verify = args.verify});
   const auto& features = model.features();
   ExampleInputs example;
   std::vector<std::vector<float>> activations(features.size());

@@ -22,8 +22,9 @@
 namespace recemb::tools {
 
 struct LookupArguments {
-  std::string model = {};  // a serving model file (recemb export)
-  bool verify = true;      // check every checksum when opening (memory speed)
+  // A serving model file, or a model directory: its model.recemb (train::model_file_path)
+  std::string model = {};
+  bool verify = true;  // check every checksum when opening (memory speed)
 };
 
 // Answers each line of `in` with one line on `out`. A bad line (empty, not JSON, a missing or

@@ -56,7 +56,13 @@ CLI::App* add_train(CLI::App& app, TrainArguments& args) {
   train->add_option("--batch-size", args.batch_size, "Examples per step (train.batch_size)");
   train->add_option("--threads", args.threads, "Embedding threads, 0 = one per core");
   train->add_option("-o,--output", args.output, "Output directory (output.dir)");
-  train->add_flag("--resume", args.resume, "Continue from the newest checkpoint");
+  CLI::Option* resume =
+      train->add_flag("--resume", args.resume, "Continue this run from its newest checkpoint");
+  train
+      ->add_option("--init-from", args.init_from,
+                   "Start a new run from this checkpoint's tables, slots and dense model "
+                   "(a ckpt-* directory, or a checkpoint directory: its newest)")
+      ->excludes(resume);
   train->add_flag("--print-config", args.print_config, "Print the effective settings and exit");
   train->add_flag("--print-default-config", args.print_default_config,
                   "Print every setting with its default and meaning, and exit");
@@ -91,7 +97,10 @@ CLI::App* add_export(CLI::App& app, ExportArguments& args) {
 CLI::App* add_lookup(CLI::App& app, LookupArguments& args) {
   CLI::App* lookup = app.add_subcommand(
       "lookup", "Serving lookups: one JSON object of feature ids per stdin line, embeddings out");
-  lookup->add_option("MODEL", args.model, "A serving model file (recemb export)")->required();
+  lookup
+      ->add_option("MODEL", args.model,
+                   "A serving model file, or a model directory (recemb export): its model.recemb")
+      ->required();
   lookup->add_flag_callback(
       "--no-verify", [&args] { args.verify = false; }, "Skip checksum verification when opening");
   return lookup;

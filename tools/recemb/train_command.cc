@@ -127,6 +127,7 @@ int run_train_command(const TrainArguments& args, std::ostream& out, std::ostrea
   const StopOnSignals stop_on_signals;
   const train::TrainSummary summary =
       train::run_training(config, {.resume = args.resume,
+                                   .init_from = args.init_from,
                                    .log = &log,
                                    .progress = progress,
                                    .communicator = run_communicator(),

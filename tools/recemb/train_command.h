@@ -23,6 +23,9 @@ struct TrainArguments {
   std::optional<int64_t> steps = {}, batch_size = {};
   std::optional<int> threads = {};
   bool resume = false;
+  // A checkpoint (a ckpt-* directory, or a checkpoint directory: its newest) a new run starts
+  // from: RunOptions::init_from. Empty: from scratch (or --resume).
+  std::string init_from = {};
   bool print_config = false;          // print the effective configuration instead of training
   bool print_default_config = false;  // print the documented defaults instead of training
 };

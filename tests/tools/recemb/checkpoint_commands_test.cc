@@ -86,6 +86,21 @@ TEST(CheckpointCommands, InspectListsTablesAndFilesAndFindsDamage) {
                std::system_error);
 }
 
+// Each file is named with what it holds: a trainer's dense parameters and slots by their names.
+TEST(CheckpointCommands, InspectNamesWhatEachFileHolds) {
+  const auto root = fresh_dir("inspect_holds");
+  const std::vector<float> parameters(10, 0.5f), slots(20, 0.25f);
+  save_checkpoint(trained_embedding(), root,
+                  {.extra_arrays = {{.name = "dense/parameters", .values = parameters},
+                                    {.name = "dense/optimizer_slots", .values = slots}}});
+  std::ostringstream out;
+  EXPECT_EQ(run_inspect_command({.checkpoint = root.string()}, out), 0);
+  EXPECT_THAT(out.str(),
+              AllOf(HasSubstr("extra array 'dense/parameters'"),
+                    HasSubstr("extra array 'dense/optimizer_slots'"),
+                    HasSubstr("table 'items' variable 'parameters'"), HasSubstr("manifest")));
+}
+
 // A dynamic table is listed with the keys it holds.
 TEST(CheckpointCommands, InspectListsTheKeysOfDynamicTables) {
   Embedding embedding(

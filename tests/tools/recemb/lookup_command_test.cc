@@ -15,6 +15,8 @@
 #include "recemb/serving.h"
 #include "recemb/string_key.h"
 
+#include "testing/error_of.h"
+
 namespace recemb::tools {
 namespace {
 
@@ -82,6 +84,30 @@ TEST(LookupCommand, AnswersEachLineWithTheCombinedRows) {
   for (size_t i = 0; i < got_second.size(); ++i) {
     EXPECT_NEAR(got_second[i], expected_second[i], 1e-6) << i;
   }
+}
+
+// MODEL as `recemb predict` takes it: a model file, or a model directory (its model.recemb); a
+// training run's output directory is refused with the way to a model (recemb export).
+TEST(LookupCommand, TakesAModelDirectoryAndNamesExportForARunDirectory) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "lookup_command_dir";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "model");
+  export_model(dir / "model" / "model.recemb");
+  const std::string request = "{\"a\": 4, \"b\": [1, 3], \"s\": [7]}\n";
+  std::istringstream in(request), in_file(request);
+  std::ostringstream out, out_file, err;
+  ASSERT_EQ(run_lookup_command({.model = (dir / "model").string()}, in, out, err), 0) << err.str();
+  ASSERT_EQ(run_lookup_command({.model = (dir / "model" / "model.recemb").string()}, in_file,
+                               out_file, err),
+            0);
+  EXPECT_EQ(out.str(), out_file.str());
+
+  std::filesystem::create_directories(dir / "run" / "checkpoints");
+  std::istringstream none;
+  EXPECT_THAT(test::error_of<InvalidArgument>(
+                  [&] { run_lookup_command({.model = (dir / "run").string()}, none, out, err); }),
+              AllOf(HasSubstr("output directory of a training run"),
+                    HasSubstr("recemb export " + (dir / "run" / "checkpoints").string())));
 }
 
 // A dynamic table's feature takes int64 keys and string ids (their string_key); a key the table
@@ -157,6 +183,7 @@ TEST(LookupCommand, EveryLineGetsOneAnswerInOrder) {
       {"{\"a\": " + deep + ", \"b\": 1, \"s\": 1}", "nest deeper than 3 levels"},
       {R"({"a": 1, "b": 1, "s": 1, "z": 2})", "unknown feature 'z'"},
       {R"({"a": 1, "b": 1})", "feature 's' is missing"},
+      {R"({"b": 1})", "2 features are missing: 'a', 's' (every feature"},
       {R"({"a": "7", "b": 1, "s": 1})", "feature 'a': ids must be an integer or an array"},
       {R"({"a": [1.5], "b": 1, "s": 1})", "feature 'a': id 1.5 is not an integer"},
       {R"({"a": 20, "b": 1, "s": 1})", "feature 'a'"},

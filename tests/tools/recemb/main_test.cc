@@ -240,6 +240,29 @@ TEST(RecembCli, TrainRunsAndResumes) {
   EXPECT_THAT(resumed.output, Not(HasSubstr("error")));
 }
 
+// Day after day: a new run from another run's checkpoints, on other data, counting its own steps;
+// --resume and --init-from together are refused; a model of another shape is exit status 2.
+TEST(RecembCli, TrainInitialisesANewRunFromACheckpoint) {
+  const std::string day1 = fresh_dir("init_day1"), day2 = fresh_dir("init_day2");
+  ASSERT_EQ(run("train --steps 10 --output " + day1 + kSmallModel).exit_code, 0);
+  const Result next = run("train --init-from " + day1 + "/checkpoints --steps 5 --output " + day2 +
+                          " --set data.synthetic_seed=3" + kSmallModel);
+  ASSERT_EQ(next.exit_code, 0) << next.output;
+  EXPECT_THAT(next.output, AllOf(HasSubstr("initialised from " + day1 +
+                                           "/checkpoints/ckpt-000000000010 (step 10 of its run)"),
+                                 HasSubstr("steps 0..5")));
+  const Result both = run("train --resume --init-from " + day1 + "/checkpoints" + kSmallModel);
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_THAT(both.output, HasSubstr("--resume excludes --init-from"));
+  const Result other = run("train --init-from " + day1 + "/checkpoints --output " +
+                           fresh_dir("init_other") + kSmallModel + " --set model.top_mlp=[8]");
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_THAT(other.output, HasSubstr("dense/top_mlp is [8], was [16]"));
+  const Result word = run("train --set embedding.learning_rate=fast");
+  EXPECT_EQ(word.exit_code, 2);
+  EXPECT_THAT(word.output, HasSubstr("embedding.learning_rate: expected a number, got 'fast'"));
+}
+
 // A run exported as a model directory serves `recemb predict`: one answer line per input line.
 TEST(RecembCli, ExportedRunsPredictCriteoLines) {
   const std::string out = fresh_dir("predict");

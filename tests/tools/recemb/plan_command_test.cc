@@ -26,6 +26,12 @@ TEST(PlanCommand, PrintsThePlanOfTheTrainersTables) {
   EXPECT_EQ(out.str(), format_placement(expected));
   EXPECT_THAT(out.str(), AllOf(HasSubstr("row_wise"), HasSubstr("table_wise"), HasSubstr("C3")));
 
+  // Column ranges half-open, bytes naming the slots they include.
+  std::ostringstream columns;
+  run_plan_command({.shards = 2, .strategy = "column_wise"}, columns);
+  EXPECT_THAT(columns.str(),
+              AllOf(HasSubstr(" [0,8) "), HasSubstr(" [8,16) "), HasSubstr("bytes_with_slots")));
+
   std::ostringstream replicated;
   run_plan_command(
       {.overrides = {"tables.C1.vocabulary_size=10"}, .shards = 2, .strategy = "replicated"},
