@@ -112,8 +112,9 @@ std::shared_ptr<ServedModel> open_version(const std::string& name, int64_t versi
 }
 
 // The scans a file that failed `attempts` times in a row (for a failing system call) waits
-// before it is tried again: 1 (the next scan), 2, 4, ... at most 64.
-int64_t scans_before_retry(int attempts) { return int64_t{1} << std::min(attempts - 1, 6); }
+// before it is tried again: 1 (the next scan), 2, 4, 8, then 16 (with a poll of a second, a
+// file that reads again is read within 16 s, and a failing one costs a try every 16 s).
+int64_t scans_before_retry(int attempts) { return int64_t{1} << std::min(attempts - 1, 4); }
 
 // The served model `retired` no longer is, once no request holds it (waiting for the requests
 // in flight, at most `patience`); whether it was released.

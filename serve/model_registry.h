@@ -92,7 +92,7 @@ class ModelRegistry {
   // only when it changes (size or modification time: a copy still being written is retried when
   // it completes); not read for a failing system call (std::system_error: EMFILE, EIO, ENOENT, ...)
   // or memory (std::bad_alloc), logged once and tried again at later scans, the 2nd failure in a
-  // row after 2 scans, then 4, 8, ... at most 64 (at once when the file changes). Entries skipped
+  // row after 2 scans, then 4, 8, then every 16 (at once when the file changes). Entries skipped
   // (not a model name, not a version, not a directory, outside model_dir) are logged once when
   // first seen. A model whose directories are all removed keeps being served (logged once); a scan
   // that cannot list model_dir (or a model's directory) changes nothing (for that model), logged
