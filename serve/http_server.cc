@@ -9,6 +9,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <chrono>
 #include <malloc.h>
 #include <mutex>
@@ -53,6 +54,13 @@ struct Listener {
   std::optional<tcp::acceptor> acceptor;  // on loops[0]
   size_t next_loop = 0;                   // the loop of the next connection
   int port = 0;
+  std::ostream* log = nullptr;
+  // While accepting fails for lack of file descriptors or memory: the wait before the next try
+  // (zero otherwise), on `accept_retry`, a timer of loops[0].
+  Clock::duration accept_backoff{};
+  std::optional<
+      asio::basic_waitable_timer<Clock, asio::wait_traits<Clock>, asio::io_context::executor_type>>
+      accept_retry;
 
   void accept();
   void close_everything();
@@ -231,11 +239,38 @@ class Session : public std::enable_shared_from_this<Session> {
   bool stopping_ = false;
 };
 
+// Whether accepting failed for want of a resource that frees itself as connections close: trying
+// again at once would fail at once.
+bool out_of_resources(const boost::system::error_code& error) {
+  return error.category() == boost::system::system_category() &&
+         (error.value() == EMFILE || error.value() == ENFILE || error.value() == ENOBUFS ||
+          error.value() == ENOMEM);
+}
+
 void Listener::accept() {
   asio::io_context& loop = *loops[next_loop];
   acceptor->async_accept(loop, [this](boost::system::error_code error, Session::Socket socket) {
     if (error == asio::error::operation_aborted || !acceptor->is_open()) return;
+    if (out_of_resources(error)) {  // after 50 ms, doubling up to 1 s (docs/serving.md)
+      if (accept_backoff == Clock::duration::zero()) {
+        *log << "recemb serve: cannot accept connections (" << error.message()
+             << "); trying again after 50 ms, doubling up to 1 s, until it can\n"
+             << std::flush;
+        accept_backoff = std::chrono::milliseconds(50);
+      } else {
+        accept_backoff = std::min<Clock::duration>(2 * accept_backoff, std::chrono::seconds(1));
+      }
+      accept_retry->expires_after(accept_backoff);
+      accept_retry->async_wait([this](boost::system::error_code waited) {
+        if (!waited && acceptor->is_open()) accept();
+      });
+      return;
+    }
     if (!error) {
+      if (accept_backoff != Clock::duration::zero()) {
+        *log << "recemb serve: accepting connections again\n" << std::flush;
+        accept_backoff = Clock::duration::zero();
+      }
       // Answers leave at once: no Nagle delay after a short write.
       socket.set_option(tcp::no_delay(true), error);
       // Started on its own loop (the accepting thread may be another's).
@@ -250,6 +285,7 @@ void Listener::accept() {
 void Listener::close_everything() {
   boost::system::error_code ignored;
   acceptor->close(ignored);
+  accept_retry->cancel();
   idle_loops_kept.clear();  // each loop then ends with its last connection
   // Taken under the lock, let go after it: the last reference to a session that ended meanwhile
   // destroys it, which takes the lock.
@@ -295,6 +331,8 @@ HttpServer::HttpServer(const HttpServerOptions& options,
     if (i > 0) impl.idle_loops_kept.push_back(asio::make_work_guard(*impl.loops.back()));
   }
   tcp::acceptor& acceptor = impl.acceptor.emplace(*impl.loops.front());
+  impl.accept_retry.emplace(*impl.loops.front());
+  impl.log = options.log != nullptr ? options.log : &std::cerr;
   const std::string address = options.host + ":" + std::to_string(options.port);
   boost::system::error_code error;
   const tcp::resolver::results_type endpoints =

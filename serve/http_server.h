@@ -11,7 +11,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <iostream>
 #include <memory>
+#include <ostream>
 #include <string>
 
 namespace recemb::serve {
@@ -41,6 +43,10 @@ struct HttpServerOptions {
   // of the connection) is refused with 400; a connection idle that long is closed, and so is one
   // whose client does not take its answer that long.
   int read_timeout_seconds = 5;
+  // Where the server logs what it cannot do: accepting connections while the process is out of
+  // file descriptors (EMFILE, ENFILE) or memory, which it then retries after 50 ms, doubling up
+  // to 1 s (logged once per episode, and when it accepts again).
+  std::ostream* log = &std::cerr;
 };
 
 class HttpServer {

@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -99,8 +100,12 @@ struct OpenOptions {
   // file. true: also the checksum of every blob (tables and extra arrays), one more pass over the
   // bytes read, at the speed of memory. false: skips that pass; damaged blob bytes then go
   // undetected and give wrong activations or array values (never an access outside the model).
-  // Either way open reads the whole file.
+  // Either way open reads the whole file (its 64-byte header first: a file whose header is not a
+  // serving model's, or whose size is not the header's, is refused before the rest is read).
   bool verify = true;
+  // Looked at between the chunks (64 MiB) of the read: once stop is requested, open throws
+  // std::system_error ECANCELED (a server stopping while it opens a large file).
+  std::stop_token stop = {};
 };
 
 // A serving model opened read-only: open reads the whole file into memory the model owns (as many
@@ -120,8 +125,8 @@ class RECEMB_EXPORT ServingModel {
   // or configs are invalid (naming the field, table or feature) or a dynamic table's keys are not
   // strictly increasing (checked whatever OpenOptions::verify); InvalidArgument when it is not a
   // regular file (a directory, a FIFO: found without blocking); std::system_error with the errno
-  // for a failing system call (open, read; ENOENT: a missing file); std::bad_alloc when the file
-  // does not fit in memory.
+  // for a failing system call (open, read; ENOENT: a missing file), ECANCELED when options.stop
+  // was requested; std::bad_alloc when the file does not fit in memory.
   static ServingModel open(const std::filesystem::path& path, const OpenOptions& options = {});
 
   ServingModel(const ServingModel&);

@@ -1,5 +1,6 @@
 #include "serving/format.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <optional>
@@ -231,13 +232,14 @@ std::array<std::byte, kServingHeaderSize> encode_header(const ServingHeader& hea
   return bytes;
 }
 
-ServingHeader decode_header(std::span<const std::byte> file, const std::string& context,
-                            const ServingFileKind& kind) {
+ServingHeader decode_header(std::span<const std::byte> start, uint64_t file_size,
+                            const std::string& context, const ServingFileKind& kind) {
   const std::string name(kind.name);
-  if (file.size() < kServingHeaderSize) {
-    fail(context, "the file has " + std::to_string(file.size()) + " bytes, fewer than a " + name +
-                      "'s 64-byte header (truncated?)");
+  if (file_size < kServingHeaderSize || start.size() < kServingHeaderSize) {
+    fail(context, "the file has " + std::to_string(std::min<uint64_t>(file_size, start.size())) +
+                      " bytes, fewer than a " + name + "'s 64-byte header (truncated?)");
   }
+  const std::span<const std::byte> file = start.first(kServingHeaderSize);
   if (std::memcmp(file.data(), kind.magic.data(), kind.magic.size()) != 0) {
     fail(context, "not a recemb " + name + " (it does not start with \"" +
                       std::string(kind.magic.data(), kind.magic.size()) + "\")");
@@ -260,10 +262,10 @@ ServingHeader decode_header(std::span<const std::byte> file, const std::string& 
                              .manifest_size = load<uint64_t>(file, 16),
                              .manifest_checksum = load<uint64_t>(file, 24),
                              .file_size = load<uint64_t>(file, 32)};
-  if (header.file_size != file.size()) {
-    fail(context, "the file has " + std::to_string(file.size()) + " bytes but its header says " +
+  if (header.file_size != file_size) {
+    fail(context, "the file has " + std::to_string(file_size) + " bytes but its header says " +
                       std::to_string(header.file_size) +
-                      (file.size() < header.file_size ? " (truncated)" : " (bytes were appended)"));
+                      (file_size < header.file_size ? " (truncated)" : " (bytes were appended)"));
   }
   if (header.manifest_size % kServingAlignment != 0 ||
       header.manifest_size > header.file_size - kServingHeaderSize) {

@@ -96,13 +96,14 @@ struct ServingHeader {
 std::array<std::byte, kServingHeaderSize> encode_header(const ServingHeader& header,
                                                         const ServingFileKind& kind = kModelFile);
 
-// Reads the header at the start of `file` (the whole file). Throws DataLoss starting with
-// `context` (e.g. "serving model 'm.recemb'") when the file is shorter than a header, lacks the
-// magic (kind's), fails the header checksum, has a format version outside [1,
-// kind.format_version], is not file_size bytes long (truncated or extended) or its manifest_size
-// is not a multiple of 64 inside the file.
-ServingHeader decode_header(std::span<const std::byte> file, const std::string& context,
-                            const ServingFileKind& kind = kModelFile);
+// Reads the header of a file of `file_size` bytes from `start`, its first bytes (at least the
+// 64 of a header when it has them; the rest is not read), so that a reader checks a file before
+// reading the rest of it. Throws DataLoss starting with `context` (e.g. "serving model
+// 'm.recemb'") when the file is shorter than a header, lacks the magic (kind's), fails the header
+// checksum, has a format version outside [1, kind.format_version], is not file_size bytes long
+// (truncated or extended) or its manifest_size is not a multiple of 64 inside the file.
+ServingHeader decode_header(std::span<const std::byte> start, uint64_t file_size,
+                            const std::string& context, const ServingFileKind& kind = kModelFile);
 
 // Where a table's (or an extra array's) blob lies in the data section.
 struct TableBlob {

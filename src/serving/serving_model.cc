@@ -1,7 +1,11 @@
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <map>
 #include <optional>
+#include <stop_token>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "recemb/error.h"
@@ -29,33 +33,57 @@ namespace {
 
 // The whole file, read through the file system in use (format/file_system.h) into memory the
 // model owns, so that nothing done to the file later (rewritten in place, truncated, deleted) can
-// reach an open model (docs/serving.md, "What is safe to do with a served file"). The buffer is
-// 64-byte aligned, as the blobs are in the file, and large ones are on huge pages
-// (storage/float_buffer.h), which the random row reads of lookups benefit from.
+// reach an open model (docs/serving.md, "What is safe to do with a served file"). Its header is
+// read and checked first (magic, format version, the size the header gives against the file's),
+// so that a file of another kind is refused without reading more than 64 bytes. The rest is read
+// in chunks, between which `stop` is looked at. The buffer is 64-byte aligned, as the blobs are
+// in the file, and large ones are on huge pages (storage/float_buffer.h), which the random row
+// reads of lookups benefit from.
 class FileContents {
  public:
-  FileContents(const std::filesystem::path& path, const std::string& context) {
+  FileContents(const std::filesystem::path& path, const std::string& context,
+               const internal::ServingFileKind& kind, const std::stop_token& stop = {}) {
     const format::InputFile file = format::InputFile::open(path);
     size_ = file.size();
+    const auto read = [&](size_t offset, std::span<std::byte> bytes) {
+      try {
+        file.read_at(offset, bytes);
+      } catch (const DataLoss& error) {
+        fail(context, std::string("it was truncated while being read: ") + error.what());
+      }
+    };
+    std::array<std::byte, internal::kServingHeaderSize> start{};
+    const std::span<std::byte> first = std::span(start).first(std::min(size_, start.size()));
+    read(0, first);
+    header_ = internal::decode_header(first, size_, context, kind);
     buffer_ = internal::FloatBuffer((size_ + sizeof(float) - 1) / sizeof(float));
-    try {
-      file.read_at(0, bytes());
-    } catch (const DataLoss& error) {
-      fail(context, std::string("it was truncated while being read: ") + error.what());
+    // Chunks of 64 MiB: a stop request waits for one at most (tens of ms).
+    constexpr size_t kChunk = size_t{64} << 20;
+    const std::span<std::byte> all = bytes();
+    for (size_t offset = 0; offset < size_; offset += kChunk) {
+      if (stop.stop_requested()) {
+        throw std::system_error(ECANCELED, std::generic_category(),
+                                context + ": reading it was stopped at byte " +
+                                    std::to_string(offset) + " of " + std::to_string(size_));
+      }
+      read(offset, all.subspan(offset, std::min(kChunk, size_ - offset)));
     }
   }
   // A copy, in memory of its own.
-  FileContents(const FileContents& other) : buffer_(other.buffer_.size()), size_(other.size_) {
+  FileContents(const FileContents& other)
+      : buffer_(other.buffer_.size()), size_(other.size_), header_(other.header_) {
     std::copy(other.buffer_.span().begin(), other.buffer_.span().end(), buffer_.span().begin());
   }
   FileContents& operator=(const FileContents&) = delete;
 
   std::span<const std::byte> bytes() const { return std::as_bytes(buffer_.span()).first(size_); }
   std::span<std::byte> bytes() { return std::as_writable_bytes(buffer_.span()).first(size_); }
+  const internal::ServingHeader& header() const { return header_; }
 
  private:
   internal::FloatBuffer buffer_;
   size_t size_ = 0;
+  internal::ServingHeader header_;
 };
 
 // A dynamic table rebuilt by a delta: its keys and rows (the zero row last), in memory of their
@@ -68,8 +96,8 @@ struct RebuiltTable {
 }  // namespace
 
 struct ServingModel::State {
-  State(const std::filesystem::path& file, const std::string& context)
-      : path(file), contents(file, context) {}
+  State(const std::filesystem::path& file, const std::string& context, const std::stop_token& stop)
+      : path(file), contents(file, context, internal::kModelFile, stop) {}
   // A deep copy (clone): the same model in memory of its own, its indexes rebuilt.
   State(const State& other)
       : path(other.path),
@@ -175,9 +203,9 @@ struct ServingModel::State {
 
 ServingModel ServingModel::open(const std::filesystem::path& path, const OpenOptions& options) {
   const std::string context = "serving model '" + path.string() + "'";
-  auto state = std::make_shared<State>(path, context);
+  auto state = std::make_shared<State>(path, context, options.stop);
   const std::span<const std::byte> file = state->contents.bytes();
-  const internal::ServingHeader header = internal::decode_header(file, context);
+  const internal::ServingHeader& header = state->contents.header();
   const std::span<const std::byte> manifest =
       file.subspan(internal::kServingHeaderSize, header.manifest_size);
   if (format::checksum(manifest) != header.manifest_checksum) {
@@ -260,10 +288,9 @@ std::span<const T> view(std::span<const std::byte> bytes) {
 
 void ServingModel::State::apply_delta(const std::filesystem::path& delta) {
   const std::string context = "serving delta '" + delta.string() + "'";
-  const FileContents contents_of_delta(delta, context);
+  const FileContents contents_of_delta(delta, context, internal::kDeltaFile);
   const std::span<const std::byte> file = contents_of_delta.bytes();
-  const internal::ServingHeader header =
-      internal::decode_header(file, context, internal::kDeltaFile);
+  const internal::ServingHeader& header = contents_of_delta.header();
   const std::span<const std::byte> manifest_bytes =
       file.subspan(internal::kServingHeaderSize, header.manifest_size);
   if (format::checksum(manifest_bytes) != header.manifest_checksum) {

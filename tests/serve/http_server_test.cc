@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sstream>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
@@ -277,6 +279,53 @@ TEST(HttpServer, StopClosesIdleConnections) {
     EXPECT_EQ(recv(socket, &byte, 1, 0), 0);  // closed by the server
     close(socket);
   }
+}
+
+// Out of file descriptors (EMFILE), accepting a connection fails: the server tries again after
+// 50 ms, doubling up to 1 s, instead of at once (a busy loop), logs it once, and serves the
+// waiting client once a descriptor is free again.
+TEST(HttpServer, AcceptingWithoutFileDescriptorsBacksOffAndLogs) {
+  std::ostringstream log;  // read once the server has stopped
+  HttpServer server(
+      {.port = 0, .threads = 1, .max_body_bytes = 10, .log = &log},
+      [](const HttpRequest& request) { return HttpResponse{.body = request.path}; }, refuse);
+  auto running = std::async(std::launch::async, [&] { server.run(); });
+  rlimit limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  const int lowest_free = dup(0);
+  close(lowest_free);
+  // Room for the client's socket, none for the server's end of it.
+  const rlimit exhausted{.rlim_cur = static_cast<rlim_t>(lowest_free + 1),
+                         .rlim_max = limit.rlim_max};
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &exhausted), 0);
+  const int socket = connect_to(server.port());
+  rusage before{}, after{};
+  getrusage(RUSAGE_SELF, &before);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  getrusage(RUSAGE_SELF, &after);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &limit), 0);
+  const auto seconds = [](const timeval& time) {
+    return static_cast<double>(time.tv_sec) + static_cast<double>(time.tv_usec) * 1e-6;
+  };
+  const double cpu = seconds(after.ru_utime) + seconds(after.ru_stime) - seconds(before.ru_utime) -
+                     seconds(before.ru_stime);
+  EXPECT_LT(cpu, 0.1) << "CPU seconds spent in 0.5 s without file descriptors";
+  ASSERT_GE(socket, 0);
+  const std::string request = "GET /after HTTP/1.1\r\nHost: h\r\n\r\n";
+  ASSERT_EQ(send(socket, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  std::string body;
+  EXPECT_THAT(read_answer(socket, body), ::testing::StartsWith("http/1.1 200"));
+  EXPECT_EQ(body, "/after");
+  close(socket);
+  server.stop();
+  ASSERT_EQ(running.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  const std::string text = log.str();
+  EXPECT_EQ(text.find("cannot accept connections (Too many open files)"),
+            text.rfind("cannot accept connections"))
+      << text;
+  EXPECT_THAT(text, HasSubstr("cannot accept connections (Too many open files)"));
+  EXPECT_THAT(text, HasSubstr("accepting connections again"));
 }
 
 // An IPv6 host (the loopback address ::1) is listened on and served.

@@ -8,7 +8,11 @@
 #include <gtest/gtest.h>
 #include <random>
 #include <sstream>
+#include <stop_token>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 
 #include "recemb/error.h"
 #include "recemb/publish.h"
@@ -16,13 +20,23 @@
 #include "serve/serving_fixtures.h"
 #include "testing/criteo_lines.h"
 #include "testing/error_of.h"
+#include "testing/fault_file_system.h"
 #include "testing/temporary_directory.h"
 
 namespace recemb::serve {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
+
+// The lowest file descriptor free: with it as the limit, every open fails with EMFILE.
+int lowest_free_descriptor() {
+  const int free = dup(0);
+  close(free);
+  return free;
+}
 
 TEST(ModelRegistry, ValidNames) {
   for (const char* name : {"ctr", "a.b-c_1", "X", "..a"}) EXPECT_TRUE(is_valid_model_name(name));
@@ -66,7 +80,7 @@ TEST(ModelRegistry, ServesTheNewestVersionThatOpens) {
   EXPECT_THAT(log.str(), HasSubstr("refusing model 'ctr' version 20"));
   EXPECT_THAT(log.str(), HasSubstr("serving model 'ctr' version 12"));
   EXPECT_THAT(log.str(), HasSubstr("skipping 'bad name': not a model name"));
-  EXPECT_THAT(log.str(), HasSubstr("directory 'latest': not a version"));
+  EXPECT_THAT(log.str(), HasSubstr("entry 'latest': not a version"));
 }
 
 // No symlink can take a name or a version outside the model directory.
@@ -288,6 +302,314 @@ TEST(ModelRegistry, RefreshAppliesDeltas) {
   EXPECT_EQ(count_of(log.str(), "refusing model 'm' version 1 delta 4"), 1u) << log.str();
   // Requests go on answering as at delta 3 (another replica than the one refused).
   EXPECT_EQ(activations_of(registry.find("m")->model).size(), 4u);
+}
+
+// The activations of a fresh export of `embedding` (written to `file`): the reference a served
+// model after deltas must equal, computed without the server's replicas or deltas.
+std::vector<std::vector<float>> exported_activations(const Embedding& embedding,
+                                                     const fs::path& file) {
+  export_serving_model(embedding, file);
+  return activations_of(ServingModel::open(file));
+}
+
+// A new base published after the server applied deltas of the previous version is served from
+// its own file, and so are its deltas (not the previous version's retired replica).
+TEST(ModelRegistry, ANewBaseAfterDeltasIsServedWithItsOwnDeltas) {
+  recemb::test::TemporaryDirectory dir;
+  std::mt19937_64 random(31);
+  fs::create_directories(dir / "root");
+  Embedding old_layer = test::lookup_embedding(6, Sgd{.learning_rate = 0.5f});
+  EXPECT_EQ(publish(old_layer, dir / "root" / "m").version, 1);
+  std::ostringstream log;
+  ModelRegistry registry(dir / "root", log);
+  for (int64_t sequence = 1; sequence <= 3; ++sequence) {
+    train_step(old_layer, random);
+    publish(old_layer, dir / "root" / "m");
+    EXPECT_EQ(registry.refresh(), 1);
+    EXPECT_EQ(registry.find("m")->model.delta_sequence(), sequence);
+  }
+  Embedding new_layer = test::lookup_embedding(7, Sgd{.learning_rate = 0.5f});
+  train_step(new_layer, random);
+  EXPECT_EQ(publish(new_layer, dir / "root" / "m").version, 2);
+  EXPECT_EQ(registry.refresh(), 1);
+  EXPECT_EQ(registry.find("m")->version, 2);
+  EXPECT_EQ(registry.find("m")->model.delta_sequence(), 0);
+  EXPECT_EQ(activations_of(registry.find("m")->model),
+            exported_activations(new_layer, dir / "fresh.recemb"));
+  for (int64_t sequence = 1; sequence <= 3; ++sequence) {
+    train_step(new_layer, random);
+    EXPECT_EQ(publish(new_layer, dir / "root" / "m").sequence, sequence);
+    EXPECT_EQ(registry.refresh(), 1);
+    const std::shared_ptr<const ServedModel> served = registry.find("m");
+    EXPECT_EQ(served->version, 2);
+    EXPECT_EQ(served->model.delta_sequence(), sequence);
+    EXPECT_EQ(activations_of(served->model), exported_activations(new_layer, dir / "fresh.recemb"))
+        << "version 2 delta " << sequence;
+  }
+  EXPECT_THAT(log.str(), Not(HasSubstr("refusing"))) << log.str();
+}
+
+// Every interleaving of what a model directory sees: deltas of the newest version, deltas of an
+// older one, new bases (a resumed trainer), a rollback (the newest version's directory removed),
+// a server restarted mid-stream, requests holding a served model across a swap, and several
+// publications between two scans. After each scan the model served is the newest version present
+// with all its deltas, equal to a fresh export of its layer at its last publication (the
+// reference, kept per version and sequence from what was published).
+TEST(ModelRegistry, EveryInterleavingOfVersionsAndDeltasServesWhatWasPublished) {
+  recemb::test::TemporaryDirectory dir;
+  const fs::path model_dir = dir / "root" / "m";
+  fs::create_directories(dir / "root");
+  std::mt19937_64 random(41);
+  struct Layer {
+    Embedding embedding;
+    int64_t version = 0;
+  };
+  std::vector<std::unique_ptr<Layer>> layers;  // one per version present, increasing
+  // Per version present: the activations of each state published (base, delta 1, ...).
+  std::map<int64_t, std::vector<std::vector<std::vector<float>>>> published;
+  uint64_t seed = 100;
+  const auto new_base = [&] {
+    auto layer = std::make_unique<Layer>(
+        Layer{.embedding = test::lookup_embedding(++seed, Sgd{.learning_rate = 0.5f})});
+    train_step(layer->embedding, random);
+    const PublishResult result = publish(layer->embedding, model_dir);
+    EXPECT_EQ(result.sequence, 0);
+    layer->version = result.version;
+    published[result.version] = {exported_activations(layer->embedding, dir / "fresh.recemb")};
+    layers.push_back(std::move(layer));
+  };
+  const auto delta = [&](Layer& layer) {
+    train_step(layer.embedding, random);
+    const PublishResult result = publish(layer.embedding, model_dir);
+    EXPECT_EQ(result.version, layer.version);
+    EXPECT_EQ(result.sequence, std::ssize(published[layer.version]));
+    published[layer.version].push_back(exported_activations(layer.embedding, dir / "fresh.recemb"));
+  };
+  std::ostringstream log;
+  std::string steps;  // what happened, for a failure's message
+  const auto check = [&](const ModelRegistry& registry) {
+    const auto& [version, states] = *published.rbegin();
+    const std::shared_ptr<const ServedModel> served = registry.find("m");
+    ASSERT_NE(served, nullptr);
+    EXPECT_EQ(served->version, version) << steps;
+    EXPECT_EQ(served->model.delta_sequence(), std::ssize(states) - 1) << steps;
+    EXPECT_EQ(activations_of(served->model), states.back()) << steps;
+  };
+  new_base();
+  auto registry = std::make_unique<ModelRegistry>(dir / "root", log);
+  std::map<std::string, int> counts;
+  for (int step = 0; step < 90; ++step) {
+    const uint64_t choice = random() % 100;
+    std::string operation;
+    std::shared_ptr<const ServedModel> held;
+    std::vector<std::vector<float>> held_activations;
+    if (choice < 40) {
+      operation = "delta";
+      delta(*layers.back());
+    } else if (choice < 50 && layers.size() > 1) {
+      operation = "delta of an older version";
+      delta(*layers[random() % (layers.size() - 1)]);
+    } else if (choice < 64) {
+      operation = "new base";
+      new_base();
+    } else if (choice < 74 && layers.size() > 1) {
+      operation = "rollback";
+      fs::remove_all(model_dir / std::to_string(layers.back()->version));
+      published.erase(layers.back()->version);
+      layers.pop_back();
+    } else if (choice < 84) {
+      operation = "restart";
+      registry = std::make_unique<ModelRegistry>(dir / "root", log);
+      check(*registry);  // the newest version with its deltas, from the start
+    } else {
+      operation = "a request held across a scan";
+      held = registry->find("m");
+      held_activations = activations_of(held->model);
+      delta(*layers.back());
+    }
+    ++counts[operation];
+    steps += " " + operation + ";";
+    if (random() % 4 == 0) continue;  // more publications before the next scan
+    registry->refresh();
+    check(*registry);
+    if (held) {
+      EXPECT_EQ(activations_of(held->model), held_activations) << steps;
+    }
+  }
+  for (const char* operation : {"delta", "delta of an older version", "new base", "rollback",
+                                "restart", "a request held across a scan"}) {
+    EXPECT_GE(counts[operation], 3) << operation;
+  }
+  EXPECT_THAT(log.str(), Not(HasSubstr("refusing"))) << log.str();
+}
+
+// A delta already applied and removed since (the spare replica, a delta behind, would re-read
+// it) does not hold the model back: the spare is copied from the served replica, and the later
+// deltas are applied.
+TEST(ModelRegistry, AnAppliedDeltaRemovedDoesNotBlockTheNextOnes) {
+  recemb::test::TemporaryDirectory dir;
+  std::mt19937_64 random(43);
+  fs::create_directories(dir / "root");
+  Embedding layer = test::lookup_embedding(8, Sgd{.learning_rate = 0.5f});
+  publish(layer, dir / "root" / "m");
+  std::ostringstream log;
+  ModelRegistry registry(dir / "root", log);
+  std::vector<fs::path> deltas;
+  for (int64_t sequence = 1; sequence <= 3; ++sequence) {
+    train_step(layer, random);
+    deltas.push_back(publish(layer, dir / "root" / "m").file);
+    EXPECT_EQ(registry.refresh(), 1);
+  }
+  fs::remove(deltas[2]);  // delta 3, served; the spare holds delta 2
+  for (int64_t sequence = 4; sequence <= 6; ++sequence) {
+    train_step(layer, random);
+    publish(layer, dir / "root" / "m");
+    EXPECT_EQ(registry.refresh(), 1);
+    EXPECT_EQ(registry.find("m")->model.delta_sequence(), sequence);
+    EXPECT_EQ(activations_of(registry.find("m")->model),
+              exported_activations(layer, dir / "fresh.recemb"));
+  }
+  EXPECT_EQ(count_of(log.str(), "delta 3 cannot be applied again to the spare replica"), 1u)
+      << log.str();
+  EXPECT_THAT(log.str(), Not(HasSubstr("refusing"))) << log.str();
+}
+
+// A failing system call reading a delta or a version (EMFILE) is not a refusal: it is tried
+// again at later scans, after 1, 2, 4, 8, then every 16 scans, and at once when the file changes,
+// and logged once; a file refused for its content is not read again until it changes.
+TEST(ModelRegistry, TransientErrorsAreRetriedAndContentErrorsRemembered) {
+  recemb::test::TemporaryDirectory dir;
+  std::mt19937_64 random(47);
+  fs::create_directories(dir / "root");
+  Embedding layer = test::lookup_embedding(9, Sgd{.learning_rate = 0.5f});
+  publish(layer, dir / "root" / "m");
+  std::ostringstream log;
+  ModelRegistry registry(dir / "root", log);
+  recemb::test::FaultFileSystem faults;
+  train_step(layer, random);
+  const fs::path first = publish(layer, dir / "root" / "m").file;
+  // The scans (from 1) at which the delta is read, each read failing with EMFILE.
+  std::vector<int> tried;
+  for (int scan = 1; scan <= 48; ++scan) {
+    faults.fail_read(faults.reads() + 1, EMFILE);
+    const int before = faults.reads();
+    EXPECT_EQ(registry.refresh(), 0);
+    if (faults.reads() > before) tried.push_back(scan);
+  }
+  EXPECT_EQ(tried, (std::vector<int>{1, 2, 4, 8, 16, 32, 48}));
+  EXPECT_EQ(count_of(log.str(), "cannot read model 'm' version 1 delta 1"), 1u) << log.str();
+  EXPECT_THAT(log.str(), HasSubstr("Too many open files"));
+  EXPECT_THAT(log.str(), Not(HasSubstr("refusing")));
+  // The file changed (touched): tried at once, and applied.
+  fs::last_write_time(first, fs::last_write_time(first) + std::chrono::seconds(1));
+  EXPECT_EQ(registry.refresh(), 1);
+  EXPECT_EQ(registry.find("m")->model.delta_sequence(), 1);
+  EXPECT_THAT(log.str(), HasSubstr("read model 'm' version 1 delta 1 after 7 failed attempts"));
+
+  // Without the file changing: applied once the wait is over.
+  train_step(layer, random);
+  publish(layer, dir / "root" / "m");
+  faults.fail_read(faults.reads() + 1, EIO);
+  EXPECT_EQ(registry.refresh(), 0);
+  EXPECT_EQ(registry.refresh(), 1);  // the next scan
+  EXPECT_EQ(registry.find("m")->model.delta_sequence(), 2);
+  EXPECT_EQ(activations_of(registry.find("m")->model),
+            exported_activations(layer, dir / "fresh.recemb"));
+
+  // A new version whose read fails is served at a later scan too.
+  Embedding next = test::lookup_embedding(10, Sgd{.learning_rate = 0.5f});
+  EXPECT_EQ(publish(next, dir / "root" / "m").version, 2);
+  faults.fail_read(faults.reads() + 1, ENFILE);
+  EXPECT_EQ(registry.refresh(), 0);
+  EXPECT_EQ(registry.find("m")->version, 1);
+  EXPECT_THAT(log.str(), HasSubstr("cannot read model 'm' version 2"));
+  EXPECT_EQ(registry.refresh(), 1);
+  EXPECT_EQ(registry.find("m")->version, 2);
+
+  // A damaged delta: refused once, never read again while unchanged.
+  train_step(next, random);
+  damage(publish(next, dir / "root" / "m").file);
+  EXPECT_EQ(registry.refresh(), 0);
+  const int reads = faults.reads();
+  for (int scan = 0; scan < 4; ++scan) EXPECT_EQ(registry.refresh(), 0);
+  EXPECT_EQ(faults.reads(), reads);
+  EXPECT_EQ(count_of(log.str(), "refusing model 'm' version 2 delta 1"), 1u) << log.str();
+}
+
+// A scan that cannot list the model directory (out of file descriptors) changes nothing: the
+// models are kept (never "no longer in the model directory"), the error is logged once, and the
+// next scan that can list it goes on.
+TEST(ModelRegistry, AScanThatCannotListTheDirectoryKeepsTheModels) {
+  recemb::test::TemporaryDirectory dir;
+  test::export_to(test::lookup_embedding(1), dir / "ctr" / "1");
+  std::ostringstream log;
+  ModelRegistry registry(dir.path(), log);
+  test::export_to(test::lookup_embedding(2), dir / "ctr" / "2");
+  rlimit limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  const rlimit exhausted{.rlim_cur = static_cast<rlim_t>(lowest_free_descriptor()),
+                         .rlim_max = limit.rlim_max};
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &exhausted), 0);
+  const int swapped_then = registry.refresh() + registry.refresh();
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &limit), 0);
+  EXPECT_EQ(swapped_then, 0);
+  EXPECT_EQ(registry.find("ctr")->version, 1);
+  EXPECT_EQ(count_of(log.str(), "cannot scan the model directory"), 1u) << log.str();
+  EXPECT_THAT(log.str(), Not(HasSubstr("no longer in the model directory")));
+  EXPECT_EQ(registry.refresh(), 1);
+  EXPECT_EQ(registry.find("ctr")->version, 2);
+}
+
+// Entries skipped are logged once when a scan first finds them, during polling too: a FIFO or a
+// file as a version, names that are not versions, an invalid model name; again if one goes away
+// and comes back.
+TEST(ModelRegistry, SkippedEntriesAreLoggedOnceWhenTheyAppear) {
+  recemb::test::TemporaryDirectory dir;
+  test::export_to(test::lookup_embedding(1), dir / "ctr" / "1");
+  std::ostringstream log;
+  ModelRegistry registry(dir.path(), log);
+  EXPECT_EQ(log.str().find("skipping"), std::string::npos) << log.str();
+  ASSERT_EQ(mkfifo((dir / "ctr" / "8").c_str(), 0600), 0);
+  std::ofstream(dir / "ctr" / "9") << "not a directory";
+  for (const char* name : {"01", "+11", " 12", "1e3", "99999999999999999999"}) {
+    fs::create_directories(dir / "ctr" / name);
+  }
+  test::export_to(test::lookup_embedding(1), dir / "bad name" / "1");
+  for (int scan = 0; scan < 3; ++scan) EXPECT_EQ(registry.refresh(), 0);
+  const std::string text = log.str();
+  EXPECT_EQ(count_of(text, "skipping model 'ctr' entry '8': not a directory"), 1u) << text;
+  EXPECT_EQ(count_of(text, "skipping model 'ctr' entry '9': not a directory"), 1u) << text;
+  for (const char* name : {"01", "+11", " 12", "1e3", "99999999999999999999"}) {
+    EXPECT_EQ(count_of(text, "skipping model 'ctr' entry '" + std::string(name) +
+                                 "': not a version (a positive integer)"),
+              1u)
+        << name << "\n"
+        << text;
+  }
+  EXPECT_EQ(count_of(text, "skipping 'bad name': not a model name"), 1u) << text;
+  EXPECT_EQ(registry.versions("ctr"), std::vector<int64_t>{1});
+  fs::remove_all(dir / "bad name");
+  EXPECT_EQ(registry.refresh(), 0);
+  test::export_to(test::lookup_embedding(1), dir / "bad name" / "1");
+  EXPECT_EQ(registry.refresh(), 0);
+  EXPECT_EQ(count_of(log.str(), "skipping 'bad name': not a model name"), 2u) << log.str();
+}
+
+// Once stop is requested, refresh returns without opening what it found, and remembers no
+// failure: the next scan serves it.
+TEST(ModelRegistry, ARefreshAskedToStopRemembersNothing) {
+  recemb::test::TemporaryDirectory dir;
+  test::export_to(test::lookup_embedding(1), dir / "ctr" / "1");
+  std::ostringstream log;
+  ModelRegistry registry(dir.path(), log);
+  test::export_to(test::lookup_embedding(2), dir / "ctr" / "2");
+  std::stop_source stop;
+  stop.request_stop();
+  EXPECT_EQ(registry.refresh(stop.get_token()), 0);
+  EXPECT_EQ(registry.find("ctr")->version, 1);
+  EXPECT_EQ(registry.refresh(), 1);
+  EXPECT_EQ(registry.find("ctr")->version, 2);
+  EXPECT_THAT(log.str(), Not(AnyOf(HasSubstr("refusing"), HasSubstr("cannot read"))));
 }
 
 // Requests predicting at once, each on its own copy from the pool, get what one Predictor

@@ -101,12 +101,12 @@ TEST(DeltaHeaderTest, HasItsOwnMagicSoModelsAndDeltasAreNeverMistaken) {
   const auto bytes = encode_header(header, kDeltaFile);
   std::copy(bytes.begin(), bytes.end(), file.begin());
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(file.data()), 8), "RECEMBDL");
-  EXPECT_EQ(decode_header(file, kContext, kDeltaFile).manifest_checksum, 9u);
-  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext); }),
+  EXPECT_EQ(decode_header(file, file.size(), kContext, kDeltaFile).manifest_checksum, 9u);
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, file.size(), kContext); }),
               HasSubstr("not a recemb serving model (it does not start with \"RECEMBSV\")"));
   const auto model = encode_header(header);
   std::copy(model.begin(), model.end(), file.begin());
-  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext, kDeltaFile); }),
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, file.size(), kContext, kDeltaFile); }),
               HasSubstr("not a recemb serving delta (it does not start with \"RECEMBDL\")"));
 }
 

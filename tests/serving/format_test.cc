@@ -78,7 +78,7 @@ TEST(ServingHeaderTest, RoundTripsWithTheSpecifiedLayout) {
   EXPECT_EQ(field(40, 8), 0u);
   EXPECT_EQ(field(48, 8), 0u);
   EXPECT_EQ(field(56, 8), format::checksum(std::span(file).first(56)));
-  const ServingHeader decoded = decode_header(file, kContext);
+  const ServingHeader decoded = decode_header(file, file.size(), kContext);
   EXPECT_EQ(decoded.manifest_size, 192u);
   EXPECT_EQ(decoded.manifest_checksum, 0x0123456789abcdefu);
   EXPECT_EQ(decoded.file_size, 1024u);
@@ -89,7 +89,7 @@ TEST(ServingHeaderTest, RoundTripsWithTheSpecifiedLayout) {
                                             .manifest_checksum = 1,
                                             .file_size = 1024},
                                            1024),
-                          kContext)
+                          1024, kContext)
                 .format_version,
             1u);
 }
@@ -101,7 +101,8 @@ TEST(ServingHeaderTest, EveryDamagedHeaderByteIsDetected) {
   for (size_t i = 0; i < 64; ++i) {
     std::vector<std::byte> file = good;
     file[i] ^= static_cast<std::byte>(1 + rng() % 255);
-    const std::string message = error_of<DataLoss>([&] { decode_header(file, kContext); });
+    const std::string message =
+        error_of<DataLoss>([&] { decode_header(file, file.size(), kContext); });
     EXPECT_THAT(message, HasSubstr(kContext)) << "byte " << i;
     EXPECT_THAT(message, i < 8 ? HasSubstr("not a recemb serving model") : HasSubstr("header"))
         << "byte " << i;
@@ -110,25 +111,34 @@ TEST(ServingHeaderTest, EveryDamagedHeaderByteIsDetected) {
 
 TEST(ServingHeaderTest, RejectsShortTruncatedExtendedAndOtherVersions) {
   const ServingHeader header{.manifest_size = 64, .file_size = 256};
-  EXPECT_THAT(error_of<DataLoss>([] { decode_header({}, kContext); }),
+  EXPECT_THAT(error_of<DataLoss>([] { decode_header({}, 0, kContext); }),
               AllOf(HasSubstr(kContext), HasSubstr("0 bytes"), HasSubstr("truncated")));
   std::vector<std::byte> file = file_with_header(header, 256);
   file.resize(200);
-  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext); }),
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, file.size(), kContext); }),
               AllOf(HasSubstr("200 bytes"), HasSubstr("256"), HasSubstr("truncated")));
   file.resize(300);
-  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext); }), HasSubstr("appended"));
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, file.size(), kContext); }),
+              HasSubstr("appended"));
+  // The size is the one given, not the bytes handed over (a reader passes the header only).
+  file.resize(256);
+  EXPECT_EQ(decode_header(std::span(file).first(64), 256, kContext).file_size, 256u);
+  EXPECT_THAT(
+      error_of<DataLoss>([&] { decode_header(std::span(file).first(64), 3u << 30, kContext); }),
+      AllOf(HasSubstr("3221225472 bytes"), HasSubstr("appended")));
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(std::span(file).first(63), 256, kContext); }),
+              HasSubstr("63 bytes, fewer than a serving model's 64-byte header"));
 
   // A valid header of another version (checksum recomputed): not supported, not "damaged".
   for (const uint32_t version : {0u, 4u}) {
     file = file_with_header(header, 256);
     std::memcpy(file.data() + 8, &version, 4);
-    EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext); }),
+    EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, file.size(), kContext); }),
                 AllOf(HasSubstr("version " + std::to_string(version)),
                       HasSubstr("or the header is damaged")));
     const uint64_t fixed = format::checksum(std::span(file).first(56));
     std::memcpy(file.data() + 56, &fixed, 8);
-    EXPECT_EQ(error_of<DataLoss>([&] { decode_header(file, kContext); }),
+    EXPECT_EQ(error_of<DataLoss>([&] { decode_header(file, file.size(), kContext); }),
               kContext + ": format version " + std::to_string(version) +
                   " is not supported (this recemb reads versions 1 to 3)");
   }
@@ -138,7 +148,8 @@ TEST(ServingHeaderTest, RejectsShortTruncatedExtendedAndOtherVersions) {
   file[44] = std::byte{1};
   const uint64_t rechecked = format::checksum(std::span(file).first(56));
   std::memcpy(file.data() + 56, &rechecked, 8);
-  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, kContext); }), HasSubstr("reserved"));
+  EXPECT_THAT(error_of<DataLoss>([&] { decode_header(file, file.size(), kContext); }),
+              HasSubstr("reserved"));
 }
 
 TEST(ServingHeaderTest, RejectsManifestSizesOutsideTheFile) {
@@ -146,12 +157,12 @@ TEST(ServingHeaderTest, RejectsManifestSizesOutsideTheFile) {
     const std::vector<std::byte> file =
         file_with_header({.manifest_size = manifest_size, .file_size = 256}, 256);
     EXPECT_THAT(
-        error_of<DataLoss>([&] { decode_header(file, kContext); }),
+        error_of<DataLoss>([&] { decode_header(file, file.size(), kContext); }),
         AllOf(HasSubstr("manifest size " + std::to_string(manifest_size)), HasSubstr(kContext)));
   }
   const std::vector<std::byte> fits =
       file_with_header({.manifest_size = 192, .file_size = 256}, 256);
-  EXPECT_EQ(decode_header(fits, kContext).manifest_size, 192u);
+  EXPECT_EQ(decode_header(fits, fits.size(), kContext).manifest_size, 192u);
 }
 
 // ------------------------------------------------------------------------------------------------

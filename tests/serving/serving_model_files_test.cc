@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <stop_token>
 #include <string>
 #include <sys/stat.h>
 #include <system_error>
@@ -333,6 +334,43 @@ TEST(ServingOpenTest, MissingDirectoriesForeignFilesAndBadOptions) {
   test::write_bytes(text, std::vector<std::byte>(100, std::byte{'x'}));
   EXPECT_THAT(error_of<DataLoss>([&] { ServingModel::open(text); }),
               AllOf(HasSubstr("notes.txt"), HasSubstr("not a recemb serving model")));
+}
+
+// A file's 64-byte header is checked before the rest is read: a 1 GiB sparse file of junk, or a
+// model with 1 GiB appended, is refused after reading its header alone (the first read returns
+// those 64 bytes only: a reader of the whole file would read again); a read asked to stop throws
+// ECANCELED, having read the header only.
+TEST(ServingOpenTest, TheHeaderAndSizeAreCheckedBeforeTheRestIsRead) {
+  const TemporaryDirectory directory;
+  const std::filesystem::path junk = directory / "junk.recemb";
+  test::write_bytes(junk, std::vector<std::byte>(64, std::byte{'j'}));
+  std::filesystem::resize_file(junk, uint64_t{1} << 30);  // sparse
+  const std::filesystem::path model = directory / "model.recemb";
+  export_serving_model(make_layer(make_scenario(Combiner::kSum, false), 2), model);
+  const std::filesystem::path appended = directory / "appended.recemb";
+  std::filesystem::copy_file(model, appended);
+  std::filesystem::resize_file(appended, std::filesystem::file_size(model) + (uint64_t{1} << 30));
+
+  test::FaultFileSystem file_system;
+  file_system.shorten_read(1, 64);
+  EXPECT_THAT(error_of<DataLoss>([&] { ServingModel::open(junk); }),
+              AllOf(HasSubstr("junk.recemb"), HasSubstr("not a recemb serving model")));
+  EXPECT_EQ(file_system.reads(), 1);
+  file_system.shorten_read(2, 64);
+  EXPECT_THAT(error_of<DataLoss>([&] { ServingModel::open(appended); }),
+              AllOf(HasSubstr("appended.recemb"), HasSubstr("bytes were appended")));
+  EXPECT_EQ(file_system.reads(), 2);
+  std::stop_source stop;
+  stop.request_stop();
+  try {
+    ServingModel::open(model, {.stop = stop.get_token()});
+    ADD_FAILURE() << "opened despite a stop request";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code().value(), ECANCELED);
+    EXPECT_THAT(error.what(), AllOf(HasSubstr("model.recemb"), HasSubstr("stopped at byte 0")));
+  }
+  EXPECT_EQ(file_system.reads(), 3);
+  EXPECT_EQ(ServingModel::open(model).delta_sequence(), 0);  // without a stop request: opens
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -127,14 +127,19 @@ CLI::App* add_serve(CLI::App& app, ServeArguments& args) {
       ->required();
   serve->add_option("--listen", args.listen, "HOST:PORT to listen on (port 0: any free port)")
       ->capture_default_str();
-  serve->add_option("--threads", args.threads, "Threads running the event loop, 0 = one per core");
+  serve
+      ->add_option("--threads", args.threads,
+                   "Threads running the event loop; 0 (or more than the cores): one per core")
+      ->capture_default_str();
   serve->add_option("--max-body-bytes", args.max_body_bytes, "Longer request bodies get 413")
       ->capture_default_str();
   serve
       ->add_option("--poll-seconds", args.poll_seconds,
-                   "Scan MODEL_DIR for new versions this often (0: never)")
+                   "Scan MODEL_DIR for new versions this often: 0.01 to 86400, or 0: never")
       ->capture_default_str();
-  serve->add_option("--max-examples", args.max_examples, "More examples in a request get 400")
+  serve
+      ->add_option("--max-examples", args.max_examples,
+                   "More examples in a request get 400: 1 to 1000000")
       ->capture_default_str();
   return serve;
 }

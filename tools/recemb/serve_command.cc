@@ -9,6 +9,8 @@
 #include <memory>
 #include <mutex>
 #include <pthread.h>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "recemb/error.h"
@@ -70,9 +72,16 @@ int run_serve_command(const ServeArguments& args, std::ostream& err) {
   const ListenAddress address = parse_listen_address(args.listen);
   if (args.threads < 0) throw InvalidArgument("--threads must be >= 0 (0: one per core)");
   if (args.max_body_bytes < 1) throw InvalidArgument("--max-body-bytes must be >= 1");
-  if (args.max_examples < 1) throw InvalidArgument("--max-examples must be >= 1");
-  if (!(args.poll_seconds >= 0 && args.poll_seconds <= 86400)) {
-    throw InvalidArgument("--poll-seconds must be from 0 (never) to 86400");
+  if (args.max_examples < 1 || args.max_examples > kMaxExamplesLimit) {
+    throw InvalidArgument("--max-examples " + std::to_string(args.max_examples) +
+                          ": must be from 1 to " + std::to_string(kMaxExamplesLimit));
+  }
+  if (!(args.poll_seconds == 0 ||
+        (args.poll_seconds >= kMinPollSeconds && args.poll_seconds <= kMaxPollSeconds))) {
+    std::ostringstream message;
+    message << "--poll-seconds " << args.poll_seconds << ": must be 0 (never scan again) or from "
+            << kMinPollSeconds << " to " << kMaxPollSeconds << " (a day)";
+    throw InvalidArgument(message.str());
   }
 
   const BlockedSignals blocked;  // before any thread starts
@@ -85,7 +94,8 @@ int run_serve_command(const ServeArguments& args, std::ostream& err) {
       {.host = address.host,
        .port = address.port,
        .threads = args.threads,
-       .max_body_bytes = args.max_body_bytes},
+       .max_body_bytes = args.max_body_bytes,
+       .log = &err},
       [&server](const serve::HttpRequest& request) { return server.handle(request); },
       [&server](int status) { return server.refusal(status); });
   // An IPv6 host in brackets, as --listen takes it.
@@ -106,7 +116,7 @@ int run_serve_command(const ServeArguments& args, std::ostream& err) {
       poll_wakeup.wait_for(lock, stop, period, [] { return false; });
       if (stop.stop_requested()) return;
       try {
-        registry->refresh();
+        registry->refresh(stop);               // a file being read stops within a chunk
       } catch (const std::exception& error) {  // e.g. MODEL_DIR unreadable: keep serving
         err << "recemb serve: scanning " << args.model_dir << ": " << error.what() << "\n";
       }

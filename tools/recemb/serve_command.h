@@ -12,13 +12,20 @@
 
 namespace recemb::tools {
 
+// The bounds of ServeArguments (docs/serving.md, "recemb serve").
+inline constexpr int64_t kMaxExamplesLimit = 1'000'000;
+inline constexpr double kMinPollSeconds = 0.01;
+inline constexpr double kMaxPollSeconds = 86400;  // a day
+
 struct ServeArguments {
   std::string model_dir = {};
   std::string listen = "127.0.0.1:8500";  // HOST:PORT; port 0: any free port (logged)
   int threads = 0;  // threads running the event loop; 0 (or more than the cores): one per core
   int64_t max_body_bytes = 64 << 20;
-  int64_t max_examples = 4096;  // per request
-  double poll_seconds = 1.0;    // MODEL_DIR is scanned for new versions this often; 0: never
+  int64_t max_examples = 4096;  // per request, 1 to kMaxExamplesLimit
+  // MODEL_DIR is scanned for new versions this often: kMinPollSeconds to kMaxPollSeconds, or 0:
+  // never.
+  double poll_seconds = 1.0;
 };
 
 struct ListenAddress {
