@@ -71,6 +71,12 @@ int run_serve_command(const ServeArguments& args, std::ostream& err) {
   if (args.threads < 0) throw InvalidArgument("--threads must be >= 0 (0: one per core)");
   if (args.max_body_bytes < 1) throw InvalidArgument("--max-body-bytes must be >= 1");
   if (args.max_examples < 1) throw InvalidArgument("--max-examples must be >= 1");
+  if (args.max_request_memory < 1) throw InvalidArgument("--max-request-memory must be >= 1");
+  if (args.max_buffered_bytes < args.max_body_bytes) {
+    throw InvalidArgument(
+        "--max-buffered-bytes must be at least --max-body-bytes (a body of "
+        "that size must fit)");
+  }
   if (!(args.poll_seconds >= 0 && args.poll_seconds <= 86400)) {
     throw InvalidArgument("--poll-seconds must be from 0 (never) to 86400");
   }
@@ -79,15 +85,17 @@ int run_serve_command(const ServeArguments& args, std::ostream& err) {
   // With polling on, a directory with no model yet is served (a trainer publishes into it later).
   auto registry =
       std::make_shared<serve::ModelRegistry>(args.model_dir, err, args.poll_seconds > 0);
-  serve::Server server(registry,
-                       {.max_body_bytes = args.max_body_bytes, .max_examples = args.max_examples});
+  serve::Server server(registry, {.max_body_bytes = args.max_body_bytes,
+                                  .limits = {.max_examples = args.max_examples,
+                                             .max_request_memory = args.max_request_memory}});
   serve::HttpServer http(
       {.host = address.host,
        .port = address.port,
        .threads = args.threads,
-       .max_body_bytes = args.max_body_bytes},
+       .max_body_bytes = args.max_body_bytes,
+       .max_buffered_bytes = args.max_buffered_bytes},
       [&server](const serve::HttpRequest& request) { return server.handle(request); },
-      [&server](int status) { return server.refusal(status); });
+      [&server](const serve::HttpRefusal& refusal) { return server.refusal(refusal); });
   // An IPv6 host in brackets, as --listen takes it.
   const bool ipv6 = address.host.find(':') != std::string::npos;
   err << "recemb serve: listening on " << (ipv6 ? "[" + address.host + "]" : address.host) << ":"
