@@ -90,8 +90,7 @@ def test_ids_the_layer_refuses_are_refused_not_wrapped_or_truncated(server):
         beyond = np.array([2**64 - 1], dtype=np.uint64)
         for name in ("a", "user"):  # a static table, a dynamic one
             with pytest.raises(ValueError, match=f"feature '{name}': ids: 18446744073709551615 "
-                                                 "at index \\(0,\\) is out of range \\(beyond "
-                                                 "int64"):
+                                                 "at index .* is out of range \\(beyond int64"):
                 client.lookup("emb", {**good, name: beyond[:, None] if name == "a" else beyond})
         with pytest.raises(ValueError, match="feature 'b': row_splits must be integers, got "
                                              "dtype float64"):
@@ -132,8 +131,8 @@ def test_a_client_across_a_hot_swap_that_reorders_features(tmp_path):
     def layer(order):
         tables = {name: recemb.TableConfig(10, 4, initializer=rows[name], name=f"t{name}",
                                            combiner="sum") for name in order}
-        return recemb.Embedding({name: recemb.FeatureConfig(tables[name], name=name)
-                                 for name in order})
+        # A list: the features in this order (a dict's would be sorted by name).
+        return recemb.Embedding([recemb.FeatureConfig(tables[name], name=name) for name in order])
 
     models = tmp_path / "models"
     _export(layer(["x", "y"]), models, 1)
