@@ -1,5 +1,6 @@
 #include "serve/json_ids.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -274,6 +275,19 @@ class LookupDecoder final : public JsonEvents {
     }
   }
 
+  // Makes room in `values` for `more` values: its capacity doubles (from 16) until they fit, and
+  // the bytes it grows by are counted against the budget first, so that the budget bounds the
+  // memory the arrays hold, not only the values in them.
+  template <typename T>
+  void grow(std::vector<T>& values, size_t more) {
+    const size_t needed = values.size() + more;
+    if (needed <= values.capacity()) return;
+    size_t capacity = std::max<size_t>(values.capacity(), 16);
+    while (capacity < needed) capacity *= 2;
+    take(static_cast<int64_t>((capacity - values.capacity()) * sizeof(T)));
+    values.reserve(capacity);
+  }
+
   // Counts `bytes` more of decoded arrays against the budget.
   void take(int64_t bytes) {
     bytes_ += bytes;
@@ -304,7 +318,7 @@ class LookupDecoder final : public JsonEvents {
 
   void begin_weights() {
     if (!feature_weighted_) {  // the examples before weighed 1 per id
-      take(static_cast<int64_t>(example_first_id_ * sizeof(float)));
+      grow(ids().weights, example_first_id_);
       ids().weights.assign(example_first_id_, 1.0f);
       feature_weighted_ = true;
     }
@@ -320,10 +334,10 @@ class LookupDecoder final : public JsonEvents {
         fail(std::to_string(given_ids) + " ids but " + std::to_string(given_weights) + " weights");
       }
     } else if (feature_weighted_) {
-      take(static_cast<int64_t>(given_ids * sizeof(float)));
+      grow(feature.weights, given_ids);
       feature.weights.insert(feature.weights.end(), given_ids, 1.0f);
     }
-    take(sizeof(int64_t));
+    grow(feature.row_splits, 1);
     feature.row_splits.push_back(static_cast<int64_t>(feature.ids.size()));
     in_example_ = false;
     ++example_;
@@ -355,7 +369,7 @@ class LookupDecoder final : public JsonEvents {
     } else {
       fail("id " + id.describe() + " is not " + id_kinds());
     }
-    take(sizeof(int64_t));
+    grow(ids().ids, 1);
     ids().ids.push_back(value);
   }
 
@@ -372,7 +386,7 @@ class LookupDecoder final : public JsonEvents {
       fail("weight " + weight.describe() +
            " rounds to 0 as a float (the smallest non-zero float is 1.4e-45)");
     }
-    take(sizeof(float));
+    grow(ids().weights, 1);
     ids().weights.push_back(rounded);
   }
 
@@ -383,7 +397,7 @@ class LookupDecoder final : public JsonEvents {
   std::unordered_map<std::string_view, size_t> index_;  // feature name -> index
   std::vector<bool> given_;                             // per feature: its key has come
   LookupRequest request_;
-  int64_t bytes_ = 0;  // of the decoded arrays
+  int64_t bytes_ = 0;  // the capacity of the decoded arrays
   Expect expect_ = Expect::kBody;
   bool inputs_given_ = false;
   size_t feature_ = 0;   // the feature being read
@@ -413,8 +427,9 @@ std::vector<FeatureInput> LookupRequest::inputs() const {
 int64_t LookupRequest::bytes() const {
   size_t total = 0;
   for (const FeatureIds& feature : features) {
-    total += feature.ids.size() * sizeof(int64_t) + feature.row_splits.size() * sizeof(int64_t) +
-             feature.weights.size() * sizeof(float);
+    total += feature.ids.capacity() * sizeof(int64_t) +
+             feature.row_splits.capacity() * sizeof(int64_t) +
+             feature.weights.capacity() * sizeof(float);
   }
   return static_cast<int64_t>(total);
 }

@@ -51,7 +51,8 @@ struct LookupRequest {
 
   // Views of `features` for ServingModel::lookup, valid while this request is unchanged.
   std::vector<FeatureInput> inputs() const;
-  // The bytes its ids, weights and offsets take (as counted against max_request_memory).
+  // The bytes its ids, weights and offsets hold (their arrays' capacity), as counted against
+  // max_request_memory.
   int64_t bytes() const;
 };
 
