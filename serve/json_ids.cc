@@ -293,7 +293,7 @@ class LookupDecoder final : public JsonEvents {
     bytes_ += bytes;
     if (bytes_ > limits_.max_request_memory) {
       throw RequestTooLarge(
-          "the request's ids, weights and offsets take more than "
+          "the request's ids, weights and offsets would hold more than "
           "--max-request-memory " +
           std::to_string(limits_.max_request_memory) +
           " bytes: send fewer ids a request (or raise --max-request-memory)");
