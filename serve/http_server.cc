@@ -189,15 +189,18 @@ class Session : public std::enable_shared_from_this<Session> {
       if (error || self->phase_ == Phase::kClosed) return;
       if (Clock::now() < self->deadline_) {
         self->watch_deadline();
-      } else if (self->phase_ == Phase::kReading) {
-        // The read ends (operation_aborted): refuse_or_close answers 400 or closes.
+      } else if (self->phase_ == Phase::kReading && !self->timed_out_) {
+        // The read ends (operation_aborted): refuse_or_close answers 408 or closes. (Still
+        // reading at the next deadline: the read was lost to a failure, and the connection is
+        // closed below.)
         self->timed_out_ = true;
         boost::system::error_code ignored;
         self->socket_.cancel(ignored);
         self->deadline_ = Clock::now() + self->server_.read_timeout;
         self->watch_deadline();
       } else {
-        self->close();  // a client not reading its answer, or still sending a refused request
+        // A client not reading its answer, or still sending a refused request.
+        self->close();
       }
     });
   }
@@ -265,11 +268,15 @@ class Session : public std::enable_shared_from_this<Session> {
     http::request<http::string_body> request = parser_->release();
     const boost::beast::string_view target = request.target();
     const Then then = request.keep_alive() && !stopping_ ? Then::kNextRequest : Then::kClose;
-    HttpResponse response =
-        server_.handler({.method = text(request.method_string()),
-                         .path = text(target.substr(0, target.find('?'))),
-                         .content_type = text(request[http::field::content_type]),
-                         .body = std::move(request.body())});
+    HttpResponse response;
+    try {
+      response = server_.handler({.method = text(request.method_string()),
+                                  .path = text(target.substr(0, target.find('?'))),
+                                  .content_type = text(request[http::field::content_type]),
+                                  .body = std::move(request.body())});
+    } catch (const std::exception&) {  // not even an answer (out of memory): the connection ends
+      return close();
+    }
     release();  // the body is freed with the request
     write(std::move(response), then);
   }

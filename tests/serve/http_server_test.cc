@@ -261,6 +261,26 @@ TEST(HttpServer, BodiesHeldAtOnceAreBounded) {
   runner.join();
 }
 
+// A handler that throws (it could not even build an answer: out of memory) has its connection
+// closed; the server goes on serving, and stops at once when asked.
+TEST(HttpServer, AHandlerThatThrowsEndsItsConnectionOnly) {
+  HttpServer server(
+      {.port = 0, .threads = 1, .max_body_bytes = 100},
+      [](const HttpRequest& request) {
+        if (request.path == "/throw") throw std::bad_alloc();
+        return HttpResponse{.body = request.path};
+      },
+      refuse);
+  auto running = std::async(std::launch::async, [&] { server.run(); });
+  EXPECT_EQ(exchange(server.port(), "GET /throw HTTP/1.1\r\nHost: h\r\n\r\n"), "");
+  HttpClient client = client_of(server.port());
+  const auto got = client.get("/ok");
+  ASSERT_TRUE(got) << client.error();
+  EXPECT_EQ(got->body, "/ok");
+  server.stop();
+  EXPECT_EQ(running.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+}
+
 // stop() lets the request in flight finish, and run() then returns.
 TEST(HttpServer, StopAnswersTheRequestsInFlight) {
   std::promise<void> entered, release;
