@@ -110,11 +110,16 @@ TEST_F(ServerTest, LookupsEqualTheServedModelsBitwise) {
     const auto expected = test::reference_activations(reference, batch);
     const std::string path =
         round % 2 == 0 ? "/v1/models/emb:lookup" : "/v1/models/emb/versions/2:lookup";
-    HttpResponse json = post(server, path, test::json_body(batch));
+    // Media types in any case, with parameters (RFC 9110).
+    HttpResponse json =
+        post(server, path, test::json_body(batch),
+             round % 3 == 0 ? "application/json" : "Application/JSON; charset=utf-8");
     ASSERT_EQ(json.status, 200) << json.body;
     EXPECT_EQ(json.content_type, "application/json");
     expect_bitwise_equal(json_activations(json.body), expected);
-    HttpResponse binary = post(server, path, test::binary_body(batch), "application/octet-stream");
+    HttpResponse binary =
+        post(server, path, test::binary_body(batch),
+             round % 3 == 0 ? "application/octet-stream" : " APPLICATION/OCTET-STREAM");
     ASSERT_EQ(binary.status, 200) << binary.body;
     EXPECT_EQ(binary.content_type, "application/octet-stream");
     expect_bitwise_equal(binary_activations(binary.body), expected);
