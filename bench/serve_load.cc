@@ -58,10 +58,10 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// The binary layouts' magic numbers and version (docs/serving.md, "Binary bodies").
+// The binary layouts' magic numbers and version (docs/serving.md, "Lookup, binary").
 constexpr uint32_t kRequestMagic = 0x51424552;  // "REBQ"
 constexpr uint32_t kAnswerMagic = 0x41424552;   // "REBA"
-constexpr uint32_t kBinaryVersion = 1;
+constexpr uint32_t kBinaryVersion = 2;
 constexpr int kDistinctBodies = 16;
 constexpr const char* kModelName = "ctr";
 
@@ -239,6 +239,18 @@ void append_json_values(std::string& out, const float* values, const int64_t* sh
   out += ']';
 }
 
+// The fingerprint of the model's features a binary body carries, computed as docs/serving.md
+// ("Lookup, binary") specifies it (a client would read it from GET /v1/models/NAME).
+uint64_t feature_fingerprint(const recemb::ServingModel& model) {
+  std::string bytes;
+  for (const recemb::FeatureConfig& feature : model.features()) {
+    append_raw(bytes, uint64_t{feature.name.size()});
+    bytes += feature.name;
+    bytes += model.is_dynamic(feature.table) ? '\1' : '\0';
+  }
+  return static_cast<uint64_t>(recemb::string_key(bytes));
+}
+
 Workload make_workload(const recemb::ServingModel& model, const std::string& format, int examples,
                        uint64_t seed) {
   const auto& features = model.features();
@@ -281,9 +293,11 @@ Workload make_workload(const recemb::ServingModel& model, const std::string& for
       for (uint32_t word : {kRequestMagic, kBinaryVersion, uint32_t(features.size()), 0u}) {
         append_raw(body, word);
       }
+      append_raw(body, feature_fingerprint(model));
       for (uint32_t word : {kAnswerMagic, kBinaryVersion, uint32_t(features.size()), 0u}) {
         append_raw(answer, word);
       }
+      append_raw(answer, feature_fingerprint(model));
       for (size_t f = 0; f < features.size(); ++f) {
         append_raw(body, int64_t{examples});
         append_raw(body, int64_t{examples});  // total ids

@@ -42,8 +42,11 @@ struct Listener {
   // Declared before the event loops: the handlers they still hold when destroyed end sessions,
   // which leave `sessions`.
   std::function<HttpResponse(const HttpRequest&)> handler;
-  std::function<HttpResponse(int status)> refusal;
+  std::function<HttpResponse(const HttpRefusal&)> refusal;
   uint64_t max_body_bytes = 0;
+  uint64_t max_buffered_bytes = 0;
+  std::atomic<uint64_t> buffered_bytes{0};  // of the bodies held now (Session::reserve)
+  int read_timeout_seconds = 0;
   Clock::duration read_timeout{};
   std::mutex sessions_mutex;
   std::unordered_set<Session*> sessions;  // the open connections, for stop()
@@ -79,6 +82,7 @@ class Session : public std::enable_shared_from_this<Session> {
     server_.sessions.insert(this);
   }
   ~Session() {
+    release();
     std::lock_guard lock(server_.sessions_mutex);
     server_.sessions.erase(this);
   }
@@ -107,6 +111,83 @@ class Session : public std::enable_shared_from_this<Session> {
 
   bool request_begun() const { return buffer_.size() > 0 || (parser_ && parser_->got_some()); }
 
+  // Counts `bytes` more of this request's body against the bytes of bodies held at once; false,
+  // counting nothing, when they would go beyond max_buffered_bytes.
+  bool reserve(uint64_t bytes) {
+    uint64_t held = server_.buffered_bytes.load(std::memory_order_relaxed);
+    do {
+      if (bytes > server_.max_buffered_bytes || held > server_.max_buffered_bytes - bytes) {
+        return false;
+      }
+    } while (!server_.buffered_bytes.compare_exchange_weak(held, held + bytes,
+                                                           std::memory_order_relaxed));
+    reserved_ += bytes;
+    return true;
+  }
+
+  // The body counted by reserve is freed (answered, refused or closed).
+  void release() {
+    server_.buffered_bytes.fetch_sub(reserved_, std::memory_order_relaxed);
+    reserved_ = 0;
+  }
+
+  HttpRefusal over_budget() const {
+    return {503, "the request bodies held at once would take more than --max-buffered-bytes " +
+                     std::to_string(server_.max_buffered_bytes) +
+                     " bytes (the server is busy with other large requests): retry later"};
+  }
+
+  // A header section over kMaxHeaderBytes: 414 when its request line alone is (the parser has
+  // not read a method and a target).
+  HttpRefusal header_too_large() const {
+    if (parser_->get().method_string().empty()) {
+      return {414, "the request line (method, URL and version) is longer than " +
+                       std::to_string(kMaxHeaderBytes) +
+                       " bytes, the limit of a request's header section: send a shorter URL"};
+    }
+    return {431, "the request's header section is longer than " + std::to_string(kMaxHeaderBytes) +
+                     " bytes (its limit): send fewer or shorter header fields"};
+  }
+
+  // A request begun but not received in full within the read timeout: what was missing.
+  HttpRefusal timed_out() const {
+    std::string missing = "its header section did not end (no empty line)";
+    if (parser_ && parser_->is_header_done()) {
+      const size_t received = parser_->get().body().size();
+      if (const auto length = parser_->content_length_remaining(); parser_->chunked()) {
+        missing = "its chunked body did not end (no last, empty chunk) after " +
+                  std::to_string(received) + " bytes";
+      } else {
+        missing = "its body ended at " + std::to_string(received) + " bytes of Content-Length " +
+                  std::to_string(received + length.value_or(0));
+      }
+    }
+    return {408, "the request was not received in full within the read timeout of " +
+                     std::to_string(server_.read_timeout_seconds) +
+                     " s (from the connection or the previous answer): " + missing};
+  }
+
+  // The transfer codings of the request other than chunked (and identity, which is none).
+  std::string unsupported_transfer_codings() const {
+    std::string unsupported;
+    const auto [begin, end] = parser_->get().equal_range(http::field::transfer_encoding);
+    for (auto field = begin; field != end; ++field) {
+      for (const boost::beast::string_view coding : http::token_list(field->value())) {
+        if (!boost::beast::iequals(coding, "chunked") &&
+            !boost::beast::iequals(coding, "identity")) {
+          unsupported += (unsupported.empty() ? "" : ", ") + text(coding);
+        }
+      }
+    }
+    return unsupported;
+  }
+
+  // Answers `refusal` and closes the connection (after reading what the client still sends).
+  void refuse(const HttpRefusal& refusal) {
+    release();
+    write(server_.refusal(refusal), Then::kDrainAndClose);
+  }
+
   // The read timeout bounds each wait for a request (headers and body, from when the previous
   // answer left) and each answer's write. The timer is not reset for every request: when it fires
   // before the deadline of the current phase, it waits again until then.
@@ -116,15 +197,18 @@ class Session : public std::enable_shared_from_this<Session> {
       if (error || self->phase_ == Phase::kClosed) return;
       if (Clock::now() < self->deadline_) {
         self->watch_deadline();
-      } else if (self->phase_ == Phase::kReading) {
-        // The read ends (operation_aborted): refuse_or_close answers 400 or closes.
+      } else if (self->phase_ == Phase::kReading && !self->timed_out_) {
+        // The read ends (operation_aborted): refuse_or_close answers 408 or closes. (Still
+        // reading at the next deadline: the read was lost to a failure, and the connection is
+        // closed below.)
         self->timed_out_ = true;
         boost::system::error_code ignored;
         self->socket_.cancel(ignored);
         self->deadline_ = Clock::now() + self->server_.read_timeout;
         self->watch_deadline();
       } else {
-        self->close();  // a client not reading its answer, or still sending a refused request
+        // A client not reading its answer, or still sending a refused request.
+        self->close();
       }
     });
   }
@@ -133,7 +217,10 @@ class Session : public std::enable_shared_from_this<Session> {
     phase_ = Phase::kReading;
     deadline_ = Clock::now() + server_.read_timeout;
     parser_.emplace();
+    over_budget_ = false;
+    parser_->header_limit(static_cast<uint32_t>(kMaxHeaderBytes));
     parser_->body_limit(server_.max_body_bytes);
+    parser_->on_chunk_header(count_chunk_);
     http::async_read_header(socket_, buffer_, *parser_,
                             [self = shared_from_this()](boost::system::error_code error, size_t) {
                               self->on_header(error);
@@ -142,6 +229,16 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void on_header(boost::system::error_code error) {
     if (error) return refuse_or_close(error);
+    if (const std::string codings = unsupported_transfer_codings(); !codings.empty()) {
+      return refuse({501, "Transfer-Encoding '" + codings +
+                              "': this server reads bodies as they are sent or chunked, in no "
+                              "other transfer coding"});
+    }
+    // A body of a known length is held whole from now on (Beast reserves it); a chunked one is
+    // counted chunk by chunk (count_chunk_).
+    if (const auto length = parser_->content_length(); length && !reserve(*length)) {
+      return refuse(over_budget());
+    }
     // A client that waits for a go-ahead before sending its body (curl, for bodies over 1 KB).
     if (boost::beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -155,16 +252,22 @@ class Session : public std::enable_shared_from_this<Session> {
                      });
   }
 
-  // A read that failed: a request over the body limit is refused with 413, a malformed one, or one
-  // not received in time, with 400; a connection closed, or idle past the timeout, is closed.
+  // A read that failed: a request over a limit is refused naming it (503 for the bodies held at
+  // once, 413 for the body, 414 and 431 for the header section), one not received in time with
+  // 408, a malformed one with 400; a connection closed, or idle past the timeout, is closed.
   void refuse_or_close(boost::system::error_code error) {
-    if (error == http::error::body_limit) return write(server_.refusal(413), Then::kDrainAndClose);
+    if (over_budget_) return refuse(over_budget());
+    if (error == http::error::body_limit) {
+      return refuse({413, "the body is longer than --max-body-bytes " +
+                              std::to_string(server_.max_body_bytes)});
+    }
+    if (error == http::error::header_limit) return refuse(header_too_large());
     const bool closed = error == http::error::end_of_stream || error == asio::error::eof ||
                         error == asio::error::connection_reset;
     if (closed || phase_ == Phase::kClosed || (timed_out_ && !request_begun())) return close();
-    if (timed_out_ ||
-        error.category() == http::make_error_code(http::error::bad_method).category()) {
-      return write(server_.refusal(400), Then::kDrainAndClose);
+    if (timed_out_) return refuse(timed_out());
+    if (error.category() == http::make_error_code(http::error::bad_method).category()) {
+      return refuse({400, "a malformed HTTP request (" + error.message() + ")"});
     }
     close();
   }
@@ -173,11 +276,17 @@ class Session : public std::enable_shared_from_this<Session> {
     http::request<http::string_body> request = parser_->release();
     const boost::beast::string_view target = request.target();
     const Then then = request.keep_alive() && !stopping_ ? Then::kNextRequest : Then::kClose;
-    write(server_.handler({.method = text(request.method_string()),
-                           .path = text(target.substr(0, target.find('?'))),
-                           .content_type = text(request[http::field::content_type]),
-                           .body = std::move(request.body())}),
-          then);
+    HttpResponse response;
+    try {
+      response = server_.handler({.method = text(request.method_string()),
+                                  .path = text(target.substr(0, target.find('?'))),
+                                  .content_type = text(request[http::field::content_type]),
+                                  .body = std::move(request.body())});
+    } catch (const std::exception&) {  // not even an answer (out of memory): the connection ends
+      return close();
+    }
+    release();  // the body is freed with the request
+    write(std::move(response), then);
   }
 
   void write(HttpResponse&& answer, Then then) {
@@ -219,6 +328,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void close() {
     if (phase_ == Phase::kClosed) return;
+    release();
     phase_ = Phase::kClosed;
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_send, ignored);
@@ -237,6 +347,17 @@ class Session : public std::enable_shared_from_this<Session> {
   Clock::time_point deadline_{};
   bool timed_out_ = false;
   bool stopping_ = false;
+  uint64_t reserved_ = 0;     // bytes of the body counted in Listener::buffered_bytes
+  bool over_budget_ = false;  // a chunk was refused: the body would go beyond the bytes held
+  // The parser's callback at each chunk of a chunked body (it keeps a reference to it).
+  std::function<void(uint64_t, boost::beast::string_view, boost::system::error_code&)>
+      count_chunk_ =
+          [this](uint64_t size, boost::beast::string_view, boost::system::error_code& error) {
+            if (!reserve(size)) {
+              over_budget_ = true;
+              error = http::error::body_limit;
+            }
+          };
 };
 
 // Whether accepting failed for want of a resource that frees itself as connections close: trying
@@ -282,6 +403,19 @@ void Listener::accept() {
   });
 }
 
+// Runs `loop` until it has no work left. A handler that throws (an allocation failing in the HTTP
+// layer, such as a body's) does not end it: the connection it served is dropped as the handler
+// unwinds (its session's last references go), and the loop goes on with the others.
+void run_loop(asio::io_context& loop) {
+  for (;;) {
+    try {
+      loop.run();
+      return;
+    } catch (const std::exception&) {
+    }
+  }
+}
+
 void Listener::close_everything() {
   boost::system::error_code ignored;
   acceptor->close(ignored);
@@ -310,7 +444,7 @@ struct HttpServer::Impl : Listener {};
 
 HttpServer::HttpServer(const HttpServerOptions& options,
                        std::function<HttpResponse(const HttpRequest&)> handler,
-                       std::function<HttpResponse(int status)> refusal)
+                       std::function<HttpResponse(const HttpRefusal&)> refusal)
     : impl_(std::make_unique<Impl>()) {
   // Each request allocates and frees buffers of its answer's size (a binary answer of 64 examples
   // x 26 features of dim 16: 106 KB) on its thread. glibc would give the freed memory back to the
@@ -323,6 +457,8 @@ HttpServer::HttpServer(const HttpServerOptions& options,
   impl.handler = std::move(handler);
   impl.refusal = std::move(refusal);
   impl.max_body_bytes = static_cast<uint64_t>(std::max<int64_t>(options.max_body_bytes, 0));
+  impl.max_buffered_bytes = static_cast<uint64_t>(std::max<int64_t>(options.max_buffered_bytes, 0));
+  impl.read_timeout_seconds = options.read_timeout_seconds;
   impl.read_timeout = std::chrono::seconds(options.read_timeout_seconds);
   const int cores = static_cast<int>(std::max(std::thread::hardware_concurrency(), 1U));
   const int loops = options.threads > 0 ? std::min(options.threads, cores) : cores;
@@ -371,9 +507,9 @@ void HttpServer::run() {
   if (impl_->stopped) return;
   std::vector<std::thread> helpers;
   for (size_t i = 1; i < impl_->loops.size(); ++i) {
-    helpers.emplace_back([loop = impl_->loops[i].get()] { loop->run(); });
+    helpers.emplace_back([loop = impl_->loops[i].get()] { run_loop(*loop); });
   }
-  impl_->loops.front()->run();  // until the acceptor is closed and its connections too
+  run_loop(*impl_->loops.front());  // until the acceptor is closed and its connections too
   for (std::thread& helper : helpers) helper.join();
 }
 

@@ -31,6 +31,13 @@ struct HttpResponse {
   std::string body = {};
 };
 
+// A request the HTTP layer refuses itself, with its status and a message that names the limit or
+// the rule it broke (and the `recemb serve` flag that sets a limit).
+struct HttpRefusal {
+  int status = 400;
+  std::string message = {};
+};
+
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: any free port (HttpServer::port says which)
@@ -39,8 +46,13 @@ struct HttpServerOptions {
   // (more would only take turns on them).
   int threads = 0;
   int64_t max_body_bytes = 0;  // larger bodies are refused with 413 before they are read
+  // The bytes of request bodies held at once, over all connections (--max-buffered-bytes): a
+  // body is counted from its headers (its Content-Length; a chunked body chunk by chunk) until
+  // the handler has answered it, and one that would go beyond is refused with 503 before it is
+  // read.
+  int64_t max_buffered_bytes = int64_t{1} << 30;
   // A request (headers and body) not received within this many seconds of the previous answer (or
-  // of the connection) is refused with 400; a connection idle that long is closed, and so is one
+  // of the connection) is refused with 408; a connection idle that long is closed, and so is one
   // whose client does not take its answer that long.
   int read_timeout_seconds = 5;
   // Where the server logs what it cannot do: accepting connections while the process is out of
@@ -49,17 +61,24 @@ struct HttpServerOptions {
   std::ostream* log = &std::cerr;
 };
 
+// The longest header section (request line and header fields) a request may have: longer ones are
+// refused with 431, or 414 when the request line alone is longer.
+inline constexpr size_t kMaxHeaderBytes = 8 << 10;
+
 class HttpServer {
  public:
-  // Answers every request (any method and path) with `handler`, which must not throw and runs on a
-  // thread of the event loop (keep it short: a lookup takes tens of µs). Requests the
-  // HTTP layer refuses itself (a body over max_body_bytes: 413; a malformed request: 400) are
-  // answered by `refusal`, given the status; so is one that does not arrive within
-  // read_timeout_seconds (400). Binds the address before returning: throws
-  // InvalidArgument naming the address when it cannot (in use, not an address of this machine).
+  // Answers every request (any method and path) with `handler`, which should not throw (one that
+  // does has its connection closed) and runs on a thread of the event loop (keep it short: a
+  // lookup takes tens of µs). Requests the HTTP layer refuses itself are answered by `refusal`,
+  // given the status and a message: a malformed request (400), one not received within
+  // read_timeout_seconds (408), a body over max_body_bytes (413), a request line over
+  // kMaxHeaderBytes (414), a header section over it (431), a transfer coding other than chunked
+  // (501), a body that would take the bodies held beyond max_buffered_bytes (503). Binds the
+  // address before returning: throws InvalidArgument naming the address when it cannot (in use,
+  // not an address of this machine).
   HttpServer(const HttpServerOptions& options,
              std::function<HttpResponse(const HttpRequest&)> handler,
-             std::function<HttpResponse(int status)> refusal);
+             std::function<HttpResponse(const HttpRefusal&)> refusal);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

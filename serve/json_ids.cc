@@ -1,11 +1,11 @@
 #include "serve/json_ids.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
-#include <set>
+#include <unordered_map>
 
-#include "recemb/error.h"
 #include "recemb/string_key.h"
 
 namespace recemb::serve {
@@ -14,126 +14,518 @@ namespace {
 // How much of a parser's message an error message quotes.
 constexpr size_t kMaxParserMessageLength = 160;
 
-int64_t parse_id(const nlohmann::json& id, const std::string& name, bool dynamic) {
-  if (dynamic && id.is_string()) return string_key(id.get_ref<const std::string&>());
-  if (!id.is_number_integer()) {
-    throw InvalidArgument("feature '" + name + "': id " + describe(id) + " is not an integer" +
-                          (dynamic ? " or a string" : ""));
-  }
-  if (id.is_number_unsigned() &&
-      id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    throw InvalidArgument("feature '" + name + "': id " + id.dump() +
-                          " is beyond the 64-bit integer range");
-  }
-  return id.get<int64_t>();
+// Halfway between float's largest value and 2^128: a double rounds to a finite float iff its
+// magnitude is below it (at it, the tie rounds to the even 2^128: infinity).
+constexpr double kFloatOverflow = 0x1.ffffffp127;
+
+int64_t saturating_add(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<int64_t>::max() : sum;
 }
 
-float parse_weight(const nlohmann::json& weight, const std::string& name) {
-  if (!weight.is_number()) {
-    throw InvalidArgument("feature '" + name + "': weight " + describe(weight) +
-                          " is not a number");
-  }
-  const auto value = weight.get<double>();
-  // Converting a double beyond the float range to float is undefined behaviour.
-  if (std::abs(value) > static_cast<double>(std::numeric_limits<float>::max())) {
-    throw InvalidArgument("feature '" + name + "': weight " + weight.dump() +
-                          " is outside the float range");
-  }
-  return static_cast<float>(value);
+int64_t saturating_multiply(int64_t a, int64_t b) {
+  int64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? std::numeric_limits<int64_t>::max() : product;
 }
+
+// Decodes a lookup's JSON events straight into the ids, weights and offsets of each feature: a
+// state machine over what may come next. Anything else throws at once, so the text's nesting is
+// bounded by the layout (at most 5 levels), and the memory taken is that of the decoded arrays,
+// counted against the budget as they grow.
+class LookupDecoder final : public JsonEvents {
+ public:
+  LookupDecoder(const ServingModel& model, JsonLookupLayout layout, const RequestLimits& limits)
+      : features_(model.features()), layout_(layout), limits_(limits) {
+    for (size_t f = 0; f < features_.size(); ++f) {
+      dynamic_.push_back(model.is_dynamic(features_[f].table));
+      index_.emplace(features_[f].name, f);
+    }
+    request_.features.resize(features_.size());
+    given_.assign(features_.size(), false);
+    take(static_cast<int64_t>(features_.size() * sizeof(int64_t)));  // each row_splits' 0
+  }
+
+  // The request, once every event has come: every feature given, with as many examples as the
+  // model's first.
+  LookupRequest finish() {
+    std::string missing;  // every missing feature named at once
+    int64_t missing_count = 0;
+    for (size_t f = 0; f < features_.size(); ++f) {
+      if (given_[f]) continue;
+      missing += (missing.empty() ? "'" : ", '") + excerpt(features_[f].name) + "'";
+      ++missing_count;
+    }
+    if (missing_count == 1) throw InvalidArgument("feature " + missing + " is missing");
+    if (missing_count > 1) {
+      throw InvalidArgument(std::to_string(missing_count) + " features are missing: " + missing +
+                            " (every feature of the model must be given)");
+    }
+    for (size_t f = 0; f < features_.size(); ++f) {
+      const auto examples = static_cast<int64_t>(request_.features[f].row_splits.size()) - 1;
+      if (f == 0) request_.examples = examples;
+      if (examples != request_.examples) {
+        throw InvalidArgument(
+            "feature '" + excerpt(features_[f].name) + "' has " + std::to_string(examples) +
+            " examples but feature '" + excerpt(features_[0].name) + "' has " +
+            std::to_string(request_.examples) + " (every feature needs one per example)");
+      }
+    }
+    return std::move(request_);
+  }
+
+  bool start_object(size_t) override {
+    switch (expect_) {
+      case Expect::kBody:
+        expect_ = layout_ == JsonLookupLayout::kBatch ? Expect::kBodyField : Expect::kFeature;
+        return true;
+      case Expect::kInputs:
+        expect_ = Expect::kFeature;
+        return true;
+      case Expect::kExample:
+        begin_example();
+        expect_ = Expect::kExampleField;
+        return true;
+      default:
+        misplaced("{...}");
+    }
+  }
+
+  bool key(string_t& key) override {
+    switch (expect_) {
+      case Expect::kBodyField:
+        if (key != "inputs") {
+          throw InvalidArgument("unknown field '" + excerpt(key) + "' (expected only \"inputs\")");
+        }
+        if (inputs_given_) throw InvalidArgument("field 'inputs' appears twice");
+        inputs_given_ = true;
+        expect_ = Expect::kInputs;
+        return true;
+      case Expect::kFeature: {
+        const auto found = index_.find(key);
+        if (found == index_.end()) throw InvalidArgument("unknown feature '" + excerpt(key) + "'");
+        if (given_[found->second]) {
+          throw InvalidArgument("feature '" + excerpt(key) + "' appears twice");
+        }
+        begin_feature(found->second);
+        return true;
+      }
+      case Expect::kExampleField: {
+        const bool ids = key == "ids";
+        if (!ids && key != "weights") {
+          fail("unknown field '" + excerpt(key) + "' (expected ids, weights)");
+        }
+        if (ids ? ids_given_ : weights_given_) fail("field '" + key + "' appears twice");
+        if (ids) {
+          ids_given_ = true;
+          expect_ = Expect::kIds;
+        } else {
+          weights_given_ = true;
+          begin_weights();
+          expect_ = Expect::kWeights;
+        }
+        return true;
+      }
+      default:  // the parser gives keys only in objects, whose key positions are the above
+        misplaced("a key");
+    }
+  }
+
+  bool end_object() override {
+    switch (expect_) {
+      case Expect::kBodyField:
+        if (!inputs_given_) {
+          throw InvalidArgument("no \"inputs\" (an object of features, each a list of examples)");
+        }
+        expect_ = Expect::kDone;
+        return true;
+      case Expect::kFeature:
+        expect_ = layout_ == JsonLookupLayout::kBatch ? Expect::kBodyField : Expect::kDone;
+        return true;
+      case Expect::kExampleField:
+        if (!ids_given_) fail("no \"ids\"");
+        end_example();
+        return true;
+      default:
+        misplaced("the end of an object");
+    }
+  }
+
+  bool start_array(size_t) override {
+    switch (expect_) {
+      case Expect::kExampleList:
+        expect_ = Expect::kExample;
+        return true;
+      case Expect::kExample:
+        begin_example();
+        ids_in_field_ = false;
+        expect_ = Expect::kBagId;
+        return true;
+      case Expect::kIds:
+        ids_in_field_ = true;
+        expect_ = Expect::kBagId;
+        return true;
+      case Expect::kWeights:
+        expect_ = Expect::kWeight;
+        return true;
+      default:
+        misplaced("[...]");
+    }
+  }
+
+  bool end_array() override {
+    switch (expect_) {
+      case Expect::kExample:  // the end of a feature's list of examples
+        end_examples();
+        return true;
+      case Expect::kBagId:
+        if (ids_in_field_) {
+          expect_ = Expect::kExampleField;
+        } else {
+          end_example();
+        }
+        return true;
+      case Expect::kWeight:
+        expect_ = Expect::kExampleField;
+        return true;
+      default:
+        misplaced("the end of a list");
+    }
+  }
+
+ private:
+  // What may come next.
+  enum class Expect {
+    kBody,          // the body's value: an object
+    kBodyField,     // kBatch: a key of the body ("inputs") or its end
+    kInputs,        // the value of "inputs": an object of features
+    kFeature,       // a feature's name or the end of the features
+    kExampleList,   // kBatch: a feature's list of examples
+    kExample,       // an example (one id, a bag, an object); kBatch: or the end of the list
+    kBagId,         // an id of a list of ids, or its end
+    kExampleField,  // a key of an example's object ("ids", "weights") or its end
+    kIds,           // the value of "ids": an id or a list of them
+    kWeights,       // the value of "weights": a list
+    kWeight,        // a weight of that list, or its end
+    kDone,
+  };
+
+  FeatureIds& ids() { return request_.features[feature_]; }
+  bool dynamic() const { return dynamic_[feature_]; }
+
+  // Throws InvalidArgument("[example E: ]feature 'F': `message`").
+  [[noreturn]] void fail(const std::string& message) const {
+    throw InvalidArgument((layout_ == JsonLookupLayout::kBatch && in_example_
+                               ? "example " + std::to_string(example_) + ": "
+                               : "") +
+                          "feature '" + excerpt(features_[feature_].name) + "': " + message);
+  }
+
+  // What an id of the feature being read may be.
+  std::string id_kinds() const { return dynamic() ? "an integer or a string" : "an integer"; }
+
+  // A value (`what`: its short form) where it cannot be.
+  [[noreturn]] void misplaced(const std::string& what) const {
+    switch (expect_) {
+      case Expect::kBody:
+        throw InvalidArgument(layout_ == JsonLookupLayout::kBatch
+                                  ? "the body must be a JSON object {\"inputs\": an object of "
+                                    "features, each a list of examples}, got " +
+                                        what
+                                  : "expected an object of features, got " + what);
+      case Expect::kInputs:
+        throw InvalidArgument(
+            "\"inputs\" must be an object of features, each a list of examples, "
+            "got " +
+            what);
+      case Expect::kExampleList:
+        throw InvalidArgument("feature '" + excerpt(features_[feature_].name) +
+                              "' must be a list of examples, got " + what);
+      case Expect::kExample:
+      case Expect::kIds:
+        fail("ids must be " + id_kinds() + " or an array of them, got " + what);
+      case Expect::kBagId:
+        fail("id " + what + " is not " + id_kinds());
+      case Expect::kWeights:
+        fail("weights must be an array of numbers, got " + what);
+      case Expect::kWeight:
+        fail("weight " + what + " is not a number");
+      default:
+        throw InvalidArgument("unexpected " + what);  // not reached: the parser checks JSON
+    }
+  }
+
+  // Whether `value` is an id of the feature being read, or a value of another kind, which then
+  // cannot be a list of ids either.
+  bool is_id_like(const JsonScalar& value) const {
+    return value.is_number() || (dynamic() && value.kind == JsonScalar::Kind::kString);
+  }
+
+  bool scalar(const JsonScalar& value) override {
+    switch (expect_) {
+      case Expect::kExample:  // one id
+        if (!is_id_like(value)) misplaced(value.describe());
+        begin_example();
+        add_id(value);
+        end_example();
+        return true;
+      case Expect::kIds:
+        if (!is_id_like(value)) misplaced(value.describe());
+        add_id(value);
+        expect_ = Expect::kExampleField;
+        return true;
+      case Expect::kBagId:
+        add_id(value);
+        return true;
+      case Expect::kWeight:
+        add_weight(value);
+        return true;
+      default:
+        misplaced(value.describe());
+    }
+  }
+
+  // Makes room in `values` for `more` values: its capacity doubles (from 16) until they fit, and
+  // the bytes it grows by are counted against the budget first, so that the budget bounds the
+  // memory the arrays hold, not only the values in them.
+  template <typename T>
+  void grow(std::vector<T>& values, size_t more) {
+    const size_t needed = values.size() + more;
+    if (needed <= values.capacity()) return;
+    size_t capacity = std::max<size_t>(values.capacity(), 16);
+    while (capacity < needed) capacity *= 2;
+    take(static_cast<int64_t>((capacity - values.capacity()) * sizeof(T)));
+    values.reserve(capacity);
+  }
+
+  // Counts `bytes` more of decoded arrays against the budget.
+  void take(int64_t bytes) {
+    bytes_ += bytes;
+    if (bytes_ > limits_.max_request_memory) {
+      throw RequestTooLarge(
+          "the request's ids, weights and offsets would hold more than "
+          "--max-request-memory " +
+          std::to_string(limits_.max_request_memory) +
+          " bytes: send fewer ids a request (or raise --max-request-memory)");
+    }
+  }
+
+  void begin_feature(size_t feature) {
+    feature_ = feature;
+    given_[feature] = true;
+    example_ = 0;
+    feature_weighted_ = false;
+    expect_ = layout_ == JsonLookupLayout::kBatch ? Expect::kExampleList : Expect::kExample;
+  }
+
+  void begin_example() {
+    in_example_ = true;
+    example_first_id_ = ids().ids.size();
+    example_weighted_ = false;
+    ids_given_ = false;
+    weights_given_ = false;
+  }
+
+  void begin_weights() {
+    if (!feature_weighted_) {  // the examples before weighed 1 per id
+      grow(ids().weights, example_first_id_);
+      ids().weights.assign(example_first_id_, 1.0f);
+      feature_weighted_ = true;
+    }
+    example_weighted_ = true;
+  }
+
+  void end_example() {
+    FeatureIds& feature = ids();
+    const size_t given_ids = feature.ids.size() - example_first_id_;
+    if (example_weighted_) {
+      const size_t given_weights = feature.weights.size() - example_first_id_;
+      if (given_weights != given_ids) {
+        fail(std::to_string(given_ids) + " ids but " + std::to_string(given_weights) + " weights");
+      }
+    } else if (feature_weighted_) {
+      grow(feature.weights, given_ids);
+      feature.weights.insert(feature.weights.end(), given_ids, 1.0f);
+    }
+    grow(feature.row_splits, 1);
+    feature.row_splits.push_back(static_cast<int64_t>(feature.ids.size()));
+    in_example_ = false;
+    ++example_;
+    expect_ = layout_ == JsonLookupLayout::kBatch ? Expect::kExample : Expect::kFeature;
+  }
+
+  void end_examples() {
+    const std::string& name = features_[feature_].name;
+    if (example_ < 1) throw InvalidArgument("feature '" + excerpt(name) + "': no examples");
+    if (example_ > limits_.max_examples) {
+      throw InvalidArgument("feature '" + excerpt(name) + "': " + std::to_string(example_) +
+                            " examples, more than --max-examples " +
+                            std::to_string(limits_.max_examples));
+    }
+    expect_ = Expect::kFeature;
+  }
+
+  void add_id(const JsonScalar& id) {
+    int64_t value = 0;
+    if (id.kind == JsonScalar::Kind::kInteger) {
+      value = id.integer;
+    } else if (id.kind == JsonScalar::Kind::kUnsigned) {
+      if (id.unsigned_value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        fail("id " + id.describe() + " is beyond the 64-bit integer range");
+      }
+      value = static_cast<int64_t>(id.unsigned_value);
+    } else if (id.kind == JsonScalar::Kind::kString && dynamic()) {
+      value = string_key(id.text);
+    } else {
+      fail("id " + id.describe() + " is not " + id_kinds());
+    }
+    grow(ids().ids, 1);
+    ids().ids.push_back(value);
+  }
+
+  void add_weight(const JsonScalar& weight) {
+    if (!weight.is_number()) misplaced(weight.describe());
+    const double value = weight.as_double();
+    if (!(std::abs(value) < kFloatOverflow)) {
+      fail("weight " + weight.describe() + " is outside the float range (it rounds to infinity)");
+    }
+    // Between float's largest value and kFloatOverflow a double rounds to the largest value.
+    constexpr float kMax = std::numeric_limits<float>::max();
+    const float rounded = value > kMax ? kMax : value < -kMax ? -kMax : static_cast<float>(value);
+    if (rounded == 0.0f && value != 0.0) {
+      fail("weight " + weight.describe() +
+           " rounds to 0 as a float (the smallest non-zero float is 1.4e-45)");
+    }
+    grow(ids().weights, 1);
+    ids().weights.push_back(rounded);
+  }
+
+  const std::vector<FeatureConfig>& features_;
+  const JsonLookupLayout layout_;
+  const RequestLimits limits_;
+  std::vector<bool> dynamic_;                           // per feature: its table is dynamic
+  std::unordered_map<std::string_view, size_t> index_;  // feature name -> index
+  std::vector<bool> given_;                             // per feature: its key has come
+  LookupRequest request_;
+  int64_t bytes_ = 0;  // the capacity of the decoded arrays
+  Expect expect_ = Expect::kBody;
+  bool inputs_given_ = false;
+  size_t feature_ = 0;   // the feature being read
+  int64_t example_ = 0;  // the example being read, of that feature
+  bool in_example_ = false;
+  bool feature_weighted_ = false;  // an example of the feature gave weights
+  size_t example_first_id_ = 0;    // where the example's ids start
+  bool example_weighted_ = false;  // the example gave weights
+  bool ids_given_ = false;         // in an example's object
+  bool weights_given_ = false;
+  bool ids_in_field_ = false;  // the list of ids read is "ids" of an object (not the example)
+};
 
 }  // namespace
 
-std::string truncated(std::string_view text, size_t max_length) {
-  if (text.size() <= max_length) return std::string(text);
-  return std::string(text.substr(0, max_length)) + "...";
+std::vector<FeatureInput> LookupRequest::inputs() const {
+  std::vector<FeatureInput> result;
+  result.reserve(features.size());
+  for (const FeatureIds& feature : features) {
+    result.push_back(RaggedIds{.values = std::span<const int64_t>(feature.ids),
+                               .row_splits = std::span<const int64_t>(feature.row_splits),
+                               .weights = feature.weights});
+  }
+  return result;
 }
 
-std::string describe(const nlohmann::json& value) {
-  if (value.is_array()) return "[...]";
-  if (value.is_object()) return "{...}";
-  if (value.is_string()) return "\"" + truncated(value.get_ref<const std::string&>()) + "\"";
-  return value.dump();  // a number, true, false or null: short
+int64_t LookupRequest::bytes() const {
+  size_t total = 0;
+  for (const FeatureIds& feature : features) {
+    total += feature.ids.capacity() * sizeof(int64_t) +
+             feature.row_splits.capacity() * sizeof(int64_t) +
+             feature.weights.capacity() * sizeof(float);
+  }
+  return static_cast<int64_t>(total);
 }
 
-nlohmann::json parse_request_json(std::string_view text, int max_depth, int feature_depth) {
-  using Event = nlohmann::json::parse_event_t;
-  std::vector<std::set<std::string>> keys_of_open_objects;
-  std::string feature;  // the last key at feature_depth
-  // nlohmann's parser calls this at each event, with the number of enclosing arrays and objects.
-  const auto check = [&](int depth, Event event, nlohmann::json& parsed) {
-    if ((event == Event::array_start || event == Event::object_start) && depth >= max_depth) {
-      throw InvalidArgument("arrays and objects nest deeper than " + std::to_string(max_depth) +
-                            " levels");
-    }
-    if (event == Event::object_start) keys_of_open_objects.emplace_back();
-    if (event == Event::object_end) keys_of_open_objects.pop_back();
-    if (event == Event::key) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      const bool repeated = !keys_of_open_objects.back().insert(key).second;
-      if (depth == feature_depth) {
-        feature = key;
-        if (repeated) throw InvalidArgument("feature '" + truncated(key) + "' appears twice");
-      } else if (repeated) {
-        // Outside a feature (a request that is an array) there is no feature to name.
-        throw InvalidArgument((depth < feature_depth || feature.empty()
-                                   ? ""
-                                   : "feature '" + truncated(feature) + "': ") +
-                              "field '" + truncated(key) + "' appears twice");
-      }
-    }
-    return true;
-  };
-  try {
-    return nlohmann::json::parse(text, check);
-  } catch (const nlohmann::json::exception& error) {
-    throw InvalidArgument("not JSON: " + truncated(error.what(), kMaxParserMessageLength));
-  }
+LookupRequest decode_json_lookup_ids(std::string_view text, const ServingModel& model,
+                                     JsonLookupLayout layout, const RequestLimits& limits) {
+  LookupDecoder decoder(model, layout, limits);
+  decoder.parse(text);
+  return decoder.finish();
 }
 
-void check_known_features(const nlohmann::json& features_by_name,
-                          const std::vector<FeatureConfig>& features) {
-  for (const auto& [key, value] : features_by_name.items()) {
-    bool known = false;
-    for (const FeatureConfig& feature : features) known = known || feature.name == key;
-    if (!known) throw InvalidArgument("unknown feature '" + truncated(key) + "'");
-  }
+bool JsonScalar::is_number() const {
+  return kind == Kind::kInteger || kind == Kind::kUnsigned || kind == Kind::kFloat;
 }
 
-void parse_feature_ids(const nlohmann::json& value, const std::string& name, bool dynamic,
-                       std::vector<int64_t>& ids, std::vector<float>& weights) {
-  const auto id_list = [&](const nlohmann::json& list) {
-    if (list.is_number() || (dynamic && list.is_string())) {
-      ids.push_back(parse_id(list, name, dynamic));
-      return;
-    }
-    if (!list.is_array()) {
-      throw InvalidArgument("feature '" + name + "': ids must be " +
-                            (dynamic ? "an integer or a string" : "an integer") +
-                            " or an array of them, got " + describe(list));
-    }
-    for (const nlohmann::json& id : list) ids.push_back(parse_id(id, name, dynamic));
-  };
-  if (!value.is_object()) {
-    id_list(value);
-    return;
+double JsonScalar::as_double() const {
+  if (kind == Kind::kInteger) return static_cast<double>(integer);
+  if (kind == Kind::kUnsigned) return static_cast<double>(unsigned_value);
+  return number;
+}
+
+std::string JsonScalar::describe() const {
+  switch (kind) {
+    case Kind::kNull:
+      return "null";
+    case Kind::kBoolean:
+      return boolean ? "true" : "false";
+    case Kind::kInteger:
+      return std::to_string(integer);
+    case Kind::kUnsigned:
+      return std::to_string(unsigned_value);
+    case Kind::kFloat:
+      return excerpt(text);
+    case Kind::kString:
+      return "\"" + excerpt(text) + "\"";
   }
-  for (const auto& [key, field] : value.items()) {
-    if (key != "ids" && key != "weights") {
-      throw InvalidArgument("feature '" + name + "': unknown field '" + truncated(key) +
-                            "' (expected ids, weights)");
+  return "";
+}
+
+void JsonEvents::parse(std::string_view text) {
+  nlohmann::json::sax_parse(text.begin(), text.end(), this);
+}
+
+bool JsonEvents::null() { return scalar({}); }
+
+bool JsonEvents::boolean(bool value) {
+  return scalar({.kind = JsonScalar::Kind::kBoolean, .boolean = value});
+}
+
+bool JsonEvents::number_integer(number_integer_t value) {
+  return scalar({.kind = JsonScalar::Kind::kInteger, .integer = value});
+}
+
+bool JsonEvents::number_unsigned(number_unsigned_t value) {
+  return scalar({.kind = JsonScalar::Kind::kUnsigned, .unsigned_value = value});
+}
+
+bool JsonEvents::number_float(number_float_t value, const string_t& text) {
+  return scalar({.kind = JsonScalar::Kind::kFloat, .number = value, .text = text});
+}
+
+bool JsonEvents::string(string_t& value) {
+  return scalar({.kind = JsonScalar::Kind::kString, .text = value});
+}
+
+bool JsonEvents::binary(binary_t&) {
+  throw InvalidArgument("not JSON: a binary value");  // only binary formats have them
+}
+
+bool JsonEvents::parse_error(size_t, const std::string&, const nlohmann::detail::exception& error) {
+  throw InvalidArgument("not JSON: " + excerpt(error.what(), kMaxParserMessageLength));
+}
+
+std::string excerpt(std::string_view text, size_t max_length) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string result;
+  result.reserve(std::min(text.size(), max_length) + 3);
+  for (const char c : text.substr(0, max_length)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      result += {'\\', 'x', kHex[byte >> 4], kHex[byte & 15]};
+    } else {
+      result += c;
     }
   }
-  if (!value.contains("ids")) throw InvalidArgument("feature '" + name + "': no \"ids\"");
-  id_list(value["ids"]);
-  if (value.contains("weights")) {
-    const nlohmann::json& list = value["weights"];
-    if (!list.is_array()) {
-      throw InvalidArgument("feature '" + name + "': weights must be an array of numbers, got " +
-                            describe(list));
-    }
-    for (const nlohmann::json& weight : list) weights.push_back(parse_weight(weight, name));
-  }
+  if (text.size() > max_length) result += "...";
+  return result;
 }
 
 void append_values(std::span<const float> values, std::span<const int64_t> shape,
@@ -158,6 +550,21 @@ void append_values(std::span<const float> values, std::span<const int64_t> shape
     }
   }
   out += ']';
+}
+
+int64_t values_text_bound(std::span<const int64_t> shape) {
+  // A float's "%.9g" is at most 15 bytes ("-1.17549435e-38"), its separator ", " 2; each list
+  // "[" and "]" and the separator after it.
+  constexpr int64_t kValueBytes = 15 + 2;
+  constexpr int64_t kListBytes = 2 + 2;
+  int64_t lists = 1;
+  int64_t bytes = kListBytes;
+  for (size_t level = 0; level + 1 < shape.size(); ++level) {
+    lists = saturating_multiply(lists, shape[level]);
+    bytes = saturating_add(bytes, saturating_multiply(lists, kListBytes));
+  }
+  const int64_t values = shape.empty() ? 0 : saturating_multiply(lists, shape.back());
+  return saturating_add(bytes, saturating_multiply(values, kValueBytes));
 }
 
 std::string json_string(std::string_view text) {

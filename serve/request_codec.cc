@@ -3,11 +3,9 @@
 #include <bit>
 #include <cstring>
 #include <limits>
-#include <nlohmann/json.hpp>
 
-#include "recemb/error.h"
+#include "recemb/string_key.h"
 
-#include "serve/json_ids.h"
 #include "train/float_text.h"
 
 namespace recemb::serve {
@@ -16,48 +14,14 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "the binary bodies are read and written in the machine's byte order");
 
-// {"inputs": {"f": [{"ids": [1]}]}} nests 5 levels; the keys of "inputs" are features.
-constexpr int kMaxLookupDepth = 5;
-constexpr int kLookupFeatureDepth = 2;
-// {"instances": ["line"]} nests 2 levels.
-constexpr int kMaxPredictDepth = 2;
-
-// The only field of the object `json`, `field`, which must be of the JSON type `expected`.
-const nlohmann::json& only_field(const nlohmann::json& json, const std::string& field,
-                                 nlohmann::json::value_t expected, const std::string& what) {
-  if (!json.is_object()) {
-    throw InvalidArgument("the body must be a JSON object {\"" + field + "\": " + what + "}, got " +
-                          describe(json));
-  }
-  for (const auto& [key, value] : json.items()) {
-    if (key != field) {
-      throw InvalidArgument("unknown field '" + truncated(key) + "' (expected only \"" + field +
-                            "\")");
-    }
-  }
-  if (!json.contains(field)) throw InvalidArgument("no \"" + field + "\" (" + what + ")");
-  const nlohmann::json& value = json[field];
-  if (value.type() != expected) {
-    throw InvalidArgument("\"" + field + "\" must be " + what + ", got " + describe(value));
-  }
-  return value;
-}
+// The binary layouts' header: magic, version, feature count, a reserved word, the fingerprint.
+constexpr size_t kBinaryHeaderBytes = 4 * sizeof(uint32_t) + sizeof(uint64_t);
 
 void check_examples(int64_t examples, int64_t max_examples, const std::string& feature) {
-  if (examples < 1) throw InvalidArgument("feature '" + feature + "': no examples");
+  if (examples < 1) throw InvalidArgument("feature '" + excerpt(feature) + "': no examples");
   if (examples > max_examples) {
-    throw InvalidArgument("feature '" + feature + "': " + std::to_string(examples) +
+    throw InvalidArgument("feature '" + excerpt(feature) + "': " + std::to_string(examples) +
                           " examples, more than --max-examples " + std::to_string(max_examples));
-  }
-}
-
-void check_same_examples(int64_t examples, int64_t first_examples, const std::string& feature,
-                         const std::string& first_feature) {
-  if (examples != first_examples) {
-    throw InvalidArgument("feature '" + feature + "' has " + std::to_string(examples) +
-                          " examples but feature '" + first_feature + "' has " +
-                          std::to_string(first_examples) +
-                          " (every feature needs one per example)");
   }
 }
 
@@ -74,7 +38,7 @@ class BinaryReader {
 
   // "feature 3 ('C4')", the feature being read.
   std::string feature_context() const {
-    return "feature " + std::to_string(feature_) + " ('" + features_[feature_].name + "')";
+    return "feature " + std::to_string(feature_) + " ('" + excerpt(features_[feature_].name) + "')";
   }
 
   template <typename T>
@@ -114,10 +78,17 @@ class BinaryReader {
   size_t offset_ = 0;
 };
 
-// The number of values of an activation of shape `shape`.
-size_t elements(const std::vector<int64_t>& shape) {
-  size_t count = 1;
-  for (int64_t extent : shape) count *= static_cast<size_t>(extent);
+int64_t saturating_add(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  return __builtin_add_overflow(a, b, &sum) ? std::numeric_limits<int64_t>::max() : sum;
+}
+
+// The number of values of an activation of shape `shape` (saturating at INT64_MAX).
+int64_t elements(const std::vector<int64_t>& shape) {
+  int64_t count = 1;
+  for (int64_t extent : shape) {
+    if (__builtin_mul_overflow(count, extent, &count)) return std::numeric_limits<int64_t>::max();
+  }
   return count;
 }
 
@@ -129,74 +100,154 @@ std::vector<std::vector<int64_t>> activation_shapes(const ServingModel& model,
   return shapes;
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    text += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+enum class AnswerEncoding { kJson, kBinary };
+
+// The bytes of an answer of activations of `shapes`: the binary layout's, or a JSON answer's
+// activations plus its text's bound (both are held at once). Throws RequestTooLarge, naming the
+// largest activation, when they and the request's decoded arrays exceed the budget.
+int64_t check_answer_memory(const ServingModel& model, const LookupRequest& request,
+                            const std::vector<std::vector<int64_t>>& shapes,
+                            AnswerEncoding encoding, const RequestLimits& limits) {
+  int64_t answer = static_cast<int64_t>(kBinaryHeaderBytes);
+  size_t largest = 0;
+  for (size_t f = 0; f < shapes.size(); ++f) {
+    const int64_t values = elements(shapes[f]);
+    const int64_t floats = values > std::numeric_limits<int64_t>::max() / 4
+                               ? std::numeric_limits<int64_t>::max()
+                               : values * static_cast<int64_t>(sizeof(float));
+    int64_t bytes = saturating_add(floats, static_cast<int64_t>((1 + shapes[f].size()) * 8));
+    if (encoding == AnswerEncoding::kJson) {
+      bytes = saturating_add(saturating_add(floats, values_text_bound(shapes[f])),
+                             static_cast<int64_t>(model.features()[f].name.size() * 6 + 4));
+    }
+    answer = saturating_add(answer, bytes);
+    if (values > elements(shapes[largest])) largest = f;
+  }
+  if (saturating_add(answer, request.bytes()) > limits.max_request_memory) {
+    throw RequestTooLarge(
+        "the answer would take " + std::to_string(answer) + " bytes (" +
+        (encoding == AnswerEncoding::kJson ? "as JSON, with the floats it prints; "
+                                             "binary answers take 4 bytes a float"
+                                           : "4 bytes a float") +
+        "; the largest, feature '" + excerpt(model.features()[largest].name) + "', has shape " +
+        shape_text(shapes[largest]) + "), which with the request's " +
+        std::to_string(request.bytes()) + " is more than --max-request-memory " +
+        std::to_string(limits.max_request_memory) +
+        " bytes: ask for fewer examples a request (or raise --max-request-memory)");
+  }
+  return answer;
+}
+
+// Decodes {"instances": ["line", ...]} as its events come: lines beyond max_examples are counted,
+// not kept.
+class InstancesDecoder final : public JsonEvents {
+ public:
+  explicit InstancesDecoder(int64_t max_examples) : max_examples_(max_examples) {}
+
+  std::vector<std::string> finish() {
+    if (count_ > max_examples_) {
+      throw InvalidArgument(std::to_string(count_) + " instances, more than --max-examples " +
+                            std::to_string(max_examples_));
+    }
+    return std::move(lines_);
+  }
+
+  bool scalar(const JsonScalar& value) override {
+    if (expect_ != Expect::kLine || value.kind != JsonScalar::Kind::kString) {
+      misplaced(value.describe());
+    }
+    if (count_++ < max_examples_) lines_.emplace_back(value.text);
+    return true;
+  }
+  bool start_object(size_t) override {
+    if (expect_ != Expect::kBody) misplaced("{...}");
+    expect_ = Expect::kField;
+    return true;
+  }
+  bool key(string_t& key) override {
+    if (key != "instances") {
+      throw InvalidArgument("unknown field '" + excerpt(key) + "' (expected only \"instances\")");
+    }
+    if (given_) throw InvalidArgument("field 'instances' appears twice");
+    given_ = true;
+    expect_ = Expect::kList;
+    return true;
+  }
+  bool end_object() override {
+    if (!given_) throw InvalidArgument("no \"instances\" (a list of Criteo lines, strings)");
+    return true;
+  }
+  bool start_array(size_t) override {
+    if (expect_ != Expect::kList) misplaced("[...]");
+    expect_ = Expect::kLine;
+    return true;
+  }
+  bool end_array() override {
+    if (count_ == 0) throw InvalidArgument("\"instances\" is empty");
+    expect_ = Expect::kField;
+    return true;
+  }
+
+ private:
+  enum class Expect { kBody, kField, kList, kLine };
+
+  [[noreturn]] void misplaced(const std::string& what) const {
+    if (expect_ == Expect::kLine) {
+      throw InvalidArgument("instance " + std::to_string(count_) +
+                            ": not a string (a Criteo line), got " + what);
+    }
+    if (expect_ == Expect::kList) {
+      throw InvalidArgument("\"instances\" must be a list of Criteo lines (strings), got " + what);
+    }
+    throw InvalidArgument(
+        "the body must be a JSON object {\"instances\": a list of Criteo lines (strings)}, got " +
+        what);
+  }
+
+  const int64_t max_examples_;
+  std::vector<std::string> lines_;
+  int64_t count_ = 0;
+  bool given_ = false;
+  Expect expect_ = Expect::kBody;
+};
+
 }  // namespace
 
-std::vector<FeatureInput> LookupRequest::inputs() const {
-  std::vector<FeatureInput> result;
-  result.reserve(features.size());
-  for (const FeatureIds& feature : features) {
-    result.push_back(RaggedIds{.values = std::span<const int64_t>(feature.ids),
-                               .row_splits = std::span<const int64_t>(feature.row_splits),
-                               .weights = feature.weights});
+uint64_t feature_fingerprint(const ServingModel& model) {
+  std::string layout;
+  for (const FeatureConfig& feature : model.features()) {
+    const uint64_t length = feature.name.size();
+    layout.append(reinterpret_cast<const char*>(&length), sizeof length);
+    layout += feature.name;
+    layout += model.is_dynamic(feature.table) ? '\1' : '\0';
   }
-  return result;
+  return static_cast<uint64_t>(string_key(layout));
+}
+
+std::string fingerprint_text(uint64_t fingerprint) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text(16, '0');
+  for (int digit = 15; digit >= 0; --digit, fingerprint >>= 4) {
+    text[static_cast<size_t>(digit)] = kHex[fingerprint & 15];
+  }
+  return text;
 }
 
 LookupRequest decode_json_lookup(std::string_view body, const ServingModel& model,
-                                 int64_t max_examples) {
-  const nlohmann::json json = parse_request_json(body, kMaxLookupDepth, kLookupFeatureDepth);
-  const nlohmann::json& inputs = only_field(json, "inputs", nlohmann::json::value_t::object,
-                                            "an object of features, each a list of examples");
-  const auto& features = model.features();
-  check_known_features(inputs, features);
-  LookupRequest request;
-  request.features.resize(features.size());
-  for (size_t f = 0; f < features.size(); ++f) {
-    const std::string& name = features[f].name;
-    if (!inputs.contains(name)) throw InvalidArgument("feature '" + name + "' is missing");
-    const nlohmann::json& examples = inputs[name];
-    if (!examples.is_array()) {
-      throw InvalidArgument("feature '" + name + "' must be a list of examples, got " +
-                            describe(examples));
-    }
-    const auto count = static_cast<int64_t>(examples.size());
-    check_examples(count, max_examples, name);
-    if (f == 0) request.examples = count;
-    check_same_examples(count, request.examples, name, features[0].name);
-    const bool dynamic = model.is_dynamic(features[f].table);
-    FeatureIds& ids = request.features[f];
-    // Per example: whether it gave weights, and where its weights start.
-    bool any_weights = false;
-    std::vector<float> weights;
-    for (int64_t example = 0; example < count; ++example) {
-      const size_t first = ids.ids.size();
-      const size_t first_weight = weights.size();
-      try {
-        parse_feature_ids(examples[static_cast<size_t>(example)], name, dynamic, ids.ids, weights);
-      } catch (const InvalidArgument& error) {
-        throw InvalidArgument("example " + std::to_string(example) + ": " + error.what());
-      }
-      const size_t given_ids = ids.ids.size() - first;
-      const size_t given_weights = weights.size() - first_weight;
-      if (given_weights > 0 || examples[static_cast<size_t>(example)].contains("weights")) {
-        if (given_weights != given_ids) {
-          throw InvalidArgument("example " + std::to_string(example) + ": feature '" + name +
-                                "': " + std::to_string(given_ids) + " ids but " +
-                                std::to_string(given_weights) + " weights");
-        }
-        any_weights = true;
-      } else {
-        weights.insert(weights.end(), given_ids, 1.0f);  // unweighted: 1 per id
-      }
-      ids.row_splits.push_back(static_cast<int64_t>(ids.ids.size()));
-    }
-    if (any_weights) ids.weights = std::move(weights);
-  }
-  return request;
+                                 const RequestLimits& limits) {
+  return decode_json_lookup_ids(body, model, JsonLookupLayout::kBatch, limits);
 }
 
 LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& model,
-                                   int64_t max_examples) {
+                                   const RequestLimits& limits) {
   const auto& features = model.features();
   BinaryReader reader(body, features);
   const auto magic = reader.value<uint32_t>("the magic number");
@@ -205,17 +256,32 @@ LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& mo
   }
   const auto version = reader.value<uint32_t>("the version");
   if (version != kBinaryVersion) {
-    throw InvalidArgument("binary body: version " + std::to_string(version) +
-                          ", this server reads version " + std::to_string(kBinaryVersion));
+    throw InvalidArgument(
+        "binary body: version " + std::to_string(version) + ", this server reads version " +
+        std::to_string(kBinaryVersion) +
+        (version == 1 ? " (version 1 carried no feature fingerprint: a request could be read in "
+                        "another feature order than it was written in; version 2 adds the "
+                        "model's \"feature_fingerprint\" of GET /v1/models/NAME after the header, "
+                        "docs/serving.md)"
+                      : ""));
   }
   const auto feature_count = reader.value<uint32_t>("the number of features");
+  if (reader.value<uint32_t>("the reserved header word") != 0) {
+    throw InvalidArgument("binary body: the reserved header word (bytes 12-15) must be 0");
+  }
+  const auto fingerprint = reader.value<uint64_t>("the feature fingerprint");
+  if (const uint64_t expected = feature_fingerprint(model); fingerprint != expected) {
+    throw FeatureOrderConflict(
+        "binary body: encoded for the feature fingerprint " + fingerprint_text(fingerprint) +
+        ", but the model's features are now " + std::to_string(features.size()) +
+        " with fingerprint " + fingerprint_text(expected) +
+        " (a version with other features, or another order of them, is served): read the "
+        "model's description again (GET /v1/models/NAME) and encode the request in its order");
+  }
   if (feature_count != features.size()) {
     throw InvalidArgument("binary body: " + std::to_string(feature_count) +
                           " features, the model has " + std::to_string(features.size()) +
                           " (all of them, in the model's order: GET /v1/models/NAME)");
-  }
-  if (reader.value<uint32_t>("the reserved header word") != 0) {
-    throw InvalidArgument("binary body: the reserved header word (bytes 12-15) must be 0");
   }
   LookupRequest request;
   request.features.resize(features.size());
@@ -226,9 +292,14 @@ LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& mo
     const auto total_ids = reader.value<int64_t>("total ids");
     const auto has_weights = reader.value<uint32_t>("has weights");
     const auto reserved = reader.value<uint32_t>("reserved word");
-    check_examples(examples, max_examples, name);
+    check_examples(examples, limits.max_examples, name);
     if (f == 0) request.examples = examples;
-    check_same_examples(examples, request.examples, name, features[0].name);
+    if (examples != request.examples) {
+      throw InvalidArgument("feature '" + excerpt(name) + "' has " + std::to_string(examples) +
+                            " examples but feature '" + excerpt(features[0].name) + "' has " +
+                            std::to_string(request.examples) +
+                            " (every feature needs one per example)");
+    }
     if (has_weights > 1 || reserved != 0) {
       throw InvalidArgument("binary body: " + reader.feature_context() +
                             ": has-weights must be 0 or 1 and the reserved word 0");
@@ -257,43 +328,47 @@ LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& mo
                           " bytes after the last feature (at byte " +
                           std::to_string(reader.offset()) + ")");
   }
+  // The arrays are copies of the body's bytes, so no larger than it: counted once they exist.
+  if (request.bytes() > limits.max_request_memory) {
+    throw RequestTooLarge("the request's ids, weights and offsets take " +
+                          std::to_string(request.bytes()) + " bytes, more than " +
+                          "--max-request-memory " + std::to_string(limits.max_request_memory) +
+                          ": send fewer ids a request (or raise --max-request-memory)");
+  }
   return request;
 }
 
-Activations look_up(const ServingModel& model, const LookupRequest& request) {
+std::string look_up_json(const ServingModel& model, const LookupRequest& request,
+                         const RequestLimits& limits) {
   const std::vector<FeatureInput> inputs = request.inputs();
-  Activations activations;
-  activations.shapes = activation_shapes(model, inputs);
-  activations.values.resize(inputs.size());
+  const std::vector<std::vector<int64_t>> shapes = activation_shapes(model, inputs);
+  const int64_t bytes = check_answer_memory(model, request, shapes, AnswerEncoding::kJson, limits);
+  std::vector<std::vector<float>> values(inputs.size());
   std::vector<std::span<float>> spans(inputs.size());
   for (size_t f = 0; f < inputs.size(); ++f) {
-    activations.values[f].resize(elements(activations.shapes[f]));
-    spans[f] = activations.values[f];
+    values[f].resize(static_cast<size_t>(elements(shapes[f])));
+    spans[f] = values[f];
   }
   model.lookup(inputs, spans);
-  return activations;
-}
-
-std::string encode_json_activations(const ServingModel& model, const Activations& activations) {
   const auto& features = model.features();
-  std::string out = "{\"outputs\": {";
+  std::string out;
+  out.reserve(static_cast<size_t>(bytes));  // the bound: never grown
+  out += "{\"outputs\": {";
   for (size_t f = 0; f < features.size(); ++f) {
     out += (f == 0 ? "" : ", ") + json_string(features[f].name) + ": ";
-    append_values(activations.values[f], activations.shapes[f], out);
+    append_values(values[f], shapes[f], out);
   }
   out += "}}";
   return out;
 }
 
-std::string look_up_binary(const ServingModel& model, const LookupRequest& request) {
+std::string look_up_binary(const ServingModel& model, const LookupRequest& request,
+                           const RequestLimits& limits) {
   const std::vector<FeatureInput> inputs = request.inputs();
   const std::vector<std::vector<int64_t>> shapes = activation_shapes(model, inputs);
-  size_t bytes = 4 * sizeof(uint32_t);
-  for (const std::vector<int64_t>& shape : shapes) {
-    bytes +=
-        2 * sizeof(uint32_t) + shape.size() * sizeof(int64_t) + elements(shape) * sizeof(float);
-  }
-  std::string out(bytes, '\0');
+  std::string out(static_cast<size_t>(
+                      check_answer_memory(model, request, shapes, AnswerEncoding::kBinary, limits)),
+                  '\0');
   size_t offset = 0;
   const auto append = [&out, &offset](const void* data, size_t size) {
     std::memcpy(out.data() + offset, data, size);
@@ -302,6 +377,8 @@ std::string look_up_binary(const ServingModel& model, const LookupRequest& reque
   const uint32_t header[4] = {kBinaryAnswerMagic, kBinaryVersion,
                               static_cast<uint32_t>(shapes.size()), 0};
   append(header, sizeof header);
+  const uint64_t fingerprint = feature_fingerprint(model);
+  append(&fingerprint, sizeof fingerprint);
   // Each feature's values are looked up into the answer: every field before them is a multiple
   // of 4 bytes long and the string's bytes are allocated aligned for any type, so they are
   // aligned floats.
@@ -311,33 +388,18 @@ std::string look_up_binary(const ServingModel& model, const LookupRequest& reque
     const uint32_t rank[2] = {static_cast<uint32_t>(shape.size()), 0};
     append(rank, sizeof rank);
     append(shape.data(), shape.size() * sizeof(int64_t));
-    spans.emplace_back(reinterpret_cast<float*>(out.data() + offset), elements(shape));
-    offset += elements(shape) * sizeof(float);
+    const auto count = static_cast<size_t>(elements(shape));
+    spans.emplace_back(reinterpret_cast<float*>(out.data() + offset), count);
+    offset += count * sizeof(float);
   }
   model.lookup(inputs, spans);
   return out;
 }
 
 std::vector<std::string> decode_json_instances(std::string_view body, int64_t max_examples) {
-  const nlohmann::json json = parse_request_json(body, kMaxPredictDepth, 1);
-  const nlohmann::json& instances = only_field(json, "instances", nlohmann::json::value_t::array,
-                                               "a list of Criteo lines (strings)");
-  const auto count = static_cast<int64_t>(instances.size());
-  if (count < 1) throw InvalidArgument("\"instances\" is empty");
-  if (count > max_examples) {
-    throw InvalidArgument(std::to_string(count) + " instances, more than --max-examples " +
-                          std::to_string(max_examples));
-  }
-  std::vector<std::string> lines;
-  lines.reserve(instances.size());
-  for (size_t i = 0; i < instances.size(); ++i) {
-    if (!instances[i].is_string()) {
-      throw InvalidArgument("instance " + std::to_string(i) +
-                            ": not a string (a Criteo line), got " + describe(instances[i]));
-    }
-    lines.push_back(instances[i].get<std::string>());
-  }
-  return lines;
+  InstancesDecoder decoder(max_examples);
+  decoder.parse(body);
+  return decoder.finish();
 }
 
 std::string encode_json_predictions(std::span<const float> probabilities) {

@@ -2,7 +2,8 @@
 // or in the compact binary layout, predictions as JSON, decoded into the inputs of
 // ServingModel::lookup and Predictor::predict and encoded from their results. Every decoder
 // validates its whole body before anything is looked up, and throws InvalidArgument naming what
-// is wrong (the feature, the example, the field, the byte offset).
+// is wrong (the feature, the example, the field, the byte offset); every request is held to its
+// RequestLimits (serve/json_ids.h) before the memory is taken.
 #ifndef RECEMB_SERVE_REQUEST_CODEC_H_
 #define RECEMB_SERVE_REQUEST_CODEC_H_
 
@@ -12,59 +13,59 @@
 #include <string_view>
 #include <vector>
 
-#include "recemb/batch.h"
+#include "recemb/error.h"
 #include "recemb/serving.h"
+
+#include "serve/json_ids.h"
 
 namespace recemb::serve {
 
 // The binary layout's magic numbers (the bytes "REBQ" and "REBA" little-endian) and version.
+// Version 1 (without the feature fingerprint) is refused: its requests were read in whatever
+// feature order the model had when they arrived.
 inline constexpr uint32_t kBinaryRequestMagic = 0x51424552;
 inline constexpr uint32_t kBinaryAnswerMagic = 0x41424552;
-inline constexpr uint32_t kBinaryVersion = 1;
+inline constexpr uint32_t kBinaryVersion = 2;
 
-// One feature's ids for a batch of examples, as RaggedIds views them.
-struct FeatureIds {
-  std::vector<int64_t> ids = {};
-  std::vector<int64_t> row_splits = {0};  // examples + 1 offsets into ids
-  std::vector<float> weights = {};        // empty, or one per id
+// A binary request encoded against other features, or another order of them, than the served
+// model's (as after a hot swap to a version whose features differ): the server refuses it with
+// 409, and the client reads the model's description again and encodes the request anew.
+class FeatureOrderConflict : public FailedPrecondition {
+ public:
+  using FailedPrecondition::FailedPrecondition;
 };
 
-// A lookup request: every feature of the model, in the model's feature order, for `examples`
-// examples.
-struct LookupRequest {
-  int64_t examples = 0;
-  std::vector<FeatureIds> features = {};
+// The fingerprint of what a binary request's positional layout depends on: XXH3-64
+// (recemb::string_key) of the bytes of, per feature in the model's order, its name's length (u64
+// little-endian), its name, and one byte, 1 when its table is dynamic (its ids are keys) and 0
+// otherwise (docs/serving.md, "Lookup, binary").
+uint64_t feature_fingerprint(const ServingModel& model);
 
-  // Views of `features` for ServingModel::lookup, valid while this request is unchanged.
-  std::vector<FeatureInput> inputs() const;
-};
+// A fingerprint as GET /v1/models/NAME gives it: 16 lowercase hexadecimal digits.
+std::string fingerprint_text(uint64_t fingerprint);
 
-// The activations of a lookup: per feature, its shape (activation_shape) and values.
-struct Activations {
-  std::vector<std::vector<int64_t>> shapes = {};
-  std::vector<std::vector<float>> values = {};
-};
-
-// {"inputs": {"feature": [example, ...], ...}}, every feature of `model` with the same number of
-// examples, 1 to `max_examples`; an example is what parse_feature_ids takes (one id, a bag, or
-// ids and weights). An example without weights among examples with weights weighs 1 per id.
+// {"inputs": {"feature": [example, ...], ...}}: decode_json_lookup_ids of the kBatch layout.
 LookupRequest decode_json_lookup(std::string_view body, const ServingModel& model,
-                                 int64_t max_examples);
+                                 const RequestLimits& limits);
 
-// The binary request layout (docs/serving.md, "Binary bodies"), with the same rules.
+// The binary request layout (docs/serving.md, "Lookup, binary"), with the same rules. Throws
+// FeatureOrderConflict when the body's feature fingerprint is not the model's.
 LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& model,
-                                   int64_t max_examples);
+                                   const RequestLimits& limits);
 
 // Looks `request` up in `model` (ServingModel::lookup: throws InvalidArgument for an id out of
-// range, naming the feature and the example).
-Activations look_up(const ServingModel& model, const LookupRequest& request);
+// range, naming the feature and the example) into the JSON answer {"outputs": {"feature":
+// [activation of example 0, ...], ...}}, floats printed round-trippable. Throws RequestTooLarge,
+// before looking anything up, when the request and its answer (the activations and their text,
+// at its bound values_text_bound) would take more than limits.max_request_memory bytes.
+std::string look_up_json(const ServingModel& model, const LookupRequest& request,
+                         const RequestLimits& limits);
 
-// Looks `request` up as look_up does, into the binary answer layout (docs/serving.md, "Binary
-// bodies"): the activations are written in place there, not copied.
-std::string look_up_binary(const ServingModel& model, const LookupRequest& request);
-
-// {"outputs": {"feature": [activation of example 0, ...], ...}}, floats printed round-trippable.
-std::string encode_json_activations(const ServingModel& model, const Activations& activations);
+// Looks `request` up as look_up_json does, into the binary answer layout (docs/serving.md,
+// "Lookup, binary"): the activations are written in place there, not copied; the budget counts
+// them once.
+std::string look_up_binary(const ServingModel& model, const LookupRequest& request,
+                           const RequestLimits& limits);
 
 // {"instances": ["<Criteo line>", ...]}: 1 to `max_examples` strings.
 std::vector<std::string> decode_json_instances(std::string_view body, int64_t max_examples);

@@ -3,7 +3,8 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include <new>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -37,12 +38,51 @@ HttpResponse error_response(int status, const std::string& code, const std::stri
                   ", \"message\": " + json_string(message) + "}}"};
 }
 
-// The media type of a Content-Type header, without parameters ("application/json").
-std::string_view media_type(std::string_view content_type) {
-  const size_t end = content_type.find(';');
-  std::string_view type = content_type.substr(0, end);
-  while (!type.empty() && type.back() == ' ') type.remove_suffix(1);
-  return type;
+// The media type of a Content-Type header, without parameters and in lower case (media types
+// are case-insensitive, RFC 9110 8.3.1): "application/json".
+std::string media_type(std::string_view content_type) {
+  std::string_view type = content_type.substr(0, content_type.find(';'));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
+  while (!type.empty() && (type.front() == ' ' || type.front() == '\t')) type.remove_prefix(1);
+  std::string lower(type);
+  for (char& c : lower) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return lower;
+}
+
+// The code of an HTTP layer's refusal of `status` (docs/serving.md, "Errors").
+std::string refusal_code(int status) {
+  switch (status) {
+    case 400:
+      return "InvalidArgument";
+    case 408:
+      return "RequestTimeout";
+    case 413:
+      return "PayloadTooLarge";
+    case 414:
+      return "UriTooLong";
+    case 431:
+      return "RequestHeaderFieldsTooLarge";
+    case 501:
+      return "NotImplemented";
+    case 503:
+      return "ResourceExhausted";
+    default:
+      return "HttpError";
+  }
+}
+
+// A JSON list of `values`, written by `write`.
+template <typename T, typename Write>
+std::string json_list(const std::vector<T>& values, Write write) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i == 0 ? "" : ", ") + write(values[i]);
+  return out + "]";
+}
+
+std::string json_integers(const std::vector<int64_t>& values) {
+  return json_list(values, [](int64_t value) { return std::to_string(value); });
 }
 
 }  // namespace
@@ -66,8 +106,16 @@ HttpResponse Server::handle(const HttpRequest& request) {
     response = route(request, route_of_request);
   } catch (const RequestError& error) {
     response = error_response(error.status, error.code, error.message);
+  } catch (const RequestTooLarge& error) {
+    response = error_response(413, "PayloadTooLarge", error.what());
   } catch (const InvalidArgument& error) {
     response = error_response(400, "InvalidArgument", error.what());
+  } catch (const std::bad_alloc& error) {
+    // Some allocation failed (the bounds keep a request's memory to --max-request-memory, but the
+    // process may be short of it): the request is refused, the server goes on.
+    response = error_response(503, "ResourceExhausted",
+                              "the server is out of memory for this request (" +
+                                  std::string(error.what()) + "): retry later, or send less");
   } catch (const std::exception& error) {
     response = error_response(500, "Internal", error.what());
   }
@@ -77,26 +125,16 @@ HttpResponse Server::handle(const HttpRequest& request) {
   return response;
 }
 
-HttpResponse Server::refusal(int status) {
-  HttpResponse response;
-  if (status == 413) {
-    response = error_response(
-        413, "PayloadTooLarge",
-        "the body is longer than --max-body-bytes " + std::to_string(options_.max_body_bytes));
-  } else {
-    response = error_response(
-        status, status == 400 ? "InvalidArgument" : "HttpError",
-        "the request was refused by the HTTP layer (status " + std::to_string(status) + ")");
-  }
-  metrics_.record_request("", "other", status, 0.0);
-  return response;
+HttpResponse Server::refusal(const HttpRefusal& refusal) {
+  metrics_.record_request("", "other", refusal.status, 0.0);
+  return error_response(refusal.status, refusal_code(refusal.status), refusal.message);
 }
 
 HttpResponse Server::route(const HttpRequest& request, Route& route) {
   const auto require = [&request](std::string_view method) {
     if (request.method != method) {
       throw RequestError{405, "MethodNotAllowed",
-                         truncated(request.method) + " " + truncated(request.path, 80) + ": use " +
+                         excerpt(request.method) + " " + excerpt(request.path, 80) + ": use " +
                              std::string(method)};
     }
   };
@@ -114,9 +152,14 @@ HttpResponse Server::route(const HttpRequest& request, Route& route) {
     }
     return {.content_type = "text/plain; version=0.0.4", .body = metrics_.render()};
   }
+  if (request.path == "/v1/models" || request.path == kModelsPrefix) {
+    route.method = "metadata";
+    require("GET");
+    return list_models();
+  }
   if (!request.path.starts_with(kModelsPrefix)) {
-    throw not_found("no such path '" + truncated(request.path, 80) +
-                    "' (GET /healthz, GET /metrics, GET /v1/models/NAME, POST "
+    throw not_found("no such path '" + excerpt(request.path, 80) +
+                    "' (GET /healthz, GET /metrics, GET /v1/models, GET /v1/models/NAME, POST "
                     "/v1/models/NAME:lookup, POST /v1/models/NAME:predict)");
   }
   // NAME[/versions/V][:verb]
@@ -135,7 +178,7 @@ HttpResponse Server::route(const HttpRequest& request, Route& route) {
     const std::string_view tail = rest.substr(slash);
     if (!tail.starts_with(kVersions) ||
         !(version = model_version_of(tail.substr(kVersions.size())))) {
-      throw not_found("no such path '" + truncated(request.path, 80) +
+      throw not_found("no such path '" + excerpt(request.path, 80) +
                       "' (expected /v1/models/NAME or /v1/models/NAME/versions/VERSION, VERSION "
                       "a positive integer)");
     }
@@ -145,7 +188,7 @@ HttpResponse Server::route(const HttpRequest& request, Route& route) {
   } else if (verb == "lookup" || verb == "predict") {
     route.method = std::string(verb);
   } else {
-    throw not_found("unknown method ':" + truncated(verb) + "' (expected :lookup or :predict)");
+    throw not_found("unknown method ':" + excerpt(verb) + "' (expected :lookup or :predict)");
   }
   const std::shared_ptr<const ServedModel> model =
       is_valid_model_name(name) ? registry_->find(name) : nullptr;
@@ -154,7 +197,7 @@ HttpResponse Server::route(const HttpRequest& request, Route& route) {
     for (const std::string& served_name : registry_->names()) {
       served += (served.empty() ? "" : ", ") + served_name;
     }
-    throw not_found("model '" + truncated(name) + "' is not served (serving: " + served + ")");
+    throw not_found("model '" + excerpt(name) + "' is not served (serving: " + served + ")");
   }
   route.model = model->name;
   if (version && *version != model->version) {
@@ -175,21 +218,34 @@ HttpResponse Server::route(const HttpRequest& request, Route& route) {
 }
 
 HttpResponse Server::lookup(const HttpRequest& request, const ServedModel& model) {
-  const std::string_view type = media_type(request.content_type);
+  const std::string type = media_type(request.content_type);
   const bool binary = type == kBinaryType;
   if (!binary && !type.empty() && type != kJsonType) {
     throw RequestError{415, "UnsupportedMediaType",
-                       "Content-Type '" + truncated(type) + "': send " + std::string(kJsonType) +
-                           " or " + std::string(kBinaryType)};
+                       "Content-Type '" + excerpt(request.content_type) + "': send " +
+                           std::string(kJsonType) + " or " + std::string(kBinaryType)};
   }
-  const LookupRequest decoded =
-      binary ? decode_binary_lookup(request.body, model.model, options_.max_examples)
-             : decode_json_lookup(request.body, model.model, options_.max_examples);
-  HttpResponse response = binary ? HttpResponse{.content_type = std::string(kBinaryType),
-                                                .body = look_up_binary(model.model, decoded)}
-                                 : HttpResponse{.body = encode_json_activations(
-                                                    model.model, look_up(model.model, decoded))};
-  metrics_.add_rows(model.name, decoded.examples);
+  const RequestLimits& limits = options_.limits;
+  HttpResponse response;
+  int64_t examples = 0;
+  if (binary) {
+    LookupRequest decoded;
+    try {
+      decoded = decode_binary_lookup(request.body, model.model, limits);
+    } catch (const FeatureOrderConflict& conflict) {
+      throw RequestError{409, "Conflict",
+                         "model '" + model.name + "' version " + std::to_string(model.version) +
+                             ": " + conflict.what()};
+    }
+    response = {.content_type = std::string(kBinaryType),
+                .body = look_up_binary(model.model, decoded, limits)};
+    examples = decoded.examples;
+  } else {
+    const LookupRequest decoded = decode_json_lookup(request.body, model.model, limits);
+    response = {.body = look_up_json(model.model, decoded, limits)};
+    examples = decoded.examples;
+  }
+  metrics_.add_rows(model.name, examples);
   return response;
 }
 
@@ -197,12 +253,14 @@ HttpResponse Server::predict(const HttpRequest& request, const ServedModel& mode
   if (!model.predictor) {
     throw InvalidArgument("model '" + model.name + "' cannot predict: " + model.no_predict_reason);
   }
-  const std::string_view type = media_type(request.content_type);
+  const std::string type = media_type(request.content_type);
   if (!type.empty() && type != kJsonType) {
-    throw RequestError{415, "UnsupportedMediaType",
-                       "Content-Type '" + truncated(type) + "': send " + std::string(kJsonType)};
+    throw RequestError{
+        415, "UnsupportedMediaType",
+        "Content-Type '" + excerpt(request.content_type) + "': send " + std::string(kJsonType)};
   }
-  const std::vector<std::string> lines = decode_json_instances(request.body, options_.max_examples);
+  const std::vector<std::string> lines =
+      decode_json_instances(request.body, options_.limits.max_examples);
   const std::vector<std::string_view> views(lines.begin(), lines.end());
   std::vector<train::Prediction> results(lines.size());
   model.predictor->predict(views, results);
@@ -219,47 +277,66 @@ HttpResponse Server::predict(const HttpRequest& request, const ServedModel& mode
 }
 
 HttpResponse Server::describe_model(const ServedModel& served) const {
+  // Written as text, not as a JSON tree: destroying a tree allocates (nlohmann's), which under
+  // memory pressure would end the process instead of failing the request.
   const ServingModel& model = served.model;
-  nlohmann::json tables = nlohmann::json::array();
-  for (const TableConfig& table : model.tables()) {
-    nlohmann::json entry = {{"name", table.name},
-                            {"dim", table.dim},
-                            {"dtype", serving_dtype_name(model.dtype())},
-                            {"combiner", combiner_name(table.combiner)},
-                            {"dynamic", model.is_dynamic(table.name)}};
-    if (model.is_dynamic(table.name)) {
-      entry["keys"] = model.num_keys(table.name);
-    } else {
-      entry["vocabulary_size"] = table.vocabulary_size;
-    }
-    tables.push_back(std::move(entry));
-  }
-  nlohmann::json features = nlohmann::json::array();
-  for (const FeatureConfig& feature : model.features()) {
-    nlohmann::json entry = {{"name", feature.name}, {"table", feature.table}};
+  const std::string dtype = json_string(serving_dtype_name(model.dtype()));
+  const std::string tables = json_list(model.tables(), [&](const TableConfig& table) {
+    const bool dynamic = model.is_dynamic(table.name);
+    return "{\"name\": " + json_string(table.name) + ", \"dim\": " + std::to_string(table.dim) +
+           ", \"dtype\": " + dtype +
+           ", \"combiner\": " + json_string(combiner_name(table.combiner)) +
+           ", \"dynamic\": " + (dynamic ? "true" : "false") +
+           (dynamic ? ", \"keys\": " + std::to_string(model.num_keys(table.name))
+                    : ", \"vocabulary_size\": " + std::to_string(table.vocabulary_size)) +
+           "}";
+  });
+  const std::string features = json_list(model.features(), [](const FeatureConfig& feature) {
+    std::string entry =
+        "{\"name\": " + json_string(feature.name) + ", \"table\": " + json_string(feature.table);
     if (feature.max_sequence_length > 0) {
-      entry["max_sequence_length"] = feature.max_sequence_length;
+      entry += ", \"max_sequence_length\": " + std::to_string(feature.max_sequence_length);
     }
-    if (!feature.output_shape.empty()) entry["output_shape"] = feature.output_shape;
-    features.push_back(std::move(entry));
+    if (!feature.output_shape.empty()) {
+      entry += ", \"output_shape\": " + json_integers(feature.output_shape);
+    }
+    return entry + "}";
+  });
+  std::string metadata = "{";
+  for (const auto& [key, value] : model.metadata()) {
+    metadata += (metadata.size() == 1 ? "" : ", ") + json_string(key) + ": " + json_string(value);
   }
-  nlohmann::json description = {{"name", served.name},
-                                {"version", served.version},
-                                {"versions", registry_->versions(served.name)},
-                                {"delta_sequence", model.delta_sequence()},
-                                {"dtype", serving_dtype_name(model.dtype())},
-                                {"predict", served.predictor != nullptr},
-                                {"tables", std::move(tables)},
-                                {"features", std::move(features)},
-                                {"metadata", model.metadata()}};
+  metadata += "}";
+  std::string description =
+      "{\"name\": " + json_string(served.name) +
+      ", \"version\": " + std::to_string(served.version) +
+      ", \"versions\": " + json_integers(registry_->versions(served.name)) +
+      ", \"delta_sequence\": " + std::to_string(model.delta_sequence()) + ", \"dtype\": " + dtype +
+      ", \"predict\": " + (served.predictor ? "true" : "false") + ", \"feature_fingerprint\": \"" +
+      fingerprint_text(feature_fingerprint(model)) + "\", \"tables\": " + tables +
+      ", \"features\": " + features + ", \"metadata\": " + metadata;
   // The step the tables were trained to, as a number, when the export recorded it.
   if (const auto step = model.metadata().find(train::kStepMetadata);
       step != model.metadata().end()) {
     int64_t value = 0;
     const char* end = step->second.data() + step->second.size();
-    if (std::from_chars(step->second.data(), end, value).ptr == end) description["step"] = value;
+    if (std::from_chars(step->second.data(), end, value).ptr == end) {
+      description += ", \"step\": " + std::to_string(value);
+    }
   }
-  return {.body = description.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+  return {.body = description + "}"};
+}
+
+HttpResponse Server::list_models() const {
+  std::string models;
+  for (const std::string& name : registry_->names()) {
+    const std::shared_ptr<const ServedModel> served = registry_->find(name);
+    if (!served) continue;  // gone since names() (not yet: a registry keeps what it served)
+    models += (models.empty() ? "" : ", ") + std::string("{\"name\": ") + json_string(name) +
+              ", \"version\": " + std::to_string(served->version) +
+              ", \"versions\": " + json_integers(registry_->versions(name)) + "}";
+  }
+  return {.body = "{\"models\": [" + models + "]}"};
 }
 
 }  // namespace recemb::serve

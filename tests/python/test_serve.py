@@ -92,7 +92,9 @@ def test_binary_lookups_equal_the_models(served):
     rng = np.random.default_rng(8)
     a = rng.integers(0, 30, size=(4, 2))
     b = rng.integers(0, 10, size=(4, 1))
-    body = struct.pack("<4I", 0x51424552, 1, 2, 0)
+    fingerprint = json.loads(request(port, "GET", "/v1/models/emb")[2])["feature_fingerprint"]
+    # Version 2: the header, then the fingerprint of the features it is encoded for.
+    body = struct.pack("<4IQ", 0x51424552, 2, 2, 0, int(fingerprint, 16))
     for ids in (a, b):
         examples, bag = ids.shape
         body += struct.pack("<qqII", examples, ids.size, 0, 0)
@@ -102,9 +104,9 @@ def test_binary_lookups_equal_the_models(served):
                                          "application/octet-stream")
     assert status == 200, data
     assert content_type == "application/octet-stream"
-    magic, version, features, _ = struct.unpack_from("<4I", data)
-    assert (magic, version, features) == (0x41424552, 1, 2)
-    offset = 16
+    magic, version, features, _, answered_for = struct.unpack_from("<4IQ", data)
+    assert (magic, version, features, answered_for) == (0x41424552, 2, 2, int(fingerprint, 16))
+    offset = 24
     expected = model.lookup({"a": a, "b": b})
     for name in ("a", "b"):
         rank, _ = struct.unpack_from("<II", data, offset)

@@ -5,6 +5,7 @@ predictions equal to `recemb predict`'s to float rounding; refusals raised as th
 import os
 import pathlib
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -78,6 +79,90 @@ def test_refusals_raise_with_the_servers_message(server):
         with pytest.raises(ValueError, match="cannot predict"):
             client.predict("emb", ["0\t1"])
         assert client.lookup("emb", good)["a"].shape == (1, 3)  # the connection goes on
+
+
+def test_ids_the_layer_refuses_are_refused_not_wrapped_or_truncated(server):
+    """uint64 ids beyond int64 are refused naming them as given (never wrapped to -1, a key a
+    dynamic table may hold); float row_splits and float ids are refused (never truncated)."""
+    with recemb.Client(server.address) as client:
+        good = {"a": np.array([[1]]), "b": np.array([[1]]), "s": np.array([[1, 2, 3]]),
+                "user": np.array([7])}
+        beyond = np.array([2**64 - 1], dtype=np.uint64)
+        for name in ("a", "user"):  # a static table, a dynamic one
+            with pytest.raises(ValueError, match=f"feature '{name}': ids: 18446744073709551615 "
+                                                 "at index .* is out of range \\(beyond int64"):
+                client.lookup("emb", {**good, name: beyond[:, None] if name == "a" else beyond})
+        with pytest.raises(ValueError, match="feature 'b': row_splits must be integers, got "
+                                             "dtype float64"):
+            client.lookup("emb", {**good, "b": recemb.Ragged(np.array([1, 2]), [0, 0.5, 1])})
+        with pytest.raises(ValueError, match="feature 'a': ids must be integers, got dtype "
+                                             "float64"):
+            client.lookup("emb", {**good, "a": np.array([[1.0]])})
+        with pytest.raises(ValueError, match="feature 'a': ids are strings"):
+            client.lookup("emb", {**good, "a": np.array([["x"]])})
+        assert client.lookup("emb", good)["a"].shape == (1, 3)
+
+
+def test_models_are_listed_and_log_lines_have_no_newlines(server):
+    with recemb.Client(server.address) as client:
+        assert client.models() == [{"name": "emb", "version": 1, "versions": [1]}]
+    assert any("listening on" in line for line in server.log)
+    assert not any(line.endswith("\n") for line in server.log)
+
+
+def _export(layer, models, version):
+    """layer exported as models/m/VERSION, appearing at once (written aside, then renamed)."""
+    staging = models.parent / f"staging-{version}"
+    staging.mkdir()
+    layer.export(staging / "model.recemb", dtype="float32")
+    (models / "m").mkdir(parents=True, exist_ok=True)
+    staging.rename(models / "m" / str(version))
+
+
+def test_a_client_across_a_hot_swap_that_reorders_features(tmp_path):
+    """A Client that looked up version 1 (features x, y) keeps giving each feature its own rows
+    after a hot swap to version 2 (y, x: the same tables, the features in the other order): the
+    server refuses its body encoded for version 1 (409), and the Client reads the description
+    again and encodes the request anew, transparently."""
+    rng = np.random.default_rng(21)
+    rows = {"x": rng.normal(size=(10, 4)).astype(np.float32),
+            "y": rng.normal(size=(10, 4)).astype(np.float32)}
+
+    def layer(order):
+        tables = {name: recemb.TableConfig(10, 4, initializer=rows[name], name=f"t{name}",
+                                           combiner="sum") for name in order}
+        # A list: the features in this order (a dict's would be sorted by name).
+        return recemb.Embedding([recemb.FeatureConfig(tables[name], name=name) for name in order])
+
+    models = tmp_path / "models"
+    _export(layer(["x", "y"]), models, 1)
+    with recemb.Server(models, threads=1, poll_seconds=0.1, binary=recemb_binary()) as server, \
+            recemb.Client(server.address) as client, recemb.Client(server.address) as observer:
+        for version in (1, 2):
+            for _ in range(3):
+                ids = {"x": rng.integers(0, 10, size=5), "y": rng.integers(0, 10, size=5)}
+                expected = {name: rows[name][ids[name]] for name in ("x", "y")}
+                got = client.lookup("m", ids)
+                assert sorted(got) == ["x", "y"]
+                for name in ("x", "y"):
+                    np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+            if version == 1:
+                _export(layer(["y", "x"]), models, 2)
+                deadline = time.monotonic() + 30
+                while observer.describe("m")["version"] != 2:
+                    assert time.monotonic() < deadline, server.log
+                    time.sleep(0.05)
+        assert list(got) == ["y", "x"]  # the answer in the order of the description read anew
+
+
+def test_requests_beyond_the_memory_budget_raise_with_the_limit(model_dir):
+    with recemb.Server(model_dir, threads=1, max_request_memory=3000,
+                       binary=recemb_binary()) as server, recemb.Client(server.address) as client:
+        features = {"a": np.zeros((200, 1), dtype=np.int64), "b": np.zeros((200, 1), np.int64),
+                    "s": np.zeros((200, 3), np.int64), "user": np.zeros(200, np.int64)}
+        with pytest.raises(ValueError, match="413: .*more than --max-request-memory 3000"):
+            client.lookup("emb", features)
+        assert client.lookup("emb", {k: v[:2] for k, v in features.items()})["s"].shape == (2, 3, 2)
 
 
 def test_a_server_that_cannot_start_says_why(tmp_path):

@@ -1,13 +1,19 @@
 #include "serve/server.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <sys/resource.h>
 #include <thread>
+#include <unistd.h>
+
+#include "recemb/embedding.h"
 
 #include "serve/request_codec.h"
 #include "serve/serving_fixtures.h"
@@ -21,8 +27,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Models: "emb" versions 1 and 2 (lookup_embedding of seeds 1 and 2; 2 is served) and "ctr"
-// version 5, a trained click model with a dense part.
+// Models: "emb" versions 1 and 2 (lookup_embedding of seeds 1 and 2; 2 is served), "ctr"
+// version 5, a trained click model with a dense part, and "long" version 1, a sequence feature "s"
+// of a million positions of dim 64 (1 GiB of activations per 4 examples).
 class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -31,6 +38,10 @@ class ServerTest : public ::testing::Test {
     test::export_to(test::lookup_embedding(2), *models_ / "emb/2");
     const recemb::test::TemporaryDirectory work;
     test::train_and_export(work.path(), *models_ / "ctr/5");
+    std::filesystem::create_directories(*models_ / "long/1");
+    export_serving_model(Embedding({{.name = "t", .vocabulary_size = 10, .dim = 64}},
+                                   {{.name = "s", .table = "t", .max_sequence_length = 1000000}}),
+                         *models_ / "long/1/model.recemb", {});
   }
   static void TearDownTestSuite() { delete models_; }
 
@@ -58,7 +69,7 @@ class ServerTest : public ::testing::Test {
   // The activations of a binary answer, per feature.
   static std::vector<std::vector<float>> binary_activations(const std::string& body) {
     std::vector<std::vector<float>> result;
-    size_t offset = 16;
+    size_t offset = 24;  // the header and the fingerprint
     while (offset < body.size()) {
       uint32_t rank = 0;
       std::memcpy(&rank, body.data() + offset, 4);
@@ -99,11 +110,16 @@ TEST_F(ServerTest, LookupsEqualTheServedModelsBitwise) {
     const auto expected = test::reference_activations(reference, batch);
     const std::string path =
         round % 2 == 0 ? "/v1/models/emb:lookup" : "/v1/models/emb/versions/2:lookup";
-    HttpResponse json = post(server, path, test::json_body(batch));
+    // Media types in any case, with parameters (RFC 9110).
+    HttpResponse json =
+        post(server, path, test::json_body(batch),
+             round % 3 == 0 ? "application/json" : "Application/JSON; charset=utf-8");
     ASSERT_EQ(json.status, 200) << json.body;
     EXPECT_EQ(json.content_type, "application/json");
     expect_bitwise_equal(json_activations(json.body), expected);
-    HttpResponse binary = post(server, path, test::binary_body(batch), "application/octet-stream");
+    HttpResponse binary =
+        post(server, path, test::binary_body(batch),
+             round % 3 == 0 ? "application/octet-stream" : " APPLICATION/OCTET-STREAM");
     ASSERT_EQ(binary.status, 200) << binary.body;
     EXPECT_EQ(binary.content_type, "application/octet-stream");
     expect_bitwise_equal(binary_activations(binary.body), expected);
@@ -171,12 +187,156 @@ TEST_F(ServerTest, DescribesModels) {
   // held out), 32 a step. The "emb" model, not exported from a checkpoint, has none.
   EXPECT_EQ(ctr["step"], 10);
   EXPECT_FALSE(description.contains("step"));
+  // What a binary request is encoded against: the hash of the features as docs/serving.md says.
+  EXPECT_EQ(description["feature_fingerprint"], fingerprint_text(test::lookup_fingerprint()));
+  EXPECT_EQ(description["metadata"], nlohmann::json::object());
   EXPECT_EQ(server.handle({.method = "GET", .path = "/healthz"}).status, 200);
+  // GET /v1/models lists the models served, with their versions.
+  for (const char* path : {"/v1/models", "/v1/models/"}) {
+    const HttpResponse list = server.handle({.method = "GET", .path = path});
+    ASSERT_EQ(list.status, 200) << list.body;
+    EXPECT_EQ(nlohmann::json::parse(list.body), nlohmann::json::parse(R"({"models": [
+        {"name": "ctr", "version": 5, "versions": [5]},
+        {"name": "emb", "version": 2, "versions": [1, 2]},
+        {"name": "long", "version": 1, "versions": [1]}]})"));
+  }
+}
+
+// A binary request encoded before a hot swap to a version whose features are in another order is
+// refused with 409 (never answered with one feature's rows under another's name); encoded again
+// for the new description it is answered as the new version answers it.
+TEST_F(ServerTest, ABinaryRequestForAnotherFeatureOrderIsRefusedAfterASwap) {
+  const recemb::test::TemporaryDirectory dir;
+  const auto export_version = [&](int version, bool swapped) {
+    std::vector<TableConfig> tables(2);
+    std::vector<FeatureConfig> features(2);
+    for (size_t f = 0; f < 2; ++f) {
+      const std::string name = (f == 0) != swapped ? "x" : "y";
+      tables[f] = {.name = "t" + name, .vocabulary_size = 10, .dim = 2};
+      features[f] = {.name = name, .table = "t" + name};
+    }
+    Embedding embedding(tables, features, {.seed = static_cast<uint64_t>(version)});
+    test::export_to(embedding, dir.path() / "swap" / std::to_string(version));
+    return ServingModel::open(dir.path() / "swap" / std::to_string(version) / "model.recemb");
+  };
+  const ServingModel first = export_version(1, false);
+  std::ostringstream log;
+  auto models = std::make_shared<ModelRegistry>(dir.path(), log);
+  Server server(models, {});
+  const auto describe = [&] {
+    return nlohmann::json::parse(server.handle({.method = "GET", .path = "/v1/models/swap"}).body);
+  };
+  // x's ids 1 and 2, y's 3 (two examples).
+  const auto batch_for = [](bool swapped) {
+    test::RandomBatch batch{.examples = 2, .ids = {}, .row_splits = {}, .weights = {{}, {}}};
+    const std::vector<int64_t> x = {1, 2}, y = {3, 3};
+    batch.ids = swapped ? std::vector{y, x} : std::vector{x, y};
+    batch.row_splits = {{0, 1, 2}, {0, 1, 2}};
+    return batch;
+  };
+  const auto fingerprint_of = [](const nlohmann::json& description) {
+    return std::stoull(description["feature_fingerprint"].get<std::string>(), nullptr, 16);
+  };
+  const std::string before = test::binary_body(batch_for(false), fingerprint_of(describe()));
+  HttpResponse answer = post(server, "/v1/models/swap:lookup", before, "application/octet-stream");
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  expect_bitwise_equal(binary_activations(answer.body),
+                       test::reference_activations(first, batch_for(false)));
+
+  const ServingModel second = export_version(2, true);
+  ASSERT_EQ(models->refresh(), 1);
+  answer = post(server, "/v1/models/swap:lookup", before, "application/octet-stream");
+  EXPECT_EQ(answer.status, 409);
+  const nlohmann::json error = nlohmann::json::parse(answer.body)["error"];
+  EXPECT_EQ(error["code"], "Conflict");
+  EXPECT_THAT(error["message"].get<std::string>(),
+              HasSubstr("model 'swap' version 2: binary body: encoded for the feature "
+                        "fingerprint"));
+  EXPECT_THAT(error["message"].get<std::string>(),
+              HasSubstr("read the model's description again (GET /v1/models/NAME)"));
+  // Encoded again, in the new order.
+  const nlohmann::json description = describe();
+  EXPECT_EQ(description["features"][0]["name"], "y");
+  answer = post(server, "/v1/models/swap:lookup",
+                test::binary_body(batch_for(true), fingerprint_of(description)),
+                "application/octet-stream");
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  expect_bitwise_equal(binary_activations(answer.body),
+                       test::reference_activations(second, batch_for(true)));
+}
+
+// A request whose ids, or whose answer, would take more than --max-request-memory is refused with
+// 413 naming the limit, before the memory is taken; the server goes on serving.
+TEST_F(ServerTest, RequestsBeyondTheMemoryBudgetAreRefused) {
+  Server server(registry(), {.limits = {.max_request_memory = 4000}});
+  std::string ids = "1";
+  for (int i = 0; i < 1000; ++i) ids += ", 1";
+  const std::vector<HttpRequest> refused = {
+      {"POST", "/v1/models/emb:lookup", "application/json",
+       R"({"inputs": {"a": [[)" + ids + R"(]], "b": [1], "s": [1], "user": [1]}})"},
+      {"POST", "/v1/models/long:lookup", "application/json", R"({"inputs": {"s": [[1]]}})"},
+      {"POST", "/v1/models/long:lookup", "",
+       R"({"inputs": {"s": [[1], [2], [3], [4], [5], [6], [7], [8]]}})"},
+  };
+  for (const HttpRequest& request : refused) {
+    const HttpResponse answer = server.handle(request);
+    EXPECT_EQ(answer.status, 413) << answer.body;
+    const nlohmann::json error = nlohmann::json::parse(answer.body)["error"];
+    EXPECT_EQ(error["code"], "PayloadTooLarge");
+    EXPECT_THAT(error["message"].get<std::string>(),
+                HasSubstr("more than --max-request-memory 4000"));
+  }
+  std::mt19937_64 random(4);
+  EXPECT_EQ(
+      post(server, "/v1/models/emb:lookup", test::json_body(test::random_batch(random, 2))).status,
+      200);
+}
+
+// An allocation that fails while a request is answered (here: the address space limited, the
+// budget lifted, a 26 GB answer asked for) is answered with 503, and the server goes on. In a
+// child process, whose address space is limited.
+TEST_F(ServerTest, AnAllocationThatFailsIsAnswered503) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers reserve more address space than the limit leaves";
+#endif
+  const auto answer_under_limit = [] {
+    Server server(registry(), {.limits = {.max_request_memory = int64_t{1} << 62}});
+    std::ifstream statm("/proc/self/statm");
+    uint64_t pages = 0;
+    statm >> pages;
+    const rlim_t limit =
+        pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) + (uint64_t{512} << 20);
+    const rlimit address_space{.rlim_cur = limit, .rlim_max = limit};
+    if (setrlimit(RLIMIT_AS, &address_space) != 0) std::exit(2);
+    std::string examples = "[1]";
+    for (int e = 1; e < 100; ++e) examples += ", [1]";
+    int failures = 0;
+    for (const char* type : {"application/json", "application/octet-stream"}) {
+      std::string body = R"({"inputs": {"s": [)" + examples + "]}}";
+      if (std::string(type) == "application/octet-stream") {
+        test::RandomBatch batch{.examples = 100,
+                                .ids = {std::vector<int64_t>(100, 1)},
+                                .row_splits = {{}},
+                                .weights = {{}}};
+        for (int64_t e = 0; e <= 100; ++e) batch.row_splits[0].push_back(e);
+        body = test::binary_body(batch, test::fingerprint_of({"s"}, {false}));
+      }
+      const HttpResponse answer = post(server, "/v1/models/long:lookup", body, type);
+      failures +=
+          answer.status != 503 || answer.body.find("\"ResourceExhausted\"") == std::string::npos;
+    }
+    std::mt19937_64 random(4);
+    failures +=
+        post(server, "/v1/models/emb:lookup", test::json_body(test::random_batch(random, 2)))
+            .status != 200;
+    std::exit(failures);
+  };
+  EXPECT_EXIT(answer_under_limit(), ::testing::ExitedWithCode(0), "");
 }
 
 // Each bad request gets its 4xx and an error naming what was wrong; the server keeps serving.
 TEST_F(ServerTest, BadRequestsGetErrorsNamingWhatIsWrong) {
-  Server server(registry(), {.max_body_bytes = 4000, .max_examples = 3});
+  Server server(registry(), {.max_body_bytes = 4000, .limits = {.max_examples = 3}});
   std::mt19937_64 random(2);
   const std::string good = test::json_body(test::random_batch(random, 2));
   struct Case {
@@ -222,6 +382,17 @@ TEST_F(ServerTest, BadRequestsGetErrorsNamingWhatIsWrong) {
        400,
        "InvalidArgument",
        "binary body"},
+      {{"POST", "/v1/models/emb:lookup", "application/octet-stream",
+        test::binary_body(test::random_batch(random, 1), 12345)},
+       409,
+       "Conflict",
+       "model 'emb' version 2: binary body: encoded for the feature fingerprint 0000000000003039"},
+      {{"POST", "/v1/models/emb:lookup", "Text/CSV; charset=utf-8", good},
+       415,
+       "UnsupportedMediaType",
+       "Content-Type 'Text/CSV; charset=utf-8'"},
+      {{"GET", "/v1/models:lookup", "", ""}, 404, "NotFound", "no such path"},
+      {{"POST", "/v1/models", "", ""}, 405, "MethodNotAllowed", "use GET"},
   };
   for (const Case& c : cases) {
     const HttpResponse answer = server.handle(c.request);
@@ -236,17 +407,19 @@ TEST_F(ServerTest, BadRequestsGetErrorsNamingWhatIsWrong) {
                                  "code=\"200\"} 1\n"));
   EXPECT_THAT(metrics, HasSubstr("recemb_serve_requests_total{model=\"emb\",method=\"lookup\","
                                  "code=\"400\"} 4\n"));
+  EXPECT_THAT(metrics, HasSubstr("recemb_serve_requests_total{model=\"emb\",method=\"lookup\","
+                                 "code=\"409\"} 1\n"));
   EXPECT_THAT(metrics, HasSubstr("recemb_serve_model_version{model=\"emb\"} 2\n"));
 }
 
 // Over HTTP, from concurrent clients: every request answered (bounded waits), good ones equal to
 // the reference, bad ones with their errors, a body over the limit refused by the HTTP layer.
 TEST_F(ServerTest, ConcurrentClientsOverHttp) {
-  Server server(registry(), {.max_body_bytes = 1 << 16, .max_examples = 64});
+  Server server(registry(), {.max_body_bytes = 1 << 16, .limits = {.max_examples = 64}});
   HttpServer http(
       {.port = 0, .threads = 4, .max_body_bytes = 1 << 16},
       [&](const HttpRequest& request) { return server.handle(request); },
-      [&](int status) { return server.refusal(status); });
+      [&](const HttpRefusal& refusal) { return server.refusal(refusal); });
   std::thread runner([&] { http.run(); });
   const ServingModel reference = ServingModel::open(*models_ / "emb/2/model.recemb");
   std::vector<std::future<int>> clients;
@@ -287,6 +460,7 @@ TEST_F(ServerTest, ConcurrentClientsOverHttp) {
   ASSERT_TRUE(too_big);
   EXPECT_EQ(too_big->status, 413);
   EXPECT_THAT(too_big->body, HasSubstr("\"code\": \"PayloadTooLarge\""));
+  EXPECT_THAT(too_big->body, HasSubstr("longer than --max-body-bytes 65536"));
   const auto health = client.get("/healthz");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);

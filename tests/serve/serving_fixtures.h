@@ -160,11 +160,33 @@ void append_binary(std::string& out, const T* values, size_t count) {
   out.append(reinterpret_cast<const char*>(values), count * sizeof(T));
 }
 
-// The batch in the binary request layout (docs/serving.md, "Binary bodies").
-inline std::string binary_body(const RandomBatch& batch) {
+// The feature fingerprint docs/serving.md specifies ("Lookup, binary") of features `names`, whose
+// tables are dynamic where `dynamic` says.
+inline uint64_t fingerprint_of(const std::vector<std::string>& names,
+                               const std::vector<bool>& dynamic) {
+  std::string bytes;
+  for (size_t f = 0; f < names.size(); ++f) {
+    const uint64_t length = names[f].size();
+    append_binary(bytes, &length, 1);
+    bytes += names[f];
+    bytes += static_cast<char>(dynamic[f] ? 1 : 0);
+  }
+  return static_cast<uint64_t>(string_key(bytes));
+}
+
+// The fingerprint of lookup_embedding's features: a, b, s and user (dynamic).
+inline uint64_t lookup_fingerprint() {
+  return fingerprint_of({"a", "b", "s", "user"}, {false, false, false, true});
+}
+
+// The batch in the binary request layout, version 2 (docs/serving.md, "Lookup, binary"),
+// encoded for the features of `fingerprint`.
+inline std::string binary_body(const RandomBatch& batch,
+                               uint64_t fingerprint = lookup_fingerprint()) {
   std::string body;
-  const uint32_t header[4] = {0x51424552, 1, static_cast<uint32_t>(batch.ids.size()), 0};
+  const uint32_t header[4] = {0x51424552, 2, static_cast<uint32_t>(batch.ids.size()), 0};
   append_binary(body, header, 4);
+  append_binary(body, &fingerprint, 1);
   for (size_t f = 0; f < batch.ids.size(); ++f) {
     const int64_t counts[2] = {batch.examples, static_cast<int64_t>(batch.ids[f].size())};
     const uint32_t flags[2] = {batch.weights[f].empty() ? 0u : 1u, 0};

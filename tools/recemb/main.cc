@@ -141,6 +141,14 @@ CLI::App* add_serve(CLI::App& app, ServeArguments& args) {
       ->add_option("--max-examples", args.max_examples,
                    "More examples in a request get 400: 1 to 1000000")
       ->capture_default_str();
+  serve
+      ->add_option("--max-request-memory", args.max_request_memory,
+                   "Bytes one request's ids and answer may take; more get 413")
+      ->capture_default_str();
+  serve
+      ->add_option("--max-buffered-bytes", args.max_buffered_bytes,
+                   "Bytes of request bodies held at once; a body beyond gets 503")
+      ->capture_default_str();
   return serve;
 }
 

@@ -83,21 +83,29 @@ int run_serve_command(const ServeArguments& args, std::ostream& err) {
             << kMinPollSeconds << " to " << kMaxPollSeconds << " (a day)";
     throw InvalidArgument(message.str());
   }
+  if (args.max_request_memory < 1) throw InvalidArgument("--max-request-memory must be >= 1");
+  if (args.max_buffered_bytes < args.max_body_bytes) {
+    throw InvalidArgument(
+        "--max-buffered-bytes must be at least --max-body-bytes (a body of "
+        "that size must fit)");
+  }
 
   const BlockedSignals blocked;  // before any thread starts
   // With polling on, a directory with no model yet is served (a trainer publishes into it later).
   auto registry =
       std::make_shared<serve::ModelRegistry>(args.model_dir, err, args.poll_seconds > 0);
-  serve::Server server(registry,
-                       {.max_body_bytes = args.max_body_bytes, .max_examples = args.max_examples});
+  serve::Server server(registry, {.max_body_bytes = args.max_body_bytes,
+                                  .limits = {.max_examples = args.max_examples,
+                                             .max_request_memory = args.max_request_memory}});
   serve::HttpServer http(
       {.host = address.host,
        .port = address.port,
        .threads = args.threads,
        .max_body_bytes = args.max_body_bytes,
+       .max_buffered_bytes = args.max_buffered_bytes,
        .log = &err},
       [&server](const serve::HttpRequest& request) { return server.handle(request); },
-      [&server](int status) { return server.refusal(status); });
+      [&server](const serve::HttpRefusal& refusal) { return server.refusal(refusal); });
   // An IPv6 host in brackets, as --listen takes it.
   const bool ipv6 = address.host.find(':') != std::string::npos;
   err << "recemb serve: listening on " << (ipv6 ? "[" + address.host + "]" : address.host) << ":"

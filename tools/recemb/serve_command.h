@@ -1,7 +1,7 @@
 // `recemb serve MODEL_DIR [--listen 127.0.0.1:8500] [--threads N] [--max-body-bytes B]
-// [--max-examples E] [--poll-seconds S]`: the models of MODEL_DIR
-// (MODEL_DIR/NAME/VERSION/model.recemb) over HTTP/1.1 (docs/serving.md, "recemb serve", specifies
-// the endpoints and bodies), until SIGINT or SIGTERM.
+// [--max-examples E] [--max-request-memory M] [--max-buffered-bytes T] [--poll-seconds S]`: the
+// models of MODEL_DIR (MODEL_DIR/NAME/VERSION/model.recemb) over HTTP/1.1 (docs/serving.md, "recemb
+// serve", specifies the endpoints and bodies), until SIGINT or SIGTERM.
 #ifndef RECEMB_TOOLS_RECEMB_SERVE_COMMAND_H_
 #define RECEMB_TOOLS_RECEMB_SERVE_COMMAND_H_
 
@@ -23,6 +23,10 @@ struct ServeArguments {
   int threads = 0;  // threads running the event loop; 0 (or more than the cores): one per core
   int64_t max_body_bytes = 64 << 20;
   int64_t max_examples = 4096;  // per request, 1 to kMaxExamplesLimit
+  // Bytes one request's decoded ids and its answer may take (serve::RequestLimits).
+  int64_t max_request_memory = int64_t{256} << 20;
+  // Bytes of request bodies held at once over all connections (serve::HttpServerOptions).
+  int64_t max_buffered_bytes = int64_t{1} << 30;
   // MODEL_DIR is scanned for new versions this often: kMinPollSeconds to kMaxPollSeconds, or 0:
   // never.
   double poll_seconds = 1.0;

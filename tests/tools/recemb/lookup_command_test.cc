@@ -180,7 +180,7 @@ TEST(LookupCommand, EveryLineGetsOneAnswerInOrder) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"{\"a\": 1, \"b\": 1, \"s\": 1", "not JSON"},
       {R"({"a": [1e400], "b": 1, "s": 1})", "not JSON"},
-      {"{\"a\": " + deep + ", \"b\": 1, \"s\": 1}", "nest deeper than 3 levels"},
+      {"{\"a\": " + deep + ", \"b\": 1, \"s\": 1}", "feature 'a': id [...] is not an integer"},
       {R"({"a": 1, "b": 1, "s": 1, "z": 2})", "unknown feature 'z'"},
       {R"({"a": 1, "b": 1})", "feature 's' is missing"},
       {R"({"b": 1})", "2 features are missing: 'a', 's' (every feature"},
@@ -200,7 +200,7 @@ TEST(LookupCommand, EveryLineGetsOneAnswerInOrder) {
       {R"({"a": {"ids": [1, 2], "weights": [1]}, "b": 1, "s": 1})", "feature 'a'"},
       {"", "an empty line"},
       {"[1, 2]", "expected an object of features"},
-      {R"([{"ids": 1, "ids": 2}])", "field 'ids' appears twice"},
+      {R"([{"ids": 1, "ids": 2}])", "expected an object of features, got [...]"},
   };
 
   std::mt19937_64 rng(24);
@@ -303,9 +303,9 @@ TEST(LookupCommand, HostileLinesGetAShortErrorAndTheNextLineIsAnswered) {
   const std::string long_key(100000, 'k');
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"a": [1e400], "b": 1, "s": 1})", "not JSON: "},
-      {"{\"a\": " + deep + ", \"b\": 1, \"s\": 1}", "arrays and objects nest deeper than 3 levels"},
+      {"{\"a\": " + deep + ", \"b\": 1, \"s\": 1}", "feature 'a': id [...] is not an integer"},
       {"{\"a\": {\"ids\": [1], \"weights\": " + deep + "}, \"b\": 1, \"s\": 1}",
-       "arrays and objects nest deeper than 3 levels"},
+       "feature 'a': weight [...] is not a number"},
       {"{\"a\": [[1]], \"b\": 1, \"s\": 1}", "feature 'a': id [...] is not an integer"},
       {"{\"" + long_key + "\": 1, \"a\": 1, \"b\": 1, \"s\": 1}",
        "unknown feature '" + std::string(40, 'k') + "...'"},
@@ -319,8 +319,10 @@ TEST(LookupCommand, HostileLinesGetAShortErrorAndTheNextLineIsAnswered) {
       {R"({"a": {"ids": [1], "weights": {"x": 2}}, "b": 1, "s": 1})",
        "feature 'a': weights must be an array of numbers, got {...}"},
       {R"({"a": {"ids": [1], "weights": [1e300]}, "b": 1, "s": 1})",
-       "feature 'a': weight 1e+300 is outside the float range"},
+       "feature 'a': weight 1e300 is outside the float range"},
       {R"({"a": 1, "b": 1, "s": 1, "a": 2})", "feature 'a' appears twice"},
+      // A NUL in a name is escaped, not the end of the message.
+      {R"({"a\u0000b": 1, "a": 1, "b": 1, "s": 1})", "unknown feature 'a\\x00b'"},
   };
   std::string input;
   for (const auto& [line, expected] : cases) input += line + "\n{\"a\": 2, \"b\": 2, \"s\": 2}\n";
