@@ -4,8 +4,13 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
+#include <span>
+#include <sstream>
+#include <system_error>
+#include <unistd.h>
 
+#include "format/file_io.h"
+#include "format/file_system.h"
 #include "train/float_text.h"
 #include "train/svg_plot.h"
 
@@ -132,8 +137,30 @@ std::string format_summary(const TrainSummary& s) {
   return summary;
 }
 
+void write_run_file(const std::filesystem::path& path, const std::string& text) {
+  format::write_file_atomically(
+      path, [&](format::OutputFile& file) { file.write(std::as_bytes(std::span(text))); });
+}
+
+void create_writable_directory(const std::filesystem::path& directory, const std::string& setting) {
+  try {
+    std::filesystem::create_directories(directory);
+    const std::filesystem::path probe =
+        directory / (".recemb-write-check-" + std::to_string(::getpid()));
+    format::write_file_atomically(probe, [](format::OutputFile& file) {
+      const std::byte byte{0};
+      file.write(std::span(&byte, 1));
+    });
+    format::file_system().remove_all(probe);
+  } catch (const std::system_error& error) {
+    throw std::system_error(error.code(),
+                            setting + " '" + directory.string() +
+                                "' cannot be written (checked before training): " + error.what());
+  }
+}
+
 void write_summary_json(const TrainSummary& s, const std::filesystem::path& path) {
-  std::ofstream out(path);
+  std::ostringstream out;
   out << "{\n"
       << "  \"ranks\": " << s.ranks << ",\n"
       << "  \"dense_isa\": \"" << s.dense_isa << "\",\n"
@@ -177,6 +204,7 @@ void write_summary_json(const TrainSummary& s, const std::filesystem::path& path
     out << "\n  }";
   }
   out << "\n}\n";
+  write_run_file(path, out.str());
 }
 
 void write_training_svg(const MetricsLog& metrics, int64_t log_every,
@@ -201,7 +229,7 @@ void write_training_svg(const MetricsLog& metrics, int64_t log_every,
        .x_label = "step",
        .y_label = "AUC",
        .series = {{.label = "eval", .x = eval_steps, .y = aucs, .color = "#d62728"}}}};
-  std::ofstream(path) << render_svg(charts);
+  write_run_file(path, render_svg(charts));
 }
 
 }  // namespace recemb::train

@@ -64,15 +64,29 @@ struct TrainSummary {
   std::vector<std::string> malformed_messages = {};  // the first: "<file>:<line>: <reason>"
 };
 
+// Writes `text` as the file `path` atomically, through the file system in use
+// (format/file_system.h): a temporary file, fsynced and renamed over `path`, which thus holds the
+// whole text or its previous version, never a part. A failing call (ENOSPC, EIO, EROFS, ...)
+// throws std::system_error naming the call, the file and the errno's text; nothing is left
+// behind. Every file of output.dir but metrics.jsonl is written so.
+void write_run_file(const std::filesystem::path& path, const std::string& text);
+
+// Creates the directory `directory` (and its parents) if need be, and checks that files can be
+// written in it, by writing one byte to a new file and removing it, through the file system in
+// use: a read-only or full file system is found before the first step, not at the end of the run.
+// Throws std::system_error naming `setting` (e.g. "checkpoint.dir"), the directory, the call and
+// the errno's text.
+void create_writable_directory(const std::filesystem::path& directory, const std::string& setting);
+
 // The summary as the lines printed at the end of a run.
 std::string format_summary(const TrainSummary& summary);
 
 // Writes every figure of `summary` but the malformed lines' messages as one JSON object to `path`
-// (unknown values, NaN, as null).
+// (unknown values, NaN, as null), as write_run_file does.
 void write_summary_json(const TrainSummary& summary, const std::filesystem::path& path);
 
-// Writes an SVG of two charts to `path`: the training loss records of `metrics` (each the mean
-// over `log_every` steps) and its held-out AUC records, against the step.
+// Writes (as write_run_file does) an SVG of two charts to `path`: the training loss records of
+// `metrics` (each the mean over `log_every` steps) and its held-out AUC records, against the step.
 void write_training_svg(const MetricsLog& metrics, int64_t log_every,
                         const std::filesystem::path& path);
 

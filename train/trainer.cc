@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <iostream>
 #include <memory>
@@ -114,9 +113,21 @@ class Trainer {
 
   TrainSummary run() {
     // Rank 0 alone writes output.dir and looks into the checkpoint directory; the other ranks
-    // learn of its errors at sync() and of its findings by broadcast.
+    // learn of its errors at sync() and of its findings by broadcast. Every directory the run
+    // writes is checked before the first step (docs/training.md, "Output files").
     errors_.locally([&] {
-      if (root()) std::filesystem::create_directories(output_dir_);
+      if (!root()) return;
+      create_writable_directory(output_dir_, "output.dir");
+      if (!config_.serving.publish_dir.empty()) {
+        if (group_.size() > 1) {
+          throw InvalidArgument(
+              "serving.publish_dir: publishing runs in one process (this run has " +
+              std::to_string(group_.size()) +
+              " ranks): export its checkpoints with `recemb export` instead");
+        }
+        create_writable_directory(config_.serving.publish_dir, "serving.publish_dir");
+      }
+      create_writable_directory(checkpoint_dir_, "checkpoint.dir");
     });
     if (options_.resume) {
       resume();
@@ -135,20 +146,11 @@ class Trainer {
     const bool resumed = embedding_.step() > 0;
     errors_.locally([&] {
       if (!root()) return;
-      std::ofstream(output_dir_ / "config.toml") << to_toml(config_);
+      write_run_file(output_dir_ / "config.toml", to_toml(config_));
       metrics_.emplace(output_dir_ / "metrics.jsonl",
                        KeptRecords{.step = resumed ? embedding_.step() : -1,
                                    .train_every = config_.train.log_every,
                                    .eval_every = config_.train.eval_every});
-    });
-    errors_.locally([&] {
-      if (!root() || config_.serving.publish_dir.empty()) return;
-      if (group_.size() > 1) {
-        throw InvalidArgument("serving.publish_dir: publishing runs in one process (this run has " +
-                              std::to_string(group_.size()) +
-                              " ranks): export its checkpoints with `recemb export` instead");
-      }
-      std::filesystem::create_directories(config_.serving.publish_dir);
     });
     errors_.sync();
     summary_.rank = group_.rank();
@@ -255,6 +257,7 @@ class Trainer {
     add_malformed_lines(data_, summary_);
     errors_.locally([&] {
       if (!root()) return;
+      metrics_->close();
       write_training_svg(*metrics_, config_.train.log_every, output_dir_ / "training.svg");
       write_summary_json(summary_, output_dir_ / "summary.json");
     });

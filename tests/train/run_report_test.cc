@@ -9,7 +9,9 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <system_error>
 
+#include "testing/fault_file_system.h"
 #include "testing/files.h"
 #include "testing/temporary_directory.h"
 
@@ -250,6 +252,38 @@ TEST(RunReport, TrainingSvgDrawsTheLossAndTheAuc) {
     ++polylines;
   }
   EXPECT_EQ(polylines, 2u);
+}
+
+// A full disk: summary.json keeps its previous version whole (no empty or partial file), and the
+// error names the file; a directory that cannot be written is found before anything else.
+TEST(RunReport, AFailingWriteLeavesThePreviousFileAndNamesIt) {
+  const TemporaryDirectory dir;
+  TrainSummary summary;
+  summary.steps = 5;
+  write_summary_json(summary, dir / "summary.json");
+  const std::string before = read_text(dir / "summary.json");
+  test::FaultFileSystem file_system;
+  file_system.fail_writes_to("summary.json", ENOSPC);
+  summary.steps = 6;
+  try {
+    write_summary_json(summary, dir / "summary.json");
+    FAIL() << "no error";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code().value(), ENOSPC);
+    EXPECT_THAT(error.what(), HasSubstr("summary.json"));
+  }
+  EXPECT_EQ(read_text(dir / "summary.json"), before);
+  file_system.fail_writes_to(dir.path().string() + "/ro", EROFS);
+  try {
+    create_writable_directory(dir / "ro" / "ck", "checkpoint.dir");
+    FAIL() << "no error";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code().value(), EROFS);
+    EXPECT_THAT(error.what(), HasSubstr("checkpoint.dir '" + (dir / "ro" / "ck").string() + "'"));
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir / "ro" / "ck"));
+  EXPECT_NO_THROW(create_writable_directory(dir / "rw", "output.dir"));
+  EXPECT_TRUE(std::filesystem::is_empty(dir / "rw"));
 }
 
 }  // namespace

@@ -363,22 +363,62 @@ TEST(Trainer, BadDataPathsAreReported) {
                InvalidArgument);
 }
 
+// A log that notes the file system's call counts each time a checkpoint is reported.
+class CountsAtCheckpoints : public std::stringbuf {
+ public:
+  explicit CountsAtCheckpoints(const test::FaultFileSystem& file_system)
+      : file_system_(file_system) {}
+  // counts()[k][p]: the calls of kFaultPoints[p] when checkpoint k had been written.
+  const std::vector<std::array<int, test::kFaultPoints.size()>>& counts() const { return counts_; }
+
+ protected:
+  int sync() override {
+    const std::string text = str();
+    const auto seen = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+    for (; lines_ < seen; ++lines_) {
+      const size_t start = lines_ == 0 ? 0 : nth_newline(text, lines_) + 1;
+      if (text.compare(start, 11, "checkpoint ") != 0) continue;
+      std::array<int, test::kFaultPoints.size()> now{};
+      for (size_t p = 0; p < now.size(); ++p) now[p] = file_system_.count(test::kFaultPoints[p]);
+      counts_.push_back(now);
+    }
+    return 0;
+  }
+
+ private:
+  static size_t nth_newline(const std::string& text, size_t n) {
+    size_t at = 0;
+    for (size_t k = 0; k < n; ++k) at = text.find('\n', k == 0 ? 0 : at + 1);
+    return at;
+  }
+  const test::FaultFileSystem& file_system_;
+  size_t lines_ = 0;
+  std::vector<std::array<int, test::kFaultPoints.size()>> counts_;
+};
+
 // A write, fsync, rename or directory fsync failing in the trainer's second or last checkpoint:
 // the run throws std::system_error with that errno, the latest checkpoint is a complete one, and
 // a resume from it finishes the run.
 TEST(Trainer, AFailingCheckpointLeavesACompleteOneToResumeFrom) {
   const std::vector<std::string> schedule = {"train.steps=60", "checkpoint.every=20",
                                              "train.eval_every=60"};
-  std::array<int, test::kFaultPoints.size()> calls{};  // of a run without faults
+  // The calls of a run without faults when each of its 3 checkpoints was written.
+  std::vector<std::array<int, test::kFaultPoints.size()>> at_checkpoint;
   {
     test::FaultFileSystem file_system;
-    std::ostringstream log;
+    CountsAtCheckpoints counts(file_system);
+    std::ostream log(&counts);
     run_training(small_config(fresh_dir("fault_count"), schedule), {.log = &log});
-    for (size_t p = 0; p < calls.size(); ++p) calls[p] = file_system.count(test::kFaultPoints[p]);
+    at_checkpoint = counts.counts();
   }
+  ASSERT_EQ(at_checkpoint.size(), 3u);
+  std::array<int, test::kFaultPoints.size()> calls{};
+  for (size_t p = 0; p < calls.size(); ++p) calls[p] = at_checkpoint[2][p];
   for (size_t p = 0; p < calls.size(); ++p) {
     const test::FaultPoint point = test::kFaultPoints[p];
-    for (const int nth : {calls[p] / 2, calls[p]}) {
+    // In the second checkpoint, and the last call of the last one.
+    const int second = at_checkpoint[0][p] + (at_checkpoint[1][p] - at_checkpoint[0][p] + 1) / 2;
+    for (const int nth : {second, calls[p]}) {
       SCOPED_TRACE(test::fault_point_name(point) + " number " + std::to_string(nth) + " of " +
                    std::to_string(calls[p]));
       ASSERT_GT(nth, 0);
@@ -401,6 +441,58 @@ TEST(Trainer, AFailingCheckpointLeavesACompleteOneToResumeFrom) {
           run_training(small_config(dir, schedule), {.resume = true, .log = &log});
       EXPECT_EQ(resumed.steps, 60);
     }
+  }
+}
+
+// A full disk under output.dir: a record (config.toml, metrics.jsonl, summary.json,
+// training.svg) that cannot be written stops the run with std::system_error ENOSPC naming it, and
+// none is left written in part: the atomic ones are absent.
+TEST(Trainer, ARecordThatCannotBeWrittenStopsTheRunNamingIt) {
+  for (const std::string name : {"config.toml", "metrics.jsonl", "summary.json", "training.svg"}) {
+    SCOPED_TRACE(name);
+    const auto dir = fresh_dir("full_disk");
+    std::ostringstream log;
+    {
+      test::FaultFileSystem file_system;
+      file_system.fail_writes_to(name, ENOSPC);
+      try {
+        run_training(small_config(dir, {"train.steps=20"}), {.log = &log});
+        ADD_FAILURE() << "no error";
+      } catch (const std::system_error& error) {
+        EXPECT_EQ(error.code().value(), ENOSPC) << error.what();
+        EXPECT_THAT(error.what(), HasSubstr(name));
+      }
+    }
+    if (name != "metrics.jsonl") {
+      EXPECT_FALSE(std::filesystem::exists(dir / name));
+    }
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      EXPECT_THAT(entry.path().filename().string(), Not(HasSubstr(".tmp-")));
+    }
+  }
+}
+
+// A checkpoint.dir (or output.dir) that cannot be written is found before the first step, not
+// when the first checkpoint is saved.
+TEST(Trainer, AnUnwritableCheckpointDirStopsTheRunBeforeTheFirstStep) {
+  for (const std::string setting : {"checkpoint.dir", "output.dir"}) {
+    SCOPED_TRACE(setting);
+    const auto dir = fresh_dir("read_only");
+    const std::filesystem::path checkpoints = dir / "read_only_checkpoints";
+    std::ostringstream log;
+    test::FaultFileSystem file_system;
+    file_system.fail_writes_to(
+        setting == "output.dir" ? (dir / "out").string() : checkpoints.string(), EROFS);
+    try {
+      run_training(small_config(dir / "out", {"checkpoint.dir=\"" + checkpoints.string() + "\""}),
+                   {.log = &log});
+      ADD_FAILURE() << "no error";
+    } catch (const std::system_error& error) {
+      EXPECT_EQ(error.code().value(), EROFS) << error.what();
+      EXPECT_THAT(error.what(), HasSubstr(setting + " '"));
+    }
+    EXPECT_THAT(log.str(), Not(HasSubstr("eval at step")));
+    EXPECT_FALSE(std::filesystem::exists(dir / "out" / "metrics.jsonl"));
   }
 }
 
