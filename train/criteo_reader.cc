@@ -28,7 +28,7 @@ constexpr std::string_view kPositionPrefix = "criteo:";
 
 // Why a line is malformed; `text` points into the line (valid until the next read).
 struct LineError {
-  enum class Kind { kTooLong, kFieldCount, kLabel, kInteger, kCategorical };
+  enum class Kind { kTooLong, kEmpty, kFieldCount, kLabel, kInteger, kCategorical };
   Kind kind;
   int64_t detail = 0;                // the field count (kFieldCount) or the 0-based feature
   std::string_view text = {};        // the offending field
@@ -43,14 +43,14 @@ bool parse_whole(std::string_view text, Integer& value, int base) {
 }
 
 // Parses one line into example slot: label (when the line has one), dense[0..13), ids[f * stride]
-// for f in [0, 26). With `read_short`, a non-empty line of too few fields has its missing
-// trailing fields empty and sets `short_line`; otherwise it is malformed. On a malformed line some
-// of the slot may have been written; the caller does not count the slot then.
+// for f in [0, 26) (`label_field` kPresent or kAbsent). A non-empty line of too few fields has its
+// missing trailing fields empty and sets `short_line`. On a malformed line some of the slot may
+// have been written; the caller does not count the slot then.
 std::optional<LineError> parse_line(std::string_view line, CriteoLabel label_field,
                                     CategoricalIds categorical_ids,
                                     std::span<const int64_t> vocabulary_sizes, float& label,
-                                    float* dense, int64_t* ids, size_t stride, bool read_short,
-                                    bool& short_line) {
+                                    float* dense, int64_t* ids, size_t stride, bool& short_line) {
+  if (line.empty()) return LineError{.kind = LineError::Kind::kEmpty};
   const int first = label_field == CriteoLabel::kPresent ? 1 : 0;  // I1's field
   const int expected_fields = kNumFields - 1 + first;
   std::array<std::string_view, kNumFields> fields;
@@ -92,11 +92,6 @@ std::optional<LineError> parse_line(std::string_view line, CriteoLabel label_fie
   }
   fields[static_cast<size_t>(num_fields++)] = line.substr(start);
   short_line = num_fields < expected_fields;
-  if (short_line && (!read_short || line.empty())) {
-    return LineError{.kind = LineError::Kind::kFieldCount,
-                     .detail = num_fields,
-                     .expected_fields = expected_fields};
-  }
   // The missing trailing fields of a short line are empty (fields[] starts empty).
 
   if (label_field == CriteoLabel::kPresent) {
@@ -141,6 +136,8 @@ std::string describe(const LineError& error) {
   switch (error.kind) {
     case LineError::Kind::kTooLong:
       return "line longer than " + std::to_string(kMaxLineBytes) + " bytes";
+    case LineError::Kind::kEmpty:
+      return "empty line";
     case LineError::Kind::kFieldCount:
       return "expected " + std::to_string(error.expected_fields) + " tab-separated fields, found " +
              std::to_string(error.detail);
@@ -182,10 +179,22 @@ std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel 
   if (line.size() > static_cast<size_t>(kMaxLineBytes)) {
     return describe(LineError{.kind = LineError::Kind::kTooLong});
   }
+  if (label_field == CriteoLabel::kFromFieldCount) {
+    if (line.empty()) return describe(LineError{.kind = LineError::Kind::kEmpty});
+    const int64_t fields = 1 + std::count(line.begin(), line.end(), '\t');
+    if (fields == kNumFields - 1) {
+      return "39 tab-separated fields: a line without its label, or a labelled line whose empty "
+             "last field lost its tab; say which (recemb predict --labels no or --labels yes)";
+    }
+    if (fields != kNumFields) {
+      return describe(LineError{.kind = LineError::Kind::kFieldCount, .detail = fields});
+    }
+    label_field = CriteoLabel::kPresent;
+  }
   bool short_line = false;
   const std::optional<LineError> error =
       parse_line(line, label_field, categorical_ids, vocabulary_sizes, label, dense.data(), ids,
-                 stride, /*read_short=*/false, short_line);
+                 stride, short_line);
   if (!error) return std::nullopt;
   return describe(*error);
 }
@@ -300,7 +309,7 @@ int64_t CriteoReader::next(ExampleBatch& batch, int64_t max_examples) {
               ? LineError{.kind = LineError::Kind::kTooLong}
               : parse_line(line, CriteoLabel::kPresent, options_.ids, options_.vocabulary_sizes,
                            batch.labels[i], batch.dense.data() + i * kNumDenseFeatures,
-                           batch.categorical.data() + i, stride, /*read_short=*/true, short_line);
+                           batch.categorical.data() + i, stride, short_line);
       const std::string& path = path_of(file_index_);
       if (options_.strict && (error || short_line || crlf || !terminated)) {
         const std::string why = error        ? describe(*error)
@@ -341,6 +350,15 @@ int64_t CriteoReader::next(ExampleBatch& batch, int64_t max_examples) {
   }
   finish_batch(batch, max_examples, count);
   return count;
+}
+
+bool CriteoReader::next_line(std::string_view& line) {
+  bool terminated = true;
+  const LineStatus status = read_line(line, terminated);
+  if (status == LineStatus::kTooLong) {
+    line = line.substr(0, static_cast<size_t>(kMaxLineBytes) + 1);
+  }
+  return status != LineStatus::kEnd;
 }
 
 int64_t CriteoReader::skip_lines(int64_t count) {
@@ -388,7 +406,10 @@ CriteoReader::LineStatus CriteoReader::read_line(std::string_view& line, bool& t
       continue;
     }
     if (available > kMaxLineBytes) {
-      // Too long to be a Criteo line: skip to its end without keeping it in memory.
+      // Too long to be a Criteo line: skip to its end without keeping it in memory, but for its
+      // start (next_line).
+      too_long_line_.assign(begin, static_cast<size_t>(kMaxLineBytes) + 1);
+      line = too_long_line_;
       for (;;) {
         const size_t rest = end_ - begin_;
         const auto* end =

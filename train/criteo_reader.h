@@ -67,18 +67,21 @@ std::optional<int64_t> categorical_field_id(int feature, std::string_view field,
 // so that missing values share a key of their own, as they share row 0 of a hashed table.
 int64_t categorical_key(std::string_view field);
 
-// Whether a line starts with the label field: training data has it; lines to predict may omit it
-// (39 fields, as in Criteo's test sets).
-enum class CriteoLabel { kPresent, kAbsent };
+// Whether a line starts with the label field. Training data has it (kPresent). Lines to predict
+// may omit it (kAbsent: 39 fields, as in Criteo's test sets), or say it by their field count
+// (kFromFieldCount: 40 fields have it; any other count is refused, since a line of 39 fields may
+// be one without its label or a labelled one whose empty last field lost its tab, and the two
+// read every field differently: docs/serving.md, "recemb predict").
+enum class CriteoLabel { kPresent, kAbsent, kFromFieldCount };
 
-// Parses one line (without its '\n' and '\r') as CriteoReader parses each line, except that a
-// short line is malformed here (fewer fields than expected: with the label optional, a trimmed
-// line could not be told from one without its label): `label`
-// from the label field (kPresent; untouched for kAbsent), dense[0..13) the dense_value of I1..I13,
+// Parses one line (without its '\n' and '\r') as CriteoReader parses each line: `label` from the
+// label field (kPresent; untouched for kAbsent), dense[0..13) the dense_value of I1..I13,
 // ids[f * stride] the categorical_id of C<f+1> in a table of vocabulary_sizes[f] rows (`ids`
-// kHashedRows: 26 sizes >= 1, unchecked) or its categorical_key (kRawKeys: sizes unused). Returns
-// why a malformed line is refused (as CriteoReader's messages say it: "C3 'xyz' is not 1 to 16
-// hexadecimal digits"), or nullopt; the outputs may then be partly written. `dense` has 13 floats.
+// kHashedRows: 26 sizes >= 1, unchecked) or its categorical_key (kRawKeys: sizes unused). A short
+// line (fewer fields than expected, kPresent or kAbsent) has its missing trailing fields empty, as
+// the reader reads it. Returns why a malformed line is refused (as CriteoReader's messages say it:
+// "C3 'xyz' is not 1 to 16 hexadecimal digits", "empty line"), or nullopt; the outputs may then be
+// partly written. `dense` has 13 floats.
 std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel label_field,
                                              CategoricalIds categorical_ids,
                                              std::span<const int64_t> vocabulary_sizes,
@@ -137,6 +140,13 @@ class CriteoReader final : public ExampleSource {
   // is decompressed up to the offset to check it). Otherwise throws InvalidArgument (naming the
   // file for an offset that does not fit it) and changes nothing.
   void seek(std::string_view position) override;
+
+  // The next line as it is, for a caller that parses it itself (recemb predict, with
+  // parse_criteo_line): false at the end of the data; else `line` holds it without its '\n' (a
+  // '\r' before it kept), valid until the next call, and a line longer than kMaxLineBytes only its
+  // first kMaxLineBytes + 1 bytes (too long for parse_criteo_line). Lines are framed as next()
+  // frames them, plain or gzip, and neither parsed nor counted. Errors as next()'s read errors.
+  bool next_line(std::string_view& line);
 
   // Moves past the next `count` lines (fewer at the end of the data) without parsing or counting
   // them, and returns how many it passed.
@@ -204,6 +214,7 @@ class CriteoReader final : public ExampleSource {
   int64_t malformed_lines_ = 0;
   int64_t short_lines_ = 0;
   std::vector<std::string> malformed_messages_;
+  std::string too_long_line_;  // the start of the last line skipped as too long (next_line)
 };
 
 }  // namespace recemb::train

@@ -336,7 +336,7 @@ TEST(CriteoReaderTest, MalformedLinesAreSkippedCountedAndReportedWithLineNumbers
       {valid_line("0"), ""},
       {valid_line() + "\t1", "expected 40 tab-separated fields, found 41"},
       {line_with(0, "0").substr(0, line_with(0, "0").size() - 9), ""},  // short: C26 empty
-      {"", "expected 40 tab-separated fields, found 1"},
+      {"", "empty line"},
       {valid_line("1"), ""},
       {line_with(0, "2"), "label '2' is not 0 or 1"},
       {line_with(0, ""), "label '' is not 0 or 1"},
@@ -418,7 +418,7 @@ TEST(CriteoReaderTest, MaxMalformedExceededThrowsAndChangesNothing) {
                 HasSubstr("'" + path + "': 3 malformed lines, more than max_malformed = 2"));
     EXPECT_THAT(message, HasSubstr(path + ":2: label 'x' is not 0 or 1"));
     EXPECT_THAT(message, HasSubstr(path + ":4: C7 'q' is not 1 to 16 hexadecimal digits"));
-    EXPECT_THAT(message, HasSubstr(path + ":5: expected 40 tab-separated fields, found 1"));
+    EXPECT_THAT(message, HasSubstr(path + ":5: empty line"));
   }
   // As before the call: position, counts, messages; the batch empty.
   EXPECT_EQ(reader.position(), position);
@@ -663,8 +663,25 @@ TEST(ParseCriteoLineTest, ParsesLinesWithAndWithoutTheLabelAsTheReaderDoes) {
             std::nullopt);
   EXPECT_EQ(parsed.ids[0], string_key("xyz"));
   EXPECT_EQ(parsed.ids[1], 0x68fd1e64);
+  // 39 fields: by the field count, ambiguous; read as labelled, a short line (its fields shifted,
+  // so that C1 lands in I13); a labelled line that lost its empty C26 reads as the reader reads it.
+  EXPECT_THAT(error(std::string_view(good).substr(2), CriteoLabel::kFromFieldCount),
+              HasSubstr("39 tab-separated fields: a line without its label, or a labelled line"));
   EXPECT_EQ(error(std::string_view(good).substr(2), CriteoLabel::kPresent),
-            "expected 40 tab-separated fields, found 39");
+            "I13 '68fd1e64' is not a decimal integer in int64 range");
+  EXPECT_EQ(error(line_with(39, ""), CriteoLabel::kFromFieldCount), "");
+  EXPECT_THAT(error(line_with(39, "").substr(0, line_with(39, "").size() - 1),
+                    CriteoLabel::kFromFieldCount),
+              HasSubstr("39 tab-separated fields"));
+  EXPECT_EQ(error(line_with(39, "").substr(0, line_with(39, "").size() - 1), CriteoLabel::kPresent),
+            "");
+  EXPECT_EQ(error(good, CriteoLabel::kFromFieldCount), "");
+  EXPECT_EQ(error(good + "\t", CriteoLabel::kFromFieldCount),
+            "expected 40 tab-separated fields, found 41");
+  for (const CriteoLabel label_field :
+       {CriteoLabel::kPresent, CriteoLabel::kAbsent, CriteoLabel::kFromFieldCount}) {
+    EXPECT_EQ(error("", label_field), "empty line");
+  }
   EXPECT_EQ(error(good, CriteoLabel::kAbsent), "expected 39 tab-separated fields, found 40");
   EXPECT_EQ(error(line_with(0, "2"), CriteoLabel::kPresent), "label '2' is not 0 or 1");
   EXPECT_EQ(error(line_with(20, "g"), CriteoLabel::kPresent),
