@@ -225,8 +225,28 @@ int64_t categorical_key(std::string_view field) {
   return value ? static_cast<int64_t>(*value) : string_key(field);
 }
 
+bool MalformedLines::add(const std::string& path, int64_t line, const std::string& reason) {
+  if (!seen_.emplace(path, line).second) return false;
+  lines_.emplace_back(path, line);
+  if (messages_.size() < kMaxMalformedMessages) {
+    messages_.push_back(path + ":" + std::to_string(line) + ": " + reason);
+  }
+  return true;
+}
+
+void MalformedLines::truncate(int64_t count) {
+  while (this->count() > count) {
+    seen_.erase(lines_.back());
+    lines_.pop_back();
+  }
+  messages_.resize(std::min(messages_.size(), lines_.size()));
+}
+
 CriteoReader::CriteoReader(std::vector<std::string> paths, ReaderOptions options)
-    : paths_(std::move(paths)), options_(std::move(options)) {
+    : paths_(std::move(paths)),
+      options_(std::move(options)),
+      malformed_(options_.malformed != nullptr ? options_.malformed
+                                               : std::make_shared<MalformedLines>()) {
   if (options_.ids == CategoricalIds::kHashedRows) {
     validate_vocabulary_sizes(options_.vocabulary_sizes, "CriteoReader");
   }
@@ -289,9 +309,8 @@ int64_t CriteoReader::next(ExampleBatch& batch, int64_t max_examples) {
   begin_batch(batch, max_examples);
   const Cursor start{.file_index = file_index_, .offset = offset_, .line = line_};
   const int64_t start_bytes = bytes_read_;
-  const int64_t start_malformed = malformed_lines_;
+  const int64_t start_malformed = malformed_->count();
   const int64_t start_short = short_lines_;
-  const size_t start_messages = malformed_messages_.size();
   const auto stride = static_cast<size_t>(max_examples);
   int64_t count = 0;
   try {
@@ -326,23 +345,20 @@ int64_t CriteoReader::next(ExampleBatch& batch, int64_t max_examples) {
         ++count;
         continue;
       }
-      ++malformed_lines_;
-      if (malformed_messages_.size() < kMaxMalformedMessages) {
-        malformed_messages_.push_back(path + ":" + std::to_string(line_) + ": " + describe(*error));
-      }
-      if (malformed_lines_ > options_.max_malformed) {
-        std::string message = "CriteoReader: '" + path + "': " + std::to_string(malformed_lines_) +
+      if (malformed_->add(path, line_, describe(*error)) &&
+          malformed_->count() > options_.max_malformed) {
+        std::string message = "CriteoReader: '" + path +
+                              "': " + std::to_string(malformed_->count()) +
                               " malformed lines, more than max_malformed = " +
                               std::to_string(options_.max_malformed) + "; the first:";
-        for (const std::string& first : malformed_messages_) message += "\n  " + first;
+        for (const std::string& first : malformed_->messages()) message += "\n  " + first;
         throw InvalidArgument(message);
       }
     }
   } catch (...) {
     // All or nothing: the caller sees the reader as it was before the call.
-    malformed_lines_ = start_malformed;
+    malformed_->truncate(start_malformed);
     short_lines_ = start_short;
-    malformed_messages_.resize(start_messages);
     move_to(start.file_index, start.offset, start.line);
     bytes_read_ = start_bytes;
     finish_batch(batch, max_examples, 0);

@@ -14,9 +14,10 @@
 // tabs of empty last fields) has its missing trailing fields empty; it is read and counted.
 // Anything else makes the line malformed: more than 40 fields, an empty line, a bad label,
 // integer or hexadecimal field, or a line longer than kMaxLineBytes. A malformed line is skipped,
-// never partly used, and counted; the first kMaxMalformedMessages are kept as
-// "<file>:<line>: <reason>" (lines count from 1 in each file). Once the count exceeds
-// max_malformed, next() throws. ReaderOptions::strict refuses every line not in the canonical
+// never partly used, and counted once (in every epoch the same line); the first
+// kMaxMalformedMessages are kept as "<file>:<line>: <reason>" (lines count from 1 in each file).
+// Once the count, shared by the readers of a run (MalformedLines), exceeds max_malformed, next()
+// throws. ReaderOptions::strict refuses every line not in the canonical
 // form (40 fields, '\n' alone ending it, the last one included).
 #ifndef RECEMB_TRAIN_CRITEO_READER_H_
 #define RECEMB_TRAIN_CRITEO_READER_H_
@@ -25,9 +26,11 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "train/example_batch.h"
@@ -88,6 +91,28 @@ std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel 
                                              float& label, std::span<float> dense, int64_t* ids,
                                              size_t stride);
 
+// The malformed lines of a run, which its readers share (ReaderOptions::malformed): each distinct
+// line, a (file, line number), counted once, whichever reader or epoch met it, so that
+// data.max_malformed bounds the run's malformed lines (docs/training.md, "Criteo files: the exact
+// rules"). Not thread-safe: the readers sharing it read one at a time.
+class MalformedLines {
+ public:
+  // Distinct malformed lines met, and the messages of the first kMaxMalformedMessages of them
+  // ("<file>:<line>: <reason>").
+  int64_t count() const { return static_cast<int64_t>(lines_.size()); }
+  std::span<const std::string> messages() const { return messages_; }
+
+  // Notes line `line` of `path` as malformed for `reason`; false if it was already.
+  bool add(const std::string& path, int64_t line, const std::string& reason);
+  // Forgets the lines noted after the first `count` (a reader's call that changed nothing).
+  void truncate(int64_t count);
+
+ private:
+  std::vector<std::pair<std::string, int64_t>> lines_;  // in the order met
+  std::set<std::pair<std::string, int64_t>> seen_;
+  std::vector<std::string> messages_;
+};
+
 struct ReaderOptions {
   // The table size of C1..C26 (required for kHashedRows, unused for kRawKeys): 26 values >= 1,
   // e.g. preset_vocabulary_sizes(...).
@@ -95,6 +120,9 @@ struct ReaderOptions {
   CategoricalIds ids = CategoricalIds::kHashedRows;
   // Malformed lines tolerated (skipped); one more makes next() throw. >= 0.
   int64_t max_malformed = 100;
+  // Where the malformed lines are counted, against max_malformed: shared by the readers of a run
+  // (the held-out set's and the training's); null: the reader's own.
+  std::shared_ptr<MalformedLines> malformed = nullptr;
   // Times the files are read (>= 1): after the last one, the first again (data is one epoch).
   int64_t epochs = 1;
   // The part of the files each epoch reads: from position `begin` up to position `end` (lines at
@@ -160,10 +188,11 @@ class CriteoReader final : public ExampleSource {
   // seek() (their '\n' included).
   int64_t bytes_read() const { return bytes_read_; }
 
-  // Malformed lines skipped since construction, and the messages of the first
-  // kMaxMalformedMessages of them ("<file>:<line>: <reason>").
-  int64_t malformed_lines() const { return malformed_lines_; }
-  std::span<const std::string> malformed_messages() const { return malformed_messages_; }
+  // Malformed lines skipped (by this reader and those sharing its MalformedLines), each distinct
+  // line once whatever the epoch, and the messages of the first kMaxMalformedMessages of them
+  // ("<file>:<line>: <reason>").
+  int64_t malformed_lines() const { return malformed_->count(); }
+  std::span<const std::string> malformed_messages() const { return malformed_->messages(); }
   // Short lines read since construction (fewer than 40 fields, the missing ones taken as empty).
   int64_t short_lines() const { return short_lines_; }
 
@@ -211,9 +240,8 @@ class CriteoReader final : public ExampleSource {
   size_t end_ = 0;
   bool end_of_file_ = false;
   int64_t bytes_read_ = 0;
-  int64_t malformed_lines_ = 0;
+  std::shared_ptr<MalformedLines> malformed_;
   int64_t short_lines_ = 0;
-  std::vector<std::string> malformed_messages_;
   std::string too_long_line_;  // the start of the last line skipped as too long (next_line)
 };
 

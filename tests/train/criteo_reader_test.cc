@@ -398,6 +398,42 @@ TEST(CriteoReaderTest, MalformedLinesAreSkippedCountedAndReportedWithLineNumbers
   EXPECT_EQ(k, late_messages.size());
 }
 
+// Malformed lines are counted once each, however many epochs read them, and readers sharing a
+// MalformedLines count against one max_malformed; a call that throws forgets what it noted.
+TEST(CriteoReaderTest, MaxMalformedCountsEachLineOnceAcrossEpochsAndReaders) {
+  const std::string contents = valid_line("0") + "\n" + line_with(0, "x") + "\n" + valid_line("1") +
+                               "\n\n" + valid_line("1") + "\n";
+  TempFiles files;
+  const std::string path = files.write("epochs.tsv", contents);
+  ExampleBatch batch;
+  CriteoReader epochs({path},
+                      {.vocabulary_sizes = test_vocabulary(), .max_malformed = 2, .epochs = 5});
+  EXPECT_EQ(epochs.next(batch, 100), 15);
+  EXPECT_EQ(epochs.malformed_lines(), 2);
+  EXPECT_THAT(
+      epochs.malformed_messages(),
+      ::testing::ElementsAre(path + ":2: label 'x' is not 0 or 1", path + ":4: empty line"));
+
+  const auto shared = std::make_shared<MalformedLines>();
+  const ReaderOptions options{
+      .vocabulary_sizes = test_vocabulary(), .max_malformed = 3, .malformed = shared};
+  CriteoReader first({path}, options);
+  EXPECT_EQ(first.next(batch, 100), 3);
+  const std::string other = files.write("other.tsv", contents);
+  CriteoReader second({other}, options);
+  EXPECT_EQ(second.next(batch, 2), 2);  // past other.tsv:2, the third
+  EXPECT_EQ(shared->count(), 3);
+  try {
+    second.next(batch, 100);
+    FAIL() << "no exception";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("4 malformed lines, more than max_malformed = 3"));
+  }
+  EXPECT_EQ(shared->count(), 3);
+  EXPECT_EQ(first.malformed_lines(), 3);
+  EXPECT_EQ(shared->messages().back(), other + ":2: label 'x' is not 0 or 1");
+}
+
 TEST(CriteoReaderTest, MaxMalformedExceededThrowsAndChangesNothing) {
   const std::string contents = valid_line("0") + "\n" + line_with(0, "x") + "\n" + valid_line("1") +
                                "\n" + line_with(20, "q") + "\n" + "\n" + valid_line("1") + "\n";

@@ -356,6 +356,38 @@ TEST(Trainer, TrainsOnCriteoFilesAndCountsMalformedLines) {
   }
 }
 
+// data.max_malformed bounds the run's malformed lines, those of the held-out head and of the
+// training together, each distinct line counted once however many epochs read it.
+TEST(Trainer, MaxMalformedCountsEachLineOnceOverTheWholeRun) {
+  const auto dir = fresh_dir("malformed_run");
+  std::filesystem::create_directories(dir);
+  // 10 malformed lines (lines 6, 103, ..., 879): 6 in the 500 held-out examples' head, 4 after.
+  write_criteo(dir / "train.tsv", 3000, 10, 2);
+  const std::vector<std::string> data = {"data.path=\"" + (dir / "train.tsv").string() + "\"",
+                                         "data.eval_examples=500", "train.steps=1000",
+                                         "train.batch_size=64"};
+  std::ostringstream log;
+  std::vector<std::string> limit_6 = data;
+  limit_6.push_back("data.max_malformed=6");
+  try {
+    run_training(small_config(dir / "limit_6", limit_6), {.log = &log});
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("7 malformed lines, more than max_malformed = 6"));
+  }
+  std::vector<std::string> epochs = data;
+  epochs.insert(epochs.end(), {"data.max_malformed=10", "train.epochs=3"});
+  const TrainSummary summary = run_training(small_config(dir / "epochs", epochs), {.log = &log});
+  EXPECT_TRUE(summary.data_ended);
+  EXPECT_EQ(summary.examples, 3 * (3000 - 10 - 500));
+  EXPECT_EQ(summary.malformed_lines, 10);
+  ASSERT_EQ(summary.malformed_messages.size(), 10u);
+  const std::set<std::string> distinct(summary.malformed_messages.begin(),
+                                       summary.malformed_messages.end());
+  EXPECT_EQ(distinct.size(), 10u);
+  EXPECT_THAT(summary.malformed_messages[9], HasSubstr("train.tsv:879: "));
+}
+
 TEST(Trainer, BadDataPathsAreReported) {
   const auto dir = fresh_dir("bad_path");
   std::ostringstream log;
