@@ -244,7 +244,10 @@ class Trainer {
     if (embedding_.step() != published_step_) publish_model();
     errors_.locally([&] { finish_publishing(); });
     if (loss_window_count_ > 0) record_loss(embedding_.step());
-    const EvalRecord final_eval = evaluate();
+    // A run stopped right after a scheduled evaluation has it already: evaluated (and recorded)
+    // again, metrics.jsonl would hold it twice, and so would the resumed run's.
+    const EvalRecord final_eval =
+        last_eval_ && last_eval_->step == embedding_.step() ? *last_eval_ : evaluate();
     summary_.seconds = seconds_since(start);
     summary_.steps = embedding_.step();
     summary_.examples_per_second = static_cast<double>(summary_.examples) / summary_.seconds;
@@ -399,6 +402,7 @@ class Trainer {
                   record.step, record.auc, record.log_loss, data_.eval_set.size);
     progress_.message(line);
     summary_.eval_seconds += seconds_since(t);
+    last_eval_ = record;
     return record;
   }
 
@@ -510,6 +514,7 @@ class Trainer {
   int64_t loss_window_count_ = 0;
   double recent_loss_ = std::nan("");
   int64_t last_saved_step_ = -1;
+  std::optional<EvalRecord> last_eval_;            // this run's latest evaluation
   std::optional<Clock::time_point> last_publish_;  // none: not publishing (yet)
   int64_t published_step_ = -1;
   std::future<PublishResult> publishing_;  // the delta being written

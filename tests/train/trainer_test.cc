@@ -584,10 +584,13 @@ TEST(Trainer, ASmallFileIsNotAllHeldOut) {
 // Stopped by a signal after the checkpoint of step 50: the run saves, evaluates and reports, and
 // a resume continues exactly as the uninterrupted run. The overlapped loop has read and
 // prefetched the batch of step 51 when it stops: never finished, it changes nothing.
-void expect_a_stop_to_resume_exactly(const std::string& overlap) {
-  SCOPED_TRACE("train.overlap=" + overlap);
+// With `eval_every` 50, the step it stops at is also one of the evaluation schedule: the records
+// hold that evaluation once, in the stopped run and after the resume.
+void expect_a_stop_to_resume_exactly(const std::string& overlap, int eval_every = 40) {
+  SCOPED_TRACE("train.overlap=" + overlap + ", train.eval_every=" + std::to_string(eval_every));
   const auto small_config = [&](const std::filesystem::path& dir) {
-    return train::small_config(dir, {"train.overlap=" + overlap});
+    return train::small_config(
+        dir, {"train.overlap=" + overlap, "train.eval_every=" + std::to_string(eval_every)});
   };
   const auto straight_dir = fresh_dir("stop_straight");
   const auto stopped_dir = fresh_dir("stop_stopped");
@@ -608,6 +611,13 @@ void expect_a_stop_to_resume_exactly(const std::string& overlap) {
   EXPECT_THAT(read_text(stopped_dir / "summary.json"), HasSubstr("\"stop_signal\": 2,"));
   ASSERT_EQ(latest_checkpoint(stopped_dir / "checkpoints"),
             stopped_dir / "checkpoints" / "ckpt-000000000050");
+  const std::string stopped_metrics = read_text(stopped_dir / "metrics.jsonl");
+  size_t evaluations_at_50 = 0;
+  for (size_t at = 0;
+       (at = stopped_metrics.find("{\"step\": 50, \"eval_auc\"", at)) != std::string::npos; ++at) {
+    ++evaluations_at_50;
+  }
+  EXPECT_EQ(evaluations_at_50, 1u) << stopped_metrics;
 
   const TrainSummary resumed =
       run_training(small_config(stopped_dir), {.resume = true, .log = &log});
@@ -621,6 +631,10 @@ void expect_a_stop_to_resume_exactly(const std::string& overlap) {
 TEST(Trainer, AStopRequestEndsTheRunAfterTheStepAndResumesExactly) {
   expect_a_stop_to_resume_exactly("false");
   expect_a_stop_to_resume_exactly("true");
+}
+
+TEST(Trainer, AStopAtAnEvaluationStepResumesWithTheRecordsOfAnUninterruptedRun) {
+  expect_a_stop_to_resume_exactly("false", 50);
 }
 
 // What decides the updates may not change on --resume (check_resume_settings); the length of
