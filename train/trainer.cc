@@ -162,7 +162,7 @@ class Trainer {
     summary_.embedding_bytes = embedding_bytes(embedding_);
     trained_position_ = prefetching_->position();
     describe_run();
-    const int64_t total_steps = expected_last_step();
+    int64_t total_steps = expected_last_step();
 
     const Clock::time_point start = Clock::now();
     if (!resumed) {
@@ -208,6 +208,7 @@ class Trainer {
               " (" + data_.description +
               "): give more data, or continue a finished run from other data in a new run");
         }
+        show_progress(embedding_.step(), steps_start);  // the bar's end, reached once
         progress_.message("the training data ended at step " + std::to_string(embedding_.step()) +
                           ", before train.steps = " + std::to_string(config_.train.steps));
         break;
@@ -227,16 +228,15 @@ class Trainer {
       if (last_publish_ && seconds_since(*last_publish_) >= config_.serving.publish_every_seconds) {
         publish_model();
       }
-      const double elapsed = seconds_since(steps_start);
-      const double rate = static_cast<double>(summary_.examples) / elapsed;
-      const int64_t total = std::max(total_steps, step);
-      progress_.update({.step = step,
-                        .total_steps = total,
-                        .examples_per_second = rate,
-                        .loss = recent_loss_,
-                        .eta_seconds = static_cast<double>(total - step) *
-                                       static_cast<double>(config_.train.batch_size) / rate},
-                       elapsed);
+      if (step >= total_steps && step < config_.train.steps) {
+        // The data lasts longer than estimated (lines longer than the held-out ones, epochs):
+        // estimated again, so that the bar reaches its end once, when the run does.
+        const std::optional<int64_t> left = examples_left(data_, trained_position_);
+        const int64_t size = config_.train.batch_size;
+        total_steps = std::min(config_.train.steps,
+                               step + std::max<int64_t>(1, (left.value_or(0) + size - 1) / size));
+      }
+      show_progress(total_steps, steps_start);
     }
     // Saved before the final records: a run resumed from here continues the loss window, and
     // MetricsLog drops these off-schedule records (see metrics_log.h).
@@ -304,6 +304,21 @@ class Trainer {
         ", about " + std::to_string(steps) + " steps of " +
         std::to_string(config_.train.batch_size));
     return embedding_.step() + steps;
+  }
+
+  // The progress line at this step, of `total_steps` (at least this step).
+  void show_progress(int64_t total_steps, Clock::time_point steps_start) {
+    const int64_t step = embedding_.step();
+    const double elapsed = seconds_since(steps_start);
+    const double rate = static_cast<double>(summary_.examples) / elapsed;
+    const int64_t total = std::max(total_steps, step);
+    progress_.update({.step = step,
+                      .total_steps = total,
+                      .examples_per_second = rate,
+                      .loss = recent_loss_,
+                      .eta_seconds = static_cast<double>(total - step) *
+                                     static_cast<double>(config_.train.batch_size) / rate},
+                     elapsed);
   }
 
   void describe_run() {

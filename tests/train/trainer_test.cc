@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <system_error>
@@ -386,6 +387,37 @@ TEST(Trainer, MaxMalformedCountsEachLineOnceOverTheWholeRun) {
                                        summary.malformed_messages.end());
   EXPECT_EQ(distinct.size(), 10u);
   EXPECT_THAT(summary.malformed_messages[9], HasSubstr("train.tsv:879: "));
+}
+
+// The data lasting longer than estimated (training lines shorter than the held-out ones, over
+// epochs): the progress bar reaches its end once, when the data ends, instead of every step
+// past the estimate ("974/974", "975/975", ...).
+TEST(Trainer, TheProgressBarReachesItsEndOnce) {
+  const auto dir = fresh_dir("progress_end");
+  std::filesystem::create_directories(dir);
+  write_criteo(dir / "train.tsv", 600, 0, 3);
+  {
+    std::ofstream out(dir / "train.tsv", std::ios::app);
+    for (int i = 0; i < 2000; ++i) out << (i % 3 == 0 ? "1" : "0") << std::string(39, '\t') << '\n';
+  }
+  std::ostringstream log;
+  const TrainSummary summary =
+      run_training(small_config(dir / "out", {"data.path=\"" + (dir / "train.tsv").string() + "\"",
+                                              "data.eval_examples=500", "train.steps=1000",
+                                              "train.batch_size=64", "train.epochs=2"}),
+                   {.log = &log});
+  EXPECT_TRUE(summary.data_ended);
+  const std::regex full(R"((\d+)/(\d+) steps)");
+  int ends = 0;
+  std::string text = log.str();
+  for (std::sregex_iterator it(text.begin(), text.end(), full), end; it != end; ++it) {
+    if ((*it)[1] == (*it)[2]) {
+      ++ends;
+      EXPECT_EQ((*it)[1].str(), std::to_string(summary.steps));
+    }
+  }
+  EXPECT_EQ(ends, 1) << text;
+  EXPECT_THAT(text, HasSubstr("the data will end before train.steps"));
 }
 
 TEST(Trainer, BadDataPathsAreReported) {
