@@ -261,6 +261,7 @@ class Trainer {
     errors_.locally([&] {
       if (!root()) return;
       metrics_->close();
+      note_overfitting(*metrics_, summary_);
       write_training_svg(*metrics_, config_.train.log_every, output_dir_ / "training.svg");
       write_summary_json(summary_, output_dir_ / "summary.json");
     });
