@@ -4,9 +4,9 @@
 // byte of a gzip file must belong to a member: bytes after a member that do not start another (a
 // member whose header is damaged, or anything appended) are damaged data, as a corrupt or
 // truncated member is, where `zcat` would only warn of "trailing garbage" (docs/training.md,
-// "Criteo files"). Offsets count the bytes as read (decompressed). With `decompress_ahead`, a gzip
-// file is decompressed by a thread of its own, a few MiB ahead of the reader (the reader's second
-// thread: docs/training.md, "Reading speed").
+// "Criteo files: the exact rules"). Offsets count the bytes as read (decompressed). With
+// `decompress_ahead`, a gzip file is decompressed by a thread of its own, a few MiB ahead of the
+// reader (the reader's second thread: docs/training.md, "Reading speed").
 #ifndef RECEMB_TRAIN_INPUT_FILE_H_
 #define RECEMB_TRAIN_INPUT_FILE_H_
 

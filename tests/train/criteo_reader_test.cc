@@ -872,8 +872,16 @@ TEST(CriteoReaderRealFilesTest, TruncatedOrCorruptGzipIsDataLossNamingFileAndLin
   std::string flipped = compressed;
   for (size_t k = flipped.size() / 2; k < flipped.size() / 2 + 64; ++k) flipped[k] ^= 0x5a;
   const std::string corrupt = files.write("corrupt.gz", flipped);
-  for (const auto& [path, what] : {std::pair{truncated, std::string("truncated")},
-                                   std::pair{corrupt, std::string("corrupt")}}) {
+  // day0.gz + day1.gz whose second member's first magic byte is damaged, and a file with bytes
+  // appended: the data does not end there without a word.
+  std::string two_members = compressed + compressed;
+  two_members[compressed.size()] ^= 0x01;
+  const std::string damaged_member = files.write("damaged_member.gz", two_members);
+  const std::string appended = files.write("appended.gz", compressed + "garbage\n");
+  for (const auto& [path, what] :
+       {std::pair{truncated, std::string("truncated")}, std::pair{corrupt, std::string("corrupt")},
+        std::pair{damaged_member, "at byte " + std::to_string(compressed.size())},
+        std::pair{appended, "at byte " + std::to_string(compressed.size())}}) {
     SCOPED_TRACE(path);
     // Corrupt data may decompress to garbage lines before zlib's checks find it: tolerate them.
     const ReaderOptions options{.vocabulary_sizes = test_vocabulary(), .max_malformed = 1 << 20};
