@@ -114,7 +114,7 @@ class Trainer {
   TrainSummary run() {
     // Rank 0 alone writes output.dir and looks into the checkpoint directory; the other ranks
     // learn of its errors at sync() and of its findings by broadcast. Every directory the run
-    // writes is checked before the first step (docs/training.md, "Output files").
+    // writes is checked before the first step (docs/training.md, "What a run prints and writes").
     errors_.locally([&] {
       if (!root()) return;
       create_writable_directory(output_dir_, "output.dir");
