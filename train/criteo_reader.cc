@@ -28,7 +28,7 @@ constexpr std::string_view kPositionPrefix = "criteo:";
 
 // Why a line is malformed; `text` points into the line (valid until the next read).
 struct LineError {
-  enum class Kind { kTooLong, kFieldCount, kLabel, kInteger, kCategorical };
+  enum class Kind { kTooLong, kEmpty, kFieldCount, kLabel, kInteger, kCategorical };
   Kind kind;
   int64_t detail = 0;                // the field count (kFieldCount) or the 0-based feature
   std::string_view text = {};        // the offending field
@@ -43,14 +43,14 @@ bool parse_whole(std::string_view text, Integer& value, int base) {
 }
 
 // Parses one line into example slot: label (when the line has one), dense[0..13), ids[f * stride]
-// for f in [0, 26). With `read_short`, a non-empty line of too few fields has its missing
-// trailing fields empty and sets `short_line`; otherwise it is malformed. On a malformed line some
-// of the slot may have been written; the caller does not count the slot then.
+// for f in [0, 26) (`label_field` kPresent or kAbsent). A non-empty line of too few fields has its
+// missing trailing fields empty and sets `short_line`. On a malformed line some of the slot may
+// have been written; the caller does not count the slot then.
 std::optional<LineError> parse_line(std::string_view line, CriteoLabel label_field,
                                     CategoricalIds categorical_ids,
                                     std::span<const int64_t> vocabulary_sizes, float& label,
-                                    float* dense, int64_t* ids, size_t stride, bool read_short,
-                                    bool& short_line) {
+                                    float* dense, int64_t* ids, size_t stride, bool& short_line) {
+  if (line.empty()) return LineError{.kind = LineError::Kind::kEmpty};
   const int first = label_field == CriteoLabel::kPresent ? 1 : 0;  // I1's field
   const int expected_fields = kNumFields - 1 + first;
   std::array<std::string_view, kNumFields> fields;
@@ -92,11 +92,6 @@ std::optional<LineError> parse_line(std::string_view line, CriteoLabel label_fie
   }
   fields[static_cast<size_t>(num_fields++)] = line.substr(start);
   short_line = num_fields < expected_fields;
-  if (short_line && (!read_short || line.empty())) {
-    return LineError{.kind = LineError::Kind::kFieldCount,
-                     .detail = num_fields,
-                     .expected_fields = expected_fields};
-  }
   // The missing trailing fields of a short line are empty (fields[] starts empty).
 
   if (label_field == CriteoLabel::kPresent) {
@@ -141,6 +136,8 @@ std::string describe(const LineError& error) {
   switch (error.kind) {
     case LineError::Kind::kTooLong:
       return "line longer than " + std::to_string(kMaxLineBytes) + " bytes";
+    case LineError::Kind::kEmpty:
+      return "empty line";
     case LineError::Kind::kFieldCount:
       return "expected " + std::to_string(error.expected_fields) + " tab-separated fields, found " +
              std::to_string(error.detail);
@@ -182,10 +179,22 @@ std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel 
   if (line.size() > static_cast<size_t>(kMaxLineBytes)) {
     return describe(LineError{.kind = LineError::Kind::kTooLong});
   }
+  if (label_field == CriteoLabel::kFromFieldCount) {
+    if (line.empty()) return describe(LineError{.kind = LineError::Kind::kEmpty});
+    const int64_t fields = 1 + std::count(line.begin(), line.end(), '\t');
+    if (fields == kNumFields - 1) {
+      return "39 tab-separated fields: a line without its label, or a labelled line whose empty "
+             "last field lost its tab; say which (recemb predict --labels no or --labels yes)";
+    }
+    if (fields != kNumFields) {
+      return describe(LineError{.kind = LineError::Kind::kFieldCount, .detail = fields});
+    }
+    label_field = CriteoLabel::kPresent;
+  }
   bool short_line = false;
   const std::optional<LineError> error =
       parse_line(line, label_field, categorical_ids, vocabulary_sizes, label, dense.data(), ids,
-                 stride, /*read_short=*/false, short_line);
+                 stride, short_line);
   if (!error) return std::nullopt;
   return describe(*error);
 }
@@ -216,8 +225,28 @@ int64_t categorical_key(std::string_view field) {
   return value ? static_cast<int64_t>(*value) : string_key(field);
 }
 
+bool MalformedLines::add(const std::string& path, int64_t line, const std::string& reason) {
+  if (!seen_.emplace(path, line).second) return false;
+  lines_.emplace_back(path, line);
+  if (messages_.size() < kMaxMalformedMessages) {
+    messages_.push_back(path + ":" + std::to_string(line) + ": " + reason);
+  }
+  return true;
+}
+
+void MalformedLines::truncate(int64_t count) {
+  while (this->count() > count) {
+    seen_.erase(lines_.back());
+    lines_.pop_back();
+  }
+  messages_.resize(std::min(messages_.size(), lines_.size()));
+}
+
 CriteoReader::CriteoReader(std::vector<std::string> paths, ReaderOptions options)
-    : paths_(std::move(paths)), options_(std::move(options)) {
+    : paths_(std::move(paths)),
+      options_(std::move(options)),
+      malformed_(options_.malformed != nullptr ? options_.malformed
+                                               : std::make_shared<MalformedLines>()) {
   if (options_.ids == CategoricalIds::kHashedRows) {
     validate_vocabulary_sizes(options_.vocabulary_sizes, "CriteoReader");
   }
@@ -280,9 +309,8 @@ int64_t CriteoReader::next(ExampleBatch& batch, int64_t max_examples) {
   begin_batch(batch, max_examples);
   const Cursor start{.file_index = file_index_, .offset = offset_, .line = line_};
   const int64_t start_bytes = bytes_read_;
-  const int64_t start_malformed = malformed_lines_;
+  const int64_t start_malformed = malformed_->count();
   const int64_t start_short = short_lines_;
-  const size_t start_messages = malformed_messages_.size();
   const auto stride = static_cast<size_t>(max_examples);
   int64_t count = 0;
   try {
@@ -300,7 +328,7 @@ int64_t CriteoReader::next(ExampleBatch& batch, int64_t max_examples) {
               ? LineError{.kind = LineError::Kind::kTooLong}
               : parse_line(line, CriteoLabel::kPresent, options_.ids, options_.vocabulary_sizes,
                            batch.labels[i], batch.dense.data() + i * kNumDenseFeatures,
-                           batch.categorical.data() + i, stride, /*read_short=*/true, short_line);
+                           batch.categorical.data() + i, stride, short_line);
       const std::string& path = path_of(file_index_);
       if (options_.strict && (error || short_line || crlf || !terminated)) {
         const std::string why = error        ? describe(*error)
@@ -317,23 +345,20 @@ int64_t CriteoReader::next(ExampleBatch& batch, int64_t max_examples) {
         ++count;
         continue;
       }
-      ++malformed_lines_;
-      if (malformed_messages_.size() < kMaxMalformedMessages) {
-        malformed_messages_.push_back(path + ":" + std::to_string(line_) + ": " + describe(*error));
-      }
-      if (malformed_lines_ > options_.max_malformed) {
-        std::string message = "CriteoReader: '" + path + "': " + std::to_string(malformed_lines_) +
+      if (malformed_->add(path, line_, describe(*error)) &&
+          malformed_->count() > options_.max_malformed) {
+        std::string message = "CriteoReader: '" + path +
+                              "': " + std::to_string(malformed_->count()) +
                               " malformed lines, more than max_malformed = " +
                               std::to_string(options_.max_malformed) + "; the first:";
-        for (const std::string& first : malformed_messages_) message += "\n  " + first;
+        for (const std::string& first : malformed_->messages()) message += "\n  " + first;
         throw InvalidArgument(message);
       }
     }
   } catch (...) {
     // All or nothing: the caller sees the reader as it was before the call.
-    malformed_lines_ = start_malformed;
+    malformed_->truncate(start_malformed);
     short_lines_ = start_short;
-    malformed_messages_.resize(start_messages);
     move_to(start.file_index, start.offset, start.line);
     bytes_read_ = start_bytes;
     finish_batch(batch, max_examples, 0);
@@ -341,6 +366,15 @@ int64_t CriteoReader::next(ExampleBatch& batch, int64_t max_examples) {
   }
   finish_batch(batch, max_examples, count);
   return count;
+}
+
+bool CriteoReader::next_line(std::string_view& line) {
+  bool terminated = true;
+  const LineStatus status = read_line(line, terminated);
+  if (status == LineStatus::kTooLong) {
+    line = line.substr(0, static_cast<size_t>(kMaxLineBytes) + 1);
+  }
+  return status != LineStatus::kEnd;
 }
 
 int64_t CriteoReader::skip_lines(int64_t count) {
@@ -388,7 +422,10 @@ CriteoReader::LineStatus CriteoReader::read_line(std::string_view& line, bool& t
       continue;
     }
     if (available > kMaxLineBytes) {
-      // Too long to be a Criteo line: skip to its end without keeping it in memory.
+      // Too long to be a Criteo line: skip to its end without keeping it in memory, but for its
+      // start (next_line).
+      too_long_line_.assign(begin, static_cast<size_t>(kMaxLineBytes) + 1);
+      line = too_long_line_;
       for (;;) {
         const size_t rest = end_ - begin_;
         const auto* end =

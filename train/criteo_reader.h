@@ -14,9 +14,10 @@
 // tabs of empty last fields) has its missing trailing fields empty; it is read and counted.
 // Anything else makes the line malformed: more than 40 fields, an empty line, a bad label,
 // integer or hexadecimal field, or a line longer than kMaxLineBytes. A malformed line is skipped,
-// never partly used, and counted; the first kMaxMalformedMessages are kept as
-// "<file>:<line>: <reason>" (lines count from 1 in each file). Once the count exceeds
-// max_malformed, next() throws. ReaderOptions::strict refuses every line not in the canonical
+// never partly used, and counted once (in every epoch the same line); the first
+// kMaxMalformedMessages are kept as "<file>:<line>: <reason>" (lines count from 1 in each file).
+// Once the count, shared by the readers of a run (MalformedLines), exceeds max_malformed, next()
+// throws. ReaderOptions::strict refuses every line not in the canonical
 // form (40 fields, '\n' alone ending it, the last one included).
 #ifndef RECEMB_TRAIN_CRITEO_READER_H_
 #define RECEMB_TRAIN_CRITEO_READER_H_
@@ -25,9 +26,11 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "train/example_batch.h"
@@ -67,23 +70,48 @@ std::optional<int64_t> categorical_field_id(int feature, std::string_view field,
 // so that missing values share a key of their own, as they share row 0 of a hashed table.
 int64_t categorical_key(std::string_view field);
 
-// Whether a line starts with the label field: training data has it; lines to predict may omit it
-// (39 fields, as in Criteo's test sets).
-enum class CriteoLabel { kPresent, kAbsent };
+// Whether a line starts with the label field. Training data has it (kPresent). Lines to predict
+// may omit it (kAbsent: 39 fields, as in Criteo's test sets), or say it by their field count
+// (kFromFieldCount: 40 fields have it; any other count is refused, since a line of 39 fields may
+// be one without its label or a labelled one whose empty last field lost its tab, and the two
+// read every field differently: docs/serving.md, "recemb predict").
+enum class CriteoLabel { kPresent, kAbsent, kFromFieldCount };
 
-// Parses one line (without its '\n' and '\r') as CriteoReader parses each line, except that a
-// short line is malformed here (fewer fields than expected: with the label optional, a trimmed
-// line could not be told from one without its label): `label`
-// from the label field (kPresent; untouched for kAbsent), dense[0..13) the dense_value of I1..I13,
+// Parses one line (without its '\n' and '\r') as CriteoReader parses each line: `label` from the
+// label field (kPresent; untouched for kAbsent), dense[0..13) the dense_value of I1..I13,
 // ids[f * stride] the categorical_id of C<f+1> in a table of vocabulary_sizes[f] rows (`ids`
-// kHashedRows: 26 sizes >= 1, unchecked) or its categorical_key (kRawKeys: sizes unused). Returns
-// why a malformed line is refused (as CriteoReader's messages say it: "C3 'xyz' is not 1 to 16
-// hexadecimal digits"), or nullopt; the outputs may then be partly written. `dense` has 13 floats.
+// kHashedRows: 26 sizes >= 1, unchecked) or its categorical_key (kRawKeys: sizes unused). A short
+// line (fewer fields than expected, kPresent or kAbsent) has its missing trailing fields empty, as
+// the reader reads it. Returns why a malformed line is refused (as CriteoReader's messages say it:
+// "C3 'xyz' is not 1 to 16 hexadecimal digits", "empty line"), or nullopt; the outputs may then be
+// partly written. `dense` has 13 floats.
 std::optional<std::string> parse_criteo_line(std::string_view line, CriteoLabel label_field,
                                              CategoricalIds categorical_ids,
                                              std::span<const int64_t> vocabulary_sizes,
                                              float& label, std::span<float> dense, int64_t* ids,
                                              size_t stride);
+
+// The malformed lines of a run, which its readers share (ReaderOptions::malformed): each distinct
+// line, a (file, line number), counted once, whichever reader or epoch met it, so that
+// data.max_malformed bounds the run's malformed lines (docs/training.md, "Criteo files: the exact
+// rules"). Not thread-safe: the readers sharing it read one at a time.
+class MalformedLines {
+ public:
+  // Distinct malformed lines met, and the messages of the first kMaxMalformedMessages of them
+  // ("<file>:<line>: <reason>").
+  int64_t count() const { return static_cast<int64_t>(lines_.size()); }
+  std::span<const std::string> messages() const { return messages_; }
+
+  // Notes line `line` of `path` as malformed for `reason`; false if it was already.
+  bool add(const std::string& path, int64_t line, const std::string& reason);
+  // Forgets the lines noted after the first `count` (a reader's call that changed nothing).
+  void truncate(int64_t count);
+
+ private:
+  std::vector<std::pair<std::string, int64_t>> lines_;  // in the order met
+  std::set<std::pair<std::string, int64_t>> seen_;
+  std::vector<std::string> messages_;
+};
 
 struct ReaderOptions {
   // The table size of C1..C26 (required for kHashedRows, unused for kRawKeys): 26 values >= 1,
@@ -92,6 +120,9 @@ struct ReaderOptions {
   CategoricalIds ids = CategoricalIds::kHashedRows;
   // Malformed lines tolerated (skipped); one more makes next() throw. >= 0.
   int64_t max_malformed = 100;
+  // Where the malformed lines are counted, against max_malformed: shared by the readers of a run
+  // (the held-out set's and the training's); null: the reader's own.
+  std::shared_ptr<MalformedLines> malformed = nullptr;
   // Times the files are read (>= 1): after the last one, the first again (data is one epoch).
   int64_t epochs = 1;
   // The part of the files each epoch reads: from position `begin` up to position `end` (lines at
@@ -138,6 +169,13 @@ class CriteoReader final : public ExampleSource {
   // file for an offset that does not fit it) and changes nothing.
   void seek(std::string_view position) override;
 
+  // The next line as it is, for a caller that parses it itself (recemb predict, with
+  // parse_criteo_line): false at the end of the data; else `line` holds it without its '\n' (a
+  // '\r' before it kept), valid until the next call, and a line longer than kMaxLineBytes only its
+  // first kMaxLineBytes + 1 bytes (too long for parse_criteo_line). Lines are framed as next()
+  // frames them, plain or gzip, and neither parsed nor counted. Errors as next()'s read errors.
+  bool next_line(std::string_view& line);
+
   // Moves past the next `count` lines (fewer at the end of the data) without parsing or counting
   // them, and returns how many it passed.
   int64_t skip_lines(int64_t count);
@@ -150,10 +188,11 @@ class CriteoReader final : public ExampleSource {
   // seek() (their '\n' included).
   int64_t bytes_read() const { return bytes_read_; }
 
-  // Malformed lines skipped since construction, and the messages of the first
-  // kMaxMalformedMessages of them ("<file>:<line>: <reason>").
-  int64_t malformed_lines() const { return malformed_lines_; }
-  std::span<const std::string> malformed_messages() const { return malformed_messages_; }
+  // Malformed lines skipped (by this reader and those sharing its MalformedLines), each distinct
+  // line once whatever the epoch, and the messages of the first kMaxMalformedMessages of them
+  // ("<file>:<line>: <reason>").
+  int64_t malformed_lines() const { return malformed_->count(); }
+  std::span<const std::string> malformed_messages() const { return malformed_->messages(); }
   // Short lines read since construction (fewer than 40 fields, the missing ones taken as empty).
   int64_t short_lines() const { return short_lines_; }
 
@@ -201,9 +240,9 @@ class CriteoReader final : public ExampleSource {
   size_t end_ = 0;
   bool end_of_file_ = false;
   int64_t bytes_read_ = 0;
-  int64_t malformed_lines_ = 0;
+  std::shared_ptr<MalformedLines> malformed_;
   int64_t short_lines_ = 0;
-  std::vector<std::string> malformed_messages_;
+  std::string too_long_line_;  // the start of the last line skipped as too long (next_line)
 };
 
 }  // namespace recemb::train

@@ -1,5 +1,6 @@
-// The one file of recemb that includes zlib (Debian zlib1g-dev): gzopen's reader decompresses
-// gzip files and passes any other file through unchanged ("transparent" reading).
+// The one file of recemb that includes zlib (Debian zlib1g-dev): its inflate decompresses the
+// members of a gzip file one after the other, straight into the reader's buffer; a plain file is
+// read with pread.
 #include "train/input_file.h"
 
 #include <algorithm>
@@ -10,7 +11,9 @@
 #include <deque>
 #include <exception>
 #include <fcntl.h>
+#include <limits>
 #include <mutex>
+#include <new>
 #include <sys/stat.h>
 #include <system_error>
 #include <thread>
@@ -23,11 +26,8 @@
 namespace recemb::train {
 namespace {
 
-// zlib's input and output buffers (each): large reads of a gzip file decompress straight into
-// the caller's buffer, so this only sizes the reads of compressed bytes.
+// The compressed bytes read at a time (reads decompress straight into the caller's buffer).
 constexpr unsigned kZlibBufferBytes = 1u << 17;
-
-gzFile as_gz(void* file) { return static_cast<gzFile>(file); }
 
 [[noreturn]] void throw_system_error(const std::string& what, const std::string& path) {
   throw std::system_error(errno, std::generic_category(), what + " '" + path + "'");
@@ -124,46 +124,41 @@ class InputFile::Decompressor {
 };
 
 InputFile::InputFile(std::string path, bool decompress_ahead) : path_(std::move(path)) {
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_system_error("opening", path_);
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw_system_error("opening", path_);
   try {
-    compressed_ = has_gzip_magic(fd, path_);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  file_ = gzdopen(fd, "rb");  // owns fd from here, closed by gzclose
-  if (file_ == nullptr) {
-    ::close(fd);
-    errno = ENOMEM;
-    throw_system_error("opening", path_);
-  }
-  gzbuffer(as_gz(file_), kZlibBufferBytes);
-  if (decompress_ahead && compressed_) {
-    try {
-      ahead_ = std::make_unique<Decompressor>(*this);
-    } catch (...) {
-      gzclose_r(as_gz(file_));
-      throw;
+    compressed_ = has_gzip_magic(fd_, path_);
+    if (compressed_) {
+      stream_ = std::make_unique<z_stream>();
+      // windowBits 15 + 16: gzip members only (zlib's headers and raw deflate are not gzip files).
+      if (inflateInit2(stream_.get(), 15 + 16) != Z_OK) {
+        stream_.reset();
+        throw std::bad_alloc();
+      }
+      input_.resize(kZlibBufferBytes);
     }
+    if (decompress_ahead && compressed_) ahead_ = std::make_unique<Decompressor>(*this);
+  } catch (...) {
+    if (stream_ != nullptr) inflateEnd(stream_.get());
+    ::close(fd_);
+    throw;
   }
 }
 
 InputFile::~InputFile() {
   ahead_.reset();  // the thread stops before the file closes
-  gzclose_r(as_gz(file_));
+  if (stream_ != nullptr) inflateEnd(stream_.get());
+  ::close(fd_);
 }
 
-void InputFile::throw_error(int zlib_error, const char* zlib_message) const {
-  if (zlib_error == Z_ERRNO) throw_system_error("reading", path_);
-  const std::string where =
-      "'" + path_ + "' after " + std::to_string(offset_) + " decompressed bytes";
-  if (zlib_error == Z_BUF_ERROR) {
-    throw DataLoss(where + ": the gzip data is truncated (the file ends inside it; zlib: " +
-                   zlib_message + "): copy or download the file again");
-  }
-  throw DataLoss(where + ": the gzip data is corrupt (zlib: " + std::string(zlib_message) +
-                 "): copy or download the file again");
+int64_t InputFile::compressed_offset() const {
+  return input_end_ - static_cast<int64_t>(stream_->avail_in);
+}
+
+void InputFile::throw_damaged(const std::string& what) const {
+  throw DataLoss("'" + path_ + "' at byte " + std::to_string(compressed_offset()) + " (after " +
+                 std::to_string(offset_) + " decompressed bytes): " + what +
+                 ": copy or download the file again");
 }
 
 size_t InputFile::read(char* data, size_t size) {
@@ -171,27 +166,100 @@ size_t InputFile::read(char* data, size_t size) {
 }
 
 size_t InputFile::read_file(char* data, size_t size) {
-  const int read = gzread(as_gz(file_), data, static_cast<unsigned>(size));
-  int error = Z_OK;
-  const char* message = gzerror(as_gz(file_), &error);
-  // Z_BUF_ERROR: the input ended inside a gzip member (zlib lets a reader of a file still being
-  // written go on). The bytes before it are returned; the next read, finding no more, throws.
-  if (read < 0 || (error != Z_OK && (error != Z_BUF_ERROR || read == 0))) {
-    throw_error(error, message);
+  if (compressed_) return inflate_file(data, size);
+  for (;;) {
+    const ssize_t read = ::pread(fd_, data, size, offset_);
+    if (read < 0 && errno == EINTR) continue;
+    if (read < 0) throw_system_error("reading", path_);
+    offset_ += read;
+    return static_cast<size_t>(read);
   }
-  offset_ += read;
-  return static_cast<size_t>(read);
+}
+
+bool InputFile::refill_input() {
+  for (;;) {
+    const ssize_t read = ::pread(fd_, input_.data(), input_.size(), input_end_);
+    if (read < 0 && errno == EINTR) continue;
+    if (read < 0) throw_system_error("reading", path_);
+    stream_->next_in = input_.data();
+    stream_->avail_in = static_cast<uInt>(read);
+    input_end_ += read;
+    return read > 0;
+  }
+}
+
+size_t InputFile::inflate_file(char* data, size_t size) {
+  z_stream& stream = *stream_;
+  size_t produced = 0;
+  while (produced < size && !at_end_) {
+    if (stream.avail_in == 0 && !refill_input()) {
+      if (!in_member_) {
+        at_end_ = true;
+        break;
+      }
+      // The bytes before are returned first; the next read, finding no more, throws.
+      if (produced > 0) break;
+      throw_damaged("the gzip data is truncated (the file ends inside a member)");
+    }
+    if (!in_member_) {
+      // Another member must start here: its magic bytes (zcat would ignore the rest of the file
+      // as "trailing garbage").
+      std::array<unsigned char, 2> magic{};
+      const int64_t at = compressed_offset();
+      const ssize_t read = ::pread(fd_, magic.data(), magic.size(), at);
+      if (read < 0) throw_system_error("reading", path_);
+      if (read != 2 || magic[0] != 0x1f || magic[1] != 0x8b) {
+        throw_damaged(
+            "the bytes after a complete gzip member do not start another (a damaged member "
+            "header, or bytes appended to the file)");
+      }
+      in_member_ = true;
+    }
+    stream.next_out = reinterpret_cast<Bytef*>(data + produced);
+    const size_t room = std::min<size_t>(size - produced, std::numeric_limits<uInt>::max());
+    stream.avail_out = static_cast<uInt>(room);
+    const int result = inflate(&stream, Z_NO_FLUSH);
+    const size_t out = room - stream.avail_out;
+    produced += out;
+    offset_ += static_cast<int64_t>(out);
+    if (result == Z_STREAM_END) {
+      // A member's end ends the read: damage in the next one is thrown by a later read, after
+      // the caller has every byte before it.
+      in_member_ = false;
+      inflateReset(&stream);
+      if (produced > 0) break;
+    } else if (result != Z_OK && result != Z_BUF_ERROR) {
+      if (result == Z_MEM_ERROR) throw std::bad_alloc();
+      throw_damaged(std::string("the gzip data is corrupt (zlib: ") +
+                    (stream.msg != nullptr ? stream.msg : "error " + std::to_string(result)) + ")");
+    }
+  }
+  return produced;
+}
+
+void InputFile::rewind() {
+  offset_ = 0;
+  if (!compressed_) return;
+  inflateReset(stream_.get());
+  stream_->avail_in = 0;
+  input_end_ = 0;
+  in_member_ = false;
+  at_end_ = false;
 }
 
 void InputFile::seek(int64_t offset) {
   const bool decompress_ahead = ahead_ != nullptr;
   ahead_.reset();  // the chunks ahead are dropped; the thread restarts from `offset`
-  if (gzseek(as_gz(file_), static_cast<z_off_t>(offset), SEEK_SET) < 0) {
-    int error = Z_OK;
-    const char* message = gzerror(as_gz(file_), &error);
-    throw_error(error, message);
+  if (!compressed_) {
+    offset_ = offset;
+    return;
   }
-  offset_ = offset;
+  if (offset < offset_) rewind();
+  std::vector<char> skipped(kZlibBufferBytes);
+  while (offset_ < offset) {
+    const auto want = static_cast<size_t>(std::min<int64_t>(offset - offset_, kZlibBufferBytes));
+    if (inflate_file(skipped.data(), want) == 0) break;  // past the end: at the end
+  }
   if (decompress_ahead) ahead_ = std::make_unique<Decompressor>(*this);
 }
 

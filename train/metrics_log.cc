@@ -2,9 +2,14 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <fstream>
+#include <span>
 #include <string>
 
 #include "recemb/error.h"
+
+#include "format/file_io.h"
+#include "format/file_system.h"
 
 namespace recemb::train {
 namespace {
@@ -74,20 +79,35 @@ MetricsLog::MetricsLog(const std::filesystem::path& path, const KeptRecords& kee
       kept.push_back(line);
     }
   }
-  out_.open(path, std::ios::trunc);
-  if (!out_) throw InvalidArgument("cannot write " + path.string());
-  for (const std::string& line : kept) out_ << line << '\n';
-  out_.flush();
+  std::string text;
+  for (const std::string& line : kept) text += line + '\n';
+  format::write_file_atomically(
+      path, [&](format::OutputFile& file) { file.write(std::as_bytes(std::span(text))); });
+  size_ = text.size();
+  file_ = format::file_system().open_for_writing(path);
+}
+
+MetricsLog::~MetricsLog() = default;
+
+void MetricsLog::append(const std::string& line) {
+  const std::string text = line + '\n';
+  file_->write_at(size_, std::as_bytes(std::span(text)));
+  size_ += text.size();
 }
 
 void MetricsLog::add(const TrainRecord& record) {
+  append(format(record));
   train_.push_back(record);
-  out_ << format(record) << '\n' << std::flush;
 }
 
 void MetricsLog::add(const EvalRecord& record) {
+  append(format(record));
   eval_.push_back(record);
-  out_ << format(record) << '\n' << std::flush;
+}
+
+void MetricsLog::close() {
+  file_->sync();
+  file_->close();
 }
 
 }  // namespace recemb::train

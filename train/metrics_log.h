@@ -4,14 +4,22 @@
 //   {"step": 500, "eval_auc": 0.7712, "eval_log_loss": 0.4873}       at each evaluation
 // On resume, the records after the resumed step are dropped, and so are those the interrupted run
 // wrote at that step only because it ended there, so the file of a resumed run equals that of an
-// uninterrupted one.
+// uninterrupted one. The file is written through the file system in use (format/file_system.h):
+// the kept records are rewritten atomically (a temporary file renamed over it), then each record
+// is appended with one checked write; a failing write throws std::system_error naming the call,
+// the file and the errno's text.
 #ifndef RECEMB_TRAIN_METRICS_LOG_H_
 #define RECEMB_TRAIN_METRICS_LOG_H_
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
+#include <memory>
+#include <string>
 #include <vector>
+
+namespace recemb::format {
+class WritableFile;  // format/file_system.h
+}  // namespace recemb::format
 
 namespace recemb::train {
 
@@ -41,18 +49,28 @@ class MetricsLog {
   // Opens `path` for appending, keeping the records `kept` says (read back into train_records()
   // and eval_records()) and dropping the others. Lines that are not records of this format are an
   // error (InvalidArgument naming the file and line, the file left as it was): a metrics file is
-  // never guessed at.
+  // never guessed at. A file that cannot be written throws std::system_error (see the top).
   MetricsLog(const std::filesystem::path& path, const KeptRecords& kept);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
 
+  // Appends the record's line; std::system_error (ENOSPC, EIO, ...) naming the file when the
+  // write fails, the record then not kept in memory either.
   void add(const TrainRecord& record);
   void add(const EvalRecord& record);
+  // fsyncs and closes the file, reporting a delayed write error; add() may not follow.
+  void close();
 
   const std::vector<TrainRecord>& train_records() const { return train_; }
   const std::vector<EvalRecord>& eval_records() const { return eval_; }
 
  private:
+  void append(const std::string& line);
+
   std::filesystem::path path_;
-  std::ofstream out_;
+  std::unique_ptr<format::WritableFile> file_;
+  uint64_t size_ = 0;  // the file's bytes written
   std::vector<TrainRecord> train_;
   std::vector<EvalRecord> eval_;
 };

@@ -36,7 +36,8 @@ Predictor::Predictor(const Predictor& other)
             model_.parameters().begin());
 }
 
-void Predictor::predict(std::span<const std::string_view> lines, std::span<Prediction> results) {
+void Predictor::predict(std::span<const std::string_view> lines, std::span<Prediction> results,
+                        CriteoLabel labels) {
   if (results.size() != lines.size()) {
     throw InvalidArgument("Predictor::predict: " + std::to_string(results.size()) +
                           " results for " + std::to_string(lines.size()) + " lines");
@@ -48,14 +49,9 @@ void Predictor::predict(std::span<const std::string_view> lines, std::span<Predi
   for (size_t i = 0; i < lines.size(); ++i) {
     std::string_view line = lines[i];
     if (line.ends_with('\r')) line.remove_suffix(1);
-    // 39 fields (38 tabs): a line without the label field.
-    const CriteoLabel label = std::count(line.begin(), line.end(), '\t') ==
-                                      kNumDenseFeatures + kNumCategoricalFeatures - 1
-                                  ? CriteoLabel::kAbsent
-                                  : CriteoLabel::kPresent;
     const size_t slot = line_of_example_.size();
     std::optional<std::string> error = parse_criteo_line(
-        line, label, ids_.kind, ids_.vocabulary_sizes, batch_.labels[slot],
+        line, labels, ids_.kind, ids_.vocabulary_sizes, batch_.labels[slot],
         std::span(batch_.dense).subspan(slot * kNumDenseFeatures, kNumDenseFeatures),
         batch_.categorical.data() + slot, lines.size());
     results[i] = Prediction{.error = error.value_or("")};

@@ -27,6 +27,7 @@
 #include "recemb/serving.h"
 
 #include "train/batch_buffers.h"
+#include "train/criteo_reader.h"
 #include "train/dlrm_dense_model.h"
 #include "train/example_batch.h"
 #include "train/model_file.h"
@@ -58,10 +59,13 @@ class Predictor {
 
   // The probability (or the refusal) of each line: results[i] for lines[i], results.size() ==
   // lines.size() (else InvalidArgument, nothing written). A line is a Criteo line without its
-  // '\n' (a trailing '\r' is dropped), with the label field (40 tab-separated fields; the label
-  // must be 0 or 1 and is ignored) or without it (39 fields). A malformed line gets its error and
-  // does not affect the others.
-  void predict(std::span<const std::string_view> lines, std::span<Prediction> results);
+  // '\n' (a trailing '\r' is dropped), parsed by parse_criteo_line as `labels` says: with the
+  // label field (kPresent; the label must be 0 or 1 and is ignored), without it (kAbsent), or
+  // with it when it has 40 fields (kFromFieldCount: a line of 39 fields is refused, its label
+  // presence unknown; the default, what a server's :predict reads). A malformed line gets its
+  // error and does not affect the others.
+  void predict(std::span<const std::string_view> lines, std::span<Prediction> results,
+               CriteoLabel labels = CriteoLabel::kFromFieldCount);
 
   const DlrmDenseConfig& config() const { return model_.config(); }
 

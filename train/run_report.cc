@@ -1,11 +1,17 @@
 #include "train/run_report.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
+#include <span>
+#include <sstream>
+#include <system_error>
+#include <unistd.h>
 
+#include "format/file_io.h"
+#include "format/file_system.h"
 #include "train/float_text.h"
 #include "train/svg_plot.h"
 
@@ -50,6 +56,9 @@ std::string format_vocabularies(const std::vector<TableVocabulary>& vocabularies
 
 // A share of the run spent writing checkpoints above which the summary warns.
 constexpr double kCheckpointShareToWarn = 0.25;
+
+// How far (relative) the held-out log loss must rise above its lowest to count as overfitting.
+constexpr double kOverfittingRise = 0.01;
 
 }  // namespace
 
@@ -106,7 +115,8 @@ std::string format_summary(const TrainSummary& s) {
   }
   // Checkpoints are written at the disk's speed while training waits: say so when that is a large
   // share of the run (docs/training.md, "Checkpoints").
-  if (s.checkpoints > 0 && s.checkpoint_seconds > kCheckpointShareToWarn * s.seconds) {
+  // Only when more than the final checkpoint was written: that one, neither setting avoids.
+  if (s.checkpoints > 1 && s.checkpoint_seconds > kCheckpointShareToWarn * s.seconds) {
     char line[512];
     std::snprintf(line, sizeof line,
                   "warning: writing %" PRId64
@@ -119,7 +129,17 @@ std::string format_summary(const TrainSummary& s) {
                   s.checkpoint_every);
     summary += line;
   }
-  if (!s.learned) {
+  if (!s.learned && s.overfitting_from_step >= 0) {
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "warning: the model did not learn (held-out AUC %.4f, log loss %.4f; before: "
+                  "%.4f): the held-out log loss rose from %.4f at step %" PRId64
+                  " while the training loss fell: the model overfits its training data; train "
+                  "fewer steps or epochs (train.steps, train.epochs), or on more data\n",
+                  s.final_auc, s.final_log_loss, s.initial_log_loss, s.lowest_log_loss,
+                  s.overfitting_from_step);
+    summary += line;
+  } else if (!s.learned) {
     char line[512];
     std::snprintf(line, sizeof line,
                   "warning: the model did not learn (held-out AUC %.4f, log loss %.4f; before: "
@@ -132,8 +152,49 @@ std::string format_summary(const TrainSummary& s) {
   return summary;
 }
 
+void write_run_file(const std::filesystem::path& path, const std::string& text) {
+  format::write_file_atomically(
+      path, [&](format::OutputFile& file) { file.write(std::as_bytes(std::span(text))); });
+}
+
+void note_overfitting(const MetricsLog& metrics, TrainSummary& summary) {
+  const std::vector<EvalRecord>& evals = metrics.eval_records();
+  const std::vector<TrainRecord>& trains = metrics.train_records();
+  if (evals.size() < 2 || trains.size() < 2) return;
+  const auto lowest =
+      std::min_element(evals.begin(), evals.end(),
+                       [](const auto& a, const auto& b) { return a.log_loss < b.log_loss; });
+  const EvalRecord& last = evals.back();
+  if (!(last.log_loss > lowest->log_loss * (1 + kOverfittingRise))) return;
+  // The training loss then: its last record at or before that step (or its first).
+  const TrainRecord* then = &trains.front();
+  for (const TrainRecord& r : trains) {
+    if (r.step <= lowest->step) then = &r;
+  }
+  if (trains.back().step <= then->step || !(trains.back().train_loss < then->train_loss)) return;
+  summary.overfitting_from_step = lowest->step;
+  summary.lowest_log_loss = lowest->log_loss;
+}
+
+void create_writable_directory(const std::filesystem::path& directory, const std::string& setting) {
+  try {
+    std::filesystem::create_directories(directory);
+    const std::filesystem::path probe =
+        directory / (".recemb-write-check-" + std::to_string(::getpid()));
+    format::write_file_atomically(probe, [](format::OutputFile& file) {
+      const std::byte byte{0};
+      file.write(std::span(&byte, 1));
+    });
+    format::file_system().remove_all(probe);
+  } catch (const std::system_error& error) {
+    throw std::system_error(error.code(),
+                            setting + " '" + directory.string() +
+                                "' cannot be written (checked before training): " + error.what());
+  }
+}
+
 void write_summary_json(const TrainSummary& s, const std::filesystem::path& path) {
-  std::ofstream out(path);
+  std::ostringstream out;
   out << "{\n"
       << "  \"ranks\": " << s.ranks << ",\n"
       << "  \"dense_isa\": \"" << s.dense_isa << "\",\n"
@@ -148,6 +209,8 @@ void write_summary_json(const TrainSummary& s, const std::filesystem::path& path
       << "  \"initial_auc\": " << double_text(s.initial_auc) << ",\n"
       << "  \"initial_log_loss\": " << json_number(s.initial_log_loss) << ",\n"
       << "  \"learned\": " << (s.learned ? "true" : "false") << ",\n"
+      << "  \"overfitting_from_step\": " << s.overfitting_from_step << ",\n"
+      << "  \"lowest_log_loss\": " << json_number(s.lowest_log_loss) << ",\n"
       << "  \"final_auc\": " << double_text(s.final_auc) << ",\n"
       << "  \"final_log_loss\": " << double_text(s.final_log_loss) << ",\n"
       << "  \"best_auc\": " << json_number(s.best_auc) << ",\n"
@@ -177,11 +240,12 @@ void write_summary_json(const TrainSummary& s, const std::filesystem::path& path
     out << "\n  }";
   }
   out << "\n}\n";
+  write_run_file(path, out.str());
 }
 
 void write_training_svg(const MetricsLog& metrics, int64_t log_every,
                         const std::filesystem::path& path) {
-  std::vector<double> loss_steps, losses, eval_steps, aucs;
+  std::vector<double> loss_steps, losses, eval_steps, aucs, eval_losses;
   for (const TrainRecord& r : metrics.train_records()) {
     loss_steps.push_back(static_cast<double>(r.step));
     losses.push_back(r.train_loss);
@@ -189,19 +253,28 @@ void write_training_svg(const MetricsLog& metrics, int64_t log_every,
   for (const EvalRecord& r : metrics.eval_records()) {
     eval_steps.push_back(static_cast<double>(r.step));
     aucs.push_back(r.auc);
+    eval_losses.push_back(r.log_loss);
   }
+  // The held-out log loss beside the training loss: a rise of the one while the other falls
+  // (overfitting) shows. Each evaluation is marked: with few, the line alone would hide them.
   const std::vector<Chart> charts{
-      {.title = "Training loss",
+      {.title = "Log loss",
        .x_label = "step",
        .y_label = "log loss",
        .series = {{.label = "train (mean over " + std::to_string(log_every) + " steps)",
                    .x = loss_steps,
-                   .y = losses}}},
+                   .y = losses},
+                  {.label = "held-out",
+                   .x = eval_steps,
+                   .y = eval_losses,
+                   .color = "#ff7f0e",
+                   .markers = true}}},
       {.title = "Held-out AUC",
        .x_label = "step",
        .y_label = "AUC",
-       .series = {{.label = "eval", .x = eval_steps, .y = aucs, .color = "#d62728"}}}};
-  std::ofstream(path) << render_svg(charts);
+       .series = {
+           {.label = "eval", .x = eval_steps, .y = aucs, .color = "#d62728", .markers = true}}}};
+  write_run_file(path, render_svg(charts));
 }
 
 }  // namespace recemb::train

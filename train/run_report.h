@@ -1,6 +1,6 @@
 // What a finished `recemb train` run reports: its figures (TrainSummary), the lines printed at the
 // end (format_summary), and the files written beside metrics.jsonl: summary.json (every figure)
-// and training.svg (training loss and held-out AUC over the steps).
+// and training.svg (training and held-out log loss, and held-out AUC, over the steps).
 #ifndef RECEMB_TRAIN_RUN_REPORT_H_
 #define RECEMB_TRAIN_RUN_REPORT_H_
 
@@ -45,6 +45,12 @@ struct TrainSummary {
   // Whether the model learned: final_auc of at least 0.52 and final_log_loss below
   // initial_log_loss. When not, format_summary ends with a warning saying what to try.
   bool learned = true;
+  // The held-out log loss rose from its lowest, lowest_log_loss at step overfitting_from_step (of
+  // the evaluations in metrics.jsonl), by more than 1% to the last while the training loss fell
+  // (note_overfitting): the model overfits, and a warning that it did not learn says so. -1: not
+  // so (and on ranks other than 0, which do not read metrics.jsonl).
+  int64_t overfitting_from_step = -1;
+  double lowest_log_loss = std::nan("");
   // Synthetic data: AUC and log loss of the planted model on the held-out set (the Bayes-optimal
   // ceiling of any model); NaN for Criteo files.
   double best_auc = 0;
@@ -64,15 +70,34 @@ struct TrainSummary {
   std::vector<std::string> malformed_messages = {};  // the first: "<file>:<line>: <reason>"
 };
 
+// Writes `text` as the file `path` atomically, through the file system in use
+// (format/file_system.h): a temporary file, fsynced and renamed over `path`, which thus holds the
+// whole text or its previous version, never a part. A failing call (ENOSPC, EIO, EROFS, ...)
+// throws std::system_error naming the call, the file and the errno's text; nothing is left
+// behind. Every file of output.dir but metrics.jsonl is written so.
+void write_run_file(const std::filesystem::path& path, const std::string& text);
+
+// Creates the directory `directory` (and its parents) if need be, and checks that files can be
+// written in it, by writing one byte to a new file and removing it, through the file system in
+// use: a read-only or full file system is found before the first step, not at the end of the run.
+// Throws std::system_error naming `setting` (e.g. "checkpoint.dir"), the directory, the call and
+// the errno's text.
+void create_writable_directory(const std::filesystem::path& directory, const std::string& setting);
+
+// Sets summary.overfitting_from_step and lowest_log_loss from the records of `metrics` (see
+// TrainSummary).
+void note_overfitting(const MetricsLog& metrics, TrainSummary& summary);
+
 // The summary as the lines printed at the end of a run.
 std::string format_summary(const TrainSummary& summary);
 
 // Writes every figure of `summary` but the malformed lines' messages as one JSON object to `path`
-// (unknown values, NaN, as null).
+// (unknown values, NaN, as null), as write_run_file does.
 void write_summary_json(const TrainSummary& summary, const std::filesystem::path& path);
 
-// Writes an SVG of two charts to `path`: the training loss records of `metrics` (each the mean
-// over `log_every` steps) and its held-out AUC records, against the step.
+// Writes (as write_run_file does) an SVG of two charts to `path`, against the step: the log loss,
+// of training (the records of `metrics`, each the mean over `log_every` steps) and held-out (each
+// evaluation marked), and the held-out AUC (each evaluation marked).
 void write_training_svg(const MetricsLog& metrics, int64_t log_every,
                         const std::filesystem::path& path);
 

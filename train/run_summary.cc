@@ -32,13 +32,13 @@ std::string run_description(const TrainConfig& config, const std::vector<TableCo
 
 void add_malformed_lines(const TrainingData& data, TrainSummary& summary) {
   for (const CriteoReader* reader : {data.train_reader, data.eval_reader.get()}) {
-    if (reader == nullptr) continue;
-    summary.malformed_lines += reader->malformed_lines();
-    summary.short_lines += reader->short_lines();
-    const auto messages = reader->malformed_messages();
-    summary.malformed_messages.insert(summary.malformed_messages.end(), messages.begin(),
-                                      messages.end());
+    if (reader != nullptr) summary.short_lines += reader->short_lines();
   }
+  if (data.malformed == nullptr) return;
+  summary.malformed_lines += data.malformed->count();
+  const auto messages = data.malformed->messages();
+  summary.malformed_messages.insert(summary.malformed_messages.end(), messages.begin(),
+                                    messages.end());
 }
 
 std::vector<TableVocabulary> table_vocabularies(const Embedding& embedding) {

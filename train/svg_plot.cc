@@ -126,16 +126,21 @@ void render_chart(const Chart& chart, double top, const PlotLayout& layout, std:
   }
   double legend_y = plot_top + 16;
   for (const Series& series : chart.series) {
-    std::string points;
+    std::string points, markers;
     for (size_t i = 0; i < std::min(series.x.size(), series.y.size()); ++i) {
       if (!std::isfinite(series.x[i]) || !std::isfinite(series.y[i])) continue;
       if (!points.empty()) points += ' ';
       points += coordinate(to_x(series.x[i]));
       points += ',';
       points += coordinate(to_y(series.y[i]));
+      if (series.markers) {
+        markers += "<circle cx=\"" + coordinate(to_x(series.x[i])) + "\" cy=\"" +
+                   coordinate(to_y(series.y[i])) + "\" r=\"3\" fill=\"" + escape(series.color) +
+                   "\"/>\n";
+      }
     }
     svg += "<polyline fill=\"none\" stroke=\"" + escape(series.color) +
-           "\" stroke-width=\"1.5\" points=\"" + points + "\"/>\n";
+           "\" stroke-width=\"1.5\" points=\"" + points + "\"/>\n" + markers;
     svg += "<text x=\"" + coordinate(right - 8) + "\" y=\"" + coordinate(legend_y) +
            "\" text-anchor=\"end\" font-size=\"12\" fill=\"" + escape(series.color) + "\">" +
            escape(series.label) + "</text>\n";

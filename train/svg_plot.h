@@ -14,6 +14,7 @@ struct Series {
   std::vector<double> x = {};  // same length as y; non-finite points are left out
   std::vector<double> y = {};
   std::string color = "#1f77b4";  // any SVG color
+  bool markers = false;           // a dot at each point (e.g. the evaluations), besides the line
 };
 
 struct Chart {
@@ -29,7 +30,8 @@ struct PlotLayout {
 };
 
 // The charts as one SVG document: per chart a frame, axes with about five "nice" ticks (1, 2 or
-// 5 times a power of ten) spanning the data, a polyline per series and a legend. A chart without
+// 5 times a power of ten) spanning the data, a polyline per series (with a circle at each point
+// for a series with markers) and a legend. A chart without
 // finite points shows "no data". Text is XML-escaped.
 std::string render_svg(std::span<const Chart> charts, const PlotLayout& layout = {});
 

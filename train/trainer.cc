@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <iostream>
 #include <memory>
@@ -115,11 +114,23 @@ class Trainer {
 
   TrainSummary run() {
     // Rank 0 alone writes output.dir and looks into the checkpoint directory; the other ranks
-    // learn of its errors at sync() and of its findings by broadcast.
-    // Checked before anything is written: a refused --init-from leaves no file.
+    // learn of its errors at sync() and of its findings by broadcast. Every directory the run
+    // writes is checked before the first step (docs/training.md, "What a run prints and writes").
+    // --init-from is checked before anything is written: a refused one leaves no file.
     if (!options_.init_from.empty()) initialize_from(options_.init_from);
     errors_.locally([&] {
-      if (root()) std::filesystem::create_directories(output_dir_);
+      if (!root()) return;
+      create_writable_directory(output_dir_, "output.dir");
+      if (!config_.serving.publish_dir.empty()) {
+        if (group_.size() > 1) {
+          throw InvalidArgument(
+              "serving.publish_dir: publishing runs in one process (this run has " +
+              std::to_string(group_.size()) +
+              " ranks): export its checkpoints with `recemb export` instead");
+        }
+        create_writable_directory(config_.serving.publish_dir, "serving.publish_dir");
+      }
+      create_writable_directory(checkpoint_dir_, "checkpoint.dir");
     });
     if (options_.resume) {
       resume();
@@ -138,20 +149,11 @@ class Trainer {
     const bool resumed = run_step() > 0;
     errors_.locally([&] {
       if (!root()) return;
-      std::ofstream(output_dir_ / "config.toml") << to_toml(config_);
+      write_run_file(output_dir_ / "config.toml", to_toml(config_));
       metrics_.emplace(output_dir_ / "metrics.jsonl",
                        KeptRecords{.step = resumed ? run_step() : -1,
                                    .train_every = config_.train.log_every,
                                    .eval_every = config_.train.eval_every});
-    });
-    errors_.locally([&] {
-      if (!root() || config_.serving.publish_dir.empty()) return;
-      if (group_.size() > 1) {
-        throw InvalidArgument("serving.publish_dir: publishing runs in one process (this run has " +
-                              std::to_string(group_.size()) +
-                              " ranks): export its checkpoints with `recemb export` instead");
-      }
-      std::filesystem::create_directories(config_.serving.publish_dir);
     });
     errors_.sync();
     summary_.rank = group_.rank();
@@ -163,7 +165,7 @@ class Trainer {
     summary_.embedding_bytes = embedding_bytes(embedding_);
     trained_position_ = prefetching_->position();
     describe_run();
-    const int64_t total_steps = expected_last_step();
+    int64_t total_steps = expected_last_step();
 
     const Clock::time_point start = Clock::now();
     if (!resumed) {
@@ -211,6 +213,7 @@ class Trainer {
               "--init-from " +
               checkpoint_dir_.string() + " --output <another dir>");
         }
+        show_progress(run_step(), steps_start);  // the bar's end, reached once
         progress_.message("the training data ended at step " + std::to_string(run_step()) +
                           ", before train.steps = " + std::to_string(config_.train.steps));
         break;
@@ -230,16 +233,15 @@ class Trainer {
       if (last_publish_ && seconds_since(*last_publish_) >= config_.serving.publish_every_seconds) {
         publish_model();
       }
-      const double elapsed = seconds_since(steps_start);
-      const double rate = static_cast<double>(summary_.examples) / elapsed;
-      const int64_t total = std::max(total_steps, step);
-      progress_.update({.step = step,
-                        .total_steps = total,
-                        .examples_per_second = rate,
-                        .loss = recent_loss_,
-                        .eta_seconds = static_cast<double>(total - step) *
-                                       static_cast<double>(config_.train.batch_size) / rate},
-                       elapsed);
+      if (step >= total_steps && step < config_.train.steps) {
+        // The data lasts longer than estimated (lines longer than the held-out ones, epochs):
+        // estimated again, so that the bar reaches its end once, when the run does.
+        const std::optional<int64_t> left = examples_left(data_, trained_position_);
+        const int64_t size = config_.train.batch_size;
+        total_steps = std::min(config_.train.steps,
+                               step + std::max<int64_t>(1, (left.value_or(0) + size - 1) / size));
+      }
+      show_progress(total_steps, steps_start);
     }
     // Saved before the final records: a run resumed from here continues the loss window, and
     // MetricsLog drops these off-schedule records (see metrics_log.h).
@@ -250,7 +252,10 @@ class Trainer {
       report_deltas();
     });
     if (loss_window_count_ > 0) record_loss(run_step());
-    const EvalRecord final_eval = evaluate();
+    // A run stopped right after a scheduled evaluation has it already: evaluated (and recorded)
+    // again, metrics.jsonl would hold it twice, and so would the resumed run's.
+    const EvalRecord final_eval =
+        last_eval_ && last_eval_->step == run_step() ? *last_eval_ : evaluate();
     summary_.seconds = seconds_since(start);
     summary_.steps = run_step();
     summary_.examples_per_second = static_cast<double>(summary_.examples) / summary_.seconds;
@@ -263,6 +268,8 @@ class Trainer {
     add_malformed_lines(data_, summary_);
     errors_.locally([&] {
       if (!root()) return;
+      metrics_->close();
+      note_overfitting(*metrics_, summary_);
       write_training_svg(*metrics_, config_.train.log_every, output_dir_ / "training.svg");
       write_summary_json(summary_, output_dir_ / "summary.json");
     });
@@ -309,6 +316,21 @@ class Trainer {
         ", about " + std::to_string(steps) + " steps of " +
         std::to_string(config_.train.batch_size));
     return run_step() + steps;
+  }
+
+  // The progress line at this step, of `total_steps` (at least this step).
+  void show_progress(int64_t total_steps, Clock::time_point steps_start) {
+    const int64_t step = run_step();
+    const double elapsed = seconds_since(steps_start);
+    const double rate = static_cast<double>(summary_.examples) / elapsed;
+    const int64_t total = std::max(total_steps, step);
+    progress_.update({.step = step,
+                      .total_steps = total,
+                      .examples_per_second = rate,
+                      .loss = recent_loss_,
+                      .eta_seconds = static_cast<double>(total - step) *
+                                     static_cast<double>(config_.train.batch_size) / rate},
+                     elapsed);
   }
 
   void describe_run() {
@@ -408,6 +430,7 @@ class Trainer {
                   record.step, record.auc, record.log_loss, data_.eval_set.size);
     progress_.message(line);
     summary_.eval_seconds += seconds_since(t);
+    last_eval_ = record;
     return record;
   }
 
@@ -580,6 +603,7 @@ class Trainer {
   double recent_loss_ = std::nan("");
   int64_t last_saved_step_ = -1;
   int64_t first_step_ = 0;  // the tables' step at this run's step 0 (--init-from)
+  std::optional<EvalRecord> last_eval_;            // this run's latest evaluation
   std::optional<Clock::time_point> last_publish_;  // none: not publishing (yet)
   int64_t published_step_ = -1;
   std::future<PublishResult> publishing_;  // the delta being written

@@ -23,7 +23,8 @@
 //
 // Files in output.dir: config.toml (effective configuration), metrics.jsonl (one JSON object per
 // line: {"step","examples","train_loss"} every train.log_every steps, {"step","eval_auc",
-// "eval_log_loss"} at evaluations), summary.json and training.svg (loss and AUC over steps).
+// "eval_log_loss"} at evaluations), summary.json and training.svg (training and held-out log loss,
+// and AUC, over steps), written through recemb's file system (run_report.h: write_run_file).
 //
 // Several ranks (RunOptions::communicator, e.g. under `mpirun -np K`): every rank calls
 // run_training with the same config. The tables are sharded over the ranks (embedding.sharding,
@@ -90,7 +91,10 @@ struct RunOptions {
 // would exceed the memory (estimated before the data is read), and for a --resume whose
 // settings differ from the checkpoint's in a way that changes the training
 // (check_resume_settings) or an init_from whose model differs (check_init_settings), naming the
-// cause; files written before an error stay. With several
+// cause; files written before an error stay. A directory it writes (output.dir, checkpoint.dir,
+// serving.publish_dir) that cannot be written throws std::system_error before the first step, and
+// so does any failing write later (a full disk), naming the file; damaged gzip data throws
+// DataLoss. With several
 // ranks, also InvalidArgument when train.batch_size is smaller than the number of ranks or the
 // ranks read different data, and every rank throws every error (see the top of this file).
 TrainSummary run_training(const TrainConfig& config, const RunOptions& options = {});

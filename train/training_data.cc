@@ -133,9 +133,11 @@ TrainingData open_training_data(const TrainConfig& config,
   const std::vector<std::string> paths = expand_data_paths(config.data.paths);
   data.description = describe_files(paths);
   const std::string& eval_path = config.data.eval_path;
+  data.malformed = std::make_shared<MalformedLines>();
   const ReaderOptions reader_options{.vocabulary_sizes = vocabulary_sizes,
                                      .ids = categorical_ids(config),
                                      .max_malformed = config.data.max_malformed,
+                                     .malformed = data.malformed,
                                      .strict = config.data.strict,
                                      .decompress_ahead = config.data.reader_threads == 2};
   ReaderOptions train_options = reader_options;
@@ -199,7 +201,7 @@ TrainingData open_training_data(const TrainConfig& config,
     }
     // The training reads what follows the held-out head, in every epoch.
     train_options.begin = head_reader->position();
-    data.eval_reader = std::move(head_reader);  // its malformed and short lines count too
+    data.eval_reader = std::move(head_reader);  // its short lines count too
   }
   auto reader = std::make_unique<CriteoReader>(paths, train_options);
   data.train_reader = reader.get();

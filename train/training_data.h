@@ -26,6 +26,9 @@ struct TrainingData {
   // or data.path's head's (whose lines the training reader then starts after).
   std::unique_ptr<CriteoReader> eval_reader;
   ExampleBatch eval_set;
+  // The malformed lines every reader of the run met, counted once each against
+  // data.max_malformed (Criteo files; null for synthetic data).
+  std::shared_ptr<MalformedLines> malformed;
   std::string description;       // the training data, for messages: its files, or "synthetic..."
   double bytes_per_line = 0;     // of the held-out examples read (Criteo files)
   std::string held_out_message;  // why the held-out set is smaller than data.eval_examples

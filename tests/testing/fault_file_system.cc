@@ -179,6 +179,12 @@ void FaultFileSystem::crash_at(int nth) {
   crash_at_ = nth;
 }
 
+void FaultFileSystem::fail_writes_to(const std::string& path_part, int error) {
+  const std::lock_guard lock(mutex_);
+  fail_writes_to_ = path_part;
+  fail_writes_to_error_ = error;
+}
+
 bool FaultFileSystem::before(std::optional<FaultPoint> point, const std::string& what) {
   if (crashed_) throw SimulatedCrash();
   ++changes_;
@@ -188,6 +194,10 @@ bool FaultFileSystem::before(std::optional<FaultPoint> point, const std::string&
   }
   if (!point) return false;
   const int nth = ++counts_[static_cast<size_t>(*point)];
+  if (*point == FaultPoint::kWrite && !fail_writes_to_.empty() &&
+      what.find(fail_writes_to_) != std::string::npos) {
+    throw_fault(fail_writes_to_error_, what);
+  }
   if (point != fail_point_ || nth != fail_nth_) return false;
   if (fail_short_ && *point == FaultPoint::kWrite) return true;
   throw_fault(fail_error_, what);

@@ -55,6 +55,9 @@ class FaultFileSystem final : public format::FileSystem {
   // std::system_error `error`; a write first writes the first half of its bytes when
   // `short_write`. Replaces an earlier fail().
   void fail(FaultPoint point, int nth, int error, bool short_write = false);
+  // Every write to a file whose path contains `path_part` throws std::system_error `error` (a
+  // disk full for one file: its temporary's name holds it too). Replaces an earlier call.
+  void fail_writes_to(const std::string& path_part, int error);
   // How many reads (ReadableFile::read_at) of files opened through this file system ran so far.
   int reads() const;
   // The read number `nth` (1-based, as reads() counts) throws std::system_error `error`.
@@ -112,6 +115,8 @@ class FaultFileSystem final : public format::FileSystem {
   int fail_nth_ = 0;
   int fail_error_ = 0;
   bool fail_short_ = false;
+  std::string fail_writes_to_;  // empty: none
+  int fail_writes_to_error_ = 0;
   int crash_at_ = 0;  // 0: never
   bool crashed_ = false;
   int reads_ = 0;

@@ -336,7 +336,7 @@ TEST(CriteoReaderTest, MalformedLinesAreSkippedCountedAndReportedWithLineNumbers
       {valid_line("0"), ""},
       {valid_line() + "\t1", "expected 40 tab-separated fields, found 41"},
       {line_with(0, "0").substr(0, line_with(0, "0").size() - 9), ""},  // short: C26 empty
-      {"", "expected 40 tab-separated fields, found 1"},
+      {"", "empty line"},
       {valid_line("1"), ""},
       {line_with(0, "2"), "label '2' is not 0 or 1"},
       {line_with(0, ""), "label '' is not 0 or 1"},
@@ -398,6 +398,42 @@ TEST(CriteoReaderTest, MalformedLinesAreSkippedCountedAndReportedWithLineNumbers
   EXPECT_EQ(k, late_messages.size());
 }
 
+// Malformed lines are counted once each, however many epochs read them, and readers sharing a
+// MalformedLines count against one max_malformed; a call that throws forgets what it noted.
+TEST(CriteoReaderTest, MaxMalformedCountsEachLineOnceAcrossEpochsAndReaders) {
+  const std::string contents = valid_line("0") + "\n" + line_with(0, "x") + "\n" + valid_line("1") +
+                               "\n\n" + valid_line("1") + "\n";
+  TempFiles files;
+  const std::string path = files.write("epochs.tsv", contents);
+  ExampleBatch batch;
+  CriteoReader epochs({path},
+                      {.vocabulary_sizes = test_vocabulary(), .max_malformed = 2, .epochs = 5});
+  EXPECT_EQ(epochs.next(batch, 100), 15);
+  EXPECT_EQ(epochs.malformed_lines(), 2);
+  EXPECT_THAT(
+      epochs.malformed_messages(),
+      ::testing::ElementsAre(path + ":2: label 'x' is not 0 or 1", path + ":4: empty line"));
+
+  const auto shared = std::make_shared<MalformedLines>();
+  const ReaderOptions options{
+      .vocabulary_sizes = test_vocabulary(), .max_malformed = 3, .malformed = shared};
+  CriteoReader first({path}, options);
+  EXPECT_EQ(first.next(batch, 100), 3);
+  const std::string other = files.write("other.tsv", contents);
+  CriteoReader second({other}, options);
+  EXPECT_EQ(second.next(batch, 2), 2);  // past other.tsv:2, the third
+  EXPECT_EQ(shared->count(), 3);
+  try {
+    second.next(batch, 100);
+    FAIL() << "no exception";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("4 malformed lines, more than max_malformed = 3"));
+  }
+  EXPECT_EQ(shared->count(), 3);
+  EXPECT_EQ(first.malformed_lines(), 3);
+  EXPECT_EQ(shared->messages().back(), other + ":2: label 'x' is not 0 or 1");
+}
+
 TEST(CriteoReaderTest, MaxMalformedExceededThrowsAndChangesNothing) {
   const std::string contents = valid_line("0") + "\n" + line_with(0, "x") + "\n" + valid_line("1") +
                                "\n" + line_with(20, "q") + "\n" + "\n" + valid_line("1") + "\n";
@@ -418,7 +454,7 @@ TEST(CriteoReaderTest, MaxMalformedExceededThrowsAndChangesNothing) {
                 HasSubstr("'" + path + "': 3 malformed lines, more than max_malformed = 2"));
     EXPECT_THAT(message, HasSubstr(path + ":2: label 'x' is not 0 or 1"));
     EXPECT_THAT(message, HasSubstr(path + ":4: C7 'q' is not 1 to 16 hexadecimal digits"));
-    EXPECT_THAT(message, HasSubstr(path + ":5: expected 40 tab-separated fields, found 1"));
+    EXPECT_THAT(message, HasSubstr(path + ":5: empty line"));
   }
   // As before the call: position, counts, messages; the batch empty.
   EXPECT_EQ(reader.position(), position);
@@ -663,8 +699,25 @@ TEST(ParseCriteoLineTest, ParsesLinesWithAndWithoutTheLabelAsTheReaderDoes) {
             std::nullopt);
   EXPECT_EQ(parsed.ids[0], string_key("xyz"));
   EXPECT_EQ(parsed.ids[1], 0x68fd1e64);
+  // 39 fields: by the field count, ambiguous; read as labelled, a short line (its fields shifted,
+  // so that C1 lands in I13); a labelled line that lost its empty C26 reads as the reader reads it.
+  EXPECT_THAT(error(std::string_view(good).substr(2), CriteoLabel::kFromFieldCount),
+              HasSubstr("39 tab-separated fields: a line without its label, or a labelled line"));
   EXPECT_EQ(error(std::string_view(good).substr(2), CriteoLabel::kPresent),
-            "expected 40 tab-separated fields, found 39");
+            "I13 '68fd1e64' is not a decimal integer in int64 range");
+  EXPECT_EQ(error(line_with(39, ""), CriteoLabel::kFromFieldCount), "");
+  EXPECT_THAT(error(line_with(39, "").substr(0, line_with(39, "").size() - 1),
+                    CriteoLabel::kFromFieldCount),
+              HasSubstr("39 tab-separated fields"));
+  EXPECT_EQ(error(line_with(39, "").substr(0, line_with(39, "").size() - 1), CriteoLabel::kPresent),
+            "");
+  EXPECT_EQ(error(good, CriteoLabel::kFromFieldCount), "");
+  EXPECT_EQ(error(good + "\t", CriteoLabel::kFromFieldCount),
+            "expected 40 tab-separated fields, found 41");
+  for (const CriteoLabel label_field :
+       {CriteoLabel::kPresent, CriteoLabel::kAbsent, CriteoLabel::kFromFieldCount}) {
+    EXPECT_EQ(error("", label_field), "empty line");
+  }
   EXPECT_EQ(error(good, CriteoLabel::kAbsent), "expected 39 tab-separated fields, found 40");
   EXPECT_EQ(error(line_with(0, "2"), CriteoLabel::kPresent), "label '2' is not 0 or 1");
   EXPECT_EQ(error(line_with(20, "g"), CriteoLabel::kPresent),
@@ -819,8 +872,16 @@ TEST(CriteoReaderRealFilesTest, TruncatedOrCorruptGzipIsDataLossNamingFileAndLin
   std::string flipped = compressed;
   for (size_t k = flipped.size() / 2; k < flipped.size() / 2 + 64; ++k) flipped[k] ^= 0x5a;
   const std::string corrupt = files.write("corrupt.gz", flipped);
-  for (const auto& [path, what] : {std::pair{truncated, std::string("truncated")},
-                                   std::pair{corrupt, std::string("corrupt")}}) {
+  // day0.gz + day1.gz whose second member's first magic byte is damaged, and a file with bytes
+  // appended: the data does not end there without a word.
+  std::string two_members = compressed + compressed;
+  two_members[compressed.size()] ^= 0x01;
+  const std::string damaged_member = files.write("damaged_member.gz", two_members);
+  const std::string appended = files.write("appended.gz", compressed + "garbage\n");
+  for (const auto& [path, what] :
+       {std::pair{truncated, std::string("truncated")}, std::pair{corrupt, std::string("corrupt")},
+        std::pair{damaged_member, "at byte " + std::to_string(compressed.size())},
+        std::pair{appended, "at byte " + std::to_string(compressed.size())}}) {
     SCOPED_TRACE(path);
     // Corrupt data may decompress to garbage lines before zlib's checks find it: tolerate them.
     const ReaderOptions options{.vocabulary_sizes = test_vocabulary(), .max_malformed = 1 << 20};

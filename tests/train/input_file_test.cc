@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 #include <system_error>
+#include <vector>
 #include <zlib.h>
 
 #include "recemb/error.h"
@@ -102,6 +103,76 @@ TEST(InputFileTest, MissingTruncatedAndCorruptFilesNameThePath) {
       FAIL() << "no error";
     } catch (const DataLoss& error) {
       EXPECT_THAT(error.what(), AllOf(HasSubstr("'" + path + "'"), HasSubstr(what)));
+    }
+  }
+}
+
+// Concatenated members read as one text; a second member whose header is damaged, and bytes after
+// the last member, are damaged data naming the file and the byte offset: never the end of the
+// data (zcat only warns of "trailing garbage").
+TEST(InputFileTest, BytesAfterAMemberThatStartNoOtherAreDataLoss) {
+  const test::TemporaryDirectory dir;
+  const std::string day0 = random_text(400'000, 3);
+  const std::string day1 = random_text(300'000, 4);
+  const std::string first = compressed(day0);
+  const std::string second = compressed(day1);
+  const auto first_size = static_cast<int64_t>(first.size());
+  std::ofstream(dir / "concat.gz", std::ios::binary) << first << second;
+  for (const bool ahead : {false, true}) {
+    InputFile file((dir / "concat.gz").string(), ahead);
+    EXPECT_EQ(read_all(file, 65'536), day0 + day1);
+    file.seek(450'000);  // inside the second member
+    EXPECT_EQ(read_all(file, 10'000), (day0 + day1).substr(450'000));
+  }
+  // (name, contents, the byte offset named): the second member's magic bytes, its compression
+  // method and its flags damaged; garbage or zeros after the last member.
+  struct Damage {
+    std::string name;
+    std::string bytes;
+    int64_t offset;
+  };
+  std::vector<Damage> damages;
+  for (const size_t at : {size_t{0}, size_t{1}, size_t{2}, size_t{3}}) {
+    std::string bytes = first + second;
+    bytes[first.size() + at] ^= 0x5a;
+    damages.push_back({"header_" + std::to_string(at) + ".gz", bytes, first_size});
+  }
+  std::mt19937_64 random(5);
+  std::string garbage(160, '\0');
+  for (char& c : garbage) c = static_cast<char>(random());
+  garbage[0] = 'x';  // not a gzip magic byte
+  damages.push_back(
+      {"garbage.gz", first + second + garbage, first_size + static_cast<int64_t>(second.size())});
+  damages.push_back({"zeros.gz", first + std::string(512, '\0'), first_size});
+  damages.push_back({"one_byte.gz", first + std::string(1, '\x1f'), first_size});
+  for (const Damage& damage : damages) {
+    SCOPED_TRACE(damage.name);
+    std::ofstream(dir / damage.name, std::ios::binary) << damage.bytes;
+    for (const bool ahead : {false, true}) {
+      const std::string path = (dir / damage.name).string();
+      InputFile file(path, ahead);
+      std::string text;
+      try {
+        std::string buffer(65'536, '\0');
+        while (const size_t read = file.read(buffer.data(), buffer.size())) {
+          text.append(buffer, 0, read);
+        }
+        FAIL() << "no error";
+      } catch (const DataLoss& error) {
+        EXPECT_THAT(error.what(), HasSubstr("'" + path + "'"));
+        // A damaged header's bytes are found at the member's start, or (the method, the flags)
+        // by zlib a few bytes into it.
+        if (damage.name.starts_with("header_1") || damage.name.starts_with("header_0") ||
+            !damage.name.starts_with("header")) {
+          EXPECT_THAT(error.what(), AllOf(HasSubstr("at byte " + std::to_string(damage.offset)),
+                                          HasSubstr("do not start another")));
+        } else {
+          EXPECT_THAT(error.what(), HasSubstr("corrupt"));
+        }
+      }
+      // What was read before the damage is the first members' text, whole.
+      EXPECT_TRUE((day0 + day1).starts_with(text));
+      EXPECT_GE(text.size(), day0.size());
     }
   }
 }

@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 #include <random>
 #include <sstream>
+#include <system_error>
 
 #include "recemb/error.h"
+
+#include "testing/fault_file_system.h"
 
 namespace recemb::train {
 namespace {
@@ -98,6 +101,25 @@ TEST(MetricsLog, ForeignLinesAreAnErrorNamingFileAndLine) {
     EXPECT_THAT(error.what(), ::testing::HasSubstr(path.string() + ":2:"));
   }
   EXPECT_THAT(read(path), ::testing::HasSubstr("\"loss\""));  // left as it was
+}
+
+// A record whose write fails (a full disk) throws std::system_error naming the file, and is not
+// kept; the records written before stay whole.
+TEST(MetricsLog, AFailingWriteThrowsNamingTheFile) {
+  const auto path = temp_path("metrics_full.jsonl");
+  test::FaultFileSystem file_system;
+  MetricsLog log(path, {});
+  log.add(TrainRecord{.step = 10, .examples = 20480, .train_loss = 0.5});
+  file_system.fail_writes_to("metrics_full", ENOSPC);
+  try {
+    log.add(EvalRecord{.step = 10, .auc = 0.75, .log_loss = 0.25});
+    FAIL() << "no error";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code().value(), ENOSPC);
+    EXPECT_THAT(error.what(), ::testing::HasSubstr(path.string()));
+  }
+  EXPECT_TRUE(log.eval_records().empty());
+  EXPECT_EQ(read(path), "{\"step\": 10, \"examples\": 20480, \"train_loss\": 0.5}\n");
 }
 
 }  // namespace

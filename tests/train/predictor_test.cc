@@ -120,60 +120,73 @@ std::vector<float> trainer_probabilities(Model& model, const std::filesystem::pa
   return probabilities;
 }
 
-std::vector<Prediction> predict(Predictor& predictor, const std::vector<std::string>& lines) {
+std::vector<Prediction> predict(Predictor& predictor, const std::vector<std::string>& lines,
+                                CriteoLabel labels = CriteoLabel::kFromFieldCount) {
   const std::vector<std::string_view> views(lines.begin(), lines.end());
   std::vector<Prediction> results(lines.size());
-  predictor.predict(views, results);
+  predictor.predict(views, results, labels);
   return results;
 }
 
-// Lines with and without the label, good and malformed, predicted together: each valid line's
+// Good and malformed lines predicted together, with their labels and without: each valid line's
 // probability equals bitwise the trainer's for the same batch of valid lines, each malformed one
-// gets the reader's message, and the labels do not matter. The model's tables: static (`ids`
-// kHashedRows) or dynamic (kRawKeys), holding half of the lines' keys.
+// gets the reader's message, and the labels do not matter. Lines without their label are read
+// with CriteoLabel::kAbsent; by their field count (39), they are refused as ambiguous. The model's
+// tables: static (`ids` kHashedRows) or dynamic (kRawKeys), holding half of the lines' keys.
 void expect_the_trainers_evaluation(CategoricalIds ids) {
   const test::TemporaryDirectory dir;
   Model model = make_model(5, ids);
   std::mt19937_64 random(17);
-  std::vector<std::string> lines;
+  std::vector<std::string> lines, unlabelled;
   std::vector<bool> malformed;
   std::string file;
   for (int i = 0; i < 300; ++i) {
-    const bool labelled = i % 3 != 0;
-    const bool bad = labelled && i % 37 == 5;
-    std::string line = test::random_criteo_line(random, labelled);
+    const bool bad = i % 37 == 5;
+    std::string line = test::random_criteo_line(random, true);
     if (bad) line += "\tzz";  // one field too many
-    // The trainer's file has every line with a label; predict may get it without.
-    file += (labelled ? line : "1\t" + line) + "\n";
+    file += line + "\n";
     lines.push_back(line);
+    unlabelled.push_back(line.substr(line.find('\t') + 1));
     malformed.push_back(bad);
   }
   lines.back() += "\r";  // a CRLF line
+  unlabelled.back() += "\r";
   std::ofstream(dir / "lines.tsv") << file;
-  if (ids == CategoricalIds::kRawKeys) {
-    std::vector<std::string> labelled;
-    for (const std::string& line : lines) {
-      labelled.push_back(std::count(line.begin(), line.end(), '\t') == 39 ? line : "1\t" + line);
-    }
-    hold_keys(model, labelled, 9);
-  }
+  if (ids == CategoricalIds::kRawKeys) hold_keys(model, lines, 9);
   export_model(model, dir / "model");
   const std::vector<float> expected = trainer_probabilities(model, dir / "lines.tsv");
 
   Predictor predictor = Predictor::open(dir / "model");
-  const std::vector<Prediction> results = predict(predictor, lines);
+  for (const CriteoLabel labels : {CriteoLabel::kFromFieldCount, CriteoLabel::kPresent}) {
+    SCOPED_TRACE(labels == CriteoLabel::kPresent ? "labelled, --labels yes" : "labelled");
+    const std::vector<Prediction> results = predict(predictor, lines, labels);
+    size_t valid = 0;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      SCOPED_TRACE("line " + std::to_string(i));
+      if (malformed[i]) {
+        EXPECT_THAT(results[i].error, HasSubstr("expected 40 tab-separated fields, found 41"));
+        continue;
+      }
+      ASSERT_EQ(results[i].error, "");
+      ASSERT_LT(valid, expected.size());
+      EXPECT_EQ(results[i].probability, expected[valid++]);
+    }
+    EXPECT_EQ(valid, expected.size());
+  }
+  const std::vector<Prediction> without = predict(predictor, unlabelled, CriteoLabel::kAbsent);
+  const std::vector<Prediction> ambiguous = predict(predictor, unlabelled);
   size_t valid = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
-    SCOPED_TRACE("line " + std::to_string(i));
+    SCOPED_TRACE("unlabelled line " + std::to_string(i));
     if (malformed[i]) {
-      EXPECT_THAT(results[i].error, HasSubstr("expected 40 tab-separated fields, found 41"));
+      EXPECT_THAT(without[i].error, HasSubstr("expected 39 tab-separated fields, found 40"));
+      EXPECT_NE(ambiguous[i].error, "");  // read as labelled: its first field is no label
       continue;
     }
-    ASSERT_EQ(results[i].error, "");
-    ASSERT_LT(valid, expected.size());
-    EXPECT_EQ(results[i].probability, expected[valid++]);
+    ASSERT_EQ(without[i].error, "");
+    EXPECT_EQ(without[i].probability, expected[valid++]);
+    EXPECT_THAT(ambiguous[i].error, HasSubstr("39 tab-separated fields: a line without its label"));
   }
-  EXPECT_EQ(valid, expected.size());
   // Not a constant model: the probabilities differ between lines.
   EXPECT_GT(*std::max_element(expected.begin(), expected.end()) -
                 *std::min_element(expected.begin(), expected.end()),
@@ -193,6 +206,28 @@ Predictor exported_predictor(uint64_t seed, const std::filesystem::path& model_d
   Model model = make_model(seed);
   export_model(model, model_dir);
   return Predictor::open(model_dir);
+}
+
+// A labelled line whose empty last field lost its tab (39 fields) is refused as ambiguous rather
+// than read as one without its label (every field shifted); --labels yes reads it as the trainer
+// does (the missing field empty), and an empty line says so.
+TEST(PredictorTest, ALineOf39FieldsIsAmbiguousUnlessTheLabelsAreSaid) {
+  const test::TemporaryDirectory dir;
+  Predictor predictor = exported_predictor(29, dir / "model");
+  std::mt19937_64 random(23);
+  std::string full = test::random_criteo_line(random, true);
+  full = full.substr(0, full.rfind('\t'));   // C26 dropped
+  const std::string trimmed = full;          // 39 fields, the label first
+  const std::string complete = full + "\t";  // 40 fields, C26 empty
+  const std::vector<Prediction> by_count = predict(predictor, {trimmed, complete, ""});
+  EXPECT_THAT(by_count[0].error, HasSubstr("39 tab-separated fields"));
+  EXPECT_EQ(by_count[1].error, "");
+  EXPECT_EQ(by_count[2].error, "empty line");
+  const std::vector<Prediction> labelled =
+      predict(predictor, {trimmed, complete}, CriteoLabel::kPresent);
+  ASSERT_EQ(labelled[0].error, "");
+  EXPECT_NEAR(labelled[0].probability, labelled[1].probability, 1e-6);
+  EXPECT_EQ(predict(predictor, {""}, CriteoLabel::kAbsent)[0].error, "empty line");
 }
 
 // `n` random Criteo lines (with their labels), from `seed`.
@@ -259,11 +294,11 @@ TEST(PredictorTest, MalformedLinesGetTheReadersMessages) {
   std::string bad_hex = test::random_criteo_line(random, false);
   bad_hex += "xyz";  // C26 is no longer hexadecimal
   const std::vector<Prediction> results =
-      predict(predictor, {bad_label, bad_hex, "", std::string(5000, '1')});
+      predict(predictor, {bad_label, "1\t" + bad_hex, "", std::string(5000, '1')});
   EXPECT_THAT(results[0].error, HasSubstr("label '7' is not 0 or 1"));
   EXPECT_THAT(results[1].error, HasSubstr("C26 '"));
   EXPECT_THAT(results[1].error, HasSubstr("is not 1 to 16 hexadecimal digits"));
-  EXPECT_THAT(results[2].error, HasSubstr("expected 40 tab-separated fields, found 1"));
+  EXPECT_EQ(results[2].error, "empty line");
   EXPECT_THAT(results[3].error, HasSubstr("line longer than 4096 bytes"));
   std::vector<Prediction> two(2);
   const std::vector<std::string_view> one = {bad_label};

@@ -7,9 +7,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
+#include <system_error>
 
+#include "testing/fault_file_system.h"
 #include "testing/files.h"
 #include "testing/temporary_directory.h"
 
@@ -80,7 +83,9 @@ TEST(RunReport, SummaryJsonHoldsEveryFigureExactly) {
   EXPECT_EQ(text.front(), '{');
   EXPECT_EQ(text.substr(text.size() - 2), "}\n");
   const auto fields = json_fields(text);
-  EXPECT_EQ(fields.size(), 30u);
+  EXPECT_EQ(fields.size(), 32u);
+  EXPECT_EQ(fields.at("overfitting_from_step"), "-1");
+  EXPECT_EQ(fields.at("lowest_log_loss"), "null");
   const auto number = [&](const std::string& name) {
     return std::strtod(fields.at(name).c_str(), nullptr);
   };
@@ -224,6 +229,58 @@ TEST(RunReport, TextSummaryWarnsWhenCheckpointsTakeMuchOfTheRun) {
                         "1000 steps; 0 = only at the end)\n"));
   s.checkpoints = 0;  // a run that wrote none has nothing to warn about
   EXPECT_THAT(format_summary(s), Not(HasSubstr("checkpoints took")));
+  s.checkpoints = 1;  // the final one alone: no setting avoids it, no advice
+  EXPECT_THAT(format_summary(s), Not(HasSubstr("checkpoints took")));
+}
+
+// A held-out log loss that rises from its lowest while the training loss falls is overfitting:
+// the warning that the model did not learn says so and advises fewer steps, not more.
+TEST(RunReport, OverfittingIsNamedWhenTheHeldOutLossRisesAsTheTrainingLossFalls) {
+  const TemporaryDirectory dir;
+  MetricsLog metrics(dir / "metrics.jsonl", KeptRecords{});
+  std::mt19937_64 random(11);
+  std::uniform_real_distribution<double> noise(-0.002, 0.002);
+  for (int64_t step = 10; step <= 200; step += 10) {
+    metrics.add(TrainRecord{.step = step,
+                            .examples = step * 8,
+                            .train_loss = 0.7 - 0.002 * static_cast<double>(step) + noise(random)});
+  }
+  TrainSummary falling = sample_summary();
+  note_overfitting(metrics, falling);
+  EXPECT_EQ(falling.overfitting_from_step, -1);  // no evaluations yet
+  for (int64_t step = 0; step <= 200; step += 50) {
+    // Lowest at step 50 (0.60), then up to 0.66 at step 200.
+    const double log_loss = step <= 50 ? 0.7 - 0.002 * static_cast<double>(step)
+                                       : 0.6 + 0.0004 * static_cast<double>(step - 50);
+    metrics.add(EvalRecord{.step = step, .auc = 0.6, .log_loss = log_loss});
+  }
+  TrainSummary s = sample_summary();
+  note_overfitting(metrics, s);
+  EXPECT_EQ(s.overfitting_from_step, 50);
+  EXPECT_DOUBLE_EQ(s.lowest_log_loss, 0.6);
+  s.learned = false;
+  const std::string text = format_summary(s);
+  EXPECT_THAT(text, AllOf(HasSubstr("the held-out log loss rose from 0.6000 at step 50 while the "
+                                    "training loss fell: the model overfits"),
+                          HasSubstr("fewer steps or epochs"), Not(HasSubstr("more steps"))));
+  const std::string json = [&] {
+    write_summary_json(s, dir / "summary.json");
+    return read_text(dir / "summary.json");
+  }();
+  EXPECT_THAT(json, HasSubstr("\"overfitting_from_step\": 50,"));
+  // A held-out loss that keeps falling: no overfitting; a model that did not learn gets the
+  // other advice.
+  MetricsLog learning(dir / "learning.jsonl", KeptRecords{});
+  for (const TrainRecord& r : metrics.train_records()) learning.add(r);
+  for (int64_t step = 0; step <= 200; step += 50) {
+    learning.add(
+        EvalRecord{.step = step, .auc = 0.6, .log_loss = 0.7 - 0.0001 * static_cast<double>(step)});
+  }
+  TrainSummary fine = sample_summary();
+  note_overfitting(learning, fine);
+  EXPECT_EQ(fine.overfitting_from_step, -1);
+  fine.learned = false;
+  EXPECT_THAT(format_summary(fine), AllOf(HasSubstr("more steps"), Not(HasSubstr("overfits"))));
 }
 
 TEST(RunReport, TrainingSvgDrawsTheLossAndTheAuc) {
@@ -241,7 +298,6 @@ TEST(RunReport, TrainingSvgDrawsTheLossAndTheAuc) {
   }
   const std::string svg = read_text(dir / "training.svg");
   EXPECT_THAT(svg, HasSubstr("<svg"));
-  EXPECT_THAT(svg, HasSubstr("Training loss"));
   EXPECT_THAT(svg, HasSubstr("train (mean over 10 steps)"));
   EXPECT_THAT(svg, HasSubstr("Held-out AUC"));
   size_t polylines = 0;
@@ -249,7 +305,45 @@ TEST(RunReport, TrainingSvgDrawsTheLossAndTheAuc) {
        at = svg.find("<polyline", at + 1)) {
     ++polylines;
   }
-  EXPECT_EQ(polylines, 2u);
+  EXPECT_EQ(polylines, 3u);  // training and held-out log loss, held-out AUC
+  EXPECT_THAT(svg, AllOf(HasSubstr("Log loss"), HasSubstr("held-out")));
+  size_t markers = 0;  // each of the 2 evaluations, in both charts
+  for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) {
+    ++markers;
+  }
+  EXPECT_EQ(markers, 4u);
+}
+
+// A full disk: summary.json keeps its previous version whole (no empty or partial file), and the
+// error names the file; a directory that cannot be written is found before anything else.
+TEST(RunReport, AFailingWriteLeavesThePreviousFileAndNamesIt) {
+  const TemporaryDirectory dir;
+  TrainSummary summary;
+  summary.steps = 5;
+  write_summary_json(summary, dir / "summary.json");
+  const std::string before = read_text(dir / "summary.json");
+  test::FaultFileSystem file_system;
+  file_system.fail_writes_to("summary.json", ENOSPC);
+  summary.steps = 6;
+  try {
+    write_summary_json(summary, dir / "summary.json");
+    FAIL() << "no error";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code().value(), ENOSPC);
+    EXPECT_THAT(error.what(), HasSubstr("summary.json"));
+  }
+  EXPECT_EQ(read_text(dir / "summary.json"), before);
+  file_system.fail_writes_to(dir.path().string() + "/ro", EROFS);
+  try {
+    create_writable_directory(dir / "ro" / "ck", "checkpoint.dir");
+    FAIL() << "no error";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code().value(), EROFS);
+    EXPECT_THAT(error.what(), HasSubstr("checkpoint.dir '" + (dir / "ro" / "ck").string() + "'"));
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir / "ro" / "ck"));
+  EXPECT_NO_THROW(create_writable_directory(dir / "rw", "output.dir"));
+  EXPECT_TRUE(std::filesystem::is_empty(dir / "rw"));
 }
 
 }  // namespace

@@ -80,14 +80,17 @@ std::string criteo_line(int label) {
   return line + "\n";
 }
 
+// The readers share the run's MalformedLines (TrainingData::malformed): its lines are added once.
 TEST(RunSummary, TheMalformedLinesOfBothReadersAreAddedUp) {
   const test::TemporaryDirectory dir;
   std::ofstream(dir / "train.tsv") << criteo_line(1) << "1\tnot-a-number\n"
                                    << criteo_line(0) << "0\tbad\n";
   std::ofstream(dir / "eval.tsv") << criteo_line(0) << "x\n" << criteo_line(1);
-  const ReaderOptions options{.vocabulary_sizes = std::vector<int64_t>(26, 100)};
-  CriteoReader train_reader({(dir / "train.tsv").string()}, options);
   TrainingData data;
+  data.malformed = std::make_shared<MalformedLines>();
+  const ReaderOptions options{.vocabulary_sizes = std::vector<int64_t>(26, 100),
+                              .malformed = data.malformed};
+  CriteoReader train_reader({(dir / "train.tsv").string()}, options);
   data.train_reader = &train_reader;
   data.eval_reader = std::make_unique<CriteoReader>(
       std::vector<std::string>{(dir / "eval.tsv").string()}, options);

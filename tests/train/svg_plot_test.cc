@@ -95,5 +95,24 @@ TEST(SvgPlot, EmptyChartsSayNoDataAndTextIsEscaped) {
   EXPECT_TRUE(polylines(svg).empty());
 }
 
+// A series with markers gets a circle at each finite point, in its color; one without, none.
+TEST(SvgPlot, MarkersDrawACircleAtEachFinitePoint) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<Chart> charts{
+      {.title = "t",
+       .series = {{.x = {0, 1, 2, 3}, .y = {1, nan, 3, 2}, .color = "#123456", .markers = true},
+                  {.x = {0, 1, 2}, .y = {2, 2, 2}}}}};
+  const std::string svg = render_svg(charts);
+  const std::regex circle("<circle [^>]*fill=\"#123456\"/>");
+  EXPECT_EQ(
+      std::distance(std::sregex_iterator(svg.begin(), svg.end(), circle), std::sregex_iterator()),
+      3);
+  size_t circles = 0;
+  for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) {
+    ++circles;
+  }
+  EXPECT_EQ(circles, 3u);
+}
+
 }  // namespace
 }  // namespace recemb::train

@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <system_error>
@@ -391,6 +392,69 @@ TEST(Trainer, TrainsOnCriteoFilesAndCountsMalformedLines) {
   }
 }
 
+// data.max_malformed bounds the run's malformed lines, those of the held-out head and of the
+// training together, each distinct line counted once however many epochs read it.
+TEST(Trainer, MaxMalformedCountsEachLineOnceOverTheWholeRun) {
+  const auto dir = fresh_dir("malformed_run");
+  std::filesystem::create_directories(dir);
+  // 10 malformed lines (lines 6, 103, ..., 879): 6 in the 500 held-out examples' head, 4 after.
+  write_criteo(dir / "train.tsv", 3000, 10, 2);
+  const std::vector<std::string> data = {"data.path=\"" + (dir / "train.tsv").string() + "\"",
+                                         "data.eval_examples=500", "train.steps=1000",
+                                         "train.batch_size=64"};
+  std::ostringstream log;
+  std::vector<std::string> limit_6 = data;
+  limit_6.push_back("data.max_malformed=6");
+  try {
+    run_training(small_config(dir / "limit_6", limit_6), {.log = &log});
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), HasSubstr("7 malformed lines, more than max_malformed = 6"));
+  }
+  std::vector<std::string> epochs = data;
+  epochs.insert(epochs.end(), {"data.max_malformed=10", "train.epochs=3"});
+  const TrainSummary summary = run_training(small_config(dir / "epochs", epochs), {.log = &log});
+  EXPECT_TRUE(summary.data_ended);
+  EXPECT_EQ(summary.examples, 3 * (3000 - 10 - 500));
+  EXPECT_EQ(summary.malformed_lines, 10);
+  ASSERT_EQ(summary.malformed_messages.size(), 10u);
+  const std::set<std::string> distinct(summary.malformed_messages.begin(),
+                                       summary.malformed_messages.end());
+  EXPECT_EQ(distinct.size(), 10u);
+  EXPECT_THAT(summary.malformed_messages[9], HasSubstr("train.tsv:879: "));
+}
+
+// The data lasting longer than estimated (training lines shorter than the held-out ones, over
+// epochs): the progress bar reaches its end once, when the data ends, instead of every step
+// past the estimate ("974/974", "975/975", ...).
+TEST(Trainer, TheProgressBarReachesItsEndOnce) {
+  const auto dir = fresh_dir("progress_end");
+  std::filesystem::create_directories(dir);
+  write_criteo(dir / "train.tsv", 600, 0, 3);
+  {
+    std::ofstream out(dir / "train.tsv", std::ios::app);
+    for (int i = 0; i < 2000; ++i) out << (i % 3 == 0 ? "1" : "0") << std::string(39, '\t') << '\n';
+  }
+  std::ostringstream log;
+  const TrainSummary summary =
+      run_training(small_config(dir / "out", {"data.path=\"" + (dir / "train.tsv").string() + "\"",
+                                              "data.eval_examples=500", "train.steps=1000",
+                                              "train.batch_size=64", "train.epochs=2"}),
+                   {.log = &log});
+  EXPECT_TRUE(summary.data_ended);
+  const std::regex full(R"((\d+)/(\d+) steps)");
+  int ends = 0;
+  std::string text = log.str();
+  for (std::sregex_iterator it(text.begin(), text.end(), full), end; it != end; ++it) {
+    if ((*it)[1] == (*it)[2]) {
+      ++ends;
+      EXPECT_EQ((*it)[1].str(), std::to_string(summary.steps));
+    }
+  }
+  EXPECT_EQ(ends, 1) << text;
+  EXPECT_THAT(text, HasSubstr("the data will end before train.steps"));
+}
+
 TEST(Trainer, BadDataPathsAreReported) {
   const auto dir = fresh_dir("bad_path");
   std::ostringstream log;
@@ -398,22 +462,62 @@ TEST(Trainer, BadDataPathsAreReported) {
                InvalidArgument);
 }
 
+// A log that notes the file system's call counts each time a checkpoint is reported.
+class CountsAtCheckpoints : public std::stringbuf {
+ public:
+  explicit CountsAtCheckpoints(const test::FaultFileSystem& file_system)
+      : file_system_(file_system) {}
+  // counts()[k][p]: the calls of kFaultPoints[p] when checkpoint k had been written.
+  const std::vector<std::array<int, test::kFaultPoints.size()>>& counts() const { return counts_; }
+
+ protected:
+  int sync() override {
+    const std::string text = str();
+    const auto seen = static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+    for (; lines_ < seen; ++lines_) {
+      const size_t start = lines_ == 0 ? 0 : nth_newline(text, lines_) + 1;
+      if (text.compare(start, 11, "checkpoint ") != 0) continue;
+      std::array<int, test::kFaultPoints.size()> now{};
+      for (size_t p = 0; p < now.size(); ++p) now[p] = file_system_.count(test::kFaultPoints[p]);
+      counts_.push_back(now);
+    }
+    return 0;
+  }
+
+ private:
+  static size_t nth_newline(const std::string& text, size_t n) {
+    size_t at = 0;
+    for (size_t k = 0; k < n; ++k) at = text.find('\n', k == 0 ? 0 : at + 1);
+    return at;
+  }
+  const test::FaultFileSystem& file_system_;
+  size_t lines_ = 0;
+  std::vector<std::array<int, test::kFaultPoints.size()>> counts_;
+};
+
 // A write, fsync, rename or directory fsync failing in the trainer's second or last checkpoint:
 // the run throws std::system_error with that errno, the latest checkpoint is a complete one, and
 // a resume from it finishes the run.
 TEST(Trainer, AFailingCheckpointLeavesACompleteOneToResumeFrom) {
   const std::vector<std::string> schedule = {"train.steps=60", "checkpoint.every=20",
                                              "train.eval_every=60"};
-  std::array<int, test::kFaultPoints.size()> calls{};  // of a run without faults
+  // The calls of a run without faults when each of its 3 checkpoints was written.
+  std::vector<std::array<int, test::kFaultPoints.size()>> at_checkpoint;
   {
     test::FaultFileSystem file_system;
-    std::ostringstream log;
+    CountsAtCheckpoints counts(file_system);
+    std::ostream log(&counts);
     run_training(small_config(fresh_dir("fault_count"), schedule), {.log = &log});
-    for (size_t p = 0; p < calls.size(); ++p) calls[p] = file_system.count(test::kFaultPoints[p]);
+    at_checkpoint = counts.counts();
   }
+  ASSERT_EQ(at_checkpoint.size(), 3u);
+  std::array<int, test::kFaultPoints.size()> calls{};
+  for (size_t p = 0; p < calls.size(); ++p) calls[p] = at_checkpoint[2][p];
   for (size_t p = 0; p < calls.size(); ++p) {
     const test::FaultPoint point = test::kFaultPoints[p];
-    for (const int nth : {calls[p] / 2, calls[p]}) {
+    // In the second checkpoint, and the last call of the last one.
+    const int second = at_checkpoint[0][p] + (at_checkpoint[1][p] - at_checkpoint[0][p] + 1) / 2;
+    for (const int nth : {second, calls[p]}) {
       SCOPED_TRACE(test::fault_point_name(point) + " number " + std::to_string(nth) + " of " +
                    std::to_string(calls[p]));
       ASSERT_GT(nth, 0);
@@ -436,6 +540,58 @@ TEST(Trainer, AFailingCheckpointLeavesACompleteOneToResumeFrom) {
           run_training(small_config(dir, schedule), {.resume = true, .log = &log});
       EXPECT_EQ(resumed.steps, 60);
     }
+  }
+}
+
+// A full disk under output.dir: a record (config.toml, metrics.jsonl, summary.json,
+// training.svg) that cannot be written stops the run with std::system_error ENOSPC naming it, and
+// none is left written in part: the atomic ones are absent.
+TEST(Trainer, ARecordThatCannotBeWrittenStopsTheRunNamingIt) {
+  for (const std::string name : {"config.toml", "metrics.jsonl", "summary.json", "training.svg"}) {
+    SCOPED_TRACE(name);
+    const auto dir = fresh_dir("full_disk");
+    std::ostringstream log;
+    {
+      test::FaultFileSystem file_system;
+      file_system.fail_writes_to(name, ENOSPC);
+      try {
+        run_training(small_config(dir, {"train.steps=20"}), {.log = &log});
+        ADD_FAILURE() << "no error";
+      } catch (const std::system_error& error) {
+        EXPECT_EQ(error.code().value(), ENOSPC) << error.what();
+        EXPECT_THAT(error.what(), HasSubstr(name));
+      }
+    }
+    if (name != "metrics.jsonl") {
+      EXPECT_FALSE(std::filesystem::exists(dir / name));
+    }
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      EXPECT_THAT(entry.path().filename().string(), Not(HasSubstr(".tmp-")));
+    }
+  }
+}
+
+// A checkpoint.dir (or output.dir) that cannot be written is found before the first step, not
+// when the first checkpoint is saved.
+TEST(Trainer, AnUnwritableCheckpointDirStopsTheRunBeforeTheFirstStep) {
+  for (const std::string setting : {"checkpoint.dir", "output.dir"}) {
+    SCOPED_TRACE(setting);
+    const auto dir = fresh_dir("read_only");
+    const std::filesystem::path checkpoints = dir / "read_only_checkpoints";
+    std::ostringstream log;
+    test::FaultFileSystem file_system;
+    file_system.fail_writes_to(
+        setting == "output.dir" ? (dir / "out").string() : checkpoints.string(), EROFS);
+    try {
+      run_training(small_config(dir / "out", {"checkpoint.dir=\"" + checkpoints.string() + "\""}),
+                   {.log = &log});
+      ADD_FAILURE() << "no error";
+    } catch (const std::system_error& error) {
+      EXPECT_EQ(error.code().value(), EROFS) << error.what();
+      EXPECT_THAT(error.what(), HasSubstr(setting + " '"));
+    }
+    EXPECT_THAT(log.str(), Not(HasSubstr("eval at step")));
+    EXPECT_FALSE(std::filesystem::exists(dir / "out" / "metrics.jsonl"));
   }
 }
 
@@ -495,10 +651,13 @@ TEST(Trainer, ASmallFileIsNotAllHeldOut) {
 // Stopped by a signal after the checkpoint of step 50: the run saves, evaluates and reports, and
 // a resume continues exactly as the uninterrupted run. The overlapped loop has read and
 // prefetched the batch of step 51 when it stops: never finished, it changes nothing.
-void expect_a_stop_to_resume_exactly(const std::string& overlap) {
-  SCOPED_TRACE("train.overlap=" + overlap);
+// With `eval_every` 50, the step it stops at is also one of the evaluation schedule: the records
+// hold that evaluation once, in the stopped run and after the resume.
+void expect_a_stop_to_resume_exactly(const std::string& overlap, int eval_every = 40) {
+  SCOPED_TRACE("train.overlap=" + overlap + ", train.eval_every=" + std::to_string(eval_every));
   const auto small_config = [&](const std::filesystem::path& dir) {
-    return train::small_config(dir, {"train.overlap=" + overlap});
+    return train::small_config(
+        dir, {"train.overlap=" + overlap, "train.eval_every=" + std::to_string(eval_every)});
   };
   const auto straight_dir = fresh_dir("stop_straight");
   const auto stopped_dir = fresh_dir("stop_stopped");
@@ -519,6 +678,13 @@ void expect_a_stop_to_resume_exactly(const std::string& overlap) {
   EXPECT_THAT(read_text(stopped_dir / "summary.json"), HasSubstr("\"stop_signal\": 2,"));
   ASSERT_EQ(latest_checkpoint(stopped_dir / "checkpoints"),
             stopped_dir / "checkpoints" / "ckpt-000000000050");
+  const std::string stopped_metrics = read_text(stopped_dir / "metrics.jsonl");
+  size_t evaluations_at_50 = 0;
+  for (size_t at = 0;
+       (at = stopped_metrics.find("{\"step\": 50, \"eval_auc\"", at)) != std::string::npos; ++at) {
+    ++evaluations_at_50;
+  }
+  EXPECT_EQ(evaluations_at_50, 1u) << stopped_metrics;
 
   const TrainSummary resumed =
       run_training(small_config(stopped_dir), {.resume = true, .log = &log});
@@ -532,6 +698,10 @@ void expect_a_stop_to_resume_exactly(const std::string& overlap) {
 TEST(Trainer, AStopRequestEndsTheRunAfterTheStepAndResumesExactly) {
   expect_a_stop_to_resume_exactly("false");
   expect_a_stop_to_resume_exactly("true");
+}
+
+TEST(Trainer, AStopAtAnEvaluationStepResumesWithTheRecordsOfAnUninterruptedRun) {
+  expect_a_stop_to_resume_exactly("false", 50);
 }
 
 // What decides the updates may not change on --resume (check_resume_settings); the length of

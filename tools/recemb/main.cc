@@ -115,6 +115,16 @@ CLI::App* add_predict(CLI::App& app, PredictArguments& args) {
       ->required();
   predict->add_option("--data", args.data,
                       "Criteo TSV files to predict, in order (default: stdin)");
+  predict
+      ->add_option_function<std::string>(
+          "--labels",
+          [&args](const std::string& value) {
+            args.labels = value == "yes" ? recemb::train::CriteoLabel::kPresent
+                                         : recemb::train::CriteoLabel::kAbsent;
+          },
+          "Whether every line starts with the label field: yes or no (default: lines of 40 fields "
+          "have it, lines of 39 are refused as ambiguous)")
+      ->check(CLI::IsMember({"yes", "no"}));
   predict->add_flag_callback(
       "--no-verify", [&args] { args.verify = false; }, "Skip checksum verification when opening");
   return predict;

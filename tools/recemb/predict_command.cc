@@ -1,9 +1,6 @@
 #include "tools/recemb/predict_command.h"
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string_view>
 
 #include "recemb/error.h"
@@ -36,14 +33,15 @@ bool read_line(std::istream& in, std::string& line) {
 
 class Answerer {
  public:
-  Answerer(train::Predictor& predictor, std::ostream& out) : predictor_(predictor), out_(out) {}
+  Answerer(train::Predictor& predictor, train::CriteoLabel labels, std::ostream& out)
+      : predictor_(predictor), labels_(labels), out_(out) {}
 
   // Predicts `lines`, named "<source><line number>" in messages, and writes the answers.
   void answer(const std::vector<std::string>& lines, const std::string& source,
               int64_t first_line_number) {
     views_.assign(lines.begin(), lines.end());
     results_.resize(lines.size());
-    predictor_.predict(views_, results_);
+    predictor_.predict(views_, results_, labels_);
     for (size_t i = 0; i < results_.size(); ++i) {
       const train::Prediction& result = results_[i];
       if (result.error.empty()) {
@@ -62,25 +60,21 @@ class Answerer {
 
  private:
   train::Predictor& predictor_;
+  train::CriteoLabel labels_;
   std::ostream& out_;
   std::vector<std::string_view> views_;
   std::vector<train::Prediction> results_;
   int64_t failed_ = 0;
 };
 
-// The file `path` open for reading; InvalidArgument (without blocking on a FIFO) when it is not a
-// regular file, std::system_error when it cannot be opened.
-std::ifstream open_data(const std::string& path) {
+// Checks that `path` is a readable regular file: InvalidArgument (without blocking on a FIFO)
+// when it is not a regular file, std::system_error naming it when it cannot be opened.
+void check_data_file(const std::string& path) {
   std::error_code error;
   if (std::filesystem::exists(path, error) && !std::filesystem::is_regular_file(path, error)) {
-    throw InvalidArgument("--data '" + path +
-                          "' is not a regular file (decompress or copy it first)");
+    throw InvalidArgument("--data '" + path + "' is not a regular file (copy it first)");
   }
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    throw std::system_error(errno, std::generic_category(), "--data: opening '" + path + "'");
-  }
-  return file;
+  train::plain_file_size(path);
 }
 
 }  // namespace
@@ -88,34 +82,36 @@ std::ifstream open_data(const std::string& path) {
 int run_predict_command(const PredictArguments& args, std::istream& in, std::ostream& out,
                         std::ostream& err) {
   train::Predictor predictor = train::Predictor::open(args.model, {.verify = args.verify});
-  std::vector<std::ifstream> files;
-  for (const std::string& path : args.data) files.push_back(open_data(path));
+  for (const std::string& path : args.data) check_data_file(path);
 
-  Answerer answerer(predictor, out);
+  Answerer answerer(predictor, args.labels, out);
   int64_t total = 0;
   std::vector<std::string> lines;
   if (args.data.empty()) {
     lines.resize(1);
     for (int64_t number = 1; read_line(in, lines[0]); ++number, ++total) {
+      if (number == 1 && lines[0].starts_with("\x1f\x8b")) {
+        throw InvalidArgument(
+            "stdin is gzip-compressed: give the file as --data (read as the trainer reads it)");
+      }
       answerer.answer(lines, "line ", number);
     }
   } else {
-    for (size_t f = 0; f < files.size(); ++f) {
-      const std::string source = args.data[f] + ":";
+    for (const std::string& path : args.data) {
+      // The trainer's reader frames the lines (plain or gzip); the categorical ids are the
+      // predictor's, so the reader is told none.
+      train::CriteoReader reader({path}, {.ids = train::CategoricalIds::kRawKeys});
+      const std::string source = path + ":";
       int64_t first = 1;
       lines.clear();
-      for (std::string line; read_line(files[f], line);) {
-        lines.push_back(std::move(line));
+      for (std::string_view line; reader.next_line(line);) {
+        lines.emplace_back(line);
         if (lines.size() == kFileBatchLines) {
           answerer.answer(lines, source, first);
           first += static_cast<int64_t>(lines.size());
           total += static_cast<int64_t>(lines.size());
           lines.clear();
         }
-      }
-      if (files[f].bad()) {
-        throw std::system_error(errno, std::generic_category(),
-                                "--data: reading '" + args.data[f] + "'");
       }
       if (!lines.empty()) answerer.answer(lines, source, first);
       total += static_cast<int64_t>(lines.size());

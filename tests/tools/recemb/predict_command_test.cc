@@ -12,6 +12,7 @@
 #include <system_error>
 #include <utility>
 #include <vector>
+#include <zlib.h>
 
 #include "recemb/checkpoint.h"
 #include "recemb/embedding.h"
@@ -183,7 +184,7 @@ TEST_F(PredictDynamicCommandTest, PredictsTheTrainersProbabilitiesFromFilesAndSt
 }
 
 // Every line gets one answer line, in order: a bad line an error object in its place, and the
-// exit status is 1.
+// exit status is 1. A line of 39 fields is refused as ambiguous unless --labels says which it is.
 TEST_F(PredictCommandTest, EveryLineGetsOneAnswerLine) {
   std::mt19937_64 random(4);
   const std::string good = test::random_criteo_line(random);
@@ -195,14 +196,24 @@ TEST_F(PredictCommandTest, EveryLineGetsOneAnswerLine) {
   ASSERT_EQ(answers.size(), 5u);
   EXPECT_EQ(answers[4], answers[0]);
   EXPECT_GT(std::stof(answers[0]), 0.0f);
-  EXPECT_GT(std::stof(answers[2]), 0.0f);
   EXPECT_EQ(answers[1],
             "{\"error\": {\"line\": 2, \"code\": \"InvalidArgument\", \"message\": \"line 2: "
             "expected 40 tab-separated fields, found 1\"}}");
+  EXPECT_THAT(answers[2], HasSubstr("line 3: 39 tab-separated fields: a line without its label"));
   EXPECT_EQ(answers[3],
             "{\"error\": {\"line\": 4, \"code\": \"InvalidArgument\", \"message\": \"line 4: "
-            "expected 40 tab-separated fields, found 1\"}}");
-  EXPECT_THAT(err.str(), HasSubstr("2 of 5 lines could not be predicted"));
+            "empty line\"}}");
+  EXPECT_THAT(err.str(), HasSubstr("3 of 5 lines could not be predicted"));
+
+  // --labels no: the unlabelled line is predicted, as its labelled form is by its field count.
+  std::istringstream without(unlabelled + "\n"), with("0\t" + unlabelled + "\n");
+  std::ostringstream without_out, with_out;
+  EXPECT_EQ(
+      run_predict_command({.model = model_dir().string(), .labels = train::CriteoLabel::kAbsent},
+                          without, without_out, err),
+      0);
+  EXPECT_EQ(run_predict_command({.model = model_dir().string()}, with, with_out, err), 0);
+  EXPECT_EQ(without_out.str(), with_out.str());
 
   // Files: the message names the file and line.
   std::ofstream(dir_ / "bad.tsv") << good << "\n1\t2\n";
@@ -212,6 +223,81 @@ TEST_F(PredictCommandTest, EveryLineGetsOneAnswerLine) {
                           in, file_out, err),
       1);
   EXPECT_THAT(file_out.str(), HasSubstr((dir_ / "bad.tsv").string() + ":2: expected 40"));
+}
+
+// A labelled line whose empty last field lost its tab (39 fields) is never read as one without
+// its label (every field shifted): refused by default, read as the trainer reads it with
+// --labels yes (the same probability as the line with its tab), refused with --labels no only if
+// it is no valid unlabelled line.
+TEST_F(PredictCommandTest, ALabelledLineThatLostItsLastTabIsNotReadAsUnlabelled) {
+  std::mt19937_64 random(6);
+  std::string complete = test::random_criteo_line(random);
+  complete = complete.substr(0, complete.rfind('\t') + 1);  // C26 empty: the line ends in a tab
+  const std::string trimmed = complete.substr(0, complete.size() - 1);
+  std::ostringstream out, err;
+  std::istringstream in(trimmed + "\n");
+  EXPECT_EQ(run_predict_command({.model = model_dir().string()}, in, out, err), 1);
+  EXPECT_THAT(out.str(), HasSubstr("39 tab-separated fields"));
+  EXPECT_THAT(out.str(), HasSubstr("--labels no or --labels yes"));
+  std::istringstream trimmed_in(trimmed + "\n"), complete_in(complete + "\n");
+  std::ostringstream trimmed_out, complete_out;
+  EXPECT_EQ(
+      run_predict_command({.model = model_dir().string(), .labels = train::CriteoLabel::kPresent},
+                          trimmed_in, trimmed_out, err),
+      0);
+  EXPECT_EQ(run_predict_command({.model = model_dir().string()}, complete_in, complete_out, err),
+            0);
+  EXPECT_EQ(trimmed_out.str(), complete_out.str());
+}
+
+// `text` as one gzip member, as gzip(1) writes it.
+std::string gzip_compressed(const std::string& text) {
+  z_stream stream{};
+  EXPECT_EQ(deflateInit2(&stream, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&stream, text.size()), '\0');
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  stream.avail_in = static_cast<uInt>(text.size());
+  stream.next_out = reinterpret_cast<Bytef*>(out.data());
+  stream.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&stream, Z_FINISH), Z_STREAM_END);
+  out.resize(stream.total_out);
+  deflateEnd(&stream);
+  return out;
+}
+
+// --data reads gzip files as the trainer does (CriteoReader): the same answers as the plain
+// file; damaged gzip data stops the command with DataLoss naming the file; gzip on stdin is
+// refused, not answered line by line as text.
+TEST_F(PredictCommandTest, GzipDataIsReadAsTheTrainerReadsIt) {
+  std::ifstream held_out(dir_ / "held_out.tsv");
+  const std::string text(std::istreambuf_iterator<char>(held_out), {});
+  const std::string gzip = gzip_compressed(text);
+  std::ofstream(dir_ / "held_out.gz", std::ios::binary) << gzip;
+  std::ofstream(dir_ / "damaged.gz", std::ios::binary) << gzip << "trailing garbage";
+  std::istringstream no_input;
+  std::ostringstream plain_out, gzip_out, err;
+  EXPECT_EQ(run_predict_command(
+                {.model = model_dir().string(), .data = {(dir_ / "held_out.tsv").string()}},
+                no_input, plain_out, err),
+            0);
+  EXPECT_EQ(run_predict_command(
+                {.model = model_dir().string(), .data = {(dir_ / "held_out.gz").string()}},
+                no_input, gzip_out, err),
+            0);
+  EXPECT_EQ(gzip_out.str(), plain_out.str());
+  std::ostringstream damaged_out;
+  try {
+    run_predict_command({.model = model_dir().string(), .data = {(dir_ / "damaged.gz").string()}},
+                        no_input, damaged_out, err);
+    ADD_FAILURE() << "no error";
+  } catch (const DataLoss& error) {
+    EXPECT_THAT(error.what(), HasSubstr((dir_ / "damaged.gz").string()));
+  }
+  std::istringstream gzip_in(gzip);
+  std::ostringstream stdin_out;
+  EXPECT_THROW(run_predict_command({.model = model_dir().string()}, gzip_in, stdin_out, err),
+               InvalidArgument);
+  EXPECT_EQ(stdin_out.str(), "");
 }
 
 TEST_F(PredictCommandTest, UnusableModelsAndDataThrowBeforeAnyOutput) {
