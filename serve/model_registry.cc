@@ -140,10 +140,10 @@ bool is_valid_model_name(std::string_view name) {
 }
 
 void PredictorPool::predict(std::span<const std::string_view> lines,
-                            std::span<train::Prediction> results) {
+                            std::span<train::Prediction> results, train::CriteoLabel labels) {
   std::unique_ptr<train::Predictor> predictor = borrow();
   try {
-    predictor->predict(lines, results);
+    predictor->predict(lines, results, labels);
   } catch (...) {
     give_back(std::move(predictor));
     throw;

@@ -43,7 +43,8 @@ class PredictorPool {
   explicit PredictorPool(train::Predictor prototype) : prototype_(std::move(prototype)) {}
 
   // Predictor::predict on a copy no other request is using.
-  void predict(std::span<const std::string_view> lines, std::span<train::Prediction> results);
+  void predict(std::span<const std::string_view> lines, std::span<train::Prediction> results,
+               train::CriteoLabel labels);
 
  private:
   std::unique_ptr<train::Predictor> borrow();

@@ -146,21 +146,32 @@ int64_t check_answer_memory(const ServingModel& model, const LookupRequest& requ
   return answer;
 }
 
-// Decodes {"instances": ["line", ...]} as its events come: lines beyond max_examples are counted,
-// not kept.
+// Decodes {"instances": ["line", ...], "labels": "yes" | "no"} as its events come: lines beyond
+// max_examples are counted, not kept.
 class InstancesDecoder final : public JsonEvents {
  public:
   explicit InstancesDecoder(int64_t max_examples) : max_examples_(max_examples) {}
 
-  std::vector<std::string> finish() {
+  PredictRequest finish() {
     if (count_ > max_examples_) {
       throw InvalidArgument(std::to_string(count_) + " instances, more than --max-examples " +
                             std::to_string(max_examples_));
     }
-    return std::move(lines_);
+    return {.lines = std::move(lines_), .labels = labels_};
   }
 
   bool scalar(const JsonScalar& value) override {
+    if (expect_ == Expect::kLabels) {
+      if (value.kind != JsonScalar::Kind::kString || (value.text != "yes" && value.text != "no")) {
+        throw InvalidArgument(
+            "\"labels\" must be \"yes\" (every line starts with its label) or "
+            "\"no\" (no line has one), got " +
+            value.describe());
+      }
+      labels_ = value.text == "yes" ? train::CriteoLabel::kPresent : train::CriteoLabel::kAbsent;
+      expect_ = Expect::kField;
+      return true;
+    }
     if (expect_ != Expect::kLine || value.kind != JsonScalar::Kind::kString) {
       misplaced(value.describe());
     }
@@ -173,8 +184,15 @@ class InstancesDecoder final : public JsonEvents {
     return true;
   }
   bool key(string_t& key) override {
+    if (key == "labels") {
+      if (labels_given_) throw InvalidArgument("field 'labels' appears twice");
+      labels_given_ = true;
+      expect_ = Expect::kLabels;
+      return true;
+    }
     if (key != "instances") {
-      throw InvalidArgument("unknown field '" + excerpt(key) + "' (expected only \"instances\")");
+      throw InvalidArgument("unknown field '" + excerpt(key) +
+                            "' (expected \"instances\" and, optionally, \"labels\")");
     }
     if (given_) throw InvalidArgument("field 'instances' appears twice");
     given_ = true;
@@ -197,7 +215,7 @@ class InstancesDecoder final : public JsonEvents {
   }
 
  private:
-  enum class Expect { kBody, kField, kList, kLine };
+  enum class Expect { kBody, kField, kList, kLine, kLabels };
 
   [[noreturn]] void misplaced(const std::string& what) const {
     if (expect_ == Expect::kLine) {
@@ -206,6 +224,9 @@ class InstancesDecoder final : public JsonEvents {
     }
     if (expect_ == Expect::kList) {
       throw InvalidArgument("\"instances\" must be a list of Criteo lines (strings), got " + what);
+    }
+    if (expect_ == Expect::kLabels) {
+      throw InvalidArgument("\"labels\" must be \"yes\" or \"no\", got " + what);
     }
     throw InvalidArgument(
         "the body must be a JSON object {\"instances\": a list of Criteo lines (strings)}, got " +
@@ -216,6 +237,8 @@ class InstancesDecoder final : public JsonEvents {
   std::vector<std::string> lines_;
   int64_t count_ = 0;
   bool given_ = false;
+  bool labels_given_ = false;
+  train::CriteoLabel labels_ = train::CriteoLabel::kFromFieldCount;
   Expect expect_ = Expect::kBody;
 };
 
@@ -396,7 +419,7 @@ std::string look_up_binary(const ServingModel& model, const LookupRequest& reque
   return out;
 }
 
-std::vector<std::string> decode_json_instances(std::string_view body, int64_t max_examples) {
+PredictRequest decode_json_instances(std::string_view body, int64_t max_examples) {
   InstancesDecoder decoder(max_examples);
   decoder.parse(body);
   return decoder.finish();

@@ -17,6 +17,7 @@
 #include "recemb/serving.h"
 
 #include "serve/json_ids.h"
+#include "train/criteo_reader.h"
 
 namespace recemb::serve {
 
@@ -67,8 +68,18 @@ std::string look_up_json(const ServingModel& model, const LookupRequest& request
 std::string look_up_binary(const ServingModel& model, const LookupRequest& request,
                            const RequestLimits& limits);
 
-// {"instances": ["<Criteo line>", ...]}: 1 to `max_examples` strings.
-std::vector<std::string> decode_json_instances(std::string_view body, int64_t max_examples);
+// A :predict request: its Criteo lines, and whether they carry their label (docs/serving.md,
+// "Predict").
+struct PredictRequest {
+  std::vector<std::string> lines;
+  // "labels": "yes" kPresent, "no" kAbsent; not given: kFromFieldCount (40 fields: labelled, 39:
+  // refused as ambiguous).
+  train::CriteoLabel labels = train::CriteoLabel::kFromFieldCount;
+};
+
+// {"instances": ["<Criteo line>", ...], "labels": "yes" | "no"}: 1 to `max_examples` strings;
+// "labels" optional.
+PredictRequest decode_json_instances(std::string_view body, int64_t max_examples);
 
 // {"predictions": [p, ...]}, each the shortest text that reads back as the same float.
 std::string encode_json_predictions(std::span<const float> probabilities);

@@ -259,11 +259,12 @@ HttpResponse Server::predict(const HttpRequest& request, const ServedModel& mode
         415, "UnsupportedMediaType",
         "Content-Type '" + excerpt(request.content_type) + "': send " + std::string(kJsonType)};
   }
-  const std::vector<std::string> lines =
+  const PredictRequest predict_request =
       decode_json_instances(request.body, options_.limits.max_examples);
+  const std::vector<std::string>& lines = predict_request.lines;
   const std::vector<std::string_view> views(lines.begin(), lines.end());
   std::vector<train::Prediction> results(lines.size());
-  model.predictor->predict(views, results);
+  model.predictor->predict(views, results, predict_request.labels);
   std::vector<float> probabilities;
   probabilities.reserve(results.size());
   for (size_t i = 0; i < results.size(); ++i) {

@@ -602,8 +602,8 @@ class Trainer {
   int64_t loss_window_count_ = 0;
   double recent_loss_ = std::nan("");
   int64_t last_saved_step_ = -1;
-  int64_t first_step_ = 0;  // the tables' step at this run's step 0 (--init-from)
-  std::optional<EvalRecord> last_eval_;            // this run's latest evaluation
+  int64_t first_step_ = 0;               // the tables' step at this run's step 0 (--init-from)
+  std::optional<EvalRecord> last_eval_;  // this run's latest evaluation
   std::optional<Clock::time_point> last_publish_;  // none: not publishing (yet)
   int64_t published_step_ = -1;
   std::future<PublishResult> publishing_;  // the delta being written

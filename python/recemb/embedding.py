@@ -488,7 +488,9 @@ class Embedding(_TableAccess):
 
     def publish(self, dir: PathLike, dtype: str = "float32",
                 extra_arrays: Optional[Mapping[str, Any]] = None,
-                metadata: Optional[Mapping[str, str]] = None) -> Any:
+                metadata: Optional[Mapping[str, str]] = None, *,
+                base_every_deltas: int = 360, base_every_bytes: int = 2**30,
+                keep_versions: int = 2) -> Any:
         """Publishes the tables into the model directory `dir` (MODEL_DIR/NAME of `recemb
         serve`): the first call (and the next after a write that is not a training step:
         write_variable, load, ...; or with another dir or dtype) writes a base, dir/<V>/
@@ -496,16 +498,22 @@ class Embedding(_TableAccess):
         holding the rows (and dynamic keys, and removed keys) changed since the previous publish,
         which ServingModel.apply_delta applies to the base (docs/serving.md, "Publishing
         deltas"). extra_arrays ({name: float32 array}) and metadata ({str: str}) are written
-        whole in every file; a delta's arrays must keep the base's names and shapes. Returns
-        the result: .file, .version, .sequence (0 for a base), .rows. Raises ValueError for a
-        bad dtype, array or value (as export). With several ranks, every rank calls it (rank 0
-        writes the files)."""
+        whole in every file; a delta's arrays must keep the base's names and shapes.
+        Retention (docs/serving.md, "Retention"): a new base instead of a delta once the base has
+        base_every_deltas deltas or they hold base_every_bytes bytes (0: no such bound), and
+        after a base only the keep_versions newest versions stay (0: all). Returns the result:
+        .file, .version, .sequence (0 for a base), .rows, .bytes, .base_reason (why a base),
+        .removed_versions. Raises ValueError for a bad dtype, array, value or retention setting
+        (as export). With several ranks, every rank calls it (rank 0 writes the files)."""
         if isinstance(dtype, (type, np.dtype)):  # np.float16, np.dtype("int8"): by name
             dtype = np.dtype(dtype).name
         _path("dir", dir)
         options = _recemb.PublishOptions(
             dtype=_parse_name(_recemb.parse_serving_dtype, "dtype", dtype),
-            extra_arrays=_serving_arrays(extra_arrays), metadata=_metadata(metadata))
+            extra_arrays=_serving_arrays(extra_arrays), metadata=_metadata(metadata),
+            base_every_deltas=_int_setting("base_every_deltas", base_every_deltas, 2**63 - 1),
+            base_every_bytes=_int_setting("base_every_bytes", base_every_bytes, 2**63 - 1),
+            keep_versions=_int_setting("keep_versions", keep_versions, 2**31 - 1))
         with self._lock:
             return _recemb.publish(self._engine, dir, options)
 

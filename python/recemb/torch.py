@@ -264,10 +264,10 @@ class Embedding(torch.nn.Module):
         self.layer.export(path, dtype, _numpy_arrays(extra_arrays), metadata)
 
     def publish(self, dir: Any, dtype: str = "float32", extra_arrays: Any = None,
-                metadata: Any = None) -> Any:
-        """recemb.Embedding.publish (a base, then deltas, for `recemb serve`); extra_arrays may
-        hold tensors."""
-        return self.layer.publish(dir, dtype, _numpy_arrays(extra_arrays), metadata)
+                metadata: Any = None, **retention: int) -> Any:
+        """recemb.Embedding.publish (a base, then deltas, for `recemb serve`; retention:
+        base_every_deltas, base_every_bytes, keep_versions); extra_arrays may hold tensors."""
+        return self.layer.publish(dir, dtype, _numpy_arrays(extra_arrays), metadata, **retention)
 
     def _variables(self, prefix):
         """{state_dict key: (table, variable)} of the static tables' variables."""

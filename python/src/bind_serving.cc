@@ -73,21 +73,34 @@ void bind_serving(py::module_& module) {
   const PublishOptions publish_defaults{};
   py::class_<PublishOptions>(module, "PublishOptions")
       .def(py::init([](ServingDtype dtype, std::vector<ServingArray> extra_arrays,
-                       std::map<std::string, std::string> metadata) {
+                       std::map<std::string, std::string> metadata, int64_t base_every_deltas,
+                       int64_t base_every_bytes, int keep_versions) {
              return PublishOptions{.dtype = dtype,
                                    .extra_arrays = std::move(extra_arrays),
-                                   .metadata = std::move(metadata)};
+                                   .metadata = std::move(metadata),
+                                   .base_every_deltas = base_every_deltas,
+                                   .base_every_bytes = base_every_bytes,
+                                   .keep_versions = keep_versions};
            }),
            py::arg("dtype") = publish_defaults.dtype,
            py::arg("extra_arrays") = publish_defaults.extra_arrays,
-           py::arg("metadata") = publish_defaults.metadata, py::keep_alive<1, 3>())
+           py::arg("metadata") = publish_defaults.metadata,
+           py::arg("base_every_deltas") = publish_defaults.base_every_deltas,
+           py::arg("base_every_bytes") = publish_defaults.base_every_bytes,
+           py::arg("keep_versions") = publish_defaults.keep_versions, py::keep_alive<1, 3>())
       .def_readonly("dtype", &PublishOptions::dtype)
-      .def_readonly("metadata", &PublishOptions::metadata);
+      .def_readonly("metadata", &PublishOptions::metadata)
+      .def_readonly("base_every_deltas", &PublishOptions::base_every_deltas)
+      .def_readonly("base_every_bytes", &PublishOptions::base_every_bytes)
+      .def_readonly("keep_versions", &PublishOptions::keep_versions);
   py::class_<PublishResult>(module, "PublishResult")
       .def_readonly("file", &PublishResult::file)
       .def_readonly("version", &PublishResult::version)
       .def_readonly("sequence", &PublishResult::sequence)
-      .def_readonly("rows", &PublishResult::rows);
+      .def_readonly("rows", &PublishResult::rows)
+      .def_readonly("bytes", &PublishResult::bytes)
+      .def_readonly("base_reason", &PublishResult::base_reason)
+      .def_readonly("removed_versions", &PublishResult::removed_versions);
   module.def("publish", &publish, py::arg("embedding"), py::arg("dir"),
              py::arg("options") = PublishOptions{}, Release(),
              "Writes a base into the model directory `dir`, then deltas of the rows changed "

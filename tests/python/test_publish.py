@@ -99,3 +99,39 @@ def test_refused_deltas_change_nothing(tmp_path):
     expect_same_lookups(model, recemb.ServingModel.open(base), rng)
     with pytest.raises(ValueError, match="dtype"):
         layer.publish(tmp_path / "m", dtype="bfloat16")
+
+
+def test_retention_settings_bound_the_deltas_and_versions_on_disk(tmp_path):
+    """base_every_deltas=2, keep_versions=2: a base, two deltas, a new base, ...; after each base
+    only the two newest version directories remain, and the newest base plus its deltas looks up
+    as a fresh export of the same step."""
+    rng = np.random.default_rng(11)
+    layer = make_layer()
+    model_dir = tmp_path / "model"
+    results = []
+    for k in range(12):
+        train(layer, rng, 2)
+        results.append(layer.publish(model_dir, base_every_deltas=2, keep_versions=2))
+        # The rule's prediction: publish k is in version k // 3 + 1, sequence k % 3.
+        assert (results[-1].version, results[-1].sequence) == (k // 3 + 1, k % 3), k
+        newest = k // 3 + 1
+        on_disk = sorted(int(p.name) for p in model_dir.iterdir() if p.name.isdigit())
+        assert on_disk == list(range(max(1, newest - 1), newest + 1)), (k, on_disk)
+        assert results[-1].bytes == results[-1].file.stat().st_size
+    assert results[3].base_reason != "" and "base_every_deltas" in results[3].base_reason
+    assert results[4].base_reason == ""
+    assert results[6].removed_versions == [1] and results[9].removed_versions == [2]
+    fresh = tmp_path / "fresh.recemb"
+    recemb._recemb.export_serving_model(layer._engine, fresh, recemb._recemb.ExportOptions())
+    served = recemb.ServingModel.open(model_dir / "4" / "model.recemb")
+    for sequence in (1, 2):
+        served.apply_delta(model_dir / "4" / f"delta-{sequence:08d}.recemb")
+    expect_same_lookups(served, recemb.ServingModel.open(fresh), rng)
+
+
+def test_retention_settings_are_checked(tmp_path):
+    layer = make_layer()
+    for name in ("base_every_deltas", "base_every_bytes", "keep_versions"):
+        with pytest.raises(ValueError, match=name):
+            layer.publish(tmp_path / "model", **{name: -1})
+    assert not (tmp_path / "model").exists()

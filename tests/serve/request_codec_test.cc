@@ -333,8 +333,19 @@ TEST_F(RequestCodecTest, AnswersBeyondTheBudgetAreRefused) {
 }
 
 TEST(RequestCodec, Predictions) {
-  EXPECT_EQ(decode_json_instances(R"({"instances": ["a\tb", "c"]})", 2),
-            (std::vector<std::string>{"a\tb", "c"}));
+  const PredictRequest request = decode_json_instances(R"({"instances": ["a\tb", "c"]})", 2);
+  EXPECT_EQ(request.lines, (std::vector<std::string>{"a\tb", "c"}));
+  EXPECT_EQ(request.labels, train::CriteoLabel::kFromFieldCount);
+  EXPECT_EQ(decode_json_instances(R"({"labels": "no", "instances": ["a"]})", 2).labels,
+            train::CriteoLabel::kAbsent);
+  EXPECT_EQ(decode_json_instances(R"({"instances": ["a"], "labels": "yes"})", 2).labels,
+            train::CriteoLabel::kPresent);
+  EXPECT_THAT(recemb::test::error_of<InvalidArgument>(
+                  [] { decode_json_instances(R"({"instances": ["a"], "labels": "maybe"})", 2); }),
+              HasSubstr("\"labels\" must be \"yes\""));
+  EXPECT_THAT(recemb::test::error_of<InvalidArgument>(
+                  [] { decode_json_instances(R"({"instances": ["a"], "label": "yes"})", 2); }),
+              HasSubstr("unknown field 'label'"));
   EXPECT_THAT(recemb::test::error_of<InvalidArgument>(
                   [] { decode_json_instances(R"({"instances": ["a", 1]})", 5); }),
               HasSubstr("instance 1: not a string"));

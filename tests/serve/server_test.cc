@@ -157,6 +157,38 @@ TEST_F(ServerTest, PredictionsEqualThePredictors) {
       post(server, "/v1/models/ctr:predict", nlohmann::json{{"instances", with_ambiguous}}.dump());
   EXPECT_EQ(ambiguous.status, 400);
   EXPECT_THAT(ambiguous.body, HasSubstr("instance 1: 39 tab-separated fields"));
+  // "labels" settles it as `recemb predict --labels` does: "no", lines of 39 fields without a
+  // label; "yes", every line labelled (a 39-field one lost its last, empty field).
+  for (const bool labelled : {false, true}) {
+    std::vector<std::string> settled;
+    nlohmann::json settled_instances = nlohmann::json::array();
+    for (int i = 0; i < 12; ++i) {
+      std::string line = recemb::test::random_criteo_line(random, labelled);
+      if (labelled) line = line.substr(0, line.rfind('\t'));  // 39 fields: C26 and its tab lost
+      settled.push_back(line);
+      settled_instances.push_back(line);
+    }
+    const std::vector<std::string_view> settled_views(settled.begin(), settled.end());
+    std::vector<train::Prediction> settled_expected(settled.size());
+    predictor.predict(settled_views, settled_expected,
+                      labelled ? train::CriteoLabel::kPresent : train::CriteoLabel::kAbsent);
+    const HttpResponse settled_answer =
+        post(server, "/v1/models/ctr:predict",
+             nlohmann::json{{"instances", settled_instances}, {"labels", labelled ? "yes" : "no"}}
+                 .dump());
+    ASSERT_EQ(settled_answer.status, 200) << settled_answer.body;
+    const nlohmann::json settled_predictions =
+        nlohmann::json::parse(settled_answer.body).at("predictions");
+    ASSERT_EQ(settled_predictions.size(), settled.size());
+    for (size_t i = 0; i < settled.size(); ++i) {
+      ASSERT_TRUE(settled_expected[i].error.empty()) << settled_expected[i].error;
+      EXPECT_EQ(settled_predictions[i].get<float>(), settled_expected[i].probability) << i;
+    }
+  }
+  HttpResponse bad_labels = post(server, "/v1/models/ctr:predict",
+                                 nlohmann::json{{"instances", instances}, {"labels", true}}.dump());
+  EXPECT_EQ(bad_labels.status, 400);
+  EXPECT_THAT(bad_labels.body, HasSubstr("\"labels\" must be \"yes\""));
   // A bad line: 400 naming the instance; a model without a dense part cannot predict.
   instances[2] = "1\t2\t3";
   HttpResponse bad =

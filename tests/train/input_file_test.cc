@@ -10,10 +10,10 @@
 #include <string>
 #include <system_error>
 #include <vector>
-#include <zlib.h>
 
 #include "recemb/error.h"
 
+#include "testing/gzip_text.h"
 #include "testing/temporary_directory.h"
 
 namespace recemb::train {
@@ -30,21 +30,6 @@ std::string random_text(size_t size, uint64_t seed) {
   return text;
 }
 
-std::string compressed(const std::string& text) {
-  // gzip framing (windowBits 15 + 16), as gzip(1) writes it.
-  z_stream stream{};
-  EXPECT_EQ(deflateInit2(&stream, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&stream, text.size()), '\0');
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  stream.avail_in = static_cast<uInt>(text.size());
-  stream.next_out = reinterpret_cast<Bytef*>(out.data());
-  stream.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&stream, Z_FINISH), Z_STREAM_END);
-  out.resize(stream.total_out);
-  deflateEnd(&stream);
-  return out;
-}
-
 std::string read_all(InputFile& file, size_t chunk) {
   std::string text;
   std::string buffer(chunk, '\0');
@@ -56,7 +41,8 @@ TEST(InputFileTest, PlainAndGzipReadAlikeAndSeekByDecompressedOffset) {
   const test::TemporaryDirectory dir;
   const std::string text = random_text(3'000'000, 1);
   std::ofstream(dir / "plain.tsv", std::ios::binary) << text;
-  std::ofstream(dir / "named.tsv", std::ios::binary) << compressed(text);  // gzip, not by name
+  std::ofstream(dir / "named.tsv", std::ios::binary)
+      << test::gzip_member(text);  // gzip, not by name
   for (const bool ahead : {false, true})
     for (const char* name : {"plain.tsv", "named.tsv"}) {
       SCOPED_TRACE(::testing::Message() << name << (ahead ? ", decompressed ahead" : ""));
@@ -84,7 +70,7 @@ TEST(InputFileTest, MissingTruncatedAndCorruptFilesNameThePath) {
   const test::TemporaryDirectory dir;
   EXPECT_THROW(InputFile((dir / "missing").string()), std::system_error);
   const std::string text = random_text(1'000'000, 2);
-  const std::string gzip = compressed(text);
+  const std::string gzip = test::gzip_member(text);
   std::ofstream(dir / "truncated.gz", std::ios::binary) << gzip.substr(0, gzip.size() / 2);
   std::string flipped = gzip;
   for (size_t k = gzip.size() / 3; k < gzip.size() / 3 + 32; ++k) flipped[k] ^= 0x33;
@@ -114,8 +100,8 @@ TEST(InputFileTest, BytesAfterAMemberThatStartNoOtherAreDataLoss) {
   const test::TemporaryDirectory dir;
   const std::string day0 = random_text(400'000, 3);
   const std::string day1 = random_text(300'000, 4);
-  const std::string first = compressed(day0);
-  const std::string second = compressed(day1);
+  const std::string first = test::gzip_member(day0);
+  const std::string second = test::gzip_member(day1);
   const auto first_size = static_cast<int64_t>(first.size());
   std::ofstream(dir / "concat.gz", std::ios::binary) << first << second;
   for (const bool ahead : {false, true}) {

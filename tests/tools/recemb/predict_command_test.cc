@@ -12,13 +12,13 @@
 #include <system_error>
 #include <utility>
 #include <vector>
-#include <zlib.h>
 
 #include "recemb/checkpoint.h"
 #include "recemb/embedding.h"
 #include "recemb/error.h"
 
 #include "testing/criteo_lines.h"
+#include "testing/gzip_text.h"
 #include "testing/temporary_directory.h"
 #include "tools/recemb/checkpoint_commands.h"
 #include "train/batch_buffers.h"
@@ -250,28 +250,13 @@ TEST_F(PredictCommandTest, ALabelledLineThatLostItsLastTabIsNotReadAsUnlabelled)
   EXPECT_EQ(trimmed_out.str(), complete_out.str());
 }
 
-// `text` as one gzip member, as gzip(1) writes it.
-std::string gzip_compressed(const std::string& text) {
-  z_stream stream{};
-  EXPECT_EQ(deflateInit2(&stream, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&stream, text.size()), '\0');
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  stream.avail_in = static_cast<uInt>(text.size());
-  stream.next_out = reinterpret_cast<Bytef*>(out.data());
-  stream.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&stream, Z_FINISH), Z_STREAM_END);
-  out.resize(stream.total_out);
-  deflateEnd(&stream);
-  return out;
-}
-
 // --data reads gzip files as the trainer does (CriteoReader): the same answers as the plain
 // file; damaged gzip data stops the command with DataLoss naming the file; gzip on stdin is
 // refused, not answered line by line as text.
 TEST_F(PredictCommandTest, GzipDataIsReadAsTheTrainerReadsIt) {
   std::ifstream held_out(dir_ / "held_out.tsv");
   const std::string text(std::istreambuf_iterator<char>(held_out), {});
-  const std::string gzip = gzip_compressed(text);
+  const std::string gzip = test::gzip_member(text);
   std::ofstream(dir_ / "held_out.gz", std::ios::binary) << gzip;
   std::ofstream(dir_ / "damaged.gz", std::ios::binary) << gzip << "trailing garbage";
   std::istringstream no_input;
