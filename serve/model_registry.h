@@ -44,7 +44,7 @@ class PredictorPool {
 
   // Predictor::predict on a copy no other request is using.
   void predict(std::span<const std::string_view> lines, std::span<train::Prediction> results,
-               train::CriteoLabel labels);
+               train::CriteoLabel labels = train::CriteoLabel::kFromFieldCount);
 
  private:
   std::unique_ptr<train::Predictor> borrow();

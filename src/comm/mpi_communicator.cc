@@ -80,14 +80,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kMaxPieceBytes = int64_t{1} << 30;
-// A wait polls without pause for kSpinTime, then yields the core between polls until kYieldTime
-// (a training step's exchanges end well within it: on an idle machine a yield returns at once, on
-// a loaded one the peer rank or another process runs instead of this poll; docs/scaling.md,
-// "Waiting"), then pauses between polls, the pause doubling from kFirstPause to kMaxPause. It looks
-// for exit announcements every kPollsPerAnnouncementCheck polls before the pauses, after every
-// pause then.
-constexpr auto kSpinTime = std::chrono::microseconds(50);
-constexpr auto kYieldTime = std::chrono::milliseconds(100);
+// A wait polls without pause for kSpinTime (a training step's exchanges end well within it), then
+// pauses between polls, the pause doubling from kFirstPause to kMaxPause, and looks for exit
+// announcements every kPollsPerAnnouncementCheck polls while it spins, after every pause then.
+constexpr auto kSpinTime = std::chrono::milliseconds(100);
 constexpr auto kFirstPause = std::chrono::microseconds(50);
 constexpr auto kMaxPause = std::chrono::milliseconds(1);
 constexpr int64_t kPollsPerAnnouncementCheck = 256;
@@ -154,10 +150,9 @@ const char* thread_level_name(int level) {
   std::abort();  // MPI_Abort does not return
 }
 
-// Polls done() until it returns true: without pause for kSpinTime, then yielding the core between
-// polls until kYieldTime, then with growing pauses, during which `lock` is released. Calls
-// between() after every kPollsPerAnnouncementCheck-th poll, and after every poll that follows a
-// pause.
+// Polls done() until it returns true: without pause for kSpinTime, then with growing pauses, during
+// which `lock` is released. Calls between() after every kPollsPerAnnouncementCheck-th poll, and
+// after every poll that follows a pause.
 template <typename Done, typename Between>
 void poll(std::unique_lock<std::mutex>& lock, Done done, Between between) {
   const Clock::time_point start = Clock::now();
@@ -166,12 +161,7 @@ void poll(std::unique_lock<std::mutex>& lock, Done done, Between between) {
   for (int64_t polls = 1;; ++polls) {
     if (done()) return;
     if (paused || polls % kPollsPerAnnouncementCheck == 0) between();
-    const Clock::duration waited = Clock::now() - start;
-    if (waited < kSpinTime) continue;
-    if (waited < kYieldTime) {
-      std::this_thread::yield();
-      continue;
-    }
+    if (Clock::now() - start < kSpinTime) continue;
     lock.unlock();
     std::this_thread::sleep_for(pause);
     lock.lock();

@@ -360,6 +360,9 @@ TEST(ModelRegistry, EveryInterleavingOfVersionsAndDeltasServesWhatWasPublished) 
   const fs::path model_dir = dir / "root" / "m";
   fs::create_directories(dir / "root");
   std::mt19937_64 random(41);
+  // Older versions stay, to publish deltas into and to roll back to: no retention.
+  const PublishOptions kKeepEveryVersion{.base_every_deltas = 0, .base_every_bytes = 0,
+                                         .keep_versions = 0};
   struct Layer {
     Embedding embedding;
     int64_t version = 0;
@@ -372,7 +375,7 @@ TEST(ModelRegistry, EveryInterleavingOfVersionsAndDeltasServesWhatWasPublished) 
     auto layer = std::make_unique<Layer>(
         Layer{.embedding = test::lookup_embedding(++seed, Sgd{.learning_rate = 0.5f})});
     train_step(layer->embedding, random);
-    const PublishResult result = publish(layer->embedding, model_dir);
+    const PublishResult result = publish(layer->embedding, model_dir, kKeepEveryVersion);
     EXPECT_EQ(result.sequence, 0);
     layer->version = result.version;
     published[result.version] = {exported_activations(layer->embedding, dir / "fresh.recemb")};
@@ -380,7 +383,7 @@ TEST(ModelRegistry, EveryInterleavingOfVersionsAndDeltasServesWhatWasPublished) 
   };
   const auto delta = [&](Layer& layer) {
     train_step(layer.embedding, random);
-    const PublishResult result = publish(layer.embedding, model_dir);
+    const PublishResult result = publish(layer.embedding, model_dir, kKeepEveryVersion);
     EXPECT_EQ(result.version, layer.version);
     EXPECT_EQ(result.sequence, std::ssize(published[layer.version]));
     published[layer.version].push_back(exported_activations(layer.embedding, dir / "fresh.recemb"));

@@ -188,7 +188,7 @@ TEST_F(ServerTest, PredictionsEqualThePredictors) {
   HttpResponse bad_labels = post(server, "/v1/models/ctr:predict",
                                  nlohmann::json{{"instances", instances}, {"labels", true}}.dump());
   EXPECT_EQ(bad_labels.status, 400);
-  EXPECT_THAT(bad_labels.body, HasSubstr("\"labels\" must be \"yes\""));
+  EXPECT_THAT(bad_labels.body, HasSubstr("(every line starts with its label) or"));
   // A bad line: 400 naming the instance; a model without a dense part cannot predict.
   instances[2] = "1\t2\t3";
   HttpResponse bad =
