@@ -48,6 +48,9 @@ struct FeatureIds {
 struct LookupRequest {
   int64_t examples = 0;
   std::vector<FeatureIds> features = {};
+  // A binary request: the feature fingerprint it was encoded against, verified to be the model's
+  // (decode_binary_lookup), which its answer carries. 0 for a JSON request.
+  uint64_t feature_fingerprint = 0;
 
   // Views of `features` for ServingModel::lookup, valid while this request is unchanged.
   std::vector<FeatureInput> inputs() const;

@@ -13,6 +13,7 @@
 #include "recemb/error.h"
 #include "recemb/publish.h"
 
+#include "serve/request_codec.h"
 #include "train/model_file.h"
 
 namespace recemb::serve {
@@ -87,6 +88,7 @@ std::shared_ptr<ServedModel> served_model(const std::string& name, int64_t versi
                                           const fs::path& file, ServingModel model) {
   auto served = std::make_shared<ServedModel>(
       ServedModel{.name = name, .version = version, .file = file, .model = std::move(model)});
+  served->feature_fingerprint = feature_fingerprint(served->model);
   try {  // the predictors share the model's tables
     served->predictor = std::make_unique<PredictorPool>(train::Predictor::of(served->model));
   } catch (const InvalidArgument& error) {  // no dense part: lookups only

@@ -61,6 +61,7 @@ struct ServedModel {
   int64_t version = 0;
   std::filesystem::path file = {};  // its model.recemb (symlinks resolved)
   ServingModel model;
+  uint64_t feature_fingerprint = 0;  // of `model` (request_codec.h), computed once when served
   // For a model with a dense part (exported from recemb train): its predictors; null otherwise.
   std::unique_ptr<PredictorPool> predictor = {};
   std::string no_predict_reason = {};  // why there is no predictor

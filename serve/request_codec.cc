@@ -270,7 +270,7 @@ LookupRequest decode_json_lookup(std::string_view body, const ServingModel& mode
 }
 
 LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& model,
-                                   const RequestLimits& limits) {
+                                   uint64_t model_fingerprint, const RequestLimits& limits) {
   const auto& features = model.features();
   BinaryReader reader(body, features);
   const auto magic = reader.value<uint32_t>("the magic number");
@@ -293,7 +293,7 @@ LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& mo
     throw InvalidArgument("binary body: the reserved header word (bytes 12-15) must be 0");
   }
   const auto fingerprint = reader.value<uint64_t>("the feature fingerprint");
-  if (const uint64_t expected = feature_fingerprint(model); fingerprint != expected) {
+  if (const uint64_t expected = model_fingerprint; fingerprint != expected) {
     throw FeatureOrderConflict(
         "binary body: encoded for the feature fingerprint " + fingerprint_text(fingerprint) +
         ", but the model's features are now " + std::to_string(features.size()) +
@@ -307,6 +307,7 @@ LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& mo
                           " (all of them, in the model's order: GET /v1/models/NAME)");
   }
   LookupRequest request;
+  request.feature_fingerprint = fingerprint;
   request.features.resize(features.size());
   for (size_t f = 0; f < features.size(); ++f) {
     const std::string& name = features[f].name;
@@ -400,8 +401,7 @@ std::string look_up_binary(const ServingModel& model, const LookupRequest& reque
   const uint32_t header[4] = {kBinaryAnswerMagic, kBinaryVersion,
                               static_cast<uint32_t>(shapes.size()), 0};
   append(header, sizeof header);
-  const uint64_t fingerprint = feature_fingerprint(model);
-  append(&fingerprint, sizeof fingerprint);
+  append(&request.feature_fingerprint, sizeof request.feature_fingerprint);
   // Each feature's values are looked up into the answer: every field before them is a multiple
   // of 4 bytes long and the string's bytes are allocated aligned for any type, so they are
   // aligned floats.

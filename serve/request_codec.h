@@ -50,9 +50,11 @@ LookupRequest decode_json_lookup(std::string_view body, const ServingModel& mode
                                  const RequestLimits& limits);
 
 // The binary request layout (docs/serving.md, "Lookup, binary"), with the same rules. Throws
-// FeatureOrderConflict when the body's feature fingerprint is not the model's.
+// FeatureOrderConflict when the body's feature fingerprint is not `model_fingerprint`, the
+// model's feature_fingerprint (computed once per model by the caller: it hashes every feature's
+// name and looks up its table).
 LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& model,
-                                   const RequestLimits& limits);
+                                   uint64_t model_fingerprint, const RequestLimits& limits);
 
 // Looks `request` up in `model` (ServingModel::lookup: throws InvalidArgument for an id out of
 // range, naming the feature and the example) into the JSON answer {"outputs": {"feature":
@@ -63,8 +65,8 @@ std::string look_up_json(const ServingModel& model, const LookupRequest& request
                          const RequestLimits& limits);
 
 // Looks `request` up as look_up_json does, into the binary answer layout (docs/serving.md,
-// "Lookup, binary"): the activations are written in place there, not copied; the budget counts
-// them once.
+// "Lookup, binary"), with request.feature_fingerprint in its header: the activations are written
+// in place there, not copied; the budget counts them once.
 std::string look_up_binary(const ServingModel& model, const LookupRequest& request,
                            const RequestLimits& limits);
 

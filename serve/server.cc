@@ -231,7 +231,7 @@ HttpResponse Server::lookup(const HttpRequest& request, const ServedModel& model
   if (binary) {
     LookupRequest decoded;
     try {
-      decoded = decode_binary_lookup(request.body, model.model, limits);
+      decoded = decode_binary_lookup(request.body, model.model, model.feature_fingerprint, limits);
     } catch (const FeatureOrderConflict& conflict) {
       throw RequestError{409, "Conflict",
                          "model '" + model.name + "' version " + std::to_string(model.version) +
@@ -314,7 +314,7 @@ HttpResponse Server::describe_model(const ServedModel& served) const {
       ", \"versions\": " + json_integers(registry_->versions(served.name)) +
       ", \"delta_sequence\": " + std::to_string(model.delta_sequence()) + ", \"dtype\": " + dtype +
       ", \"predict\": " + (served.predictor ? "true" : "false") + ", \"feature_fingerprint\": \"" +
-      fingerprint_text(feature_fingerprint(model)) + "\", \"tables\": " + tables +
+      fingerprint_text(served.feature_fingerprint) + "\", \"tables\": " + tables +
       ", \"features\": " + features + ", \"metadata\": " + metadata;
   // The step the tables were trained to, as a number, when the export recorded it.
   if (const auto step = model.metadata().find(train::kStepMetadata);

@@ -33,7 +33,8 @@ class RequestCodecTest : public ::testing::Test {
   }
   std::string binary_error(const std::string& body, int64_t max_examples = 100) {
     try {
-      decode_binary_lookup(body, model_, {.max_examples = max_examples});
+      decode_binary_lookup(body, model_, feature_fingerprint(model_),
+                           {.max_examples = max_examples});
     } catch (const InvalidArgument& error) {
       return error.what();
     }
@@ -71,8 +72,10 @@ TEST_F(RequestCodecTest, RandomBatchesEqualTheModelsLookupBitwise) {
       }
     }
 
-    const std::string encoded =
-        look_up_binary(model_, decode_binary_lookup(test::binary_body(batch), model_, {}), {});
+    const std::string encoded = look_up_binary(
+        model_,
+        decode_binary_lookup(test::binary_body(batch), model_, feature_fingerprint(model_), {}),
+        {});
     // Header and fingerprint, then per feature: rank, shape, values.
     uint32_t header[4];
     std::memcpy(header, encoded.data(), sizeof header);
@@ -210,7 +213,8 @@ TEST_F(RequestCodecTest, NonFiniteBinaryWeightsAreRefused) {
                                 .ids = {{1}, {2}, {3}, {4}},
                                 .row_splits = {{0, 1}, {0, 1}, {0, 1}, {0, 1}},
                                 .weights = {{std::numeric_limits<float>::quiet_NaN()}, {}, {}, {}}};
-  const LookupRequest request = decode_binary_lookup(test::binary_body(batch), model_, {});
+  const LookupRequest request =
+      decode_binary_lookup(test::binary_body(batch), model_, feature_fingerprint(model_), {});
   EXPECT_THAT(recemb::test::error_of<InvalidArgument>([&] { look_up_binary(model_, request, {}); }),
               HasSubstr("not finite"));
 }
@@ -271,9 +275,10 @@ TEST_F(RequestCodecTest, ABodyEncodedForAnotherFeatureOrderIsRefused) {
   const test::RandomBatch batch{
       .examples = 1, .ids = {{1}, {2}}, .row_splits = {{0, 1}, {0, 1}}, .weights = {{}, {}}};
   const std::string body = test::binary_body(batch, feature_fingerprint(xy));
-  EXPECT_EQ(decode_binary_lookup(body, xy, {}).features[0].ids, (std::vector<int64_t>{1}));
-  const std::string message =
-      recemb::test::error_of<FeatureOrderConflict>([&] { decode_binary_lookup(body, yx, {}); });
+  EXPECT_EQ(decode_binary_lookup(body, xy, feature_fingerprint(xy), {}).features[0].ids,
+            (std::vector<int64_t>{1}));
+  const std::string message = recemb::test::error_of<FeatureOrderConflict>(
+      [&] { decode_binary_lookup(body, yx, feature_fingerprint(yx), {}); });
   EXPECT_THAT(message, HasSubstr("encoded for the feature fingerprint " +
                                  fingerprint_text(feature_fingerprint(xy))));
   EXPECT_THAT(message, HasSubstr("fingerprint " + fingerprint_text(feature_fingerprint(yx))));
