@@ -361,8 +361,8 @@ TEST(ModelRegistry, EveryInterleavingOfVersionsAndDeltasServesWhatWasPublished) 
   fs::create_directories(dir / "root");
   std::mt19937_64 random(41);
   // Older versions stay, to publish deltas into and to roll back to: no retention.
-  const PublishOptions kKeepEveryVersion{.base_every_deltas = 0, .base_every_bytes = 0,
-                                         .keep_versions = 0};
+  const PublishOptions kKeepEveryVersion{
+      .base_every_deltas = 0, .base_every_bytes = 0, .keep_versions = 0};
   struct Layer {
     Embedding embedding;
     int64_t version = 0;
