@@ -176,6 +176,27 @@ void note_overfitting(const MetricsLog& metrics, TrainSummary& summary) {
   summary.lowest_log_loss = lowest->log_loss;
 }
 
+std::string published_base_line(const PublishResult& base) {
+  char size[64];
+  std::snprintf(size, sizeof size, "%.1f MiB, %" PRId64 " rows",
+                static_cast<double>(base.bytes) / (1 << 20), base.rows);
+  std::string line =
+      "published a base: " + base.file.string() + " (" + size + "; " + base.base_reason + ")";
+  if (!base.removed_versions.empty()) {
+    line += "; removed older version";
+    for (const int64_t version : base.removed_versions) line += " " + std::to_string(version);
+  }
+  return line;
+}
+
+std::string published_deltas_line(int64_t deltas, int64_t bytes,
+                                  const std::filesystem::path& last) {
+  char size[32];
+  std::snprintf(size, sizeof size, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return "published " + std::to_string(deltas) + " deltas (" + size +
+         ") beside the bases; the last: " + last.string();
+}
+
 void create_writable_directory(const std::filesystem::path& directory, const std::string& setting) {
   try {
     std::filesystem::create_directories(directory);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "recemb/embedding.h"
+#include "recemb/publish.h"
 
 #include "train/metrics_log.h"
 
@@ -83,6 +84,14 @@ void write_run_file(const std::filesystem::path& path, const std::string& text);
 // Throws std::system_error naming `setting` (e.g. "checkpoint.dir"), the directory, the call and
 // the errno's text.
 void create_writable_directory(const std::filesystem::path& directory, const std::string& setting);
+
+// The line printed for a base published into serving.publish_dir: "published a base: FILE (1.5
+// MiB, 1000 rows; WHY); removed older version 1 2" (the removed versions only when there are).
+std::string published_base_line(const PublishResult& base);
+
+// The line printed at the end of a run that published `deltas` deltas (> 0) of `bytes` bytes in
+// all, the last of them `last`: "published 10 deltas (4.7 MiB) beside the bases; the last: FILE".
+std::string published_deltas_line(int64_t deltas, int64_t bytes, const std::filesystem::path& last);
 
 // Sets summary.overfitting_from_step and lowest_log_loss from the records of `metrics` (see
 // TrainSummary).

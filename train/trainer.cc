@@ -513,7 +513,6 @@ class Trainer {
   std::ostream& log_;
   RankErrors errors_;
   ProgressDisplay progress_;
-  // The steps' batches, read by prefetching_ and looked up in embedding_ (set once they exist).
   // Publishes the tables and the dense model at this step boundary into serving.publish_dir (a
   // base the first time, then deltas: recemb/publish.h), with what `recemb export` writes beside
   // the tables (model_file_options), so that a base is `recemb export`'s file of this step. A
@@ -559,28 +558,17 @@ class Trainer {
       last_delta_ = result.file;
       return;
     }
-    char size[64];
-    std::snprintf(size, sizeof size, "%.1f MiB, %" PRId64 " rows",
-                  static_cast<double>(result.bytes) / (1 << 20), result.rows);
-    std::string line =
-        "published a base: " + result.file.string() + " (" + size + "; " + result.base_reason + ")";
-    if (!result.removed_versions.empty()) {
-      line += "; removed older version";
-      for (const int64_t version : result.removed_versions) line += " " + std::to_string(version);
-    }
-    progress_.message(line);
+    progress_.message(published_base_line(result));
   }
 
   // The deltas published since the run began, in one line (none: nothing).
   void report_deltas() {
     if (deltas_published_ == 0) return;
-    char size[32];
-    std::snprintf(size, sizeof size, "%.1f MiB",
-                  static_cast<double>(delta_bytes_published_) / (1 << 20));
-    progress_.message("published " + std::to_string(deltas_published_) + " deltas (" + size +
-                      ") beside the bases; the last: " + last_delta_.string());
+    progress_.message(
+        published_deltas_line(deltas_published_, delta_bytes_published_, last_delta_));
   }
 
+  // The steps' batches, read by prefetching_ and looked up in embedding_ (set once they exist).
   // Declared before embedding_, so that its destructor has waited for a prefetched lookup before
   // the batches are freed.
   std::optional<StepPipeline> pipeline_;

@@ -283,6 +283,25 @@ TEST(RunReport, OverfittingIsNamedWhenTheHeldOutLossRisesAsTheTrainingLossFalls)
   EXPECT_THAT(format_summary(fine), AllOf(HasSubstr("more steps"), Not(HasSubstr("overfits"))));
 }
 
+TEST(RunReport, PublishedBasesAndDeltasAreOneLineEach) {
+  EXPECT_EQ(published_base_line({.file = "models/ctr/3/model.recemb",
+                                 .version = 3,
+                                 .rows = 1000,
+                                 .bytes = 3 << 19,
+                                 .base_reason = "the base has 360 deltas (base_every_deltas)",
+                                 .removed_versions = {1, 2}}),
+            "published a base: models/ctr/3/model.recemb (1.5 MiB, 1000 rows; the base has 360 "
+            "deltas (base_every_deltas)); removed older version 1 2");
+  EXPECT_EQ(published_base_line({.file = "m/1/model.recemb",
+                                 .version = 1,
+                                 .rows = 7,
+                                 .bytes = 1 << 20,
+                                 .base_reason = "the first publish into m"}),
+            "published a base: m/1/model.recemb (1.0 MiB, 7 rows; the first publish into m)");
+  EXPECT_EQ(published_deltas_line(10, 5 << 20, "m/1/delta-00000010.recemb"),
+            "published 10 deltas (5.0 MiB) beside the bases; the last: m/1/delta-00000010.recemb");
+}
+
 TEST(RunReport, TrainingSvgDrawsTheLossAndTheAuc) {
   const TemporaryDirectory dir;
   {
