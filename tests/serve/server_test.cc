@@ -158,20 +158,22 @@ TEST_F(ServerTest, PredictionsEqualThePredictors) {
   EXPECT_EQ(ambiguous.status, 400);
   EXPECT_THAT(ambiguous.body, HasSubstr("instance 1: 39 tab-separated fields"));
   // "labels" settles it as `recemb predict --labels` does: "no", lines of 39 fields without a
-  // label; "yes", every line labelled (a 39-field one lost its last, empty field).
+  // label; "yes", every line labelled (a 39-field one lost its last, empty field). Each is
+  // expected to predict as the unambiguous 40-field line it stands for does by default: with a
+  // label put in front ("no"), with its last, empty field restored ("yes").
   for (const bool labelled : {false, true}) {
-    std::vector<std::string> settled;
+    std::vector<std::string> settled, unambiguous;
     nlohmann::json settled_instances = nlohmann::json::array();
     for (int i = 0; i < 12; ++i) {
       std::string line = recemb::test::random_criteo_line(random, labelled);
       if (labelled) line = line.substr(0, line.rfind('\t'));  // 39 fields: C26 and its tab lost
       settled.push_back(line);
       settled_instances.push_back(line);
+      unambiguous.push_back(labelled ? line + "\t" : "0\t" + line);
     }
-    const std::vector<std::string_view> settled_views(settled.begin(), settled.end());
+    const std::vector<std::string_view> unambiguous_views(unambiguous.begin(), unambiguous.end());
     std::vector<train::Prediction> settled_expected(settled.size());
-    predictor.predict(settled_views, settled_expected,
-                      labelled ? train::CriteoLabel::kPresent : train::CriteoLabel::kAbsent);
+    predictor.predict(unambiguous_views, settled_expected);
     const HttpResponse settled_answer =
         post(server, "/v1/models/ctr:predict",
              nlohmann::json{{"instances", settled_instances}, {"labels", labelled ? "yes" : "no"}}
