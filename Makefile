@@ -93,7 +93,8 @@ test-release:
 
 # Everything built as on a machine without the optional libraries (the `minimal` preset: no MPI,
 # no peer libraries in the benchmarks), so code compiled only when one is found cannot hide an
-# error from `make test` on a fresh machine. Same flags as release: ccache makes it mostly links.
+# error from `make test` on a fresh machine. Same flags as release: ccache makes it mostly links;
+# the tests (no optional code) are not built.
 check-minimal:
 	@$(PHASE_START); \
 	 cmake --preset minimal; \

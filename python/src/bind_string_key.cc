@@ -80,7 +80,9 @@ py::array_t<int64_t> string_keys(const py::array& ids) {
   int64_t* out = keys.mutable_data();
   const ssize_t size = contiguous.size();
   const auto* data = static_cast<const char*>(contiguous.data());
-  const auto itemsize = static_cast<size_t>(contiguous.itemsize());
+  // The dtype's own itemsize attribute: pybind11 before 2.12 reads it from numpy 1's descriptor
+  // layout, which numpy 2 changed (docs/python.md, "numpy 1 and 2").
+  const auto itemsize = contiguous.dtype().attr("itemsize").cast<size_t>();
   if (kind == 'O') {
     const auto* items = reinterpret_cast<PyObject* const*>(data);
     for (ssize_t i = 0; i < size; ++i) {
