@@ -9,7 +9,8 @@
 #   make format  apply clang-format to every C++ file
 #   make clean   remove build/
 # Single phases: check-format check-mirror test-release check-install test-python (make test);
-# check-minimal check-tidy test-asan test-tsan bench-smoke fuzz-smoke (the rest of make test-full).
+# check-minimal test-torch2 check-tidy test-asan test-tsan bench-smoke fuzz-smoke (the rest of
+# make test-full).
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -17,7 +18,7 @@ SHELL := bash
 .DEFAULT_GOAL := build
 .PHONY: build run test test-full deps format clean help python release-build test-begin test-summary \
         check-format check-mirror test-release check-tidy test-asan test-tsan check-install \
-        bench-smoke fuzz-smoke test-python check-minimal
+        bench-smoke fuzz-smoke test-python check-minimal test-torch2
 
 JOBS ?= $(shell nproc)
 # Ninja when it is installed (evaluated when a recipe runs, so after `deps`). A build tree keeps the
@@ -63,7 +64,7 @@ run: deps
 	$(RECEMB) train --output build/recemb-run $(ARGS)
 
 TEST_PHASES := deps check-format check-mirror test-release check-install test-python
-DEEP_PHASES := check-minimal check-tidy test-asan test-tsan bench-smoke fuzz-smoke
+DEEP_PHASES := check-minimal test-torch2 check-tidy test-asan test-tsan bench-smoke fuzz-smoke
 
 test: test-begin $(TEST_PHASES) test-summary
 
@@ -177,6 +178,17 @@ clean:
 # dependencies downloaded. `/usr/bin/python3 -m pip install build/wheel/recemb-*.whl` installs it.
 python:
 	/usr/bin/python3 -m pip wheel --no-build-isolation --no-deps -w build/wheel .
+
+# The Python suite on torch 2.x (docs/python.md, "torch 2.x and TorchRec from PyPI"): the
+# environment of scripts/python-env (pinned PyPI packages, recemb built into it), where the
+# TorchRec tests run too; its passed count joins the final line.
+test-torch2:
+	@$(PHASE_START); \
+	 scripts/python-env build/venv-torch2; \
+	 build/venv-torch2/bin/python -m pytest tests/python -q -p no:cacheprovider 2>&1 \
+	   | tee build/pytest-torch2.log; \
+	 sed -n 's/^\([0-9][0-9]*\) passed.*/0 \1/p' build/pytest-torch2.log | tail -n 1 >>$(COUNTS); \
+	 $(PHASE_END)
 
 # The Python package (docs/python.md): the extension for Debian's /usr/bin/python3 (which has
 # numpy, pytest and torch), then the pytest suite; its passed count joins the final line.

@@ -527,6 +527,10 @@ def parse_args(argv):
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     parser.add_argument("--interleave", action="store_true",
                         help="alternate recemb and torch every call (a training loop's pattern)")
+    parser.add_argument("--recemb-threads", choices=("own", "openmp"), default="own",
+                        help="recemb's loops on its own --threads threads (default) or on "
+                             "torch's OpenMP threads (num_threads=\"openmp\", docs/python.md "
+                             "\"One set of threads\")")
     args = parser.parse_args(argv)
     workloads = make_workloads(args.smoke, args.criteo)
     args.threads = [int(t) for t in args.threads.split(",")]
@@ -551,7 +555,9 @@ def main(argv=None):
     warm_up = 0.0 if args.smoke else min(0.3, args.min_time)
     log(f"recemb vs torch {torch.__version__}: threads {args.threads}, {args.repeats} "
         f"alternating runs of ~{args.min_time:g} s per side"
-        f"{', calls interleaved' if args.interleave else ''}, torch tables on "
+        f"{', calls interleaved' if args.interleave else ''}, recemb on "
+        f"{'its own threads' if args.recemb_threads == 'own' else 'torch' + chr(39) + 's threads'}"
+        f", torch tables on "
         f"{'huge pages' if args.torch_huge_pages else 'its own allocator'}, load average "
         f"{os.getloadavg()[0]:.2f}")
     results = []
@@ -567,7 +573,9 @@ def main(argv=None):
                 for step in args.steps:
                     started = time.perf_counter()
                     tables.reset()
-                    phase = Phase(workload, step, threads, tables.bags, data)
+                    phase = Phase(workload, step,
+                                  threads if args.recemb_threads == "own" else "openmp",
+                                  tables.bags, data)
                     phase.check()
                     built = time.perf_counter() - started
                     seconds = measure(phase, args.repeats, warm_up, args.min_time,

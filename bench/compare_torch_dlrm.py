@@ -4,7 +4,10 @@
                        torch.optim.Adagrad (sparse gradients) for the tables, torch.optim.Adam
                        for the dense layers;
   (b) torch + recemb   the same torch dense layers and Adam, the tables a recemb.torch.Embedding
-                       (its backward applies recemb's fused Adagrad to the touched rows);
+                       (its backward applies recemb's fused Adagrad to the touched rows), on
+                       torch's threads (its default, num_threads="torch");
+  (b') the same, own threads   the module on recemb's own --threads worker threads instead (its
+                       behaviour before "torch" was the default), for the comparison;
   (c) recemb train     the binary itself (build/release/bin/recemb, or --recemb) on the same data,
                        written as a Criteo TSV file.
 
@@ -35,12 +38,12 @@ loss of each contender is printed as a check that the three train the same model
 data (they start from different random weights, so they agree to a few per cent, not exactly).
 
 Threads: --threads (default: one per core) for torch's intra-op threads (torch.set_num_threads),
-recemb.torch.Embedding's num_threads and `recemb train --threads`. Unless the environment says
-otherwise, the script sets OPENBLAS_NUM_THREADS=1 and OMP_WAIT_POLICY=PASSIVE for torch: the
-OpenBLAS of Debian's libopenblas0-pthread starts threads of its own beside torch's OpenMP threads,
-and OpenMP threads spin at their barriers; on 2 cores shared with other work each cut torch's
-rate by 3x to 10x (GEMMs at 1 GFLOP/s instead of 90), which would compare recemb with a crippled
-torch. recemb's threads block when idle. The settings used are printed.
+the own threads of (b') and `recemb train --threads`. The environment is the user's, as it is
+(docs/python.md, "One set of threads"). With --tuned-environment the script sets
+OPENBLAS_NUM_THREADS=1 and OMP_WAIT_POLICY=PASSIVE before torch loads (a value in the environment
+wins): the OpenBLAS of Debian's libopenblas0-pthread starts threads of its own beside torch's
+OpenMP threads, and OpenMP threads spin at their barriers; on 2 cores shared with other work each
+can cut torch's rate by 3x to 10x. The settings in effect are printed.
 
 Dense GFLOP/s, measured after each round (medians reported): torch's forward + backward of the
 dense part alone (the MLPs and the interaction, nominal work as bench/dlrm_dense_bench.cc counts
@@ -68,10 +71,11 @@ import sys
 import tempfile
 import time
 
-# Read when the libraries load, so set before numpy and torch are imported (by the script, not
-# when imported as a module); a value in the environment wins. See "Threads" above.
+# Read when the libraries load, so set before numpy and torch are imported (by the script with
+# --tuned-environment, not when imported as a module); a value in the environment wins. See
+# "Threads" above.
 TORCH_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-if __name__ == "__main__":
+if __name__ == "__main__" and "--tuned-environment" in sys.argv[1:]:
     for _name, _value in TORCH_ENVIRONMENT.items():
         os.environ.setdefault(_name, _value)
 
@@ -100,7 +104,7 @@ BATCH_SIZE = 2048
 DENSE_MEANS = (3.5, 100, 25, 7, 20000, 100, 15, 12, 100, 0.6, 2.5, 1, 8)
 ZIPF_EXPONENT = 1.05
 MISSING_SHARE = 0.05
-CONTENDERS = ("torch", "torch + recemb", "recemb train")
+CONTENDERS = ("torch", "torch + recemb", "torch + recemb, own threads", "recemb train")
 
 
 @dataclasses.dataclass
@@ -323,7 +327,7 @@ def plain_torch(sizes, seed):
     return TorchTrainer(tables, seed, adagrad)
 
 
-def torch_with_recemb(sizes, seed, threads):
+def torch_with_recemb(sizes, seed, threads="torch"):
     return TorchTrainer(RecembTables(sizes, seed, threads), seed, None)
 
 
@@ -440,6 +444,9 @@ def parse_arguments(argv):
     parser.add_argument("--seed", type=int, default=0, help="data and initial weights")
     parser.add_argument("--directory", type=pathlib.Path, default=None,
                         help="where the data files go (default: a temporary directory)")
+    parser.add_argument("--tuned-environment", action="store_true",
+                        help="OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE unless set (see "
+                             "Threads above)")
     parser.add_argument("--smoke", action="store_true",
                         help="a quick check: 4 steps of 256 examples, one round")
     arguments = parser.parse_args(argv)
@@ -465,11 +472,13 @@ def run(arguments, directory):
           flush=True)
     contenders = {
         "torch": plain_torch(sizes, arguments.seed),
-        "torch + recemb": torch_with_recemb(sizes, arguments.seed, arguments.threads),
+        "torch + recemb": torch_with_recemb(sizes, arguments.seed),
+        "torch + recemb, own threads": torch_with_recemb(sizes, arguments.seed,
+                                                         arguments.threads),
         "recemb train": RecembTrain(arguments.recemb, directory, arguments.threads,
                                     arguments.seed),
     }
-    for name in ("torch", "torch + recemb"):  # the warm-up: first calls, allocations
+    for name in CONTENDERS[:3]:  # the warm-up: first calls, allocations
         for index in range(min(2, data.steps)):
             contenders[name].step(data, index)
     dense_flops = DenseFlops(arguments.batch_size, repeats=3 if arguments.smoke else 10)
@@ -477,11 +486,12 @@ def run(arguments, directory):
     first_losses = {}
     dense_rounds = []
     for k in range(arguments.rounds):
-        for name in CONTENDERS[k % 3:] + CONTENDERS[:k % 3]:
+        turn = k % len(CONTENDERS)
+        for name in CONTENDERS[turn:] + CONTENDERS[:turn]:
             rate, loss = contenders[name].round(data)
             rates[name].append(rate)
             first_losses.setdefault(name, loss)
-            print(f"round {k + 1}: {name:15} {rate:10.0f} examples/s  mean loss {loss:.4f}",
+            print(f"round {k + 1}: {name:28} {rate:10.0f} examples/s  mean loss {loss:.4f}",
                   flush=True)
         dense_rounds.append(dense_flops.round())
         print(f"round {k + 1}: torch's dense forward + backward {dense_rounds[-1][1]:.1f} GFLOP/s",
@@ -499,7 +509,8 @@ def report(arguments, sizes, rates, first_losses, step_seconds, step_gflops, gem
     environment = " ".join(f"{name}={os.environ.get(name, '')}" for name in TORCH_ENVIRONMENT)
     print(f"CPU: {cpu_model()}; {arguments.threads} threads; "
           f"{time.strftime('%Y-%m-%d', time.gmtime())}; torch {torch.__version__} ({environment}),"
-          f" BLAS {', '.join(blas_libraries())}")
+          f" BLAS {', '.join(blas_libraries())}; (b) runs on num_threads="
+          f"{recemb.torch.torch_threads()!r}")
     bottom, top = mlp_shapes()
     print(f"model: {NUM_TABLES} tables of {sum(sizes)} rows x {EMBEDDING_DIM}, bottom MLP "
           f"{' -> '.join(str(w) for w in (NUM_DENSE,) + BOTTOM_MLP)}, top MLP "
@@ -511,7 +522,8 @@ def report(arguments, sizes, rates, first_losses, step_seconds, step_gflops, gem
     print("| contender | examples/s (median) | min | max | mean loss, first timed pass |")
     print("|---|---|---|---|---|")
     labels = {"torch": "(a) torch: EmbeddingBag(sparse=True) + Adagrad, Adam",
-              "torch + recemb": "(b) torch + recemb.torch.Embedding, Adam",
+              "torch + recemb": "(b) torch + recemb.torch.Embedding on torch's threads, Adam",
+              "torch + recemb, own threads": "(b') the same on recemb's own threads",
               "recemb train": "(c) recemb train"}
     for name in CONTENDERS:
         print(f"| {labels[name]} | {statistics.median(rates[name]):.0f} | "

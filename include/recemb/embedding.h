@@ -11,7 +11,8 @@
 //   layer.apply_gradients(batch, gradients);    // one gradient span per feature
 //
 // Thread safety: an Embedding is not safe for concurrent calls; each call uses the Embedding's own
-// worker threads internally. Different Embedding objects are independent.
+// worker threads internally (or its executor's: executor.h). Different Embedding objects are
+// independent.
 //
 // Shards and ranks. EmbeddingOptions::placement splits tables into shards (placement.h) and
 // EmbeddingOptions::communicator spreads the shards over ranks (communicator.h; shard s on rank
@@ -39,6 +40,7 @@
 #include "recemb/batch.h"
 #include "recemb/communicator.h"
 #include "recemb/config.h"
+#include "recemb/executor.h"
 #include "recemb/export.h"
 #include "recemb/optimizer.h"
 #include "recemb/placement.h"
@@ -83,8 +85,12 @@ struct EmbeddingOptions {
   // slots and cannot be trained (lookup only, as TF's optimizer=None for serving).
   std::optional<Optimizer> optimizer = {};
   // Worker threads for lookup and apply_gradients (including the calling thread); 0 = one per core.
-  // At most kMaxNumThreads.
+  // At most kMaxNumThreads. Must be 0 when `executor` is set.
   int num_threads = 0;
+  // Set: the parallel loops run on the executor's threads (executor.h), up to its max_threads(),
+  // and the Embedding starts no threads of its own. Results are the same as with num_threads =
+  // max_threads(), bitwise.
+  std::shared_ptr<ParallelExecutor> executor = {};
   // Seed of the random initializers; the same seed gives the same tables.
   uint64_t seed = 0;
   NonFiniteGradients non_finite_gradients = NonFiniteGradients::kReject;

@@ -9,6 +9,7 @@
 #include "recemb/config.h"
 #include "recemb/embedding.h"
 #include "recemb/error.h"
+#include "recemb/executor.h"
 #include "recemb/initializer.h"
 #include "recemb/learning_rate.h"
 #include "recemb/optimizer.h"

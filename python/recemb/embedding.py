@@ -68,13 +68,17 @@ class LookupBatch:
 
 def _build_engine(resolved, optimizer, options, zero_tables=False):
     """The C++ Embedding of a resolved config, its tables initialized (zeros if zero_tables).
-    options: num_threads, seed, and optionally non_finite_gradients and pipeline_staleness (C++
+    options: num_threads (an int, or "openmp": the OpenMP executor), seed, and optionally non_finite_gradients and pipeline_staleness (C++
     enumerators), placement (a Placement) and communicator (a C++ Communicator); the C++ defaults
     otherwise. The engine validates the configs (before any initializer callable is called)."""
     placement = options.get("placement")
+    threads = options["num_threads"]
     cpp_options = _recemb.EmbeddingOptions(
         optimizer=None if optimizer is None else optimizer._to_cpp(),
-        num_threads=options["num_threads"], seed=options["seed"],
+        num_threads=0 if threads == "openmp" else threads,
+        executor=(_recemb.openmp_executor(_recemb.openmp_max_threads())
+                  if threads == "openmp" else None),
+        seed=options["seed"],
         placement=None if placement is None else placement._to_cpp(resolved),
         communicator=options.get("communicator"))
     for name in ("non_finite_gradients", "pipeline_staleness"):
@@ -103,7 +107,10 @@ class Embedding(_TableAccess):
 
     optimizer: a recemb.optimizers object or name, used by every table without its own; None
         leaves such tables untrainable (lookups only).
-    num_threads: worker threads of lookups and updates (0: one per core).
+    num_threads: worker threads of lookups and updates (0: one per core), or "openmp": no
+        threads of its own; the loops run on the threads of the process's OpenMP runtime (its
+        omp_get_max_threads() when the layer is built), the ones PyTorch's intra-op parallelism
+        uses (docs/python.md, "One set of threads"). recemb.torch.Embedding's default.
     seed: seed of the random initializers (same seed, same tables).
     non_finite_gradients: "reject" (a NaN or infinite gradient fails apply_gradients, changing
         nothing) or "skip_rows" (rows with a non-finite gradient are left as they are; counted by
@@ -134,7 +141,8 @@ class Embedding(_TableAccess):
     """
 
     def __init__(self, feature_config: Nest, optimizer: OptimizerLike = None, *,
-                 num_threads: int = 0, seed: int = 0, non_finite_gradients: str = "reject",
+                 num_threads: Union[int, str] = 0, seed: int = 0,
+                 non_finite_gradients: str = "reject",
                  pipeline_staleness: str = "none", placement: Optional[Placement] = None,
                  communicator: Union[None, str, _recemb.Communicator] = None,
                  pipeline_execution_with_tensor_core: Optional[bool] = None) -> None:
@@ -158,7 +166,7 @@ class Embedding(_TableAccess):
         if placement is not None and not isinstance(placement, Placement):
             raise ValueError(f"placement must be None or a recemb.Placement, got {placement!r}")
         self._start(Resolved(feature_config), optimizers.get(optimizer),
-                    {"num_threads": _int_setting("num_threads", num_threads, 2**31 - 1),
+                    {"num_threads": _num_threads_setting(num_threads),
                      "seed": _int_setting("seed", seed, 2**64 - 1),
                      "non_finite_gradients": non_finite_gradients,
                      "pipeline_staleness": pipeline_staleness,
@@ -552,6 +560,15 @@ def _int_setting(name, value, largest):
     if not 0 <= value <= largest:
         raise ValueError(f"{name}={value!r}: must be >= 0 and <= {largest}")
     return int(value)
+
+
+def _num_threads_setting(value):
+    """The layer's num_threads: "openmp", or an int in the range of the C++ field."""
+    if isinstance(value, str):
+        if value != "openmp":
+            raise ValueError(f'num_threads={value!r}: must be an int or "openmp"')
+        return value
+    return _int_setting("num_threads", value, 2**31 - 1)
 
 
 def serving_embedding_lookup(inputs: Nest, weights: Nest, tables: dict[Any, ArrayLike],

@@ -20,19 +20,20 @@ recemb.Sparse holding either; the ids of a dynamic table may be any int64 value,
 from __future__ import annotations
 
 import math
+import os
 import pathlib
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 import torch
 
-from recemb import _nest, optimizers
+from recemb import _nest, _recemb, optimizers
 from recemb._tables import _Tables
 from recemb.embedding import Embedding as _Layer
 from recemb.embedding import LookupBatch
 from recemb.inputs import Ragged, Sparse, float32_array
 
-__all__ = ["Embedding", "translate_optimizer"]
+__all__ = ["Embedding", "torch_threads", "translate_optimizer"]
 
 
 def _numpy(value):
@@ -54,6 +55,31 @@ def _numpy(value):
 def _numpy_arrays(arrays):
     """{name: tensor or array} with every tensor as numpy (None stays None)."""
     return None if arrays is None else {name: _numpy(values) for name, values in arrays.items()}
+
+
+def _openmp_runtimes() -> set[str]:
+    """The files of the OpenMP runtimes mapped into this process (GNU's libgomp, LLVM's libomp,
+    Intel's libiomp5), from /proc/self/maps; empty where that file does not exist."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            paths = {line.split(None, 5)[-1].strip() for line in maps if len(line.split()) >= 6}
+    except OSError:
+        return set()
+    return {os.path.realpath(path) for path in paths
+            if os.path.basename(path).startswith(("libgomp", "libomp", "libiomp"))}
+
+
+def torch_threads() -> Union[int, str]:
+    """recemb's num_threads for running on torch's intra-op threads (docs/python.md, "One set of
+    threads"): "openmp" when torch's parallel backend is OpenMP and the process holds one OpenMP
+    runtime, the one recemb's extension calls (then recemb's loops run on torch's threads and
+    neither set spins on a core the other needs); otherwise torch.get_num_threads() threads of
+    recemb's own."""
+    runtime = _recemb.openmp_runtime_path()
+    if ("parallel backend: OpenMP" in torch.__config__.parallel_info() and runtime
+            and _openmp_runtimes() == {os.path.realpath(runtime)}):
+        return "openmp"
+    return torch.get_num_threads()
 
 
 class _Lookup(torch.autograd.Function):
@@ -83,6 +109,11 @@ class Embedding(torch.nn.Module):
     name, or a torch.optim SGD / Adagrad / Adam / SparseAdam, translated by
     translate_optimizer). In eval mode (module.eval()) or under torch.no_grad() a forward is a
     pure lookup: its tensors do not require grad, and nothing is kept.
+
+    num_threads: "torch" (the default): lookups and updates run on torch's intra-op threads
+    (torch_threads(): recemb.Embedding's "openmp" when torch uses OpenMP, otherwise
+    torch.get_num_threads() threads of recemb's own, counted when the module is built); an int or
+    "openmp": as recemb.Embedding's.
 
     placement and communicator: as recemb.Embedding's (sharding; with several ranks forward,
     prefetch, backward, state_dict and the table properties are collective: every rank calls
@@ -114,7 +145,8 @@ class Embedding(torch.nn.Module):
     configs and optimizer (recemb.Embedding's pickling); a pending prefetch is not kept.
     """
 
-    def __init__(self, feature_config: Any, optimizer: Any = None, *, num_threads: int = 0,
+    def __init__(self, feature_config: Any, optimizer: Any = None, *,
+                 num_threads: Union[int, str] = "torch",
                  seed: int = 0, non_finite_gradients: str = "reject",
                  pipeline_staleness: str = "none", placement: Any = None,
                  communicator: Any = None,
@@ -122,6 +154,8 @@ class Embedding(torch.nn.Module):
         super().__init__()
         if isinstance(optimizer, torch.optim.Optimizer):
             optimizer = translate_optimizer(optimizer)
+        if isinstance(num_threads, str) and num_threads == "torch":
+            num_threads = torch_threads()
         self.layer = _Layer(feature_config, optimizer, num_threads=num_threads, seed=seed,
                             non_finite_gradients=non_finite_gradients,
                             pipeline_staleness=pipeline_staleness, placement=placement,

@@ -160,6 +160,7 @@ void bind_config(py::module_& module);
 void bind_placement(py::module_& module);
 void bind_communicator(py::module_& module);
 void bind_batch(py::module_& module);
+void bind_executor(py::module_& module);
 void bind_embedding(py::module_& module);
 void bind_checkpoint(py::module_& module);
 void bind_serving(py::module_& module);

@@ -42,6 +42,7 @@ void bind_embedding(py::module_& module) {
   py::class_<EmbeddingOptions> options(module, "EmbeddingOptions");
   bind_fields(options, Field{"optimizer", &EmbeddingOptions::optimizer},
               Field{"num_threads", &EmbeddingOptions::num_threads},
+              Field{"executor", &EmbeddingOptions::executor},
               Field{"seed", &EmbeddingOptions::seed},
               Field{"non_finite_gradients", &EmbeddingOptions::non_finite_gradients},
               Field{"placement", &EmbeddingOptions::placement},

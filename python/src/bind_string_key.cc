@@ -81,7 +81,7 @@ py::array_t<int64_t> string_keys(const py::array& ids) {
   const ssize_t size = contiguous.size();
   const auto* data = static_cast<const char*>(contiguous.data());
   // The dtype's own itemsize attribute: pybind11 before 2.12 reads it from numpy 1's descriptor
-  // layout, which numpy 2 changed (docs/python.md, "numpy 1 and 2").
+  // layout, which numpy 2 changed (docs/python.md, "torch 2.x and TorchRec from PyPI").
   const auto itemsize = contiguous.dtype().attr("itemsize").cast<size_t>();
   if (kind == 'O') {
     const auto* items = reinterpret_cast<PyObject* const*>(data);

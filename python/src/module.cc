@@ -16,6 +16,7 @@ PYBIND11_MODULE(_recemb, module) {
   recemb::python::bind_placement(module);
   recemb::python::bind_communicator(module);
   recemb::python::bind_batch(module);
+  recemb::python::bind_executor(module);
   recemb::python::bind_embedding(module);
   recemb::python::bind_checkpoint(module);
   recemb::python::bind_serving(module);

@@ -127,6 +127,18 @@ void validate_configs(const std::vector<TableConfig>& tables,
                           std::to_string(std::thread::hardware_concurrency()) + "), got " +
                           std::to_string(options.num_threads));
   }
+  if (options.executor) {
+    if (options.num_threads != 0) {
+      throw InvalidArgument("EmbeddingOptions.num_threads must be 0 when an executor is set (the "
+                            "loops run on the executor's threads), got " +
+                            std::to_string(options.num_threads));
+    }
+    const int threads = options.executor->max_threads();
+    if (threads < 1 || threads > kMaxNumThreads) {
+      throw InvalidArgument("EmbeddingOptions.executor->max_threads() must be in [1, " +
+                            std::to_string(kMaxNumThreads) + "], got " + std::to_string(threads));
+    }
+  }
   if (options.optimizer) validate_optimizer(*options.optimizer, "the global optimizer");
   if (features.empty()) throw InvalidArgument("an Embedding needs at least one feature");
 

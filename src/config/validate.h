@@ -21,8 +21,8 @@ namespace recemb::internal {
 //     optimizer fails validate_optimizer, or its table_rows * dim overflows;
 //   - a feature names a table that is not in `tables`, has max_sequence_length < 0, or an
 //     output_shape with an entry < 1;
-//   - options.num_threads is not in [0, kMaxNumThreads], or options.optimizer fails
-//     validate_optimizer.
+//   - options.num_threads is not in [0, kMaxNumThreads], or not 0 with an executor, whose
+//     max_threads() is not in [1, kMaxNumThreads]; or options.optimizer fails validate_optimizer.
 void validate_configs(const std::vector<TableConfig>& tables,
                       const std::vector<FeatureConfig>& features, const EmbeddingOptions& options);
 

@@ -213,7 +213,7 @@ Embedding::Impl::Impl(std::vector<TableConfig> table_configs,
       model(std::move(table_configs), std::move(feature_configs), std::move(embedding_options),
             exchange.communicator()),
       router(model.partition, model.feature_table, exchange.rank()),
-      execution(model.options.num_threads) {
+      execution(model.options) {
   int64_t max_dim = 1;
   int64_t scratch_floats = 0;  // per thread
   for (const TableConfig& table : model.tables) {

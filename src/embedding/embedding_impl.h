@@ -115,7 +115,8 @@ struct Model {
 
 // The threads an Embedding runs on.
 struct Execution {
-  explicit Execution(int num_threads) : pool(num_threads) {}
+  explicit Execution(const EmbeddingOptions& options)
+      : pool(options.executor ? ThreadPool(options.executor) : ThreadPool(options.num_threads)) {}
   ThreadPool pool;
   // Runs a prefetch's background part; every call but the const accessors joins it first.
   std::thread prefetch_thread;

@@ -32,6 +32,16 @@ bool spin_until(const Done& done) {
 
 }  // namespace
 
+}  // namespace recemb::internal
+
+namespace recemb {
+
+ParallelExecutor::~ParallelExecutor() = default;
+
+}  // namespace recemb
+
+namespace recemb::internal {
+
 ThreadPool::ThreadPool(int num_threads, const ThreadStarter& start_thread) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
   if (num_threads <= 0) num_threads = 1;
@@ -53,6 +63,9 @@ ThreadPool::ThreadPool(int num_threads, const ThreadStarter& start_thread) {
   }
 }
 
+ThreadPool::ThreadPool(std::shared_ptr<ParallelExecutor> executor)
+    : executor_(std::move(executor)), executor_threads_(executor_->max_threads()) {}
+
 ThreadPool::~ThreadPool() { stop_workers(); }
 
 std::thread ThreadPool::start_std_thread(std::function<void()> body) {
@@ -71,6 +84,10 @@ void ThreadPool::stop_workers() {
 
 void ThreadPool::run(int64_t num_tasks, TaskFunction function, void* context) {
   if (num_tasks <= 0) return;
+  if (executor_ && num_tasks > 1 && executor_threads_ > 1) {
+    run_on_executor(num_tasks, function, context);
+    return;
+  }
   if (workers_.empty() || num_tasks == 1) {
     for (int64_t task = 0; task < num_tasks; ++task) function(context, task, 0);
     return;
@@ -100,6 +117,28 @@ void ThreadPool::run(int64_t num_tasks, TaskFunction function, void* context) {
   if (spin_until(left)) return;
   std::unique_lock<std::mutex> lock(mutex_);
   work_done_.wait(lock, left);
+}
+
+void ThreadPool::run_on_executor(int64_t num_tasks, TaskFunction function, void* context) {
+  // The executor returns once every thread's body has returned: no completion count is needed,
+  // and no worker of this pool exists to wake.
+  function_ = function;
+  context_ = context;
+  num_tasks_ = num_tasks;
+  next_task_.store(0, std::memory_order_relaxed);
+  executor_->run_on_threads(
+      [](void* pool_pointer, int thread_index) {
+        auto& pool = *static_cast<ThreadPool*>(pool_pointer);
+        // An index beyond what the per-thread state was sized for runs nothing (the executor's
+        // contract rules it out; its threads may have grown since max_threads() was read).
+        if (thread_index < 0 || thread_index >= pool.executor_threads_) return;
+        while (true) {
+          const int64_t task = pool.next_task_.fetch_add(1, std::memory_order_relaxed);
+          if (task >= pool.num_tasks_) return;
+          pool.function_(pool.context_, task, thread_index);
+        }
+      },
+      this);
 }
 
 void ThreadPool::worker_loop(int thread_index) {

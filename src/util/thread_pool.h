@@ -1,4 +1,5 @@
-// A fixed set of worker threads that run the tasks of one parallel loop at a time.
+// A fixed set of worker threads that run the tasks of one parallel loop at a time, or the threads
+// of a caller's ParallelExecutor (recemb/executor.h), on which the same loops run.
 //
 // Why not OpenMP: a pool owned by each Embedding (1) runs correctly under ThreadSanitizer (GCC's
 // libgomp is not instrumented, so every OpenMP barrier is reported as a race), (2) does not share
@@ -12,10 +13,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#include "recemb/executor.h"
 
 namespace recemb::internal {
 
@@ -30,11 +34,16 @@ class ThreadPool {
   // std::system_error with the system's errno (EAGAIN for a pid or memory limit) says which
   // thread of how many failed.
   explicit ThreadPool(int num_threads, const ThreadStarter& start_thread = start_std_thread);
+  // Starts no thread: every loop runs on `executor`'s threads, num_threads() of them at most
+  // (executor->max_threads(), read once here: in [1, kMaxNumThreads], validated by the caller).
+  explicit ThreadPool(std::shared_ptr<ParallelExecutor> executor);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+  int num_threads() const {
+    return executor_ ? executor_threads_ : static_cast<int>(workers_.size()) + 1;
+  }
 
   // Runs task(task_index, thread_index) for every task_index in [0, num_tasks) and returns when all
   // have finished. Tasks are claimed dynamically; thread_index in [0, num_threads()) identifies the
@@ -87,6 +96,11 @@ class ThreadPool {
   void worker_loop(int thread_index);
   // Claims and runs tasks of the current loop until none is left.
   void drain(int thread_index);
+  // run() on the executor's threads.
+  void run_on_executor(int64_t num_tasks, TaskFunction function, void* context);
+
+  std::shared_ptr<ParallelExecutor> executor_;
+  int executor_threads_ = 0;
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;

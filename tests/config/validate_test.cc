@@ -4,12 +4,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "recemb/error.h"
 
 #include "testing/error_of.h"
+#include "testing/thread_per_index_executor.h"
 
 namespace recemb::internal {
 namespace {
@@ -107,6 +109,27 @@ TEST(ValidateConfigsTest, NumThreadsIsBoundedByKMaxNumThreads) {
   Configs c;
   c.options.num_threads = kMaxNumThreads;
   EXPECT_NO_THROW(validate_configs(c.tables, c.features, c.options));
+}
+
+TEST(ValidateConfigsTest, AnExecutorNeedsNumThreadsZeroAndAMaxThreadsInRange) {
+  const auto executor_of = [](int max_threads) {
+    return std::make_shared<test::ThreadPerIndexExecutor>(max_threads, std::vector<int>{0});
+  };
+  EXPECT_THAT(config_error([&](Configs& c) {
+                c.options.executor = executor_of(2);
+                c.options.num_threads = 2;
+              }),
+              AllOf(HasSubstr("num_threads must be 0 when an executor is set"), HasSubstr("got 2")));
+  for (const int threads : {0, -3, kMaxNumThreads + 1}) {
+    EXPECT_THAT(config_error([&](Configs& c) { c.options.executor = executor_of(threads); }),
+                AllOf(HasSubstr("executor->max_threads() must be in [1, 1024]"),
+                      HasSubstr("got " + std::to_string(threads))));
+  }
+  for (const int threads : {1, kMaxNumThreads}) {
+    Configs c;
+    c.options.executor = executor_of(threads);
+    EXPECT_NO_THROW(validate_configs(c.tables, c.features, c.options));
+  }
 }
 
 TEST(ValidateConfigsTest, InitializersThatGiveNonFiniteValuesAreRefused) {

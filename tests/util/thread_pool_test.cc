@@ -3,12 +3,15 @@
 #include <atomic>
 #include <cerrno>
 #include <functional>
+#include <memory>
 #include <gtest/gtest.h>
 #include <numeric>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
+
+#include "testing/thread_per_index_executor.h"
 
 namespace recemb::internal {
 namespace {
@@ -142,6 +145,55 @@ TEST(ThreadPoolTest, WorkersStartedByAStarterRunEveryTask) {
     for (const std::atomic<int>& count : runs) EXPECT_EQ(count.load(), 1);
   }
   EXPECT_EQ(threads.finished.load(), 3);
+}
+
+using test::ThreadPerIndexExecutor;
+
+TEST(ThreadPoolExecutorTest, RunsEveryTaskOnceOnTheExecutorsThreads) {
+  auto executor = std::make_shared<ThreadPerIndexExecutor>(3, std::vector<int>{2, 0, 1});
+  ThreadPool pool(executor);
+  EXPECT_EQ(pool.num_threads(), 3);
+  for (const int64_t tasks : {2, 7, 1000}) {
+    std::vector<std::atomic<int>> runs(static_cast<size_t>(tasks));
+    std::vector<std::atomic<int>> per_thread(3);
+    pool.parallel_for(tasks, [&](int64_t task, int thread) {
+      ASSERT_GE(thread, 0);
+      ASSERT_LT(thread, 3);
+      runs[static_cast<size_t>(task)].fetch_add(1);
+      per_thread[static_cast<size_t>(thread)].fetch_add(1);
+    });
+    for (int64_t t = 0; t < tasks; ++t) EXPECT_EQ(runs[static_cast<size_t>(t)].load(), 1) << t;
+    EXPECT_EQ(per_thread[0] + per_thread[1] + per_thread[2], tasks);
+  }
+  EXPECT_EQ(executor->calls, 3);
+  for (const std::thread::id id : executor->thread_ids()) EXPECT_NE(id, std::this_thread::get_id());
+}
+
+TEST(ThreadPoolExecutorTest, OneTaskRunsOnTheCallingThreadWithoutTheExecutor) {
+  auto executor = std::make_shared<ThreadPerIndexExecutor>(4, std::vector<int>{0, 1, 2, 3});
+  ThreadPool pool(executor);
+  std::thread::id ran_on;
+  pool.parallel_for(1, [&](int64_t, int thread) {
+    EXPECT_EQ(thread, 0);
+    ran_on = std::this_thread::get_id();
+  });
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(executor->calls, 0);
+}
+
+TEST(ThreadPoolExecutorTest, IndicesBeyondMaxThreadsRunNothingAndFewerThreadsRunEverything) {
+  // Index 5 is beyond max_threads (3) and -1 below 0: they claim no task. Index 1 alone of the
+  // valid ones runs: it claims every task.
+  auto executor = std::make_shared<ThreadPerIndexExecutor>(3, std::vector<int>{5, -1, 1});
+  ThreadPool pool(executor);
+  std::vector<std::atomic<int>> runs(500);
+  std::atomic<int> on_other_threads{0};
+  pool.parallel_for(500, [&](int64_t task, int thread) {
+    if (thread != 1) on_other_threads.fetch_add(1);
+    runs[static_cast<size_t>(task)].fetch_add(1);
+  });
+  for (const std::atomic<int>& count : runs) EXPECT_EQ(count.load(), 1);
+  EXPECT_EQ(on_other_threads.load(), 0);
 }
 
 }  // namespace
