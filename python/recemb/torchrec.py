@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 import torch
@@ -260,8 +260,8 @@ class _Collection(torch.nn.Module):
                 raise ValueError(f"{owner}: table names must be unique and non-empty")
             names.add(config.name)
             if config.data_type != torchrec.DataType.FP32:
-                raise ValueError(f"{owner}: data_type=DataType.{config.data_type.name}: recemb's tables are "
-                                 "float32 (DataType.FP32)")
+                raise ValueError(f"{owner}: data_type=DataType.{config.data_type.name}: "
+                                 "recemb's tables are float32 (DataType.FP32)")
             _refuse_settings(owner, {field: getattr(config, field, value)
                                      for field, value in _UNSUPPORTED_CONFIG_FIELDS.items()},
                              **_UNSUPPORTED_CONFIG_FIELDS)

@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 torchrec = pytest.importorskip("torchrec")
 import recemb  # noqa: E402
 import recemb.torchrec  # noqa: E402
-from torchrec import EmbeddingBagConfig, EmbeddingConfig, KeyedJaggedTensor, PoolingType  # noqa: E402
+from torchrec import (EmbeddingBagConfig, EmbeddingConfig, KeyedJaggedTensor,  # noqa: E402
+                      PoolingType)
 from torchrec.optim import apply_optimizer_in_backward as _apply_optimizer_in_backward  # noqa: E402
 from torchrec.models.dlrm import DLRM  # noqa: E402
 from torchrec.optim.optimizers import in_backward_optimizer_filter  # noqa: E402
@@ -377,3 +378,38 @@ def test_weighted_mean_and_bad_dynamic_configs_are_refused():
         recemb.torchrec.EmbeddingBagCollection(
             tables=[config], optimizer="sgd",
             dynamic={"t": recemb.DynamicVocabulary(capacity=10)})
+
+
+def test_attaching_an_optimizer_later_keeps_tables_and_step():
+    """An optimizer attached after training started rebuilds recemb's tables with it: the
+    weights, a dynamic table's keys and rows, and the step carry over."""
+    tables = [EmbeddingBagConfig(name="static", embedding_dim=4, num_embeddings=10,
+                                 feature_names=["s"]),
+              EmbeddingBagConfig(name="dynamic", embedding_dim=4, num_embeddings=50,
+                                 feature_names=["d"])]
+    ebc = recemb.torchrec.EmbeddingBagCollection(
+        tables=tables, optimizer=recemb.optimizers.SGD(learning_rate=0.1),
+        dynamic={"dynamic": recemb.DynamicVocabulary(capacity=50)})
+    kjt = KeyedJaggedTensor(keys=["s", "d"], values=torch.tensor([1, 2, 99, 5]),
+                            lengths=torch.tensor([1, 1, 1, 1]))
+    (ebc(kjt).values() ** 2).sum().backward()
+    before = tables_of(ebc)
+    apply_optimizer_in_backward(torch.optim.Adagrad, ebc.parameters(), {"lr": 0.1})
+    activations = ebc(kjt)  # rebuilds; the rows it reads are the ones trained so far
+    assert_tables_equal(before, ebc)
+    assert ebc.recemb_embedding.step == 1
+    assert "static': (10, 4, AdagradMomentum" in repr(ebc.recemb_embedding)
+    (activations.values() ** 2).sum().backward()
+    assert ebc.recemb_embedding.step == 2
+    assert torch.equal(ebc.embedding_bags.static.weight,
+                       ebc.recemb_embedding.embedding_tables["static"])
+
+
+def test_two_optimizers_on_one_table_are_refused():
+    ebc = trained_ebc()
+    apply_optimizer_in_backward(torch.optim.SGD, [ebc.embedding_bags.t1.weight], {"lr": 0.1})
+    apply_optimizer_in_backward(torch.optim.Adam, [ebc.embedding_bags.t1.weight], {"lr": 0.1})
+    with pytest.raises(ValueError, match=r"table 't1': 2 optimizers applied in backward "
+                                         r"\(torch.optim.SGD, torch.optim.Adam\); recemb fuses "
+                                         r"one optimizer per table"):
+        ebc(random_kjt(np.random.default_rng(20), ["a", "b", "c"], 7))
