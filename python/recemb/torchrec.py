@@ -14,7 +14,7 @@ outputs; its state_dict has TorchRec's keys, so that state dicts load either way
 in a recemb.torch.Embedding (`recemb_embedding`): each table's `weight` Parameter shares memory
 with it and never receives a gradient; the gradients of the outputs go to recemb, which applies
 the table's optimizer once per distinct touched row from the row's summed gradient (TorchRec's
-dense-gradient CPU path and FBGEMM's exact fused optimizers update a row the same way). The
+dense-gradient CPU path and FBGEMM's EXACT_* fused optimizers update a row the same way). The
 optimizer is the one apply_optimizer_in_backward attached to the table's weight (read at each
 training forward), else the constructor's `optimizer`. Importing this module imports torchrec.
 """

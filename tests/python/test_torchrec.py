@@ -4,6 +4,7 @@ tables after several steps, state dicts load both ways, DLRM trains alike, and b
 refused with nothing changed. Random inputs from fixed seeds."""
 
 import copy
+import pathlib
 import warnings
 
 import numpy as np
@@ -413,3 +414,19 @@ def test_two_optimizers_on_one_table_are_refused():
                                          r"\(torch.optim.SGD, torch.optim.Adam\); recemb fuses "
                                          r"one optimizer per table"):
         ebc(random_kjt(np.random.default_rng(20), ["a", "b", "c"], 7))
+
+
+def test_python_doc_example_runs(tmp_path, monkeypatch):
+    """docs/python.md's example of recemb.torchrec (not run by test_examples.py, which runs
+    without torchrec too)."""
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md").read_text()
+    section = text[text.index("## TorchRec's embedding modules"):]
+    code = section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        exec(compile(code, "docs/python.md", "exec"), namespace)
+    assert ("sparse_arch.embedding_bag_collection.embedding_bags.t0.weight" in
+            torch.load("dlrm.pt"))
+    assert namespace["ebc"].recemb_embedding.step == 1
