@@ -430,3 +430,16 @@ def test_python_doc_example_runs(tmp_path, monkeypatch):
     assert ("sparse_arch.embedding_bag_collection.embedding_bags.t0.weight" in
             torch.load("dlrm.pt"))
     assert namespace["ebc"].recemb_embedding.step == 1
+
+
+def test_fused_optimizer_of_torchrec_placeholders():
+    """torchrec.optim.SGD / Adagrad only name FBGEMM's EXACT_SGD / EXACT_ADAGRAD (their step is
+    not implemented, so TorchRec's CPU path cannot run them): they map as torch's SGD / Adagrad."""
+    sgd = recemb.torchrec.fused_optimizer(torchrec.optim.SGD, kwargs={"lr": 0.3})
+    assert isinstance(sgd, recemb.optimizers.SGD) and sgd.learning_rate == 0.3
+    adagrad = recemb.torchrec.fused_optimizer(torchrec.optim.Adagrad, kwargs={"lr": 0.2})
+    assert isinstance(adagrad, recemb.optimizers.AdagradMomentum)
+    assert (adagrad.learning_rate, adagrad.momentum, adagrad.beta2, adagrad.exponent,
+            adagrad.epsilon) == (0.2, 0.0, 1.0, 2.0, pytest.approx(1e-20))
+    with pytest.raises(ValueError, match="torchrec.optim.LAMB has no fused equivalent"):
+        recemb.torchrec.fused_optimizer(torchrec.optim.LAMB, kwargs={"lr": 0.1})
