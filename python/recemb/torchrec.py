@@ -29,7 +29,9 @@ import numpy as np
 import torch
 import torchrec
 import torchrec.optim
-from torchrec.modules.embedding_modules import get_embedding_names_by_table
+from torchrec.modules.embedding_modules import (EmbeddingBagCollectionInterface,
+                                                EmbeddingCollectionInterface,
+                                                get_embedding_names_by_table)
 
 from recemb import optimizers
 from recemb.config import DynamicVocabulary, FeatureConfig, TableConfig
@@ -463,8 +465,9 @@ class _Collection(torch.nn.Module):
             weight.data = tables[name]
 
 
-class EmbeddingBagCollection(_Collection):
-    """torchrec.EmbeddingBagCollection over recemb: pooled embeddings of a KeyedJaggedTensor.
+class EmbeddingBagCollection(_Collection, EmbeddingBagCollectionInterface):
+    """torchrec.EmbeddingBagCollection over recemb: pooled embeddings of a KeyedJaggedTensor
+    (an EmbeddingBagCollectionInterface, as TorchRec's).
 
     tables: torchrec.EmbeddingBagConfigs (unique names; feature_names shared by several tables
         give the keys "feature@table", as TorchRec). pooling SUM or MEAN; float32 (DataType.FP32);
@@ -531,9 +534,9 @@ class EmbeddingBagCollection(_Collection):
         return self._configs
 
 
-class EmbeddingCollection(_Collection):
+class EmbeddingCollection(_Collection, EmbeddingCollectionInterface):
     """torchrec.EmbeddingCollection over recemb: the embedding of every id of a
-    KeyedJaggedTensor, unpooled.
+    KeyedJaggedTensor, unpooled (an EmbeddingCollectionInterface, as TorchRec's).
 
     tables: torchrec.EmbeddingConfigs, all of one embedding_dim (as TorchRec). need_indices:
     each output JaggedTensor's weights are the ids, as TorchRec. device, optimizer, dynamic,

@@ -18,6 +18,8 @@ from torchrec import (EmbeddingBagConfig, EmbeddingConfig, KeyedJaggedTensor,  #
                       PoolingType)
 from torchrec.optim import apply_optimizer_in_backward as _apply_optimizer_in_backward  # noqa: E402
 from torchrec.models.dlrm import DLRM  # noqa: E402
+from torchrec.modules.embedding_modules import (EmbeddingBagCollectionInterface,  # noqa: E402
+                                                EmbeddingCollectionInterface)
 from torchrec.optim.optimizers import in_backward_optimizer_filter  # noqa: E402
 
 # Outputs: float32 rounding of the same sums. Tables after training: the dense torch optimizer
@@ -79,6 +81,8 @@ def assert_tables_equal(expected, module):
 def test_pooled_outputs_equal_torchrec(dtype, weighted):
     tables = bag_tables(PoolingType.SUM if weighted else PoolingType.MEAN)
     reference, ours = same_weights(tables, is_weighted=weighted)
+    assert isinstance(ours, EmbeddingBagCollectionInterface)
+    assert ours.embedding_bag_configs()[1].name == "t2" and ours.is_weighted() == weighted
     ours.eval()
     rng = np.random.default_rng(11)
     for _ in range(3):
@@ -142,6 +146,7 @@ def test_embedding_collection_equals_torchrec():
     torch.manual_seed(1)
     reference = torchrec.EmbeddingCollection(tables=tables)
     ours = recemb.torchrec.EmbeddingCollection(tables=copy.deepcopy(tables))
+    assert isinstance(ours, EmbeddingCollectionInterface) and ours.embedding_dim() == 4
     assert list(ours.state_dict()) == ["embeddings.t1.weight", "embeddings.t2.weight"]
     ours.load_state_dict(reference.state_dict())
     apply_optimizer_in_backward(torch.optim.SGD, reference.parameters(), {"lr": 0.5})
@@ -443,3 +448,22 @@ def test_fused_optimizer_of_torchrec_placeholders():
             adagrad.epsilon) == (0.2, 0.0, 1.0, 2.0, pytest.approx(1e-20))
     with pytest.raises(ValueError, match="torchrec.optim.LAMB has no fused equivalent"):
         recemb.torchrec.fused_optimizer(torchrec.optim.LAMB, kwargs={"lr": 0.1})
+
+
+def test_embedding_collection_with_a_dynamic_table():
+    tables = [EmbeddingConfig(name="users", embedding_dim=4, num_embeddings=30,
+                              feature_names=["user"])]
+    ec = recemb.torchrec.EmbeddingCollection(
+        tables=tables, optimizer=recemb.optimizers.SGD(learning_rate=0.5),
+        dynamic={"users": recemb.DynamicVocabulary(capacity=30)}, need_indices=True)
+    kjt = KeyedJaggedTensor(keys=["user"], values=torch.tensor([-5, 10**15, -5]),
+                            lengths=torch.tensor([2, 0, 1]))
+    jagged = ec(kjt)["user"]
+    assert jagged.values().shape == (3, 4) and jagged.lengths().tolist() == [2, 0, 1]
+    assert jagged.weights().tolist() == [-5, 10**15, -5]  # need_indices: the ids, as TorchRec
+    torch.testing.assert_close(jagged.values()[0], jagged.values()[2], rtol=0, atol=0)
+    jagged.values().sum().backward()
+    keys, rows, _ = ec.recemb_embedding.read_dynamic_table("users")
+    assert keys.tolist() == [-5, 10**15]
+    torch.testing.assert_close(rows, jagged.values()[:2].detach() - torch.tensor([[1.0], [0.5]]),
+                               rtol=1e-6, atol=1e-6)
