@@ -223,10 +223,10 @@ class _Collection(torch.nn.Module):
         if isinstance(optimizer, torch.optim.Optimizer):
             optimizer = fused_optimizer(type(optimizer), optimizer)
         self._optimizer = optimizers.get(optimizer)
-        without = [name for name in self._dynamic if self._optimizer is None]
-        if without:
-            raise ValueError(f"dynamic table '{without[0]}' needs the constructor's optimizer= "
-                             "(it has no weight Parameter for apply_optimizer_in_backward)")
+        if self._dynamic and self._optimizer is None:
+            raise ValueError(f"dynamic table '{next(iter(self._dynamic))}' needs the "
+                             "constructor's optimizer= (it has no weight Parameter for "
+                             "apply_optimizer_in_backward)")
         self._num_threads = num_threads
         self._seed = seed
         self._embedding_names_by_table = get_embedding_names_by_table(self._configs)
@@ -329,30 +329,34 @@ class _Collection(torch.nn.Module):
 
     def _sync_optimizers(self):
         """Rebuilds the engine when the optimizers apply_optimizer_in_backward attached to the
-        weights differ from those it applies: tables, dynamic tables' contents and the step carry
-        over; the optimizer state (slots) of the static tables starts afresh, as a new torch
-        optimizer's does. Translation errors raise before anything changes."""
-        attached = {name: _in_backward_optimizer(name, weight)
-                    for name, weight in self._static_weights().items()}
+        weights differ from those it applies: the tables, the step, and the slots of every table
+        whose optimizer stays carry over; a table with a new optimizer starts its state afresh,
+        as a new torch optimizer does. Translation errors raise before anything changes."""
+        weights = self._static_weights()
+        attached = {name: _in_backward_optimizer(name, weight) for name, weight in weights.items()}
         attached = {name: optimizer for name, optimizer in attached.items()
                     if optimizer is not None}
-        if attached.keys() == self._fused.keys() and all(
-                attached[name] is self._fused[name] for name in attached):
+        unchanged = [name for name in weights
+                     if attached.get(name) is self._fused.get(name)]
+        if len(unchanged) == len(weights):
             return
         fused = {}
         for name, optimizer in attached.items():
-            weight = self._static_weights()[name]
             try:
-                fused[name] = fused_optimizer(weight._optimizer_classes[0], optimizer,
-                                              weight._optimizer_kwargs[0])
+                fused[name] = fused_optimizer(weights[name]._optimizer_classes[0], optimizer,
+                                              weights[name]._optimizer_kwargs[0])
             except ValueError as error:
                 raise ValueError(f"table '{name}': {error}") from None
         old = self._tables.embedding
         new = self._build_embedding(fused)
         new_tables = new.embedding_tables
-        for name, weight in self._static_weights().items():
+        for name, weight in weights.items():
             new_tables[name].copy_(weight.detach())
             weight.data = new_tables[name]
+        old_slots, new_slots = old.slot_variables, new.slot_variables
+        for name in unchanged:
+            for slot, values in old_slots[name].items():
+                new_slots[name][slot].copy_(values)
         for name in self._dynamic:
             new.write_dynamic_table(name, *old.read_dynamic_table(name))
         new.layer.step = old.step
@@ -360,6 +364,7 @@ class _Collection(torch.nn.Module):
         self._fused = attached
 
     def _check_trainable(self):
+        """Raises ValueError naming the tables that have no optimizer, if any."""
         layer = self._tables.embedding.layer
         if layer.optimizer is not None:
             return

@@ -467,3 +467,28 @@ def test_embedding_collection_with_a_dynamic_table():
     assert keys.tolist() == [-5, 10**15]
     torch.testing.assert_close(rows, jagged.values()[:2].detach() - torch.tensor([[1.0], [0.5]]),
                                rtol=1e-6, atol=1e-6)
+
+
+def test_attaching_an_optimizer_to_another_table_keeps_the_first_tables_state():
+    """t1 trains with Adagrad throughout (as TorchRec's); attaching one to t2 after two steps
+    rebuilds recemb's tables, and t1's accumulators carry over: t1 stays TorchRec's. The loss
+    is separable, so t1's gradients do not depend on t2's optimizer."""
+    reference, ours = same_weights(bag_tables(), optimizer=recemb.optimizers.SGD(
+        learning_rate=0.1))
+    apply_optimizer_in_backward(torch.optim.SGD, [reference.embedding_bags.t2.weight],
+                                {"lr": 0.1})
+    for module in (reference, ours):
+        apply_optimizer_in_backward(torch.optim.Adagrad, [module.embedding_bags.t1.weight],
+                                    {"lr": 0.1})
+    rng = np.random.default_rng(21)
+    target = torch.from_numpy(rng.normal(size=(BATCH, 14)).astype(np.float32))
+    for step in range(4):
+        if step == 2:
+            apply_optimizer_in_backward(torchrec.optim.RowWiseAdagrad,
+                                        [ours.embedding_bags.t2.weight], {"lr": 0.1})
+        kjt = random_kjt(rng, ["a", "b", "c"], 7)
+        for module in (reference, ours):
+            ((module(kjt).values() - target) ** 2).sum().backward()
+    assert "'t2': (7, 3, RowWiseAdagrad" in repr(ours.recemb_embedding)
+    torch.testing.assert_close(ours.embedding_bags.t1.weight, reference.embedding_bags.t1.weight,
+                               rtol=TABLE_RTOL, atol=TABLE_ATOL)
