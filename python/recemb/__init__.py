@@ -1,6 +1,7 @@
 """recemb: the embedding tables of recommendation models, with TensorFlow TPU-embedding semantics,
 on CPUs. Python API over the C++ library (recemb._recemb binds it 1:1); recemb.torch adds a
-PyTorch module. See docs/python.md.
+PyTorch module, recemb.torchrec TorchRec's embedding modules (neither is imported here). See
+docs/python.md.
 
     import numpy as np, recemb
     video = recemb.TableConfig(vocabulary_size=1000, dim=16, name="video")

@@ -453,7 +453,10 @@ _TRANSLATIONS = {
                              "maximize"}),
     torch.optim.Adagrad: (_adagrad, {"lr", "lr_decay", "weight_decay", "initial_accumulator_value",
                                      "eps", "maximize"}),
-    torch.optim.Adam: (_adam, {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize"}),
+    # decoupled_weight_decay (torch >= 2.6) only says how a weight_decay, which _adam refuses,
+    # would apply.
+    torch.optim.Adam: (_adam, {"lr", "betas", "eps", "weight_decay", "decoupled_weight_decay",
+                               "amsgrad", "maximize"}),
     torch.optim.SparseAdam: (_sparse_adam, {"lr", "betas", "eps", "maximize"}),
 }
 
