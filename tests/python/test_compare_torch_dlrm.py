@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import recemb  # noqa: E402
+import recemb.torch  # noqa: E402
 from binaries import REPOSITORY, recemb_binary  # noqa: E402
 
 SCRIPT = REPOSITORY / "bench" / "compare_torch_dlrm.py"
@@ -84,7 +85,8 @@ def test_data_file_is_what_the_contenders_train_on(compare, tmp_path):
     assert 0.05 < data.labels.mean() < 0.6
 
 
-def test_smoke_run_reports_all_three(compare, tmp_path):
+@pytest.mark.parametrize("tuned", [False, True], ids=["as_is", "tuned_environment"])
+def test_smoke_run_reports_every_contender(compare, tmp_path, tuned):
     environment = {name: value for name, value in os.environ.items()
                    if name not in compare.TORCH_ENVIRONMENT}
     # The package this test imports, wherever pytest was started from.
@@ -93,11 +95,15 @@ def test_smoke_run_reports_all_three(compare, tmp_path):
         [path for path in [os.environ.get("PYTHONPATH")] if path])
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--smoke", "--recemb", str(recemb_binary()),
-         "--directory", str(tmp_path)],
+         "--directory", str(tmp_path)] + (["--tuned-environment"] if tuned else []),
         capture_output=True, text=True, timeout=120, env=environment)
     assert result.returncode == 0, result.stderr
-    for row in ("| (a) torch: EmbeddingBag", "| (b) torch + recemb.torch.Embedding",
-                "| (c) recemb train |", "| [256, 367] x [367, 64] |"):
+    for row in ("| (a) torch: EmbeddingBag", "| (b) torch + recemb.torch.Embedding on torch's",
+                "| (b') the same on recemb's own threads |", "| (c) recemb train |",
+                "| [256, 367] x [367, 64] |"):
         assert row in result.stdout
     assert "GFLOP/s" in result.stdout
-    assert "(OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE)" in result.stdout  # the defaults
+    settings = ("(OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE)" if tuned else
+                "(OPENBLAS_NUM_THREADS= OMP_WAIT_POLICY=)")  # the environment as it is
+    assert settings in result.stdout
+    assert f"(b) runs on num_threads={recemb.torch.torch_threads()!r}" in result.stdout
