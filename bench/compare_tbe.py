@@ -44,7 +44,6 @@ Memory: about 2.1x the table (FBGEMM's table, recemb's, their accumulators).
 """
 
 import argparse
-import os
 import pathlib
 import statistics
 import subprocess

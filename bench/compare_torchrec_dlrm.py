@@ -78,7 +78,6 @@ from torchrec.distributed.types import ShardingType
 from torchrec.models.dlrm import DLRM
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
-import recemb
 import recemb.torchrec
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
