@@ -332,13 +332,15 @@ def torch_with_recemb(sizes, seed, threads="torch"):
 
 
 class RecembTrain:
-    """(c): one `recemb train` run per round on the data's files."""
+    """(c): one `recemb train` run per round on the data's files; `settings` are more
+    section.key=value settings for its --set (after the script's own)."""
 
-    def __init__(self, binary, directory, threads, seed):
+    def __init__(self, binary, directory, threads, seed, settings=()):
         self.binary = binary
         self.directory = directory
         self.threads = threads
         self.seed = seed
+        self.settings = list(settings)
 
     def round(self, data):
         output = self.directory / "recemb-run"
@@ -350,6 +352,8 @@ class RecembTrain:
                    "train.eval_every=0", "--set", "train.log_every=1", "--set",
                    "checkpoint.every=0", "--set", "checkpoint.keep=1", "--set",
                    f"model.seed={self.seed}"]
+        for setting in self.settings:
+            command += ["--set", setting]
         result = subprocess.run(command, capture_output=True, text=True, timeout=3600)
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} exited with {result.returncode}:\n"
