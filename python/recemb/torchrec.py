@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import numpy as np
 import torch
@@ -487,7 +487,8 @@ class EmbeddingBagCollection(_Collection, EmbeddingBagCollectionInterface):
         key; num_embeddings must equal the capacity; rows start from recemb's default
         initializer, so init_fn / weight_init_* must be unset); they need optimizer=, and in the
         state_dict hold "<prefix>.keys", ".weight" ([n, dim]) and their slots.
-    num_threads, seed: recemb.Embedding's.
+    num_threads: recemb.torch.Embedding's (default "torch": torch's intra-op threads, docs/python.md
+    "One set of threads"); seed: recemb.Embedding's.
 
     forward(features: KeyedJaggedTensor) -> KeyedTensor with keys in config order (each table's
     features in turn) and values [batch, sum of dims]; in training mode with grad enabled the
@@ -505,7 +506,7 @@ class EmbeddingBagCollection(_Collection, EmbeddingBagCollectionInterface):
     def __init__(self, tables: List[torchrec.EmbeddingBagConfig], is_weighted: bool = False,
                  device: Optional[torch.device] = None, *, optimizer: Any = None,
                  dynamic: Optional[Mapping[str, DynamicVocabulary]] = None,
-                 num_threads: int = 0, seed: int = 0) -> None:
+                 num_threads: Union[int, str] = "torch", seed: int = 0) -> None:
         self._is_weighted = bool(is_weighted)
         for config in tables:
             pooling = getattr(config, "pooling", None)
@@ -562,7 +563,7 @@ class EmbeddingCollection(_Collection, EmbeddingCollectionInterface):
                  device: Optional[torch.device] = None, need_indices: bool = False, *,
                  optimizer: Any = None,
                  dynamic: Optional[Mapping[str, DynamicVocabulary]] = None,
-                 num_threads: int = 0, seed: int = 0) -> None:
+                 num_threads: Union[int, str] = "torch", seed: int = 0) -> None:
         dims = sorted({getattr(config, "embedding_dim", None) for config in tables})
         if len(dims) > 1:
             raise ValueError(f"EmbeddingCollection: every table needs the same embedding_dim "
