@@ -6,9 +6,8 @@
 // openmp_runtime_path names it, for the check that there is only one. This file is the only one
 // that uses OpenMP.
 #include <dlfcn.h>
-#include <omp.h>
-
 #include <memory>
+#include <omp.h>
 #include <string>
 
 #include "recemb/embedding.h"

@@ -129,9 +129,10 @@ void validate_configs(const std::vector<TableConfig>& tables,
   }
   if (options.executor) {
     if (options.num_threads != 0) {
-      throw InvalidArgument("EmbeddingOptions.num_threads must be 0 when an executor is set (the "
-                            "loops run on the executor's threads), got " +
-                            std::to_string(options.num_threads));
+      throw InvalidArgument(
+          "EmbeddingOptions.num_threads must be 0 when an executor is set (the "
+          "loops run on the executor's threads), got " +
+          std::to_string(options.num_threads));
     }
     const int threads = options.executor->max_threads();
     if (threads < 1 || threads > kMaxNumThreads) {

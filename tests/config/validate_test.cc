@@ -115,11 +115,12 @@ TEST(ValidateConfigsTest, AnExecutorNeedsNumThreadsZeroAndAMaxThreadsInRange) {
   const auto executor_of = [](int max_threads) {
     return std::make_shared<test::ThreadPerIndexExecutor>(max_threads, std::vector<int>{0});
   };
-  EXPECT_THAT(config_error([&](Configs& c) {
-                c.options.executor = executor_of(2);
-                c.options.num_threads = 2;
-              }),
-              AllOf(HasSubstr("num_threads must be 0 when an executor is set"), HasSubstr("got 2")));
+  EXPECT_THAT(
+      config_error([&](Configs& c) {
+        c.options.executor = executor_of(2);
+        c.options.num_threads = 2;
+      }),
+      AllOf(HasSubstr("num_threads must be 0 when an executor is set"), HasSubstr("got 2")));
   for (const int threads : {0, -3, kMaxNumThreads + 1}) {
     EXPECT_THAT(config_error([&](Configs& c) { c.options.executor = executor_of(threads); }),
                 AllOf(HasSubstr("executor->max_threads() must be in [1, 1024]"),

@@ -381,17 +381,16 @@ TEST(EmbeddingDeterminism, LargeBatchesAreBitwiseIdenticalAcrossThreadCounts) {
   for (auto& x : gradient2) x = value(random);
 
   auto run = [&](int threads, std::shared_ptr<ParallelExecutor> executor = nullptr) {
-    Embedding layer(
-        {{.name = "a", .vocabulary_size = 5000, .dim = 8, .combiner = Combiner::kSqrtn},
-         {.name = "b",
-          .vocabulary_size = 3000,
-          .dim = 8,
-          .optimizer = Adam{.learning_rate = 0.01f, .lazy_adam = false}}},
-        {{.name = "x", .table = "a"}, {.name = "y", .table = "b"}},
-        {.optimizer = Adagrad{.learning_rate = 0.1f},
-         .num_threads = threads,
-         .executor = std::move(executor),
-         .seed = 5});
+    Embedding layer({{.name = "a", .vocabulary_size = 5000, .dim = 8, .combiner = Combiner::kSqrtn},
+                     {.name = "b",
+                      .vocabulary_size = 3000,
+                      .dim = 8,
+                      .optimizer = Adam{.learning_rate = 0.01f, .lazy_adam = false}}},
+                    {{.name = "x", .table = "a"}, {.name = "y", .table = "b"}},
+                    {.optimizer = Adagrad{.learning_rate = 0.1f},
+                     .num_threads = threads,
+                     .executor = std::move(executor),
+                     .seed = 5});
     std::vector<float> out(gradient.size()), out2(gradient.size()), all;
     const std::vector<FeatureInput> inputs{
         DenseIds{
@@ -423,8 +422,7 @@ TEST(EmbeddingDeterminism, LargeBatchesAreBitwiseIdenticalAcrossThreadCounts) {
   }
   // On an executor's threads (recemb/executor.h): 3 threads, started in a shuffled order, one of
   // them with an index the executor's contract rules out (it runs nothing).
-  auto executor =
-      std::make_shared<test::ThreadPerIndexExecutor>(3, std::vector<int>{2, 0, 7, 1});
+  auto executor = std::make_shared<test::ThreadPerIndexExecutor>(3, std::vector<int>{2, 0, 7, 1});
   const std::vector<float> on_executor = run(0, executor);
   ASSERT_EQ(one.size(), on_executor.size());
   EXPECT_EQ(std::memcmp(one.data(), on_executor.data(), one.size() * sizeof(float)), 0);

@@ -3,8 +3,8 @@
 #include <atomic>
 #include <cerrno>
 #include <functional>
-#include <memory>
 #include <gtest/gtest.h>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <system_error>
