@@ -435,27 +435,29 @@ def default_recemb_binary():
     return REPOSITORY / "build" / "release" / "bin" / "recemb"
 
 
-def parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_run_arguments(parser):
+    """The options this script shares with compare_torchrec_dlrm.py: the binary, the data, the
+    rounds and the threads."""
     parser.add_argument("--recemb", type=pathlib.Path, default=default_recemb_binary(),
                         help="the recemb binary (default: build/release/bin/recemb)")
     parser.add_argument("--steps", type=int, default=100, help="batches per round (default 100)")
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE)
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of the three (default 5)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the contenders (default 5)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="torch's threads, recemb's (default: one per core)")
     parser.add_argument("--seed", type=int, default=0, help="data and initial weights")
     parser.add_argument("--directory", type=pathlib.Path, default=None,
                         help="where the data files go (default: a temporary directory)")
-    parser.add_argument("--tuned-environment", action="store_true",
-                        help="OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE unless set (see "
-                             "Threads above)")
+
+
+def parse_run_arguments(parser, argv, smoke_steps):
+    """Parses argv; --smoke is smoke_steps steps of 256 examples, one round. Exits through
+    parser.error on a count < 1 or a missing binary."""
     parser.add_argument("--smoke", action="store_true",
-                        help="a quick check: 4 steps of 256 examples, one round")
+                        help=f"a quick check: {smoke_steps} steps of 256 examples, one round")
     arguments = parser.parse_args(argv)
     if arguments.smoke:
-        arguments.steps, arguments.batch_size, arguments.rounds = 4, 256, 1
+        arguments.steps, arguments.batch_size, arguments.rounds = smoke_steps, 256, 1
     for name in ("steps", "batch_size", "rounds", "threads"):
         if getattr(arguments, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -463,6 +465,30 @@ def parse_arguments(argv):
         parser.error(f"--recemb {arguments.recemb}: no such file (build it: cmake --preset "
                      "release && cmake --build --preset release --target recemb_cli)")
     return arguments
+
+
+def parse_arguments(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_arguments(parser)
+    parser.add_argument("--tuned-environment", action="store_true",
+                        help="OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE unless set (see "
+                             "Threads above)")
+    return parse_run_arguments(parser, argv, smoke_steps=4)
+
+
+def train_round(k, contenders, data, rates, first_losses):
+    """Round k (from 0): every contender of {name: contender} trains on all batches, in an order
+    turned by k; appends its examples/s to rates[name], keeps its first mean loss in
+    first_losses[name], and prints both."""
+    names = list(contenders)
+    turn = k % len(names)
+    for name in names[turn:] + names[:turn]:
+        rate, loss = contenders[name].round(data)
+        rates[name].append(rate)
+        first_losses.setdefault(name, loss)
+        print(f"round {k + 1}: {name:28} {rate:10.0f} examples/s  mean loss {loss:.4f}",
+              flush=True)
 
 
 def run(arguments, directory):
@@ -490,13 +516,7 @@ def run(arguments, directory):
     first_losses = {}
     dense_rounds = []
     for k in range(arguments.rounds):
-        turn = k % len(CONTENDERS)
-        for name in CONTENDERS[turn:] + CONTENDERS[:turn]:
-            rate, loss = contenders[name].round(data)
-            rates[name].append(rate)
-            first_losses.setdefault(name, loss)
-            print(f"round {k + 1}: {name:28} {rate:10.0f} examples/s  mean loss {loss:.4f}",
-                  flush=True)
+        train_round(k, contenders, data, rates, first_losses)
         dense_rounds.append(dense_flops.round())
         print(f"round {k + 1}: torch's dense forward + backward {dense_rounds[-1][1]:.1f} GFLOP/s",
               flush=True)

@@ -249,31 +249,10 @@ def git_commit():
 def parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recemb", type=pathlib.Path,
-                        default=dlrm_bench.default_recemb_binary(),
-                        help="the recemb binary (default: build/release/bin/recemb)")
-    parser.add_argument("--steps", type=int, default=100, help="batches per round (default 100)")
-    parser.add_argument("--batch-size", type=int, default=dlrm_bench.BATCH_SIZE)
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of the three (default 5)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(),
-                        help="torch's threads, recemb train's (default: one per core)")
-    parser.add_argument("--seed", type=int, default=0, help="data and initial weights")
-    parser.add_argument("--directory", type=pathlib.Path, default=None,
-                        help="where the data files go (default: a temporary directory)")
+    dlrm_bench.add_run_arguments(parser)
     parser.add_argument("--unsharded", action="store_true",
                         help="(T) on TorchRec's unsharded EmbeddingBagCollection, without DMP")
-    parser.add_argument("--smoke", action="store_true",
-                        help="a quick check: 3 steps of 256 examples, one round")
-    arguments = parser.parse_args(argv)
-    if arguments.smoke:
-        arguments.steps, arguments.batch_size, arguments.rounds = 3, 256, 1
-    for name in ("steps", "batch_size", "rounds", "threads"):
-        if getattr(arguments, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if not arguments.recemb.is_file():
-        parser.error(f"--recemb {arguments.recemb}: no such file (build it: cmake --preset "
-                     "release && cmake --build --preset release --target recemb_cli)")
-    return arguments
+    return dlrm_bench.parse_run_arguments(parser, argv, smoke_steps=3)
 
 
 def run(arguments, directory):
@@ -301,13 +280,7 @@ def run(arguments, directory):
     rates = {name: [] for name in CONTENDERS}
     first_losses = {}
     for k in range(arguments.rounds):
-        turn = k % len(CONTENDERS)
-        for name in CONTENDERS[turn:] + CONTENDERS[:turn]:
-            rate, loss = contenders[name].round(data)
-            rates[name].append(rate)
-            first_losses.setdefault(name, loss)
-            print(f"round {k + 1}: {name:18} {rate:10.0f} examples/s  mean loss {loss:.4f}",
-                  flush=True)
+        dlrm_bench.train_round(k, contenders, data, rates, first_losses)
     report(arguments, sizes, rates, first_losses, contenders["torchrec"].description)
     return 0
 

@@ -399,12 +399,18 @@ def _optimizer_repr(optimizer):
 _IMPLEMENTATION_SETTINGS = {"foreach", "capturable", "differentiable", "fused"}
 
 
-def _require(kind, settings, **defaults):
-    """Raises ValueError naming every setting that differs from the value recemb can honour."""
+def refuse_settings(owner, settings, **accepted):
+    """Raises ValueError naming every setting of `settings` (of `owner`, for the message) that
+    differs from the one value recemb can honour."""
     bad = [f"{name}={settings[name]!r} (recemb needs {value!r})"
-           for name, value in defaults.items() if name in settings and settings[name] != value]
+           for name, value in accepted.items() if name in settings and settings[name] != value]
     if bad:
-        raise ValueError(f"torch.optim.{kind}: recemb cannot honour " + ", ".join(bad))
+        raise ValueError(f"{owner}: recemb cannot honour " + ", ".join(bad))
+
+
+def _require(kind, settings, **defaults):
+    """refuse_settings for the torch.optim optimizer `kind`."""
+    refuse_settings(f"torch.optim.{kind}", settings, **defaults)
 
 
 def _sgd(settings):

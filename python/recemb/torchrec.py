@@ -37,7 +37,7 @@ from recemb import optimizers
 from recemb.config import DynamicVocabulary, FeatureConfig, TableConfig
 from recemb.inputs import Ragged
 from recemb.torch import Embedding as _TorchEmbedding
-from recemb.torch import translate_optimizer
+from recemb.torch import refuse_settings, translate_optimizer
 
 __all__ = ["EmbeddingBagCollection", "EmbeddingCollection", "fused_optimizer"]
 
@@ -56,14 +56,6 @@ _UNSUPPORTED_CONFIG_FIELDS = {
 _POOLING_COMBINERS = {torchrec.PoolingType.SUM: "sum", torchrec.PoolingType.MEAN: "mean"}
 
 
-def _refuse_settings(owner, settings, **accepted):
-    """Raises ValueError naming every setting of `settings` that differs from the accepted value."""
-    bad = [f"{name}={settings[name]!r} (recemb needs {value!r})"
-           for name, value in accepted.items() if name in settings and settings[name] != value]
-    if bad:
-        raise ValueError(f"{owner}: recemb cannot honour " + ", ".join(bad))
-
-
 def _torch_adagrad(optimizer):
     """torch.optim.Adagrad (per-element a += g^2; w -= lr * g / (sqrt(a) + eps)) as recemb's
     Adagrad when initial_accumulator_value > 0 (translate_optimizer), else (torch's default 0) as
@@ -72,7 +64,7 @@ def _torch_adagrad(optimizer):
     settings = optimizer.param_groups[0]
     if settings["initial_accumulator_value"] > 0:
         return translate_optimizer(optimizer)
-    _refuse_settings("torch.optim.Adagrad", settings, lr_decay=0, weight_decay=0, maximize=False)
+    refuse_settings("torch.optim.Adagrad", settings, lr_decay=0, weight_decay=0, maximize=False)
     epsilon = float(settings["eps"])
     if not epsilon > 0:
         raise ValueError("torch.optim.Adagrad: recemb cannot honour eps=0 with "
@@ -86,7 +78,7 @@ def _rowwise_adagrad(optimizer):
     """torchrec.optim.RowWiseAdagrad (a += mean_d(g_d^2); w -= lr * g / (sqrt(a) + eps)): recemb's
     RowWiseAdagrad, the same update."""
     settings = optimizer.param_groups[0]
-    _refuse_settings("torchrec.optim.RowWiseAdagrad", settings, lr_decay=0, weight_decay=0,
+    refuse_settings("torchrec.optim.RowWiseAdagrad", settings, lr_decay=0, weight_decay=0,
                      maximize=False)
     return optimizers.RowWiseAdagrad(
         learning_rate=float(settings["lr"]), epsilon=float(settings["eps"]),
@@ -264,7 +256,7 @@ class _Collection(torch.nn.Module):
             if config.data_type != torchrec.DataType.FP32:
                 raise ValueError(f"{owner}: data_type=DataType.{config.data_type.name}: "
                                  "recemb's tables are float32 (DataType.FP32)")
-            _refuse_settings(owner, {field: getattr(config, field, value)
+            refuse_settings(owner, {field: getattr(config, field, value)
                                      for field, value in _UNSUPPORTED_CONFIG_FIELDS.items()},
                              **_UNSUPPORTED_CONFIG_FIELDS)
             if not config.feature_names:
