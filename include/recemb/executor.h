@@ -18,8 +18,9 @@ class RECEMB_EXPORT ParallelExecutor {
   virtual int max_threads() const = 0;
 
   // Calls body(context, thread_index) once on each of the threads it runs at once, with distinct
-  // thread indices in [0, max_threads()) (the calling thread may be one of them), and returns
-  // when every call has returned. A thread index outside that range, or given twice, breaks the
+  // thread indices (the calling thread may be one of them), and returns when every call has
+  // returned. A call whose index is outside [0, max_threads()) does nothing (a team of threads
+  // that grew after max_threads() was read); two calls with the same index at once break the
   // Embedding's per-thread state. body never throws; run_on_threads must not either. An Embedding
   // calls it from one thread at a time, but different Embedding objects may call it concurrently.
   virtual void run_on_threads(void (*body)(void* context, int thread_index), void* context) = 0;

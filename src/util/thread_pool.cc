@@ -129,8 +129,8 @@ void ThreadPool::run_on_executor(int64_t num_tasks, TaskFunction function, void*
   executor_->run_on_threads(
       [](void* pool_pointer, int thread_index) {
         auto& pool = *static_cast<ThreadPool*>(pool_pointer);
-        // An index beyond what the per-thread state was sized for runs nothing (the executor's
-        // contract rules it out; its threads may have grown since max_threads() was read).
+        // An index beyond what the per-thread state was sized for runs nothing (a team that grew
+        // since max_threads() was read: recemb/executor.h).
         if (thread_index < 0 || thread_index >= pool.executor_threads_) return;
         while (true) {
           const int64_t task = pool.next_task_.fetch_add(1, std::memory_order_relaxed);

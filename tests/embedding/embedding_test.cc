@@ -420,8 +420,8 @@ TEST(EmbeddingDeterminism, LargeBatchesAreBitwiseIdenticalAcrossThreadCounts) {
     EXPECT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)), 0)
         << threads << " threads";
   }
-  // On an executor's threads (recemb/executor.h): 3 threads, started in a shuffled order, one of
-  // them with an index the executor's contract rules out (it runs nothing).
+  // On an executor's threads (recemb/executor.h): 3 threads started in a shuffled order, and a
+  // fourth whose index is beyond max_threads (it runs nothing).
   auto executor = std::make_shared<test::ThreadPerIndexExecutor>(3, std::vector<int>{2, 0, 7, 1});
   const std::vector<float> on_executor = run(0, executor);
   ASSERT_EQ(one.size(), on_executor.size());
