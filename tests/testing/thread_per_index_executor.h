@@ -1,5 +1,6 @@
 // A ParallelExecutor (recemb/executor.h) for tests: run_on_threads starts one std::thread per
-// index of `indices` (which a test may make negative or beyond max_threads) and joins them. It counts its calls and records the threads that ran.
+// index of `indices` (which a test may make negative or beyond max_threads) and joins them. It
+// counts its calls and records the threads that ran.
 #ifndef RECEMB_TESTS_TESTING_THREAD_PER_INDEX_EXECUTOR_H_
 #define RECEMB_TESTS_TESTING_THREAD_PER_INDEX_EXECUTOR_H_
 
