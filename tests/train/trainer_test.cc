@@ -661,8 +661,10 @@ void expect_a_stop_to_resume_exactly(const std::string& overlap, int eval_every 
     return train::small_config(
         dir, {"train.overlap=" + overlap, "train.eval_every=" + std::to_string(eval_every)});
   };
-  const auto straight_dir = fresh_dir("stop_straight");
-  const auto stopped_dir = fresh_dir("stop_stopped");
+  // Directories of their own: the tests calling this run at once under ctest -j.
+  const std::string variant = overlap + "_" + std::to_string(eval_every);
+  const auto straight_dir = fresh_dir("stop_straight_" + variant);
+  const auto stopped_dir = fresh_dir("stop_stopped_" + variant);
   std::ostringstream log;
   const TrainSummary straight = run_training(small_config(straight_dir), {.log = &log});
 
