@@ -46,7 +46,6 @@ Memory: about 2.1x the table (FBGEMM's table, recemb's, their accumulators).
 import argparse
 import pathlib
 import statistics
-import subprocess
 import sys
 import time
 
@@ -61,9 +60,9 @@ from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
 import recemb
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from compare_torch import CheckFailed, assert_agree, random_ids  # noqa: E402
+from compare_torch import (CheckFailed, assert_agree, cpu_model, git_commit,  # noqa: E402
+                           random_ids)
 
-REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
 DIM = 64
 TABLE_ROWS = (1 << 30) // (DIM * 4)  # 1 GiB of float32
 BATCH_SIZE = 4096
@@ -196,22 +195,6 @@ def measure(sides, step, batches, rounds, steps):
     return rates
 
 
-def cpu_description():
-    try:
-        output = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except OSError:
-        return "unknown (no lscpu)"
-    fields = dict(line.split(":", 1) for line in output.splitlines() if ":" in line)
-    return (f"{fields.get('Model name', 'unknown').strip()} (family "
-            f"{fields.get('CPU family', '?').strip()}, model {fields.get('Model', '?').strip()})")
-
-
-def git_commit():
-    result = subprocess.run(["git", "-C", str(REPOSITORY), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, timeout=10)
-    return result.stdout.strip() or "unknown"
-
-
 def parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -267,7 +250,7 @@ def run(arguments):
 
 def report(arguments, results):
     print()
-    print(f"CPU: {cpu_description()}; {time.strftime('%Y-%m-%d', time.gmtime())}; torch "
+    print(f"CPU: {cpu_model()}; {time.strftime('%Y-%m-%d', time.gmtime())}; torch "
           f"{torch.__version__}, fbgemm_gpu {fbgemm_gpu.__version__}; recemb {git_commit()}")
     print(f"table {arguments.rows} rows x {DIM} float32 ({arguments.rows * DIM * 4 / 2**30:.3g} "
           f"GiB), batches of {arguments.batch_size} x {arguments.bag_size} ids, sum pooling; "

@@ -63,7 +63,9 @@ import gc
 import math
 import mmap
 import os
+import pathlib
 import statistics
+import subprocess
 import sys
 import time
 
@@ -494,6 +496,25 @@ def describe(workload):
                   f"{len(tables)} tables, {sum(tables):,} rows (largest {max(tables):,})")
     return (f"{workload.name}: {table_text} x dim {workload.dim} = {size:.3g} GiB, "
             f"batch {workload.batch_size}, {bag}, {workload.ids} ids")
+
+
+def cpu_model():
+    """The CPU as every figure names it: lscpu's model name, family and model."""
+    try:
+        output = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except OSError:
+        return "unknown (no lscpu)"
+    fields = dict(line.split(":", 1) for line in output.splitlines() if ":" in line)
+    return (f"{fields.get('Model name', 'unknown').strip()} (family "
+            f"{fields.get('CPU family', '?').strip()}, model {fields.get('Model', '?').strip()})")
+
+
+def git_commit():
+    """The repository's commit, short, or "unknown"."""
+    result = subprocess.run(["git", "-C", str(pathlib.Path(__file__).resolve().parents[1]),
+                             "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, timeout=10)
+    return result.stdout.strip() or "unknown"
 
 
 def log(message):

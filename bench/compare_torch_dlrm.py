@@ -86,7 +86,7 @@ import recemb  # noqa: E402
 import recemb.torch  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from compare_torch import CRITEO_KAGGLE, fit_to_budget  # noqa: E402  (the Kaggle profile)
+from compare_torch import CRITEO_KAGGLE, cpu_model, fit_to_budget  # noqa: E402
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
 NUM_DENSE = 13
@@ -420,17 +420,6 @@ def blas_libraries():
     return sorted(paths) or ["none found"]
 
 
-def cpu_model():
-    try:
-        output = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except OSError:
-        return "unknown (no lscpu)"
-    for line in output.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
 def default_recemb_binary():
     return REPOSITORY / "build" / "release" / "bin" / "recemb"
 
@@ -442,7 +431,8 @@ def add_run_arguments(parser):
                         help="the recemb binary (default: build/release/bin/recemb)")
     parser.add_argument("--steps", type=int, default=100, help="batches per round (default 100)")
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE)
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of the contenders (default 5)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds of the contenders (default 5)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="torch's threads, recemb's (default: one per core)")
     parser.add_argument("--seed", type=int, default=0, help="data and initial weights")

@@ -57,7 +57,6 @@ import os
 import pathlib
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -82,6 +81,7 @@ import recemb.torchrec
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import compare_torch_dlrm as dlrm_bench  # noqa: E402  (the model, the data, recemb train)
+from compare_torch import cpu_model, git_commit  # noqa: E402
 
 # Row-wise Adagrad of the tables: `recemb train`'s rate for rowwise_adagrad (docs/training.md,
 # "Learning rates"), FBGEMM's and recemb's default eps.
@@ -240,12 +240,6 @@ def torchrec_contender(arguments, sizes, batches):
     return torchrec_unsharded(sizes, batches, arguments.seed)
 
 
-def git_commit():
-    result = subprocess.run(["git", "-C", str(dlrm_bench.REPOSITORY), "rev-parse", "--short",
-                             "HEAD"], capture_output=True, text=True, timeout=10)
-    return result.stdout.strip() or "unknown"
-
-
 def parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -287,7 +281,7 @@ def run(arguments, directory):
 
 def report(arguments, sizes, rates, first_losses, torchrec_description):
     print()
-    print(f"CPU: {dlrm_bench.cpu_model()}; {arguments.threads} threads; "
+    print(f"CPU: {cpu_model()}; {arguments.threads} threads; "
           f"{time.strftime('%Y-%m-%d', time.gmtime())}; torch {torch.__version__}, torchrec "
           f"{torchrec.__version__}, fbgemm_gpu {fbgemm_gpu.__version__}; recemb {git_commit()}")
     print(f"model: DLRM, {dlrm_bench.NUM_TABLES} tables of {sum(sizes)} rows x "

@@ -20,7 +20,6 @@ they are collective. An input this layer rejects on one rank raises on every ran
 
 from __future__ import annotations
 
-import numbers
 import os
 import pathlib
 import threading
@@ -30,6 +29,7 @@ import numpy as np
 
 from recemb import _nest, _recemb, optimizers
 from recemb._activations import ActivationArrays
+from recemb._engine import _build_engine, _int_setting, _num_threads_setting
 from recemb._lookup import _lookup_arguments, _pure_lookup
 from recemb._tables import _TableAccess, _viewable_tables
 from recemb.config import Resolved, _parse_name
@@ -64,31 +64,6 @@ class LookupBatch:
     def applicable(self) -> bool:
         """Whether it holds a lookup not applied yet."""
         return self._cpp.applicable()
-
-
-def _build_engine(resolved, optimizer, options, zero_tables=False):
-    """The C++ Embedding of a resolved config, its tables initialized (zeros if zero_tables).
-    options: num_threads (an int, or "openmp": the OpenMP executor), seed, and optionally non_finite_gradients and pipeline_staleness (C++
-    enumerators), placement (a Placement) and communicator (a C++ Communicator); the C++ defaults
-    otherwise. The engine validates the configs (before any initializer callable is called)."""
-    placement = options.get("placement")
-    threads = options["num_threads"]
-    cpp_options = _recemb.EmbeddingOptions(
-        optimizer=None if optimizer is None else optimizer._to_cpp(),
-        num_threads=0 if threads == "openmp" else threads,
-        executor=(_recemb.openmp_executor(_recemb.openmp_max_threads())
-                  if threads == "openmp" else None),
-        seed=options["seed"],
-        placement=None if placement is None else placement._to_cpp(resolved),
-        communicator=options.get("communicator"))
-    for name in ("non_finite_gradients", "pipeline_staleness"):
-        if name in options:
-            setattr(cpp_options, name, options[name])
-    engine = _recemb.Embedding(resolved.cpp_tables(zero_tables),
-                               resolved.cpp_features(), cpp_options)
-    for name, values in ([] if zero_tables else resolved.initial_values()):
-        engine.write_variable(name, "parameters", values)  # validates: finite values
-    return engine
 
 
 class _ThreadBatches(threading.local):
@@ -550,25 +525,6 @@ def _path(name, value):
     os.PathLike)."""
     if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
         raise ValueError(f"{name}={value!r}: expected a non-empty path (a str or os.PathLike)")
-
-
-def _int_setting(name, value, largest):
-    """`value` as an int in [0, largest] (the range of its C++ type; the engine checks the rest),
-    or ValueError naming the argument."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name}={value!r}: must be an int")
-    if not 0 <= value <= largest:
-        raise ValueError(f"{name}={value!r}: must be >= 0 and <= {largest}")
-    return int(value)
-
-
-def _num_threads_setting(value):
-    """The layer's num_threads: "openmp", or an int in the range of the C++ field."""
-    if isinstance(value, str):
-        if value != "openmp":
-            raise ValueError(f'num_threads={value!r}: must be an int or "openmp"')
-        return value
-    return _int_setting("num_threads", value, 2**31 - 1)
 
 
 def serving_embedding_lookup(inputs: Nest, weights: Nest, tables: dict[Any, ArrayLike],

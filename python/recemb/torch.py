@@ -62,9 +62,10 @@ def _openmp_runtimes() -> set[str]:
     Intel's libiomp5), from /proc/self/maps; empty where that file does not exist."""
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            paths = {line.split(None, 5)[-1].strip() for line in maps if len(line.split()) >= 6}
+            fields = [line.split(None, 5) for line in maps]
     except OSError:
         return set()
+    paths = {entry[5].strip() for entry in fields if len(entry) == 6}
     return {os.path.realpath(path) for path in paths
             if os.path.basename(path).startswith(("libgomp", "libomp", "libiomp"))}
 
@@ -154,7 +155,7 @@ class Embedding(torch.nn.Module):
         super().__init__()
         if isinstance(optimizer, torch.optim.Optimizer):
             optimizer = translate_optimizer(optimizer)
-        if isinstance(num_threads, str) and num_threads == "torch":
+        if num_threads == "torch":
             num_threads = torch_threads()
         self.layer = _Layer(feature_config, optimizer, num_threads=num_threads, seed=seed,
                             non_finite_gradients=non_finite_gradients,
@@ -408,18 +409,14 @@ def refuse_settings(owner, settings, **accepted):
         raise ValueError(f"{owner}: recemb cannot honour " + ", ".join(bad))
 
 
-def _require(kind, settings, **defaults):
-    """refuse_settings for the torch.optim optimizer `kind`."""
-    refuse_settings(f"torch.optim.{kind}", settings, **defaults)
-
-
 def _sgd(settings):
-    _require("SGD", settings, momentum=0, weight_decay=0, nesterov=False, maximize=False)
+    refuse_settings("torch.optim.SGD", settings, momentum=0, weight_decay=0, nesterov=False,
+                    maximize=False)
     return optimizers.SGD(learning_rate=float(settings["lr"]))
 
 
 def _adagrad(settings):
-    _require("Adagrad", settings, lr_decay=0, weight_decay=0, maximize=False)
+    refuse_settings("torch.optim.Adagrad", settings, lr_decay=0, weight_decay=0, maximize=False)
     initial = float(settings["initial_accumulator_value"])
     if initial <= 0:
         raise ValueError(
@@ -438,7 +435,7 @@ def _adagrad(settings):
 
 
 def _adam(settings):
-    _require("Adam", settings, weight_decay=0, amsgrad=False, maximize=False)
+    refuse_settings("torch.optim.Adam", settings, weight_decay=0, amsgrad=False, maximize=False)
     beta_1, beta_2 = settings["betas"]
     # torch.optim.Adam updates every row each step (dense gradients) with bias correction.
     return optimizers.Adam(learning_rate=float(settings["lr"]), beta_1=float(beta_1),
@@ -447,7 +444,7 @@ def _adam(settings):
 
 
 def _sparse_adam(settings):
-    _require("SparseAdam", settings, maximize=False)
+    refuse_settings("torch.optim.SparseAdam", settings, maximize=False)
     beta_1, beta_2 = settings["betas"]
     return optimizers.Adam(learning_rate=float(settings["lr"]), beta_1=float(beta_1),
                            beta_2=float(beta_2), epsilon=float(settings["eps"]), lazy_adam=True,

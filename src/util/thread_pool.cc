@@ -36,6 +36,7 @@ bool spin_until(const Done& done) {
 
 namespace recemb {
 
+// The key function of the public interface ThreadPool runs loops on.
 ParallelExecutor::~ParallelExecutor() = default;
 
 }  // namespace recemb
@@ -120,23 +121,19 @@ void ThreadPool::run(int64_t num_tasks, TaskFunction function, void* context) {
 }
 
 void ThreadPool::run_on_executor(int64_t num_tasks, TaskFunction function, void* context) {
-  // The executor returns once every thread's body has returned: no completion count is needed,
-  // and no worker of this pool exists to wake.
+  // The executor returns once every thread's body has returned, so nothing waits on the
+  // completion count that drain() keeps (its last notification wakes nobody).
   function_ = function;
   context_ = context;
   num_tasks_ = num_tasks;
   next_task_.store(0, std::memory_order_relaxed);
+  unfinished_tasks_.store(num_tasks, std::memory_order_relaxed);
   executor_->run_on_threads(
       [](void* pool_pointer, int thread_index) {
         auto& pool = *static_cast<ThreadPool*>(pool_pointer);
         // An index beyond what the per-thread state was sized for runs nothing (a team that grew
         // since max_threads() was read: recemb/executor.h).
-        if (thread_index < 0 || thread_index >= pool.executor_threads_) return;
-        while (true) {
-          const int64_t task = pool.next_task_.fetch_add(1, std::memory_order_relaxed);
-          if (task >= pool.num_tasks_) return;
-          pool.function_(pool.context_, task, thread_index);
-        }
+        if (thread_index >= 0 && thread_index < pool.executor_threads_) pool.drain(thread_index);
       },
       this);
 }

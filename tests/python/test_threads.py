@@ -63,7 +63,7 @@ def test_openmp_threads_give_the_results_of_own_threads_bitwise():
     assert copy._options["num_threads"] == "openmp"
 
 
-def test_openmp_executor_follows_the_runtimes_thread_count():
+def test_openmp_executor_checks_its_bound_and_names_its_runtime():
     assert _recemb.openmp_max_threads() >= 1
     executor = _recemb.openmp_executor(3)
     assert executor.max_threads() == 3
