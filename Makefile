@@ -2,15 +2,17 @@
 #   make run     install dependencies, build, run `recemb train` (DLRM-style model, synthetic data)
 #   make test    install dependencies, then what says the build works: Release tests, the install
 #                check and the Python tests (about 15 minutes on a fresh 2-core machine)
-#   make test-full  `make test`, then clang-tidy, ASan+UBSan, TSan, benchmark smoke runs and fuzzing:
-#                every check CI runs (.ci/run is `make test-full`)
+#   make test-full  `make test`, then the build without optional libraries, the Python tests on torch
+#                2.x, clang-tidy, ASan+UBSan, TSan and benchmark smoke runs: every check CI runs
+#                (.ci/run is `make test-full`)
+#   make fuzz-smoke  the libFuzzer targets for FUZZ_SECONDS each (clang; the test builds replay
+#                their inputs without libFuzzer)
 #   make build   Release build of everything in build/release
 #   make python  a wheel of the Python package in build/wheel, built offline (pip install it)
 #   make format  apply clang-format to every C++ file
 #   make clean   remove build/
 # Single phases: check-format check-mirror test-release check-install test-python (make test);
-# check-minimal test-torch2 check-tidy test-asan test-tsan bench-smoke fuzz-smoke (the rest of
-# make test-full).
+# check-minimal test-torch2 check-tidy test-asan test-tsan bench-smoke (the rest of make test-full).
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -24,6 +26,11 @@ JOBS ?= $(shell nproc)
 # Ninja when it is installed (evaluated when a recipe runs, so after `deps`). A build tree keeps the
 # generator it was configured with.
 export CMAKE_GENERATOR ?= $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
+# ccache (CMakeLists.txt uses it when installed) shares compiled files between the build trees of
+# one checkout (build/release, build/minimal, build/python, pip's build/pip) and between checkouts
+# at different paths: paths under the checkout are hashed relative to it.
+export CCACHE_BASEDIR ?= $(CURDIR)
+export CCACHE_NOHASHDIR ?= 1
 # Sanitizer runtime options (CMakePresets.json sets the same for ctest).
 export ASAN_OPTIONS ?= detect_leaks=1
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
@@ -43,7 +50,7 @@ CTEST = $(2) ctest --preset $(1) -j $(JOBS) 2>&1 | tee build/ctest-$(1).log; \
           build/ctest-$(1).log >>$(COUNTS)
 
 help:
-	@sed -n '2,12s/^# \{0,1\}//p' Makefile
+	@sed -n '2,16s/^# \{0,1\}//p' Makefile
 
 deps:
 	@$(PHASE_START); scripts/install-deps; $(PHASE_END)
@@ -64,7 +71,7 @@ run: deps
 	$(RECEMB) train --output build/recemb-run $(ARGS)
 
 TEST_PHASES := deps check-format check-mirror test-release check-install test-python
-DEEP_PHASES := check-minimal test-torch2 check-tidy test-asan test-tsan bench-smoke fuzz-smoke
+DEEP_PHASES := check-minimal test-torch2 check-tidy test-asan test-tsan bench-smoke
 
 test: test-begin $(TEST_PHASES) test-summary
 
@@ -107,7 +114,8 @@ check-tidy:
 	@$(PHASE_START); JOBS=$(JOBS) scripts/check-tidy build/release; $(PHASE_END)
 
 # Library and tests only (the preset turns benchmarks and examples off), Debug (-O0 -g).
-# TSan below: the same, RelWithDebInfo at -O1 -g.
+# TSan below: the same, RelWithDebInfo at -O1 -g, without the test programs that start no thread
+# (tests/CMakeLists.txt, RECEMB_SINGLE_THREADED_TESTS).
 test-asan:
 	@$(PHASE_START); \
 	 cmake --preset asan-ubsan; \
@@ -162,7 +170,9 @@ bench-smoke: release-build
 	 $(PHASE_END)
 
 # The libFuzzer targets of the file readers (checkpoint, serving model), built with clang, ASan
-# and UBSan, each run for FUZZ_SECONDS from its seeds: a crash or sanitizer report fails.
+# and UBSan, each run for FUZZ_SECONDS from its seeds: a crash or sanitizer report fails. Not part
+# of test-full (a third compiler's build of the library): the Release and ASan+UBSan test builds
+# run the same targets on their seeds and checked-in inputs (tests/fuzz/replay_main.cc).
 FUZZ_SECONDS ?= 20
 fuzz-smoke:
 	@$(PHASE_START); FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) scripts/fuzz; $(PHASE_END)

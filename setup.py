@@ -15,7 +15,9 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
-        build = os.path.join(os.path.abspath(self.build_temp), "cmake")
+        # build/pip, at the depth of the Makefile's build trees: ccache's base_dir (Makefile) then
+        # finds the files they compiled with the same flags.
+        build = os.path.join(ROOT, "build", "pip")
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         subprocess.check_call(["cmake", "-S", ROOT, "-B", build, *generator,
                                "-DCMAKE_BUILD_TYPE=Release", "-DRECEMB_BUILD_TESTS=OFF",
