@@ -29,11 +29,11 @@
 #include <utility>
 #include <vector>
 
+#include "support/thread_pool.h"
 #include "train/dense_isa.h"
 #include "train/dense_kernels.h"
 #include "train/dense_optimizer.h"
 #include "train/dlrm_dense_model.h"
-#include "train/worker_pool.h"
 
 #ifdef RECEMB_BENCH_OPENBLAS
 #include <cblas.h>
@@ -216,7 +216,7 @@ void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library, Dens
     }
   }
 #endif
-  recemb::train::WorkerPool pool(num_threads);
+  recemb::support::ThreadPool pool(num_threads);
   const auto block_product = [&](int64_t block, int) {
     const float* block_a = a.data() + block * shape.m * shape.k;
     const float* block_b = b.data() + block * shape.k * shape.n;
@@ -261,7 +261,7 @@ void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library, Dens
     }
   };
   for (auto _ : state) {
-    pool.run(kGemmBlocks, block_product);
+    pool.parallel_for(kGemmBlocks, block_product);
     benchmark::DoNotOptimize(c.data());
   }
   state.SetItemsProcessed(state.iterations() * kGemmBlocks * 256);

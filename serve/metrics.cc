@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "train/float_text.h"
+#include "support/number_text.h"
 
 namespace recemb::serve {
 namespace {
@@ -83,7 +83,7 @@ std::string Metrics::render() const {
     out += "recemb_serve_request_seconds_bucket{method=" + label(method) + ",le=\"+Inf\"} " +
            std::to_string(histogram.count) + "\n";
     out += "recemb_serve_request_seconds_sum{method=" + label(method) + "} " +
-           train::double_text(histogram.sum) + "\n";
+           support::double_text(histogram.sum) + "\n";
     out += "recemb_serve_request_seconds_count{method=" + label(method) + "} " +
            std::to_string(histogram.count) + "\n";
   }

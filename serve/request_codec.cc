@@ -6,7 +6,7 @@
 
 #include "recemb/string_key.h"
 
-#include "train/float_text.h"
+#include "support/number_text.h"
 
 namespace recemb::serve {
 namespace {
@@ -428,7 +428,7 @@ PredictRequest decode_json_instances(std::string_view body, int64_t max_examples
 std::string encode_json_predictions(std::span<const float> probabilities) {
   std::string out = "{\"predictions\": [";
   for (size_t i = 0; i < probabilities.size(); ++i) {
-    out += (i == 0 ? "" : ", ") + train::float_text(probabilities[i]);
+    out += (i == 0 ? "" : ", ") + support::float_text(probabilities[i]);
   }
   out += "]}";
   return out;

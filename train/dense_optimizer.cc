@@ -6,7 +6,7 @@
 
 #include "recemb/error.h"
 
-#include "train/float_text.h"
+#include "support/number_text.h"
 
 namespace recemb::train {
 namespace {
@@ -26,7 +26,8 @@ void validate(const DenseOptimizerConfig& config) {
   const std::string owner = name_of(config);
   const auto require = [&owner](bool valid, const char* field, float value, const char* range) {
     if (!valid) {
-      throw InvalidArgument(owner + ": " + field + " = " + float_text(value) + " must be " + range);
+      throw InvalidArgument(owner + ": " + field + " = " + support::float_text(value) +
+                            " must be " + range);
     }
   };
   std::visit(Overloaded{[&](const DenseAdam& adam) {
@@ -91,7 +92,7 @@ void DenseOptimizer::apply(std::span<float> parameters, std::span<const float> g
     size_t i = 0;
     while (std::isfinite(gradients[i])) ++i;
     throw InvalidArgument(name_of(config_) + ": gradients[" + std::to_string(i) +
-                          "] = " + float_text(gradients[i]) + " is not finite");
+                          "] = " + support::float_text(gradients[i]) + " is not finite");
   }
   float* const slots = slots_.data();
   std::visit(Overloaded{[&](const DenseAdam& adam) {

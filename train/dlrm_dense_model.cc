@@ -9,7 +9,7 @@
 
 #include "recemb/error.h"
 
-#include "train/float_text.h"
+#include "support/number_text.h"
 
 namespace recemb::train {
 namespace {
@@ -69,7 +69,7 @@ DlrmDenseModel::DlrmDenseModel(DlrmDenseConfig config)
                 .layer_widths = with_logit_layer(config_.top_mlp),
                 .output_activation = OutputActivation::kIdentity},
                dense_isa_),
-      pool_(std::make_unique<WorkerPool>(config_.num_threads)),
+      pool_(std::make_unique<support::ThreadPool>(config_.num_threads)),
       parameters_(static_cast<size_t>(bottom_mlp_.num_parameters() + top_mlp_.num_parameters())),
       gradients_(parameters_.size(), 0.0f) {
   std::mt19937_64 random(config_.seed);
@@ -102,7 +102,7 @@ float DlrmDenseModel::train_step(std::span<const float> dense, std::span<const f
   for (size_t b = 0; b < labels.size(); ++b) {
     if (!(labels[b] >= 0.0f && labels[b] <= 1.0f)) {
       throw InvalidArgument("train_step: labels[" + std::to_string(b) +
-                            "] = " + float_text(labels[b]) + " is not in [0, 1]");
+                            "] = " + support::float_text(labels[b]) + " is not in [0, 1]");
     }
   }
   if (embedding_gradients.size() != static_cast<size_t>(config_.num_sparse_features)) {
@@ -136,7 +136,7 @@ float DlrmDenseModel::train_step(std::span<const float> dense, std::span<const f
   feature_gradients_.resize(features_.size());
   bottom_gradients_.resize(static_cast<size_t>(batch_size * config_.embedding_dim));
   const float inverse_batch_size = 1.0f / static_cast<float>(batch_size);
-  run_tasks(pool_.get(), Mlp::num_blocks(batch_size), [&](int64_t block, int worker) {
+  support::parallel_for(pool_.get(), Mlp::num_blocks(batch_size), [&](int64_t block, int worker) {
     forward_block(dense, embeddings, block, worker);
     const int64_t first = block * Mlp::kRowBlock;
     const int64_t count = std::min(Mlp::kRowBlock, batch_size - first);
@@ -168,8 +168,9 @@ void DlrmDenseModel::predict(std::span<const float> dense,
   const int64_t batch_size = static_cast<int64_t>(probabilities.size());
   validate_inputs("predict", dense, embeddings, batch_size);
   start_forward(batch_size);
-  run_tasks(pool_.get(), Mlp::num_blocks(batch_size),
-            [&](int64_t block, int worker) { forward_block(dense, embeddings, block, worker); });
+  support::parallel_for(pool_.get(), Mlp::num_blocks(batch_size), [&](int64_t block, int worker) {
+    forward_block(dense, embeddings, block, worker);
+  });
   const std::span<const float> logits = top_mlp_.output();
   for (size_t b = 0; b < probabilities.size(); ++b) {
     probabilities[b] = 1.0f / (1.0f + std::exp(-logits[b]));
@@ -193,7 +194,7 @@ void DlrmDenseModel::validate_inputs(const char* caller, std::span<const float> 
     throw InvalidArgument(std::string(caller) + ": dense feature " +
                           std::to_string(i % config_.num_dense_features) + " of example " +
                           std::to_string(i / config_.num_dense_features) + " is " +
-                          float_text(dense[i]));
+                          support::float_text(dense[i]));
   }
   if (embeddings.size() != static_cast<size_t>(config_.num_sparse_features)) {
     throw InvalidArgument(
@@ -212,7 +213,7 @@ void DlrmDenseModel::validate_inputs(const char* caller, std::span<const float> 
       const size_t i = first_non_finite(embeddings[f]);
       throw InvalidArgument(std::string(caller) + ": embeddings[" + std::to_string(f) +
                             "] of example " + std::to_string(i / config_.embedding_dim) +
-                            " has the value " + float_text(embeddings[f][i]));
+                            " has the value " + support::float_text(embeddings[f][i]));
     }
   }
 }

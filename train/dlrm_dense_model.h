@@ -28,7 +28,7 @@
 // (W_0, b_0, W_1, b_1, ...; W_l is [in, out] row-major). parameter_blocks() names every array.
 // A checkpoint saves one array; a data-parallel trainer all-reduces gradients() in one call.
 //
-// train_step and predict run on config.num_threads threads (the caller's and a WorkerPool's), one
+// train_step and predict run on config.num_threads threads (the caller's and a ThreadPool's), one
 // task per block of 256 examples doing all of the block's layers, forward and backward, while its
 // activations are in the cache (the sum of the loss and the sigmoid on the caller's thread).
 // Results are bitwise the same for the same parameters and
@@ -50,10 +50,10 @@
 #include <span>
 #include <vector>
 
+#include "support/thread_pool.h"
 #include "train/dense_isa.h"
 #include "train/interaction.h"
 #include "train/mlp.h"
-#include "train/worker_pool.h"
 
 namespace recemb::train {
 
@@ -145,7 +145,7 @@ class DlrmDenseModel {
   Mlp bottom_mlp_;
   DotInteraction interaction_;
   Mlp top_mlp_;
-  std::unique_ptr<WorkerPool> pool_;  // a pointer: the model stays movable
+  std::unique_ptr<support::ThreadPool> pool_;  // a pointer: the model stays movable
   std::vector<float> parameters_;
   std::vector<float> gradients_;
   // Workspace, [B, ...] of the current batch.

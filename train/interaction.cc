@@ -8,7 +8,7 @@
 namespace recemb::train {
 namespace {
 
-// Examples per task of the WorkerPool: 8 blocks of the AVX-512 kernels, 16 of the others.
+// Examples per task of the ThreadPool: 8 blocks of the AVX-512 kernels, 16 of the others.
 constexpr int64_t kExamplesPerTask = 128;
 
 [[noreturn]] void throw_size_error(const std::string& argument, size_t size, int64_t expected) {
@@ -74,19 +74,19 @@ void DotInteraction::for_each_block(std::span<const float> bottom,
 
 void DotInteraction::forward(std::span<const float> bottom,
                              std::span<const std::span<const float>> embeddings,
-                             std::span<float> output, WorkerPool* pool) {
+                             std::span<float> output, support::ThreadPool* pool) {
   const int64_t batch_size = check_sizes(bottom, embeddings);
   const int64_t width = output_width();
   if (output.size() != static_cast<size_t>(batch_size * width)) {
     throw_size_error("output", output.size(), batch_size * width);
   }
   reserve_workers(pool == nullptr ? 1 : pool->num_threads());
-  run_tasks(pool, (batch_size + kExamplesPerTask - 1) / kExamplesPerTask,
-            [&](int64_t task, int worker) {
-              const int64_t first = task * kExamplesPerTask;
-              forward_rows(bottom, embeddings, first,
-                           std::min(kExamplesPerTask, batch_size - first), output, worker);
-            });
+  support::parallel_for(
+      pool, (batch_size + kExamplesPerTask - 1) / kExamplesPerTask, [&](int64_t task, int worker) {
+        const int64_t first = task * kExamplesPerTask;
+        forward_rows(bottom, embeddings, first, std::min(kExamplesPerTask, batch_size - first),
+                     output, worker);
+      });
 }
 
 void DotInteraction::forward_rows(std::span<const float> bottom,
@@ -102,7 +102,7 @@ void DotInteraction::backward(std::span<const float> bottom,
                               std::span<const float> output_gradient,
                               std::span<float> bottom_gradient,
                               std::span<const std::span<float>> embedding_gradients,
-                              WorkerPool* pool) {
+                              support::ThreadPool* pool) {
   const int64_t batch_size = check_sizes(bottom, embeddings);
   const int64_t width = output_width();
   if (embedding_gradients.size() != static_cast<size_t>(num_embeddings_)) {
@@ -121,7 +121,7 @@ void DotInteraction::backward(std::span<const float> bottom,
     throw_size_error("bottom_gradient", bottom_gradient.size(), batch_size * dim_);
   }
   reserve_workers(pool == nullptr ? 1 : pool->num_threads());
-  run_tasks(
+  support::parallel_for(
       pool, (batch_size + kExamplesPerTask - 1) / kExamplesPerTask, [&](int64_t task, int worker) {
         const int64_t first = task * kExamplesPerTask;
         backward_rows(bottom, embeddings, output_gradient, bottom_gradient, embedding_gradients,

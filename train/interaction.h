@@ -10,11 +10,11 @@
 // Backward, for d = d(loss)/d(output) and P_ij = d at pair (i, j):
 //   d(loss)/d(T_i) = sum_{j < i} P_ij T_j + sum_{j > i} P_ji T_j,  plus d[0, dim) for T_0 = z.
 //
-// forward and backward run on the threads of a WorkerPool when given one (else on the caller's),
-// each example's results computed alone: they are bitwise the same for the same inputs whatever
-// the thread count and wherever the arrays lie in memory, for each instruction set (dense_isa.h;
-// sets differ by rounding). Thread safety: the object holds scratch buffers; one object serves
-// one caller at a time.
+// forward and backward run on the threads of a ThreadPool (support/) when given one (else on the
+// caller's), each example's results computed alone: they are bitwise the same for the same inputs
+// whatever the thread count and wherever the arrays lie in memory, for each instruction set
+// (dense_isa.h; sets differ by rounding). Thread safety: the object holds scratch buffers; one
+// object serves one caller at a time.
 #ifndef RECEMB_TRAIN_INTERACTION_H_
 #define RECEMB_TRAIN_INTERACTION_H_
 
@@ -22,8 +22,8 @@
 #include <span>
 #include <vector>
 
+#include "support/thread_pool.h"
 #include "train/dense_isa.h"
-#include "train/worker_pool.h"
 
 namespace recemb::train {
 
@@ -44,7 +44,7 @@ class DotInteraction {
   // `embeddings`: num_embeddings() spans of [B, dim] each, row-major. Throws InvalidArgument on a
   // size that does not fit, writing nothing.
   void forward(std::span<const float> bottom, std::span<const std::span<const float>> embeddings,
-               std::span<float> output, WorkerPool* pool = nullptr);
+               std::span<float> output, support::ThreadPool* pool = nullptr);
 
   // Given output_gradient = d(loss)/d(output) [B, output_width()] for the same bottom and
   // embeddings, overwrites bottom_gradient [B, dim] and embedding_gradients (num_embeddings()
@@ -52,7 +52,8 @@ class DotInteraction {
   // on a size that does not fit, writing nothing.
   void backward(std::span<const float> bottom, std::span<const std::span<const float>> embeddings,
                 std::span<const float> output_gradient, std::span<float> bottom_gradient,
-                std::span<const std::span<float>> embedding_gradients, WorkerPool* pool = nullptr);
+                std::span<const std::span<float>> embedding_gradients,
+                support::ThreadPool* pool = nullptr);
 
   // forward and backward over examples [first, first + count) of the batch alone, on worker
   // `worker`'s scratch buffers: for a model that runs the interaction's rows in its own tasks

@@ -7,7 +7,7 @@
 
 #include "recemb/error.h"
 
-#include "train/float_text.h"
+#include "support/number_text.h"
 
 namespace recemb::train {
 namespace {
@@ -21,11 +21,11 @@ void validate(std::span<const float> probabilities, std::span<const float> label
   for (size_t i = 0; i < labels.size(); ++i) {
     if (labels[i] != 0.0f && labels[i] != 1.0f) {
       throw InvalidArgument(std::string(caller) + ": labels[" + std::to_string(i) +
-                            "] = " + float_text(labels[i]) + " is not 0 or 1");
+                            "] = " + support::float_text(labels[i]) + " is not 0 or 1");
     }
     if (!(probabilities[i] >= 0.0f && probabilities[i] <= 1.0f)) {
       throw InvalidArgument(std::string(caller) + ": probabilities[" + std::to_string(i) +
-                            "] = " + float_text(probabilities[i]) + " is not in [0, 1]");
+                            "] = " + support::float_text(probabilities[i]) + " is not in [0, 1]");
     }
   }
 }

@@ -19,7 +19,7 @@ float uniform(std::mt19937_64& random, double limit) {
 
 }  // namespace
 
-// Forward and backward run over blocks of kRowBlock rows of the batch, one task of the WorkerPool
+// Forward and backward run over blocks of kRowBlock rows of the batch, one task of the ThreadPool
 // per block. A block's activations stay in the L2 cache from one layer to the next, the backward
 // pass needs buffers of one block per thread only, and Eigen's packing buffers (which grow with
 // the rows of a product) stay small enough to come from the stack for any batch size (eigen.h).
@@ -104,11 +104,11 @@ void Mlp::initialize(std::span<float> parameters, std::mt19937_64& random) const
 }
 
 std::span<const float> Mlp::forward(std::span<const float> parameters, std::span<const float> input,
-                                    WorkerPool* pool) {
+                                    support::ThreadPool* pool) {
   check_parameter_size(parameters.size(), "parameters");
   start_forward(batch_size_of(input, "input"));
-  run_tasks(pool, num_blocks(batch_size_),
-            [&](int64_t block, int) { forward_block(parameters, input, block); });
+  support::parallel_for(pool, num_blocks(batch_size_),
+                        [&](int64_t block, int) { forward_block(parameters, input, block); });
   return activations_.back();
 }
 
@@ -138,7 +138,7 @@ void Mlp::forward_block(std::span<const float> parameters, std::span<const float
 
 void Mlp::backward(std::span<const float> parameters, std::span<const float> input,
                    std::span<const float> output_gradient, std::span<float> parameter_gradients,
-                   std::span<float> input_gradient, WorkerPool* pool) {
+                   std::span<float> input_gradient, support::ThreadPool* pool) {
   check_parameter_size(parameters.size(), "parameters");
   check_parameter_size(parameter_gradients.size(), "parameter_gradients");
   const int64_t batch_size = batch_size_of(input, "input");
@@ -159,7 +159,7 @@ void Mlp::backward(std::span<const float> parameters, std::span<const float> inp
                              std::to_string(batch_size_));
   }
   start_backward(parameters, !input_gradient.empty(), pool == nullptr ? 1 : pool->num_threads());
-  run_tasks(pool, num_blocks(batch_size), [&](int64_t block, int worker) {
+  support::parallel_for(pool, num_blocks(batch_size), [&](int64_t block, int worker) {
     backward_block(input, output_gradient, input_gradient, block, worker);
   });
   finish_backward(parameter_gradients, pool);
@@ -177,17 +177,18 @@ void Mlp::start_backward(std::span<const float> parameters, bool input_gradient,
   block_gradients_.resize(static_cast<size_t>(num_blocks(batch_size_) * num_parameters_));
 }
 
-void Mlp::finish_backward(std::span<float> parameter_gradients, WorkerPool* pool) {
+void Mlp::finish_backward(std::span<float> parameter_gradients, support::ThreadPool* pool) {
   const int64_t blocks = num_blocks(batch_size_);
-  run_tasks(pool, (num_parameters_ + kReduceChunk - 1) / kReduceChunk, [&](int64_t chunk, int) {
-    const int64_t begin = chunk * kReduceChunk;
-    const int64_t size = std::min(kReduceChunk, num_parameters_ - begin);
-    float* sum = parameter_gradients.data() + begin;
-    std::copy_n(block_gradients_.data() + begin, size, sum);
-    for (int64_t block = 1; block < blocks; ++block) {
-      kernels_->add(block_gradients_.data() + block * num_parameters_ + begin, size, sum);
-    }
-  });
+  support::parallel_for(
+      pool, (num_parameters_ + kReduceChunk - 1) / kReduceChunk, [&](int64_t chunk, int) {
+        const int64_t begin = chunk * kReduceChunk;
+        const int64_t size = std::min(kReduceChunk, num_parameters_ - begin);
+        float* sum = parameter_gradients.data() + begin;
+        std::copy_n(block_gradients_.data() + begin, size, sum);
+        for (int64_t block = 1; block < blocks; ++block) {
+          kernels_->add(block_gradients_.data() + block * num_parameters_ + begin, size, sum);
+        }
+      });
 }
 
 void Mlp::backward_block(std::span<const float> input, std::span<const float> output_gradient,

@@ -17,12 +17,13 @@
 //
 // Parameter layout (floats, in this order, each array row-major): W_0, b_0, W_1, b_1, ...
 //
-// Forward and backward run on the threads of a WorkerPool when given one (else on the caller's):
-// the batch is cut into blocks of kRowBlock rows whatever the thread count, each block's
-// parameter gradients are summed apart and the blocks' sums added in block order, so results are
-// bitwise the same for the same inputs whatever the thread count and wherever the arrays lie in
-// memory, for each instruction set `isa` (dense_isa.h; sets differ by rounding). Thread safety:
-// forward and backward use the Mlp's own workspace; one Mlp serves one caller at a time.
+// Forward and backward run on the threads of a ThreadPool (support/) when given one (else on the
+// caller's): the batch is cut into blocks of kRowBlock rows whatever the thread count, each
+// block's parameter gradients are summed apart and the blocks' sums added in block order, so
+// results are bitwise the same for the same inputs whatever the thread count and wherever the
+// arrays lie in memory, for each instruction set `isa` (dense_isa.h; sets differ by rounding).
+// Thread safety: forward and backward use the Mlp's own workspace; one Mlp serves one caller at a
+// time.
 #ifndef RECEMB_TRAIN_MLP_H_
 #define RECEMB_TRAIN_MLP_H_
 
@@ -32,8 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "support/thread_pool.h"
 #include "train/dense_isa.h"
-#include "train/worker_pool.h"
 
 namespace recemb::train {
 
@@ -90,7 +91,7 @@ class Mlp {
   // allocation once it has held a batch this large). Throws InvalidArgument, computing nothing,
   // when a size does not fit.
   std::span<const float> forward(std::span<const float> parameters, std::span<const float> input,
-                                 WorkerPool* pool = nullptr);
+                                 support::ThreadPool* pool = nullptr);
 
   // The output of the last forward (empty before the first), as forward returned it.
   std::span<const float> output() const { return activations_.back(); }
@@ -104,7 +105,7 @@ class Mlp {
   // nothing is written.
   void backward(std::span<const float> parameters, std::span<const float> input,
                 std::span<const float> output_gradient, std::span<float> parameter_gradients,
-                std::span<float> input_gradient, WorkerPool* pool = nullptr);
+                std::span<float> input_gradient, support::ThreadPool* pool = nullptr);
 
   // The steps of forward and backward, for a model that runs several layers' work on one block
   // of rows in one task (DlrmDenseModel): forward is start_forward, then forward_block for every
@@ -123,7 +124,7 @@ class Mlp {
   // empty) and its own parameter gradients, which finish_backward adds up in block order.
   void backward_block(std::span<const float> input, std::span<const float> output_gradient,
                       std::span<float> input_gradient, int64_t block, int worker);
-  void finish_backward(std::span<float> parameter_gradients, WorkerPool* pool);
+  void finish_backward(std::span<float> parameter_gradients, support::ThreadPool* pool);
 
  private:
   struct Layer {

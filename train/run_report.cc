@@ -12,7 +12,7 @@
 
 #include "format/file_io.h"
 #include "format/file_system.h"
-#include "train/float_text.h"
+#include "support/number_text.h"
 #include "train/svg_plot.h"
 
 namespace recemb::train {
@@ -26,7 +26,9 @@ std::string signal_name(int signal) {
 }
 
 // JSON has no NaN: unknown values are null.
-std::string json_number(double value) { return std::isfinite(value) ? double_text(value) : "null"; }
+std::string json_number(double value) {
+  return std::isfinite(value) ? support::double_text(value) : "null";
+}
 
 // One line for the dynamic tables together and one for the one holding the most keys; nothing
 // without dynamic tables.
@@ -225,25 +227,25 @@ void write_summary_json(const TrainSummary& s, const std::filesystem::path& path
       << "  \"data_ended\": " << (s.data_ended ? "true" : "false") << ",\n"
       << "  \"stop_signal\": " << s.stop_signal << ",\n"
       << "  \"examples\": " << s.examples << ",\n"
-      << "  \"seconds\": " << double_text(s.seconds) << ",\n"
-      << "  \"examples_per_second\": " << double_text(s.examples_per_second) << ",\n"
-      << "  \"initial_auc\": " << double_text(s.initial_auc) << ",\n"
+      << "  \"seconds\": " << support::double_text(s.seconds) << ",\n"
+      << "  \"examples_per_second\": " << support::double_text(s.examples_per_second) << ",\n"
+      << "  \"initial_auc\": " << support::double_text(s.initial_auc) << ",\n"
       << "  \"initial_log_loss\": " << json_number(s.initial_log_loss) << ",\n"
       << "  \"learned\": " << (s.learned ? "true" : "false") << ",\n"
       << "  \"overfitting_from_step\": " << s.overfitting_from_step << ",\n"
       << "  \"lowest_log_loss\": " << json_number(s.lowest_log_loss) << ",\n"
-      << "  \"final_auc\": " << double_text(s.final_auc) << ",\n"
-      << "  \"final_log_loss\": " << double_text(s.final_log_loss) << ",\n"
+      << "  \"final_auc\": " << support::double_text(s.final_auc) << ",\n"
+      << "  \"final_log_loss\": " << support::double_text(s.final_log_loss) << ",\n"
       << "  \"best_auc\": " << json_number(s.best_auc) << ",\n"
       << "  \"best_log_loss\": " << json_number(s.best_log_loss) << ",\n"
-      << "  \"data_seconds\": " << double_text(s.data_seconds) << ",\n"
-      << "  \"lookup_seconds\": " << double_text(s.lookup_seconds) << ",\n"
-      << "  \"dense_seconds\": " << double_text(s.dense_seconds) << ",\n"
-      << "  \"update_seconds\": " << double_text(s.update_seconds) << ",\n"
-      << "  \"eval_seconds\": " << double_text(s.eval_seconds) << ",\n"
-      << "  \"checkpoint_seconds\": " << double_text(s.checkpoint_seconds) << ",\n"
+      << "  \"data_seconds\": " << support::double_text(s.data_seconds) << ",\n"
+      << "  \"lookup_seconds\": " << support::double_text(s.lookup_seconds) << ",\n"
+      << "  \"dense_seconds\": " << support::double_text(s.dense_seconds) << ",\n"
+      << "  \"update_seconds\": " << support::double_text(s.update_seconds) << ",\n"
+      << "  \"eval_seconds\": " << support::double_text(s.eval_seconds) << ",\n"
+      << "  \"checkpoint_seconds\": " << support::double_text(s.checkpoint_seconds) << ",\n"
       << "  \"checkpoints\": " << s.checkpoints << ",\n"
-      << "  \"publish_seconds\": " << double_text(s.publish_seconds) << ",\n"
+      << "  \"publish_seconds\": " << support::double_text(s.publish_seconds) << ",\n"
       << "  \"publishes\": " << s.publishes << ",\n"
       << "  \"embedding_bytes\": " << s.embedding_bytes << ",\n"
       << "  \"peak_resident_bytes\": " << s.peak_resident_bytes << ",\n"

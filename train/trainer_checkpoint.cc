@@ -7,7 +7,7 @@
 
 #include "recemb/error.h"
 
-#include "train/float_text.h"
+#include "support/number_text.h"
 #include "train/model_file.h"
 #include "train/resume_settings.h"
 
@@ -59,7 +59,7 @@ SaveOptions trainer_save_options(const TrainConfig& config, const DlrmDenseModel
                            {kDenseOptimizerStep, std::to_string(optimizer.step())},
                            {kExamples, std::to_string(progress.examples)},
                            {kFirstStep, std::to_string(progress.first_step)},
-                           {kLossWindow, double_text(progress.loss_window_sum) + " " +
+                           {kLossWindow, support::double_text(progress.loss_window_sum) + " " +
                                              std::to_string(progress.loss_window_count)}});
   return options;
 }

@@ -12,8 +12,8 @@
 #include "recemb/error.h"
 
 #include "batch/input_layout.h"
+#include "support/thread_pool.h"
 #include "util/check.h"
-#include "util/thread_pool.h"
 #include "util/work_split.h"
 
 // Every input kind is reduced to one of three walks over its entries in storage order:
@@ -201,7 +201,7 @@ void write_scales(Combiner combiner, CsrFeature& out) {
 // entry is then found again in storage order on the calling thread, so the error is the same.
 template <typename EntriesT, typename RowBegin>
 void fill_plain(const EntriesT& entries, int64_t num_rows, RowBegin row_begin,
-                std::optional<int64_t> bag_size, ThreadPool* pool, CsrFeature& out) {
+                std::optional<int64_t> bag_size, support::ThreadPool* pool, CsrFeature& out) {
   constexpr bool kWeighted = EntriesT::kHasWeights;
   const int64_t size = entries.size();
   size_output(num_rows, size, kWeighted, out);
@@ -368,7 +368,7 @@ void with_entries(const FeatureContext& context, const IdSpan& ids, std::span<co
 }  // namespace
 
 void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
-                       const FeatureInput& input, CsrFeature& out, ThreadPool* pool) {
+                       const FeatureInput& input, CsrFeature& out, support::ThreadPool* pool) {
   const FeatureContext context{feature, table, input};
   const InputLayout layout = resolve_layout(context);
 

@@ -10,9 +10,11 @@
 #include "recemb/batch.h"
 #include "recemb/config.h"
 
-namespace recemb::internal {
-
+namespace recemb::support {
 class ThreadPool;
+}  // namespace recemb::support
+
+namespace recemb::internal {
 
 // Bag b (one output row of dim floats, in row-major activation order) holds
 //   ids[offsets[b] .. offsets[b+1])  with weights weights[j] (all 1 when weights is empty)
@@ -40,7 +42,8 @@ struct CsrFeature {
 // features that are not sequences have their ids checked and copied on the pool's threads (the
 // pool must not be running another loop); the result and the error are the same.
 void normalize_feature(const FeatureConfig& feature, const TableConfig& table,
-                       const FeatureInput& input, CsrFeature& out, ThreadPool* pool = nullptr);
+                       const FeatureInput& input, CsrFeature& out,
+                       support::ThreadPool* pool = nullptr);
 
 }  // namespace recemb::internal
 

@@ -243,8 +243,8 @@ void Embedding::Impl::list_contributions(const LookupBatch::Impl& batch,
 
 void Embedding::Impl::group_contributions() {
   std::vector<TableState>& states = model.states;
-  internal::ThreadPool& pool = execution.pool;
-  auto gather = [&](size_t s, internal::ThreadPool* state_pool) {
+  support::ThreadPool& pool = execution.pool;
+  auto gather = [&](size_t s, support::ThreadPool* state_pool) {
     if (states[s].optimizer()) states[s].gather_contributions(scratch.segments[s], state_pool);
   };
   // Parts are grouped side by side; fewer parts than threads are grouped one by one, each on all

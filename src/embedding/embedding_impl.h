@@ -40,7 +40,7 @@
 #include "embedding/table_state.h"
 #include "kernels/table_update.h"
 #include "placement/partition.h"
-#include "util/thread_pool.h"
+#include "support/thread_pool.h"
 
 namespace recemb {
 namespace internal {
@@ -116,8 +116,9 @@ struct Model {
 // The threads an Embedding runs on.
 struct Execution {
   explicit Execution(const EmbeddingOptions& options)
-      : pool(options.executor ? ThreadPool(options.executor) : ThreadPool(options.num_threads)) {}
-  ThreadPool pool;
+      : pool(options.executor ? support::ThreadPool(options.executor)
+                              : support::ThreadPool(options.num_threads)) {}
+  support::ThreadPool pool;
   // Runs a prefetch's background part; every call but the const accessors joins it first.
   std::thread prefetch_thread;
   void join_prefetch() {

@@ -49,7 +49,7 @@ void TableState::initialize(uint64_t table_seed, int64_t first_row, int64_t num_
 }
 
 void TableState::gather_contributions(std::span<const ContributionSegment> segments,
-                                      ThreadPool* pool) {
+                                      support::ThreadPool* pool) {
   size_t total = 0;
   for (const ContributionSegment& segment : segments) {
     total += static_cast<size_t>(segment.section->num_ids);
@@ -95,7 +95,7 @@ void TableState::gather_contributions(std::span<const ContributionSegment> segme
   group_contributions(pool);
 }
 
-void TableState::group_contributions(ThreadPool* pool) {
+void TableState::group_contributions(support::ThreadPool* pool) {
   grouping_.build(contribution_rows_, rows(), row_bytes(), pool);
   const std::span<const uint32_t> order = grouping_.order();
   sorted_gains_.resize(order.size());

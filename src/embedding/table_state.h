@@ -18,7 +18,7 @@
 #include "kernels/sparse_update.h"
 #include "placement/partition.h"
 #include "storage/table_storage.h"
-#include "util/thread_pool.h"
+#include "support/thread_pool.h"
 
 namespace recemb::internal {
 
@@ -65,7 +65,7 @@ class TableState {
   // rows are columns() floats. With a pool (not inside one of its loops), large segments are
   // listed, and the grouping runs, on its threads.
   void gather_contributions(std::span<const ContributionSegment> segments,
-                            ThreadPool* pool = nullptr);
+                            support::ThreadPool* pool = nullptr);
 
   const RowGrouping& grouping() const { return grouping_; }
   // The contributions as listed, and in the grouping's order for the rows the update reads them
@@ -83,7 +83,7 @@ class TableState {
  private:
   // The bytes of a row's parameters and slots.
   int64_t row_bytes() const;
-  void group_contributions(ThreadPool* pool);
+  void group_contributions(support::ThreadPool* pool);
 
   TableConfig table_;
   TablePart part_;

@@ -18,6 +18,8 @@
 #include "recemb/initializer.h"
 #include "recemb/learning_rate.h"
 
+#include "support/number_text.h"
+
 namespace recemb::format {
 namespace {
 
@@ -191,10 +193,9 @@ Json value_to_json(float value) {
   // The float's shortest decimal form (0.001 rather than 0.0010000000474974513) when that reads
   // back as the same float. It does for every float but +-7.038531e-26 (checked exhaustively),
   // where rounding the decimal to double and then to float rounds twice.
-  char text[32];
-  const char* end = std::to_chars(text, text + sizeof text, value).ptr;
+  const std::string text = support::float_text(value);
   double shortest = 0.0;
-  std::from_chars(text, end, shortest);
+  std::from_chars(text.data(), text.data() + text.size(), shortest);
   return static_cast<float>(shortest) == value ? shortest : static_cast<double>(value);
 }
 Json value_to_json(bool value) { return value; }

@@ -28,7 +28,7 @@ struct KeyOf {
 // Splits [0, n) into `chunks` ranges and runs fn(chunk, first, last) for each: on the pool's
 // threads when there are several.
 template <class Fn>
-void for_each_chunk(ThreadPool* pool, size_t n, size_t chunks, Fn&& fn) {
+void for_each_chunk(support::ThreadPool* pool, size_t n, size_t chunks, Fn&& fn) {
   const auto range = [&](int64_t chunk, int) {
     const auto c = static_cast<size_t>(chunk);
     fn(c, n * c / chunks, n * (c + 1) / chunks);
@@ -43,7 +43,7 @@ void for_each_chunk(ThreadPool* pool, size_t n, size_t chunks, Fn&& fn) {
 }  // namespace
 
 void RowGrouping::build(std::span<const int64_t> rows, int64_t vocabulary_size, int64_t row_bytes,
-                        ThreadPool* pool) {
+                        support::ThreadPool* pool) {
   const int key_bits = static_cast<int>(std::bit_width(static_cast<uint64_t>(vocabulary_size - 1)));
   // Saturating: only compared against kMinSingleRowGapBytes times the number of unique rows.
   const int64_t table_bytes = row_bytes > std::numeric_limits<int64_t>::max() / vocabulary_size
@@ -58,7 +58,7 @@ void RowGrouping::build(std::span<const int64_t> rows, int64_t vocabulary_size, 
 
 template <bool kPacked>
 void RowGrouping::sort_and_group(std::span<const int64_t> rows, int key_bits, int64_t table_bytes,
-                                 ThreadPool* pool) {
+                                 support::ThreadPool* pool) {
   const size_t n = rows.size();
   const size_t chunks = pool == nullptr
                             ? 1
@@ -202,7 +202,7 @@ void RowGrouping::group_chunk(const KeyOfItem& key_of, const uint64_t* items, si
 
 // Moves the chunks' groups together and lists the single contributions in index order.
 void RowGrouping::finish_grouping(size_t chunks, size_t words, int64_t table_bytes,
-                                  ThreadPool* pool) {
+                                  support::ThreadPool* pool) {
   const size_t n = order_.size();
   // Move each chunk's groups down to follow the previous chunk's; renumber its shared rows.
   uint32_t uniques = 0;

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "util/thread_pool.h"
+#include "support/thread_pool.h"
 
 namespace recemb::internal {
 
@@ -26,7 +26,7 @@ class RowGrouping {
   // on average. In a denser table every row goes with the shared ones, whose sorted order then
   // streams through memory.
   void build(std::span<const int64_t> rows, int64_t vocabulary_size, int64_t row_bytes,
-             ThreadPool* pool = nullptr);
+             support::ThreadPool* pool = nullptr);
   static constexpr int64_t kMinSingleRowGapBytes = 4096;
 
   // The distinct rows, increasing.
@@ -46,13 +46,13 @@ class RowGrouping {
  private:
   template <bool kPacked>
   void sort_and_group(std::span<const int64_t> rows, int key_bits, int64_t table_bytes,
-                      ThreadPool* pool);
+                      support::ThreadPool* pool);
   void split_by_top_digit(std::span<const int64_t> rows, int top_shift, int top_bits,
                           size_t chunks);
   template <class KeyOfItem>
   void group_chunk(const KeyOfItem& key_of, const uint64_t* items, size_t chunk, size_t first,
                    size_t last, size_t words);
-  void finish_grouping(size_t chunks, size_t words, int64_t table_bytes, ThreadPool* pool);
+  void finish_grouping(size_t chunks, size_t words, int64_t table_bytes, support::ThreadPool* pool);
 
   std::vector<int64_t> unique_rows_;
   std::vector<uint32_t> order_;

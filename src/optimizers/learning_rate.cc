@@ -3,7 +3,6 @@
 // Schedules are evaluated in double and rounded to float once, at the end.
 #include "recemb/learning_rate.h"
 
-#include <charconv>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -11,13 +10,10 @@
 
 #include "recemb/error.h"
 
+#include "support/number_text.h"
+
 namespace recemb {
 namespace {
-
-std::string format(float value) {
-  char buffer[32];
-  return std::string(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
-}
 
 [[noreturn]] void fail(std::string_view owner, const std::string& problem) {
   throw InvalidArgument(std::string(owner) + ": " + problem);
@@ -28,22 +24,22 @@ bool is_finite_and_above_zero(float value) { return std::isfinite(value) && valu
 
 void validate(float constant, std::string_view owner) {
   if (!is_finite_and_at_least_zero(constant)) {
-    fail(owner, "learning_rate must be finite and >= 0, got " + format(constant));
+    fail(owner, "learning_rate must be finite and >= 0, got " + support::float_text(constant));
   }
 }
 
 void validate(const ExponentialDecay& schedule, std::string_view owner) {
   if (!is_finite_and_above_zero(schedule.initial_learning_rate)) {
     fail(owner, "ExponentialDecay.initial_learning_rate must be finite and > 0, got " +
-                    format(schedule.initial_learning_rate));
+                    support::float_text(schedule.initial_learning_rate));
   }
   if (schedule.decay_steps <= 0) {
     fail(owner,
          "ExponentialDecay.decay_steps must be > 0, got " + std::to_string(schedule.decay_steps));
   }
   if (!is_finite_and_above_zero(schedule.decay_rate)) {
-    fail(owner,
-         "ExponentialDecay.decay_rate must be finite and > 0, got " + format(schedule.decay_rate));
+    fail(owner, "ExponentialDecay.decay_rate must be finite and > 0, got " +
+                    support::float_text(schedule.decay_rate));
   }
 }
 
@@ -63,7 +59,7 @@ void validate(const PiecewiseConstant& schedule, std::string_view owner) {
   for (size_t i = 0; i < schedule.values.size(); ++i) {
     if (!is_finite_and_at_least_zero(schedule.values[i])) {
       fail(owner, "PiecewiseConstant.values[" + std::to_string(i) +
-                      "] must be finite and >= 0, got " + format(schedule.values[i]));
+                      "] must be finite and >= 0, got " + support::float_text(schedule.values[i]));
     }
   }
 }
@@ -71,7 +67,7 @@ void validate(const PiecewiseConstant& schedule, std::string_view owner) {
 void validate(const LinearWarmup& schedule, std::string_view owner) {
   if (!is_finite_and_above_zero(schedule.target_learning_rate)) {
     fail(owner, "LinearWarmup.target_learning_rate must be finite and > 0, got " +
-                    format(schedule.target_learning_rate));
+                    support::float_text(schedule.target_learning_rate));
   }
   if (schedule.warmup_steps <= 0) {
     fail(owner,
@@ -79,7 +75,7 @@ void validate(const LinearWarmup& schedule, std::string_view owner) {
   }
   if (!is_finite_and_at_least_zero(schedule.initial_learning_rate)) {
     fail(owner, "LinearWarmup.initial_learning_rate must be finite and >= 0, got " +
-                    format(schedule.initial_learning_rate));
+                    support::float_text(schedule.initial_learning_rate));
   }
 }
 
@@ -124,8 +120,9 @@ double evaluate(const LinearWarmup& schedule, int64_t step) {
 double evaluate(const LearningRateCallback& callback, int64_t step) {
   const float value = callback(step);
   if (!is_finite_and_at_least_zero(value)) {
-    throw InvalidArgument("the learning_rate callback returned " + format(value) + " at step " +
-                          std::to_string(step) + "; it must return a finite value >= 0");
+    throw InvalidArgument("the learning_rate callback returned " + support::float_text(value) +
+                          " at step " + std::to_string(step) +
+                          "; it must return a finite value >= 0");
   }
   return value;
 }

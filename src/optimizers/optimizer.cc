@@ -4,7 +4,6 @@
 // optimizer to the variant fails to compile here until it has a name, slots and validation.
 #include "recemb/optimizer.h"
 
-#include <charconv>
 #include <cmath>
 #include <limits>
 #include <span>
@@ -18,6 +17,7 @@
 #include "recemb/learning_rate.h"
 
 #include "optimizers/slot_spec.h"
+#include "support/number_text.h"
 #include "util/enum_names.h"
 
 namespace recemb {
@@ -73,11 +73,6 @@ std::vector<Optimizer> default_optimizers() {
   return default_optimizers(std::make_index_sequence<std::variant_size_v<Optimizer>>());
 }
 
-std::string format(float value) {
-  char buffer[32];
-  return std::string(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
-}
-
 // Checks the fields of one hyperparameter struct; messages read
 // "<owner>: <type>.<field> must be <requirement>, got <value>". Comparisons are written so that
 // NaN fails them.
@@ -112,7 +107,8 @@ class FieldChecker {
     if (min == kInfinity) fail(min_field, "must be < +inf", min);
     if (max == -kInfinity) fail(max_field, "must be > -inf", max);
     if (min > max) {
-      fail(min_field, "must be <= " + std::string(max_field) + " (" + format(max) + ")", min);
+      fail(min_field,
+           "must be <= " + std::string(max_field) + " (" + support::float_text(max) + ")", min);
     }
   }
 
@@ -124,7 +120,7 @@ class FieldChecker {
  private:
   [[noreturn]] void fail(std::string_view field, const std::string& requirement,
                          float value) const {
-    fail(field, requirement + ", got " + format(value));
+    fail(field, requirement + ", got " + support::float_text(value));
   }
 
   std::string_view owner_;
@@ -142,7 +138,8 @@ void validate_common(const CommonHyperparameters& common, const FieldChecker& ch
       common.clip_gradient_min != -kInfinity || common.clip_gradient_max != kInfinity;
   if (clips_gradient && !common.use_gradient_accumulation) {
     check.fail("common.clip_gradient_min/max",
-               "= [" + format(common.clip_gradient_min) + ", " + format(common.clip_gradient_max) +
+               "= [" + support::float_text(common.clip_gradient_min) + ", " +
+                   support::float_text(common.clip_gradient_max) +
                    "]: When use_gradient_accumulation is False, gradient clipping cannot be used "
                    "and clip_gradient_min/max should be left at -inf/+inf");
   }

@@ -8,11 +8,9 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <iomanip>
 #include <optional>
 #include <set>
 #include <span>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +23,7 @@
 #include "format/json_reader.h"
 #include "kernels/quantized_rows.h"
 #include "serving/format.h"
+#include "support/number_text.h"
 
 namespace recemb::internal {
 
@@ -41,12 +40,6 @@ struct TableValues {
   std::vector<int64_t> row_ids;  // a static table's rows that `rows` holds; empty: all of them
   std::vector<float> owned;      // the rows when not read in place
 };
-
-inline std::string format_value(float value) {
-  std::ostringstream text;
-  text << std::setprecision(9) << value;
-  return text.str();
-}
 
 // Encodes tables into one dtype, chunk by chunk, reusing its buffers.
 class TableEncoder {
@@ -104,9 +97,9 @@ class TableEncoder {
                                   ? "row " + std::to_string(row)
                                   : "row " + std::to_string(values.row_ids[row]);
     throw InvalidArgument(context_ + ": table '" + table.name + "' " + where + " column " +
-                          std::to_string(index % table.dim) + ": value " + format_value(value) +
-                          " cannot be stored as " + std::string(serving_dtype_name(dtype_)) + " (" +
-                          rule + ")");
+                          std::to_string(index % table.dim) + ": value " +
+                          support::float_text(value) + " cannot be stored as " +
+                          std::string(serving_dtype_name(dtype_)) + " (" + rule + ")");
   }
 
   ServingDtype dtype_;
@@ -140,7 +133,7 @@ inline void check_extra_arrays(std::span<const ServingArray> arrays) {
                                     [](float x) { return !std::isfinite(x); });
     if (found != array.values.end()) {
       throw InvalidArgument(owner + ": value " + std::to_string(found - array.values.begin()) +
-                            " is " + format_value(*found) + " (values must be finite)");
+                            " is " + support::float_text(*found) + " (values must be finite)");
     }
   }
 }

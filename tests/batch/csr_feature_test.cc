@@ -15,8 +15,8 @@
 #include "recemb/error.h"
 
 #include "batch/input_layout.h"
+#include "support/thread_pool.h"
 #include "testing/error_of.h"
-#include "util/thread_pool.h"
 
 namespace recemb::internal {
 namespace {
@@ -315,7 +315,7 @@ TEST_P(CsrFeatureFastPathTest, MatchesReferenceOnRandomInputs) {
   const auto [shape, width, with_weights, combiner] = GetParam();
   const TableConfig table{.name = "t", .vocabulary_size = 100'003, .dim = 8, .combiner = combiner};
   const FeatureConfig feature{.name = "f", .table = "t"};
-  ThreadPool pool(3);
+  support::ThreadPool pool(3);
   CsrFeature out;
   for (uint64_t seed = 100; seed < 122; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -346,7 +346,7 @@ TEST_P(CsrFeatureFastPathTest, MatchesReferenceOnRandomInputs) {
 TEST_P(CsrFeatureFastPathTest, ErrorsNameTheFirstBadEntry) {
   const auto [shape, width, with_weights, combiner] = GetParam();
   const TableConfig table{.name = "t", .vocabulary_size = 1000, .dim = 4, .combiner = combiner};
-  ThreadPool pool(3);
+  support::ThreadPool pool(3);
   int num_checked = 0;
   for (uint64_t seed = 200; seed < 242; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));

@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "util/thread_pool.h"
+#include "support/thread_pool.h"
 
 namespace recemb::internal {
 namespace {
@@ -149,7 +149,7 @@ TEST(TableStateTest, PoolListsLargeFeaturesInOrder) {
   const std::vector<float> zeros(kDim, 0.0f);
   TableConfig config{.name = "large", .vocabulary_size = 100000, .dim = kDim};
   TableState state(config, whole(config), Sgd{}, kTableSeed);
-  ThreadPool pool(2);
+  support::ThreadPool pool(2);
   std::vector<RequestSection> views;
   for (CsrFeature& csr : batch) views.push_back(local_view(csr));
   std::vector<ContributionSegment> segments;

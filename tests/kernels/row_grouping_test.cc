@@ -15,7 +15,7 @@ constexpr int64_t kSinglesApart = int64_t{1} << 30;
 
 // Checks the grouping against std::stable_sort of the contribution indices by row.
 void expect_grouping_matches_stable_sort(const std::vector<int64_t>& rows, int64_t vocabulary,
-                                         ThreadPool* pool = nullptr) {
+                                         support::ThreadPool* pool = nullptr) {
   RowGrouping grouping;
   grouping.build(rows, vocabulary, kSinglesApart, pool);
   std::vector<uint32_t> expected(rows.size());
@@ -71,7 +71,7 @@ TEST(RowGroupingTest, MatchesStableSortAcrossKeyWidths) {
 // chunk boundaries (a group spanning two chunks), at packed (< 2^32) and wide row widths.
 TEST(RowGroupingTest, PoolGivesTheSameGrouping) {
   for (const int threads : {2, 3}) {
-    ThreadPool pool(threads);
+    support::ThreadPool pool(threads);
     for (const int64_t vocabulary :
          {int64_t{5}, int64_t{3000}, int64_t{1} << 24, int64_t{1} << 40}) {
       SCOPED_TRACE(::testing::Message() << "threads " << threads << " vocabulary " << vocabulary);
@@ -88,7 +88,7 @@ TEST(RowGroupingTest, PoolGivesTheSameGrouping) {
 // sizes (one digit holding most rows, every row the same, rows only in the lowest and highest
 // digits) still give the stable order.
 TEST(RowGroupingTest, PoolGivesTheSameGroupingForSkewedRows) {
-  ThreadPool pool(2);
+  support::ThreadPool pool(2);
   const int64_t vocabulary = int64_t{1} << 24;
   std::mt19937_64 random(2024);
   std::uniform_int_distribution<int64_t> low_row(0, 4095);  // one top digit

@@ -289,7 +289,7 @@ TEST(ServingDynamicTest, AnUnstorableValueIsNamedByItsKey) {
                 export_serving_model(layer, directory / "model.recemb",
                                      {.dtype = ServingDtype::kFloat16});
               }),
-              HasSubstr("table 'user' key 77 column 3: value 1000000"));
+              HasSubstr("table 'user' key 77 column 3: value 1e+06"));
   EXPECT_FALSE(std::filesystem::exists(directory / "model.recemb"));
 }
 

@@ -212,7 +212,7 @@ TEST_P(DotInteractionThreadTest, ResultsDoNotDependOnThreadCount) {
   const size_t width = static_cast<size_t>(DotInteraction::output_width(num_embeddings, dim));
   const std::vector<float> output_gradient =
       random_floats(random, static_cast<size_t>(batch_size) * width, -1.0f, 1.0f);
-  const auto run = [&](WorkerPool* pool) {
+  const auto run = [&](support::ThreadPool* pool) {
     DotInteraction interaction(num_embeddings, dim, GetParam());
     return interaction_results(inputs, output_gradient.size(),
                                [&](std::span<float> output, std::span<float> bottom_gradient,
@@ -225,7 +225,7 @@ TEST_P(DotInteractionThreadTest, ResultsDoNotDependOnThreadCount) {
   };
   const std::vector<float> serial = run(nullptr);
   for (const int num_threads : {1, 2, 3}) {
-    WorkerPool pool(num_threads);
+    support::ThreadPool pool(num_threads);
     EXPECT_EQ(run(&pool), serial) << num_threads << " threads";
   }
 }

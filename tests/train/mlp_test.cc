@@ -238,7 +238,7 @@ TEST_P(MlpTest, ResultsDoNotDependOnThreadCount) {
   mlp.backward(parameters, input, output_gradient, serial_gradients, serial_input_gradient);
   for (const int num_threads : {1, 2, 3}) {
     SCOPED_TRACE(std::to_string(num_threads) + " threads");
-    WorkerPool pool(num_threads);
+    support::ThreadPool pool(num_threads);
     Mlp threaded(config(), isa());
     const std::span<const float> output = threaded.forward(parameters, input, &pool);
     EXPECT_TRUE(

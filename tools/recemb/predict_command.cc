@@ -5,9 +5,9 @@
 
 #include "recemb/error.h"
 
+#include "support/number_text.h"
 #include "tools/recemb/lookup_command.h"
 #include "train/criteo_reader.h"
-#include "train/float_text.h"
 #include "train/predictor.h"
 
 namespace recemb::tools {
@@ -45,7 +45,7 @@ class Answerer {
     for (size_t i = 0; i < results_.size(); ++i) {
       const train::Prediction& result = results_[i];
       if (result.error.empty()) {
-        out_ << train::float_text(result.probability) << '\n';
+        out_ << support::float_text(result.probability) << '\n';
         continue;
       }
       ++failed_;

@@ -1,4 +1,4 @@
-#include "util/thread_pool.h"
+#include "support/thread_pool.h"
 
 #include <atomic>
 #include <cerrno>
@@ -13,7 +13,7 @@
 
 #include "testing/thread_per_index_executor.h"
 
-namespace recemb::internal {
+namespace recemb::support {
 namespace {
 
 TEST(ThreadPoolTest, RunsEveryTaskExactlyOnce) {
@@ -197,4 +197,4 @@ TEST(ThreadPoolExecutorTest, IndicesBeyondMaxThreadsRunNothingAndFewerThreadsRun
 }
 
 }  // namespace
-}  // namespace recemb::internal
+}  // namespace recemb::support

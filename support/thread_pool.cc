@@ -1,11 +1,11 @@
-#include "util/thread_pool.h"
+#include "support/thread_pool.h"
 
 #include <chrono>
 #include <string>
 #include <system_error>
 #include <utility>
 
-namespace recemb::internal {
+namespace recemb::support {
 namespace {
 
 // How long a thread spins on a change before it sleeps on a condition variable: waking a
@@ -32,7 +32,7 @@ bool spin_until(const Done& done) {
 
 }  // namespace
 
-}  // namespace recemb::internal
+}  // namespace recemb::support
 
 namespace recemb {
 
@@ -41,7 +41,7 @@ ParallelExecutor::~ParallelExecutor() = default;
 
 }  // namespace recemb
 
-namespace recemb::internal {
+namespace recemb::support {
 
 ThreadPool::ThreadPool(int num_threads, const ThreadStarter& start_thread) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
@@ -175,4 +175,4 @@ void ThreadPool::drain(int thread_index) {
   }
 }
 
-}  // namespace recemb::internal
+}  // namespace recemb::support

@@ -5,8 +5,8 @@
 // libgomp is not instrumented, so every OpenMP barrier is reported as a race), (2) does not share
 // or resize the process-wide OpenMP pool that PyTorch and NumPy also use, and (3) gives each
 // Embedding its own thread count.
-#ifndef RECEMB_UTIL_THREAD_POOL_H_
-#define RECEMB_UTIL_THREAD_POOL_H_
+#ifndef RECEMB_SUPPORT_THREAD_POOL_H_
+#define RECEMB_SUPPORT_THREAD_POOL_H_
 
 #include <algorithm>
 #include <atomic>
@@ -21,7 +21,7 @@
 
 #include "recemb/executor.h"
 
-namespace recemb::internal {
+namespace recemb::support {
 
 class ThreadPool {
  public:
@@ -122,6 +122,17 @@ class ThreadPool {
   bool stopping_ = false;
 };
 
-}  // namespace recemb::internal
+// pool->parallel_for(num_tasks, task), or every task in order on the calling thread (thread index
+// 0) when pool is null.
+template <class Task>
+void parallel_for(ThreadPool* pool, int64_t num_tasks, Task&& task) {
+  if (pool != nullptr) {
+    pool->parallel_for(num_tasks, task);
+    return;
+  }
+  for (int64_t task_index = 0; task_index < num_tasks; ++task_index) task(task_index, 0);
+}
 
-#endif  // RECEMB_UTIL_THREAD_POOL_H_
+}  // namespace recemb::support
+
+#endif  // RECEMB_SUPPORT_THREAD_POOL_H_
