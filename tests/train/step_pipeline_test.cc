@@ -152,75 +152,77 @@ std::map<std::string, std::string> checkpoint_files(const std::filesystem::path&
 }
 
 // The overlapped loop (train.overlap = true: the next batch's lookup prefetched during the dense
-// step) against the serial one, with `settings` added, on 1 and 2 embedding threads: 120 steps
+// step) against the serial one, with `settings` added, on `threads` embedding threads (each test
+// runs for 1 and 2, as separate tests: under the sanitizers each takes minutes): 120 steps
 // straight, and 75 then --resume to 120, must give bitwise the same evaluations, metrics,
 // vocabularies and checkpoints. The evaluations (every 40 steps) and the checkpoints (every 25;
 // the last of the first part at 75) come while the next batch is prefetched: they must see the
 // state after their step, without that batch's keys. Batches of 128 and 1,024 held-out examples:
 // what matters is where the evaluations, checkpoints and the resume fall among the prefetches
-// (the test runs 8 trainings). *serial_summary (when given): the serial run's, of 2 threads.
-void expect_overlap_is_exact(const std::string& name, const std::vector<std::string>& settings,
+// (4 trainings). *serial_summary (when given): the serial run's.
+void expect_overlap_is_exact(const std::string& name, int threads,
+                             const std::vector<std::string>& settings,
                              TrainSummary* serial_summary = nullptr) {
-  for (const int threads : {1, 2}) {
-    SCOPED_TRACE("embedding.threads=" + std::to_string(threads));
-    std::vector<std::string> schedule = {"checkpoint.every=25", "checkpoint.keep=3",
-                                         "train.batch_size=128", "data.eval_examples=1024",
-                                         "embedding.threads=" + std::to_string(threads)};
-    schedule.insert(schedule.end(), settings.begin(), settings.end());
-    const auto with = [&](std::vector<std::string> extra) {
-      extra.insert(extra.begin(), schedule.begin(), schedule.end());
-      return extra;
-    };
-    const std::string suffix = "_" + std::to_string(threads);
-    const auto serial_dir = fresh_dir(name + "_serial" + suffix);
-    const auto overlapped_dir = fresh_dir(name + "_overlapped" + suffix);
-    const auto resumed_dir = fresh_dir(name + "_overlapped_resumed" + suffix);
-    std::ostringstream log;
-    const TrainSummary serial =
-        run_training(small_config(serial_dir, with({"train.overlap=false"})), {.log = &log});
-    const TrainSummary overlapped =
-        run_training(small_config(overlapped_dir, with({"train.overlap=true"})), {.log = &log});
-    run_training(small_config(resumed_dir, with({"train.overlap=true", "train.steps=75"})),
-                 {.log = &log});
-    const TrainSummary resumed = run_training(
-        small_config(resumed_dir, with({"train.overlap=true"})), {.resume = true, .log = &log});
-    EXPECT_EQ(resumed.first_step, 75);
+  std::vector<std::string> schedule = {"checkpoint.every=25", "checkpoint.keep=3",
+                                       "train.batch_size=128", "data.eval_examples=1024",
+                                       "embedding.threads=" + std::to_string(threads)};
+  schedule.insert(schedule.end(), settings.begin(), settings.end());
+  const auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), schedule.begin(), schedule.end());
+    return extra;
+  };
+  const std::string suffix = "_" + std::to_string(threads);
+  const auto serial_dir = fresh_dir(name + "_serial" + suffix);
+  const auto overlapped_dir = fresh_dir(name + "_overlapped" + suffix);
+  const auto resumed_dir = fresh_dir(name + "_overlapped_resumed" + suffix);
+  std::ostringstream log;
+  const TrainSummary serial =
+      run_training(small_config(serial_dir, with({"train.overlap=false"})), {.log = &log});
+  const TrainSummary overlapped =
+      run_training(small_config(overlapped_dir, with({"train.overlap=true"})), {.log = &log});
+  run_training(small_config(resumed_dir, with({"train.overlap=true", "train.steps=75"})),
+               {.log = &log});
+  const TrainSummary resumed = run_training(small_config(resumed_dir, with({"train.overlap=true"})),
+                                            {.resume = true, .log = &log});
+  EXPECT_EQ(resumed.first_step, 75);
 
-    const std::map<std::string, std::string> serial_checkpoints = checkpoint_files(serial_dir);
-    ASSERT_EQ(serial_checkpoints.count("checkpoints/ckpt-000000000075/manifest.json"), 1u);
-    for (const auto& [run, summary, dir] : {std::tuple{"straight", &overlapped, overlapped_dir},
-                                            std::tuple{"resumed", &resumed, resumed_dir}}) {
-      SCOPED_TRACE(run);
-      EXPECT_EQ(summary->steps, 120);
-      EXPECT_EQ(summary->final_auc, serial.final_auc);  // bitwise
-      EXPECT_EQ(summary->final_log_loss, serial.final_log_loss);
-      ASSERT_EQ(summary->vocabularies.size(), serial.vocabularies.size());
-      for (size_t t = 0; t < serial.vocabularies.size(); ++t) {
-        const VocabularyStats& got = summary->vocabularies[t].stats;
-        const VocabularyStats& want = serial.vocabularies[t].stats;
-        EXPECT_EQ(std::tuple(got.size, got.inserted, got.evicted, got.not_admitted_lookups),
-                  std::tuple(want.size, want.inserted, want.evicted, want.not_admitted_lookups));
-      }
-      EXPECT_EQ(read_text(dir / "metrics.jsonl"), read_text(serial_dir / "metrics.jsonl"));
-      const std::map<std::string, std::string> checkpoints = checkpoint_files(dir);
-      EXPECT_EQ(checkpoints.size(), serial_checkpoints.size());
-      for (const auto& [path, contents] : serial_checkpoints) {
-        const auto found = checkpoints.find(path);
-        EXPECT_TRUE(found != checkpoints.end() && found->second == contents) << path;
-      }
+  const std::map<std::string, std::string> serial_checkpoints = checkpoint_files(serial_dir);
+  ASSERT_EQ(serial_checkpoints.count("checkpoints/ckpt-000000000075/manifest.json"), 1u);
+  for (const auto& [run, summary, dir] : {std::tuple{"straight", &overlapped, overlapped_dir},
+                                          std::tuple{"resumed", &resumed, resumed_dir}}) {
+    SCOPED_TRACE(run);
+    EXPECT_EQ(summary->steps, 120);
+    EXPECT_EQ(summary->final_auc, serial.final_auc);  // bitwise
+    EXPECT_EQ(summary->final_log_loss, serial.final_log_loss);
+    ASSERT_EQ(summary->vocabularies.size(), serial.vocabularies.size());
+    for (size_t t = 0; t < serial.vocabularies.size(); ++t) {
+      const VocabularyStats& got = summary->vocabularies[t].stats;
+      const VocabularyStats& want = serial.vocabularies[t].stats;
+      EXPECT_EQ(std::tuple(got.size, got.inserted, got.evicted, got.not_admitted_lookups),
+                std::tuple(want.size, want.inserted, want.evicted, want.not_admitted_lookups));
     }
-    if (serial_summary != nullptr) *serial_summary = serial;
+    EXPECT_EQ(read_text(dir / "metrics.jsonl"), read_text(serial_dir / "metrics.jsonl"));
+    const std::map<std::string, std::string> checkpoints = checkpoint_files(dir);
+    EXPECT_EQ(checkpoints.size(), serial_checkpoints.size());
+    for (const auto& [path, contents] : serial_checkpoints) {
+      const auto found = checkpoints.find(path);
+      EXPECT_TRUE(found != checkpoints.end() && found->second == contents) << path;
+    }
   }
+  if (serial_summary != nullptr) *serial_summary = serial;
 }
 
-TEST(StepPipeline, TheOverlappedLoopTrainsBitwiseAsTheSerialOne) {
-  expect_overlap_is_exact("hashed", {});
+// The parameter: embedding.threads.
+class StepPipelineOverlap : public testing::TestWithParam<int> {};
+
+TEST_P(StepPipelineOverlap, TheOverlappedLoopTrainsBitwiseAsTheSerialOne) {
+  expect_overlap_is_exact("hashed", GetParam(), {});
 }
 
-TEST(StepPipeline, TheOverlappedLoopTrainsDynamicTablesBitwiseAsTheSerialOne) {
+TEST_P(StepPipelineOverlap, TheOverlappedLoopTrainsDynamicTablesBitwiseAsTheSerialOne) {
   // Admission (min_count), TTL and full tables (capacity) all at work.
   TrainSummary serial;
-  expect_overlap_is_exact("dynamic_overlap",
+  expect_overlap_is_exact("dynamic_overlap", GetParam(),
                           {"embedding.vocabulary=dynamic", "embedding.min_count=2",
                            "embedding.ttl_steps=20", "embedding.capacity=3000"},
                           &serial);
@@ -232,6 +234,8 @@ TEST(StepPipeline, TheOverlappedLoopTrainsDynamicTablesBitwiseAsTheSerialOne) {
   EXPECT_GT(evicted, 0);
   EXPECT_GT(not_admitted, 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(EmbeddingThreads, StepPipelineOverlap, testing::Values(1, 2));
 
 // How a run ended: its error, or its summary's figures; and what it left: its metrics and
 // checkpoints.
