@@ -8,8 +8,8 @@
 
 #include "recemb/error.h"
 
-#include "format/file_io.h"
-#include "format/file_system.h"
+#include "support/file_io.h"
+#include "support/file_system.h"
 
 namespace recemb::train {
 namespace {
@@ -81,10 +81,10 @@ MetricsLog::MetricsLog(const std::filesystem::path& path, const KeptRecords& kee
   }
   std::string text;
   for (const std::string& line : kept) text += line + '\n';
-  format::write_file_atomically(
-      path, [&](format::OutputFile& file) { file.write(std::as_bytes(std::span(text))); });
+  support::write_file_atomically(
+      path, [&](support::OutputFile& file) { file.write(std::as_bytes(std::span(text))); });
   size_ = text.size();
-  file_ = format::file_system().open_for_writing(path);
+  file_ = support::file_system().open_for_writing(path);
 }
 
 MetricsLog::~MetricsLog() = default;

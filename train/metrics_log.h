@@ -4,7 +4,7 @@
 //   {"step": 500, "eval_auc": 0.7712, "eval_log_loss": 0.4873}       at each evaluation
 // On resume, the records after the resumed step are dropped, and so are those the interrupted run
 // wrote at that step only because it ended there, so the file of a resumed run equals that of an
-// uninterrupted one. The file is written through the file system in use (format/file_system.h):
+// uninterrupted one. The file is written through the file system in use (support/file_system.h):
 // the kept records are rewritten atomically (a temporary file renamed over it), then each record
 // is appended with one checked write; a failing write throws std::system_error naming the call,
 // the file and the errno's text.
@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-namespace recemb::format {
-class WritableFile;  // format/file_system.h
-}  // namespace recemb::format
+namespace recemb::support {
+class WritableFile;  // support/file_system.h
+}  // namespace recemb::support
 
 namespace recemb::train {
 
@@ -69,7 +69,7 @@ class MetricsLog {
   void append(const std::string& line);
 
   std::filesystem::path path_;
-  std::unique_ptr<format::WritableFile> file_;
+  std::unique_ptr<support::WritableFile> file_;
   uint64_t size_ = 0;  // the file's bytes written
   std::vector<TrainRecord> train_;
   std::vector<EvalRecord> eval_;

@@ -10,8 +10,8 @@
 #include <system_error>
 #include <unistd.h>
 
-#include "format/file_io.h"
-#include "format/file_system.h"
+#include "support/file_io.h"
+#include "support/file_system.h"
 #include "support/number_text.h"
 #include "train/svg_plot.h"
 
@@ -155,8 +155,8 @@ std::string format_summary(const TrainSummary& s) {
 }
 
 void write_run_file(const std::filesystem::path& path, const std::string& text) {
-  format::write_file_atomically(
-      path, [&](format::OutputFile& file) { file.write(std::as_bytes(std::span(text))); });
+  support::write_file_atomically(
+      path, [&](support::OutputFile& file) { file.write(std::as_bytes(std::span(text))); });
 }
 
 void note_overfitting(const MetricsLog& metrics, TrainSummary& summary) {
@@ -204,11 +204,11 @@ void create_writable_directory(const std::filesystem::path& directory, const std
     std::filesystem::create_directories(directory);
     const std::filesystem::path probe =
         directory / (".recemb-write-check-" + std::to_string(::getpid()));
-    format::write_file_atomically(probe, [](format::OutputFile& file) {
+    support::write_file_atomically(probe, [](support::OutputFile& file) {
       const std::byte byte{0};
       file.write(std::span(&byte, 1));
     });
-    format::file_system().remove_all(probe);
+    support::file_system().remove_all(probe);
   } catch (const std::system_error& error) {
     throw std::system_error(error.code(),
                             setting + " '" + directory.string() +

@@ -72,7 +72,7 @@ struct TrainSummary {
 };
 
 // Writes `text` as the file `path` atomically, through the file system in use
-// (format/file_system.h): a temporary file, fsynced and renamed over `path`, which thus holds the
+// (support/file_system.h): a temporary file, fsynced and renamed over `path`, which thus holds the
 // whole text or its previous version, never a part. A failing call (ENOSPC, EIO, EROFS, ...)
 // throws std::system_error naming the call, the file and the errno's text; nothing is left
 // behind. Every file of output.dir but metrics.jsonl is written so.

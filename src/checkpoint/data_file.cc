@@ -14,7 +14,7 @@ namespace {
 // enough not to matter next to the tables.
 constexpr uint64_t kScratchBytes = uint64_t{4} << 20;
 
-std::string describe(const format::InputFile& file, std::string_view what) {
+std::string describe(const support::InputFile& file, std::string_view what) {
   return "checkpoint file '" + file.path().string() + "' (" + std::string(what) + ")";
 }
 
@@ -24,7 +24,7 @@ DataFile write_data_file(const std::filesystem::path& path, std::span<const std:
                          int64_t block_bytes) {
   RECEMB_CHECK(block_bytes > 0);
   DataFile entry{.file = path.filename().string(), .bytes = bytes.size()};
-  format::OutputFile file = format::OutputFile::create(path);
+  support::OutputFile file = support::OutputFile::create(path);
   format::StreamingChecksum whole;
   for (size_t offset = 0; offset < bytes.size(); offset += static_cast<size_t>(block_bytes)) {
     const std::span<const std::byte> block =
@@ -41,7 +41,7 @@ DataFile write_data_file(const std::filesystem::path& path, std::span<const std:
 
 DataFile checksum_data_file(const std::filesystem::path& path, int64_t block_bytes) {
   RECEMB_CHECK(block_bytes > 0);
-  const format::InputFile file = format::InputFile::open(path);
+  const support::InputFile file = support::InputFile::open(path);
   DataFile entry{.file = path.filename().string(), .bytes = file.size()};
   const auto block_size = static_cast<uint64_t>(block_bytes);
   std::vector<std::byte> buffer(std::min(kScratchBytes, block_size));
@@ -63,7 +63,7 @@ DataFile checksum_data_file(const std::filesystem::path& path, int64_t block_byt
   return entry;
 }
 
-void check_data_file_size(const format::InputFile& file, const DataFile& entry,
+void check_data_file_size(const support::InputFile& file, const DataFile& entry,
                           std::string_view what) {
   if (file.size() != entry.bytes) {
     throw DataLoss(describe(file, what) + " has " + std::to_string(file.size()) +
@@ -72,7 +72,7 @@ void check_data_file_size(const format::InputFile& file, const DataFile& entry,
   }
 }
 
-void read_data_file(const format::InputFile& file, const DataFile& entry, int64_t block_bytes,
+void read_data_file(const support::InputFile& file, const DataFile& entry, int64_t block_bytes,
                     std::string_view what, std::span<std::byte> destination,
                     std::vector<std::byte>& scratch) {
   RECEMB_CHECK(block_bytes > 0 && destination.size() <= entry.bytes);

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "format/file_io.h"
+#include "support/file_io.h"
 
 namespace recemb::internal {
 
@@ -37,7 +37,7 @@ DataFile checksum_data_file(const std::filesystem::path& path, int64_t block_byt
 
 // Throws DataLoss naming the file and `what` (e.g. "table 'video' variable 'parameters'")
 // unless `file` has the size `entry` records.
-void check_data_file_size(const format::InputFile& file, const DataFile& entry,
+void check_data_file_size(const support::InputFile& file, const DataFile& entry,
                           std::string_view what);
 
 // Reads the data file `entry` from `file` and checks its size, every block checksum and the
@@ -46,7 +46,7 @@ void check_data_file_size(const format::InputFile& file, const DataFile& entry,
 // empty destination just verifies. On a mismatch throws DataLoss naming the file, `what` and
 // the damaged block; `destination` may then hold
 // part of the file.
-void read_data_file(const format::InputFile& file, const DataFile& entry, int64_t block_bytes,
+void read_data_file(const support::InputFile& file, const DataFile& entry, int64_t block_bytes,
                     std::string_view what, std::span<std::byte> destination,
                     std::vector<std::byte>& scratch);
 

@@ -13,9 +13,9 @@
 
 #include "checkpoint/data_file.h"
 #include "checkpoint/layout.h"
-#include "format/file_io.h"
 #include "placement/partition.h"
 #include "storage/key_index.h"
+#include "support/file_io.h"
 #include "util/check.h"
 
 namespace recemb::internal {
@@ -32,7 +32,7 @@ constexpr auto kInt64Bytes = static_cast<uint64_t>(sizeof(int64_t));
 std::tuple<uint64_t, int64_t> file_order(int64_t key) { return {key_bucket(key), key}; }
 
 void write_int64s(const fs::path& path, int64_t offset, std::span<const int64_t> values) {
-  const std::unique_ptr<format::WritableFile> file = format::file_system().open_for_writing(path);
+  const std::unique_ptr<support::WritableFile> file = support::file_system().open_for_writing(path);
   if (!values.empty()) {
     file->write_at(static_cast<uint64_t>(offset) * kInt64Bytes, std::as_bytes(values));
   }
@@ -40,7 +40,7 @@ void write_int64s(const fs::path& path, int64_t offset, std::span<const int64_t>
   file->close();
 }
 
-std::vector<int64_t> read_int64s(const format::InputFile& file, int64_t first, int64_t count) {
+std::vector<int64_t> read_int64s(const support::InputFile& file, int64_t first, int64_t count) {
   std::vector<int64_t> values(static_cast<size_t>(count));
   if (count > 0) {
     file.read_at(static_cast<uint64_t>(first) * kInt64Bytes,
@@ -50,14 +50,14 @@ std::vector<int64_t> read_int64s(const format::InputFile& file, int64_t first, i
 }
 
 // The file of `table`'s dynamic array `array`.
-format::InputFile open_array(const fs::path& directory, const TableEntry& table,
-                             DynamicArray array) {
-  return format::InputFile::open(directory / table.dynamic->arrays[array].data.file);
+support::InputFile open_array(const fs::path& directory, const TableEntry& table,
+                              DynamicArray array) {
+  return support::InputFile::open(directory / table.dynamic->arrays[array].data.file);
 }
 
 // The first index in [0, size) of the keys file whose key belongs to a part >= `part` of
 // `num_parts` (the keys being in file order, key_part is non-decreasing along the file).
-int64_t first_key_of_part(const format::InputFile& keys, int64_t size, size_t part,
+int64_t first_key_of_part(const support::InputFile& keys, int64_t size, size_t part,
                           int64_t num_parts) {
   int64_t low = 0;
   int64_t high = size;
@@ -73,7 +73,7 @@ int64_t first_key_of_part(const format::InputFile& keys, int64_t size, size_t pa
 }
 
 // The range [first, end) of `keys` (a file of `size` keys) that `part` holds.
-std::pair<int64_t, int64_t> part_range(const format::InputFile& keys, int64_t size,
+std::pair<int64_t, int64_t> part_range(const support::InputFile& keys, int64_t size,
                                        const TablePart& part) {
   if (part.strategy != ShardingStrategy::kRowWise) return {0, size};
   return {first_key_of_part(keys, size, part.index_in_table, part.row_stride),
@@ -81,7 +81,7 @@ std::pair<int64_t, int64_t> part_range(const format::InputFile& keys, int64_t si
 }
 
 // "checkpoint file '<path>' (table '<name>' array '<array>') is damaged: ".
-std::string damaged(const format::InputFile& file, const TableEntry& table, DynamicArray array) {
+std::string damaged(const support::InputFile& file, const TableEntry& table, DynamicArray array) {
   return "checkpoint file '" + file.path().string() + "' (table '" + table.config.name +
          "' array '" + std::string(kDynamicArrayNames[array]) + "') is damaged: ";
 }
@@ -175,7 +175,7 @@ void write_dynamic_part(const fs::path& directory, const TableEntry& table,
   for (size_t v = 0; v < local.variables.size(); ++v) {
     if (!writes[v]) continue;
     const PartVariable<const float>& variable = local.variables[v];
-    const std::unique_ptr<format::WritableFile> file = format::file_system().open_for_writing(
+    const std::unique_ptr<support::WritableFile> file = support::file_system().open_for_writing(
         directory / saved_variable(table, variable.name).data.file);
     const auto row_offset = [&](int64_t i) {
       return static_cast<uint64_t>((key_offset + i) * variable.width + variable.first_column) *
@@ -215,7 +215,7 @@ PartKeys read_part_keys(const fs::path& directory, const TableEntry& table, cons
                         int64_t step, const std::string& prefix) {
   RECEMB_CHECK(table.dynamic);
   const DynamicEntry& dynamic = *table.dynamic;
-  const format::InputFile keys_file = open_array(directory, table, kKeys);
+  const support::InputFile keys_file = open_array(directory, table, kKeys);
   const auto [first, end] = part_range(keys_file, dynamic.num_keys(), part);
   if (end - first > part.rows) {
     const DynamicVocabulary& vocabulary = *table.config.dynamic_vocabulary;
@@ -231,22 +231,22 @@ PartKeys read_part_keys(const fs::path& directory, const TableEntry& table, cons
   }
   PartKeys keys{.first = first, .keys = read_int64s(keys_file, first, end - first)};
   check_keys(keys.keys, part, damaged(keys_file, table, kKeys));
-  const format::InputFile last_seen_file = open_array(directory, table, kLastSeen);
+  const support::InputFile last_seen_file = open_array(directory, table, kLastSeen);
   keys.last_seen = read_int64s(last_seen_file, first, end - first);
   // A key is last seen by a training lookup for step `step` + 1 at the latest.
   check_range(keys.last_seen, std::numeric_limits<int64_t>::min(), step + 1, first,
               damaged(last_seen_file, table, kLastSeen));
-  const format::InputFile counts_file = open_array(directory, table, kCounts);
+  const support::InputFile counts_file = open_array(directory, table, kCounts);
   keys.counts = read_int64s(counts_file, first, end - first);
   check_range(keys.counts, 0, std::numeric_limits<int64_t>::max(), first,
               damaged(counts_file, table, kCounts));
 
-  const format::InputFile pending_keys_file = open_array(directory, table, kPendingKeys);
+  const support::InputFile pending_keys_file = open_array(directory, table, kPendingKeys);
   const auto [pending_first, pending_end] =
       part_range(pending_keys_file, dynamic.num_pending(), part);
   keys.pending_keys = read_int64s(pending_keys_file, pending_first, pending_end - pending_first);
   check_keys(keys.pending_keys, part, damaged(pending_keys_file, table, kPendingKeys));
-  const format::InputFile pending_counts_file = open_array(directory, table, kPendingCounts);
+  const support::InputFile pending_counts_file = open_array(directory, table, kPendingCounts);
   keys.pending_counts =
       read_int64s(pending_counts_file, pending_first, pending_end - pending_first);
   check_range(keys.pending_counts, 1, std::numeric_limits<int64_t>::max(), pending_first,
@@ -275,8 +275,8 @@ void load_dynamic_part(const fs::path& directory, const TableEntry& table,
 
   const auto num_keys = static_cast<int64_t>(keys.keys.size());
   for (const PartVariable<float>& variable : local.variables) {
-    const format::InputFile file =
-        format::InputFile::open(directory / saved_variable(table, variable.name).data.file);
+    const support::InputFile file =
+        support::InputFile::open(directory / saved_variable(table, variable.name).data.file);
     const int64_t chunk_rows =
         std::max<int64_t>(1, kChunkBytes / (variable.width * int64_t{sizeof(float)}));
     std::vector<float> chunk;
@@ -320,8 +320,8 @@ DynamicTableContents read_static_table_as_dynamic(const std::filesystem::path& c
   std::vector<std::byte> scratch;
   for (const internal::ArrayEntry& variable : found->variables) {
     std::vector<float> values(variable.data.bytes / sizeof(float));
-    internal::read_data_file(format::InputFile::open(directory / variable.data.file), variable.data,
-                             manifest.checksum_block_bytes,
+    internal::read_data_file(support::InputFile::open(directory / variable.data.file),
+                             variable.data, manifest.checksum_block_bytes,
                              "table '" + std::string(table) + "' variable '" + variable.name + "'",
                              std::as_writable_bytes(std::span(values)), scratch);
     if (variable.name == "parameters") {

@@ -11,7 +11,7 @@
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
 #include "format/checksum.h"
-#include "format/file_io.h"
+#include "support/file_io.h"
 
 namespace recemb {
 
@@ -48,7 +48,7 @@ CheckpointInfo inspect_checkpoint(const std::filesystem::path& checkpoint,
                         .bytes = data.bytes,
                         .checksum = format::checksum_to_hex(data.checksum)};
     try {
-      const format::InputFile input = format::InputFile::open(directory / data.file);
+      const support::InputFile input = support::InputFile::open(directory / data.file);
       if (options.verify) {
         internal::read_data_file(input, data, manifest.checksum_block_bytes, what, {}, scratch);
       } else {

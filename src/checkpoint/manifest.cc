@@ -12,8 +12,8 @@
 #include "checkpoint/layout.h"
 #include "format/checksum.h"
 #include "format/config_json.h"
-#include "format/file_io.h"
 #include "optimizers/slot_spec.h"
+#include "support/file_io.h"
 
 namespace recemb::internal {
 namespace {
@@ -421,17 +421,17 @@ Manifest manifest_from_json(const JsonReader& json) {
 
 void write_manifest(const std::filesystem::path& directory, const Manifest& manifest) {
   const std::string text = manifest_to_json(manifest).dump(2) + "\n";
-  format::write_file(directory / kManifestFile, std::as_bytes(std::span(text)));
+  support::write_file(directory / kManifestFile, std::as_bytes(std::span(text)));
   const std::string checksum =
       format::checksum_to_hex(format::checksum(std::as_bytes(std::span(text)))) + "\n";
-  format::write_file(directory / kManifestChecksumFile, std::as_bytes(std::span(checksum)));
+  support::write_file(directory / kManifestChecksumFile, std::as_bytes(std::span(checksum)));
 }
 
 ManifestFile read_manifest(const std::filesystem::path& directory) {
   const std::string prefix = "checkpoint '" + directory.string() + "': ";
   constexpr size_t kChecksumFileBytes = 17;
   const std::string checksum_text =
-      format::read_file(directory / kManifestChecksumFile, kChecksumFileBytes);
+      support::read_file(directory / kManifestChecksumFile, kChecksumFileBytes);
   uint64_t expected = 0;
   if (checksum_text.size() != kChecksumFileBytes || checksum_text.back() != '\n' ||
       !format::parse_checksum(std::string_view(checksum_text).substr(0, 16), expected)) {
@@ -439,7 +439,7 @@ ManifestFile read_manifest(const std::filesystem::path& directory) {
                    " is damaged: expected 16 lowercase hex digits and a newline");
   }
   ManifestFile file;
-  file.text = format::read_file(directory / kManifestFile, kMaxManifestBytes);
+  file.text = support::read_file(directory / kManifestFile, kMaxManifestBytes);
   if (format::checksum(std::as_bytes(std::span(file.text))) != expected) {
     throw DataLoss(prefix + std::string(kManifestFile) + " does not match its checksum in " +
                    std::string(kManifestChecksumFile) + ": one of them is damaged or truncated");

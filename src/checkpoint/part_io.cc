@@ -35,8 +35,8 @@ void for_each_run(const TablePart& part, const PartVariable<Float>& variable, in
 }  // namespace
 
 void create_sized_file(const std::filesystem::path& path, uint64_t bytes) {
-  const std::unique_ptr<format::WritableFile> file =
-      format::file_system().create(path, format::ExistingFile::kFail);
+  const std::unique_ptr<support::WritableFile> file =
+      support::file_system().create(path, support::ExistingFile::kFail);
   file->resize(bytes);
   file->sync();
   file->close();
@@ -44,7 +44,7 @@ void create_sized_file(const std::filesystem::path& path, uint64_t bytes) {
 
 void write_part_rows(const std::filesystem::path& path, const TablePart& part,
                      const PartVariable<const float>& variable) {
-  const std::unique_ptr<format::WritableFile> file = format::file_system().open_for_writing(path);
+  const std::unique_ptr<support::WritableFile> file = support::file_system().open_for_writing(path);
   for_each_run(part, variable, std::numeric_limits<int64_t>::max(),
                [&](uint64_t offset, int64_t first, int64_t count) {
                  file->write_at(offset, std::as_bytes(variable.values.subspan(
@@ -55,7 +55,7 @@ void write_part_rows(const std::filesystem::path& path, const TablePart& part,
   file->close();
 }
 
-void read_part_rows(const format::InputFile& file, const TablePart& part,
+void read_part_rows(const support::InputFile& file, const TablePart& part,
                     const PartVariable<float>& variable, int64_t num_rows) {
   for_each_run(part, variable, num_rows, [&](uint64_t offset, int64_t first, int64_t count) {
     file.read_at(offset, std::as_writable_bytes(variable.values.subspan(

@@ -16,7 +16,7 @@
 #include <filesystem>
 
 #include "embedding/parts.h"
-#include "format/file_io.h"
+#include "support/file_io.h"
 
 namespace recemb::internal {
 
@@ -34,7 +34,7 @@ void write_part_rows(const std::filesystem::path& path, const TablePart& part,
 // table row is below `num_rows` (the rows the file and the table share), straight into the part's
 // memory; the other local rows are left as they are. DataLoss if the file is too short;
 // std::system_error for I/O failures.
-void read_part_rows(const format::InputFile& file, const TablePart& part,
+void read_part_rows(const support::InputFile& file, const TablePart& part,
                     const PartVariable<float>& variable, int64_t num_rows);
 
 }  // namespace recemb::internal

@@ -37,7 +37,7 @@
 #include "embedding/agreement.h"
 #include "embedding/parts.h"
 #include "format/config_json.h"
-#include "format/file_io.h"
+#include "support/file_io.h"
 #include "util/check.h"
 
 namespace recemb {
@@ -73,7 +73,7 @@ std::map<std::string, std::vector<float>> verify_files(const fs::path& directory
   for (const TableEntry& table : manifest.tables) {
     for (const ArrayEntry* array : table.arrays()) {
       if (index++ % static_cast<size_t>(size) != static_cast<size_t>(rank)) continue;
-      internal::read_data_file(format::InputFile::open(directory / array->data.file), array->data,
+      internal::read_data_file(support::InputFile::open(directory / array->data.file), array->data,
                                manifest.checksum_block_bytes,
                                variable_description(table.config.name, array->name), {}, scratch);
     }
@@ -81,7 +81,7 @@ std::map<std::string, std::vector<float>> verify_files(const fs::path& directory
   std::map<std::string, std::vector<float>> extra_arrays;
   for (const ArrayEntry& extra : manifest.extra_arrays) {
     std::vector<float> values(extra.data.bytes / sizeof(float));
-    internal::read_data_file(format::InputFile::open(directory / extra.data.file), extra.data,
+    internal::read_data_file(support::InputFile::open(directory / extra.data.file), extra.data,
                              manifest.checksum_block_bytes, "extra array '" + extra.name + "'",
                              std::as_writable_bytes(std::span(values)), scratch);
     extra_arrays.emplace(extra.name, std::move(values));
@@ -261,7 +261,7 @@ void load_parts(Embedding& embedding, const fs::path& directory, const Manifest&
       partially_restored(
           [&] {
             internal::read_part_rows(
-                format::InputFile::open(directory / variable_load.saved->data.file), local.part,
+                support::InputFile::open(directory / variable_load.saved->data.file), local.part,
                 variable, variable_load.rows);
           },
           variable_description(table, variable.name));

@@ -48,7 +48,7 @@
 #include "embedding/agreement.h"
 #include "embedding/parts.h"
 #include "format/config_json.h"
-#include "format/file_io.h"
+#include "support/file_io.h"
 #include "util/check.h"
 
 namespace recemb {
@@ -223,8 +223,8 @@ void create_directories_durably(const fs::path& directory) {
   }
   std::reverse(missing.begin(), missing.end());  // outermost first
   for (const fs::path& path : missing) {
-    format::file_system().create_directory(path);
-    format::file_system().sync_directory(path.parent_path());
+    support::file_system().create_directory(path);
+    support::file_system().sync_directory(path.parent_path());
   }
 }
 
@@ -237,12 +237,12 @@ void prune(const fs::path& root, int keep_last) {
   // A rename first, so that a deletion interrupted half way leaves a .tmp-* name, not a damaged
   // checkpoint under a ckpt-* name.
   for (size_t i = 0; i < excess; ++i) {
-    format::file_system().rename(checkpoints[i].path, root / internal::temporary_name("delete"));
+    support::file_system().rename(checkpoints[i].path, root / internal::temporary_name("delete"));
   }
   // Listed first: removing while listing may skip entries.
-  for (const fs::path& entry : format::file_system().list(root)) {
+  for (const fs::path& entry : support::file_system().list(root)) {
     if (entry.filename().string().starts_with(internal::kTemporaryPrefix)) {
-      format::file_system().remove_all(entry);
+      support::file_system().remove_all(entry);
     }
   }
 }
@@ -251,7 +251,7 @@ void prune(const fs::path& root, int keep_last) {
 // of the save matters, and the next save removes the leftover).
 void remove_quietly(const fs::path& temporary) {
   try {
-    format::file_system().remove_all(temporary);
+    support::file_system().remove_all(temporary);
   } catch (...) {
   }
 }
@@ -384,11 +384,11 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
       check_destination(destination, step);
       create_directories_durably(root);
       temporary = root / internal::temporary_name(internal::checkpoint_directory_name(step));
-      format::file_system().create_directory(temporary);
+      support::file_system().create_directory(temporary);
       for (const internal::DataFile* file : files) {
         internal::create_sized_file(temporary / file->file, file->bytes);
       }
-      format::file_system().sync_directory(temporary);
+      support::file_system().sync_directory(temporary);
     });
     const fs::path directory = broadcast_from_rank0(communicator, temporary.string());
 
@@ -434,8 +434,8 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
     internal::agree(communicator, [&] {  // phase d
       if (!first) return;
       internal::write_manifest(directory, manifest);
-      format::file_system().sync_directory(directory);
-      format::publish(directory, destination);
+      support::file_system().sync_directory(directory);
+      support::publish(directory, destination);
       published = true;
     });
   } catch (...) {

@@ -23,12 +23,12 @@
 #include "embedding/agreement.h"
 #include "embedding/parts.h"
 #include "format/checksum.h"
-#include "format/file_io.h"
 #include "format/json.h"
 #include "format/json_reader.h"
 #include "kernels/quantized_rows.h"
 #include "serving/format.h"
 #include "serving/table_encoder.h"
+#include "support/file_io.h"
 
 namespace recemb::internal {
 namespace {
@@ -105,7 +105,7 @@ WrittenModel write_serving_model(const Embedding& embedding, const std::filesyst
       .manifest_checksum = format::checksum(manifest_bytes),
       .file_size = kServingHeaderSize + manifest_bytes.size() + layout.data_size()};
 
-  const auto write = [&](format::OutputFile& file) {
+  const auto write = [&](support::OutputFile& file) {
     file.write(encode_header(header));
     file.write(manifest_bytes);
     for (size_t t = 0; t < manifest.tables.size(); ++t) {
@@ -126,10 +126,10 @@ WrittenModel write_serving_model(const Embedding& embedding, const std::filesyst
   if (collective) {
     Communicator& communicator = PartAccess::communicator(embedding);
     agree(communicator, [&] {
-      if (communicator.rank() == 0) format::write_file_atomically(path, write);
+      if (communicator.rank() == 0) support::write_file_atomically(path, write);
     });
   } else {
-    format::write_file_atomically(path, write);
+    support::write_file_atomically(path, write);
   }
   return {.manifest_checksum = header.manifest_checksum, .rows = rows};
 }

@@ -26,10 +26,10 @@
 #include "embedding/embedding_impl.h"
 #include "embedding/parts.h"
 #include "format/checksum.h"
-#include "format/file_io.h"
-#include "format/file_system.h"
 #include "serving/format.h"
 #include "serving/table_encoder.h"
+#include "support/file_io.h"
+#include "support/file_system.h"
 
 namespace recemb::internal {
 namespace {
@@ -45,7 +45,7 @@ constexpr char kRemovingPrefix[] = ".removing-";
 // The versions in `dir`, increasing.
 std::vector<int64_t> versions_in(const fs::path& dir) {
   std::vector<int64_t> versions;
-  for (const fs::path& entry : format::file_system().list(dir)) {
+  for (const fs::path& entry : support::file_system().list(dir)) {
     const std::optional<int64_t> version = model_version_of(entry.filename().string());
     if (version && fs::is_directory(entry)) versions.push_back(*version);
   }
@@ -56,7 +56,7 @@ std::vector<int64_t> versions_in(const fs::path& dir) {
 // 1 + the largest version directory in `dir` (1 if none), creating `dir` when absent.
 // FailedPrecondition when the largest is int64's maximum: no version can follow it.
 int64_t next_version(const fs::path& dir) {
-  if (!fs::is_directory(dir)) format::file_system().create_directory(dir);
+  if (!fs::is_directory(dir)) support::file_system().create_directory(dir);
   const std::vector<int64_t> versions = versions_in(dir);
   if (versions.empty()) return 1;
   if (versions.back() == std::numeric_limits<int64_t>::max()) {
@@ -71,7 +71,7 @@ int64_t next_version(const fs::path& dir) {
 // Removes the versions of `dir` beyond its `keep` newest (keep >= 1), each renamed out of the
 // versions' names first, and what interrupted removals left. Returns the versions removed.
 std::vector<int64_t> remove_superseded_versions(const fs::path& dir, int keep) {
-  format::FileSystem& files = format::file_system();
+  support::FileSystem& files = support::file_system();
   for (const fs::path& entry : files.list(dir)) {
     if (entry.filename().string().starts_with(kRemovingPrefix)) files.remove_all(entry);
   }
@@ -90,9 +90,9 @@ std::vector<int64_t> remove_superseded_versions(const fs::path& dir, int keep) {
 // The size and the first kServingHeaderSize bytes of the file `path` (fewer if it is shorter);
 // nullopt when there is no such file.
 std::optional<std::pair<uint64_t, std::vector<std::byte>>> file_identity(const fs::path& path) {
-  std::unique_ptr<format::ReadableFile> file;
+  std::unique_ptr<support::ReadableFile> file;
   try {
-    file = format::file_system().open(path);
+    file = support::file_system().open(path);
   } catch (const std::system_error& error) {
     if (error.code() == std::errc::no_such_file_or_directory) return std::nullopt;
     throw;
@@ -129,8 +129,8 @@ PublishResult publish_base(Embedding& embedding, Model& model, const fs::path& d
     if (!root) return;
     version = next_version(dir);
     const fs::path staging = dir / (kStagingPrefix + std::to_string(version));
-    format::file_system().remove_all(staging);  // left by an interrupted publish
-    format::file_system().create_directory(staging);
+    support::file_system().remove_all(staging);  // left by an interrupted publish
+    support::file_system().create_directory(staging);
   });
   version = union_over_ranks(communicator, {version}).back();  // rank 0's, the largest
   const fs::path staging = dir / (kStagingPrefix + std::to_string(version));
@@ -146,12 +146,12 @@ PublishResult publish_base(Embedding& embedding, Model& model, const fs::path& d
     agree(communicator, [&] {
       if (!root) return;
       identity = file_identity(staging / kModelFileName);
-      format::file_system().rename(staging, directory);
-      format::file_system().sync_directory(dir);
+      support::file_system().rename(staging, directory);
+      support::file_system().sync_directory(dir);
     });
   } catch (...) {
     // The staging directory, empty or holding a complete model no version names.
-    if (root) format::file_system().remove_all(staging);
+    if (root) support::file_system().remove_all(staging);
     throw;
   }
   for (TableState& state : model.states) {
@@ -391,7 +391,7 @@ class DeltaWriter {
                          .bytes = static_cast<int64_t>(header.file_size)};
     delta_bytes_->fetch_add(result.bytes);  // every rank counts, so that every rank agrees
     if (!writes_file_) return result;       // rank 0 writes
-    format::write_file_atomically(file_, [&](format::OutputFile& out) {
+    support::write_file_atomically(file_, [&](support::OutputFile& out) {
       out.write(encode_header(header, kDeltaFile));
       out.write(manifest_bytes);
       for (size_t t = 0; t < manifest.tables.size(); ++t) {

@@ -15,13 +15,13 @@
 #include "batch/input_layout.h"
 #include "batch/lookup.h"
 #include "format/checksum.h"
-#include "format/file_io.h"
 #include "format/json_reader.h"
 #include "kernels/pool.h"
 #include "serving/format.h"
 #include "serving/key_rows.h"
 #include "serving/model_access.h"
 #include "storage/float_buffer.h"
+#include "support/file_io.h"
 
 namespace recemb {
 namespace {
@@ -31,7 +31,7 @@ namespace {
   throw DataLoss(context + ": " + problem);
 }
 
-// The whole file, read through the file system in use (format/file_system.h) into memory the
+// The whole file, read through the file system in use (support/file_system.h) into memory the
 // model owns, so that nothing done to the file later (rewritten in place, truncated, deleted) can
 // reach an open model (docs/serving.md, "What is safe to do with a served file"). Its header is
 // read and checked first (magic, format version, the size the header gives against the file's),
@@ -43,7 +43,7 @@ class FileContents {
  public:
   FileContents(const std::filesystem::path& path, const std::string& context,
                const internal::ServingFileKind& kind, const std::stop_token& stop = {}) {
-    const format::InputFile file = format::InputFile::open(path);
+    const support::InputFile file = support::InputFile::open(path);
     size_ = file.size();
     const auto read = [&](size_t offset, std::span<std::byte> bytes) {
       try {

@@ -80,7 +80,7 @@ TEST(DataFileTest, ReadsAnyPrefixIntoTheDestinationAndVerifiesTheRest) {
   const std::vector<std::byte> data = random_bytes(rng, 1000);
   const fs::path path = directory.path() / "data.f32";
   const DataFile entry = write_data_file(path, data, 64);
-  const format::InputFile file = format::InputFile::open(path);
+  const support::InputFile file = support::InputFile::open(path);
   std::vector<std::byte> scratch;
   for (const size_t prefix : {size_t{0}, size_t{1}, size_t{64}, size_t{100}, size_t{1000}}) {
     std::vector<std::byte> destination(prefix + 8, std::byte{0x5a});
@@ -102,7 +102,7 @@ TEST(DataFileTest, DamageIsReportedWithTheFileWhatAndBlock) {
   std::vector<std::byte> scratch;
   const std::string name = "checkpoint file '" + path.string() + "' (table 'x' variable 'momenta')";
   const auto read = [&] {
-    read_data_file(format::InputFile::open(path), entry, 64, "table 'x' variable 'momenta'", {},
+    read_data_file(support::InputFile::open(path), entry, 64, "table 'x' variable 'momenta'", {},
                    scratch);
   };
   for (const size_t position : {size_t{0}, size_t{63}, size_t{64}, size_t{700}, size_t{999}}) {
@@ -125,7 +125,7 @@ TEST(DataFileTest, DamageIsReportedWithTheFileWhatAndBlock) {
   DataFile wrong_whole = entry;
   wrong_whole.checksum ^= 1;
   EXPECT_THAT(error_of<DataLoss>([&] {
-                read_data_file(format::InputFile::open(path), wrong_whole, 64, "w", {}, scratch);
+                read_data_file(support::InputFile::open(path), wrong_whole, 64, "w", {}, scratch);
               }),
               HasSubstr("its blocks match but the whole-file checksum"));
   read();  // intact again

@@ -96,7 +96,7 @@ TEST_P(PartIoTest, PartsWrittenSeparatelyMakeTheTableAndReadBackTheirRows) {
               return directory / "expected";
             }()));
 
-  const format::InputFile file = format::InputFile::open(path);
+  const support::InputFile file = support::InputFile::open(path);
   for (const int64_t limit : {kRows, int64_t{10}, int64_t{0}}) {
     for (const TablePart& part : parts) {
       const std::vector<float> expected = values_of(part, table);
@@ -142,7 +142,7 @@ TEST(PartIoTest, ErrorsNameTheFile) {
   std::vector<float> out(2 * kWidth);
   EXPECT_THAT(test::error_of<DataLoss>([&] {
                 read_part_rows(
-                    format::InputFile::open(directory / "a.f32"), part,
+                    support::InputFile::open(directory / "a.f32"), part,
                     {.name = "parameters", .width = kWidth, .columns = kWidth, .values = out}, 2);
               }),
               HasSubstr("a.f32' is truncated"));

@@ -412,7 +412,7 @@ TEST(ServingOpenTest, AnOpenModelIsUnaffectedByChangesToItsFile) {
   }
 }
 
-// open reads through the file system in use (format/file_system.h): a failing read is the
+// open reads through the file system in use (support/file_system.h): a failing read is the
 // system_error naming the file, a short read is retried, and a file that ends early while it is
 // read (truncated under the reader) is DataLoss; no model is opened from partial bytes.
 TEST(ServingOpenTest, ReadFaultsAreReportedAndShortReadsRetried) {

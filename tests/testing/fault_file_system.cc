@@ -49,9 +49,9 @@ std::string fault_point_name(FaultPoint point) {
 }
 
 // A file open for writing through a FaultFileSystem.
-class FaultWritableFile final : public format::WritableFile {
+class FaultWritableFile final : public support::WritableFile {
  public:
-  FaultWritableFile(FaultFileSystem& owner, std::unique_ptr<format::WritableFile> file,
+  FaultWritableFile(FaultFileSystem& owner, std::unique_ptr<support::WritableFile> file,
                     fs::path path)
       : owner_(owner), file_(std::move(file)), path_(std::move(path)) {}
 
@@ -99,14 +99,14 @@ class FaultWritableFile final : public format::WritableFile {
   }
 
   FaultFileSystem& owner_;
-  std::unique_ptr<format::WritableFile> file_;
+  std::unique_ptr<support::WritableFile> file_;
   fs::path path_;
 };
 
 // A file open for reading through a FaultFileSystem.
-class FaultReadableFile final : public format::ReadableFile {
+class FaultReadableFile final : public support::ReadableFile {
  public:
-  FaultReadableFile(FaultFileSystem& owner, std::unique_ptr<format::ReadableFile> file,
+  FaultReadableFile(FaultFileSystem& owner, std::unique_ptr<support::ReadableFile> file,
                     fs::path path)
       : owner_(owner), file_(std::move(file)), path_(std::move(path)) {}
 
@@ -129,15 +129,15 @@ class FaultReadableFile final : public format::ReadableFile {
 
  private:
   FaultFileSystem& owner_;
-  std::unique_ptr<format::ReadableFile> file_;
+  std::unique_ptr<support::ReadableFile> file_;
   fs::path path_;
 };
 
-FaultFileSystem::FaultFileSystem() : posix_(format::posix_file_system()) {
-  format::set_file_system_for_testing(this);
+FaultFileSystem::FaultFileSystem() : posix_(support::posix_file_system()) {
+  support::set_file_system_for_testing(this);
 }
 
-FaultFileSystem::~FaultFileSystem() { format::set_file_system_for_testing(nullptr); }
+FaultFileSystem::~FaultFileSystem() { support::set_file_system_for_testing(nullptr); }
 
 int FaultFileSystem::count(FaultPoint point) const {
   const std::lock_guard lock(mutex_);
@@ -230,28 +230,28 @@ void FaultFileSystem::move_states(const fs::path& from, const fs::path& to) {
   files_.merge(moved);
 }
 
-std::unique_ptr<format::WritableFile> FaultFileSystem::create(const fs::path& path,
-                                                              format::ExistingFile existing) {
+std::unique_ptr<support::WritableFile> FaultFileSystem::create(const fs::path& path,
+                                                               support::ExistingFile existing) {
   const std::lock_guard lock(mutex_);
   before(std::nullopt, "create '" + path.string() + "'");
   const fs::path key = normal(path);
   const bool existed = fs::exists(key);
   track_new_file(key);
-  std::unique_ptr<format::WritableFile> file = posix_.create(path, existing);
+  std::unique_ptr<support::WritableFile> file = posix_.create(path, existing);
   if (!existed) unsynced_entries_.push_back({EntryChange::kCreateFile, key, {}});
   files_[key].dirty = true;  // created empty or truncated
   return std::make_unique<FaultWritableFile>(*this, std::move(file), path);
 }
 
-std::unique_ptr<format::WritableFile> FaultFileSystem::open_for_writing(const fs::path& path) {
+std::unique_ptr<support::WritableFile> FaultFileSystem::open_for_writing(const fs::path& path) {
   const std::lock_guard lock(mutex_);
   before(std::nullopt, "open '" + path.string() + "'");
-  std::unique_ptr<format::WritableFile> file = posix_.open_for_writing(path);
+  std::unique_ptr<support::WritableFile> file = posix_.open_for_writing(path);
   track_new_file(normal(path));
   return std::make_unique<FaultWritableFile>(*this, std::move(file), path);
 }
 
-std::unique_ptr<format::ReadableFile> FaultFileSystem::open(const fs::path& path) {
+std::unique_ptr<support::ReadableFile> FaultFileSystem::open(const fs::path& path) {
   const std::lock_guard lock(mutex_);
   if (crashed_) throw SimulatedCrash();
   return std::make_unique<FaultReadableFile>(*this, posix_.open(path), path);

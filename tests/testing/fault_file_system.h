@@ -1,4 +1,4 @@
-// A file system for tests (format/file_system.h, in the spirit of leveldb's fault_injection_test)
+// A file system for tests (support/file_system.h, in the spirit of leveldb's fault_injection_test)
 // that forwards to the POSIX one and can make its calls fail or the machine crash:
 //   - fail(): the Nth write, file fsync, rename or directory fsync throws std::system_error with a
 //     chosen errno (ENOSPC, EIO, ...); a write can first write part of its bytes (a short write);
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "format/file_system.h"
+#include "support/file_system.h"
 
 namespace recemb::test {
 
@@ -38,7 +38,7 @@ class SimulatedCrash : public std::runtime_error {
   SimulatedCrash() : std::runtime_error("simulated crash") {}
 };
 
-class FaultFileSystem final : public format::FileSystem {
+class FaultFileSystem final : public support::FileSystem {
  public:
   FaultFileSystem();
   ~FaultFileSystem() override;
@@ -71,11 +71,11 @@ class FaultFileSystem final : public format::FileSystem {
   // calls through again.
   void drop_unsynced();
 
-  std::unique_ptr<format::WritableFile> create(const std::filesystem::path& path,
-                                               format::ExistingFile existing) override;
-  std::unique_ptr<format::WritableFile> open_for_writing(
+  std::unique_ptr<support::WritableFile> create(const std::filesystem::path& path,
+                                                support::ExistingFile existing) override;
+  std::unique_ptr<support::WritableFile> open_for_writing(
       const std::filesystem::path& path) override;
-  std::unique_ptr<format::ReadableFile> open(const std::filesystem::path& path) override;
+  std::unique_ptr<support::ReadableFile> open(const std::filesystem::path& path) override;
   void rename(const std::filesystem::path& from, const std::filesystem::path& to) override;
   void remove_all(const std::filesystem::path& path) override;
   void create_directory(const std::filesystem::path& path) override;
@@ -107,7 +107,7 @@ class FaultFileSystem final : public format::FileSystem {
   // Moves the states of `from` and of the files under it to `to`.
   void move_states(const std::filesystem::path& from, const std::filesystem::path& to);
 
-  format::FileSystem& posix_;
+  support::FileSystem& posix_;
   mutable std::mutex mutex_;
   std::array<int, kFaultPoints.size()> counts_{};
   int changes_ = 0;

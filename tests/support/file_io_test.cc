@@ -1,6 +1,6 @@
-// POSIX file helpers (format/file_io.h): full writes through short writes and signals, exact
+// POSIX file helpers (support/file_io.h): full writes through short writes and signals, exact
 // reads, atomic publication, and errors that name the file.
-#include "format/file_io.h"
+#include "support/file_io.h"
 
 #include <algorithm>
 #include <atomic>
@@ -27,7 +27,7 @@
 #include "testing/files.h"
 #include "testing/temporary_directory.h"
 
-namespace recemb::format {
+namespace recemb::support {
 namespace {
 
 namespace fs = std::filesystem;
@@ -291,4 +291,4 @@ TEST(FileIoTest, WriteFileAtomicallyLeavesNothingBehindOnFailure) {
 }
 
 }  // namespace
-}  // namespace recemb::format
+}  // namespace recemb::support

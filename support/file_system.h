@@ -1,13 +1,13 @@
 // The file system under every file recemb writes or reads for checkpoints and serving models
 // (leveldb's Env): one small interface, so that tests can inject failures (ENOSPC, EIO, short
 // writes) and crashes that lose what was not synced (tests/testing/fault_file_system.h). The
-// POSIX implementation is in format/file_io.cc; format/file_io.h builds on this one.
+// POSIX implementation is in support/file_io.cc; support/file_io.h builds on this one.
 //
 // Errors: a failing call throws std::system_error with its errno, naming the call and the path
 // (a missing file: ENOENT). A file that is not a regular file (a FIFO, a device, a directory)
 // given to open() throws InvalidArgument, found without blocking.
-#ifndef RECEMB_FORMAT_FILE_SYSTEM_H_
-#define RECEMB_FORMAT_FILE_SYSTEM_H_
+#ifndef RECEMB_SUPPORT_FILE_SYSTEM_H_
+#define RECEMB_SUPPORT_FILE_SYSTEM_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-namespace recemb::format {
+namespace recemb::support {
 
 // A file open for writing. The destructor closes it and ignores errors, so a writer that cares
 // (every one) calls close().
@@ -78,6 +78,6 @@ FileSystem& posix_file_system();
 // to be called while another thread uses the file system.
 void set_file_system_for_testing(FileSystem* file_system);
 
-}  // namespace recemb::format
+}  // namespace recemb::support
 
-#endif  // RECEMB_FORMAT_FILE_SYSTEM_H_
+#endif  // RECEMB_SUPPORT_FILE_SYSTEM_H_

@@ -1,4 +1,4 @@
-#include "format/file_io.h"
+#include "support/file_io.h"
 
 #include <atomic>
 #include <cerrno>
@@ -10,7 +10,7 @@
 
 #include "recemb/error.h"
 
-namespace recemb::format {
+namespace recemb::support {
 namespace {
 
 [[noreturn]] void throw_system_error(int error, const char* call,
@@ -280,4 +280,4 @@ void write_file_atomically(const std::filesystem::path& path,
   }
 }
 
-}  // namespace recemb::format
+}  // namespace recemb::support

@@ -1,5 +1,5 @@
 // File helpers shared by recemb's writers and readers (checkpoints, serving models), on the file
-// system in use (format/file_system.h): full writes, fsync of files and directories, atomic
+// system in use (support/file_system.h): full writes, fsync of files and directories, atomic
 // publication by rename, exact positioned reads.
 //
 // Errors: a file shorter than a read needs throws DataLoss naming the file (truncated); a missing
@@ -7,8 +7,8 @@
 // message names the call, the path and strerror, e.g.
 // "fsync '/ckpt/.tmp-ckpt-000000000042-1234/t0.parameters.f32': Input/output error". A path that
 // is not a regular file (a FIFO, a device) throws InvalidArgument, without blocking.
-#ifndef RECEMB_FORMAT_FILE_IO_H_
-#define RECEMB_FORMAT_FILE_IO_H_
+#ifndef RECEMB_SUPPORT_FILE_IO_H_
+#define RECEMB_SUPPORT_FILE_IO_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -19,9 +19,9 @@
 #include <string>
 #include <utility>
 
-#include "format/file_system.h"
+#include "support/file_system.h"
 
-namespace recemb::format {
+namespace recemb::support {
 
 // A file open for writing, created (or truncated) by create(), written from its start. Move-only;
 // the destructor closes it and ignores errors, so a writer that cares (every one) calls close().
@@ -88,6 +88,6 @@ void publish(const std::filesystem::path& from, const std::filesystem::path& to)
 void write_file_atomically(const std::filesystem::path& path,
                            const std::function<void(OutputFile& file)>& write);
 
-}  // namespace recemb::format
+}  // namespace recemb::support
 
-#endif  // RECEMB_FORMAT_FILE_IO_H_
+#endif  // RECEMB_SUPPORT_FILE_IO_H_
