@@ -8,11 +8,10 @@
 
 #include "recemb/string_key.h"
 
+#include "support/json.h"
+
 namespace recemb::serve {
 namespace {
-
-// How much of a parser's message an error message quotes.
-constexpr size_t kMaxParserMessageLength = 160;
 
 // Halfway between float's largest value and 2^128: a double rounds to a finite float iff its
 // magnitude is below it (at it, the tie rounds to the even 2^128: infinity).
@@ -32,7 +31,7 @@ int64_t saturating_multiply(int64_t a, int64_t b) {
 // state machine over what may come next. Anything else throws at once, so the text's nesting is
 // bounded by the layout (at most 5 levels), and the memory taken is that of the decoded arrays,
 // counted against the budget as they grow.
-class LookupDecoder final : public JsonEvents {
+class LookupDecoder final : public support::JsonEvents {
  public:
   LookupDecoder(const ServingModel& model, JsonLookupLayout layout, const RequestLimits& limits)
       : features_(model.features()), layout_(layout), limits_(limits) {
@@ -52,7 +51,7 @@ class LookupDecoder final : public JsonEvents {
     int64_t missing_count = 0;
     for (size_t f = 0; f < features_.size(); ++f) {
       if (given_[f]) continue;
-      missing += (missing.empty() ? "'" : ", '") + excerpt(features_[f].name) + "'";
+      missing += (missing.empty() ? "'" : ", '") + support::excerpt(features_[f].name) + "'";
       ++missing_count;
     }
     if (missing_count == 1) throw InvalidArgument("feature " + missing + " is missing");
@@ -64,10 +63,11 @@ class LookupDecoder final : public JsonEvents {
       const auto examples = static_cast<int64_t>(request_.features[f].row_splits.size()) - 1;
       if (f == 0) request_.examples = examples;
       if (examples != request_.examples) {
-        throw InvalidArgument(
-            "feature '" + excerpt(features_[f].name) + "' has " + std::to_string(examples) +
-            " examples but feature '" + excerpt(features_[0].name) + "' has " +
-            std::to_string(request_.examples) + " (every feature needs one per example)");
+        throw InvalidArgument("feature '" + support::excerpt(features_[f].name) + "' has " +
+                              std::to_string(examples) + " examples but feature '" +
+                              support::excerpt(features_[0].name) + "' has " +
+                              std::to_string(request_.examples) +
+                              " (every feature needs one per example)");
       }
     }
     return std::move(request_);
@@ -94,7 +94,8 @@ class LookupDecoder final : public JsonEvents {
     switch (expect_) {
       case Expect::kBodyField:
         if (key != "inputs") {
-          throw InvalidArgument("unknown field '" + excerpt(key) + "' (expected only \"inputs\")");
+          throw InvalidArgument("unknown field '" + support::excerpt(key) +
+                                "' (expected only \"inputs\")");
         }
         if (inputs_given_) throw InvalidArgument("field 'inputs' appears twice");
         inputs_given_ = true;
@@ -102,9 +103,10 @@ class LookupDecoder final : public JsonEvents {
         return true;
       case Expect::kFeature: {
         const auto found = index_.find(key);
-        if (found == index_.end()) throw InvalidArgument("unknown feature '" + excerpt(key) + "'");
+        if (found == index_.end())
+          throw InvalidArgument("unknown feature '" + support::excerpt(key) + "'");
         if (given_[found->second]) {
-          throw InvalidArgument("feature '" + excerpt(key) + "' appears twice");
+          throw InvalidArgument("feature '" + support::excerpt(key) + "' appears twice");
         }
         begin_feature(found->second);
         return true;
@@ -112,7 +114,7 @@ class LookupDecoder final : public JsonEvents {
       case Expect::kExampleField: {
         const bool ids = key == "ids";
         if (!ids && key != "weights") {
-          fail("unknown field '" + excerpt(key) + "' (expected ids, weights)");
+          fail("unknown field '" + support::excerpt(key) + "' (expected ids, weights)");
         }
         if (ids ? ids_given_ : weights_given_) fail("field '" + key + "' appears twice");
         if (ids) {
@@ -217,7 +219,8 @@ class LookupDecoder final : public JsonEvents {
     throw InvalidArgument((layout_ == JsonLookupLayout::kBatch && in_example_
                                ? "example " + std::to_string(example_) + ": "
                                : "") +
-                          "feature '" + excerpt(features_[feature_].name) + "': " + message);
+                          "feature '" + support::excerpt(features_[feature_].name) +
+                          "': " + message);
   }
 
   // What an id of the feature being read may be.
@@ -238,7 +241,7 @@ class LookupDecoder final : public JsonEvents {
             "got " +
             what);
       case Expect::kExampleList:
-        throw InvalidArgument("feature '" + excerpt(features_[feature_].name) +
+        throw InvalidArgument("feature '" + support::excerpt(features_[feature_].name) +
                               "' must be a list of examples, got " + what);
       case Expect::kExample:
       case Expect::kIds:
@@ -256,11 +259,11 @@ class LookupDecoder final : public JsonEvents {
 
   // Whether `value` is an id of the feature being read, or a value of another kind, which then
   // cannot be a list of ids either.
-  bool is_id_like(const JsonScalar& value) const {
-    return value.is_number() || (dynamic() && value.kind == JsonScalar::Kind::kString);
+  bool is_id_like(const support::JsonScalar& value) const {
+    return value.is_number() || (dynamic() && value.kind == support::JsonScalar::Kind::kString);
   }
 
-  bool scalar(const JsonScalar& value) override {
+  bool scalar(const support::JsonScalar& value) override {
     switch (expect_) {
       case Expect::kExample:  // one id
         if (!is_id_like(value)) misplaced(value.describe());
@@ -355,25 +358,26 @@ class LookupDecoder final : public JsonEvents {
 
   void end_examples() {
     const std::string& name = features_[feature_].name;
-    if (example_ < 1) throw InvalidArgument("feature '" + excerpt(name) + "': no examples");
+    if (example_ < 1)
+      throw InvalidArgument("feature '" + support::excerpt(name) + "': no examples");
     if (example_ > limits_.max_examples) {
-      throw InvalidArgument("feature '" + excerpt(name) + "': " + std::to_string(example_) +
-                            " examples, more than --max-examples " +
-                            std::to_string(limits_.max_examples));
+      throw InvalidArgument(
+          "feature '" + support::excerpt(name) + "': " + std::to_string(example_) +
+          " examples, more than --max-examples " + std::to_string(limits_.max_examples));
     }
     expect_ = Expect::kFeature;
   }
 
-  void add_id(const JsonScalar& id) {
+  void add_id(const support::JsonScalar& id) {
     int64_t value = 0;
-    if (id.kind == JsonScalar::Kind::kInteger) {
+    if (id.kind == support::JsonScalar::Kind::kInteger) {
       value = id.integer;
-    } else if (id.kind == JsonScalar::Kind::kUnsigned) {
+    } else if (id.kind == support::JsonScalar::Kind::kUnsigned) {
       if (id.unsigned_value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         fail("id " + id.describe() + " is beyond the 64-bit integer range");
       }
       value = static_cast<int64_t>(id.unsigned_value);
-    } else if (id.kind == JsonScalar::Kind::kString && dynamic()) {
+    } else if (id.kind == support::JsonScalar::Kind::kString && dynamic()) {
       value = string_key(id.text);
     } else {
       fail("id " + id.describe() + " is not " + id_kinds());
@@ -382,7 +386,7 @@ class LookupDecoder final : public JsonEvents {
     ids().ids.push_back(value);
   }
 
-  void add_weight(const JsonScalar& weight) {
+  void add_weight(const support::JsonScalar& weight) {
     if (!weight.is_number()) misplaced(weight.describe());
     const double value = weight.as_double();
     if (!(std::abs(value) < kFloatOverflow)) {
@@ -450,84 +454,6 @@ LookupRequest decode_json_lookup_ids(std::string_view text, const ServingModel& 
   return decoder.finish();
 }
 
-bool JsonScalar::is_number() const {
-  return kind == Kind::kInteger || kind == Kind::kUnsigned || kind == Kind::kFloat;
-}
-
-double JsonScalar::as_double() const {
-  if (kind == Kind::kInteger) return static_cast<double>(integer);
-  if (kind == Kind::kUnsigned) return static_cast<double>(unsigned_value);
-  return number;
-}
-
-std::string JsonScalar::describe() const {
-  switch (kind) {
-    case Kind::kNull:
-      return "null";
-    case Kind::kBoolean:
-      return boolean ? "true" : "false";
-    case Kind::kInteger:
-      return std::to_string(integer);
-    case Kind::kUnsigned:
-      return std::to_string(unsigned_value);
-    case Kind::kFloat:
-      return excerpt(text);
-    case Kind::kString:
-      return "\"" + excerpt(text) + "\"";
-  }
-  return "";
-}
-
-void JsonEvents::parse(std::string_view text) {
-  nlohmann::json::sax_parse(text.begin(), text.end(), this);
-}
-
-bool JsonEvents::null() { return scalar({}); }
-
-bool JsonEvents::boolean(bool value) {
-  return scalar({.kind = JsonScalar::Kind::kBoolean, .boolean = value});
-}
-
-bool JsonEvents::number_integer(number_integer_t value) {
-  return scalar({.kind = JsonScalar::Kind::kInteger, .integer = value});
-}
-
-bool JsonEvents::number_unsigned(number_unsigned_t value) {
-  return scalar({.kind = JsonScalar::Kind::kUnsigned, .unsigned_value = value});
-}
-
-bool JsonEvents::number_float(number_float_t value, const string_t& text) {
-  return scalar({.kind = JsonScalar::Kind::kFloat, .number = value, .text = text});
-}
-
-bool JsonEvents::string(string_t& value) {
-  return scalar({.kind = JsonScalar::Kind::kString, .text = value});
-}
-
-bool JsonEvents::binary(binary_t&) {
-  throw InvalidArgument("not JSON: a binary value");  // only binary formats have them
-}
-
-bool JsonEvents::parse_error(size_t, const std::string&, const nlohmann::detail::exception& error) {
-  throw InvalidArgument("not JSON: " + excerpt(error.what(), kMaxParserMessageLength));
-}
-
-std::string excerpt(std::string_view text, size_t max_length) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string result;
-  result.reserve(std::min(text.size(), max_length) + 3);
-  for (const char c : text.substr(0, max_length)) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7f) {
-      result += {'\\', 'x', kHex[byte >> 4], kHex[byte & 15]};
-    } else {
-      result += c;
-    }
-  }
-  if (text.size() > max_length) result += "...";
-  return result;
-}
-
 void append_values(std::span<const float> values, std::span<const int64_t> shape,
                    std::string& out) {
   out += '[';
@@ -565,11 +491,6 @@ int64_t values_text_bound(std::span<const int64_t> shape) {
   }
   const int64_t values = shape.empty() ? 0 : saturating_multiply(lists, shape.back());
   return saturating_add(bytes, saturating_multiply(values, kValueBytes));
-}
-
-std::string json_string(std::string_view text) {
-  return nlohmann::json(std::string(text))
-      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace recemb::serve

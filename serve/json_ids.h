@@ -2,12 +2,11 @@
 // serve` (a batch of examples per request): how a request's features become ids and weights,
 // decoded as the text streams past (no JSON tree is built, so a request takes the memory of its
 // ids, and no more), and how activations are printed (docs/serving.md, "recemb lookup" and
-// "recemb serve"). nlohmann's library, included by the serving tools only.
+// "recemb serve"), on support/json.h's events.
 #ifndef RECEMB_SERVE_JSON_IDS_H_
 #define RECEMB_SERVE_JSON_IDS_H_
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -81,48 +80,6 @@ enum class JsonLookupLayout {
 LookupRequest decode_json_lookup_ids(std::string_view text, const ServingModel& model,
                                      JsonLookupLayout layout, const RequestLimits& limits);
 
-// A scalar value of a request, as the parser gives it.
-struct JsonScalar {
-  enum class Kind { kNull, kBoolean, kInteger, kUnsigned, kFloat, kString };
-  Kind kind = Kind::kNull;
-  bool boolean = false;         // kBoolean
-  int64_t integer = 0;          // kInteger (a negative integer)
-  uint64_t unsigned_value = 0;  // kUnsigned (a non-negative integer)
-  double number = 0;            // kFloat
-  std::string_view text = {};   // kFloat: as written; kString: the string (valid in the event)
-
-  bool is_number() const;
-  double as_double() const;  // a number's value
-  // As written in the request, for messages: a string quoted, cut and escaped by excerpt.
-  std::string describe() const;
-};
-
-// A SAX handler of nlohmann's parser for the decoders of request bodies: every scalar comes to
-// scalar(); text that is not JSON (including numbers beyond double's range, such as 1e400) throws
-// InvalidArgument("not JSON: ..."), and so does a binary value (which JSON text never has).
-class JsonEvents : public nlohmann::json_sax<nlohmann::json> {
- public:
-  // Feeds the events of `text` to this handler, which throws to refuse them.
-  void parse(std::string_view text);
-
-  virtual bool scalar(const JsonScalar& value) = 0;
-
-  bool null() final;
-  bool boolean(bool value) final;
-  bool number_integer(number_integer_t value) final;
-  bool number_unsigned(number_unsigned_t value) final;
-  bool number_float(number_float_t value, const string_t& text) final;
-  bool string(string_t& value) final;
-  bool binary(binary_t& value) final;
-  bool parse_error(size_t position, const std::string& last_token,
-                   const nlohmann::detail::exception& error) final;
-};
-
-// `text` as messages quote a request's text and names: its first `max_length` bytes, then "..."
-// when it was longer, each byte below 0x20 and 0x7f written \xNN (a NUL would end the message,
-// which is a C string, and other control bytes would garble a terminal).
-std::string excerpt(std::string_view text, size_t max_length = 40);
-
 // Appends `values` as nested JSON arrays of `shape` (row-major; an empty shape or one extent: a
 // flat list), each float with 9 significant digits, which reads back as the same float32.
 void append_values(std::span<const float> values, std::span<const int64_t> shape, std::string& out);
@@ -131,10 +88,6 @@ void append_values(std::span<const float> values, std::span<const int64_t> shape
 // the brackets and separators of every list): an answer's size is known before it is written.
 // Saturates at INT64_MAX.
 int64_t values_text_bound(std::span<const int64_t> shape);
-
-// A JSON string of `text`, whose bytes may be cut UTF-8 (a truncated quote of a request): bad
-// bytes show as U+FFFD.
-std::string json_string(std::string_view text);
 
 }  // namespace recemb::serve
 

@@ -6,6 +6,7 @@
 
 #include "recemb/string_key.h"
 
+#include "support/json.h"
 #include "support/number_text.h"
 
 namespace recemb::serve {
@@ -18,9 +19,11 @@ static_assert(std::endian::native == std::endian::little,
 constexpr size_t kBinaryHeaderBytes = 4 * sizeof(uint32_t) + sizeof(uint64_t);
 
 void check_examples(int64_t examples, int64_t max_examples, const std::string& feature) {
-  if (examples < 1) throw InvalidArgument("feature '" + excerpt(feature) + "': no examples");
+  if (examples < 1)
+    throw InvalidArgument("feature '" + support::excerpt(feature) + "': no examples");
   if (examples > max_examples) {
-    throw InvalidArgument("feature '" + excerpt(feature) + "': " + std::to_string(examples) +
+    throw InvalidArgument("feature '" + support::excerpt(feature) +
+                          "': " + std::to_string(examples) +
                           " examples, more than --max-examples " + std::to_string(max_examples));
   }
 }
@@ -38,7 +41,8 @@ class BinaryReader {
 
   // "feature 3 ('C4')", the feature being read.
   std::string feature_context() const {
-    return "feature " + std::to_string(feature_) + " ('" + excerpt(features_[feature_].name) + "')";
+    return "feature " + std::to_string(feature_) + " ('" +
+           support::excerpt(features_[feature_].name) + "')";
   }
 
   template <typename T>
@@ -137,8 +141,8 @@ int64_t check_answer_memory(const ServingModel& model, const LookupRequest& requ
         (encoding == AnswerEncoding::kJson ? "as JSON, with the floats it prints; "
                                              "binary answers take 4 bytes a float"
                                            : "4 bytes a float") +
-        "; the largest, feature '" + excerpt(model.features()[largest].name) + "', has shape " +
-        shape_text(shapes[largest]) + "), which with the request's " +
+        "; the largest, feature '" + support::excerpt(model.features()[largest].name) +
+        "', has shape " + shape_text(shapes[largest]) + "), which with the request's " +
         std::to_string(request.bytes()) + " is more than --max-request-memory " +
         std::to_string(limits.max_request_memory) +
         " bytes: ask for fewer examples a request (or raise --max-request-memory)");
@@ -148,7 +152,7 @@ int64_t check_answer_memory(const ServingModel& model, const LookupRequest& requ
 
 // Decodes {"instances": ["line", ...], "labels": "yes" | "no"} as its events come: lines beyond
 // max_examples are counted, not kept.
-class InstancesDecoder final : public JsonEvents {
+class InstancesDecoder final : public support::JsonEvents {
  public:
   explicit InstancesDecoder(int64_t max_examples) : max_examples_(max_examples) {}
 
@@ -160,9 +164,10 @@ class InstancesDecoder final : public JsonEvents {
     return {.lines = std::move(lines_), .labels = labels_};
   }
 
-  bool scalar(const JsonScalar& value) override {
+  bool scalar(const support::JsonScalar& value) override {
     if (expect_ == Expect::kLabels) {
-      if (value.kind != JsonScalar::Kind::kString || (value.text != "yes" && value.text != "no")) {
+      if (value.kind != support::JsonScalar::Kind::kString ||
+          (value.text != "yes" && value.text != "no")) {
         throw InvalidArgument(
             "\"labels\" must be \"yes\" (every line starts with its label) or "
             "\"no\" (no line has one), got " +
@@ -172,7 +177,7 @@ class InstancesDecoder final : public JsonEvents {
       expect_ = Expect::kField;
       return true;
     }
-    if (expect_ != Expect::kLine || value.kind != JsonScalar::Kind::kString) {
+    if (expect_ != Expect::kLine || value.kind != support::JsonScalar::Kind::kString) {
       misplaced(value.describe());
     }
     if (count_++ < max_examples_) lines_.emplace_back(value.text);
@@ -191,7 +196,7 @@ class InstancesDecoder final : public JsonEvents {
       return true;
     }
     if (key != "instances") {
-      throw InvalidArgument("unknown field '" + excerpt(key) +
+      throw InvalidArgument("unknown field '" + support::excerpt(key) +
                             "' (expected \"instances\" and, optionally, \"labels\")");
     }
     if (given_) throw InvalidArgument("field 'instances' appears twice");
@@ -319,10 +324,10 @@ LookupRequest decode_binary_lookup(std::string_view body, const ServingModel& mo
     check_examples(examples, limits.max_examples, name);
     if (f == 0) request.examples = examples;
     if (examples != request.examples) {
-      throw InvalidArgument("feature '" + excerpt(name) + "' has " + std::to_string(examples) +
-                            " examples but feature '" + excerpt(features[0].name) + "' has " +
-                            std::to_string(request.examples) +
-                            " (every feature needs one per example)");
+      throw InvalidArgument(
+          "feature '" + support::excerpt(name) + "' has " + std::to_string(examples) +
+          " examples but feature '" + support::excerpt(features[0].name) + "' has " +
+          std::to_string(request.examples) + " (every feature needs one per example)");
     }
     if (has_weights > 1 || reserved != 0) {
       throw InvalidArgument("binary body: " + reader.feature_context() +
@@ -375,15 +380,13 @@ std::string look_up_json(const ServingModel& model, const LookupRequest& request
   }
   model.lookup(inputs, spans);
   const auto& features = model.features();
-  std::string out;
-  out.reserve(static_cast<size_t>(bytes));  // the bound: never grown
-  out += "{\"outputs\": {";
+  support::JsonWriter json;
+  json.reserve(static_cast<size_t>(bytes));  // the bound: never grown
+  json.begin_object().key("outputs").begin_object();
   for (size_t f = 0; f < features.size(); ++f) {
-    out += (f == 0 ? "" : ", ") + json_string(features[f].name) + ": ";
-    append_values(values[f], shapes[f], out);
+    append_values(values[f], shapes[f], json.key(features[f].name).raw_value());
   }
-  out += "}}";
-  return out;
+  return json.end_object().end_object().take();
 }
 
 std::string look_up_binary(const ServingModel& model, const LookupRequest& request,
@@ -426,12 +429,10 @@ PredictRequest decode_json_instances(std::string_view body, int64_t max_examples
 }
 
 std::string encode_json_predictions(std::span<const float> probabilities) {
-  std::string out = "{\"predictions\": [";
-  for (size_t i = 0; i < probabilities.size(); ++i) {
-    out += (i == 0 ? "" : ", ") + support::float_text(probabilities[i]);
-  }
-  out += "]}";
-  return out;
+  support::JsonWriter json;
+  json.begin_object().key("predictions").begin_array();
+  for (const float probability : probabilities) json.number(probability);
+  return json.end_array().end_object().take();
 }
 
 }  // namespace recemb::serve

@@ -14,6 +14,7 @@
 
 #include "serve/json_ids.h"
 #include "serve/request_codec.h"
+#include "support/json.h"
 #include "train/model_file.h"
 
 namespace recemb::serve {
@@ -33,9 +34,10 @@ struct RequestError {
 RequestError not_found(const std::string& message) { return {404, "NotFound", message}; }
 
 HttpResponse error_response(int status, const std::string& code, const std::string& message) {
-  return {.status = status,
-          .body = "{\"error\": {\"code\": " + json_string(code) +
-                  ", \"message\": " + json_string(message) + "}}"};
+  support::JsonWriter json;
+  json.begin_object().key("error").begin_object().key("code").string(code);
+  json.key("message").string(message).end_object().end_object();
+  return {.status = status, .body = json.take()};
 }
 
 // The media type of a Content-Type header, without parameters and in lower case (media types
@@ -73,16 +75,11 @@ std::string refusal_code(int status) {
   }
 }
 
-// A JSON list of `values`, written by `write`.
-template <typename T, typename Write>
-std::string json_list(const std::vector<T>& values, Write write) {
-  std::string out = "[";
-  for (size_t i = 0; i < values.size(); ++i) out += (i == 0 ? "" : ", ") + write(values[i]);
-  return out + "]";
-}
-
-std::string json_integers(const std::vector<int64_t>& values) {
-  return json_list(values, [](int64_t value) { return std::to_string(value); });
+// A JSON list of integers.
+void write_integers(const std::vector<int64_t>& values, support::JsonWriter& json) {
+  json.begin_array();
+  for (const int64_t value : values) json.integer(value);
+  json.end_array();
 }
 
 }  // namespace
@@ -134,8 +131,8 @@ HttpResponse Server::route(const HttpRequest& request, Route& route) {
   const auto require = [&request](std::string_view method) {
     if (request.method != method) {
       throw RequestError{405, "MethodNotAllowed",
-                         excerpt(request.method) + " " + excerpt(request.path, 80) + ": use " +
-                             std::string(method)};
+                         support::excerpt(request.method) + " " +
+                             support::excerpt(request.path, 80) + ": use " + std::string(method)};
     }
   };
   if (request.path == "/healthz") {
@@ -158,7 +155,7 @@ HttpResponse Server::route(const HttpRequest& request, Route& route) {
     return list_models();
   }
   if (!request.path.starts_with(kModelsPrefix)) {
-    throw not_found("no such path '" + excerpt(request.path, 80) +
+    throw not_found("no such path '" + support::excerpt(request.path, 80) +
                     "' (GET /healthz, GET /metrics, GET /v1/models, GET /v1/models/NAME, POST "
                     "/v1/models/NAME:lookup, POST /v1/models/NAME:predict)");
   }
@@ -178,7 +175,7 @@ HttpResponse Server::route(const HttpRequest& request, Route& route) {
     const std::string_view tail = rest.substr(slash);
     if (!tail.starts_with(kVersions) ||
         !(version = model_version_of(tail.substr(kVersions.size())))) {
-      throw not_found("no such path '" + excerpt(request.path, 80) +
+      throw not_found("no such path '" + support::excerpt(request.path, 80) +
                       "' (expected /v1/models/NAME or /v1/models/NAME/versions/VERSION, VERSION "
                       "a positive integer)");
     }
@@ -188,7 +185,8 @@ HttpResponse Server::route(const HttpRequest& request, Route& route) {
   } else if (verb == "lookup" || verb == "predict") {
     route.method = std::string(verb);
   } else {
-    throw not_found("unknown method ':" + excerpt(verb) + "' (expected :lookup or :predict)");
+    throw not_found("unknown method ':" + support::excerpt(verb) +
+                    "' (expected :lookup or :predict)");
   }
   const std::shared_ptr<const ServedModel> model =
       is_valid_model_name(name) ? registry_->find(name) : nullptr;
@@ -197,7 +195,8 @@ HttpResponse Server::route(const HttpRequest& request, Route& route) {
     for (const std::string& served_name : registry_->names()) {
       served += (served.empty() ? "" : ", ") + served_name;
     }
-    throw not_found("model '" + excerpt(name) + "' is not served (serving: " + served + ")");
+    throw not_found("model '" + support::excerpt(name) + "' is not served (serving: " + served +
+                    ")");
   }
   route.model = model->name;
   if (version && *version != model->version) {
@@ -222,7 +221,7 @@ HttpResponse Server::lookup(const HttpRequest& request, const ServedModel& model
   const bool binary = type == kBinaryType;
   if (!binary && !type.empty() && type != kJsonType) {
     throw RequestError{415, "UnsupportedMediaType",
-                       "Content-Type '" + excerpt(request.content_type) + "': send " +
+                       "Content-Type '" + support::excerpt(request.content_type) + "': send " +
                            std::string(kJsonType) + " or " + std::string(kBinaryType)};
   }
   const RequestLimits& limits = options_.limits;
@@ -255,9 +254,9 @@ HttpResponse Server::predict(const HttpRequest& request, const ServedModel& mode
   }
   const std::string type = media_type(request.content_type);
   if (!type.empty() && type != kJsonType) {
-    throw RequestError{
-        415, "UnsupportedMediaType",
-        "Content-Type '" + excerpt(request.content_type) + "': send " + std::string(kJsonType)};
+    throw RequestError{415, "UnsupportedMediaType",
+                       "Content-Type '" + support::excerpt(request.content_type) + "': send " +
+                           std::string(kJsonType)};
   }
   const PredictRequest predict_request =
       decode_json_instances(request.body, options_.limits.max_examples);
@@ -281,63 +280,66 @@ HttpResponse Server::describe_model(const ServedModel& served) const {
   // Written as text, not as a JSON tree: destroying a tree allocates (nlohmann's), which under
   // memory pressure would end the process instead of failing the request.
   const ServingModel& model = served.model;
-  const std::string dtype = json_string(serving_dtype_name(model.dtype()));
-  const std::string tables = json_list(model.tables(), [&](const TableConfig& table) {
+  const std::string_view dtype = serving_dtype_name(model.dtype());
+  support::JsonWriter json;
+  json.begin_object().key("name").string(served.name).key("version").integer(served.version);
+  json.key("versions");
+  write_integers(registry_->versions(served.name), json);
+  json.key("delta_sequence").integer(model.delta_sequence()).key("dtype").string(dtype);
+  json.key("predict").boolean(served.predictor != nullptr);
+  json.key("feature_fingerprint").string(fingerprint_text(served.feature_fingerprint));
+  json.key("tables").begin_array();
+  for (const TableConfig& table : model.tables()) {
     const bool dynamic = model.is_dynamic(table.name);
-    return "{\"name\": " + json_string(table.name) + ", \"dim\": " + std::to_string(table.dim) +
-           ", \"dtype\": " + dtype +
-           ", \"combiner\": " + json_string(combiner_name(table.combiner)) +
-           ", \"dynamic\": " + (dynamic ? "true" : "false") +
-           (dynamic ? ", \"keys\": " + std::to_string(model.num_keys(table.name))
-                    : ", \"vocabulary_size\": " + std::to_string(table.vocabulary_size)) +
-           "}";
-  });
-  const std::string features = json_list(model.features(), [](const FeatureConfig& feature) {
-    std::string entry =
-        "{\"name\": " + json_string(feature.name) + ", \"table\": " + json_string(feature.table);
+    json.begin_object().key("name").string(table.name).key("dim").integer(table.dim);
+    json.key("dtype").string(dtype).key("combiner").string(combiner_name(table.combiner));
+    json.key("dynamic").boolean(dynamic);
+    if (dynamic) {
+      json.key("keys").integer(model.num_keys(table.name));
+    } else {
+      json.key("vocabulary_size").integer(table.vocabulary_size);
+    }
+    json.end_object();
+  }
+  json.end_array().key("features").begin_array();
+  for (const FeatureConfig& feature : model.features()) {
+    json.begin_object().key("name").string(feature.name).key("table").string(feature.table);
     if (feature.max_sequence_length > 0) {
-      entry += ", \"max_sequence_length\": " + std::to_string(feature.max_sequence_length);
+      json.key("max_sequence_length").integer(feature.max_sequence_length);
     }
     if (!feature.output_shape.empty()) {
-      entry += ", \"output_shape\": " + json_integers(feature.output_shape);
+      json.key("output_shape");
+      write_integers(feature.output_shape, json);
     }
-    return entry + "}";
-  });
-  std::string metadata = "{";
-  for (const auto& [key, value] : model.metadata()) {
-    metadata += (metadata.size() == 1 ? "" : ", ") + json_string(key) + ": " + json_string(value);
+    json.end_object();
   }
-  metadata += "}";
-  std::string description =
-      "{\"name\": " + json_string(served.name) +
-      ", \"version\": " + std::to_string(served.version) +
-      ", \"versions\": " + json_integers(registry_->versions(served.name)) +
-      ", \"delta_sequence\": " + std::to_string(model.delta_sequence()) + ", \"dtype\": " + dtype +
-      ", \"predict\": " + (served.predictor ? "true" : "false") + ", \"feature_fingerprint\": \"" +
-      fingerprint_text(served.feature_fingerprint) + "\", \"tables\": " + tables +
-      ", \"features\": " + features + ", \"metadata\": " + metadata;
+  json.end_array().key("metadata").begin_object();
+  for (const auto& [key, value] : model.metadata()) json.key(key).string(value);
+  json.end_object();
   // The step the tables were trained to, as a number, when the export recorded it.
   if (const auto step = model.metadata().find(train::kStepMetadata);
       step != model.metadata().end()) {
     int64_t value = 0;
     const char* end = step->second.data() + step->second.size();
     if (std::from_chars(step->second.data(), end, value).ptr == end) {
-      description += ", \"step\": " + std::to_string(value);
+      json.key("step").integer(value);
     }
   }
-  return {.body = description + "}"};
+  return {.body = json.end_object().take()};
 }
 
 HttpResponse Server::list_models() const {
-  std::string models;
+  support::JsonWriter json;
+  json.begin_object().key("models").begin_array();
   for (const std::string& name : registry_->names()) {
     const std::shared_ptr<const ServedModel> served = registry_->find(name);
     if (!served) continue;  // gone since names() (not yet: a registry keeps what it served)
-    models += (models.empty() ? "" : ", ") + std::string("{\"name\": ") + json_string(name) +
-              ", \"version\": " + std::to_string(served->version) +
-              ", \"versions\": " + json_integers(registry_->versions(name)) + "}";
+    json.begin_object().key("name").string(name).key("version").integer(served->version);
+    json.key("versions");
+    write_integers(registry_->versions(name), json);
+    json.end_object();
   }
-  return {.body = "{\"models\": [" + models + "]}"};
+  return {.body = json.end_array().end_object().take()};
 }
 
 }  // namespace recemb::serve

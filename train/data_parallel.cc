@@ -7,6 +7,8 @@
 
 #include "recemb/error.h"
 
+#include "support/collectives.h"
+
 namespace recemb::train {
 
 Slice rank_slice(int64_t count, int rank, int num_ranks) {
@@ -34,25 +36,15 @@ void RankGroup::agree(std::exception_ptr error) {
 }
 
 std::vector<int64_t> RankGroup::all_gather(std::span<const int64_t> values) {
-  communicator_->all_gather(std::as_bytes(values), received_, counts_);
-  std::vector<int64_t> all(received_.size() / sizeof(int64_t));
-  if (!all.empty()) std::memcpy(all.data(), received_.data(), all.size() * sizeof(int64_t));
-  return all;
+  return support::all_gather(*communicator_, values);
 }
 
 std::string RankGroup::broadcast(const std::string& text) {
-  const std::span<const std::byte> mine = rank() == 0
-                                              ? std::as_bytes(std::span(text.data(), text.size()))
-                                              : std::span<const std::byte>();
-  communicator_->all_gather(mine, received_, counts_);
-  return std::string(reinterpret_cast<const char*>(received_.data()),
-                     static_cast<size_t>(counts_[0]));
+  return support::broadcast(*communicator_, text);
 }
 
 void RankGroup::all_gather(std::span<const float> values, std::vector<float>& all) {
-  communicator_->all_gather(std::as_bytes(values), received_, counts_);
-  all.resize(received_.size() / sizeof(float));
-  if (!all.empty()) std::memcpy(all.data(), received_.data(), received_.size());
+  support::all_gather(*communicator_, values, all, counts_, received_);
 }
 
 double RankGroup::average(int64_t count, double local_loss, std::span<const float> local_values,

@@ -50,6 +50,8 @@ class RankGroup {
 
   int rank() const { return communicator_->rank(); }
   int size() const { return communicator_->size(); }
+  // For the collectives of support/collectives.h.
+  Communicator& communicator() const { return *communicator_; }
   // What an Embedding of this group gets as EmbeddingOptions::communicator: null for a group of
   // one (an Embedding of this process alone, exactly as without a communicator), else the group's.
   std::shared_ptr<Communicator> embedding_communicator() const;

@@ -1,49 +1,57 @@
 #include "train/metrics_log.h"
 
-#include <cinttypes>
-#include <cstdio>
-#include <fstream>
+#include <algorithm>
+#include <limits>
 #include <span>
 #include <string>
+#include <variant>
 
 #include "recemb/error.h"
 
 #include "support/file_io.h"
 #include "support/file_system.h"
+#include "support/json.h"
 
 namespace recemb::train {
 namespace {
 
-// Doubles with 17 significant digits: a record read back is the value written.
+// The largest metrics file a resumed run reads (DataLoss beyond): a record a step for 50 million
+// steps.
+constexpr uint64_t kMaxFileBytes = uint64_t{4} << 30;
+
 std::string format(const TrainRecord& r) {
-  char line[160];
-  std::snprintf(line, sizeof line,
-                "{\"step\": %" PRId64 ", \"examples\": %" PRId64 ", \"train_loss\": %.17g}", r.step,
-                r.examples, r.train_loss);
-  return line;
+  support::JsonWriter json;
+  json.begin_object().key("step").integer(r.step).key("examples").integer(r.examples);
+  return json.key("train_loss").number(r.train_loss).end_object().take();
 }
 
 std::string format(const EvalRecord& r) {
-  char line[160];
-  std::snprintf(line, sizeof line,
-                "{\"step\": %" PRId64 ", \"eval_auc\": %.17g, \"eval_log_loss\": %.17g}", r.step,
-                r.auc, r.log_loss);
-  return line;
+  support::JsonWriter json;
+  json.begin_object().key("step").integer(r.step).key("eval_auc").number(r.auc);
+  return json.key("eval_log_loss").number(r.log_loss).end_object().take();
 }
 
-// Parses a line written by format(); a record must print back to exactly the same line.
-template <typename Record>
-bool parse(const std::string& line, const char* pattern, Record& record);
-
-template <>
-bool parse(const std::string& line, const char* pattern, TrainRecord& r) {
-  return std::sscanf(line.c_str(), pattern, &r.step, &r.examples, &r.train_loss) == 3 &&
-         format(r) == line;
+// A number of a record, null for the NaN a diverged run records (JSON has no NaN).
+double number_or_nan(const support::JsonReader& value) {
+  return value.json().is_null() ? std::numeric_limits<double>::quiet_NaN() : value.number();
 }
 
-template <>
-bool parse(const std::string& line, const char* pattern, EvalRecord& r) {
-  return std::sscanf(line.c_str(), pattern, &r.step, &r.auc, &r.log_loss) == 3 && format(r) == line;
+// A line of the file, a train record or an eval record (by its keys); InvalidArgument naming the
+// file, the line and what is wrong with it otherwise.
+std::variant<TrainRecord, EvalRecord> parse(const std::string& line,
+                                            const support::JsonDocument& document) {
+  const support::Json json = support::parse_json(line, document);
+  const support::JsonReader record(json, document);
+  if (record.json().is_object() && record.json().contains("eval_auc")) {
+    record.expect_only({"step", "eval_auc", "eval_log_loss"});
+    return EvalRecord{.step = record.member("step").integer(0),
+                      .auc = number_or_nan(record.member("eval_auc")),
+                      .log_loss = number_or_nan(record.member("eval_log_loss"))};
+  }
+  record.expect_only({"step", "examples", "train_loss"});
+  return TrainRecord{.step = record.member("step").integer(0),
+                     .examples = record.member("examples").integer(0),
+                     .train_loss = number_or_nan(record.member("train_loss"))};
 }
 
 }  // namespace
@@ -58,25 +66,24 @@ MetricsLog::MetricsLog(const std::filesystem::path& path, const KeptRecords& kee
             (step == 0 || (keep.eval_every > 0 && step % keep.eval_every == 0)));
   };
   std::vector<std::string> kept;
-  if (keep.step >= 0) {
-    std::ifstream in(path);
-    std::string line;
-    for (int line_number = 1; std::getline(in, line); ++line_number) {
-      TrainRecord train;
-      EvalRecord eval;
-      if (parse(line, "{\"step\": %" SCNd64 ", \"examples\": %" SCNd64 ", \"train_loss\": %lf}",
-                train)) {
-        if (!kept_train(train.step)) continue;
-        train_.push_back(train);
-      } else if (parse(line, "{\"step\": %" SCNd64 ", \"eval_auc\": %lf, \"eval_log_loss\": %lf}",
-                       eval)) {
+  if (keep.step >= 0 && std::filesystem::exists(path)) {
+    const std::string text = support::read_file(path, kMaxFileBytes);
+    size_t line_start = 0;
+    for (int64_t line_number = 1; line_start < text.size(); ++line_number) {
+      const size_t line_end = std::min(text.find('\n', line_start), text.size());
+      std::string line = text.substr(line_start, line_end - line_start);
+      line_start = line_end + 1;
+      const auto record = parse(line, {.name = path.string() + ":" + std::to_string(line_number),
+                                       .source = support::JsonSource::kInput});
+      if (const auto* train = std::get_if<TrainRecord>(&record)) {
+        if (!kept_train(train->step)) continue;
+        train_.push_back(*train);
+      } else {
+        const auto& eval = std::get<EvalRecord>(record);
         if (!kept_eval(eval.step)) continue;
         eval_.push_back(eval);
-      } else {
-        throw InvalidArgument(path.string() + ":" + std::to_string(line_number) +
-                              ": not a metrics record: " + line.substr(0, 80));
       }
-      kept.push_back(line);
+      kept.push_back(std::move(line));
     }
   }
   std::string text;

@@ -2,6 +2,8 @@
 // loses nothing written before it:
 //   {"step": 10, "examples": 20480, "train_loss": 0.69314718}       every train.log_every steps
 //   {"step": 500, "eval_auc": 0.7712, "eval_log_loss": 0.4873}       at each evaluation
+// Numbers are written so that they read back exactly (support/json.h's JsonWriter); a NaN (a
+// diverged run's loss) as null.
 // On resume, the records after the resumed step are dropped, and so are those the interrupted run
 // wrote at that step only because it ended there, so the file of a resumed run equals that of an
 // uninterrupted one. The file is written through the file system in use (support/file_system.h):

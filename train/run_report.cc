@@ -6,13 +6,12 @@
 #include <csignal>
 #include <cstdio>
 #include <span>
-#include <sstream>
 #include <system_error>
 #include <unistd.h>
 
 #include "support/file_io.h"
 #include "support/file_system.h"
-#include "support/number_text.h"
+#include "support/json.h"
 #include "train/svg_plot.h"
 
 namespace recemb::train {
@@ -23,11 +22,6 @@ std::string signal_name(int signal) {
   if (signal == SIGINT) return "SIGINT";
   if (signal == SIGTERM) return "SIGTERM";
   return "signal " + std::to_string(signal);
-}
-
-// JSON has no NaN: unknown values are null.
-std::string json_number(double value) {
-  return std::isfinite(value) ? support::double_text(value) : "null";
 }
 
 // One line for the dynamic tables together and one for the one holding the most keys; nothing
@@ -217,53 +211,39 @@ void create_writable_directory(const std::filesystem::path& directory, const std
 }
 
 void write_summary_json(const TrainSummary& s, const std::filesystem::path& path) {
-  std::ostringstream out;
-  out << "{\n"
-      << "  \"ranks\": " << s.ranks << ",\n"
-      << "  \"dense_isa\": \"" << s.dense_isa << "\",\n"
-      << "  \"first_step\": " << s.first_step << ",\n"
-      << "  \"steps\": " << s.steps << ",\n"
-      << "  \"requested_steps\": " << s.requested_steps << ",\n"
-      << "  \"data_ended\": " << (s.data_ended ? "true" : "false") << ",\n"
-      << "  \"stop_signal\": " << s.stop_signal << ",\n"
-      << "  \"examples\": " << s.examples << ",\n"
-      << "  \"seconds\": " << support::double_text(s.seconds) << ",\n"
-      << "  \"examples_per_second\": " << support::double_text(s.examples_per_second) << ",\n"
-      << "  \"initial_auc\": " << support::double_text(s.initial_auc) << ",\n"
-      << "  \"initial_log_loss\": " << json_number(s.initial_log_loss) << ",\n"
-      << "  \"learned\": " << (s.learned ? "true" : "false") << ",\n"
-      << "  \"overfitting_from_step\": " << s.overfitting_from_step << ",\n"
-      << "  \"lowest_log_loss\": " << json_number(s.lowest_log_loss) << ",\n"
-      << "  \"final_auc\": " << support::double_text(s.final_auc) << ",\n"
-      << "  \"final_log_loss\": " << support::double_text(s.final_log_loss) << ",\n"
-      << "  \"best_auc\": " << json_number(s.best_auc) << ",\n"
-      << "  \"best_log_loss\": " << json_number(s.best_log_loss) << ",\n"
-      << "  \"data_seconds\": " << support::double_text(s.data_seconds) << ",\n"
-      << "  \"lookup_seconds\": " << support::double_text(s.lookup_seconds) << ",\n"
-      << "  \"dense_seconds\": " << support::double_text(s.dense_seconds) << ",\n"
-      << "  \"update_seconds\": " << support::double_text(s.update_seconds) << ",\n"
-      << "  \"eval_seconds\": " << support::double_text(s.eval_seconds) << ",\n"
-      << "  \"checkpoint_seconds\": " << support::double_text(s.checkpoint_seconds) << ",\n"
-      << "  \"checkpoints\": " << s.checkpoints << ",\n"
-      << "  \"publish_seconds\": " << support::double_text(s.publish_seconds) << ",\n"
-      << "  \"publishes\": " << s.publishes << ",\n"
-      << "  \"embedding_bytes\": " << s.embedding_bytes << ",\n"
-      << "  \"peak_resident_bytes\": " << s.peak_resident_bytes << ",\n"
-      << "  \"malformed_lines\": " << s.malformed_lines << ",\n"
-      << "  \"short_lines\": " << s.short_lines;
+  support::JsonWriter json(support::JsonWriter::Layout::kIndented);
+  json.begin_object();
+  json.key("ranks").integer(s.ranks).key("dense_isa").string(s.dense_isa);
+  json.key("first_step").integer(s.first_step).key("steps").integer(s.steps);
+  json.key("requested_steps").integer(s.requested_steps).key("data_ended").boolean(s.data_ended);
+  json.key("stop_signal").integer(s.stop_signal).key("examples").integer(s.examples);
+  json.key("seconds").number(s.seconds).key("examples_per_second").number(s.examples_per_second);
+  json.key("initial_auc").number(s.initial_auc).key("initial_log_loss").number(s.initial_log_loss);
+  json.key("learned").boolean(s.learned);
+  json.key("overfitting_from_step").integer(s.overfitting_from_step);
+  json.key("lowest_log_loss").number(s.lowest_log_loss);
+  json.key("final_auc").number(s.final_auc).key("final_log_loss").number(s.final_log_loss);
+  json.key("best_auc").number(s.best_auc).key("best_log_loss").number(s.best_log_loss);
+  json.key("data_seconds").number(s.data_seconds).key("lookup_seconds").number(s.lookup_seconds);
+  json.key("dense_seconds").number(s.dense_seconds);
+  json.key("update_seconds").number(s.update_seconds).key("eval_seconds").number(s.eval_seconds);
+  json.key("checkpoint_seconds").number(s.checkpoint_seconds);
+  json.key("checkpoints").integer(s.checkpoints);
+  json.key("publish_seconds").number(s.publish_seconds).key("publishes").integer(s.publishes);
+  json.key("embedding_bytes").integer(s.embedding_bytes);
+  json.key("peak_resident_bytes").integer(s.peak_resident_bytes);
+  json.key("malformed_lines").integer(s.malformed_lines).key("short_lines").integer(s.short_lines);
   if (!s.vocabularies.empty()) {
-    out << ",\n  \"vocabularies\": {";
-    for (size_t t = 0; t < s.vocabularies.size(); ++t) {
-      const TableVocabulary& v = s.vocabularies[t];
-      out << (t == 0 ? "\n" : ",\n") << "    \"" << v.table << "\": {\"capacity\": " << v.capacity
-          << ", \"keys\": " << v.stats.size << ", \"admitted\": " << v.stats.inserted
-          << ", \"evicted\": " << v.stats.evicted
-          << ", \"not_admitted_lookups\": " << v.stats.not_admitted_lookups << "}";
+    json.key("vocabularies").begin_object();
+    for (const TableVocabulary& v : s.vocabularies) {
+      json.key(v.table).begin_object().key("capacity").integer(v.capacity);
+      json.key("keys").integer(v.stats.size).key("admitted").integer(v.stats.inserted);
+      json.key("evicted").integer(v.stats.evicted);
+      json.key("not_admitted_lookups").integer(v.stats.not_admitted_lookups).end_object();
     }
-    out << "\n  }";
+    json.end_object();
   }
-  out << "\n}\n";
-  write_run_file(path, out.str());
+  write_run_file(path, json.end_object().take() + "\n");
 }
 
 void write_training_svg(const MetricsLog& metrics, int64_t log_every,

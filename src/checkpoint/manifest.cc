@@ -18,8 +18,8 @@
 namespace recemb::internal {
 namespace {
 
-using format::Json;
-using format::JsonReader;
+using support::Json;
+using support::JsonReader;
 
 constexpr std::string_view kFormatName = "recemb-checkpoint";
 // A manifest lists configs and one checksum per 64 MiB block: far below this even for
@@ -94,7 +94,7 @@ void check_optimizer_name(const JsonReader& optimizer) {
   if (optimizer.json().is_null()) return;
   const JsonReader name = optimizer.member("name");
   try {
-    parse_optimizer(format::truncated(name.string()));
+    parse_optimizer(support::excerpt(name.string()));
   } catch (const InvalidArgument& error) {
     name.fail(error.what());
   }
@@ -125,7 +125,7 @@ ArrayEntry array_from_json(const JsonReader& json, int64_t block_bytes,
   const JsonReader file = json.member("file");
   array.data.file = file.string();
   if (!is_plain_file_name(array.data.file)) {
-    file.fail(format::describe(file.json()) + " is not a plain data file name");
+    file.fail(support::describe(file.json()) + " is not a plain data file name");
   }
   const JsonReader bytes_json = json.member("bytes");
   const int64_t bytes = bytes_json.integer(0);
@@ -171,7 +171,7 @@ DynamicEntry dynamic_from_json(const JsonReader& json, int64_t block_bytes) {
     if (array.name != kDynamicArrayNames[a] || array.shape.size() != 1) {
       arrays.element(a).fail(
           "expected the one-dimensional array '" + std::string(kDynamicArrayNames[a]) + "', got '" +
-          format::truncated(array.name) + "' " + format::truncated(shape_string(array.shape)));
+          support::excerpt(array.name) + "' " + support::excerpt(shape_string(array.shape)));
     }
   }
   if (dynamic.arrays[kLastSeen].shape != dynamic.arrays[kKeys].shape ||
@@ -225,7 +225,7 @@ TableEntry table_from_json(const JsonReader& json, const Json& global_optimizer,
       optimizer);
   if (table.variables.size() != expected.size()) {
     variables.fail("expected " + std::to_string(expected.size()) + " variables for table '" +
-                   format::truncated(table.config.name) + "' (optimizer " +
+                   support::excerpt(table.config.name) + "' (optimizer " +
                    optimizer.value_or("none") + "), got " + std::to_string(table.variables.size()));
   }
   for (size_t v = 0; v < expected.size(); ++v) {
@@ -233,8 +233,8 @@ TableEntry table_from_json(const JsonReader& json, const Json& global_optimizer,
     if (variable.name != expected[v].name || variable.shape != expected[v].shape) {
       variables.element(v).fail("expected variable '" + expected[v].name + "' " +
                                 shape_string(expected[v].shape) + ", got '" +
-                                format::truncated(variable.name) + "' " +
-                                format::truncated(shape_string(variable.shape)));
+                                support::excerpt(variable.name) + "' " +
+                                support::excerpt(shape_string(variable.shape)));
     }
   }
   return table;
@@ -356,7 +356,7 @@ Manifest manifest_from_json(const JsonReader& json) {
   manifest.seed = embedding.member("seed").unsigned_integer();
   const JsonReader policy = embedding.member("non_finite_gradients");
   try {
-    manifest.non_finite_gradients = parse_non_finite_gradients(format::truncated(policy.string()));
+    manifest.non_finite_gradients = parse_non_finite_gradients(support::excerpt(policy.string()));
   } catch (const InvalidArgument& error) {
     policy.fail(error.what());
   }
@@ -369,8 +369,7 @@ Manifest manifest_from_json(const JsonReader& json) {
                                               manifest.checksum_block_bytes,
                                               manifest.format_version));
     if (!table_names.insert(manifest.tables.back().config.name).second) {
-      tables.element(t).fail("table name '" +
-                             format::truncated(manifest.tables.back().config.name) +
+      tables.element(t).fail("table name '" + support::excerpt(manifest.tables.back().config.name) +
                              "' appears twice");
     }
   }
@@ -385,7 +384,7 @@ Manifest manifest_from_json(const JsonReader& json) {
     if (manifest.extra_arrays[i].name.empty() ||
         !extra_names.insert(manifest.extra_arrays[i].name).second) {
       extra_arrays.element(i).fail("extra array name '" +
-                                   format::truncated(manifest.extra_arrays[i].name) +
+                                   support::excerpt(manifest.extra_arrays[i].name) +
                                    "' is empty or appears twice");
     }
   }
@@ -444,9 +443,9 @@ ManifestFile read_manifest(const std::filesystem::path& directory) {
     throw DataLoss(prefix + std::string(kManifestFile) + " does not match its checksum in " +
                    std::string(kManifestChecksumFile) + ": one of them is damaged or truncated");
   }
-  const format::JsonDocument manifest_file{.name = prefix + std::string(kManifestFile),
-                                           .source = format::JsonSource::kFile};
-  const Json json = format::parse_json(file.text, manifest_file);
+  const support::JsonDocument manifest_file{.name = prefix + std::string(kManifestFile),
+                                            .source = support::JsonSource::kFile};
+  const Json json = support::parse_json(file.text, manifest_file);
   file.manifest = manifest_from_json(JsonReader(json, manifest_file));
   return file;
 }

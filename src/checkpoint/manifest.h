@@ -34,8 +34,7 @@
 
 #include "checkpoint/data_file.h"
 #include "embedding/dynamic_part.h"
-#include "format/json.h"
-#include "format/json_reader.h"
+#include "support/json.h"
 
 namespace recemb::internal {
 
@@ -73,8 +72,8 @@ struct DynamicEntry {
 };
 
 struct TableEntry {
-  TableConfig config;      // without its optimizer, which is kept as JSON below
-  format::Json optimizer;  // the table's own optimizer (optimizer_to_json), or null
+  TableConfig config;       // without its optimizer, which is kept as JSON below
+  support::Json optimizer;  // the table's own optimizer (optimizer_to_json), or null
   // "parameters" then the slots: [rows, width] (or [rows] for width 1), rows being the
   // vocabulary_size of a static table, the number of keys of a dynamic one.
   std::vector<ArrayEntry> variables;
@@ -91,7 +90,7 @@ struct Manifest {
   int64_t checksum_block_bytes = 0;
   // EmbeddingOptions, except num_threads. Optimizers stay JSON until an Embedding is built from
   // them (load_checkpoint), because a learning-rate callback has no JSON form to read back.
-  format::Json optimizer;  // or null
+  support::Json optimizer;  // or null
   uint64_t seed = 0;
   NonFiniteGradients non_finite_gradients = NonFiniteGradients::kReject;
   std::vector<TableEntry> tables;
@@ -117,20 +116,20 @@ DynamicEntry expected_dynamic_entry(size_t table_index, int64_t num_keys, int64_
 // The bytes of one element of `dtype`.
 int64_t element_bytes(ArrayType dtype);
 
-format::Json manifest_to_json(const Manifest& manifest);
+support::Json manifest_to_json(const Manifest& manifest);
 
 // Parses and checks the manifest's structure and consistency: format and version, field types,
 // variables matching each table's shape and optimizer, file names that stay inside the
 // checkpoint directory and are unique, sizes matching shapes, one checksum per block. Throws the
 // document's exception, "<document>: <path>: <problem>". Configs are checked for form, not
 // validated.
-Manifest manifest_from_json(const format::JsonReader& json);
+Manifest manifest_from_json(const support::JsonReader& json);
 
 // Writes manifest.json and manifest.xxh3 into `directory`, each fsynced.
 void write_manifest(const std::filesystem::path& directory, const Manifest& manifest);
 
 // Reads manifest.json of the checkpoint `directory`, checks it against manifest.xxh3 and parses
-// it. A damaged, foreign or newer manifest (or one nested deeper than format::kMaxJsonDepth) is a
+// it. A damaged, foreign or newer manifest (or one nested deeper than support::kMaxJsonDepth) is a
 // DataLoss naming the checkpoint, the file and the field's path.
 struct ManifestFile {
   std::string text;

@@ -34,9 +34,9 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/part_io.h"
 #include "config/validate.h"
-#include "embedding/agreement.h"
 #include "embedding/parts.h"
 #include "format/config_json.h"
+#include "support/collectives.h"
 #include "support/file_io.h"
 #include "util/check.h"
 
@@ -272,8 +272,8 @@ void load_parts(Embedding& embedding, const fs::path& directory, const Manifest&
 // An optimizer the manifest records (its embedding's or a table's); prefix names the checkpoint and
 // the owner. One that cannot be rebuilt (a learning-rate callback) is InvalidArgument: load with
 // tables_only.
-Optimizer parse_saved_optimizer(const format::Json& json, const std::string& prefix) {
-  return format::optimizer_from_json(format::JsonReader(json, {.name = prefix + "optimizer"}));
+Optimizer parse_saved_optimizer(const support::Json& json, const std::string& prefix) {
+  return format::optimizer_from_json(support::JsonReader(json, {.name = prefix + "optimizer"}));
 }
 
 }  // namespace
@@ -285,20 +285,20 @@ RestoredState restore_checkpoint(Embedding& embedding, const fs::path& checkpoin
   Manifest manifest;
   std::vector<VariableLoad> loads;  // points into manifest
   std::map<std::string, std::vector<float>> extra_arrays;
-  internal::agree(communicator, [&] {
+  support::agree(communicator, [&] {
     directory = internal::resolve_checkpoint(checkpoint);
     manifest = internal::read_manifest(directory).manifest;
     loads = plan_loads(embedding, manifest, options, "checkpoint '" + directory.string() + "': ");
   });
-  internal::agree(communicator, [&] {
+  support::agree(communicator, [&] {
     extra_arrays = verify_files(directory, manifest, communicator.rank(), communicator.size());
   });
   std::vector<internal::PartKeys> keys;
-  internal::agree(communicator, [&] {
+  support::agree(communicator, [&] {
     keys = read_dynamic_keys(embedding, directory, manifest,
                              "checkpoint '" + directory.string() + "': ");
   });
-  internal::agree(communicator, [&] { load_parts(embedding, directory, manifest, loads, keys); });
+  support::agree(communicator, [&] { load_parts(embedding, directory, manifest, loads, keys); });
   embedding.set_step(manifest.step);
   return {.step = manifest.step,
           .extra_arrays = std::move(extra_arrays),

@@ -45,9 +45,9 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/part_io.h"
 #include "config/validate.h"
-#include "embedding/agreement.h"
 #include "embedding/parts.h"
 #include "format/config_json.h"
+#include "support/collectives.h"
 #include "support/file_io.h"
 #include "util/check.h"
 
@@ -157,7 +157,7 @@ Manifest describe(const Embedding& embedding, const SaveOptions& options,
       .checksum_block_bytes = options.checksum_block_bytes,
       .optimizer = embedding_options.optimizer
                        ? format::optimizer_to_json(*embedding_options.optimizer)
-                       : format::Json(),
+                       : support::Json(),
       .seed = embedding_options.seed,
       .non_finite_gradients = embedding_options.non_finite_gradients,
       .features = embedding.features(),
@@ -286,16 +286,6 @@ bool writes(const internal::TablePart& part, const internal::PartVariable<const 
   return true;
 }
 
-// Rank 0's `text` on every rank.
-std::string broadcast_from_rank0(Communicator& communicator, const std::string& text) {
-  std::vector<std::byte> all;
-  std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
-  const std::span<const std::byte> mine =
-      communicator.rank() == 0 ? std::as_bytes(std::span(text)) : std::span<const std::byte>();
-  communicator.all_gather(mine, all, counts);
-  return std::string(reinterpret_cast<const char*>(all.data()), static_cast<size_t>(counts[0]));
-}
-
 // Appends the record of the file at `index` (in manifest order) to `out`: the index, the
 // whole-file checksum, the number of blocks and the block checksums.
 void append_record(std::vector<std::byte>& out, size_t index, const internal::DataFile& record) {
@@ -338,7 +328,7 @@ void checksum_files(Communicator& communicator, const fs::path& directory, int64
     if (!recorded[i]) unrecorded.push_back(i);
   }
   mine.clear();
-  internal::agree(communicator, [&] {
+  support::agree(communicator, [&] {
     for (size_t k = static_cast<size_t>(communicator.rank()); k < unrecorded.size();
          k += static_cast<size_t>(communicator.size())) {
       const internal::DataFile& expected = *files[unrecorded[k]];
@@ -363,7 +353,7 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
   const bool first = communicator.rank() == 0;
   const int64_t step = embedding.step();
   fs::path destination = root / internal::checkpoint_directory_name(step);
-  internal::agree(communicator, [&] { validate_options(options); });
+  support::agree(communicator, [&] { validate_options(options); });
   const std::map<size_t, DynamicSummary> dynamic_tables =
       summarize_dynamic_tables(embedding, communicator);
   Manifest manifest = describe(embedding, options, dynamic_tables);
@@ -379,7 +369,7 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
   fs::path temporary;  // rank 0: the directory to remove if the save fails
   bool published = false;
   try {
-    internal::agree(communicator, [&] {  // phase a
+    support::agree(communicator, [&] {  // phase a
       if (!first) return;
       check_destination(destination, step);
       create_directories_durably(root);
@@ -390,12 +380,12 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
       }
       support::file_system().sync_directory(temporary);
     });
-    const fs::path directory = broadcast_from_rank0(communicator, temporary.string());
+    const fs::path directory = support::broadcast(communicator, temporary.string());
 
     // Phase b. A part holding its whole table (always, for one process with whole tables) is
     // written as one stream and checksummed on the way, so that phase c need not read it back.
     std::vector<std::pair<size_t, internal::DataFile>> written_whole;
-    internal::agree(communicator, [&] {
+    support::agree(communicator, [&] {
       for (const auto& local : internal::PartAccess::local_parts(embedding)) {
         const int64_t dim = embedding.tables()[local.part.table].dim;
         if (local.dynamic != nullptr) {
@@ -431,7 +421,7 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
     checksum_files(communicator, directory, options.checksum_block_bytes, files,
                    written_whole);  // phase c
 
-    internal::agree(communicator, [&] {  // phase d
+    support::agree(communicator, [&] {  // phase d
       if (!first) return;
       internal::write_manifest(directory, manifest);
       support::file_system().sync_directory(directory);
@@ -442,7 +432,7 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
     if (!temporary.empty() && !published) remove_quietly(temporary);
     throw;
   }
-  internal::agree(communicator, [&] {
+  support::agree(communicator, [&] {
     if (first) prune_after_publishing(root, destination, options.keep_last);
   });
   return destination;

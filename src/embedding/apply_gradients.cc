@@ -19,9 +19,9 @@
 #include "batch/csr_feature.h"
 #include "batch/input_layout.h"
 #include "batch/lookup.h"
-#include "embedding/agreement.h"
 #include "embedding/embedding_impl.h"
 #include "kernels/table_update.h"
+#include "support/collectives.h"
 #include "util/finite.h"
 #include "util/work_split.h"
 
@@ -124,7 +124,7 @@ void Embedding::Impl::check_gradients(const std::vector<CsrFeature>& batch,
 
 void Embedding::Impl::apply_gradients(LookupBatch::Impl& batch,
                                       std::span<const std::span<const float>> gradients) {
-  internal::agree(exchange.communicator(), [&] {
+  support::agree(exchange.communicator(), [&] {
     if (batch.owner != id || !batch.applicable || batch.features.size() != model.features.size()) {
       throw FailedPrecondition(
           "apply_gradients needs a LookupBatch filled by this Embedding's lookup and not applied "

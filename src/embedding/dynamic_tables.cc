@@ -11,10 +11,10 @@
 #include "recemb/embedding.h"
 #include "recemb/error.h"
 
-#include "embedding/agreement.h"
 #include "embedding/embedding_impl.h"
 #include "format/checksum.h"
 #include "optimizers/slot_spec.h"
+#include "support/collectives.h"
 
 namespace recemb {
 namespace {
@@ -208,8 +208,8 @@ VocabularyStats Embedding::vocabulary_stats(std::string_view table) const {
   impl_->execution.join_prefetch();
   const internal::Model& model = impl_->model;
   const size_t t = model.table_index(table);
-  internal::agree(impl_->exchange.communicator(),
-                  [&] { check_dynamic(model.tables[t], "vocabulary_stats"); });
+  support::agree(impl_->exchange.communicator(),
+                 [&] { check_dynamic(model.tables[t], "vocabulary_stats"); });
   VocabularyStats stats;
   for (const PartContents& part :
        gather_parts(model, impl_->exchange.communicator(), t, /*with_contents=*/false)) {
@@ -226,8 +226,8 @@ DynamicTableContents Embedding::read_dynamic_table(std::string_view table) const
   impl_->execution.join_prefetch();
   const internal::Model& model = impl_->model;
   const size_t t = model.table_index(table);
-  internal::agree(impl_->exchange.communicator(),
-                  [&] { check_dynamic(model.tables[t], "read_dynamic_table"); });
+  support::agree(impl_->exchange.communicator(),
+                 [&] { check_dynamic(model.tables[t], "read_dynamic_table"); });
   const std::vector<PartContents> parts =
       gather_parts(model, impl_->exchange.communicator(), t, /*with_contents=*/true);
   const int64_t dim = model.tables[t].dim;
@@ -271,19 +271,22 @@ void Embedding::write_dynamic_table(std::string_view table, const DynamicTableCo
   impl_->execution.join_prefetch();
   internal::Model& model = impl_->model;
   Communicator& communicator = impl_->exchange.communicator();
-  internal::agree(communicator, [&] {
+  support::agree(communicator, [&] {
     check_dynamic(model.tables[model.table_index(table)], "write_dynamic_table");
     validate_contents(model, model.table_index(table), contents, *impl_->pending_lookups);
   });
   if (communicator.size() > 1) {
-    uint64_t hash = format::checksum(std::as_bytes(std::span(contents.keys)));
-    hash ^= format::checksum(std::as_bytes(std::span(contents.parameters)));
+    // The checksum of the keys, the parameters and each slot's name and values, in turn.
+    format::StreamingChecksum checksum;
+    checksum.update(std::as_bytes(std::span(contents.keys)));
+    checksum.update(std::as_bytes(std::span(contents.parameters)));
     for (const auto& [name, values] : contents.slots) {
-      hash = hash * 31 + format::checksum(std::as_bytes(std::span(values)));
+      checksum.update(std::as_bytes(std::span(name)));
+      checksum.update(std::as_bytes(std::span(values)));
     }
-    internal::agree_on_value(communicator, hash,
-                             "contents for dynamic table '" + std::string(table) + "'",
-                             "write_dynamic_table takes the same contents on every rank");
+    support::agree_on_value(communicator, checksum.digest(),
+                            "contents for dynamic table '" + std::string(table) + "'",
+                            "write_dynamic_table takes the same contents on every rank");
   }
   // Validated: replace the keys of every part this rank holds.
   model.untracked_writes = true;

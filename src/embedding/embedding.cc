@@ -11,7 +11,6 @@
 
 #include "batch/input_layout.h"
 #include "config/validate.h"
-#include "embedding/agreement.h"
 #include "embedding/embedding_impl.h"
 #include "format/checksum.h"
 #include "format/config_json.h"
@@ -19,6 +18,7 @@
 #include "optimizers/slot_spec.h"
 #include "placement/planner.h"
 #include "storage/initializer.h"
+#include "support/collectives.h"
 #include "util/work_split.h"
 
 namespace recemb {
@@ -42,7 +42,7 @@ Placement agreed_placement(Communicator& communicator, const std::vector<TableCo
                            const std::vector<FeatureConfig>& features,
                            const EmbeddingOptions& options) {
   Placement placement;
-  internal::agree(communicator, [&] {
+  support::agree(communicator, [&] {
     internal::validate_configs(tables, features, options);
     pipeline_staleness_name(options.pipeline_staleness);  // throws for a non-enumerator
     PlacementOptions placement_options =
@@ -56,7 +56,7 @@ Placement agreed_placement(Communicator& communicator, const std::vector<TableCo
 // Checks that every rank passed the same configs, seed and placement.
 void check_same_configs_on_every_rank(Communicator& communicator, const internal::Model& model) {
   if (communicator.size() == 1) return;
-  format::Json json;
+  support::Json json;
   for (const TableConfig& table : model.tables) {
     json["tables"].push_back(format::table_to_json(table));
   }
@@ -69,9 +69,9 @@ void check_same_configs_on_every_rank(Communicator& communicator, const internal
   json["non_finite_gradients"] = static_cast<int>(options.non_finite_gradients);
   json["placement"] = format_placement(model.placement);
   const std::string text = json.dump();
-  internal::agree_on_value(communicator, format::checksum(std::as_bytes(std::span(text))),
-                           "tables, features, optimizer, seed or placement",
-                           "every rank must build the Embedding from the same configs");
+  support::agree_on_value(communicator, format::checksum(std::as_bytes(std::span(text))),
+                          "tables, features, optimizer, seed or placement",
+                          "every rank must build the Embedding from the same configs");
 }
 
 // Floats per row that part `held` keeps of a variable `width` floats wide (its columns of a
@@ -439,15 +439,15 @@ std::vector<int64_t> Embedding::variable_shape(std::string_view table,
 void Embedding::read_variable(std::string_view table, std::string_view variable,
                               std::span<float> out) const {
   impl_->execution.join_prefetch();
-  internal::agree(impl_->exchange.communicator(),
-                  [&] { impl_->model.check_variable_size(table, variable, out.size()); });
+  support::agree(impl_->exchange.communicator(),
+                 [&] { impl_->model.check_variable_size(table, variable, out.size()); });
   impl_->read_variable(impl_->model.table_index(table), variable, out);
 }
 
 void Embedding::write_variable(std::string_view table, std::string_view variable,
                                std::span<const float> values) {
   impl_->execution.join_prefetch();
-  internal::agree(impl_->exchange.communicator(), [&] {
+  support::agree(impl_->exchange.communicator(), [&] {
     impl_->model.check_variable_size(table, variable, values.size());
     impl_->model.check_variable_values(
         table, variable, values,
@@ -455,7 +455,7 @@ void Embedding::write_variable(std::string_view table, std::string_view variable
         [](int64_t row) { return "row " + std::to_string(row); });
   });
   if (impl_->world_size() > 1) {
-    internal::agree_on_value(
+    support::agree_on_value(
         impl_->exchange.communicator(), format::checksum(std::as_bytes(values)),
         "values for table '" + std::string(table) + "' variable '" + std::string(variable) + "'",
         "write_variable takes the same whole variable on every rank");

@@ -19,9 +19,9 @@
 #include "batch/csr_feature.h"
 #include "batch/input_layout.h"
 #include "batch/lookup.h"
-#include "embedding/agreement.h"
 #include "embedding/embedding_impl.h"
 #include "kernels/pool.h"
+#include "support/collectives.h"
 #include "util/work_split.h"
 
 namespace recemb {
@@ -64,7 +64,7 @@ void Embedding::Impl::normalize_inputs(std::span<const FeatureInput> inputs,
 void Embedding::Impl::lookup_ahead(std::span<const FeatureInput> inputs,
                                    std::span<const std::span<float>> activations,
                                    LookupBatch::Impl& batch, bool pool_now) {
-  internal::agree(exchange.communicator(), [&] { normalize_inputs(inputs, activations, batch); });
+  support::agree(exchange.communicator(), [&] { normalize_inputs(inputs, activations, batch); });
   // Validated.
   router.route(batch.features, batch.sent);
   exchange.all_to_all(batch.sent.message, batch.received.message);
@@ -124,7 +124,7 @@ void Embedding::Impl::resolve_keys(LookupBatch::Impl& batch) {
   if (!batch.training) return;
   const int64_t step = model.step + 1;
   const int64_t pinned_from = pending_lookups->oldest();
-  internal::agree(exchange.communicator(), [&] {
+  support::agree(exchange.communicator(), [&] {
     for (size_t s = 0; s < runs.size(); ++s) {
       if (internal::DynamicPart* dynamic = model.states[s].dynamic()) {
         dynamic->plan(runs[s], step, pinned_from);

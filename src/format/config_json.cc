@@ -18,9 +18,15 @@
 #include "recemb/initializer.h"
 #include "recemb/learning_rate.h"
 
+#include "format/checksum.h"
 #include "support/number_text.h"
 
 namespace recemb::format {
+
+using support::describe;
+using support::Json;
+using support::JsonReader;
+
 namespace {
 
 template <class T, class U>
@@ -327,7 +333,7 @@ void read_value(const JsonReader& json, std::string& value) { value = json.strin
 void read_value(const JsonReader& json, Combiner& combiner) {
   try {
     // A long name is cut, so that the message quotes a few dozen characters; it stays invalid.
-    combiner = parse_combiner(truncated(json.string()));
+    combiner = parse_combiner(support::excerpt(json.string()));
   } catch (const InvalidArgument& error) {
     json.fail(error.what());
   }
@@ -335,7 +341,7 @@ void read_value(const JsonReader& json, Combiner& combiner) {
 
 void read_value(const JsonReader& json, WhenFull& when_full) {
   try {
-    when_full = parse_when_full(truncated(json.string()));
+    when_full = parse_when_full(support::excerpt(json.string()));
   } catch (const InvalidArgument& error) {
     json.fail(error.what());
   }
@@ -395,7 +401,7 @@ void read_kind(const JsonReader& json, Variant& variant, std::string_view what) 
     }
   }
   if (!found) {
-    json.member("kind").fail("unknown " + std::string(what) + " kind \"" + truncated(kind) +
+    json.member("kind").fail("unknown " + std::string(what) + " kind \"" + support::excerpt(kind) +
                              "\"; expected one of " + valid_kinds);
   }
   std::visit(
@@ -429,7 +435,7 @@ void read_value(const JsonReader& json, Initializer& initializer) {
 void read_value(const JsonReader& json, Optimizer& optimizer) {
   ObjectReader reader(json);
   // A long name is cut, so that the message quotes a few dozen characters; it stays invalid.
-  const std::string name = truncated(reader.tag("name"));
+  const std::string name = support::excerpt(reader.tag("name"));
   try {
     optimizer = parse_optimizer(name);
   } catch (const InvalidArgument& error) {
@@ -470,6 +476,14 @@ Optimizer optimizer_from_json(const JsonReader& json) {
   Optimizer optimizer;
   read_value(json, optimizer);
   return optimizer;
+}
+
+uint64_t checksum_from_json(const JsonReader& json) {
+  uint64_t checksum = 0;
+  if (!json.json().is_string() || !parse_checksum(json.string(), checksum)) {
+    json.fail("expected 16 lowercase hex digits, got " + support::describe(json.json()));
+  }
+  return checksum;
 }
 
 }  // namespace recemb::format

@@ -20,34 +20,38 @@
 // The readers take absent keys as the field's default (so hand-written configs may be short),
 // except the required ones: TableConfig name, vocabulary_size, dim; FeatureConfig name, table;
 // Optimizer name. They reject unknown keys and wrong types with the document's exception (see
-// format/json_reader.h) naming the field's path, e.g. "manifest.json: tables[0].config.optimizer.
+// support/json.h) naming the field's path, e.g. "manifest.json: tables[0].config.optimizer.
 // common.clip_weight_min: expected a number or "inf", "-inf", "nan", got true". They check JSON
 // structure only; value ranges are validated where an Embedding is built.
 #ifndef RECEMB_FORMAT_CONFIG_JSON_H_
 #define RECEMB_FORMAT_CONFIG_JSON_H_
 
+#include <cstdint>
+
 #include "recemb/config.h"
 #include "recemb/optimizer.h"
 
-#include "format/json.h"
-#include "format/json_reader.h"
+#include "support/json.h"
 
 namespace recemb::format {
 
 // An InitializerCallback is written as {"kind": "callback"} (the function itself is not data).
-Json table_to_json(const TableConfig& table);
+support::Json table_to_json(const TableConfig& table);
 // An initializer {"kind": "callback"} becomes the default (TruncatedNormal{}): a table read back
 // is used for its values, which a checkpoint restores, not for its initial values.
-TableConfig table_from_json(const JsonReader& json);
+TableConfig table_from_json(const support::JsonReader& json);
 
-Json feature_to_json(const FeatureConfig& feature);
-FeatureConfig feature_from_json(const JsonReader& json);
+support::Json feature_to_json(const FeatureConfig& feature);
+FeatureConfig feature_from_json(const support::JsonReader& json);
 
 // A LearningRateCallback is written as {"kind": "callback"}.
-Json optimizer_to_json(const Optimizer& optimizer);
+support::Json optimizer_to_json(const Optimizer& optimizer);
 // Throws for a learning rate {"kind": "callback"}: a callback cannot be rebuilt
 // from JSON, and silently replacing it would train with a different learning rate.
-Optimizer optimizer_from_json(const JsonReader& json);
+Optimizer optimizer_from_json(const support::JsonReader& json);
+
+// A checksum of either manifest, written as 16 lowercase hex digits (format/checksum.h).
+uint64_t checksum_from_json(const support::JsonReader& json);
 
 }  // namespace recemb::format
 

@@ -20,15 +20,14 @@
 #include "recemb/error.h"
 #include "recemb/serving.h"
 
-#include "embedding/agreement.h"
 #include "embedding/parts.h"
 #include "format/checksum.h"
-#include "format/json.h"
-#include "format/json_reader.h"
 #include "kernels/quantized_rows.h"
 #include "serving/format.h"
 #include "serving/table_encoder.h"
+#include "support/collectives.h"
 #include "support/file_io.h"
+#include "support/json.h"
 
 namespace recemb::internal {
 namespace {
@@ -93,7 +92,7 @@ WrittenModel write_serving_model(const Embedding& embedding, const std::filesyst
   std::string text;
   try {
     text = encode_manifest(manifest);
-  } catch (const format::JsonError& error) {  // names that are not UTF-8
+  } catch (const support::JsonError& error) {  // names that are not UTF-8
     throw InvalidArgument(context +
                           ": the configs, extra array names or metadata cannot be written as "
                           "JSON (UTF-8): " +
@@ -125,7 +124,7 @@ WrittenModel write_serving_model(const Embedding& embedding, const std::filesyst
   };
   if (collective) {
     Communicator& communicator = PartAccess::communicator(embedding);
-    agree(communicator, [&] {
+    support::agree(communicator, [&] {
       if (communicator.rank() == 0) support::write_file_atomically(path, write);
     });
   } else {

@@ -12,9 +12,8 @@
 #include "config/validate.h"
 #include "format/checksum.h"
 #include "format/config_json.h"
-#include "format/json.h"
-#include "format/json_reader.h"
 #include "kernels/quantized_rows.h"
+#include "support/json.h"
 
 namespace recemb {
 
@@ -55,8 +54,8 @@ ServingDtype parse_serving_dtype(std::string_view name) {
 namespace recemb::internal {
 namespace {
 
-using format::Json;
-using format::JsonReader;
+using support::Json;
+using support::JsonReader;
 
 // The file is damaged, truncated or not a serving model.
 [[noreturn]] void fail(const std::string& context, const std::string& problem) {
@@ -115,7 +114,7 @@ std::vector<std::optional<uint64_t>> read_extra_arrays(
     entry.expect_only({"name", "shape", "offset", "size", "checksum"});
     ServingArray array{.name = entry.member("name").string()};
     if (array.name.empty() || !names.insert(array.name).second) {
-      entry.member("name").fail("extra array name '" + format::truncated(array.name) +
+      entry.member("name").fail("extra array name '" + support::excerpt(array.name) +
                                 "' is empty or repeated");
     }
     const JsonReader shape = entry.member("shape");
@@ -170,7 +169,7 @@ class BlobLayout {
                           const std::vector<TableBlob>& blobs,
                           const std::vector<std::optional<uint64_t>>& sizes) {
     for (size_t a = 0; a < arrays.size(); ++a) {
-      place(blobs[a], sizes[a], "extra array '" + format::truncated(arrays[a].name) + "'",
+      place(blobs[a], sizes[a], "extra array '" + support::excerpt(arrays[a].name) + "'",
             "4 bytes (float32) per value of its shape");
     }
   }
@@ -192,7 +191,7 @@ ServingDtype read_dtype(const JsonReader& root) {
   const JsonReader dtype = root.member("dtype");
   try {
     // A long name is cut, so that the message quotes a few dozen characters; it stays invalid.
-    return parse_serving_dtype(format::truncated(dtype.string()));
+    return parse_serving_dtype(support::excerpt(dtype.string()));
   } catch (const InvalidArgument& error) {
     dtype.fail(error.what());
   }
@@ -305,9 +304,9 @@ std::string encode_manifest(const ServingManifest& manifest) {
 
 ServingManifest decode_manifest(std::string_view text, uint32_t version, uint64_t data_size,
                                 const std::string& context) {
-  const format::JsonDocument document{.name = context + ": manifest",
-                                      .source = format::JsonSource::kFile};
-  const Json json = format::parse_json(text, document);
+  const support::JsonDocument document{.name = context + ": manifest",
+                                       .source = support::JsonSource::kFile};
+  const Json json = support::parse_json(text, document);
   const JsonReader root(json, document);
   if (version == 1) {
     root.expect_only({"dtype", "tables", "features"});
@@ -348,7 +347,7 @@ ServingManifest decode_manifest(std::string_view text, uint32_t version, uint64_
   try {
     validate_configs(manifest.tables, manifest.features, EmbeddingOptions{});
   } catch (const InvalidArgument& error) {
-    format::fail(document, error.what());
+    support::fail(document, error.what());
   }
   // The byte size of each extra array's values, from its shape (nullopt: beyond 64 bits).
   std::vector<std::optional<uint64_t>> array_sizes;
@@ -406,9 +405,9 @@ std::string encode_delta_manifest(const DeltaManifest& manifest) {
 
 DeltaManifest decode_delta_manifest(std::string_view text, uint64_t data_size,
                                     const std::string& context) {
-  const format::JsonDocument document{.name = context + ": manifest",
-                                      .source = format::JsonSource::kFile};
-  const Json json = format::parse_json(text, document);
+  const support::JsonDocument document{.name = context + ": manifest",
+                                       .source = support::JsonSource::kFile};
+  const Json json = support::parse_json(text, document);
   const JsonReader root(json, document);
   root.expect_only({"base", "sequence", "dtype", "tables", "extra_arrays", "metadata"});
   DeltaManifest manifest{.base = format::checksum_from_json(root.member("base")),
@@ -421,7 +420,7 @@ DeltaManifest decode_delta_manifest(std::string_view text, uint64_t data_size,
     DeltaTable table{.name = entry.member("name").string(),
                      .dim = entry.member("dim").integer(1),
                      .dynamic = entry.find("keys").has_value()};
-    const std::string owner = "table '" + format::truncated(table.name) + "'";
+    const std::string owner = "table '" + support::excerpt(table.name) + "'";
     if (table.dynamic) {
       entry.expect_only({"name", "dim", "keys", "rows", "removed"});
       table.ids = blob_of(entry.member("keys"));

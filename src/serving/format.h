@@ -129,7 +129,7 @@ struct ServingManifest {
 std::string encode_manifest(const ServingManifest& manifest);
 
 // Parses and validates a manifest of format `version` for a data section of `data_size` bytes:
-// JSON structure (unknown keys are errors, nesting bounded by format::kMaxJsonDepth), the configs
+// JSON structure (unknown keys are errors, nesting bounded by support::kMaxJsonDepth), the configs
 // (as an Embedding validates them), the extra arrays' names (non-empty, unique) and shapes, and
 // the layout (each table blob of exactly vocabulary_size * row_bytes bytes, a dynamic table's keys
 // blob of 8 bytes a key and rows blob of num_keys + 1 rows, each array blob of 4 bytes a value, the

@@ -22,12 +22,12 @@
 #include "recemb/error.h"
 #include "recemb/publish.h"
 
-#include "embedding/agreement.h"
 #include "embedding/embedding_impl.h"
 #include "embedding/parts.h"
 #include "format/checksum.h"
 #include "serving/format.h"
 #include "serving/table_encoder.h"
+#include "support/collectives.h"
 #include "support/file_io.h"
 #include "support/file_system.h"
 
@@ -103,20 +103,6 @@ std::optional<std::pair<uint64_t, std::vector<std::byte>>> file_identity(const f
   return std::pair{size, std::move(header)};
 }
 
-// `mine` from every rank, merged: sorted, each once (`mine` alone with one rank).
-std::vector<int64_t> union_over_ranks(Communicator& communicator, std::vector<int64_t> mine) {
-  if (communicator.size() > 1) {
-    std::vector<std::byte> all;
-    std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
-    communicator.all_gather(std::as_bytes(std::span(mine)), all, counts);
-    mine.resize(all.size() / sizeof(int64_t));
-    std::memcpy(mine.data(), all.data(), all.size());
-  }
-  std::sort(mine.begin(), mine.end());
-  mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
-  return mine;
-}
-
 // Collective with several ranks: rank 0 chooses the version, writes the base into a staging
 // directory, renames it to the version's name and removes the versions beyond
 // options.keep_versions; every rank gathers the tables and agrees on rank 0's errors.
@@ -125,14 +111,14 @@ PublishResult publish_base(Embedding& embedding, Model& model, const fs::path& d
   Communicator& communicator = PartAccess::communicator(embedding);
   const bool root = communicator.rank() == 0;
   int64_t version = 0;
-  agree(communicator, [&] {
+  support::agree(communicator, [&] {
     if (!root) return;
     version = next_version(dir);
     const fs::path staging = dir / (kStagingPrefix + std::to_string(version));
     support::file_system().remove_all(staging);  // left by an interrupted publish
     support::file_system().create_directory(staging);
   });
-  version = union_over_ranks(communicator, {version}).back();  // rank 0's, the largest
+  version = support::union_over_ranks(communicator, {version}).back();  // rank 0's, the largest
   const fs::path staging = dir / (kStagingPrefix + std::to_string(version));
   const fs::path directory = dir / std::to_string(version);
   WrittenModel written;
@@ -143,7 +129,7 @@ PublishResult publish_base(Embedding& embedding, Model& model, const fs::path& d
                                    .extra_arrays = options.extra_arrays,
                                    .metadata = options.metadata},
                                   communicator.size() > 1);
-    agree(communicator, [&] {
+    support::agree(communicator, [&] {
       if (!root) return;
       identity = file_identity(staging / kModelFileName);
       support::file_system().rename(staging, directory);
@@ -177,7 +163,7 @@ PublishResult publish_base(Embedding& embedding, Model& model, const fs::path& d
                        .base_reason = std::move(reason)};
   // The base is published; a failure removing older versions throws with it in place.
   if (options.keep_versions > 0) {
-    agree(communicator, [&] {
+    support::agree(communicator, [&] {
       if (root) result.removed_versions = remove_superseded_versions(dir, options.keep_versions);
     });
   }
@@ -267,13 +253,14 @@ TableChanges changes_of(const Embedding& embedding, const Model& model, size_t t
   Communicator& communicator = PartAccess::communicator(embedding);
   TableChanges changes;
   TableValues& values = changes.values;
-  (dynamic ? values.keys : values.row_ids) = union_over_ranks(communicator, std::move(ids));
+  (dynamic ? values.keys : values.row_ids) =
+      support::union_over_ranks(communicator, std::move(ids));
   const std::vector<int64_t>& changed_ids = dynamic ? values.keys : values.row_ids;
   const int64_t dim = table.dim;
   values.owned.reserve(changed_ids.size() * static_cast<size_t>(dim));
   const TableState* whole = communicator.size() == 1 ? model.whole_state(t) : nullptr;
   if (dynamic) {
-    changes.removed = union_over_ranks(communicator, std::move(removed));
+    changes.removed = support::union_over_ranks(communicator, std::move(removed));
     if (whole != nullptr) {
       for (const int64_t key : changed_ids) {
         const float* row = whole->storage().row(whole->dynamic()->index().find(key));
@@ -372,7 +359,7 @@ class DeltaWriter {
     std::string text;
     try {
       text = encode_delta_manifest(manifest);
-    } catch (const format::JsonError& error) {  // names that are not UTF-8
+    } catch (const support::JsonError& error) {  // names that are not UTF-8
       throw InvalidArgument(context +
                             ": the extra array names or metadata cannot be written as JSON "
                             "(UTF-8): " +
@@ -456,8 +443,8 @@ std::function<PublishResult()> begin_publish(Embedding& embedding, const std::fi
   // Rank 0 alone writes, so it alone knows of a failed write or a missing base; any rank's
   // reason for a base is every rank's.
   std::string reason = internal::base_reason(model, dir, options, embedding.rank() == 0);
-  const bool base = internal::union_over_ranks(internal::PartAccess::communicator(embedding),
-                                               {reason.empty() ? 0 : 1})
+  const bool base = support::union_over_ranks(internal::PartAccess::communicator(embedding),
+                                              {reason.empty() ? 0 : 1})
                         .back() == 1;
   if (base) {
     if (reason.empty()) reason = "rank 0's reason";

@@ -15,13 +15,13 @@
 #include "batch/input_layout.h"
 #include "batch/lookup.h"
 #include "format/checksum.h"
-#include "format/json_reader.h"
 #include "kernels/pool.h"
 #include "serving/format.h"
 #include "serving/key_rows.h"
 #include "serving/model_access.h"
 #include "storage/float_buffer.h"
 #include "support/file_io.h"
+#include "support/json.h"
 
 namespace recemb {
 namespace {
@@ -197,7 +197,7 @@ struct ServingModel::State {
       names += (names.empty() ? "'" : ", '") + manifest.tables[t].name + "'";
     }
     throw InvalidArgument("serving model '" + path.string() + "' has no table '" +
-                          format::truncated(name) + "' (it has " + names + ")");
+                          support::excerpt(name) + "' (it has " + names + ")");
   }
 };
 
@@ -322,7 +322,7 @@ void ServingModel::State::apply_delta(const std::filesystem::path& delta) {
     const internal::DeltaTable& entry = parsed.tables[t];
     if (entry.name != table.name || entry.dim != table.dim ||
         entry.dynamic != table.dynamic_vocabulary.has_value()) {
-      fail(context, "table " + std::to_string(t) + " '" + format::truncated(entry.name) +
+      fail(context, "table " + std::to_string(t) + " '" + support::excerpt(entry.name) +
                         "' does not match " + model + "'s table '" + table.name + "'");
     }
   }
@@ -488,10 +488,10 @@ const ServingArray& ServingModel::extra_array(std::string_view name) const {
   std::string names;
   for (const ServingArray& array : state_->manifest.extra_arrays) {
     if (array.name == name) return array;
-    names += (names.empty() ? "'" : ", '") + format::truncated(array.name) + "'";
+    names += (names.empty() ? "'" : ", '") + support::excerpt(array.name) + "'";
   }
   throw InvalidArgument("serving model '" + state_->path.string() + "' has no extra array '" +
-                        format::truncated(name) + "' (" +
+                        support::excerpt(name) + "' (" +
                         (names.empty() ? std::string("it has none") : "it has " + names) + ")");
 }
 

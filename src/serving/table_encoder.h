@@ -19,10 +19,9 @@
 #include "recemb/serving.h"
 
 #include "format/checksum.h"
-#include "format/json.h"
-#include "format/json_reader.h"
 #include "kernels/quantized_rows.h"
 #include "serving/format.h"
+#include "support/json.h"
 #include "support/number_text.h"
 
 namespace recemb::internal {
@@ -115,7 +114,7 @@ inline void check_extra_arrays(std::span<const ServingArray> arrays) {
   for (size_t a = 0; a < arrays.size(); ++a) {
     const ServingArray& array = arrays[a];
     const std::string owner = "ExportOptions.extra_arrays[" + std::to_string(a) + "] '" +
-                              format::truncated(array.name) + "'";
+                              support::excerpt(array.name) + "'";
     if (array.name.empty() || !names.insert(array.name).second) {
       throw InvalidArgument(owner + ": the name is empty or repeated (names must be unique)");
     }
@@ -183,7 +182,7 @@ class BlobLayout {
 // export_serving_model, returning the checksum of the manifest written (the identity of the
 // model, that a delta names as its base: docs/serving.md, "Publishing deltas") and the rows (and
 // keys) written. `collective`: every rank of the Embedding calls it (the tables gathered on every
-// rank), rank 0 writes the file, and its error is every rank's (embedding/agreement.h).
+// rank), rank 0 writes the file, and its error is every rank's (support/collectives.h).
 struct WrittenModel {
   uint64_t manifest_checksum = 0;
   int64_t rows = 0;

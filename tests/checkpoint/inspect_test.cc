@@ -12,7 +12,7 @@
 
 #include "checkpoint/checkpoint_fixtures.h"
 #include "format/checksum.h"
-#include "format/json.h"
+#include "support/json.h"
 #include "testing/files.h"
 #include "testing/temporary_directory.h"
 
@@ -57,7 +57,7 @@ TEST_F(InspectCheckpointTest, DescribesEveryFile) {
   EXPECT_EQ(info.features[2].name, "query");
   EXPECT_EQ(info.features[2].table, "words");
   EXPECT_EQ(info.manifest_json, test::read_text(checkpoint_ / "manifest.json"));
-  EXPECT_EQ(format::Json::parse(info.manifest_json)["step"], 4);
+  EXPECT_EQ(support::Json::parse(info.manifest_json)["step"], 4);
   std::vector<std::string> paths;
   for (const CheckpointFile& file : info.files) {
     paths.push_back(file.path);

@@ -16,7 +16,7 @@
 #include "checkpoint/checkpoint_fixtures.h"
 #include "checkpoint/layout.h"
 #include "format/checksum.h"
-#include "format/json.h"
+#include "support/json.h"
 #include "testing/error_of.h"
 #include "testing/files.h"
 #include "testing/temporary_directory.h"
@@ -25,7 +25,7 @@ namespace recemb::internal {
 namespace {
 
 namespace fs = std::filesystem;
-using format::Json;
+using support::Json;
 using test::error_of;
 using test::TemporaryDirectory;
 using ::testing::HasSubstr;
@@ -142,7 +142,7 @@ TEST_F(ManifestTest, ChecksumFileErrors) {
             prefix +
                 "manifest.json does not match its checksum in manifest.xxh3: one of them is "
                 "damaged or truncated");
-  // A checksum that matches text that is not JSON (only a writer bug could produce it).
+  // A checksum that matches text that is not valid JSON (only a writer bug could produce it).
   const std::string text = "{\"format\": ";
   std::ofstream(checkpoint_ / kManifestFile, std::ios::trunc) << text;
   std::ofstream(checkpoint_ / kManifestChecksumFile, std::ios::trunc)
@@ -241,7 +241,7 @@ TEST_F(ManifestTest, DeepNestingIsRefusedByEveryReader) {
       << format::checksum_to_hex(format::checksum(std::as_bytes(std::span(text)))) << "\n";
   const std::string expected = "checkpoint '" + checkpoint_.string() +
                                "': manifest.json: arrays and objects nest deeper than " +
-                               std::to_string(format::kMaxJsonDepth) + " levels";
+                               std::to_string(support::kMaxJsonDepth) + " levels";
   EXPECT_EQ(error_of<DataLoss>([&] { read_manifest(checkpoint_); }), expected);
   EXPECT_EQ(error_of<DataLoss>([&] { inspect_checkpoint(checkpoint_); }), expected);
   EXPECT_EQ(error_of<DataLoss>([&] { load_checkpoint(checkpoint_); }), expected);

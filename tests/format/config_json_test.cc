@@ -18,11 +18,16 @@
 
 #include "recemb/error.h"
 
+#include "format/checksum.h"
 #include "testing/error_of.h"
 
 namespace recemb::format {
 namespace {
 
+using support::Json;
+using support::JsonDocument;
+using support::JsonReader;
+using support::JsonSource;
 using ::testing::HasSubstr;
 
 constexpr float kInfinity = std::numeric_limits<float>::infinity();
@@ -526,6 +531,23 @@ TEST(ConfigJsonTest, ErrorsInAFileAreDataLoss) {
   EXPECT_EQ(test::error_of<DataLoss>(
                 [&] { table_from_json(JsonReader(json, file).member("tables").element(0)); }),
             "manifest.json: tables[0].optimizer.learning_rate: expected an object, got [1]");
+}
+
+// A manifest's checksums: 16 lowercase hex digits, read back as written; anything else refused.
+TEST(ConfigJsonTest, ChecksumsReadBackAndOthersAreRefused) {
+  const JsonDocument request{.name = "request", .source = JsonSource::kInput};
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 100; ++i) {
+    const uint64_t checksum = rng();
+    const Json json = {{"c", checksum_to_hex(checksum)}};
+    ASSERT_EQ(checksum_from_json(JsonReader(json, request).member("c")), checksum);
+  }
+  for (const Json& bad : {Json("0123456789ABCDEF"), Json("0123456789abcde"), Json(12)}) {
+    const Json json = {{"c", bad}};
+    EXPECT_EQ(test::error_of<InvalidArgument>(
+                  [&] { checksum_from_json(JsonReader(json, request).member("c")); }),
+              "request: c: expected 16 lowercase hex digits, got " + bad.dump());
+  }
 }
 
 }  // namespace

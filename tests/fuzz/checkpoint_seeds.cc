@@ -5,12 +5,12 @@
 #include <string>
 
 #include "checkpoint_fuzz_fixture.h"
-#include "format/json.h"
 #include "seeds_main.h"
+#include "support/json.h"
 
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
-  using recemb::format::Json;
+  using recemb::support::Json;
   return recemb::fuzz::seeds_main(argc, argv, [](const fs::path& corpus, const fs::path& scratch) {
     const fs::path checkpoint = recemb::fuzz::save_fuzz_checkpoint(scratch);
     const std::string text = recemb::fuzz::read_file(checkpoint / "manifest.json");

@@ -16,7 +16,7 @@
 
 #include "recemb/error.h"
 
-#include "serve/json_ids.h"
+#include "support/json.h"
 #include "testing/error_of.h"
 #include "testing/http_client.h"
 
@@ -34,7 +34,7 @@ HttpClient client_of(int port) { return HttpClient("127.0.0.1", port, 20); }
 HttpResponse refuse(const HttpRefusal& refusal) {
   return {.status = refusal.status,
           .body = "{\"refused\": " + std::to_string(refusal.status) +
-                  ", \"message\": " + json_string(refusal.message) + "}"};
+                  ", \"message\": " + support::json_string(refusal.message) + "}"};
 }
 
 TEST(HttpServer, EveryRequestReachesTheHandler) {

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "recemb/error.h"
@@ -93,8 +94,9 @@ TEST_F(JsonIdsTest, RandomBatchesDecodeExactly) {
 
 TEST_F(JsonIdsTest, BadRequestsAreRefusedNamingWhatIsWrong) {
   const std::string rest = R"("b": [1], "s": [1], "user": [1])";
-  EXPECT_THAT(batch_error("{"), HasSubstr("not JSON"));
-  EXPECT_THAT(batch_error(R"({"inputs": {"a": [1e400], )" + rest + "}}"), HasSubstr("not JSON"));
+  EXPECT_THAT(batch_error("{"), HasSubstr("not valid JSON"));
+  EXPECT_THAT(batch_error(R"({"inputs": {"a": [1e400], )" + rest + "}}"),
+              HasSubstr("not valid JSON"));
   EXPECT_THAT(batch_error("[]"), HasSubstr("the body must be a JSON object"));
   EXPECT_THAT(batch_error(R"({"inputs": {}, "inputs": {}})"),
               HasSubstr("field 'inputs' appears twice"));
@@ -154,9 +156,6 @@ TEST_F(JsonIdsTest, QuotedNamesAreEscaped) {
   EXPECT_EQ(message, "unknown feature 'a\\x00b\\x1bc'");
   EXPECT_EQ(example_error(R"({"a": "x\u007fy"})"),
             "feature 'a': ids must be an integer or an array of them, got \"x\\x7fy\"");
-  EXPECT_EQ(excerpt(std::string("a\0b", 3)), "a\\x00b");
-  EXPECT_EQ(excerpt(std::string(50, 'k')), std::string(40, 'k') + "...");
-  EXPECT_EQ(excerpt("\xc3\xa9t\xc3\xa9"), "\xc3\xa9t\xc3\xa9");  // UTF-8 is kept
 }
 
 // A weight is refused when its float32 rounding is infinite, or 0 while it is not; the shortest
@@ -247,7 +246,6 @@ TEST(JsonIds, ValuesRoundTrip) {
     const float got = parsed[i / 12][(i / 4) % 3][i % 4].get<float>();
     EXPECT_EQ(std::memcmp(&got, &values[i], sizeof got), 0) << i;
   }
-  EXPECT_EQ(json_string("a\"\xff"), "\"a\\\"\xef\xbf\xbd\"");
 }
 
 // Each value as printf's "%.9g" writes it (docs/serving.md: 9 significant digits), ", " between.

@@ -122,7 +122,7 @@ TEST_F(RequestCodecTest, StringIdsAndMixedWeights) {
 
 TEST_F(RequestCodecTest, BadJsonBodiesNameWhatIsWrong) {
   const std::string good_rest = R"("b": [[1]], "s": [[1]], "user": [[1]])";
-  EXPECT_THAT(json_error("{"), HasSubstr("not JSON"));
+  EXPECT_THAT(json_error("{"), HasSubstr("not valid JSON"));
   EXPECT_THAT(json_error("[]"), HasSubstr("must be a JSON object"));
   EXPECT_THAT(json_error(R"({"inputs": {}, "x": 1})"), HasSubstr("unknown field 'x'"));
   EXPECT_THAT(json_error(R"({"instances": []})"), HasSubstr("unknown field 'instances'"));

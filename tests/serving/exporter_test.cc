@@ -113,7 +113,7 @@ TEST_P(ExporterLayoutTest, WritesTheSpecifiedLayout) {
   EXPECT_EQ(file.dtype, serving_dtype_name(dtype));
   ASSERT_EQ(file.manifest["tables"].size(), 3u);
   for (size_t t = 0; t < 3; ++t) {
-    const format::Json& config = file.manifest["tables"][t]["config"];
+    const support::Json& config = file.manifest["tables"][t]["config"];
     EXPECT_EQ(config["name"], layer.tables()[t].name);
     EXPECT_FALSE(config.contains("optimizer")) << "a serving model has no optimizer";
   }
@@ -121,7 +121,7 @@ TEST_P(ExporterLayoutTest, WritesTheSpecifiedLayout) {
   EXPECT_EQ(file.manifest["tables"][2]["config"]["quantization_config"]["num_buckets"], 4);
   ASSERT_EQ(file.manifest["features"].size(), 4u);
   EXPECT_EQ(file.manifest["features"][1]["max_sequence_length"], 5);
-  EXPECT_EQ(file.manifest["features"][2]["output_shape"], format::Json::parse("[2, 2]"));
+  EXPECT_EQ(file.manifest["features"][2]["output_shape"], support::Json::parse("[2, 2]"));
 
   // Blobs: contiguous, 64-aligned, vocabulary_size * row_bytes each, zero padding, checksummed
   // with their padding, the last one ending the file.
@@ -237,14 +237,14 @@ TEST_P(ExporterLayoutTest, WritesExtraArraysAndMetadataAfterTheTables) {
   export_serving_model(layer, directory / "model.recemb", options);
   const ModelFile file = ModelFile::read(directory / "model.recemb");
   const std::vector<std::byte>& bytes = file.bytes;
-  EXPECT_EQ(file.manifest["metadata"], format::Json(options.metadata));
-  const format::Json& entries = file.manifest["extra_arrays"];
+  EXPECT_EQ(file.manifest["metadata"], support::Json(options.metadata));
+  const support::Json& entries = file.manifest["extra_arrays"];
   ASSERT_EQ(entries.size(), names.size());
   uint64_t offset = file.blobs.back().offset + ModelFile::padded(file.blobs.back().size);
   for (size_t a = 0; a < names.size(); ++a) {
     SCOPED_TRACE(names[a]);
     EXPECT_EQ(entries[a]["name"], names[a]);
-    EXPECT_EQ(entries[a]["shape"], format::Json(shapes[a]));
+    EXPECT_EQ(entries[a]["shape"], support::Json(shapes[a]));
     const uint64_t start = file.data_offset() + entries[a]["offset"].get<uint64_t>();
     const auto size = entries[a]["size"].get<uint64_t>();
     EXPECT_EQ(start, offset);

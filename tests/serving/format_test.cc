@@ -13,8 +13,7 @@
 #include "recemb/error.h"
 
 #include "format/checksum.h"
-#include "format/json.h"
-#include "format/json_reader.h"
+#include "support/json.h"
 #include "testing/error_of.h"
 
 namespace recemb::internal {
@@ -198,7 +197,7 @@ TEST(ServingManifestTest, RoundTripsPaddedWithSpaces) {
     const ServingManifest manifest = sample_manifest(dtype);
     const std::string text = encode_manifest(manifest);
     EXPECT_EQ(text.size() % 64, 0u);
-    const format::Json json = format::Json::parse(text);  // the padding is JSON whitespace
+    const support::Json json = support::Json::parse(text);  // the padding is JSON whitespace
     EXPECT_EQ(json["dtype"], serving_dtype_name(dtype));
     EXPECT_EQ(json["tables"][0]["checksum"], "fedcba9876543210");
     EXPECT_EQ(json["tables"][1]["offset"], manifest.blobs[1].offset);
@@ -233,7 +232,7 @@ TEST(ServingManifestTest, RoundTripsADynamicTablesKeys) {
   manifest.blobs.push_back(
       {.offset = end + 64, .size = *serving_blob_size(ServingDtype::kInt8, 8, 5), .checksum = 3});
   const std::string text = encode_manifest(manifest);
-  const format::Json json = format::Json::parse(text);
+  const support::Json json = support::Json::parse(text);
   EXPECT_FALSE(json["tables"][0].contains("keys"));
   EXPECT_EQ(json["tables"][2]["keys"]["size"], 56);
   const ServingManifest decoded =
@@ -255,11 +254,11 @@ TEST(ServingManifestTest, RoundTripsADynamicTablesKeys) {
 }
 
 // The manifest of sample_manifest(kFloat16) as JSON, to be edited by the error tests.
-format::Json sample_json() {
-  return format::Json::parse(encode_manifest(sample_manifest(ServingDtype::kFloat16)));
+support::Json sample_json() {
+  return support::Json::parse(encode_manifest(sample_manifest(ServingDtype::kFloat16)));
 }
 
-std::string decode_error(const format::Json& json, uint64_t data_size) {
+std::string decode_error(const support::Json& json, uint64_t data_size) {
   return error_of<DataLoss>(
       [&] { decode_manifest(json.dump(), kServingFormatVersion, data_size, kContext); });
 }
@@ -272,40 +271,40 @@ TEST(ServingManifestTest, RejectsBadStructureNamingTheField) {
               HasSubstr(kContext + ": manifest: expected an object, got [1,2]"));
 
   struct Edit {
-    std::function<void(format::Json&)> apply;
+    std::function<void(support::Json&)> apply;
     std::vector<std::string> fragments;
   };
   const std::vector<Edit> edits = {
-      {[](format::Json& j) { j["extra"] = 1; },
+      {[](support::Json& j) { j["extra"] = 1; },
        {"manifest: extra: not a known field (known: dtype, tables, features, extra_arrays, "
         "metadata)"}},
-      {[](format::Json& j) { j.erase("features"); }, {"manifest: features: required but missing"}},
-      {[](format::Json& j) { j["dtype"] = 16; }, {"manifest: dtype: expected a string, got 16"}},
-      {[](format::Json& j) { j["dtype"] = "bfloat16"; },
+      {[](support::Json& j) { j.erase("features"); }, {"manifest: features: required but missing"}},
+      {[](support::Json& j) { j["dtype"] = 16; }, {"manifest: dtype: expected a string, got 16"}},
+      {[](support::Json& j) { j["dtype"] = "bfloat16"; },
        {"manifest: dtype: ", "'bfloat16'", "'int8'"}},
-      {[](format::Json& j) { j["tables"] = "video"; },
+      {[](support::Json& j) { j["tables"] = "video"; },
        {"manifest: tables: expected an array, got \"video\""}},
-      {[](format::Json& j) { j["tables"][1]["offset"] = -64; },
+      {[](support::Json& j) { j["tables"][1]["offset"] = -64; },
        {"manifest: tables[1].offset: expected an integer >= 0, got -64"}},
-      {[](format::Json& j) { j["tables"][0]["size"] = "60"; },
+      {[](support::Json& j) { j["tables"][0]["size"] = "60"; },
        {"manifest: tables[0].size: expected an integer >= 0, got \"60\""}},
-      {[](format::Json& j) { j["tables"][0]["checksum"] = "XYZ"; },
+      {[](support::Json& j) { j["tables"][0]["checksum"] = "XYZ"; },
        {"manifest: tables[0].checksum: expected 16 lowercase hex digits, got \"XYZ\""}},
-      {[](format::Json& j) { j["tables"][0].erase("checksum"); },
+      {[](support::Json& j) { j["tables"][0].erase("checksum"); },
        {"manifest: tables[0].checksum: required but missing"}},
-      {[](format::Json& j) { j["tables"][1]["config"]["dim"] = "wide"; },
+      {[](support::Json& j) { j["tables"][1]["config"]["dim"] = "wide"; },
        {"manifest: tables[1].config.dim: expected a 64-bit integer, got \"wide\""}},
-      {[](format::Json& j) { j["tables"][1]["config"]["dim"] = 0; },
+      {[](support::Json& j) { j["tables"][1]["config"]["dim"] = 0; },
        {"table 'user'", "dim must be >= 1"}},
-      {[](format::Json& j) { j["tables"][1]["config"]["name"] = "video"; },
+      {[](support::Json& j) { j["tables"][1]["config"]["name"] = "video"; },
        {"'video' is used more than once"}},
-      {[](format::Json& j) { j["features"][0]["table"] = "movie"; }, {"'watched'", "'movie'"}},
-      {[](format::Json& j) { j["features"][1]["colour"] = 1; },
+      {[](support::Json& j) { j["features"][0]["table"] = "movie"; }, {"'watched'", "'movie'"}},
+      {[](support::Json& j) { j["features"][1]["colour"] = 1; },
        {"manifest: features[1].colour: not a known field"}},
-      {[](format::Json& j) { j["features"] = format::Json::array(); }, {"at least one feature"}},
+      {[](support::Json& j) { j["features"] = support::Json::array(); }, {"at least one feature"}},
   };
   for (const Edit& edit : edits) {
-    format::Json json = sample_json();
+    support::Json json = sample_json();
     edit.apply(json);
     const std::string message = decode_error(json, data_size);
     EXPECT_THAT(message, HasSubstr(kContext)) << json.dump();
@@ -318,7 +317,7 @@ TEST(ServingManifestTest, RejectsBadStructureNamingTheField) {
 TEST(ServingManifestTest, RejectsBlobsThatDoNotTileTheDataSection) {
   const ServingManifest manifest = sample_manifest(ServingDtype::kFloat16);
   const uint64_t data_size = data_size_of(manifest);  // 64 + 320
-  format::Json json = sample_json();
+  support::Json json = sample_json();
   json["tables"][0]["size"] = 62;
   EXPECT_THAT(decode_error(json, data_size),
               AllOf(HasSubstr("table 'video'"), HasSubstr("blob size 62"),
@@ -364,10 +363,10 @@ TEST(ServingManifestTest, ExtraArraysAndMetadataRoundTripAfterTheTables) {
   const ServingManifest manifest = sample_with_extras();
   const uint64_t data_size = manifest.extra_blobs[1].offset + 64;
   const std::string text = encode_manifest(manifest);
-  const format::Json json = format::Json::parse(text);
+  const support::Json json = support::Json::parse(text);
   EXPECT_EQ(json["extra_arrays"][0]["name"], "dense/weights");
-  EXPECT_EQ(json["extra_arrays"][0]["shape"], format::Json::parse("[2, 3]"));
-  EXPECT_EQ(json["extra_arrays"][1]["shape"], format::Json::array());
+  EXPECT_EQ(json["extra_arrays"][0]["shape"], support::Json::parse("[2, 3]"));
+  EXPECT_EQ(json["extra_arrays"][1]["shape"], support::Json::array());
   EXPECT_EQ(json["extra_arrays"][1]["checksum"], "0000000000000008");
   EXPECT_EQ(json["metadata"]["run"], "");
 
@@ -387,7 +386,7 @@ TEST(ServingManifestTest, ExtraArraysAndMetadataRoundTripAfterTheTables) {
   EXPECT_THAT(error_of<DataLoss>([&] { decode_manifest(text, 1, data_size, kContext); }),
               HasSubstr("manifest: extra_arrays: not a known field (known: dtype, tables, "
                         "features)"));
-  format::Json version_1 = sample_json();
+  support::Json version_1 = sample_json();
   version_1.erase("extra_arrays");
   version_1.erase("metadata");
   const uint64_t tables_size = data_size_of(sample_manifest(ServingDtype::kFloat16));
@@ -402,34 +401,34 @@ TEST(ServingManifestTest, ExtraArraysAndMetadataRoundTripAfterTheTables) {
 TEST(ServingManifestTest, RejectsBadExtraArraysAndMetadata) {
   const ServingManifest manifest = sample_with_extras();
   const uint64_t data_size = manifest.extra_blobs[1].offset + 64;
-  const format::Json good = format::Json::parse(encode_manifest(manifest));
+  const support::Json good = support::Json::parse(encode_manifest(manifest));
   struct Edit {
-    std::function<void(format::Json&)> apply;
+    std::function<void(support::Json&)> apply;
     std::vector<std::string> fragments;
   };
   const std::vector<Edit> edits = {
-      {[](format::Json& j) { j["extra_arrays"][1]["name"] = "dense/weights"; },
+      {[](support::Json& j) { j["extra_arrays"][1]["name"] = "dense/weights"; },
        {"extra_arrays[1].name", "'dense/weights' is empty or repeated"}},
-      {[](format::Json& j) { j["extra_arrays"][0]["name"] = ""; },
+      {[](support::Json& j) { j["extra_arrays"][0]["name"] = ""; },
        {"extra_arrays[0].name", "is empty or repeated"}},
-      {[](format::Json& j) { j["extra_arrays"][0]["shape"] = format::Json::parse("[2, -3]"); },
+      {[](support::Json& j) { j["extra_arrays"][0]["shape"] = support::Json::parse("[2, -3]"); },
        {"extra_arrays[0].shape[1]: expected an integer >= 0, got -3"}},
-      {[](format::Json& j) { j["extra_arrays"][0]["shape"] = format::Json::parse("[3, 3]"); },
+      {[](support::Json& j) { j["extra_arrays"][0]["shape"] = support::Json::parse("[3, 3]"); },
        {"extra array 'dense/weights': blob size 24 is not 4 bytes (float32) per value"}},
-      {[](format::Json& j) {
-         j["extra_arrays"][0]["shape"] = format::Json::parse("[4611686018427387904, 4]");
+      {[](support::Json& j) {
+         j["extra_arrays"][0]["shape"] = support::Json::parse("[4611686018427387904, 4]");
        },
        {"extra array 'dense/weights': blob size 24 is not"}},
-      {[](format::Json& j) { j["extra_arrays"][1]["offset"] = 0; },
+      {[](support::Json& j) { j["extra_arrays"][1]["offset"] = 0; },
        {"extra array 'bias': blob offset 0 should be"}},
-      {[](format::Json& j) { j["extra_arrays"][0]["dtype"] = "float16"; },
+      {[](support::Json& j) { j["extra_arrays"][0]["dtype"] = "float16"; },
        {"extra_arrays[0].dtype: not a known field"}},
-      {[](format::Json& j) { j["metadata"]["run"] = 3; }, {"metadata.run: expected a string"}},
-      {[](format::Json& j) { j["metadata"] = "run"; }, {"metadata: expected an object"}},
+      {[](support::Json& j) { j["metadata"]["run"] = 3; }, {"metadata.run: expected a string"}},
+      {[](support::Json& j) { j["metadata"] = "run"; }, {"metadata: expected an object"}},
   };
   EXPECT_EQ(decode_manifest(good.dump(), 2, data_size, kContext).extra_arrays.size(), 2u);
   for (const Edit& edit : edits) {
-    format::Json json = good;
+    support::Json json = good;
     edit.apply(json);
     const std::string message = decode_error(json, data_size);
     EXPECT_THAT(message, HasSubstr(kContext)) << json.dump();
@@ -451,7 +450,7 @@ TEST(ServingManifestTest, RejectsDeepNesting) {
               ", \"deep\": " + std::string(100000, '[') + std::string(100000, ']'));
   EXPECT_EQ(error_of<DataLoss>([&] { decode_manifest(text, 2, data_size, kContext); }),
             kContext + ": manifest: arrays and objects nest deeper than " +
-                std::to_string(format::kMaxJsonDepth) + " levels");
+                std::to_string(support::kMaxJsonDepth) + " levels");
 }
 
 }  // namespace

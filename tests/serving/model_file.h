@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "format/checksum.h"
-#include "format/json.h"
+#include "support/json.h"
 #include "testing/files.h"
 
 namespace recemb::test {
@@ -58,7 +58,7 @@ struct ModelFile {
   uint64_t manifest_checksum = 0;
   uint64_t file_size = 0;
   uint64_t header_checksum = 0;
-  format::Json manifest;
+  support::Json manifest;
   std::string dtype;
   std::vector<Blob> blobs;
 
@@ -74,8 +74,8 @@ struct ModelFile {
     file.manifest_checksum = load_le<uint64_t>(b, 24);
     file.file_size = load_le<uint64_t>(b, 32);
     file.header_checksum = load_le<uint64_t>(b, 56);
-    file.manifest = format::Json::parse(std::string(reinterpret_cast<const char*>(b.data()) + 64,
-                                                    static_cast<size_t>(file.manifest_size)));
+    file.manifest = support::Json::parse(std::string(reinterpret_cast<const char*>(b.data()) + 64,
+                                                     static_cast<size_t>(file.manifest_size)));
     file.dtype = file.manifest["dtype"].get<std::string>();
     for (const auto& entry : file.manifest["tables"]) {
       uint64_t checksum = 0;

@@ -331,16 +331,16 @@ TEST(ServingDynamicFileTest, KeysAndRowsAreLaidOutAndChecked) {
                                  HasSubstr(fragment)));
   };
   const std::vector<std::byte> data = file.data_section();
-  const auto rebuilt = [&](const std::function<void(format::Json&)>& edit, uint32_t version = 3) {
-    format::Json manifest = file.manifest;
+  const auto rebuilt = [&](const std::function<void(support::Json&)>& edit, uint32_t version = 3) {
+    support::Json manifest = file.manifest;
     edit(manifest);
     return test::build_model_file(manifest.dump(), data, version);
   };
   // The rebuilt file itself is good.
-  test::write_bytes(damaged, rebuilt([](format::Json&) {}));
+  test::write_bytes(damaged, rebuilt([](support::Json&) {}));
   EXPECT_EQ(ServingModel::open(damaged).num_keys("user"), 3);
 
-  expect_rejected(rebuilt([](format::Json&) {}, 2), false,
+  expect_rejected(rebuilt([](support::Json&) {}, 2), false,
                   "a dynamic table in a file of format version 2 (dynamic tables need version 3)");
   expect_rejected(rebuilt([](auto& m) { m["tables"][0].erase("keys"); }), false,
                   "a dynamic table needs its \"keys\" blob");

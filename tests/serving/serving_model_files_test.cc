@@ -150,13 +150,13 @@ TEST_P(ServingFileErrorTest, TruncatedAndExtendedFilesAreRejected) {
 // A manifest edited consistently (its checksums recomputed, so only validation can catch it).
 TEST_P(ServingFileErrorTest, EditedManifestsAreValidated) {
   const std::vector<std::byte> data = file_.data_section();
-  const auto rebuilt = [&](const std::function<void(format::Json&)>& edit) {
-    format::Json manifest = file_.manifest;
+  const auto rebuilt = [&](const std::function<void(support::Json&)>& edit) {
+    support::Json manifest = file_.manifest;
     edit(manifest);
     return test::build_model_file(manifest.dump(), data);
   };
   // The rebuilt file itself is good.
-  test::write_bytes(damaged_, rebuilt([](format::Json&) {}));
+  test::write_bytes(damaged_, rebuilt([](support::Json&) {}));
   EXPECT_EQ(ServingModel::open(damaged_).tables().size(), 3u);
 
   expect_rejected(test::build_model_file(file_.manifest.dump(), data, 4), /*verify=*/false,

@@ -1,5 +1,6 @@
 #include "train/metrics_log.h"
 
+#include <cmath>
 #include <fstream>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -101,6 +102,35 @@ TEST(MetricsLog, ForeignLinesAreAnErrorNamingFileAndLine) {
     EXPECT_THAT(error.what(), ::testing::HasSubstr(path.string() + ":2:"));
   }
   EXPECT_THAT(read(path), ::testing::HasSubstr("\"loss\""));  // left as it was
+}
+
+// A diverged run's NaN loss is written null and read back as NaN; a file of an earlier recemb
+// (17 significant digits, "%.17g") reads back as the values it holds.
+TEST(MetricsLog, NanLossesAndEarlierFilesReadBack) {
+  const auto path = temp_path("metrics_nan.jsonl");
+  std::ofstream(path)
+      << "{\"step\": 1, \"examples\": 2, \"train_loss\": 0.10000000000000001}\n"
+      << "{\"step\": 1, \"eval_auc\": 0.5, \"eval_log_loss\": 0.69314718055994529}\n";
+  {
+    MetricsLog log(path, {.step = 5});
+    ASSERT_EQ(log.train_records().size(), 1u);
+    EXPECT_EQ(log.train_records()[0].train_loss, 0.1);
+    EXPECT_EQ(log.eval_records()[0].log_loss, 0.69314718055994529);
+    log.add(TrainRecord{.step = 2, .examples = 4, .train_loss = std::nan("")});
+  }
+  EXPECT_THAT(read(path),
+              ::testing::EndsWith("{\"step\": 2, \"examples\": 4, \"train_loss\": null}\n"));
+  const MetricsLog resumed(path, {.step = 5});
+  ASSERT_EQ(resumed.train_records().size(), 2u);
+  EXPECT_TRUE(std::isnan(resumed.train_records()[1].train_loss));
+  // A line with a field of neither record is refused, naming the line and the field.
+  std::ofstream(path, std::ios::app) << "{\"step\": 3, \"examples\": 4, \"loss\": 1}\n";
+  try {
+    MetricsLog log(path, {.step = 5});
+    FAIL() << "no error";
+  } catch (const InvalidArgument& error) {
+    EXPECT_THAT(error.what(), ::testing::HasSubstr(path.string() + ":4: loss: not a known field"));
+  }
 }
 
 // A record whose write fails (a full disk) throws std::system_error naming the file, and is not

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
@@ -147,13 +148,14 @@ TEST(RunReport, VocabulariesOfDynamicTables) {
                 "0 lookups of keys not admitted\n"));
   write_summary_json(s, dir / "summary.json");
   const std::string text = read_text(dir / "summary.json");
-  EXPECT_THAT(text, HasSubstr("\"short_lines\": 469,\n  \"vocabularies\": {\n"
-                              "    \"C1\": {\"capacity\": 100, \"keys\": 90, \"admitted\": 130, "
-                              "\"evicted\": 40, \"not_admitted_lookups\": 7},\n"
-                              "    \"C2\": {\"capacity\": 5000, \"keys\": 4000, \"admitted\": "
-                              "4500, \"evicted\": 500, \"not_admitted_lookups\": 0},\n"
-                              "    \"C3\": {\"capacity\": 50, \"keys\": 3, \"admitted\": 3, "
-                              "\"evicted\": 0, \"not_admitted_lookups\": 1}\n  }\n}\n"));
+  const nlohmann::json json = nlohmann::json::parse(text);
+  EXPECT_EQ(json.at("vocabularies"), nlohmann::json::parse(R"({
+      "C1": {"capacity": 100, "keys": 90, "admitted": 130, "evicted": 40,
+             "not_admitted_lookups": 7},
+      "C2": {"capacity": 5000, "keys": 4000, "admitted": 4500, "evicted": 500,
+             "not_admitted_lookups": 0},
+      "C3": {"capacity": 50, "keys": 3, "admitted": 3, "evicted": 0, "not_admitted_lookups": 1}})"));
+  EXPECT_THAT(text, HasSubstr("\"short_lines\": 469,\n  \"vocabularies\": {\n    \"C1\": {\n"));
   EXPECT_THAT(format_summary(sample_summary()), Not(HasSubstr("vocabularies")));
 }
 

@@ -12,6 +12,7 @@
 #include "recemb/serving.h"
 
 #include "serve/json_ids.h"
+#include "support/json.h"
 #include "train/model_file.h"
 
 namespace recemb::tools {
@@ -21,20 +22,23 @@ namespace {
 void print_answer(const std::vector<FeatureConfig>& features,
                   const std::vector<std::vector<float>>& activations,
                   const std::vector<std::vector<int64_t>>& shapes, std::ostream& out) {
-  std::string answer = "{";
+  support::JsonWriter answer;
+  answer.begin_object();
   for (size_t f = 0; f < features.size(); ++f) {
-    answer += (f == 0 ? "" : ", ") + serve::json_string(features[f].name) + ": ";
     // The leading dimension is the batch of one example.
-    serve::append_values(activations[f], std::span<const int64_t>(shapes[f]).subspan(1), answer);
+    serve::append_values(activations[f], std::span<const int64_t>(shapes[f]).subspan(1),
+                         answer.key(features[f].name).raw_value());
   }
-  out << answer << "}\n";
+  out << answer.end_object().text() << "\n";
 }
 
 }  // namespace
 
 void write_error_answer(int64_t line_number, const std::string& message, std::ostream& out) {
-  out << "{\"error\": {\"line\": " << line_number
-      << ", \"code\": \"InvalidArgument\", \"message\": " << serve::json_string(message) << "}}\n";
+  support::JsonWriter answer;
+  answer.begin_object().key("error").begin_object().key("line").integer(line_number);
+  answer.key("code").string("InvalidArgument").key("message").string(message);
+  out << answer.end_object().end_object().text() << "\n";
 }
 
 int run_lookup_command(const LookupArguments& args, std::istream& in, std::ostream& out,

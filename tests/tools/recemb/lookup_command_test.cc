@@ -178,8 +178,8 @@ TEST(LookupCommand, EveryLineGetsOneAnswerInOrder) {
 
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"{\"a\": 1, \"b\": 1, \"s\": 1", "not JSON"},
-      {R"({"a": [1e400], "b": 1, "s": 1})", "not JSON"},
+      {"{\"a\": 1, \"b\": 1, \"s\": 1", "not valid JSON"},
+      {R"({"a": [1e400], "b": 1, "s": 1})", "not valid JSON"},
       {"{\"a\": " + deep + ", \"b\": 1, \"s\": 1}", "feature 'a': id [...] is not an integer"},
       {R"({"a": 1, "b": 1, "s": 1, "z": 2})", "unknown feature 'z'"},
       {R"({"a": 1, "b": 1})", "feature 's' is missing"},
@@ -286,7 +286,7 @@ TEST(LookupCommand, EveryLineGetsOneAnswerInOrder) {
   }
   EXPECT_FALSE(std::getline(answers, answer)) << "an answer too many: " << answer;
   // stderr repeats each error with its line number, for a person reading a terminal.
-  EXPECT_THAT(err.str(), AllOf(HasSubstr("recemb lookup: line 2: not JSON"),
+  EXPECT_THAT(err.str(), AllOf(HasSubstr("recemb lookup: line 2: not valid JSON"),
                                HasSubstr("recemb lookup: line 11: unknown feature 'z'")));
 
   std::istringstream none;
@@ -302,7 +302,7 @@ TEST(LookupCommand, HostileLinesGetAShortErrorAndTheNextLineIsAnswered) {
   const std::string deep = std::string(100000, '[') + "1" + std::string(100000, ']');
   const std::string long_key(100000, 'k');
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {R"({"a": [1e400], "b": 1, "s": 1})", "not JSON: "},
+      {R"({"a": [1e400], "b": 1, "s": 1})", "not valid JSON: "},
       {"{\"a\": " + deep + ", \"b\": 1, \"s\": 1}", "feature 'a': id [...] is not an integer"},
       {"{\"a\": {\"ids\": [1], \"weights\": " + deep + "}, \"b\": 1, \"s\": 1}",
        "feature 'a': weight [...] is not a number"},

@@ -301,7 +301,7 @@ TEST(RecembCli, HostileJsonIsAnErrorNotACrash) {
   const Result lookup =
       run("lookup " + model, "{\"a\": [1e400]}\n{\"a\": " + deep + "}\n{\"a\": [3]}\n");
   EXPECT_EQ(lookup.exit_code, 1) << lookup.output;
-  EXPECT_THAT(lookup.output, AllOf(HasSubstr("line 1: not JSON"),
+  EXPECT_THAT(lookup.output, AllOf(HasSubstr("line 1: not valid JSON"),
                                    HasSubstr("line 2: feature 'a': id [...] is not an integer"),
                                    HasSubstr("{\"a\": [")));
 

@@ -1,13 +1,15 @@
-#include "format/json_reader.h"
+#include "support/json.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
+#include <type_traits>
 
 #include "recemb/error.h"
 
-#include "format/checksum.h"
+#include "support/number_text.h"
 
-namespace recemb::format {
+namespace recemb::support {
 namespace {
 
 // How much of nlohmann's message a parse error quotes: enough for its position and reason; its
@@ -50,7 +52,7 @@ void append_preview(const Json& value, std::string& text, size_t budget) {
 
 // The path of member `key` of the value at `path` ("tables[2].config" + "dim").
 std::string member_path(const std::string& path, std::string_view key) {
-  return path.empty() ? truncated(key) : path + "." + truncated(key);
+  return path.empty() ? excerpt(key) : path + "." + excerpt(key);
 }
 
 // An array or object being parsed: its path, and what parse_json checks inside it.
@@ -119,27 +121,38 @@ Json parse_json(std::string_view text, const JsonDocument& document) {
   try {
     return Json::parse(text, check);
   } catch (const JsonError& error) {
-    fail(document, "not valid JSON: " + truncated(error.what(), kMaxParserMessageLength));
+    fail(document, "not valid JSON: " + excerpt(error.what(), kMaxParserMessageLength));
   }
 }
 
 std::string describe(const Json& value) {
   std::string text;
   append_preview(value, text, kMaxQuotedLength);
-  return truncated(text);
+  return excerpt(text);
 }
 
-std::string truncated(std::string_view text, size_t max_length) {
-  if (text.size() <= max_length) return std::string(text);
-  return std::string(text.substr(0, max_length)) + "...";
+std::string excerpt(std::string_view text, size_t max_length) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string result;
+  result.reserve(std::min(text.size(), max_length) + 3);
+  for (const char c : text.substr(0, max_length)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      result += {'\\', 'x', kHex[byte >> 4], kHex[byte & 15]};
+    } else {
+      result += c;
+    }
+  }
+  if (text.size() > max_length) result += "...";
+  return result;
 }
 
 void JsonReader::fail(const std::string& problem) const {
-  format::fail(*document_, path_.empty() ? problem : path_ + ": " + problem);
+  support::fail(*document_, path_.empty() ? problem : path_ + ": " + problem);
 }
 
 std::string JsonReader::member_path(std::string_view key) const {
-  return format::member_path(path_, key);
+  return support::member_path(path_, key);
 }
 
 void JsonReader::expect_object() const {
@@ -225,12 +238,192 @@ double JsonReader::number() const {
   return value_->get<double>();
 }
 
-uint64_t checksum_from_json(const JsonReader& json) {
-  uint64_t checksum = 0;
-  if (!json.json().is_string() || !parse_checksum(json.string(), checksum)) {
-    json.fail("expected 16 lowercase hex digits, got " + describe(json.json()));
-  }
-  return checksum;
+
+bool JsonScalar::is_number() const {
+  return kind == Kind::kInteger || kind == Kind::kUnsigned || kind == Kind::kFloat;
 }
 
-}  // namespace recemb::format
+double JsonScalar::as_double() const {
+  if (kind == Kind::kInteger) return static_cast<double>(integer);
+  if (kind == Kind::kUnsigned) return static_cast<double>(unsigned_value);
+  return number;
+}
+
+std::string JsonScalar::describe() const {
+  switch (kind) {
+    case Kind::kNull:
+      return "null";
+    case Kind::kBoolean:
+      return boolean ? "true" : "false";
+    case Kind::kInteger:
+      return std::to_string(integer);
+    case Kind::kUnsigned:
+      return std::to_string(unsigned_value);
+    case Kind::kFloat:
+      return excerpt(text);
+    case Kind::kString:
+      return "\"" + excerpt(text) + "\"";
+  }
+  return "";
+}
+
+void JsonEvents::parse(std::string_view text) {
+  nlohmann::json::sax_parse(text.begin(), text.end(), this);
+}
+
+bool JsonEvents::null() { return scalar({}); }
+
+bool JsonEvents::boolean(bool value) {
+  return scalar({.kind = JsonScalar::Kind::kBoolean, .boolean = value});
+}
+
+bool JsonEvents::number_integer(number_integer_t value) {
+  return scalar({.kind = JsonScalar::Kind::kInteger, .integer = value});
+}
+
+bool JsonEvents::number_unsigned(number_unsigned_t value) {
+  return scalar({.kind = JsonScalar::Kind::kUnsigned, .unsigned_value = value});
+}
+
+bool JsonEvents::number_float(number_float_t value, const string_t& text) {
+  return scalar({.kind = JsonScalar::Kind::kFloat, .number = value, .text = text});
+}
+
+bool JsonEvents::string(string_t& value) {
+  return scalar({.kind = JsonScalar::Kind::kString, .text = value});
+}
+
+bool JsonEvents::binary(binary_t&) {
+  throw InvalidArgument("not valid JSON: a binary value");  // only binary formats have them
+}
+
+bool JsonEvents::parse_error(size_t, const std::string&, const nlohmann::detail::exception& error) {
+  throw InvalidArgument("not valid JSON: " + excerpt(error.what(), kMaxParserMessageLength));
+}
+
+std::string json_string(std::string_view text) {
+  return Json(std::string(text)).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+namespace {
+
+// The JSON text of a float or double: null for NaN and infinities, "-0.0" for -0 (which "-0", an
+// integer to JSON readers, would lose), else the shortest text that reads back.
+template <class Number>
+std::string number_text(Number value) {
+  if (!std::isfinite(value)) return "null";
+  if (value == 0 && std::signbit(value)) return "-0.0";
+  if constexpr (std::is_same_v<Number, float>) {
+    return float_text(value);
+  } else {
+    return double_text(value);
+  }
+}
+
+}  // namespace
+
+void JsonWriter::new_line() {
+  text_ += '\n';
+  text_.append(2 * empty_.size(), ' ');
+}
+
+void JsonWriter::begin_value() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (empty_.empty()) return;  // the document's value
+  if (!empty_.back()) text_ += layout_ == Layout::kLine ? ", " : ",";
+  empty_.back() = false;
+  if (layout_ == Layout::kIndented) new_line();
+}
+
+void JsonWriter::begin(char bracket) {
+  begin_value();
+  text_ += bracket;
+  empty_.push_back(true);
+}
+
+void JsonWriter::end(char bracket) {
+  const bool was_empty = empty_.back();
+  empty_.pop_back();
+  if (layout_ == Layout::kIndented && !was_empty) new_line();
+  text_ += bracket;
+}
+
+JsonWriter& JsonWriter::begin_object() {
+  begin('{');
+  return *this;
+}
+
+JsonWriter& JsonWriter::end_object() {
+  end('}');
+  return *this;
+}
+
+JsonWriter& JsonWriter::begin_array() {
+  begin('[');
+  return *this;
+}
+
+JsonWriter& JsonWriter::end_array() {
+  end(']');
+  return *this;
+}
+
+JsonWriter& JsonWriter::key(std::string_view name) {
+  begin_value();
+  text_ += json_string(name);
+  text_ += ": ";
+  after_key_ = true;
+  return *this;
+}
+
+JsonWriter& JsonWriter::string(std::string_view value) {
+  begin_value();
+  text_ += json_string(value);
+  return *this;
+}
+
+JsonWriter& JsonWriter::integer(int64_t value) {
+  begin_value();
+  text_ += std::to_string(value);
+  return *this;
+}
+
+JsonWriter& JsonWriter::unsigned_integer(uint64_t value) {
+  begin_value();
+  text_ += std::to_string(value);
+  return *this;
+}
+
+JsonWriter& JsonWriter::number(double value) {
+  begin_value();
+  text_ += number_text(value);
+  return *this;
+}
+
+JsonWriter& JsonWriter::number(float value) {
+  begin_value();
+  text_ += number_text(value);
+  return *this;
+}
+
+JsonWriter& JsonWriter::boolean(bool value) {
+  begin_value();
+  text_ += value ? "true" : "false";
+  return *this;
+}
+
+JsonWriter& JsonWriter::null() {
+  begin_value();
+  text_ += "null";
+  return *this;
+}
+
+std::string& JsonWriter::raw_value() {
+  begin_value();
+  return text_;
+}
+
+}  // namespace recemb::support

@@ -1,5 +1,6 @@
-#include "embedding/agreement.h"
+#include "support/collectives.h"
 
+#include <algorithm>
 #include <cstring>
 #include <span>
 #include <string>
@@ -125,24 +126,43 @@ void agree_on_error(Communicator& communicator, const std::exception_ptr& error)
     offset += count;
   }
 }
-namespace internal {
+namespace support {
 
-void agree_on_value(Communicator& communicator, uint64_t value, const std::string& what,
-                    const std::string& why) {
+std::string broadcast(Communicator& communicator, const std::string& text) {
+  if (communicator.size() == 1) return text;
   std::vector<std::byte> all;
   std::vector<int64_t> counts(static_cast<size_t>(communicator.size()));
-  communicator.all_gather(std::as_bytes(std::span(&value, 1)), all, counts);
-  uint64_t first = 0;
-  std::memcpy(&first, all.data(), sizeof(first));
+  const std::span<const std::byte> mine =
+      communicator.rank() == 0 ? std::as_bytes(std::span(text)) : std::span<const std::byte>();
+  communicator.all_gather(mine, all, counts);
+  return std::string(reinterpret_cast<const char*>(all.data()), static_cast<size_t>(counts[0]));
+}
+
+std::vector<int64_t> union_over_ranks(Communicator& communicator, std::vector<int64_t> mine) {
+  if (communicator.size() > 1) mine = all_gather(communicator, std::span<const int64_t>(mine));
+  std::sort(mine.begin(), mine.end());
+  mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+  return mine;
+}
+
+void agree_on_value(Communicator& communicator, uint64_t value,
+                    const std::function<std::string(int rank, uint64_t value, uint64_t rank0_value)>&
+                        mismatch) {
+  if (communicator.size() == 1) return;
+  const std::vector<uint64_t> all = all_gather(communicator, std::span<const uint64_t>(&value, 1));
   for (int rank = 1; rank < communicator.size(); ++rank) {
-    uint64_t other = 0;
-    std::memcpy(&other, all.data() + static_cast<size_t>(rank) * sizeof(other), sizeof(other));
-    if (other != first) {
-      throw InvalidArgument("rank " + std::to_string(rank) + "'s " + what +
-                            " differ from rank 0's: " + why);
+    if (all[static_cast<size_t>(rank)] != all[0]) {
+      throw InvalidArgument(mismatch(rank, all[static_cast<size_t>(rank)], all[0]));
     }
   }
 }
 
-}  // namespace internal
+void agree_on_value(Communicator& communicator, uint64_t value, const std::string& what,
+                    const std::string& why) {
+  agree_on_value(communicator, value, [&](int rank, uint64_t, uint64_t) {
+    return "rank " + std::to_string(rank) + "'s " + what + " differ from rank 0's: " + why;
+  });
+}
+
+}  // namespace support
 }  // namespace recemb

@@ -1,13 +1,16 @@
-// agree (src/embedding/agreement.h) and agree_on_error (recemb/communicator.h): ranks are threads
-// connected by in_process_communicators. Every rank passes -> every rank returns; some rank fails
+// support/collectives.h and agree_on_error (recemb/communicator.h): ranks are threads connected by
+// in_process_communicators, checked against what each rank gave. For agree: Every rank passes ->
+// every rank returns; some rank fails
 // -> every rank throws the lowest failing rank's error as "rank R: <message>", of its type
 // (InvalidArgument, FailedPrecondition, DataLoss, ResourceExhausted, std::system_error with its
 // errno; anything else
 // becomes FailedPrecondition); one rank alone -> the validation's own exception, untouched. These
 // tests also run under ThreadSanitizer.
-#include "embedding/agreement.h"
+#include "support/collectives.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -15,6 +18,8 @@
 #include <memory>
 #include <ostream>
 #include <random>
+#include <set>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -25,7 +30,7 @@
 #include "recemb/communicator.h"
 #include "recemb/error.h"
 
-namespace recemb::internal {
+namespace recemb::support {
 namespace {
 
 // What one rank's call did.
@@ -377,5 +382,94 @@ TEST(Agreement, OneRankAgreeOnErrorRethrowsTheErrorItself) {
   }
 }
 
+// Each rank's values, random in number (0 included) and content; what every rank must receive
+// is their concatenation in rank order, built here from the inputs.
+TEST_P(AgreementTest, AllGatherConcatenatesInRankOrderAndBroadcastGivesRankZerosText) {
+  std::mt19937_64 rng(41 + static_cast<uint64_t>(size()));
+  std::vector<std::vector<double>> given(static_cast<size_t>(size()));
+  std::vector<double> expected;
+  std::vector<int64_t> expected_counts;
+  for (std::vector<double>& values : given) {
+    values.resize(rng() % 5);
+    for (double& value : values) value = std::ldexp(static_cast<double>(rng() % 1000), -3);
+    expected.insert(expected.end(), values.begin(), values.end());
+    expected_counts.push_back(static_cast<int64_t>(values.size()));
+  }
+  std::vector<std::vector<double>> received(static_cast<size_t>(size()));
+  std::vector<std::vector<int64_t>> counts(static_cast<size_t>(size()));
+  std::vector<std::string> texts(static_cast<size_t>(size()));
+  const auto outcomes = on_ranks(communicators_, [&](int rank, Communicator& communicator) {
+    const auto r = static_cast<size_t>(rank);
+    std::vector<std::byte> bytes;
+    for (int round = 0; round < 3; ++round) {  // buffers reused
+      all_gather(communicator, std::span<const double>(given[r]), received[r], counts[r], bytes);
+    }
+    texts[r] = broadcast(communicator, rank == 0 ? std::string("from rank 0\0!", 13) : "other");
+  });
+  for (size_t r = 0; r < received.size(); ++r) {
+    EXPECT_EQ(outcomes[r], Outcome{});
+    EXPECT_EQ(received[r], expected) << "rank " << r;
+    EXPECT_EQ(counts[r], expected_counts) << "rank " << r;
+    EXPECT_EQ(texts[r], std::string("from rank 0\0!", 13)) << "rank " << r;
+  }
+}
+
+TEST_P(AgreementTest, UnionOverRanksIsEveryRanksValuesSortedOnce) {
+  std::mt19937_64 rng(43 + static_cast<uint64_t>(size()));
+  std::vector<std::vector<int64_t>> given(static_cast<size_t>(size()));
+  std::set<int64_t> expected;
+  for (std::vector<int64_t>& values : given) {
+    for (uint64_t n = rng() % 6; n > 0; --n) values.push_back(static_cast<int64_t>(rng() % 9) - 4);
+    expected.insert(values.begin(), values.end());
+  }
+  std::vector<std::vector<int64_t>> merged(static_cast<size_t>(size()));
+  on_ranks(communicators_, [&](int rank, Communicator& communicator) {
+    merged[static_cast<size_t>(rank)] =
+        union_over_ranks(communicator, given[static_cast<size_t>(rank)]);
+  });
+  for (const std::vector<int64_t>& values : merged) {
+    EXPECT_EQ(values, std::vector<int64_t>(expected.begin(), expected.end()));
+  }
+}
+
+// Equal values pass on every rank; otherwise every rank throws, naming the lowest rank that
+// differs from rank 0 with its value and rank 0's.
+TEST_P(AgreementTest, AgreeOnValueNamesTheLowestRankThatDiffers) {
+  for (int differing = 1; differing <= size(); ++differing) {  // size(): none differs
+    const auto outcomes = on_ranks(communicators_, [&](int rank, Communicator& communicator) {
+      const uint64_t value = rank >= differing ? 100 + static_cast<uint64_t>(rank) : 7;
+      agree_on_value(communicator, value, [](int r, uint64_t mine, uint64_t first) {
+        return "rank " + std::to_string(r) + " has " + std::to_string(mine) + ", rank 0 " +
+               std::to_string(first);
+      });
+      agree_on_value(communicator, 5, "tables", "each rank passes the same");
+    });
+    const Outcome expected = differing == size()
+                                 ? Outcome{}
+                                 : Outcome{Outcome::kInvalidArgument,
+                                           "rank " + std::to_string(differing) + " has " +
+                                               std::to_string(100 + differing) + ", rank 0 7"};
+    for (const Outcome& outcome : outcomes) EXPECT_EQ(outcome, expected) << differing;
+  }
+  const auto outcomes = on_ranks(communicators_, [&](int rank, Communicator& communicator) {
+    agree_on_value(communicator, rank == size() - 1 ? 1 : 0, "tables", "each rank passes the same");
+  });
+  for (const Outcome& outcome : outcomes) {
+    EXPECT_EQ(outcome, (Outcome{Outcome::kInvalidArgument,
+                                "rank " + std::to_string(size() - 1) +
+                                    "'s tables differ from rank 0's: each rank passes the same"}));
+  }
+}
+
+// One rank: nothing exchanged, each collective its local result.
+TEST(Collectives, OneRankExchangesNothing) {
+  Communicator& alone = *local_communicator();
+  EXPECT_EQ(broadcast(alone, "text"), "text");
+  EXPECT_EQ(union_over_ranks(alone, {3, 1, 3, -2}), (std::vector<int64_t>{-2, 1, 3}));
+  EXPECT_EQ(all_gather(alone, std::span<const int>(std::vector<int>{4, 5})),
+            (std::vector<int>{4, 5}));
+  agree_on_value(alone, 9, "x", "y");
+}
+
 }  // namespace
-}  // namespace recemb::internal
+}  // namespace recemb::support
