@@ -463,7 +463,8 @@ TEST_P(AgreementTest, AgreeOnValueNamesTheLowestRankThatDiffers) {
 
 // One rank: nothing exchanged, each collective its local result.
 TEST(Collectives, OneRankExchangesNothing) {
-  Communicator& alone = *local_communicator();
+  const std::shared_ptr<Communicator> communicator = local_communicator();
+  Communicator& alone = *communicator;
   EXPECT_EQ(broadcast(alone, "text"), "text");
   EXPECT_EQ(union_over_ranks(alone, {3, 1, 3, -2}), (std::vector<int64_t>{-2, 1, 3}));
   EXPECT_EQ(all_gather(alone, std::span<const int>(std::vector<int>{4, 5})),
