@@ -123,7 +123,8 @@ struct DynamicTableContents {
 
 class Embedding;
 namespace internal {
-struct PartAccess;  // src/embedding/parts.h: the parts a rank holds, for checkpoints
+struct PartAccess;    // src/embedding/parts.h: the parts a rank holds, for checkpoints
+struct ChangeAccess;  // src/embedding/parts.h: their changes, for online publishing
 }  // namespace internal
 
 // The validated, normalised ids of one training lookup: what apply_gradients needs. Owned by the
@@ -283,6 +284,7 @@ class RECEMB_EXPORT Embedding {
 
  private:
   friend struct internal::PartAccess;
+  friend struct internal::ChangeAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

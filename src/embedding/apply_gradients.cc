@@ -151,8 +151,8 @@ void Embedding::Impl::finish_dynamic_step() {
   const int64_t pinned_from = pending_lookups->oldest();
   for (TableState& state : model.states) {
     if (internal::DynamicPart* dynamic = state.dynamic()) {
-      dynamic->reset_zero_row(state.storage());
-      dynamic->expire(model.step, pinned_from);
+      dynamic->reset_zero_row(state.training_storage());
+      dynamic->expire(model.step, pinned_from, state.changes());
     }
   }
 }
@@ -312,15 +312,7 @@ void Embedding::Impl::update_tables() {
       {.work = total_rows, .min_work_for_threads = internal::kMinRowsForThreads});
   // Online publishing: the rows just written, once a publish started tracking them (a byte a
   // row, written in place: no allocation).
-  for (TableState& state : model.states) {
-    internal::TableStorage& storage = state.storage();
-    if (!state.optimizer() || !storage.tracks_changes()) continue;
-    if (state.updates_all_rows()) {
-      storage.mark_all_changed();
-    } else {
-      for (const int64_t row : state.grouping().unique_rows()) storage.mark_changed(row);
-    }
-  }
+  for (TableState& state : model.states) state.record_update();
 }
 
 void Embedding::apply_gradients(LookupBatch& batch,

@@ -161,21 +161,16 @@ void DynamicPart::touch_present(std::span<const KeyRun> runs, int64_t step, int 
   }
 }
 
-void DynamicPart::evict_victims() {
+void DynamicPart::evict_victims(ChangeLog& changes) {
   for (const int64_t slot : victims_) {
-    if (tracks_removals_) removed_keys_.push_back(index_.key_of(slot));
+    changes.removed(index_.key_of(slot));
     index_.erase(slot);
   }
   counters_.evicted += std::ssize(victims_);
 }
 
-void DynamicPart::start_tracking_removals() {
-  tracks_removals_ = true;
-  removed_keys_.clear();
-}
-
-void DynamicPart::commit(std::span<const KeyRun> runs, int64_t step) {
-  evict_victims();
+void DynamicPart::commit(std::span<const KeyRun> runs, int64_t step, ChangeLog& changes) {
+  evict_victims(changes);
   // The index first; the admitted keys' rows after (initialize_admitted).
   admitted_rows_.clear();
   for (size_t d = 0; d < distinct_.size(); ++d) {
@@ -205,16 +200,17 @@ void DynamicPart::commit(std::span<const KeyRun> runs, int64_t step) {
   }
 }
 
-int64_t DynamicPart::expire(int64_t completed_step, int64_t pinned_from) {
+int64_t DynamicPart::expire(int64_t completed_step, int64_t pinned_from, ChangeLog& changes) {
   if (!vocabulary_.ttl_steps) return 0;
   const int64_t before = completed_step - *vocabulary_.ttl_steps + 1;
   const std::span<const int64_t> expired = index_.expired(before, pinned_from);
   victims_.assign(expired.begin(), expired.end());  // the index's scratch: copied before erasing
-  evict_victims();
+  evict_victims(changes);
   return std::ssize(victims_);
 }
 
-void DynamicPart::initialize_admitted(TableStorage& storage, int part, int parts) const {
+void DynamicPart::initialize_admitted(TableStorage& storage, ChangeLog& changes, int part,
+                                      int parts) const {
   const auto prefetch = [&](int64_t slot) {
     prefetch_row_for_write(storage.row(slot), columns_);
     for (size_t s = 0; s < storage.slot_specs().size(); ++s) {
@@ -230,7 +226,7 @@ void DynamicPart::initialize_admitted(TableStorage& storage, int part, int parts
     initialize_rows(table_.initializer, table_seed_, key, 1, table_.dim, initial_row);
     std::copy_n(initial_row.begin() + first_column_, columns_, storage.row(slot));
     storage.initialize_slots(slot, 1);
-    storage.mark_changed(slot);
+    changes.mark(slot);
   }
 }
 

@@ -33,6 +33,7 @@
 
 #include "recemb/config.h"
 
+#include "embedding/change_log.h"
 #include "placement/partition.h"
 #include "storage/key_index.h"
 #include "storage/pending_counts.h"
@@ -80,25 +81,20 @@ class DynamicPart {
   // in the part-th of `parts` equal slot ranges: `parts` calls (part in [0, parts)) may run at
   // once, each slot being touched by one of them.
   void touch_present(std::span<const KeyRun> runs, int64_t step, int part, int parts);
-  void commit(std::span<const KeyRun> runs, int64_t step);
+  // The keys it evicts are recorded in `changes` (ChangeLog::removed).
+  void commit(std::span<const KeyRun> runs, int64_t step, ChangeLog& changes);
   // After commit: the parameters and slots of the keys it admitted whose index among them %
-  // parts == part, from (table seed, key). `parts` calls may run at once (distinct rows).
-  void initialize_admitted(TableStorage& storage, int part, int parts) const;
+  // parts == part, from (table seed, key), each row marked in `changes`. `parts` calls may run at
+  // once (distinct rows).
+  void initialize_admitted(TableStorage& storage, ChangeLog& changes, int part, int parts) const;
 
   // TTL: at the end of the apply_gradients that completed step `completed_step`, removes the keys
-  // last seen before completed_step - ttl_steps + 1 (none without a TTL); returns how many.
-  int64_t expire(int64_t completed_step, int64_t pinned_from);
+  // last seen before completed_step - ttl_steps + 1 (none without a TTL), recording them in
+  // `changes`; returns how many.
+  int64_t expire(int64_t completed_step, int64_t pinned_from, ChangeLog& changes);
 
   // Sets the zero row's parameters back to 0 (after an update wrote to it).
   void reset_zero_row(TableStorage& storage) const;
-
-  // Online publishing (docs/serving.md, "Publishing deltas"): from start_tracking_removals on, the
-  // keys that commit and expire remove (a key may appear more than once, and may have been
-  // admitted again since), until clear_removed_keys. The rows that commit admits are marked in
-  // the storage by initialize_admitted (TableStorage::mark_changed).
-  void start_tracking_removals();
-  std::span<const int64_t> removed_keys() const { return removed_keys_; }
-  void clear_removed_keys() { removed_keys_.clear(); }
 
  private:
   // The distinct absent keys of a lookup, in order of first occurrence.
@@ -113,8 +109,8 @@ class DynamicPart {
   // Marks (or unmarks) in in_lookup_ the slots of the present keys of `runs`; returns how many
   // distinct slots were newly marked.
   int64_t mark_present(std::span<const KeyRun> runs, bool mark);
-  // Erases the keys of the slots in victims_, recording them when tracking removals.
-  void evict_victims();
+  // Erases the keys of the slots in victims_, recording them in `changes`.
+  void evict_victims(ChangeLog& changes);
 
   TableConfig table_;
   DynamicVocabulary vocabulary_;
@@ -137,8 +133,6 @@ class DynamicPart {
     int64_t slot;
   };
   std::vector<KeySlot> admitted_rows_;  // by the last commit, in order
-  bool tracks_removals_ = false;
-  std::vector<int64_t> removed_keys_;
 };
 
 // The lookup steps of the training lookups not applied yet (their keys are pinned). Shared

@@ -289,7 +289,6 @@ void Embedding::write_dynamic_table(std::string_view table, const DynamicTableCo
                             "write_dynamic_table takes the same contents on every rank");
   }
   // Validated: replace the keys of every part this rank holds.
-  model.untracked_writes = true;
   const size_t t = model.table_index(table);
   const TableConfig& config = model.tables[t];
   const int64_t n = std::ssize(contents.keys);
@@ -298,10 +297,10 @@ void Embedding::write_dynamic_table(std::string_view table, const DynamicTableCo
   for (TableState& state : model.states) {
     const TablePart& part = state.part();
     if (part.table != t) continue;
+    TableStorage& storage = state.untracked_storage();
     internal::KeyIndex& index = state.dynamic()->index();
     internal::PendingCounts& pending = state.dynamic()->pending();
     for (const int64_t slot : index.slots_by_key()) index.erase(slot);
-    TableStorage& storage = state.storage();
     for (int64_t i = 0; i < n; ++i) {
       const int64_t key = contents.keys[static_cast<size_t>(i)];
       if (part.strategy == ShardingStrategy::kRowWise &&

@@ -127,12 +127,22 @@ size_t Model::table_index(std::string_view name) const {
   throw InvalidArgument("no table named '" + std::string(name) + "'");
 }
 
-const TableState* Model::whole_state(size_t table) const {
-  for (const TableState& state : states) {
+namespace {
+
+// The state of `model` (const or not) holding table t whole, or nullptr.
+template <class ModelType>
+auto whole_state_of(ModelType& model, size_t table) -> decltype(&model.states[0]) {
+  for (auto& state : model.states) {
     if (state.part().table == table && state.part().whole) return &state;
   }
   return nullptr;
 }
+
+}  // namespace
+
+const TableState* Model::whole_state(size_t table) const { return whole_state_of(*this, table); }
+
+TableState* Model::whole_state(size_t table) { return whole_state_of(*this, table); }
 
 std::vector<std::string> Model::variable_names(std::string_view table) const {
   const size_t t = table_index(table);
@@ -322,13 +332,12 @@ void Embedding::Impl::read_variable(size_t table, std::string_view variable, std
 
 void Embedding::Impl::write_variable(size_t table, std::string_view variable,
                                      std::span<const float> values) {
-  model.untracked_writes = true;
   const TableConfig& config = model.tables[table];
   const int64_t width = model.variable_width(config.name, variable);
   for (TableState& state : model.states) {
     const TablePart& held = state.part();
     if (held.table != table) continue;
-    float* target = state.storage().variable(variable)->data();
+    float* target = state.untracked_storage().variable(variable)->data();
     const int64_t columns = part_width(held, width, config.dim);
     const int64_t first = width == config.dim ? held.first_column : 0;
     for (int64_t local = 0; local < held.rows; ++local) {
@@ -469,9 +478,13 @@ bool Embedding::has_whole_table(std::string_view table) const {
 
 std::span<float> Embedding::variable_data(std::string_view table, std::string_view variable) {
   impl_->execution.join_prefetch();
-  const auto values = std::as_const(*this).variable_data(table, variable);
-  impl_->model.untracked_writes = true;  // the caller may write the rows
-  return {const_cast<float*>(values.data()), values.size()};
+  std::as_const(*this).variable_data(table, variable);  // throws as the const one does
+  internal::Model& model = impl_->model;
+  // The caller may write the rows: the untracked door.
+  return model.whole_state(model.table_index(table))
+      ->untracked_storage()
+      .variable(variable)
+      ->span();
 }
 
 std::span<const float> Embedding::variable_data(std::string_view table,

@@ -18,7 +18,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -45,25 +44,7 @@
 namespace recemb {
 namespace internal {
 
-// Where an Embedding last published (recemb/publish.h): the model directory, the version it
-// wrote a base in, the sequence of the last delta taken (0: the base), the base's identity (its
-// manifest checksum) and the dtype of them all.
-struct Publication {
-  std::filesystem::path dir;
-  int64_t version = 0;
-  int64_t sequence = 0;
-  uint64_t base_id = 0;
-  ServingDtype dtype = ServingDtype::kFloat32;
-  // Set by a delta's write that failed (possibly on another thread): the next publish is a base.
-  std::shared_ptr<std::atomic<bool>> failed_write;
-  // The bytes of the deltas written since the base (added by each delta's write, possibly on
-  // another thread), for PublishOptions::base_every_bytes.
-  std::shared_ptr<std::atomic<int64_t>> delta_bytes;
-  // What identifies the base file written: its size and its first bytes (the header, holding the
-  // manifest's checksum that deltas name as their base).
-  uint64_t base_size = 0;
-  std::vector<std::byte> base_header;
-};
+struct PublicationState;  // serving/publisher.cc
 
 // What an Embedding is and holds: its configs, placement, the parts this rank holds, its step.
 struct Model {
@@ -85,13 +66,10 @@ struct Model {
   bool has_dynamic_tables = false;                  // any table, held here or not
   int64_t step = 0;
   int64_t skipped_rows = 0;
-  // Online publishing (recemb/publish.h): the last publish, and whether rows were written since
-  // by a call that does not mark the rows it writes (write_variable, write_dynamic_table, a
-  // restore, the mutable variable_data), so that the next publish writes a base. Training steps
-  // mark theirs (TableStorage::mark_changed, DynamicPart's removed keys) once a publish started
-  // the tracking.
-  std::optional<Publication> publication;
-  bool untracked_writes = false;
+  // Online publishing (recemb/publish.h): where and what this Embedding last published, kept for
+  // serving/publisher.cc, which alone knows what it holds (null before the first publish). The
+  // rows changed since are in each state's ChangeLog.
+  std::shared_ptr<PublicationState> publication;
 
   // InvalidArgument for an unknown name.
   size_t table_index(std::string_view name) const;
@@ -100,6 +78,7 @@ struct Model {
   size_t static_table_index(std::string_view table, std::string_view call) const;
   // The state holding table t whole on this rank, or nullptr.
   const TableState* whole_state(size_t table) const;
+  TableState* whole_state(size_t table);
   std::vector<std::string> variable_names(std::string_view table) const;
   // Floats per row of a variable (dim for "parameters"); InvalidArgument for an unknown name.
   int64_t variable_width(std::string_view table, std::string_view name) const;

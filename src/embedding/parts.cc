@@ -1,6 +1,7 @@
 #include "embedding/parts.h"
 
 #include <limits>
+#include <type_traits>
 
 #include "embedding/embedding_impl.h"
 
@@ -18,13 +19,20 @@ std::vector<LocalPart<Float>> PartAccess::parts_of(const Embedding& embedding) {
     const TableConfig& config = state.table();
     LocalPart<Float>& local =
         parts.emplace_back(LocalPart<Float>{.part = held, .dynamic = state.dynamic()});
+    // Writers come in through the untracked door: the next publish writes a base.
+    auto& storage = [&state]() -> decltype(auto) {
+      if constexpr (std::is_const_v<Float>) {
+        return state.storage();
+      } else {
+        return state.untracked_storage();
+      }
+    }();
     for (std::string& name : model.variable_names(config.name)) {
-      TableStorage& storage = state.storage();
       const int64_t width = model.variable_width(config.name, name);
       // A variable as wide as the table is split with the columns; a narrower one (a row-wise
       // slot) is kept whole by every part (the planner splits no such table by columns).
       const bool split = width == config.dim;
-      const std::span<float> values = storage.variable(name)->span();
+      const std::span<Float> values = storage.variable(name)->span();
       local.variables.push_back({.name = std::move(name),
                                  .width = width,
                                  .first_column = split ? held.first_column : 0,
@@ -40,14 +48,40 @@ std::vector<LocalPart<const float>> PartAccess::local_parts(const Embedding& emb
 }
 
 std::vector<LocalPart<float>> PartAccess::local_parts(Embedding& embedding) {
-  std::vector<LocalPart<float>> parts = parts_of<float>(embedding);
-  embedding.impl_->model.untracked_writes = true;  // the caller may write the rows
-  return parts;
+  return parts_of<float>(embedding);
 }
 
-Model& PartAccess::model(Embedding& embedding) {
+std::vector<PartChanges> ChangeAccess::changes(Embedding& embedding) {
   embedding.impl_->execution.join_prefetch();
-  return embedding.impl_->model;
+  const Model& model = embedding.impl_->model;
+  std::vector<PartChanges> changes;
+  changes.reserve(model.states.size());
+  for (const TableState& state : model.states) {
+    const ChangeLog& log = state.changes();
+    changes.push_back({.part = state.part(),
+                       .changed_rows = log.changed_rows(),
+                       .removed_keys = log.removed_keys(),
+                       .untracked = log.untracked(),
+                       .dynamic = state.dynamic(),
+                       .parameters = state.storage().variable("parameters")->span(),
+                       .whole = model.whole_state(state.part().table) == &state});
+  }
+  return changes;
+}
+
+void ChangeAccess::start_tracking(Embedding& embedding) {
+  embedding.impl_->execution.join_prefetch();
+  for (TableState& state : embedding.impl_->model.states) state.changes().start(state.rows());
+}
+
+void ChangeAccess::clear(Embedding& embedding) {
+  embedding.impl_->execution.join_prefetch();
+  for (TableState& state : embedding.impl_->model.states) state.changes().clear();
+}
+
+std::shared_ptr<PublicationState>& ChangeAccess::publication(Embedding& embedding) {
+  embedding.impl_->execution.join_prefetch();
+  return embedding.impl_->model.publication;
 }
 
 Communicator& PartAccess::communicator(const Embedding& embedding) {

@@ -13,6 +13,7 @@
 #define RECEMB_EMBEDDING_PARTS_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -47,17 +48,46 @@ struct LocalPart {
   std::conditional_t<std::is_const_v<Float>, const DynamicPart*, DynamicPart*> dynamic = nullptr;
 };
 
+struct PublicationState;  // serving/publisher.cc
+
+// One part's changes since the last publish (embedding/change_log.h), for online publishing.
+struct PartChanges {
+  TablePart part;  // part.table indexes Embedding::tables()
+  // A byte per local row (a dynamic part: per slot of its index), 1 for a row written by training
+  // steps; empty before tracking started.
+  std::span<const uint8_t> changed_rows;
+  std::span<const int64_t> removed_keys;  // a dynamic part's, as ChangeLog::removed_keys
+  bool untracked = false;                 // rows written by another call since: a base follows
+  const DynamicPart* dynamic = nullptr;   // a dynamic table's part
+  // The part's parameters (part.rows rows of part.num_columns floats, and a dynamic part's zero
+  // row), and whether they are its table's whole (every row and column:
+  // Embedding::has_whole_table).
+  std::span<const float> parameters;
+  bool whole = false;
+};
+
+// Online publishing's door into the engine (serving/publisher.cc): the changes of this rank's
+// parts and where the Embedding last published; nothing else. Each call waits for a prefetch in
+// progress first.
+struct ChangeAccess {
+  // The parts this rank holds, in partition.rank_parts(rank) order.
+  static std::vector<PartChanges> changes(Embedding& embedding);
+  // After a base: every part tracks changes from here on (ChangeLog::start).
+  static void start_tracking(Embedding& embedding);
+  // After a delta took the changes (ChangeLog::clear).
+  static void clear(Embedding& embedding);
+  // Where and what the Embedding last published: null before its first publish.
+  static std::shared_ptr<PublicationState>& publication(Embedding& embedding);
+};
+
 struct PartAccess {
   // The parts this rank holds (partition.rank_parts(rank)), in that order. The spans point into
   // the Embedding and stay valid while it lives and is not moved from. Waits for a prefetch in
   // progress first (as every call on the Embedding does).
   static std::vector<LocalPart<const float>> local_parts(const Embedding& embedding);
-  // The same, to write (marks the Embedding's rows as written for online publishing, so that its
-  // next publish writes a base: Model::untracked_writes).
+  // The same, to write: through the parts' untracked door (embedding/table_state.h), so that the
+  // Embedding's next publish writes a base.
   static std::vector<LocalPart<float>> local_parts(Embedding& embedding);
-  // The Embedding's model, for online publishing (serving/publisher.cc), which reads the parts'
-  // rows and the changes tracked in them. Waits for a prefetch in progress first.
-  static Model& model(Embedding& embedding);
   // The ranks sharing the tables (local_communicator() for one process alone).
   static Communicator& communicator(const Embedding& embedding);
   // Whether a training lookup is not applied yet (its batch holds slots of dynamic tables' keys).

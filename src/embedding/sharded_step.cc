@@ -146,13 +146,14 @@ void Embedding::Impl::resolve_keys(LookupBatch::Impl& batch) {
   execution.pool.parallel_for(static_cast<int64_t>(runs.size()), [&](int64_t s, int) {
     TableState& state = model.states[static_cast<size_t>(s)];
     if (internal::DynamicPart* dynamic = state.dynamic()) {
-      dynamic->commit(runs[static_cast<size_t>(s)], step);
+      dynamic->commit(runs[static_cast<size_t>(s)], step, state.changes());
     }
   });
   execution.pool.parallel_for(static_cast<int64_t>(runs.size()) * parts, [&](int64_t t, int) {
     TableState& state = model.states[static_cast<size_t>(t / parts)];
     if (const internal::DynamicPart* dynamic = state.dynamic()) {
-      dynamic->initialize_admitted(state.storage(), static_cast<int>(t % parts), parts);
+      dynamic->initialize_admitted(state.training_storage(), state.changes(),
+                                   static_cast<int>(t % parts), parts);
     }
   });
   batch.pending.hold(pending_lookups, step);

@@ -32,6 +32,15 @@ bool TableState::updates_all_rows() const {
   return adam != nullptr && !adam->lazy_adam;
 }
 
+void TableState::record_update() {
+  if (!optimizer_ || !changes_.tracking()) return;
+  if (updates_all_rows()) {
+    changes_.mark_all();
+  } else {
+    for (const int64_t row : grouping_.unique_rows()) changes_.mark(row);
+  }
+}
+
 void TableState::initialize(uint64_t table_seed, int64_t first_row, int64_t num_rows) {
   if (part_.whole) {
     initialize_rows(

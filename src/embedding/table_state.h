@@ -1,6 +1,11 @@
 // Everything an Embedding keeps per part of a table it holds (placement/partition.h): the part, its
-// table's config, its resolved optimizer, its storage and the reusable buffers of the backward
-// pass.
+// table's config, its resolved optimizer, its storage, the log of its changes for online
+// publishing (embedding/change_log.h) and the reusable buffers of the backward pass.
+//
+// The storage is read through storage() and written through one of two doors, so that no writer
+// can leave the change log behind: the training step's (training_storage(), variables(): the step
+// marks what it writes, record_update and DynamicPart's admission do) and every other writer's
+// (untracked_storage(): marks the log untracked, so the next publish writes a base).
 #ifndef RECEMB_EMBEDDING_TABLE_STATE_H_
 #define RECEMB_EMBEDDING_TABLE_STATE_H_
 
@@ -12,6 +17,7 @@
 
 #include "recemb/config.h"
 
+#include "embedding/change_log.h"
 #include "embedding/dynamic_part.h"
 #include "embedding/exchange.h"
 #include "kernels/row_grouping.h"
@@ -48,8 +54,17 @@ class TableState {
   int64_t rows() const { return storage_.num_rows(); }
   int64_t columns() const { return part_.num_columns; }
   const std::optional<Optimizer>& optimizer() const { return optimizer_; }
-  TableStorage& storage() { return storage_; }
   const TableStorage& storage() const { return storage_; }
+  // The training step's door: it marks in changes() the rows it writes.
+  TableStorage& training_storage() { return storage_; }
+  // Every other writer's door (write_variable, write_dynamic_table, a restore, the mutable
+  // variable_data): the next publish writes a base.
+  TableStorage& untracked_storage() {
+    changes_.mark_untracked();
+    return storage_;
+  }
+  ChangeLog& changes() { return changes_; }
+  const ChangeLog& changes() const { return changes_; }
   // A dynamic table's keys; nullptr for a static table.
   DynamicPart* dynamic() { return dynamic_.get(); }
   const DynamicPart* dynamic() const { return dynamic_.get(); }
@@ -78,7 +93,11 @@ class TableState {
             .sorted_gains = sorted_gains_.data(),
             .sorted_sources = sorted_sources_.data()};
   }
+  // The rows for the training step's update (its door, as training_storage()).
   RowVariables variables();
+  // After the update of this step's rows: marks them in changes() (every row for a table that
+  // updates all rows).
+  void record_update();
 
  private:
   // The bytes of a row's parameters and slots.
@@ -89,6 +108,7 @@ class TableState {
   TablePart part_;
   std::optional<Optimizer> optimizer_;
   TableStorage storage_;
+  ChangeLog changes_;
   std::unique_ptr<DynamicPart> dynamic_;
   std::vector<int64_t> contribution_rows_;
   std::vector<float> contribution_gains_;

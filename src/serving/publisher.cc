@@ -1,6 +1,6 @@
 // publish (recemb/publish.h): a base through export's writer, then deltas of the rows the
-// Embedding's change tracking marked (TableStorage::changed_rows, DynamicPart::removed_keys),
-// encoded by the exporter's TableEncoder (docs/serving.md, "Publishing deltas").
+// Embedding's change logs marked (embedding/change_log.h, reached through ChangeAccess), encoded
+// by the exporter's TableEncoder (docs/serving.md, "Publishing deltas").
 
 #include <algorithm>
 #include <atomic>
@@ -22,7 +22,6 @@
 #include "recemb/error.h"
 #include "recemb/publish.h"
 
-#include "embedding/embedding_impl.h"
 #include "embedding/parts.h"
 #include "format/checksum.h"
 #include "serving/format.h"
@@ -32,6 +31,27 @@
 #include "support/file_system.h"
 
 namespace recemb::internal {
+
+// Where an Embedding last published: the model directory, the version it wrote a base in, the
+// sequence of the last delta taken (0: the base), the base's identity (its manifest checksum) and
+// the dtype of them all. The Embedding keeps it (Model::publication) without knowing what it is.
+struct PublicationState {
+  std::filesystem::path dir;
+  int64_t version = 0;
+  int64_t sequence = 0;
+  uint64_t base_id = 0;
+  ServingDtype dtype = ServingDtype::kFloat32;
+  // Set by a delta's write that failed (possibly on another thread): the next publish is a base.
+  std::shared_ptr<std::atomic<bool>> failed_write;
+  // The bytes of the deltas written since the base (added by each delta's write, possibly on
+  // another thread), for PublishOptions::base_every_bytes.
+  std::shared_ptr<std::atomic<int64_t>> delta_bytes;
+  // What identifies the base file written: its size and its first bytes (the header, holding the
+  // manifest's checksum that deltas name as their base).
+  uint64_t base_size = 0;
+  std::vector<std::byte> base_header;
+};
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -106,8 +126,8 @@ std::optional<std::pair<uint64_t, std::vector<std::byte>>> file_identity(const f
 // Collective with several ranks: rank 0 chooses the version, writes the base into a staging
 // directory, renames it to the version's name and removes the versions beyond
 // options.keep_versions; every rank gathers the tables and agrees on rank 0's errors.
-PublishResult publish_base(Embedding& embedding, Model& model, const fs::path& dir,
-                           const PublishOptions& options, std::string reason) {
+PublishResult publish_base(Embedding& embedding, const fs::path& dir, const PublishOptions& options,
+                           std::string reason) {
   Communicator& communicator = PartAccess::communicator(embedding);
   const bool root = communicator.rank() == 0;
   int64_t version = 0;
@@ -140,21 +160,17 @@ PublishResult publish_base(Embedding& embedding, Model& model, const fs::path& d
     if (root) support::file_system().remove_all(staging);
     throw;
   }
-  for (TableState& state : model.states) {
-    state.storage().start_tracking_changes();
-    if (DynamicPart* dynamic = state.dynamic()) dynamic->start_tracking_removals();
-  }
-  model.untracked_writes = false;
-  model.publication =
-      Publication{.dir = dir,
-                  .version = version,
-                  .sequence = 0,
-                  .base_id = written.manifest_checksum,
-                  .dtype = options.dtype,
-                  .failed_write = std::make_shared<std::atomic<bool>>(false),
-                  .delta_bytes = std::make_shared<std::atomic<int64_t>>(0),
-                  .base_size = identity ? identity->first : 0,
-                  .base_header = identity ? identity->second : std::vector<std::byte>()};
+  ChangeAccess::start_tracking(embedding);
+  ChangeAccess::publication(embedding) = std::make_shared<PublicationState>(
+      PublicationState{.dir = dir,
+                       .version = version,
+                       .sequence = 0,
+                       .base_id = written.manifest_checksum,
+                       .dtype = options.dtype,
+                       .failed_write = std::make_shared<std::atomic<bool>>(false),
+                       .delta_bytes = std::make_shared<std::atomic<int64_t>>(0),
+                       .base_size = identity ? identity->first : 0,
+                       .base_header = identity ? identity->second : std::vector<std::byte>()});
   PublishResult result{.file = directory / kModelFileName,
                        .version = version,
                        .sequence = 0,
@@ -170,12 +186,16 @@ PublishResult publish_base(Embedding& embedding, Model& model, const fs::path& d
   return result;
 }
 
-// Why the next publish of `model` into `dir` must be a base; empty: a delta will do. `root`: this
-// rank writes the files, and alone knows of a failed write and of the base file's state.
-std::string base_reason(const Model& model, const fs::path& dir, const PublishOptions& options,
-                        bool root) {
-  if (!model.publication) return "the first publish of this Embedding into '" + dir.string() + "'";
-  const Publication& last = *model.publication;
+// Why the next publish into `dir` of an Embedding whose last publish was `publication` (null:
+// none) and whose parts have `changes` must be a base; empty: a delta will do. `root`: this rank
+// writes the files, and alone knows of a failed write and of the base file's state.
+std::string base_reason(const PublicationState* publication,
+                        const std::vector<PartChanges>& changes, const fs::path& dir,
+                        const PublishOptions& options, bool root) {
+  if (publication == nullptr) {
+    return "the first publish of this Embedding into '" + dir.string() + "'";
+  }
+  const PublicationState& last = *publication;
   if (last.dir != dir) {
     return "another directory than the previous publish's ('" + last.dir.string() + "')";
   }
@@ -183,7 +203,8 @@ std::string base_reason(const Model& model, const fs::path& dir, const PublishOp
     return "dtype " + std::string(serving_dtype_name(options.dtype)) + ", the base's " +
            std::string(serving_dtype_name(last.dtype));
   }
-  if (model.untracked_writes) {
+  if (std::any_of(changes.begin(), changes.end(),
+                  [](const PartChanges& part) { return part.untracked; })) {
     return "rows written since by other than training steps (write_variable, "
            "write_dynamic_table, a restored checkpoint, variable_data)";
   }
@@ -226,27 +247,30 @@ struct TableChanges {
 // removed and not admitted again since. Their values come from this process's own storage when
 // it holds the table whole alone, else from the whole table gathered (read_variable,
 // read_dynamic_table).
-TableChanges changes_of(const Embedding& embedding, const Model& model, size_t t) {
-  const TableConfig& table = model.tables[t];
+TableChanges changes_of(const Embedding& embedding, const std::vector<PartChanges>& parts,
+                        size_t t) {
+  const TableConfig& table = embedding.tables()[t];
   const bool dynamic = table.dynamic_vocabulary.has_value();
   std::vector<int64_t> ids;
   std::vector<int64_t> removed;
-  for (const TableState& state : model.states) {
-    if (state.part().table != t) continue;
-    const std::span<const uint8_t> changed = state.storage().changed_rows();
-    if (const DynamicPart* part = state.dynamic()) {
+  const PartChanges* whole = nullptr;  // a part holding table t whole
+  for (const PartChanges& state : parts) {
+    if (state.part.table != t) continue;
+    if (state.whole) whole = &state;
+    const std::span<const uint8_t> changed = state.changed_rows;
+    if (const DynamicPart* part = state.dynamic) {
       const KeyIndex& index = part->index();
       for (int64_t slot = 0; slot < index.slot_end(); ++slot) {
         if (changed[static_cast<size_t>(slot)] && index.occupied(slot)) {
           ids.push_back(index.key_of(slot));
         }
       }
-      for (const int64_t key : part->removed_keys()) {
+      for (const int64_t key : state.removed_keys) {
         if (index.find(key) == KeyIndex::kAbsent) removed.push_back(key);
       }
     } else {
-      for (int64_t row = 0; row < state.part().rows; ++row) {
-        if (changed[static_cast<size_t>(row)]) ids.push_back(state.part().global_row(row));
+      for (int64_t row = 0; row < state.part.rows; ++row) {
+        if (changed[static_cast<size_t>(row)]) ids.push_back(state.part.global_row(row));
       }
     }
   }
@@ -258,12 +282,12 @@ TableChanges changes_of(const Embedding& embedding, const Model& model, size_t t
   const std::vector<int64_t>& changed_ids = dynamic ? values.keys : values.row_ids;
   const int64_t dim = table.dim;
   values.owned.reserve(changed_ids.size() * static_cast<size_t>(dim));
-  const TableState* whole = communicator.size() == 1 ? model.whole_state(t) : nullptr;
+  if (communicator.size() > 1) whole = nullptr;  // the rows of other ranks' changes too
   if (dynamic) {
     changes.removed = support::union_over_ranks(communicator, std::move(removed));
     if (whole != nullptr) {
       for (const int64_t key : changed_ids) {
-        const float* row = whole->storage().row(whole->dynamic()->index().find(key));
+        const float* row = whole->parameters.data() + whole->dynamic->index().find(key) * dim;
         values.owned.insert(values.owned.end(), row, row + dim);
       }
     } else {
@@ -281,7 +305,7 @@ TableChanges changes_of(const Embedding& embedding, const Model& model, size_t t
       embedding.read_variable(table.name, "parameters", gathered);
     }
     for (const int64_t id : changed_ids) {
-      const float* row = whole != nullptr ? whole->storage().row(id) : gathered.data() + id * dim;
+      const float* row = (whole != nullptr ? whole->parameters.data() : gathered.data()) + id * dim;
       values.owned.insert(values.owned.end(), row, row + dim);
     }
   }
@@ -294,31 +318,27 @@ TableChanges changes_of(const Embedding& embedding, const Model& model, size_t t
 // too), written by write(): on any thread, while the Embedding trains on.
 class DeltaWriter {
  public:
-  DeltaWriter(const Embedding& embedding, Model& model, const PublishOptions& options)
-      : tables_(model.tables),
+  DeltaWriter(Embedding& embedding, const std::vector<PartChanges>& parts,
+              const PublishOptions& options)
+      : tables_(embedding.tables()),
         dtype_(options.dtype),
         metadata_(options.metadata),
         writes_file_(embedding.rank() == 0) {
-    Publication& publication = *model.publication;
+    PublicationState& publication = *ChangeAccess::publication(embedding);
     sequence_ = publication.sequence + 1;
     version_ = publication.version;
     base_id_ = publication.base_id;
     failed_ = publication.failed_write;
     delta_bytes_ = publication.delta_bytes;
     file_ = publication.dir / std::to_string(version_) / delta_file_name(sequence_);
-    for (size_t t = 0; t < model.tables.size(); ++t) {
-      changes_.push_back(changes_of(embedding, model, t));
-    }
+    for (size_t t = 0; t < tables_.size(); ++t) changes_.push_back(changes_of(embedding, parts, t));
     for (const ServingArray& array : options.extra_arrays) {
       array_values_.emplace_back(array.values.begin(), array.values.end());
       arrays_.push_back({.name = array.name, .shape = array.shape});
     }
     for (size_t a = 0; a < arrays_.size(); ++a) arrays_[a].values = array_values_[a];
     // Taken: the next delta holds the changes from here on.
-    for (TableState& state : model.states) {
-      state.storage().clear_changes();
-      if (DynamicPart* dynamic = state.dynamic()) dynamic->clear_removed_keys();
-    }
+    ChangeAccess::clear(embedding);
     publication.sequence = sequence_;
   }
 
@@ -439,20 +459,20 @@ std::function<PublishResult()> begin_publish(Embedding& embedding, const std::fi
                           std::to_string(options.base_every_bytes) + ") and keep_versions (" +
                           std::to_string(options.keep_versions) + ") must be >= 0 (0: no bound)");
   }
-  internal::Model& model = internal::PartAccess::model(embedding);
+  const std::vector<internal::PartChanges> changes = internal::ChangeAccess::changes(embedding);
   // Rank 0 alone writes, so it alone knows of a failed write or a missing base; any rank's
   // reason for a base is every rank's.
-  std::string reason = internal::base_reason(model, dir, options, embedding.rank() == 0);
+  std::string reason = internal::base_reason(internal::ChangeAccess::publication(embedding).get(),
+                                             changes, dir, options, embedding.rank() == 0);
   const bool base = support::union_over_ranks(internal::PartAccess::communicator(embedding),
                                               {reason.empty() ? 0 : 1})
                         .back() == 1;
   if (base) {
     if (reason.empty()) reason = "rank 0's reason";
-    PublishResult result =
-        internal::publish_base(embedding, model, dir, options, std::move(reason));
+    PublishResult result = internal::publish_base(embedding, dir, options, std::move(reason));
     return [result] { return result; };
   }
-  auto writer = std::make_shared<internal::DeltaWriter>(embedding, model, options);
+  auto writer = std::make_shared<internal::DeltaWriter>(embedding, changes, options);
   return [writer] { return writer->write(); };
 }
 

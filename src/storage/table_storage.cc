@@ -85,10 +85,4 @@ void TableStorage::initialize_slots(int64_t first_row, int64_t num_rows) {
   }
 }
 
-void TableStorage::start_tracking_changes() { changed_.assign(static_cast<size_t>(num_rows_), 0); }
-
-void TableStorage::mark_all_changed() { std::fill(changed_.begin(), changed_.end(), 1); }
-
-void TableStorage::clear_changes() { std::fill(changed_.begin(), changed_.end(), 0); }
-
 }  // namespace recemb::internal

@@ -44,20 +44,6 @@ class TableStorage {
   // Sets every slot of rows [first_row, first_row + num_rows) to its initial value.
   void initialize_slots(int64_t first_row, int64_t num_rows);
 
-  // Which rows were written since the last clear_changes (online publishing, docs/serving.md,
-  // "Publishing deltas"): off (no memory, mark_changed does nothing) until start_tracking_changes,
-  // then a byte per row, set by the writers that call mark_changed. Calls marking distinct rows
-  // may run concurrently (one byte each).
-  void start_tracking_changes();  // every row unchanged
-  bool tracks_changes() const { return !changed_.empty(); }
-  void mark_changed(int64_t r) {
-    if (!changed_.empty()) changed_[static_cast<size_t>(r)] = 1;
-  }
-  void mark_all_changed();
-  // num_rows() bytes, 1 for a changed row; empty when not tracking.
-  std::span<const uint8_t> changed_rows() const { return changed_; }
-  void clear_changes();
-
  private:
   int64_t num_rows_;
   int64_t dim_;
@@ -65,7 +51,6 @@ class TableStorage {
   FloatBuffer parameters_;
   std::vector<FloatBuffer> slots_;
   std::vector<float*> slot_bases_;
-  std::vector<uint8_t> changed_;
 };
 
 }  // namespace recemb::internal

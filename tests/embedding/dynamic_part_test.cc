@@ -46,8 +46,8 @@ struct Part {
     dynamic.plan({&run, 1}, step, pinned_from);
     // The sightings in three parts, as three threads would record them.
     for (int third = 0; third < 3; ++third) dynamic.touch_present({&run, 1}, step, third, 3);
-    dynamic.commit({&run, 1}, step);
-    for (int third = 0; third < 3; ++third) dynamic.initialize_admitted(storage, third, 3);
+    dynamic.commit({&run, 1}, step, changes);
+    for (int third = 0; third < 3; ++third) dynamic.initialize_admitted(storage, changes, third, 3);
     return slots;
   }
   std::vector<int64_t> find(std::vector<int64_t> keys) const {
@@ -68,6 +68,7 @@ struct Part {
   TablePart part;
   TableStorage storage;
   DynamicPart dynamic;
+  ChangeLog changes;
 };
 
 TEST(DynamicPart, AdmitsAtMinCountAndResolvesEveryOccurrence) {
@@ -140,31 +141,28 @@ TEST(DynamicPart, ExpiresKeysNotSeenWithinTheTtl) {
   Part p({.capacity = 8, .ttl_steps = 2});
   p.train({1, 2}, 1);
   p.train({2}, 2);
-  EXPECT_EQ(p.dynamic.expire(2, kNone), 0);  // keeps last seen >= 1
-  EXPECT_EQ(p.dynamic.expire(3, kNone), 1);  // keeps last seen >= 2: key 1 goes
+  EXPECT_EQ(p.dynamic.expire(2, kNone, p.changes), 0);  // keeps last seen >= 1
+  EXPECT_EQ(p.dynamic.expire(3, kNone, p.changes), 1);  // keeps last seen >= 2: key 1 goes
   EXPECT_THAT(p.keys(), ElementsAre(2));
-  EXPECT_EQ(p.dynamic.expire(4, 2), 0);  // key 2 is pinned
+  EXPECT_EQ(p.dynamic.expire(4, 2, p.changes), 0);  // key 2 is pinned
   EXPECT_EQ(p.dynamic.counters().evicted, 1);
 }
 
-TEST(DynamicPart, TracksRemovedKeysAndAdmittedRowsOnceStarted) {
+TEST(DynamicPart, RecordsRemovedKeysAndAdmittedRowsInTheChangeLogOnceStarted) {
   Part p({.capacity = 2, .ttl_steps = 3});
   p.train({1}, 1);
   p.train({2}, 2);
   p.train({3}, 3);  // evicts 1: not tracked yet
-  EXPECT_TRUE(p.dynamic.removed_keys().empty());
-  p.dynamic.start_tracking_removals();
-  p.storage.start_tracking_changes();
+  EXPECT_TRUE(p.changes.removed_keys().empty());
+  p.changes.start(p.storage.num_rows());
   const int64_t slot = p.train({4}, 4)[0];  // evicts 2, admits 4
-  EXPECT_THAT(p.dynamic.removed_keys(), ElementsAre(2));
-  std::vector<uint8_t> changed(p.storage.changed_rows().begin(), p.storage.changed_rows().end());
+  EXPECT_THAT(p.changes.removed_keys(), ElementsAre(2));
+  std::vector<uint8_t> changed(p.changes.changed_rows().begin(), p.changes.changed_rows().end());
   std::vector<uint8_t> expected(3, 0);
   expected[static_cast<size_t>(slot)] = 1;
-  EXPECT_EQ(changed, expected);              // the admitted key's new row only
-  EXPECT_EQ(p.dynamic.expire(6, kNone), 1);  // 3, last seen at 3, expires; 4 stays
-  EXPECT_THAT(p.dynamic.removed_keys(), ElementsAre(2, 3));
-  p.dynamic.clear_removed_keys();
-  EXPECT_TRUE(p.dynamic.removed_keys().empty());
+  EXPECT_EQ(changed, expected);                         // the admitted key's new row only
+  EXPECT_EQ(p.dynamic.expire(6, kNone, p.changes), 1);  // 3, last seen at 3, expires; 4 stays
+  EXPECT_THAT(p.changes.removed_keys(), ElementsAre(2, 3));
 }
 
 TEST(DynamicPart, ResetZeroRowClearsWhatAnUpdateWroteThere) {

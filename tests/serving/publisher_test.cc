@@ -351,6 +351,38 @@ TEST(PublishTest, UntrackedWritesAndNewDtypesWriteANewBase) {
   EXPECT_EQ(publish(layer, directory / "other", {.dtype = ServingDtype::kInt8}).sequence, 1);
 }
 
+// Every way to write rows besides a training step goes through the parts' untracked door
+// (embedding/table_state.h): each makes the next publish a base naming why, and training alone
+// (even one that admits and evicts keys) leaves deltas going.
+TEST(PublishTest, EveryWriterButTrainingMakesTheNextPublishABase) {
+  TemporaryDirectory directory;
+  const std::filesystem::path dir = directory / "m";
+  std::mt19937_64 rng(6);
+  Embedding layer = make_layer(6);
+  const std::vector<std::pair<std::string, std::function<void()>>> writers = {
+      {"variable_data", [&] { layer.variable_data("items", "parameters")[3] += 1.0f; }},
+      {"write_variable",
+       [&] {
+         layer.write_variable("dense", "parameters", test::read(layer, "dense", "parameters"));
+       }},
+      {"write_dynamic_table",
+       [&] { layer.write_dynamic_table("user", layer.read_dynamic_table("user")); }},
+      {"restore_checkpoint",
+       [&] { restore_checkpoint(layer, save_checkpoint(layer, directory / "ckpt")); }}};
+  publish(layer, dir);
+  for (const auto& [name, write] : writers) {
+    SCOPED_TRACE(name);
+    train(layer, rng, 3, kItems);
+    ASSERT_GT(publish(layer, dir).sequence, 0);
+    write();
+    const PublishResult base = publish(layer, dir);
+    EXPECT_EQ(base.sequence, 0);
+    EXPECT_THAT(base.base_reason, HasSubstr("rows written since by other than training steps"));
+    train(layer, rng, 2, kItems);
+    EXPECT_EQ(publish(layer, dir).sequence, 1);
+  }
+}
+
 // begin_publish: the delta written on another thread while the layer trains on holds the rows
 // of the step it began at.
 TEST(PublishTest, ADeltaWrittenWhileTrainingHoldsTheRowsOfItsStep) {

@@ -64,26 +64,5 @@ TEST(TableStorageTest, MemoryThatCannotBeAllocatedIsAnErrorNamingTheTableAndByte
   EXPECT_THROW(TableStorage("huge", rows, 64, {}), std::bad_alloc);
 }
 
-TEST(TableStorageTest, ChangeTrackingIsOffUntilStartedThenRecordsMarkedRows) {
-  TableStorage storage("video", 5, 2, {});
-  EXPECT_FALSE(storage.tracks_changes());
-  storage.mark_changed(3);  // off: nothing recorded, nothing allocated
-  EXPECT_TRUE(storage.changed_rows().empty());
-  storage.start_tracking_changes();
-  EXPECT_TRUE(storage.tracks_changes());
-  storage.mark_changed(1);
-  storage.mark_changed(4);
-  storage.mark_changed(1);
-  EXPECT_EQ(std::vector<uint8_t>(storage.changed_rows().begin(), storage.changed_rows().end()),
-            (std::vector<uint8_t>{0, 1, 0, 0, 1}));
-  storage.clear_changes();
-  EXPECT_EQ(std::vector<uint8_t>(storage.changed_rows().begin(), storage.changed_rows().end()),
-            std::vector<uint8_t>(5, 0));
-  storage.mark_all_changed();
-  EXPECT_EQ(std::vector<uint8_t>(storage.changed_rows().begin(), storage.changed_rows().end()),
-            std::vector<uint8_t>(5, 1));
-  EXPECT_TRUE(storage.tracks_changes());
-}
-
 }  // namespace
 }  // namespace recemb::internal
