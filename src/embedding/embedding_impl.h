@@ -35,6 +35,7 @@
 #include "batch/csr_feature.h"
 #include "embedding/dynamic_part.h"
 #include "embedding/exchange.h"
+#include "embedding/key_resolver.h"
 #include "embedding/router.h"
 #include "embedding/table_state.h"
 #include "kernels/table_update.h"
@@ -114,15 +115,6 @@ struct PoolTask {
   float* out;
 };
 
-// One parallel task of a dynamic table's key lookup: keys [first, last) of a run of the part
-// held by states[state].
-struct FindTask {
-  size_t state;
-  const KeyRun* run;
-  int64_t first;
-  int64_t last;
-};
-
 // One parallel task of the gradient finiteness check: values [first, last) of one feature's
 // gradient, and the index in it of the first non-finite one found there (-1 if none).
 struct GradientCheckTask {
@@ -151,10 +143,8 @@ struct StepScratch {
   std::vector<TableUpdate> table_updates;                  // per trainable state, this step
   std::vector<UpdateTask> update_tasks;                    // every trainable state's row ranges
   std::vector<float> zeros;                                // max dim
-  std::vector<float> thread_scratch;          // max update_scratch_floats(dim) per thread
-  std::vector<int64_t> thread_skipped_rows;   // per thread
-  std::vector<std::vector<KeyRun>> key_runs;  // per state: the key runs of a lookup, in order
-  std::vector<FindTask> find_tasks;           // every run's key ranges
+  std::vector<float> thread_scratch;         // max update_scratch_floats(dim) per thread
+  std::vector<int64_t> thread_skipped_rows;  // per thread
 };
 
 }  // namespace internal
@@ -188,6 +178,8 @@ struct Embedding::Impl {
   internal::Router router;
   internal::Execution execution;
   internal::StepScratch scratch;
+  // Runs the dynamic-key protocol of each lookup (resolve_keys), with its scratch.
+  internal::KeyResolver key_resolver;
   // The training lookups not applied yet (dynamic tables never evict their keys).
   std::shared_ptr<internal::PendingLookups> pending_lookups =
       std::make_shared<internal::PendingLookups>();

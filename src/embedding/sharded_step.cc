@@ -76,9 +76,7 @@ void Embedding::Impl::resolve_keys(LookupBatch::Impl& batch) {
   if (!model.has_dynamic_tables) return;
   const int ranks = world_size();
   const std::span<const internal::Section> mine = model.partition.sections(rank());
-  std::vector<std::vector<internal::KeyRun>>& runs = scratch.key_runs;
-  runs.resize(model.states.size());
-  for (std::vector<internal::KeyRun>& state_runs : runs) state_runs.clear();
+  key_resolver.begin(model.states.size());
   batch.key_slots.resize(static_cast<size_t>(ranks));
   // Runs in (rank, section) order: every copy of a part sees the same keys in the same order.
   for (int q = 0; q < ranks; ++q) {
@@ -94,68 +92,16 @@ void Embedding::Impl::resolve_keys(LookupBatch::Impl& batch) {
       RequestSection& section = batch.received.sections[static_cast<size_t>(q)][k];
       std::vector<int64_t>& slots = batch.key_slots[static_cast<size_t>(q)][k];
       slots.resize(static_cast<size_t>(section.num_ids));
-      runs[mine[k].part].push_back(
-          {.keys = section.ids, .size = section.num_ids, .slots = slots.data()});
+      key_resolver.add_run(mine[k].part,
+                           {.keys = section.ids, .size = section.num_ids, .slots = slots.data()});
       section.ids = slots.data();  // pooled and updated by slot from here on
     }
   }
-  // Every key's slot (absent: the zero row for a pure lookup; to be resolved for a training one),
-  // in tasks of about kIdsPerPoolTask keys over all runs.
-  std::vector<internal::FindTask>& tasks = scratch.find_tasks;
-  tasks.clear();
-  int64_t total_keys = 0;
-  for (size_t s = 0; s < runs.size(); ++s) {
-    for (const internal::KeyRun& run : runs[s]) {
-      for (int64_t first = 0; first < run.size; first += internal::kIdsPerPoolTask) {
-        tasks.push_back({s, &run, first, std::min(run.size, first + internal::kIdsPerPoolTask)});
-      }
-      total_keys += run.size;
-    }
-  }
-  execution.pool.parallel_for(
-      static_cast<int64_t>(tasks.size()),
-      [&](int64_t t, int) {
-        const internal::FindTask& task = tasks[static_cast<size_t>(t)];
-        const internal::DynamicPart& dynamic = *model.states[task.state].dynamic();
-        dynamic.find(*task.run, task.first, task.last,
-                     batch.training ? internal::KeyIndex::kAbsent : dynamic.zero_row());
-      },
-      {.work = total_keys, .min_work_for_threads = internal::kMinIdsForThreads});
+  key_resolver.find(model.states, !batch.training, execution.pool);
   if (!batch.training) return;
   const int64_t step = model.step + 1;
-  const int64_t pinned_from = pending_lookups->oldest();
-  support::agree(exchange.communicator(), [&] {
-    for (size_t s = 0; s < runs.size(); ++s) {
-      if (internal::DynamicPart* dynamic = model.states[s].dynamic()) {
-        dynamic->plan(runs[s], step, pinned_from);
-      }
-    }
-  });
-  // Planned everywhere: commit, the sightings first, each table's split over the threads.
-  const int parts = execution.pool.num_threads();
-  execution.pool.parallel_for(
-      static_cast<int64_t>(runs.size()) * parts,
-      [&](int64_t t, int) {
-        if (internal::DynamicPart* dynamic =
-                model.states[static_cast<size_t>(t / parts)].dynamic()) {
-          dynamic->touch_present(runs[static_cast<size_t>(t / parts)], step,
-                                 static_cast<int>(t % parts), parts);
-        }
-      },
-      {.work = total_keys, .min_work_for_threads = internal::kMinIdsForThreads});
-  execution.pool.parallel_for(static_cast<int64_t>(runs.size()), [&](int64_t s, int) {
-    TableState& state = model.states[static_cast<size_t>(s)];
-    if (internal::DynamicPart* dynamic = state.dynamic()) {
-      dynamic->commit(runs[static_cast<size_t>(s)], step, state.changes());
-    }
-  });
-  execution.pool.parallel_for(static_cast<int64_t>(runs.size()) * parts, [&](int64_t t, int) {
-    TableState& state = model.states[static_cast<size_t>(t / parts)];
-    if (const internal::DynamicPart* dynamic = state.dynamic()) {
-      dynamic->initialize_admitted(state.training_storage(), state.changes(),
-                                   static_cast<int>(t % parts), parts);
-    }
-  });
+  key_resolver.admit(model.states, step, pending_lookups->oldest(), exchange.communicator(),
+                     execution.pool);
   batch.pending.hold(pending_lookups, step);
 }
 
