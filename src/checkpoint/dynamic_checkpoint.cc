@@ -257,21 +257,12 @@ PartKeys read_part_keys(const fs::path& directory, const TableEntry& table, cons
 void load_dynamic_part(const fs::path& directory, const TableEntry& table,
                        const LocalPart<float>& local, const PartKeys& keys) {
   RECEMB_CHECK(table.dynamic && local.dynamic != nullptr);
-  DynamicPart& dynamic = *local.dynamic;
-  KeyIndex& index = dynamic.index();
-  PendingCounts& pending = dynamic.pending();
-  index.clear();
-  pending.clear();
-  std::vector<int64_t> slots(keys.keys.size());
-  for (size_t i = 0; i < keys.keys.size(); ++i) {
-    slots[i] = index.insert(keys.keys[i], keys.last_seen[i], keys.counts[i]);
-  }
-  for (size_t i = 0; i < keys.pending_keys.size(); ++i) {
-    pending.add(keys.pending_keys[i], keys.pending_counts[i]);
-  }
   const bool with_counters =
       local.part.strategy != ShardingStrategy::kRowWise || local.part.index_in_table == 0;
-  dynamic.counters() = with_counters ? table.dynamic->counters : VocabularyCounters{};
+  std::vector<int64_t> slots(keys.keys.size());
+  local.dynamic->restore(keys.keys, keys.last_seen, keys.counts, keys.pending_keys,
+                         keys.pending_counts,
+                         with_counters ? table.dynamic->counters : VocabularyCounters{}, slots);
 
   const auto num_keys = static_cast<int64_t>(keys.keys.size());
   for (const PartVariable<float>& variable : local.variables) {

@@ -230,6 +230,27 @@ void DynamicPart::initialize_admitted(TableStorage& storage, ChangeLog& changes,
   }
 }
 
+void DynamicPart::replace_keys(std::span<const int64_t> keys, int64_t step,
+                               std::span<int64_t> slots) {
+  for (const int64_t slot : index_.slots_by_key()) index_.erase(slot);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    pending_.forget(keys[i]);
+    slots[i] = index_.insert(keys[i], step, 1);
+  }
+}
+
+void DynamicPart::restore(std::span<const int64_t> keys, std::span<const int64_t> last_seen,
+                          std::span<const int64_t> counts, std::span<const int64_t> pending_keys,
+                          std::span<const int64_t> pending_counts,
+                          const VocabularyCounters& counters, std::span<int64_t> slots) {
+  index_.clear();
+  pending_.clear();
+  for (size_t i = 0; i < keys.size(); ++i)
+    slots[i] = index_.insert(keys[i], last_seen[i], counts[i]);
+  for (size_t i = 0; i < pending_keys.size(); ++i) pending_.add(pending_keys[i], pending_counts[i]);
+  counters_ = counters;
+}
+
 void DynamicPart::reset_zero_row(TableStorage& storage) const {
   std::fill_n(storage.row(zero_row_), columns_, 0.0f);
 }

@@ -63,11 +63,20 @@ class DynamicPart {
   // The storage row every absent key reads: part.rows.
   int64_t zero_row() const { return zero_row_; }
   const KeyIndex& index() const { return index_; }
-  KeyIndex& index() { return index_; }
   const PendingCounts& pending() const { return pending_; }
-  PendingCounts& pending() { return pending_; }
   const VocabularyCounters& counters() const { return counters_; }
-  VocabularyCounters& counters() { return counters_; }
+
+  // write_dynamic_table's share of this part: its keys become exactly `keys` (none repeated),
+  // each seen once at `step`, in slots[i] (keys.size() of them; the caller writes their rows),
+  // and no longer counted as pending. The counters are kept. The caller checked that they fit.
+  void replace_keys(std::span<const int64_t> keys, int64_t step, std::span<int64_t> slots);
+  // A restore: its keys become exactly `keys` (last seen at last_seen[i], counted counts[i]; in
+  // slots[i]), its pending counts exactly `pending_keys` with `pending_counts`, its counters
+  // `counters`. The caller checked the arrays (checkpoint/dynamic_checkpoint.h).
+  void restore(std::span<const int64_t> keys, std::span<const int64_t> last_seen,
+               std::span<const int64_t> counts, std::span<const int64_t> pending_keys,
+               std::span<const int64_t> pending_counts, const VocabularyCounters& counters,
+               std::span<int64_t> slots);
 
   // Writes the slot of keys [first, last) of `run`, or `absent` (zero_row() for a pure lookup,
   // KeyIndex::kAbsent before plan). Reads only: safe on several threads.

@@ -297,18 +297,24 @@ void Embedding::write_dynamic_table(std::string_view table, const DynamicTableCo
   for (TableState& state : model.states) {
     const TablePart& part = state.part();
     if (part.table != t) continue;
-    TableStorage& storage = state.untracked_storage();
-    internal::KeyIndex& index = state.dynamic()->index();
-    internal::PendingCounts& pending = state.dynamic()->pending();
-    for (const int64_t slot : index.slots_by_key()) index.erase(slot);
+    // The keys this part holds (a row-wise part: those routed to it), and their indices.
+    std::vector<int64_t> keys;
+    std::vector<int64_t> indices;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t key = contents.keys[static_cast<size_t>(i)];
       if (part.strategy == ShardingStrategy::kRowWise &&
           internal::key_part(key, part.row_stride) != part.index_in_table) {
         continue;
       }
-      pending.forget(key);
-      const int64_t slot = index.insert(key, model.step, 1);
+      keys.push_back(key);
+      indices.push_back(i);
+    }
+    std::vector<int64_t> slots(keys.size());
+    state.dynamic()->replace_keys(keys, model.step, slots);
+    TableStorage& storage = state.untracked_storage();
+    for (size_t k = 0; k < keys.size(); ++k) {
+      const int64_t i = indices[k];
+      const int64_t slot = slots[k];
       std::copy_n(contents.parameters.data() + i * dim + part.first_column, state.columns(),
                   storage.row(slot));
       for (size_t v = 1; v < names.size(); ++v) {

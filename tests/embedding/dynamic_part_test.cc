@@ -174,6 +174,43 @@ TEST(DynamicPart, ResetZeroRowClearsWhatAnUpdateWroteThere) {
   EXPECT_THAT(std::vector<float>(zero, zero + kDim), ElementsAre(0.0f, 0.0f, 0.0f));
 }
 
+// replace_keys (write_dynamic_table's share): exactly the given keys, each seen once at the step,
+// no longer pending; other pending keys and the counters kept. restore: keys, sightings, counts,
+// pending counts and counters exactly as given. Both checked through the part's const views.
+TEST(DynamicPart, ReplaceKeysAndRestoreHoldExactlyWhatTheyAreGiven) {
+  Part p({.capacity = 8, .min_count = 3});
+  p.train({1, 2, 5}, 1);  // pending: 1, 2, 5 once each
+  p.train({5, 6}, 2);
+  const VocabularyCounters before = p.dynamic.counters();
+  const std::vector<int64_t> keys = {-4, 2, 9};
+  std::vector<int64_t> slots(3, -1);
+  p.dynamic.replace_keys(keys, 7, slots);
+  EXPECT_THAT(p.keys(), ElementsAre(-4, 2, 9));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(p.dynamic.index().find(keys[i]), slots[i]);
+    EXPECT_EQ(p.dynamic.index().last_seen(slots[i]), 7);
+  }
+  EXPECT_EQ(p.dynamic.pending().count(2), 0);  // held now: forgotten
+  EXPECT_EQ(p.dynamic.pending().count(5), 2);  // kept
+  EXPECT_EQ(p.dynamic.counters().inserted, before.inserted);
+
+  const std::vector<int64_t> restored = {3, 8}, last_seen = {4, 6}, counts = {5, 9};
+  const std::vector<int64_t> pending = {11}, pending_counts = {2};
+  const VocabularyCounters counters{.inserted = 12, .evicted = 3, .not_admitted_lookups = 40};
+  p.dynamic.restore(restored, last_seen, counts, pending, pending_counts, counters, slots);
+  EXPECT_THAT(p.keys(), ElementsAre(3, 8));
+  for (size_t i = 0; i < restored.size(); ++i) {
+    EXPECT_EQ(p.dynamic.index().find(restored[i]), slots[i]);
+    EXPECT_EQ(p.dynamic.index().last_seen(slots[i]), last_seen[i]);
+    EXPECT_EQ(p.dynamic.index().count(slots[i]), counts[i]);
+  }
+  EXPECT_EQ(p.dynamic.pending().exact_entries(),
+            (std::vector<std::pair<int64_t, int64_t>>{{11, 2}}));
+  EXPECT_EQ(p.dynamic.counters().inserted, 12);
+  EXPECT_EQ(p.dynamic.counters().evicted, 3);
+  EXPECT_EQ(p.dynamic.counters().not_admitted_lookups, 40);
+}
+
 TEST(PendingLookups, OldestIsTheSmallestHeldStepUntilReleased) {
   auto lookups = std::make_shared<PendingLookups>();
   EXPECT_EQ(lookups->oldest(), kNone);
