@@ -33,7 +33,7 @@
 #include "recemb/embedding.h"
 
 #include "checkpoint/data_file.h"
-#include "embedding/dynamic_part.h"
+#include "embedding/vocabulary_counters.h"
 #include "support/json.h"
 
 namespace recemb::internal {

@@ -162,8 +162,9 @@ void DynamicPart::touch_present(std::span<const KeyRun> runs, int64_t step, int 
 }
 
 void DynamicPart::evict_victims(ChangeLog& changes) {
+  const bool tracking = changes.tracking();  // else the keys are not even read
   for (const int64_t slot : victims_) {
-    changes.removed(index_.key_of(slot));
+    if (tracking) changes.removed(index_.key_of(slot));
     index_.erase(slot);
   }
   counters_.evicted += std::ssize(victims_);

@@ -34,6 +34,7 @@
 #include "recemb/config.h"
 
 #include "embedding/change_log.h"
+#include "embedding/vocabulary_counters.h"
 #include "placement/partition.h"
 #include "storage/key_index.h"
 #include "storage/pending_counts.h"
@@ -46,13 +47,6 @@ struct KeyRun {
   const int64_t* keys = nullptr;
   int64_t size = 0;
   int64_t* slots = nullptr;
-};
-
-// Since construction or restore.
-struct VocabularyCounters {
-  int64_t inserted = 0;
-  int64_t evicted = 0;
-  int64_t not_admitted_lookups = 0;  // occurrences in training lookups of keys without a row
 };
 
 class DynamicPart {
