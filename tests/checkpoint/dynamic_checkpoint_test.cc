@@ -26,6 +26,7 @@
 #include "checkpoint/data_file.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
+#include "placement/partition.h"
 #include "testing/error_of.h"
 #include "testing/files.h"
 #include "testing/temporary_directory.h"
