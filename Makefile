@@ -109,7 +109,8 @@ check-minimal:
 	 cmake --build --preset minimal -j $(JOBS); \
 	 $(PHASE_END)
 
-# clang-tidy (.clang-tidy) over src/, with the compile commands test-release configured.
+# clang-tidy (.clang-tidy) over src/, support/ and dlrm/, with the compile commands test-release
+# configured.
 check-tidy:
 	@$(PHASE_START); JOBS=$(JOBS) scripts/check-tidy build/release; $(PHASE_END)
 

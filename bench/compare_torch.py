@@ -43,7 +43,7 @@ Workloads (batch 4096; `--smoke` shrinks tables and batches):
   d16-uniform, d128-uniform  the same at dim 16 / 128 (also d16-zipf, d128-zipf on request)
   dlrm                       26 tables, the Criteo Kaggle cardinality profile (or --criteo
                              terabyte) with the largest tables cut to one cap so that the total is
-                             2 GiB at dim 64 (train/criteo_profile.h's fit_to_budget), one id per
+                             2 GiB at dim 64 (dlrm/criteo_profile.h's fit_to_budget), one id per
                              feature ([B] ids), Zipf ids
   dlrm-multihot              the same tables, 10..30 ids per bag (mean 20; recemb.Ragged, torch
                              input + offsets), Zipf ids
@@ -83,7 +83,7 @@ INITIAL_SCALE = 0.05  # tables start uniform in [-scale, scale]
 TOLERANCE = 1e-5  # the agreement check, relative to the largest value compared
 STEPS = ("forward", "sgd", "adagrad", "adam")
 
-# Distinct values of C1..C26 (train/criteo_profile.h).
+# Distinct values of C1..C26 (dlrm/criteo_profile.h).
 CRITEO_KAGGLE = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593,
                  3194, 27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572)
 CRITEO_TERABYTE = (40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956,
@@ -120,7 +120,7 @@ class Workload:
 
 
 def fit_to_budget(cardinalities, dim, max_bytes):
-    """train/criteo_profile.h's fit_to_budget: vocabulary_f = min(card_f, cap), the largest cap
+    """dlrm/criteo_profile.h's fit_to_budget: vocabulary_f = min(card_f, cap), the largest cap
     with sum_f vocabulary_f * dim * 4 <= max_bytes."""
     max_rows = max_bytes // (dim * 4)
     if sum(cardinalities) <= max_rows:

@@ -125,7 +125,7 @@ class Data:
 
 
 def table_sizes():
-    """The small preset's sizes (train/criteo_profile.cc, preset_vocabulary_sizes)."""
+    """The small preset's sizes (dlrm/criteo_profile.cc, preset_vocabulary_sizes)."""
     return fit_to_budget(CRITEO_KAGGLE, EMBEDDING_DIM, SMALL_PRESET_BYTES)
 
 

@@ -1,4 +1,4 @@
-// Reading speed of the trainer's Criteo reader (train/criteo_reader.h): lines parsed and hashed
+// Reading speed of the trainer's Criteo reader (dlrm/criteo_reader.h): lines parsed and hashed
 // into batches of 2048 (`recemb train` runs the reader on a background thread, PrefetchingSource,
 // while the training step runs), from a plain file and from the same file gzip-compressed, on one
 // thread or two (gzip decompressed on a thread of its own: data.reader_threads = 2); and the bytes
@@ -20,15 +20,15 @@
 #include <vector>
 #include <zlib.h>
 
-#include "train/criteo_profile.h"
-#include "train/criteo_reader.h"
-#include "train/input_file.h"
+#include "dlrm/criteo_profile.h"
+#include "dlrm/criteo_reader.h"
+#include "dlrm/input_file.h"
 
 namespace {
 
-using recemb::train::CriteoReader;
-using recemb::train::ExampleBatch;
-using recemb::train::InputFile;
+using recemb::dlrm::CriteoReader;
+using recemb::dlrm::ExampleBatch;
+using recemb::dlrm::InputFile;
 
 constexpr int kLines = 200'000;
 constexpr int64_t kBatch = 2048;
@@ -82,7 +82,7 @@ const std::string& path_of(const benchmark::State& state) {
 
 void BM_CriteoReader(benchmark::State& state) {
   const std::string& path = path_of(state);
-  const std::vector<int64_t> sizes = recemb::train::preset_vocabulary_sizes("small");
+  const std::vector<int64_t> sizes = recemb::dlrm::preset_vocabulary_sizes("small");
   const bool decompress_ahead = state.range(1) == 2;
   ExampleBatch batch;
   int64_t lines = 0;

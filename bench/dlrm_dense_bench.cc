@@ -1,9 +1,9 @@
-// Time of the trainer's dense layers per step (train/dlrm_dense_model.h): train_step (forward and
+// Time of the trainer's dense layers per step (dlrm/dlrm_dense_model.h): train_step (forward and
 // backward of bottom MLP, interaction, top MLP and loss), predict, and the dense optimizer's
 // update, on 1 and 2 threads (the model's num_threads), for DLRM's default shapes (13 dense
 // features, 26 embeddings of dim 16, bottom MLP 64-16, top MLP 64-32-1) and batch sizes 512, 2048
 // (`recemb train`'s default) and 4096; each on every instruction set this CPU runs
-// (train/dense_isa.h), named in the benchmark's name: BM_TrainStep/avx512/batch:2048/threads:1.
+// (dlrm/dense_isa.h), named in the benchmark's name: BM_TrainStep/avx512/batch:2048/threads:1.
 //
 // Counters: items_processed = examples, and GFLOP/s of the nominal work: 2 flops per multiply-add
 // of the matrix products (forward B * sum(in * out) over all layers, backward twice that, less the
@@ -14,7 +14,7 @@
 // model's multiply-adds) as the MLP computes them, on blocks of 256 rows (mlp.h), for a batch of
 // 2048 (8 blocks spread over 1 or 2 threads, each block's product on one thread): forward
 // X W, weight gradient X^T D, input gradient D W^T; and the second layer's forward. Each through
-// the trainer's own kernels (train/dense_kernels.h: libxsmm's generated code or Eigen, one entry
+// the trainer's own kernels (dlrm/dense_kernels.h: libxsmm's generated code or Eigen, one entry
 // per instruction set, e.g. recemb_avx512: the forward adds the bias, the weight gradient sums it
 // and the input gradient takes W^T, as the MLP does) and,
 // where the build found them, OpenBLAS, oneDNN (dnnl_sgemm) and libxsmm (libxsmm_sgemm, and a JIT
@@ -29,11 +29,11 @@
 #include <utility>
 #include <vector>
 
+#include "dlrm/dense_isa.h"
+#include "dlrm/dense_kernels.h"
+#include "dlrm/dense_optimizer.h"
+#include "dlrm/dlrm_dense_model.h"
 #include "support/thread_pool.h"
-#include "train/dense_isa.h"
-#include "train/dense_kernels.h"
-#include "train/dense_optimizer.h"
-#include "train/dlrm_dense_model.h"
 
 #ifdef RECEMB_BENCH_OPENBLAS
 #include <cblas.h>
@@ -48,13 +48,13 @@
 
 namespace {
 
-using recemb::train::DenseAdam;
-using recemb::train::DenseIsa;
-using recemb::train::DenseKernels;
-using recemb::train::DenseOptimizer;
-using recemb::train::DlrmDenseConfig;
-using recemb::train::DlrmDenseModel;
-using recemb::train::ParameterBlock;
+using recemb::dlrm::DenseAdam;
+using recemb::dlrm::DenseIsa;
+using recemb::dlrm::DenseKernels;
+using recemb::dlrm::DenseOptimizer;
+using recemb::dlrm::DlrmDenseConfig;
+using recemb::dlrm::DlrmDenseModel;
+using recemb::dlrm::ParameterBlock;
 
 struct Inputs {
   std::vector<float> dense;
@@ -187,16 +187,16 @@ void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library, Dens
   std::vector<float> b_transposed(b.size());
   if (shape.transpose_b) {
     for (int64_t block = 0; block < kGemmBlocks; ++block) {
-      recemb::train::dense_kernels(isa).transpose(b.data() + block * shape.n * shape.k, shape.n,
-                                                  shape.k,
-                                                  b_transposed.data() + block * shape.n * shape.k);
+      recemb::dlrm::dense_kernels(isa).transpose(b.data() + block * shape.n * shape.k, shape.n,
+                                                 shape.k,
+                                                 b_transposed.data() + block * shape.n * shape.k);
     }
   }
   std::vector<float> c = filled(shape.m * shape.n);
   // The peer libraries' leading dimensions: unused when none of them was found at configure time.
   [[maybe_unused]] const int lda = shape.transpose_a ? shape.m : shape.k;
   [[maybe_unused]] const int ldb = shape.transpose_b ? shape.k : shape.n;
-  const DenseKernels& kernels = recemb::train::dense_kernels(isa);
+  const DenseKernels& kernels = recemb::dlrm::dense_kernels(isa);
   // The kernels' bias, one per block (zeros forward; the row sums of D, weight gradient).
   std::vector<float> bias(static_cast<size_t>(shape.n * kGemmBlocks), 0.0f);
 #ifdef RECEMB_BENCH_OPENBLAS
@@ -279,11 +279,11 @@ void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library, Dens
     DenseIsa isa;  // of the trainer's kernels; the others choose their own code
   };
   std::vector<Library> libraries;
-  for (const DenseIsa isa : recemb::train::supported_dense_isas()) {
+  for (const DenseIsa isa : recemb::dlrm::supported_dense_isas()) {
     libraries.push_back(
-        {"recemb_" + std::string(recemb::train::dense_isa_name(isa)), GemmLibrary::kRecemb, isa});
+        {"recemb_" + std::string(recemb::dlrm::dense_isa_name(isa)), GemmLibrary::kRecemb, isa});
   }
-  [[maybe_unused]] const DenseIsa widest = recemb::train::widest_dense_isa();  // for the peers
+  [[maybe_unused]] const DenseIsa widest = recemb::dlrm::widest_dense_isa();  // for the peers
 #ifdef RECEMB_BENCH_OPENBLAS
   libraries.push_back({"openblas", GemmLibrary::kOpenBlas, widest});
 #endif
@@ -312,8 +312,8 @@ void BM_Gemm(benchmark::State& state, GemmShape shape, GemmLibrary library, Dens
           ->Unit(benchmark::kMicrosecond);
     }
   }
-  for (const DenseIsa isa : recemb::train::supported_dense_isas()) {
-    const std::string name(recemb::train::dense_isa_name(isa));
+  for (const DenseIsa isa : recemb::dlrm::supported_dense_isas()) {
+    const std::string name(recemb::dlrm::dense_isa_name(isa));
     benchmark::RegisterBenchmark(("BM_TrainStep/" + name).c_str(),
                                  [isa](benchmark::State& state) { BM_TrainStep(state, isa); })
         ->ArgNames({"batch", "threads"})

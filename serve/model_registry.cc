@@ -13,8 +13,8 @@
 #include "recemb/error.h"
 #include "recemb/publish.h"
 
+#include "dlrm/model_file.h"
 #include "serve/request_codec.h"
-#include "train/model_file.h"
 
 namespace recemb::serve {
 namespace {
@@ -90,7 +90,7 @@ std::shared_ptr<ServedModel> served_model(const std::string& name, int64_t versi
       ServedModel{.name = name, .version = version, .file = file, .model = std::move(model)});
   served->feature_fingerprint = feature_fingerprint(served->model);
   try {  // the predictors share the model's tables
-    served->predictor = std::make_unique<PredictorPool>(train::Predictor::of(served->model));
+    served->predictor = std::make_unique<PredictorPool>(dlrm::Predictor::of(served->model));
   } catch (const InvalidArgument& error) {  // no dense part: lookups only
     served->no_predict_reason = error.what();
   }
@@ -142,8 +142,8 @@ bool is_valid_model_name(std::string_view name) {
 }
 
 void PredictorPool::predict(std::span<const std::string_view> lines,
-                            std::span<train::Prediction> results, train::CriteoLabel labels) {
-  std::unique_ptr<train::Predictor> predictor = borrow();
+                            std::span<dlrm::Prediction> results, dlrm::CriteoLabel labels) {
+  std::unique_ptr<dlrm::Predictor> predictor = borrow();
   try {
     predictor->predict(lines, results, labels);
   } catch (...) {
@@ -153,19 +153,19 @@ void PredictorPool::predict(std::span<const std::string_view> lines,
   give_back(std::move(predictor));
 }
 
-std::unique_ptr<train::Predictor> PredictorPool::borrow() {
+std::unique_ptr<dlrm::Predictor> PredictorPool::borrow() {
   {
     const std::lock_guard lock(mutex_);
     if (!idle_.empty()) {
-      std::unique_ptr<train::Predictor> predictor = std::move(idle_.back());
+      std::unique_ptr<dlrm::Predictor> predictor = std::move(idle_.back());
       idle_.pop_back();
       return predictor;
     }
   }
-  return std::make_unique<train::Predictor>(prototype_);  // reads the prototype only
+  return std::make_unique<dlrm::Predictor>(prototype_);  // reads the prototype only
 }
 
-void PredictorPool::give_back(std::unique_ptr<train::Predictor> predictor) {
+void PredictorPool::give_back(std::unique_ptr<dlrm::Predictor> predictor) {
   const std::lock_guard lock(mutex_);
   idle_.push_back(std::move(predictor));
 }
@@ -237,7 +237,7 @@ ModelRegistry::Scan ModelRegistry::scan() {
         log_once_per_appearance("recemb serve: skipping model '" + name + "' entry '" +
                                 version_name + "': not a directory");
       } else {
-        entries.push_back({*version, version_entry.path / train::kModelFileName});
+        entries.push_back({*version, version_entry.path / dlrm::kModelFileName});
       }
     }
     std::sort(entries.begin(), entries.end(),

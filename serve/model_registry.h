@@ -30,7 +30,7 @@
 
 #include "recemb/serving.h"
 
-#include "train/predictor.h"
+#include "dlrm/predictor.h"
 
 namespace recemb::serve {
 
@@ -40,19 +40,19 @@ namespace recemb::serve {
 // request threads).
 class PredictorPool {
  public:
-  explicit PredictorPool(train::Predictor prototype) : prototype_(std::move(prototype)) {}
+  explicit PredictorPool(dlrm::Predictor prototype) : prototype_(std::move(prototype)) {}
 
   // Predictor::predict on a copy no other request is using.
-  void predict(std::span<const std::string_view> lines, std::span<train::Prediction> results,
-               train::CriteoLabel labels = train::CriteoLabel::kFromFieldCount);
+  void predict(std::span<const std::string_view> lines, std::span<dlrm::Prediction> results,
+               dlrm::CriteoLabel labels = dlrm::CriteoLabel::kFromFieldCount);
 
  private:
-  std::unique_ptr<train::Predictor> borrow();
-  void give_back(std::unique_ptr<train::Predictor> predictor);
+  std::unique_ptr<dlrm::Predictor> borrow();
+  void give_back(std::unique_ptr<dlrm::Predictor> predictor);
 
   std::mutex mutex_;
-  const train::Predictor prototype_;  // never predicts: only copied
-  std::vector<std::unique_ptr<train::Predictor>> idle_;
+  const dlrm::Predictor prototype_;  // never predicts: only copied
+  std::vector<std::unique_ptr<dlrm::Predictor>> idle_;
 };
 
 // One served version of a model.

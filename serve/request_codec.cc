@@ -173,7 +173,7 @@ class InstancesDecoder final : public support::JsonEvents {
             "\"no\" (no line has one), got " +
             value.describe());
       }
-      labels_ = value.text == "yes" ? train::CriteoLabel::kPresent : train::CriteoLabel::kAbsent;
+      labels_ = value.text == "yes" ? dlrm::CriteoLabel::kPresent : dlrm::CriteoLabel::kAbsent;
       expect_ = Expect::kField;
       return true;
     }
@@ -243,7 +243,7 @@ class InstancesDecoder final : public support::JsonEvents {
   int64_t count_ = 0;
   bool given_ = false;
   bool labels_given_ = false;
-  train::CriteoLabel labels_ = train::CriteoLabel::kFromFieldCount;
+  dlrm::CriteoLabel labels_ = dlrm::CriteoLabel::kFromFieldCount;
   Expect expect_ = Expect::kBody;
 };
 

@@ -16,8 +16,8 @@
 #include "recemb/error.h"
 #include "recemb/serving.h"
 
+#include "dlrm/criteo_reader.h"
 #include "serve/json_ids.h"
-#include "train/criteo_reader.h"
 
 namespace recemb::serve {
 
@@ -76,7 +76,7 @@ struct PredictRequest {
   std::vector<std::string> lines;
   // "labels": "yes" kPresent, "no" kAbsent; not given: kFromFieldCount (40 fields: labelled, 39:
   // refused as ambiguous).
-  train::CriteoLabel labels = train::CriteoLabel::kFromFieldCount;
+  dlrm::CriteoLabel labels = dlrm::CriteoLabel::kFromFieldCount;
 };
 
 // {"instances": ["<Criteo line>", ...], "labels": "yes" | "no"}: 1 to `max_examples` strings;

@@ -12,10 +12,10 @@
 #include "recemb/error.h"
 #include "recemb/publish.h"
 
+#include "dlrm/model_file.h"
 #include "serve/json_ids.h"
 #include "serve/request_codec.h"
 #include "support/json.h"
-#include "train/model_file.h"
 
 namespace recemb::serve {
 namespace {
@@ -262,7 +262,7 @@ HttpResponse Server::predict(const HttpRequest& request, const ServedModel& mode
       decode_json_instances(request.body, options_.limits.max_examples);
   const std::vector<std::string>& lines = predict_request.lines;
   const std::vector<std::string_view> views(lines.begin(), lines.end());
-  std::vector<train::Prediction> results(lines.size());
+  std::vector<dlrm::Prediction> results(lines.size());
   model.predictor->predict(views, results, predict_request.labels);
   std::vector<float> probabilities;
   probabilities.reserve(results.size());
@@ -317,7 +317,7 @@ HttpResponse Server::describe_model(const ServedModel& served) const {
   for (const auto& [key, value] : model.metadata()) json.key(key).string(value);
   json.end_object();
   // The step the tables were trained to, as a number, when the export recorded it.
-  if (const auto step = model.metadata().find(train::kStepMetadata);
+  if (const auto step = model.metadata().find(dlrm::kStepMetadata);
       step != model.metadata().end()) {
     int64_t value = 0;
     const char* end = step->second.data() + step->second.size();

@@ -632,17 +632,17 @@ TEST(PredictorPool, ConcurrentPredictionsEqualOnePredictors) {
   for (int i = 0; i < 24; ++i) lines.push_back(recemb::test::random_criteo_line(random));
   lines[5] = "1\tnot a line";
   const std::vector<std::string_view> views(lines.begin(), lines.end());
-  train::Predictor alone = train::Predictor::of(model);
-  std::vector<train::Prediction> expected(lines.size());
+  dlrm::Predictor alone = dlrm::Predictor::of(model);
+  std::vector<dlrm::Prediction> expected(lines.size());
   alone.predict(views, expected);
   ASSERT_FALSE(expected[5].error.empty());
 
-  PredictorPool pool(train::Predictor::of(model));
+  PredictorPool pool(dlrm::Predictor::of(model));
   std::vector<std::thread> requests;
   for (int t = 0; t < 3; ++t) {
     requests.emplace_back([&] {
       for (int round = 0; round < 10; ++round) {
-        std::vector<train::Prediction> results(lines.size());
+        std::vector<dlrm::Prediction> results(lines.size());
         pool.predict(views, results);
         for (size_t i = 0; i < results.size(); ++i) {
           EXPECT_EQ(results[i].probability, expected[i].probability) << i;

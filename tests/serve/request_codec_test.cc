@@ -340,11 +340,11 @@ TEST_F(RequestCodecTest, AnswersBeyondTheBudgetAreRefused) {
 TEST(RequestCodec, Predictions) {
   const PredictRequest request = decode_json_instances(R"({"instances": ["a\tb", "c"]})", 2);
   EXPECT_EQ(request.lines, (std::vector<std::string>{"a\tb", "c"}));
-  EXPECT_EQ(request.labels, train::CriteoLabel::kFromFieldCount);
+  EXPECT_EQ(request.labels, dlrm::CriteoLabel::kFromFieldCount);
   EXPECT_EQ(decode_json_instances(R"({"labels": "no", "instances": ["a"]})", 2).labels,
-            train::CriteoLabel::kAbsent);
+            dlrm::CriteoLabel::kAbsent);
   EXPECT_EQ(decode_json_instances(R"({"instances": ["a"], "labels": "yes"})", 2).labels,
-            train::CriteoLabel::kPresent);
+            dlrm::CriteoLabel::kPresent);
   EXPECT_THAT(recemb::test::error_of<InvalidArgument>(
                   [] { decode_json_instances(R"({"instances": ["a"], "labels": "maybe"})", 2); }),
               HasSubstr("\"labels\" must be \"yes\""));

@@ -15,12 +15,12 @@
 
 #include "recemb/embedding.h"
 
+#include "dlrm/predictor.h"
 #include "serve/request_codec.h"
 #include "serve/serving_fixtures.h"
 #include "testing/criteo_lines.h"
 #include "testing/http_client.h"
 #include "testing/temporary_directory.h"
-#include "train/predictor.h"
 
 namespace recemb::serve {
 namespace {
@@ -129,7 +129,7 @@ TEST_F(ServerTest, LookupsEqualTheServedModelsBitwise) {
 
 TEST_F(ServerTest, PredictionsEqualThePredictors) {
   Server server(registry(), {});
-  train::Predictor predictor = train::Predictor::open(*models_ / "ctr/5");
+  dlrm::Predictor predictor = dlrm::Predictor::open(*models_ / "ctr/5");
   std::mt19937_64 random(9);
   std::vector<std::string> lines;
   nlohmann::json instances = nlohmann::json::array();
@@ -138,7 +138,7 @@ TEST_F(ServerTest, PredictionsEqualThePredictors) {
     instances.push_back(lines.back());
   }
   const std::vector<std::string_view> views(lines.begin(), lines.end());
-  std::vector<train::Prediction> expected(lines.size());
+  std::vector<dlrm::Prediction> expected(lines.size());
   predictor.predict(views, expected);
   const HttpResponse answer =
       post(server, "/v1/models/ctr:predict", nlohmann::json{{"instances", instances}}.dump());
@@ -172,7 +172,7 @@ TEST_F(ServerTest, PredictionsEqualThePredictors) {
       unambiguous.push_back(labelled ? line + "\t" : "0\t" + line);
     }
     const std::vector<std::string_view> unambiguous_views(unambiguous.begin(), unambiguous.end());
-    std::vector<train::Prediction> settled_expected(settled.size());
+    std::vector<dlrm::Prediction> settled_expected(settled.size());
     predictor.predict(unambiguous_views, settled_expected);
     const HttpResponse settled_answer =
         post(server, "/v1/models/ctr:predict",

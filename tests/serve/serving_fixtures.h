@@ -19,10 +19,10 @@
 #include "recemb/serving.h"
 #include "recemb/string_key.h"
 
+#include "dlrm/model_file.h"
 #include "testing/criteo_lines.h"
-#include "train/model_file.h"
-#include "train/train_config.h"
-#include "train/trainer.h"
+#include "train/config/train_config.h"
+#include "train/run/trainer.h"
 
 namespace recemb::serve::test {
 
@@ -76,7 +76,7 @@ inline void train_and_export(const std::filesystem::path& work,
            "output.dir=\"" + (work / "run").string() + "\""});
   std::ostringstream log;
   train::run_training(config, {.log = &log});
-  train::export_checkpoint(work / "run" / "checkpoints", model_dir, ServingDtype::kFloat32, 1);
+  dlrm::export_checkpoint(work / "run" / "checkpoints", model_dir, ServingDtype::kFloat32, 1);
 }
 
 // A random batch for lookup_embedding's model: per feature, ragged ids (bags of 0 to 4 ids; for

@@ -1,4 +1,4 @@
-// Random lines of Criteo's text format (train/criteo_reader.h), for tests of what reads them.
+// Random lines of Criteo's text format (dlrm/criteo_reader.h), for tests of what reads them.
 #ifndef RECEMB_TESTS_TESTING_CRITEO_LINES_H_
 #define RECEMB_TESTS_TESTING_CRITEO_LINES_H_
 

@@ -10,7 +10,7 @@
 #include "recemb/error.h"
 #include "recemb/serving.h"
 
-#include "train/model_file.h"
+#include "dlrm/model_file.h"
 
 namespace recemb::tools {
 namespace {
@@ -75,8 +75,8 @@ int run_inspect_command(const InspectArguments& args, std::ostream& out) {
 int run_export_command(const ExportArguments& args, std::ostream& out) {
   const ServingDtype dtype = parse_serving_dtype(args.dtype);
   const auto start = std::chrono::steady_clock::now();
-  const train::ExportedModel exported =
-      train::export_checkpoint(args.checkpoint, args.output, dtype, args.threads);
+  const dlrm::ExportedModel exported =
+      dlrm::export_checkpoint(args.checkpoint, args.output, dtype, args.threads);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string dense_part =

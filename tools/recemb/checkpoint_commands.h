@@ -1,6 +1,6 @@
 // `recemb checkpoint inspect DIR` and `recemb export CKPT OUT`: a checkpoint's contents and
 // health, and its conversion into a model directory for serving (include/recemb/checkpoint.h,
-// serving.h, train/model_file.h).
+// serving.h, dlrm/model_file.h).
 #ifndef RECEMB_TOOLS_RECEMB_CHECKPOINT_COMMANDS_H_
 #define RECEMB_TOOLS_RECEMB_CHECKPOINT_COMMANDS_H_
 
@@ -27,7 +27,7 @@ struct ExportArguments {
 };
 
 // Writes the checkpoint's tables (verified) and, for a checkpoint of `recemb train`, its dense
-// model as the one model file OUT/model.recemb, atomically (train::export_checkpoint), and prints
+// model as the one model file OUT/model.recemb, atomically (dlrm::export_checkpoint), and prints
 // what it wrote. Returns 0. Errors: InvalidArgument when OUT is a file or the dtype is unknown;
 // DataLoss (naming the checkpoint and part) for a damaged checkpoint; std::system_error for a
 // failing system call.

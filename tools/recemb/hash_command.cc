@@ -6,12 +6,12 @@
 #include "recemb/error.h"
 #include "recemb/serving.h"
 
+#include "dlrm/criteo_profile.h"
+#include "dlrm/criteo_reader.h"
 #include "tools/recemb/lookup_command.h"
 #include "tools/recemb/train_command.h"
-#include "train/criteo_profile.h"
-#include "train/criteo_reader.h"
-#include "train/embedding_model.h"
-#include "train/train_config.h"
+#include "train/config/embedding_model.h"
+#include "train/config/train_config.h"
 
 namespace recemb::tools {
 namespace {
@@ -21,8 +21,8 @@ constexpr size_t kMaxQuotedLength = 40;
 
 // The index of categorical feature `name` (C1 is 0).
 int categorical_feature_index(const std::string& name) {
-  for (int f = 0; f < train::kNumCategoricalFeatures; ++f) {
-    if (train::categorical_feature_name(f) == name) return f;
+  for (int f = 0; f < dlrm::kNumCategoricalFeatures; ++f) {
+    if (dlrm::categorical_feature_name(f) == name) return f;
   }
   throw InvalidArgument("feature '" + name.substr(0, kMaxQuotedLength) +
                         "' is not a Criteo categorical feature (C1 .. C26)");
@@ -66,7 +66,7 @@ int run_hash_command(const HashArguments& args, std::istream& in, std::ostream& 
     if (!line.empty() && line.back() == '\r') line.pop_back();
     // A dynamic table (vocabulary_size 0) is keyed by the field itself: every field has a key.
     const std::optional<int64_t> id =
-        rows == 0 ? train::categorical_key(line) : train::categorical_field_id(feature, line, rows);
+        rows == 0 ? dlrm::categorical_key(line) : dlrm::categorical_field_id(feature, line, rows);
     if (id) {
       out << *id << "\n" << std::flush;
       continue;

@@ -5,7 +5,7 @@
 //           digits, or an empty line (a missing value)
 //   stdout: one line per input line: the row id, or {"error": {"line": N, "code": ..., ...}}
 //
-// The mapping is the trainer's (train/criteo_reader.h, categorical_field_id): it depends on the
+// The mapping is the trainer's (dlrm/criteo_reader.h, categorical_field_id): it depends on the
 // feature and on its table's vocabulary_size, taken from a serving model or from the training
 // settings (the ones `recemb train` was given: --config, --set, --preset).
 #ifndef RECEMB_TOOLS_RECEMB_HASH_COMMAND_H_

@@ -11,9 +11,9 @@
 #include "recemb/error.h"
 #include "recemb/serving.h"
 
+#include "dlrm/model_file.h"
 #include "serve/json_ids.h"
 #include "support/json.h"
-#include "train/model_file.h"
 
 namespace recemb::tools {
 namespace {
@@ -44,7 +44,7 @@ void write_error_answer(int64_t line_number, const std::string& message, std::os
 int run_lookup_command(const LookupArguments& args, std::istream& in, std::ostream& out,
                        std::ostream& err) {
   const ServingModel model =
-      ServingModel::open(train::model_file_path(args.model), {.verify = args.verify});
+      ServingModel::open(dlrm::model_file_path(args.model), {.verify = args.verify});
   const auto& features = model.features();
   // One example a line, and no budget but the machine's.
   const serve::RequestLimits limits{.max_examples = 1,

@@ -22,7 +22,7 @@
 namespace recemb::tools {
 
 struct LookupArguments {
-  // A serving model file, or a model directory: its model.recemb (train::model_file_path)
+  // A serving model file, or a model directory: its model.recemb (dlrm::model_file_path)
   std::string model = {};
   bool verify = true;  // check every checksum when opening (memory speed)
 };

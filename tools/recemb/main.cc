@@ -119,8 +119,8 @@ CLI::App* add_predict(CLI::App& app, PredictArguments& args) {
       ->add_option_function<std::string>(
           "--labels",
           [&args](const std::string& value) {
-            args.labels = value == "yes" ? recemb::train::CriteoLabel::kPresent
-                                         : recemb::train::CriteoLabel::kAbsent;
+            args.labels = value == "yes" ? recemb::dlrm::CriteoLabel::kPresent
+                                         : recemb::dlrm::CriteoLabel::kAbsent;
           },
           "Whether every line starts with the label field: yes or no (default: lines of 40 fields "
           "have it, lines of 39 are refused as ambiguous)")

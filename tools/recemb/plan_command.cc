@@ -3,8 +3,8 @@
 #include "recemb/placement.h"
 
 #include "tools/recemb/train_command.h"
-#include "train/embedding_model.h"
-#include "train/train_config.h"
+#include "train/config/embedding_model.h"
+#include "train/config/train_config.h"
 
 namespace recemb::tools {
 

@@ -5,10 +5,10 @@
 
 #include "recemb/error.h"
 
+#include "dlrm/criteo_reader.h"
+#include "dlrm/predictor.h"
 #include "support/number_text.h"
 #include "tools/recemb/lookup_command.h"
-#include "train/criteo_reader.h"
-#include "train/predictor.h"
 
 namespace recemb::tools {
 namespace {
@@ -25,7 +25,7 @@ bool read_line(std::istream& in, std::string& line) {
   for (int c = in.get(); c != std::char_traits<char>::eof(); c = in.get()) {
     any = true;
     if (c == '\n') return true;
-    if (line.size() <= static_cast<size_t>(train::kMaxLineBytes))
+    if (line.size() <= static_cast<size_t>(dlrm::kMaxLineBytes))
       line.push_back(static_cast<char>(c));
   }
   return any;
@@ -33,7 +33,7 @@ bool read_line(std::istream& in, std::string& line) {
 
 class Answerer {
  public:
-  Answerer(train::Predictor& predictor, train::CriteoLabel labels, std::ostream& out)
+  Answerer(dlrm::Predictor& predictor, dlrm::CriteoLabel labels, std::ostream& out)
       : predictor_(predictor), labels_(labels), out_(out) {}
 
   // Predicts `lines`, named "<source><line number>" in messages, and writes the answers.
@@ -43,7 +43,7 @@ class Answerer {
     results_.resize(lines.size());
     predictor_.predict(views_, results_, labels_);
     for (size_t i = 0; i < results_.size(); ++i) {
-      const train::Prediction& result = results_[i];
+      const dlrm::Prediction& result = results_[i];
       if (result.error.empty()) {
         out_ << support::float_text(result.probability) << '\n';
         continue;
@@ -59,11 +59,11 @@ class Answerer {
   int64_t failed() const { return failed_; }
 
  private:
-  train::Predictor& predictor_;
-  train::CriteoLabel labels_;
+  dlrm::Predictor& predictor_;
+  dlrm::CriteoLabel labels_;
   std::ostream& out_;
   std::vector<std::string_view> views_;
-  std::vector<train::Prediction> results_;
+  std::vector<dlrm::Prediction> results_;
   int64_t failed_ = 0;
 };
 
@@ -74,14 +74,14 @@ void check_data_file(const std::string& path) {
   if (std::filesystem::exists(path, error) && !std::filesystem::is_regular_file(path, error)) {
     throw InvalidArgument("--data '" + path + "' is not a regular file (copy it first)");
   }
-  train::plain_file_size(path);
+  dlrm::plain_file_size(path);
 }
 
 }  // namespace
 
 int run_predict_command(const PredictArguments& args, std::istream& in, std::ostream& out,
                         std::ostream& err) {
-  train::Predictor predictor = train::Predictor::open(args.model, {.verify = args.verify});
+  dlrm::Predictor predictor = dlrm::Predictor::open(args.model, {.verify = args.verify});
   for (const std::string& path : args.data) check_data_file(path);
 
   Answerer answerer(predictor, args.labels, out);
@@ -100,7 +100,7 @@ int run_predict_command(const PredictArguments& args, std::istream& in, std::ost
     for (const std::string& path : args.data) {
       // The trainer's reader frames the lines (plain or gzip); the categorical ids are the
       // predictor's, so the reader is told none.
-      train::CriteoReader reader({path}, {.ids = train::CategoricalIds::kRawKeys});
+      dlrm::CriteoReader reader({path}, {.ids = dlrm::CategoricalIds::kRawKeys});
       const std::string source = path + ":";
       int64_t first = 1;
       lines.clear();

@@ -1,6 +1,6 @@
 // `recemb predict MODEL_DIR [--data FILE...]`: click probabilities for raw Criteo lines, from a
 // model directory (or its model.recemb) written by `recemb export` of a `recemb train` checkpoint
-// (train/predictor.h).
+// (dlrm/predictor.h).
 //
 //   in:   Criteo lines (tab-separated; with the label field, which is ignored, or without it), on
 //         stdin or from the --data files in order (plain or gzip, read as the trainer reads them:
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "train/criteo_reader.h"
+#include "dlrm/criteo_reader.h"
 
 namespace recemb::tools {
 
@@ -30,7 +30,7 @@ struct PredictArguments {
   std::vector<std::string> data = {};  // Criteo files; none: stdin
   bool verify = true;                  // check every checksum of the tables when opening
   // --labels yes (kPresent), no (kAbsent); default: told by each line's field count.
-  train::CriteoLabel labels = train::CriteoLabel::kFromFieldCount;
+  dlrm::CriteoLabel labels = dlrm::CriteoLabel::kFromFieldCount;
 };
 
 // Answers every line as above: stdin line by line (each answer is written and flushed before the

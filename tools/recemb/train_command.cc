@@ -10,9 +10,9 @@
 #include "recemb/communicator.h"
 #include "recemb/error.h"
 
-#include "train/default_config.h"
-#include "train/train_config.h"
-#include "train/trainer.h"
+#include "train/config/default_config.h"
+#include "train/config/train_config.h"
+#include "train/run/trainer.h"
 
 namespace recemb::tools {
 namespace {

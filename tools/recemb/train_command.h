@@ -1,4 +1,4 @@
-// `recemb train`: the trainer (train/trainer.h) driven by a config file, --set overrides and
+// `recemb train`: the trainer (train/run/trainer.h) driven by a config file, --set overrides and
 // shortcut options.
 #ifndef RECEMB_TOOLS_RECEMB_TRAIN_COMMAND_H_
 #define RECEMB_TOOLS_RECEMB_TRAIN_COMMAND_H_
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "train/progress.h"
+#include "train/report/progress.h"
 
 namespace recemb::tools {
 
@@ -40,7 +40,7 @@ std::vector<std::string> train_overrides(const TrainArguments& args);
 // written: RunOptions::stop_signal) and the next one ends the process at once. Started by an MPI
 // launcher
 // (`mpirun -np K recemb train ...`), the K processes train together through
-// recemb::mpi_communicator() (train/trainer.h) and only rank 0 prints; otherwise MPI is not
+// recemb::mpi_communicator() (train/run/trainer.h) and only rank 0 prints; otherwise MPI is not
 // initialised. Settings are checked before any exchange, so a bad one fails on every rank alike.
 int run_train_command(const TrainArguments& args, std::ostream& out, std::ostream& log,
                       train::ProgressMode progress);

@@ -14,7 +14,7 @@
 #include "recemb/error.h"
 #include "recemb/serving.h"
 
-#include "train/model_file.h"
+#include "dlrm/model_file.h"
 
 namespace recemb::tools {
 namespace {
@@ -138,7 +138,7 @@ TEST(CheckpointCommands, ExportWritesAServingModelOfTheTables) {
     EXPECT_THAT(out.str(), HasSubstr((model_dir / "model.recemb").string()));
     EXPECT_EQ(std::distance(std::filesystem::directory_iterator(model_dir), {}), 1)
         << "one file, model.recemb";
-    const ServingModel model = ServingModel::open(model_dir / train::kModelFileName);
+    const ServingModel model = ServingModel::open(model_dir / dlrm::kModelFileName);
     EXPECT_EQ(std::string(serving_dtype_name(model.dtype())), dtype);
     ASSERT_EQ(model.tables().size(), 2u);
     EXPECT_EQ(model.tables()[1].dim, 8);
@@ -151,7 +151,7 @@ TEST(CheckpointCommands, ExportWritesAServingModelOfTheTables) {
     EXPECT_THAT(out.str(), Not(HasSubstr("dense")));
   }
   // float32 serving lookups equal the training lookups bitwise.
-  const ServingModel model = ServingModel::open(root / "model.float32" / train::kModelFileName);
+  const ServingModel model = ServingModel::open(root / "model.float32" / dlrm::kModelFileName);
   std::vector<int64_t> users = {0, 49, 7}, items = {29, 3, 3};
   const std::vector<FeatureInput> inputs{
       DenseIds{.ids = std::span<const int64_t>(users), .shape = {3}},

@@ -1,5 +1,5 @@
 // `recemb hash` (tools/recemb/hash_command.h): the trainer's rows of raw Criteo values, checked
-// against the golden ids of tests/train/criteo_reader_test.cc (computed by a separate Python
+// against the golden ids of tests/dlrm/criteo_reader_test.cc (computed by a separate Python
 // implementation), with the vocabulary sizes of the settings or of a serving model.
 #include "tools/recemb/hash_command.h"
 

@@ -8,7 +8,7 @@
 #include "recemb/placement.h"
 
 #include "testing/error_of.h"
-#include "train/embedding_model.h"
+#include "train/config/embedding_model.h"
 
 namespace recemb::tools {
 namespace {

@@ -17,18 +17,18 @@
 #include "recemb/embedding.h"
 #include "recemb/error.h"
 
+#include "dlrm/batch_buffers.h"
+#include "dlrm/criteo_reader.h"
+#include "dlrm/dlrm_dense_model.h"
+#include "dlrm/example_batch.h"
+#include "dlrm/model_file.h"
 #include "testing/criteo_lines.h"
 #include "testing/gzip_text.h"
 #include "testing/temporary_directory.h"
 #include "tools/recemb/checkpoint_commands.h"
-#include "train/batch_buffers.h"
-#include "train/criteo_reader.h"
-#include "train/dlrm_dense_model.h"
-#include "train/example_batch.h"
-#include "train/metrics.h"
-#include "train/model_file.h"
-#include "train/train_config.h"
-#include "train/trainer.h"
+#include "train/config/train_config.h"
+#include "train/report/metrics.h"
+#include "train/run/trainer.h"
 
 namespace recemb::tools {
 namespace {
@@ -84,21 +84,21 @@ class PredictCommandTest : public ::testing::Test {
     const std::filesystem::path checkpoint = dir_ / "run" / "checkpoints";
     Embedding embedding = load_checkpoint(checkpoint, {.tables_only = true, .num_threads = 1});
     const RestoredState state = restore_checkpoint(embedding, checkpoint);
-    train::DlrmDenseModel model({.embedding_dim = config_.model.embedding_dim,
-                                 .bottom_mlp = config_.model.bottom_mlp,
-                                 .top_mlp = config_.model.top_mlp});
-    const std::vector<float>& parameters = state.extra_arrays.at(train::kDenseParametersArray);
+    dlrm::DlrmDenseModel model({.embedding_dim = config_.model.embedding_dim,
+                                .bottom_mlp = config_.model.bottom_mlp,
+                                .top_mlp = config_.model.top_mlp});
+    const std::vector<float>& parameters = state.extra_arrays.at(dlrm::kDenseParametersArray);
     std::copy(parameters.begin(), parameters.end(), model.parameters().begin());
-    train::ReaderOptions options{.ids = train::CategoricalIds::kRawKeys};
+    dlrm::ReaderOptions options{.ids = dlrm::CategoricalIds::kRawKeys};
     if (vocabulary_ == "hashed") {
       options = {};
       for (const TableConfig& table : embedding.tables()) {
         options.vocabulary_sizes.push_back(table.vocabulary_size);
       }
     }
-    train::CriteoReader reader({(dir_ / "held_out.tsv").string()}, options);
-    train::ExampleBatch batch;
-    train::BatchBuffers buffers(config_.model.embedding_dim);
+    dlrm::CriteoReader reader({(dir_ / "held_out.tsv").string()}, options);
+    dlrm::ExampleBatch batch;
+    dlrm::BatchBuffers buffers(config_.model.embedding_dim);
     std::vector<float> probabilities;
     while (reader.next(batch, kBatchSize) > 0) {
       buffers.bind(batch, 0, batch.size);
@@ -209,7 +209,7 @@ TEST_F(PredictCommandTest, EveryLineGetsOneAnswerLine) {
   std::istringstream without(unlabelled + "\n"), with("0\t" + unlabelled + "\n");
   std::ostringstream without_out, with_out;
   EXPECT_EQ(
-      run_predict_command({.model = model_dir().string(), .labels = train::CriteoLabel::kAbsent},
+      run_predict_command({.model = model_dir().string(), .labels = dlrm::CriteoLabel::kAbsent},
                           without, without_out, err),
       0);
   EXPECT_EQ(run_predict_command({.model = model_dir().string()}, with, with_out, err), 0);
@@ -242,7 +242,7 @@ TEST_F(PredictCommandTest, ALabelledLineThatLostItsLastTabIsNotReadAsUnlabelled)
   std::istringstream trimmed_in(trimmed + "\n"), complete_in(complete + "\n");
   std::ostringstream trimmed_out, complete_out;
   EXPECT_EQ(
-      run_predict_command({.model = model_dir().string(), .labels = train::CriteoLabel::kPresent},
+      run_predict_command({.model = model_dir().string(), .labels = dlrm::CriteoLabel::kPresent},
                           trimmed_in, trimmed_out, err),
       0);
   EXPECT_EQ(run_predict_command({.model = model_dir().string()}, complete_in, complete_out, err),
@@ -299,7 +299,7 @@ TEST_F(PredictCommandTest, UnusableModelsAndDataThrowBeforeAnyOutput) {
                InvalidArgument);
   // The file ends with the dense model's last array (the logit layer's bias, padded to 64
   // bytes): a damaged byte there is found.
-  const std::filesystem::path file_path = model_dir() / train::kModelFileName;
+  const std::filesystem::path file_path = model_dir() / dlrm::kModelFileName;
   const auto size = static_cast<std::streamoff>(std::filesystem::file_size(file_path));
   {
     std::fstream file(file_path, std::ios::in | std::ios::out | std::ios::binary);

@@ -11,7 +11,7 @@
 #include "recemb/error.h"
 
 #include "testing/criteo_lines.h"
-#include "train/train_config.h"
+#include "train/config/train_config.h"
 
 namespace recemb::tools {
 namespace {
