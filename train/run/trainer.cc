@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
-#include <future>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -23,14 +22,18 @@
 #include "dlrm/dense_optimizer.h"
 #include "dlrm/dlrm_dense_model.h"
 #include "dlrm/model_file.h"
+#include "support/collectives.h"
 #include "train/config/embedding_model.h"
 #include "train/config/resume_settings.h"
 #include "train/data/prefetching_source.h"
 #include "train/data/training_data.h"
 #include "train/report/metrics_log.h"
 #include "train/report/run_summary.h"
+#include "train/run/checkpoint_schedule.h"
 #include "train/run/data_parallel.h"
 #include "train/run/held_out_evaluation.h"
+#include "train/run/loss_window.h"
+#include "train/run/publish_schedule.h"
 #include "train/run/rank_errors.h"
 #include "train/run/run_resources.h"
 #include "train/run/step_pipeline.h"
@@ -90,9 +93,11 @@ class Trainer {
         dense_optimizer_(dense_optimizer_config(config.dense), model_.num_parameters(),
                          model_.dense_isa()),
         output_dir_(config.output.dir),
-        checkpoint_dir_(config.checkpoint.dir.empty()
-                            ? output_dir_ / "checkpoints"
-                            : std::filesystem::path(config.checkpoint.dir)),
+        checkpoints_(config,
+                     config.checkpoint.dir.empty() ? output_dir_ / "checkpoints"
+                                                   : std::filesystem::path(config.checkpoint.dir),
+                     embedding_, model_, dense_optimizer_, progress_, summary_),
+        publisher_(config, embedding_, model_, progress_, summary_),
         evaluator_(embedding_, model_, group_, errors_, config.train.batch_size) {
     // Checked by every rank and agreed on: ranks on other machines may have other limits.
     errors_.locally([&] {
@@ -113,6 +118,44 @@ class Trainer {
   }
 
   TrainSummary run() {
+    const bool resumed = begin();
+    int64_t total_steps = expected_last_step();
+    const Clock::time_point start = Clock::now();
+    if (!resumed) {
+      const EvalRecord initial = evaluate();
+      summary_.initial_auc = initial.auc;
+      summary_.initial_log_loss = initial.log_loss;
+    } else if (metrics_ && !metrics_->eval_records().empty()) {
+      summary_.initial_auc = metrics_->eval_records().front().auc;
+      summary_.initial_log_loss = metrics_->eval_records().front().log_loss;
+    }
+    // The progress line's rate counts the training steps only (evaluations and checkpoints
+    // included), not the evaluation before them.
+    const Clock::time_point steps_start = Clock::now();
+    publish();  // the base: the served model from the start
+    while (run_step() < config_.train.steps) {
+      StepBatch& batch = pipeline_->next();
+      if (stops_before(batch, resumed, steps_start)) break;
+      train_step(batch);
+      trained_position_ = batch.position;
+      const int64_t step = run_step();
+      if (step % config_.train.log_every == 0) record_loss(step);
+      if (config_.train.eval_every > 0 && step % config_.train.eval_every == 0 &&
+          step < config_.train.steps) {
+        evaluate();
+      }
+      if (checkpoints_.due(step)) save();
+      if (publisher_.due()) publish();
+      total_steps = reestimate_last_step(total_steps);
+      show_progress(total_steps, steps_start);
+    }
+    return finish(start);
+  }
+
+ private:
+  // Before the first step: checks and creates the run's directories, resumes or initialises from
+  // a checkpoint, opens metrics.jsonl and says what the run is. Returns whether it resumed.
+  bool begin() {
     // Rank 0 alone writes output.dir and looks into the checkpoint directory; the other ranks
     // learn of its errors at sync() and of its findings by broadcast. Every directory the run
     // writes is checked before the first step (docs/training.md, "What a run prints and writes").
@@ -121,7 +164,7 @@ class Trainer {
     errors_.locally([&] {
       if (!root()) return;
       create_writable_directory(output_dir_, "output.dir");
-      if (!config_.serving.publish_dir.empty()) {
+      if (publisher_.enabled()) {
         if (group_.size() > 1) {
           throw InvalidArgument(
               "serving.publish_dir: publishing runs in one process (this run has " +
@@ -130,15 +173,15 @@ class Trainer {
         }
         create_writable_directory(config_.serving.publish_dir, "serving.publish_dir");
       }
-      create_writable_directory(checkpoint_dir_, "checkpoint.dir");
+      create_writable_directory(checkpoints_.dir(), "checkpoint.dir");
     });
     if (options_.resume) {
       resume();
     } else {
       errors_.locally([&] {
         if (!root()) return;
-        if (const auto earlier = latest_checkpoint(checkpoint_dir_)) {
-          throw InvalidArgument(checkpoint_dir_.string() +
+        if (const auto earlier = latest_checkpoint(checkpoints_.dir())) {
+          throw InvalidArgument(checkpoints_.dir().string() +
                                 " holds checkpoints of an earlier run (" +
                                 earlier->filename().string() +
                                 "): continue it with --resume, or choose another output.dir or "
@@ -165,93 +208,59 @@ class Trainer {
     summary_.embedding_bytes = embedding_bytes(embedding_);
     trained_position_ = prefetching_->position();
     describe_run();
-    int64_t total_steps = expected_last_step();
+    return resumed;
+  }
 
-    const Clock::time_point start = Clock::now();
-    if (!resumed) {
-      const EvalRecord initial = evaluate();
-      summary_.initial_auc = initial.auc;
-      summary_.initial_log_loss = initial.log_loss;
-    } else if (metrics_ && !metrics_->eval_records().empty()) {
-      summary_.initial_auc = metrics_->eval_records().front().auc;
-      summary_.initial_log_loss = metrics_->eval_records().front().log_loss;
+  // Whether the run ends before `batch`: a stop asked for (a signal) on any rank, or the data's
+  // end (every rank agrees on both). A run that ends before its first example throws.
+  bool stops_before(const StepBatch& batch, bool resumed, Clock::time_point steps_start) {
+    const int64_t count = batch.count;
+    // A stop asked for on any rank: every rank stops before this batch, whose examples a resumed
+    // run then trains on (the checkpoint holds the position before it).
+    int64_t stop = options_.stop_signal != nullptr ? options_.stop_signal->load() : 0;
+    if (group_.size() > 1) {
+      errors_.sync();
+      const std::vector<int64_t> values = group_.all_gather(std::array{count, stop});
+      expect_same_on_every_rank(values, group_.size(), 0,
+                                "examples in the batch of step " + std::to_string(run_step() + 1));
+      for (int q = 0; q < group_.size(); ++q) {
+        stop = std::max(stop, values[2 * static_cast<size_t>(q) + 1]);
+      }
     }
-    // The progress line's rate counts the training steps only (evaluations and checkpoints
-    // included), not the evaluation before them.
-    const Clock::time_point steps_start = Clock::now();
-    publish_model();  // the base: the served model from the start
-    while (run_step() < config_.train.steps) {
-      StepBatch& batch = pipeline_->next();
-      int64_t count = batch.count;
-      // A stop asked for (a signal) on any rank: every rank stops before this batch, whose
-      // examples a resumed run then trains on (the checkpoint holds the position before it).
-      int64_t stop = options_.stop_signal != nullptr ? options_.stop_signal->load() : 0;
-      if (group_.size() > 1) {
-        errors_.sync();
-        const std::vector<int64_t> values = group_.all_gather(std::array{count, stop});
-        expect_same_on_every_rank(
-            values, group_.size(), 0,
-            "examples in the batch of step " + std::to_string(run_step() + 1));
-        for (int q = 0; q < group_.size(); ++q) {
-          stop = std::max(stop, values[2 * static_cast<size_t>(q) + 1]);
-        }
-      }
-      if (stop != 0) {
-        summary_.stop_signal = static_cast<int>(stop);
-        progress_.message("stopping at step " + std::to_string(run_step()) + " (signal " +
-                          std::to_string(stop) + ")");
-        break;
-      }
-      if (count == 0) {
-        summary_.data_ended = true;
-        if (summary_.examples == 0) {
-          throw InvalidArgument(
-              "no examples to train on: the training data ended at step " +
-              std::to_string(run_step()) + (resumed ? ", where this run resumed" : "") + " (" +
-              data_.description +
-              "): give more data, or continue the model on other data in a new run with "
-              "--init-from " +
-              checkpoint_dir_.string() + " --output <another dir>");
-        }
-        show_progress(run_step(), steps_start);  // the bar's end, reached once
-        progress_.message("the training data ended at step " + std::to_string(run_step()) +
-                          ", before train.steps = " + std::to_string(config_.train.steps));
-        break;
-      }
-      train_step(batch);
-      trained_position_ = batch.position;
-      const int64_t step = run_step();
-      if (step % config_.train.log_every == 0) record_loss(step);
-      if (config_.train.eval_every > 0 && step % config_.train.eval_every == 0 &&
-          step < config_.train.steps) {
-        evaluate();
-      }
-      if (config_.checkpoint.every > 0 && step % config_.checkpoint.every == 0 &&
-          step < config_.train.steps) {
-        save();
-      }
-      if (last_publish_ && seconds_since(*last_publish_) >= config_.serving.publish_every_seconds) {
-        publish_model();
-      }
-      if (step >= total_steps && step < config_.train.steps) {
-        // The data lasts longer than estimated (lines longer than the held-out ones, epochs):
-        // estimated again, so that the bar reaches its end once, when the run does.
-        const std::optional<int64_t> left = examples_left(data_, trained_position_);
-        const int64_t size = config_.train.batch_size;
-        total_steps = std::min(config_.train.steps,
-                               step + std::max<int64_t>(1, (left.value_or(0) + size - 1) / size));
-      }
-      show_progress(total_steps, steps_start);
+    if (stop != 0) {
+      summary_.stop_signal = static_cast<int>(stop);
+      progress_.message("stopping at step " + std::to_string(run_step()) + " (signal " +
+                        std::to_string(stop) + ")");
+      return true;
     }
+    if (count > 0) return false;
+    summary_.data_ended = true;
+    if (summary_.examples == 0) {
+      throw InvalidArgument(
+          "no examples to train on: the training data ended at step " + std::to_string(run_step()) +
+          (resumed ? ", where this run resumed" : "") + " (" + data_.description +
+          "): give more data, or continue the model on other data in a new run with "
+          "--init-from " +
+          checkpoints_.dir().string() + " --output <another dir>");
+    }
+    show_progress(run_step(), steps_start);  // the bar's end, reached once
+    progress_.message("the training data ended at step " + std::to_string(run_step()) +
+                      ", before train.steps = " + std::to_string(config_.train.steps));
+    return true;
+  }
+
+  // After the last step: the final checkpoint, publish, records and evaluation, and the files
+  // that report the run. `start`: when the run's work began (its initial evaluation).
+  TrainSummary finish(Clock::time_point start) {
     // Saved before the final records: a run resumed from here continues the loss window, and
     // MetricsLog drops these off-schedule records (see metrics_log.h).
     save();
-    if (run_step() != published_step_) publish_model();
+    if (run_step() != publisher_.published_step()) publish();
     errors_.locally([&] {
-      finish_publishing();
-      report_deltas();
+      publisher_.finish();
+      publisher_.report_deltas();
     });
-    if (loss_window_count_ > 0) record_loss(run_step());
+    if (!loss_window_.empty()) record_loss(run_step());
     // A run stopped right after a scheduled evaluation has it already: evaluated (and recorded)
     // again, metrics.jsonl would hold it twice, and so would the resumed run's.
     const EvalRecord final_eval =
@@ -277,7 +286,41 @@ class Trainer {
     return summary_;
   }
 
- private:
+  // The data lasts longer than estimated (lines longer than the held-out ones, epochs): the last
+  // step estimated again once the run reaches the estimate, so that the progress bar reaches its
+  // end once, when the run does.
+  int64_t reestimate_last_step(int64_t total_steps) {
+    const int64_t step = run_step();
+    if (step < total_steps || step >= config_.train.steps) return total_steps;
+    const std::optional<int64_t> left = examples_left(data_, trained_position_);
+    const int64_t size = config_.train.batch_size;
+    return std::min(config_.train.steps,
+                    step + std::max<int64_t>(1, (left.value_or(0) + size - 1) / size));
+  }
+
+  // Saves the state after this step (the checkpoint is the state after it, as the serial
+  // loop's: a prefetched lookup of the next batch is waited for first).
+  void save() {
+    pipeline_->wait_for_prefetch();
+    checkpoints_.save(run_step(), progress_made());
+  }
+
+  // Publishes at this step boundary, when the run publishes (the tables at rest).
+  void publish() {
+    if (!publisher_.enabled()) return;
+    pipeline_->wait_for_prefetch();
+    publisher_.publish(run_step());
+  }
+
+  // What a checkpoint saves of the run beside the models.
+  TrainerProgress progress_made() const {
+    return {.data_position = trained_position_,
+            .examples = examples_total_,
+            .loss_window_sum = loss_window_.sum(),
+            .loss_window_count = loss_window_.count(),
+            .first_step = first_step_};
+  }
+
   bool root() const { return group_.rank() == 0; }
 
   // This run's step: the tables' (Embedding::step) less the step they had when it began.
@@ -287,19 +330,17 @@ class Trainer {
   // instruction sets, which round differently: the replicas' parameters would drift apart
   // (docs/training.md, "Instruction set").
   void expect_same_dense_isa() {
-    const std::vector<int64_t> isas =
-        group_.all_gather(std::array{static_cast<int64_t>(model_.dense_isa())});
-    const auto name = [](int64_t isa) {
+    const auto name = [](uint64_t isa) {
       return std::string(dlrm::dense_isa_name(static_cast<dlrm::DenseIsa>(isa)));
     };
-    for (int q = 1; q < group_.size(); ++q) {
-      if (isas[static_cast<size_t>(q)] != isas[0]) {
-        throw InvalidArgument("rank " + std::to_string(q) + "'s dense layers run " +
-                              name(isas[static_cast<size_t>(q)]) + ", rank 0's " + name(isas[0]) +
-                              ": data-parallel replicas must compute alike; set RECEMB_DENSE_ISA "
-                              "to an instruction set every rank's CPU runs");
-      }
-    }
+    support::agree_on_value(
+        group_.communicator(), static_cast<uint64_t>(model_.dense_isa()),
+        [&](int rank, uint64_t isa, uint64_t rank0_isa) {
+          return "rank " + std::to_string(rank) + "'s dense layers run " + name(isa) +
+                 ", rank 0's " + name(rank0_isa) +
+                 ": data-parallel replicas must compute alike; set RECEMB_DENSE_ISA to an "
+                 "instruction set every rank's CPU runs";
+        });
   }
 
   // The step at which the data is expected to end, or train.steps if it is expected to last:
@@ -327,7 +368,7 @@ class Trainer {
     progress_.update({.step = step,
                       .total_steps = total,
                       .examples_per_second = rate,
-                      .loss = recent_loss_,
+                      .loss = loss_window_.recent(),
                       .eta_seconds = static_cast<double>(total - step) *
                                      static_cast<double>(config_.train.batch_size) / rate},
                      elapsed);
@@ -397,21 +438,17 @@ class Trainer {
 
     summary_.examples += batch.count;
     examples_total_ += batch.count;
-    loss_window_sum_ += loss;
-    ++loss_window_count_;
-    recent_loss_ = loss_window_sum_ / static_cast<double>(loss_window_count_);
+    loss_window_.add(loss);
     pipeline_->advance();
   }
 
   void record_loss(int64_t step) {
+    const double loss = loss_window_.take();
     errors_.locally([&] {
       if (metrics_) {
-        metrics_->add(
-            TrainRecord{.step = step, .examples = examples_total_, .train_loss = recent_loss_});
+        metrics_->add(TrainRecord{.step = step, .examples = examples_total_, .train_loss = loss});
       }
     });
-    loss_window_sum_ = 0;
-    loss_window_count_ = 0;
   }
 
   EvalRecord evaluate() {
@@ -434,37 +471,17 @@ class Trainer {
     return record;
   }
 
-  void save() {
-    if (run_step() == last_saved_step_) return;  // e.g. resumed at the final step
-    last_saved_step_ = run_step();
-    const Clock::time_point t = Clock::now();
-    // The checkpoint is the state after this step, as the serial loop's.
-    pipeline_->wait_for_prefetch();
-    const std::filesystem::path path =
-        save_checkpoint(embedding_, checkpoint_dir_,
-                        trainer_save_options(config_, model_, dense_optimizer_,
-                                             {.data_position = trained_position_,
-                                              .examples = examples_total_,
-                                              .loss_window_sum = loss_window_sum_,
-                                              .loss_window_count = loss_window_count_,
-                                              .first_step = first_step_},
-                                             config_.checkpoint.keep));
-    summary_.checkpoint_seconds += seconds_since(t);
-    ++summary_.checkpoints;
-    progress_.message("checkpoint " + path.string());
-  }
-
   void resume() {
     // Rank 0's choice, so that every rank restores the same checkpoint.
     std::string newest;
     errors_.locally([&] {
       if (!root()) return;
-      if (const auto found = latest_checkpoint(checkpoint_dir_)) newest = found->string();
+      if (const auto found = latest_checkpoint(checkpoints_.dir())) newest = found->string();
     });
     errors_.sync();
     newest = group_.broadcast(newest);
     if (newest.empty()) {
-      progress_.message("--resume: no checkpoint in " + checkpoint_dir_.string() +
+      progress_.message("--resume: no checkpoint in " + checkpoints_.dir().string() +
                         "; starting from step 0");
       return;
     }
@@ -472,11 +489,10 @@ class Trainer {
     const TrainerProgress progress =
         restore_trainer_state(state, config_, newest, model_, dense_optimizer_);
     first_step_ = progress.first_step;
-    last_saved_step_ = run_step();
+    checkpoints_.resumed_at(run_step());
     prefetching_->seek(progress.data_position);
     examples_total_ = progress.examples;
-    loss_window_sum_ = progress.loss_window_sum;
-    loss_window_count_ = progress.loss_window_count;
+    loss_window_.restore(progress.loss_window_sum, progress.loss_window_count);
     progress_.message("resumed from " + newest + " at step " + std::to_string(run_step()));
   }
 
@@ -485,7 +501,7 @@ class Trainer {
   void initialize_from(const std::string& checkpoint) {
     if (options_.resume) {
       throw InvalidArgument("--init-from and --resume: --resume continues this run (" +
-                            checkpoint_dir_.string() + "), --init-from starts a new one from " +
+                            checkpoints_.dir().string() + "), --init-from starts a new one from " +
                             checkpoint + ": give one");
     }
     // Rank 0's choice of the newest checkpoint, so that every rank restores the same one.
@@ -513,61 +529,6 @@ class Trainer {
   std::ostream& log_;
   RankErrors errors_;
   ProgressDisplay progress_;
-  // Publishes the tables and the dense model at this step boundary into serving.publish_dir (a
-  // base the first time, then deltas: recemb/publish.h), with what `recemb export` writes beside
-  // the tables (model_file_options), so that a base is `recemb export`'s file of this step. A
-  // delta's rows are copied here and the file is written on another thread while training goes
-  // on; the previous one is waited for first (its error, if any, ends the run).
-  void publish_model() {
-    if (config_.serving.publish_dir.empty()) return;
-    const Clock::time_point t = Clock::now();
-    finish_publishing();
-    pipeline_->wait_for_prefetch();
-    const std::optional<dlrm::DenseModelPart> dense = dlrm::DenseModelPart{
-        .config = model_.config(),
-        .parameters = {model_.parameters().begin(), model_.parameters().end()}};
-    const ExportOptions options = dlrm::model_file_options(
-        embedding_, dense, parse_serving_dtype(config_.serving.publish_dtype),
-        "serving.publish_dir '" + config_.serving.publish_dir + "': ");
-    const bool first = !last_publish_;
-    publishing_ = std::async(std::launch::async,
-                             begin_publish(embedding_, config_.serving.publish_dir,
-                                           {.dtype = options.dtype,
-                                            .extra_arrays = options.extra_arrays,
-                                            .metadata = options.metadata,
-                                            .base_every_deltas = config_.serving.base_every_deltas,
-                                            .base_every_bytes = config_.serving.base_every_bytes,
-                                            .keep_versions = config_.serving.keep_versions}));
-    published_step_ = run_step();
-    summary_.publish_seconds += seconds_since(t);
-    ++summary_.publishes;
-    last_publish_ = Clock::now();
-    if (first) finish_publishing();  // the base, written already: said at once where it went
-  }
-
-  // Waits for the delta being written, if any; rethrows its error. Says where each base went
-  // and counts the deltas.
-  void finish_publishing() {
-    if (!publishing_.valid()) return;
-    const Clock::time_point t = Clock::now();
-    const PublishResult result = publishing_.get();
-    summary_.publish_seconds += seconds_since(t);
-    if (result.sequence > 0) {
-      ++deltas_published_;
-      delta_bytes_published_ += result.bytes;
-      last_delta_ = result.file;
-      return;
-    }
-    progress_.message(published_base_line(result));
-  }
-
-  // The deltas published since the run began, in one line (none: nothing).
-  void report_deltas() {
-    if (deltas_published_ == 0) return;
-    progress_.message(
-        published_deltas_line(deltas_published_, delta_bytes_published_, last_delta_));
-  }
-
   // The steps' batches, read by prefetching_ and looked up in embedding_ (set once they exist).
   // Declared before embedding_, so that its destructor has waited for a prefetched lookup before
   // the batches are freed.
@@ -577,7 +538,9 @@ class Trainer {
   std::vector<int64_t> sizes_;
   dlrm::DlrmDenseModel model_;
   dlrm::DenseOptimizer dense_optimizer_;
-  std::filesystem::path output_dir_, checkpoint_dir_;
+  std::filesystem::path output_dir_;
+  CheckpointSchedule checkpoints_;
+  PublishSchedule publisher_;
   TrainingData data_;
   // Reads data_.train_source one batch ahead on its own thread; the loop uses only this.
   std::optional<PrefetchingSource> prefetching_;
@@ -586,18 +549,9 @@ class Trainer {
   std::optional<MetricsLog> metrics_;
   TrainSummary summary_;
   int64_t examples_total_ = 0;  // over all runs (restored on resume)
-  double loss_window_sum_ = 0;
-  int64_t loss_window_count_ = 0;
-  double recent_loss_ = std::nan("");
-  int64_t last_saved_step_ = -1;
+  LossWindow loss_window_;
   int64_t first_step_ = 0;               // the tables' step at this run's step 0 (--init-from)
   std::optional<EvalRecord> last_eval_;  // this run's latest evaluation
-  std::optional<Clock::time_point> last_publish_;  // none: not publishing (yet)
-  int64_t published_step_ = -1;
-  std::future<PublishResult> publishing_;  // the delta being written
-  int64_t deltas_published_ = 0;           // by this run, and their bytes
-  int64_t delta_bytes_published_ = 0;
-  std::filesystem::path last_delta_;
   // The data position after the last batch trained on (what a checkpoint saves).
   std::string trained_position_;
 };
