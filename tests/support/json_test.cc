@@ -310,8 +310,8 @@ TEST(JsonWriterTest, DoublesReadBackAndNonFiniteOnesAreNull) {
     }
     const double read = Json::parse(writer.text()).get<double>();
     ASSERT_EQ(std::memcmp(&read, &value, sizeof value), 0) << writer.text();
+    if (!(std::abs(value) <= std::numeric_limits<float>::max())) continue;  // no float of it
     const auto single = static_cast<float>(value);
-    if (!std::isfinite(single)) continue;
     JsonWriter float_writer;
     float_writer.number(single);
     const float read_single = Json::parse(float_writer.text()).get<float>();
