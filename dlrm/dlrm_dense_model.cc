@@ -30,6 +30,10 @@ DlrmDenseConfig validated(DlrmDenseConfig config) {
     throw InvalidArgument("DlrmDenseConfig: num_threads = " + std::to_string(config.num_threads) +
                           " must be >= 0 (0: one per core)");
   }
+  if (config.pool && config.num_threads != 0) {
+    throw InvalidArgument("DlrmDenseConfig: num_threads = " + std::to_string(config.num_threads) +
+                          " must be 0 when a pool is set (the model runs on the pool's threads)");
+  }
   if (!config.bottom_mlp.empty() && config.bottom_mlp.back() != config.embedding_dim) {
     throw InvalidArgument("DlrmDenseConfig: the last width of bottom_mlp (" +
                           std::to_string(config.bottom_mlp.back()) +
@@ -69,7 +73,8 @@ DlrmDenseModel::DlrmDenseModel(DlrmDenseConfig config)
                 .layer_widths = with_logit_layer(config_.top_mlp),
                 .output_activation = OutputActivation::kIdentity},
                dense_isa_),
-      pool_(std::make_unique<support::ThreadPool>(config_.num_threads)),
+      pool_(config_.pool ? config_.pool
+                         : std::make_shared<support::ThreadPool>(config_.num_threads)),
       parameters_(static_cast<size_t>(bottom_mlp_.num_parameters() + top_mlp_.num_parameters())),
       gradients_(parameters_.size(), 0.0f) {
   std::mt19937_64 random(config_.seed);

@@ -28,7 +28,8 @@
 // (W_0, b_0, W_1, b_1, ...; W_l is [in, out] row-major). parameter_blocks() names every array.
 // A checkpoint saves one array; a data-parallel trainer all-reduces gradients() in one call.
 //
-// train_step and predict run on config.num_threads threads (the caller's and a ThreadPool's), one
+// train_step and predict run on config.num_threads threads (the caller's and a ThreadPool's) or on
+// config.pool's, one
 // task per block of 256 examples doing all of the block's layers, forward and backward, while its
 // activations are in the cache (the sum of the loss and the sigmoid on the caller's thread).
 // Results are bitwise the same for the same parameters and
@@ -71,8 +72,12 @@ struct DlrmDenseConfig {
   // variance 1 / width, drawn bottom MLP first from one std::mt19937_64 seeded with it).
   uint64_t seed = 0;
   // Threads of train_step and predict, counting the caller, >= 0; 0: one per core. Results do
-  // not depend on it.
+  // not depend on it. Must be 0 when `pool` is set.
   int num_threads = 1;
+  // Set: train_step and predict run on this pool's threads, which others may use at once (the
+  // trainer's Embedding runs on the same pool: support/thread_pool.h); unset: on a pool of the
+  // model's own with num_threads threads.
+  std::shared_ptr<support::ThreadPool> pool;
   // The instruction set of the dense layers' arithmetic; unset: default_dense_isa()
   // (RECEMB_DENSE_ISA, else the widest the CPU runs). Results differ between sets by rounding.
   std::optional<DenseIsa> dense_isa;
@@ -145,7 +150,7 @@ class DlrmDenseModel {
   Mlp bottom_mlp_;
   DotInteraction interaction_;
   Mlp top_mlp_;
-  std::unique_ptr<support::ThreadPool> pool_;  // a pointer: the model stays movable
+  std::shared_ptr<support::ThreadPool> pool_;  // a pointer: the model stays movable
   std::vector<float> parameters_;
   std::vector<float> gradients_;
   // Workspace, [B, ...] of the current batch.

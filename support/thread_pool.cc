@@ -85,90 +85,133 @@ void ThreadPool::stop_workers() {
 
 void ThreadPool::run(int64_t num_tasks, TaskFunction function, void* context) {
   if (num_tasks <= 0) return;
-  if (executor_ && num_tasks > 1 && executor_threads_ > 1) {
-    run_on_executor(num_tasks, function, context);
-    return;
-  }
-  if (workers_.empty() || num_tasks == 1) {
+  const bool on_executor = executor_ && num_tasks > 1 && executor_threads_ > 1;
+  const bool on_workers = !workers_.empty() && num_tasks > 1;
+  Loop* loop = on_executor || on_workers
+                   ? start_loop(num_tasks, function, context, /*open=*/on_workers)
+                   : nullptr;
+  if (loop == nullptr) {
     for (int64_t task = 0; task < num_tasks; ++task) function(context, task, 0);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    function_ = function;
-    context_ = context;
-    num_tasks_ = num_tasks;
-    next_task_.store(0, std::memory_order_relaxed);
-    unfinished_tasks_.store(num_tasks, std::memory_order_relaxed);
-    loop_open_ = true;
-    generation_.fetch_add(1, std::memory_order_release);
+  if (on_executor) {
+    run_on_executor(*loop);
+  } else {
+    work_ready_.notify_all();
+    drain(*loop, 0);
+    wait_until([loop] { return loop->unfinished_tasks.load(std::memory_order_acquire) == 0; });
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      // No worker may join after this point, and none may still read the loop's state when the
+      // next run() takes it.
+      loop->open = false;
+    }
+    wait_until([loop] { return loop->active_workers.load(std::memory_order_acquire) == 0; });
   }
-  work_ready_.notify_all();
-  drain(0);
-  const auto finished = [this] { return unfinished_tasks_.load(std::memory_order_acquire) == 0; };
-  spin_until(finished);
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    work_done_.wait(lock, finished);
-    // No worker may join after this point, and none may still read the loop's state when the
-    // next run() overwrites it.
-    loop_open_ = false;
-  }
-  const auto left = [this] { return active_workers_.load(std::memory_order_acquire) == 0; };
-  if (spin_until(left)) return;
-  std::unique_lock<std::mutex> lock(mutex_);
-  work_done_.wait(lock, left);
+  std::lock_guard<std::mutex> lock(mutex_);
+  loop->in_use = false;
 }
 
-void ThreadPool::run_on_executor(int64_t num_tasks, TaskFunction function, void* context) {
+ThreadPool::Loop* ThreadPool::start_loop(int64_t num_tasks, TaskFunction function, void* context,
+                                         bool open) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Loop& loop : loops_) {
+    if (loop.in_use) continue;
+    loop.function = function;
+    loop.context = context;
+    loop.num_tasks = num_tasks;
+    loop.next_task.store(0, std::memory_order_relaxed);
+    loop.unfinished_tasks.store(num_tasks, std::memory_order_relaxed);
+    loop.in_use = true;
+    loop.open = open;
+    if (open) generation_.fetch_add(1, std::memory_order_release);
+    return &loop;
+  }
+  return nullptr;
+}
+
+template <class Done>
+void ThreadPool::wait_until(const Done& done) {
+  if (spin_until(done)) return;
+  std::unique_lock<std::mutex> lock(mutex_);
+  work_done_.wait(lock, done);
+}
+
+void ThreadPool::run_on_executor(Loop& loop) {
   // The executor returns once every thread's body has returned, so nothing waits on the
   // completion count that drain() keeps (its last notification wakes nobody).
-  function_ = function;
-  context_ = context;
-  num_tasks_ = num_tasks;
-  next_task_.store(0, std::memory_order_relaxed);
-  unfinished_tasks_.store(num_tasks, std::memory_order_relaxed);
+  struct PoolLoop {
+    ThreadPool* pool;
+    Loop* loop;
+  } pool_loop{this, &loop};
   executor_->run_on_threads(
-      [](void* pool_pointer, int thread_index) {
-        auto& pool = *static_cast<ThreadPool*>(pool_pointer);
+      [](void* context, int thread_index) {
+        const PoolLoop& on = *static_cast<const PoolLoop*>(context);
         // An index beyond what the per-thread state was sized for runs nothing (a team that grew
         // since max_threads() was read: recemb/executor.h).
-        if (thread_index >= 0 && thread_index < pool.executor_threads_) pool.drain(thread_index);
+        if (thread_index >= 0 && thread_index < on.pool->executor_threads_) {
+          on.pool->drain(*on.loop, thread_index);
+        }
       },
-      this);
+      &pool_loop);
+}
+
+void ThreadPool::run_on_threads(void (*body)(void* context, int thread_index), void* context) {
+  struct Body {
+    void (*function)(void* context, int thread_index);
+    void* context;
+  } on_each{body, context};
+  run(
+      num_threads(),
+      [](void* pointer, int64_t /*task_index*/, int thread_index) {
+        const Body& each = *static_cast<const Body*>(pointer);
+        each.function(each.context, thread_index);
+      },
+      &on_each);
 }
 
 void ThreadPool::worker_loop(int thread_index) {
   uint64_t seen_generation = 0;
+  // After a loop, the worker looks for another open one before it waits for a change: loops that
+  // opened while it drained did not change the generation it will wait on.
+  bool look_again = false;
   while (true) {
     const auto changed = [&] {
       return generation_.load(std::memory_order_acquire) != seen_generation;
     };
-    spin_until(changed);
+    if (!look_again) spin_until(changed);
+    Loop* joined = nullptr;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, changed);
+      if (!look_again) work_ready_.wait(lock, changed);
       if (stopping_) return;
       seen_generation = generation_.load(std::memory_order_relaxed);
-      if (!loop_open_) continue;
-      active_workers_.fetch_add(1, std::memory_order_relaxed);
+      for (Loop& loop : loops_) {
+        if (loop.open && loop.next_task.load(std::memory_order_relaxed) < loop.num_tasks) {
+          joined = &loop;
+          break;
+        }
+      }
+      look_again = joined != nullptr;
+      if (joined == nullptr) continue;
+      joined->active_workers.fetch_add(1, std::memory_order_relaxed);
     }
-    drain(thread_index);
+    drain(*joined, thread_index);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      active_workers_.fetch_sub(1, std::memory_order_release);
+      joined->active_workers.fetch_sub(1, std::memory_order_release);
     }
     work_done_.notify_all();
   }
 }
 
-void ThreadPool::drain(int thread_index) {
+void ThreadPool::drain(Loop& loop, int thread_index) {
   while (true) {
-    const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= num_tasks_) return;
-    function_(context_, task, thread_index);
-    if (unfinished_tasks_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      // Take the lock so the notification cannot slip between run()'s predicate check and wait.
+    const int64_t task = loop.next_task.fetch_add(1, std::memory_order_relaxed);
+    if (task >= loop.num_tasks) return;
+    loop.function(loop.context, task, thread_index);
+    if (loop.unfinished_tasks.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Take the lock so the notification cannot slip between a waiter's predicate check and wait.
       std::lock_guard<std::mutex> lock(mutex_);
       work_done_.notify_all();
     }

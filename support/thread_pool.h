@@ -1,5 +1,8 @@
-// A fixed set of worker threads that run the tasks of one parallel loop at a time, or the threads
-// of a caller's ParallelExecutor (recemb/executor.h), on which the same loops run.
+// A fixed set of worker threads that run the tasks of parallel loops, or the threads of a caller's
+// ParallelExecutor (recemb/executor.h), on which the same loops run. Loops called from different
+// threads run at once, the workers helping each (so the trainer's dense layers and its Embedding
+// share one set of threads: docs/architecture.md, "The support layer"). A ThreadPool is itself a
+// ParallelExecutor: an Embedding given one as EmbeddingOptions::executor runs on its threads.
 //
 // Why not OpenMP: a pool owned by each Embedding (1) runs correctly under ThreadSanitizer (GCC's
 // libgomp is not instrumented, so every OpenMP barrier is reported as a race), (2) does not share
@@ -23,7 +26,7 @@
 
 namespace recemb::support {
 
-class ThreadPool {
+class ThreadPool final : public ParallelExecutor {
  public:
   // How the pool starts a worker thread running `body`: std::thread's constructor by default; a
   // test passes one that fails as the system would (a pid or memory limit).
@@ -37,7 +40,7 @@ class ThreadPool {
   // Starts no thread: every loop runs on `executor`'s threads, num_threads() of them at most
   // (executor->max_threads(), read once here: in [1, kMaxNumThreads], validated by the caller).
   explicit ThreadPool(std::shared_ptr<ParallelExecutor> executor);
-  ~ThreadPool();
+  ~ThreadPool() override;
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
@@ -45,10 +48,17 @@ class ThreadPool {
     return executor_ ? executor_threads_ : static_cast<int>(workers_.size()) + 1;
   }
 
+  // The most loops that run on the workers at once; a loop called while as many others are
+  // running runs on its calling thread alone.
+  static constexpr int kMaxConcurrentLoops = 4;
+
   // Runs task(task_index, thread_index) for every task_index in [0, num_tasks) and returns when all
-  // have finished. Tasks are claimed dynamically; thread_index in [0, num_threads()) identifies the
-  // running thread (for per-thread scratch buffers). Tasks must not throw. Not reentrant: one
-  // parallel_for at a time per pool.
+  // have finished. Tasks are claimed dynamically by the calling thread (thread_index 0) and the
+  // workers free to help; thread_index in [0, num_threads()) is distinct among the threads running
+  // one loop (for per-thread scratch buffers: scratch indexed by it belongs to the loop, since
+  // loops called from other threads at once have their own thread 0). Tasks must not throw. May be
+  // called from several threads at once, and from inside a task (the inner loop then has its own
+  // thread indices).
   template <class Task>
   void parallel_for(int64_t num_tasks, Task&& task) {
     using Fn = std::remove_reference_t<Task>;
@@ -85,19 +95,44 @@ class ThreadPool {
     });
   }
 
+  // ParallelExecutor: max_threads() is num_threads(); run_on_threads runs body as the tasks of
+  // one loop of num_threads() tasks (a thread may run it twice, one call after the other).
+  int max_threads() const override { return num_threads(); }
+  void run_on_threads(void (*body)(void* context, int thread_index), void* context) override;
+
  private:
   using TaskFunction = void (*)(void* context, int64_t task_index, int thread_index);
+
+  // One running parallel_for. Its fields are written by the run() that owns it (in_use) under
+  // mutex_ while no worker is draining it, and read by the workers that joined it (active_workers)
+  // while it was open.
+  struct Loop {
+    TaskFunction function = nullptr;
+    void* context = nullptr;
+    int64_t num_tasks = 0;
+    std::atomic<int64_t> next_task{0};
+    std::atomic<int64_t> unfinished_tasks{0};
+    std::atomic<int> active_workers{0};  // workers inside drain(); written under mutex_
+    // Guarded by mutex_.
+    bool in_use = false;  // owned by a run()
+    bool open = false;    // workers may join
+  };
 
   static std::thread start_std_thread(std::function<void()> body);
 
   void run(int64_t num_tasks, TaskFunction function, void* context);
+  // A free Loop set up to run `function` (open when `open`), or nullptr when all are in use.
+  Loop* start_loop(int64_t num_tasks, TaskFunction function, void* context, bool open);
+  // Waits until `done()`: spins for a while, then sleeps on work_done_.
+  template <class Done>
+  void wait_until(const Done& done);
   // Wakes the workers with stopping_ set and joins them (destruction, or a failed construction).
   void stop_workers();
   void worker_loop(int thread_index);
-  // Claims and runs tasks of the current loop until none is left.
-  void drain(int thread_index);
+  // Claims and runs tasks of `loop` until none is left.
+  void drain(Loop& loop, int thread_index);
   // run() on the executor's threads.
-  void run_on_executor(int64_t num_tasks, TaskFunction function, void* context);
+  void run_on_executor(Loop& loop);
 
   std::shared_ptr<ParallelExecutor> executor_;
   int executor_threads_ = 0;
@@ -106,20 +141,11 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
-  // The current loop. Written by run() under mutex_ while no worker is draining; read by workers
-  // that joined the loop (active_workers_) while it was open.
-  TaskFunction function_ = nullptr;
-  void* context_ = nullptr;
-  int64_t num_tasks_ = 0;
-  std::atomic<int64_t> next_task_{0};
-  std::atomic<int64_t> unfinished_tasks_{0};
+  Loop loops_[kMaxConcurrentLoops];
   // Written under mutex_ (so that a waiter on a condition variable misses no change); atomic so
-  // that spinning threads may read them without it.
-  std::atomic<uint64_t> generation_{0};  // changes once per parallel_for and on stopping
-  std::atomic<int> active_workers_{0};   // workers inside drain()
-  // Guarded by mutex_.
-  bool loop_open_ = false;  // workers may join the current loop
-  bool stopping_ = false;
+  // that spinning threads may read it without it.
+  std::atomic<uint64_t> generation_{0};  // changes whenever a loop opens, and on stopping
+  bool stopping_ = false;                // guarded by mutex_
 };
 
 // pool->parallel_for(num_tasks, task), or every task in order on the calling thread (thread index

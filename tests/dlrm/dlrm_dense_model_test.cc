@@ -12,10 +12,12 @@
 #include <cstdlib>
 #include <gtest/gtest.h>
 #include <limits>
+#include <memory>
 #include <new>
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -462,8 +464,21 @@ TEST_P(DlrmDenseModelThreadTest, ResultsDoNotDependOnThreadCount) {
   struct Results {
     std::vector<float> losses, parameters, embedding_gradients, probabilities;
   };
+  // On num_threads threads of its own, or (num_threads 0) on a pool of 3 threads that another
+  // thread runs loops of its own on at the same time (the trainer's Embedding does).
   const auto train = [this](int num_threads) {
-    const DlrmDenseConfig config = {.seed = 5, .num_threads = num_threads, .dense_isa = GetParam()};
+    auto shared = num_threads == 0 ? std::make_shared<support::ThreadPool>(3) : nullptr;
+    const DlrmDenseConfig config = {
+        .seed = 5, .num_threads = num_threads, .pool = shared, .dense_isa = GetParam()};
+    std::atomic<bool> stop{false};
+    std::thread other([&] {
+      std::vector<int64_t> values(64);
+      while (shared && !stop.load()) {
+        shared->parallel_for(64,
+                             [&](int64_t task, int) { values[static_cast<size_t>(task)] = task; });
+      }
+    });
+
     DlrmDenseModel model(config);
     DenseOptimizer optimizer(DenseAdam{.learning_rate = 0.01f}, model.num_parameters(),
                              model.dense_isa());
@@ -482,11 +497,13 @@ TEST_P(DlrmDenseModelThreadTest, ResultsDoNotDependOnThreadCount) {
     const Batch held_out = random_batch(config, 700, random);
     results.probabilities.resize(700);
     model.predict(held_out.dense, held_out.embedding_views(), results.probabilities);
+    stop = true;
+    other.join();
     return results;
   };
   const Results one = train(1);
-  for (const int num_threads : {2, 3}) {
-    SCOPED_TRACE(std::to_string(num_threads) + " threads");
+  for (const int num_threads : {2, 3, 0}) {
+    SCOPED_TRACE(std::to_string(num_threads) + " threads (0: a shared pool)");
     const Results many = train(num_threads);
     EXPECT_EQ(many.losses, one.losses);
     EXPECT_EQ(many.parameters, one.parameters);
@@ -512,6 +529,8 @@ TEST(DlrmDenseModelErrorTest, ConfigErrorsNameTheFieldAndValue) {
   expect_error({.bottom_mlp = {64, -3, 16}}, "bottom_mlp: layer_widths[1] = -3");
   expect_error({.top_mlp = {64, 0}}, "top_mlp: layer_widths[1] = 0");
   expect_error({.num_threads = -2}, "num_threads = -2 must be >= 0");
+  expect_error({.num_threads = 2, .pool = std::make_shared<support::ThreadPool>(2)},
+               "num_threads = 2 must be 0 when a pool is set");
 }
 
 class DlrmDenseModelInputErrorTest : public ::testing::Test {

@@ -7,6 +7,7 @@
 #include "recemb/embedding.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -18,11 +19,13 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "recemb/recemb.h"
 
 #include "reference/reference_embedding.h"
+#include "support/thread_pool.h"
 #include "testing/embedding_calls.h"
 #include "testing/error_of.h"
 #include "testing/random_batches.h"
@@ -427,6 +430,25 @@ TEST(EmbeddingDeterminism, LargeBatchesAreBitwiseIdenticalAcrossThreadCounts) {
   ASSERT_EQ(one.size(), on_executor.size());
   EXPECT_EQ(std::memcmp(one.data(), on_executor.data(), one.size() * sizeof(float)), 0);
   EXPECT_GT(executor->calls.load(), 0);
+  // On a support::ThreadPool of 3 threads that another thread runs loops of its own on at the same
+  // time, as the trainer's dense layers do (support/thread_pool.h).
+  auto shared = std::make_shared<support::ThreadPool>(3);
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> other_loops{0};
+  std::thread other([&] {
+    std::vector<int64_t> values(64);
+    while (!stop.load()) {
+      shared->parallel_for(64,
+                           [&](int64_t task, int) { values[static_cast<size_t>(task)] = task; });
+      other_loops.fetch_add(1);
+    }
+  });
+  const std::vector<float> on_shared = run(0, shared);
+  stop = true;
+  other.join();
+  ASSERT_EQ(one.size(), on_shared.size());
+  EXPECT_EQ(std::memcmp(one.data(), on_shared.data(), one.size() * sizeof(float)), 0);
+  EXPECT_GT(other_loops.load(), 0);
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <functional>
 #include <gtest/gtest.h>
 #include <memory>
@@ -52,6 +53,115 @@ TEST(ThreadPoolTest, PerThreadIndicesNeverRunConcurrently) {
     in_use[static_cast<size_t>(thread)].fetch_sub(1);
   });
   EXPECT_FALSE(overlap.load());
+}
+
+// Waits until `count` reaches `target` or 20 s have passed (a failure, not a hang); returns
+// whether it was reached.
+bool wait_for_count(const std::atomic<int>& count, int target) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (count.load() < target) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST(ThreadPoolTest, LoopsCalledFromSeveralThreadsAtOnceEachRunEveryTaskOnce) {
+  ThreadPool pool(3);
+  constexpr int kCallers = ThreadPool::kMaxConcurrentLoops + 2;  // some run on their caller alone
+  std::atomic<int> failures{0};
+  std::vector<std::thread> callers;
+  for (int caller = 0; caller < kCallers; ++caller) {
+    callers.emplace_back([&, caller] {
+      std::vector<int64_t> values(97 + static_cast<size_t>(caller));
+      for (int round = 1; round <= 100; ++round) {
+        std::vector<std::atomic<int>> in_use(3);
+        pool.parallel_for(static_cast<int64_t>(values.size()), [&](int64_t task, int thread) {
+          // Thread indices are distinct among the threads of one loop.
+          if (in_use[static_cast<size_t>(thread)].fetch_add(1) != 0) failures.fetch_add(1);
+          values[static_cast<size_t>(task)] = task * round;
+          in_use[static_cast<size_t>(thread)].fetch_sub(1);
+        });
+        const auto n = static_cast<int64_t>(values.size());
+        if (std::accumulate(values.begin(), values.end(), int64_t{0}) != round * n * (n - 1) / 2) {
+          failures.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (std::thread& caller : callers) caller.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(ThreadPoolTest, AWorkerHelpsALoopThatOpenedWhileAnotherLoopWaits) {
+  // Loop A's caller blocks in its task until loop B has finished; B's two tasks each wait until
+  // both have started, so B finishes only if the pool's one worker runs a task of B.
+  ThreadPool pool(2);
+  std::atomic<bool> b_done{false};
+  std::atomic<int> a_started{0};
+  std::atomic<int> b_started{0};
+  std::atomic<int> b_threads_seen{0};
+  std::thread a_caller([&] {
+    pool.parallel_for(2, [&](int64_t, int thread) {
+      if (thread != 0) return;
+      a_started = 1;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!b_done.load() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
+    });
+  });
+  ASSERT_TRUE(wait_for_count(a_started, 1));
+  bool both_started = true;
+  pool.parallel_for(2, [&](int64_t, int thread) {
+    b_threads_seen.fetch_or(1 << thread);
+    b_started.fetch_add(1);
+    if (!wait_for_count(b_started, 2)) both_started = false;
+  });
+  b_done = true;
+  a_caller.join();
+  EXPECT_TRUE(both_started);
+  EXPECT_EQ(b_threads_seen.load(), 0b11);  // the caller (0) and the worker (1)
+}
+
+TEST(ThreadPoolTest, ALoopInsideATaskRunsEveryTask) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> runs(16 * 16);
+  pool.parallel_for(16, [&](int64_t outer, int) {
+    pool.parallel_for(16, [&](int64_t inner, int thread) {
+      EXPECT_GE(thread, 0);
+      EXPECT_LT(thread, 3);
+      runs[static_cast<size_t>(outer * 16 + inner)].fetch_add(1);
+    });
+  });
+  for (const std::atomic<int>& count : runs) EXPECT_EQ(count.load(), 1);
+}
+
+TEST(ThreadPoolTest, AsAnExecutorItCallsTheBodyOnDistinctIndicesOfItsThreads) {
+  for (const int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    ParallelExecutor& executor = pool;
+    EXPECT_EQ(executor.max_threads(), threads);
+    struct Seen {
+      std::vector<std::atomic<int>> in_use;
+      std::atomic<int> calls{0};
+      std::atomic<int> failures{0};
+    } seen{std::vector<std::atomic<int>>(static_cast<size_t>(threads))};
+    executor.run_on_threads(
+        [](void* context, int thread) {
+          auto& seen = *static_cast<Seen*>(context);
+          if (thread < 0 || thread >= static_cast<int>(seen.in_use.size()) ||
+              seen.in_use[static_cast<size_t>(thread)].fetch_add(1) != 0) {
+            seen.failures.fetch_add(1);
+            return;
+          }
+          seen.calls.fetch_add(1);
+          seen.in_use[static_cast<size_t>(thread)].fetch_sub(1);
+        },
+        &seen);
+    EXPECT_EQ(seen.failures.load(), 0);
+    EXPECT_EQ(seen.calls.load(), threads);  // one task per thread (a thread may run two)
+  }
 }
 
 TEST(ThreadPoolTest, RangesCoverEveryItemOnce) {

@@ -23,6 +23,7 @@
 #include "dlrm/dlrm_dense_model.h"
 #include "dlrm/model_file.h"
 #include "support/collectives.h"
+#include "support/thread_pool.h"
 #include "train/config/embedding_model.h"
 #include "train/config/resume_settings.h"
 #include "train/data/prefetching_source.h"
@@ -42,9 +43,11 @@
 namespace recemb::train {
 namespace {
 
-// The Embedding of every rank of `group`: with several ranks, its tables placed over them as
-// embedding.sharding says; alone, whole tables exactly as without a communicator.
-Embedding make_embedding(const TrainConfig& config, EmbeddingModel model, const RankGroup& group) {
+// The Embedding of every rank of `group`, running on `threads`: with several ranks, its tables
+// placed over them as embedding.sharding says; alone, whole tables exactly as without a
+// communicator.
+Embedding make_embedding(const TrainConfig& config, EmbeddingModel model, const RankGroup& group,
+                         std::shared_ptr<support::ThreadPool> threads) {
   // Checked here, before the Embedding's constructor (the first collective), from what every rank
   // knows alike: every rank throws the same error.
   if (config.train.batch_size < group.size()) {
@@ -53,7 +56,7 @@ Embedding make_embedding(const TrainConfig& config, EmbeddingModel model, const 
                           "): every rank trains on its share of each batch");
   }
   EmbeddingOptions options{.optimizer = std::move(model.optimizer),
-                           .num_threads = config.embedding.threads,
+                           .executor = std::move(threads),
                            .seed = config.model.seed,
                            .communicator = group.embedding_communicator()};
   if (group.size() > 1) {
@@ -81,7 +84,8 @@ class Trainer {
                                       : std::cerr),
         errors_(group_),
         progress_(log_, options.progress),
-        embedding_(make_embedding(config, embedding_model(config), group_)),
+        threads_(std::make_shared<support::ThreadPool>(config.embedding.threads)),
+        embedding_(make_embedding(config, embedding_model(config), group_, threads_)),
         sizes_(embedding_model(config).sizes),
         model_(dlrm::DlrmDenseConfig{.num_dense_features = dlrm::kNumDenseFeatures,
                                      .num_sparse_features = dlrm::kNumCategoricalFeatures,
@@ -89,7 +93,8 @@ class Trainer {
                                      .bottom_mlp = config.model.bottom_mlp,
                                      .top_mlp = config.model.top_mlp,
                                      .seed = config.model.seed,
-                                     .num_threads = config.embedding.threads}),
+                                     .num_threads = 0,
+                                     .pool = threads_}),
         dense_optimizer_(dense_optimizer_config(config.dense), model_.num_parameters(),
                          model_.dense_isa()),
         output_dir_(config.output.dir),
@@ -529,6 +534,9 @@ class Trainer {
   std::ostream& log_;
   RankErrors errors_;
   ProgressDisplay progress_;
+  // The threads of the embedding's and the dense model's loops (embedding.threads of them): with
+  // train.overlap, the next batch's lookup and the dense step run on them at once.
+  std::shared_ptr<support::ThreadPool> threads_;
   // The steps' batches, read by prefetching_ and looked up in embedding_ (set once they exist).
   // Declared before embedding_, so that its destructor has waited for a prefetched lookup before
   // the batches are freed.
