@@ -149,14 +149,14 @@ TEST(ThreadPoolTest, AsAnExecutorItCallsTheBodyOnDistinctIndicesOfItsThreads) {
     } seen{std::vector<std::atomic<int>>(static_cast<size_t>(threads))};
     executor.run_on_threads(
         [](void* context, int thread) {
-          auto& seen = *static_cast<Seen*>(context);
-          if (thread < 0 || thread >= static_cast<int>(seen.in_use.size()) ||
-              seen.in_use[static_cast<size_t>(thread)].fetch_add(1) != 0) {
-            seen.failures.fetch_add(1);
+          auto& observed = *static_cast<Seen*>(context);
+          if (thread < 0 || thread >= static_cast<int>(observed.in_use.size()) ||
+              observed.in_use[static_cast<size_t>(thread)].fetch_add(1) != 0) {
+            observed.failures.fetch_add(1);
             return;
           }
-          seen.calls.fetch_add(1);
-          seen.in_use[static_cast<size_t>(thread)].fetch_sub(1);
+          observed.calls.fetch_add(1);
+          observed.in_use[static_cast<size_t>(thread)].fetch_sub(1);
         },
         &seen);
     EXPECT_EQ(seen.failures.load(), 0);
