@@ -94,22 +94,26 @@ TEST(ThreadPoolTest, LoopsCalledFromSeveralThreadsAtOnceEachRunEveryTaskOnce) {
 }
 
 TEST(ThreadPoolTest, AWorkerHelpsALoopThatOpenedWhileAnotherLoopWaits) {
-  // Loop A's caller blocks in its task until loop B has finished; B's two tasks each wait until
-  // both have started, so B finishes only if the pool's one worker runs a task of B.
+  // Loop A's caller blocks in a task it runs itself until loop B has finished (its loops are
+  // repeated until its caller gets a task: the worker may run them all); B's two tasks each wait
+  // until both have started, so B finishes only if the pool's one worker runs a task of B.
   ThreadPool pool(2);
   std::atomic<bool> b_done{false};
   std::atomic<int> a_started{0};
   std::atomic<int> b_started{0};
   std::atomic<int> b_threads_seen{0};
   std::thread a_caller([&] {
-    pool.parallel_for(2, [&](int64_t, int thread) {
-      if (thread != 0) return;
-      a_started = 1;
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while (!b_done.load() && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::yield();
-      }
-    });
+    const std::thread::id a_thread = std::this_thread::get_id();
+    while (a_started.load() == 0) {
+      pool.parallel_for(2, [&](int64_t, int) {
+        if (std::this_thread::get_id() != a_thread) return;
+        a_started = 1;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!b_done.load() && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::yield();
+        }
+      });
+    }
   });
   ASSERT_TRUE(wait_for_count(a_started, 1));
   bool both_started = true;
