@@ -91,7 +91,7 @@ void DynamicPart::plan(std::span<const KeyRun> runs, int64_t step, int64_t pinne
   for (const KeyRun& run : runs) {
     for (int64_t j = 0; j < run.size; ++j) absent += run.slots[j] == KeyIndex::kAbsent ? 1 : 0;
   }
-  // Below 2^32 - 1 ids a table per batch (sharded_step.cc), so uint32 indexes suffice.
+  // Below 2^32 - 1 ids a table per batch (lookup_stage.cc), so uint32 indexes suffice.
   const auto positions = std::bit_ceil(static_cast<size_t>(2 * absent + 2));
   distinct_positions_.assign(positions, 0u);
   distinct_.clear();

@@ -223,17 +223,9 @@ Embedding::Impl::Impl(std::vector<TableConfig> table_configs,
       model(std::move(table_configs), std::move(feature_configs), std::move(embedding_options),
             exchange.communicator()),
       router(model.partition, model.feature_table, exchange.rank()),
-      execution(model.options) {
-  int64_t max_dim = 1;
-  int64_t scratch_floats = 0;  // per thread
-  for (const TableConfig& table : model.tables) {
-    max_dim = std::max(max_dim, table.dim);
-    scratch_floats = std::max(scratch_floats, internal::update_scratch_floats(table.dim));
-  }
-  const auto threads = static_cast<size_t>(execution.pool.num_threads());
-  scratch.zeros.assign(static_cast<size_t>(max_dim), 0.0f);
-  scratch.thread_scratch.assign(static_cast<size_t>(scratch_floats) * threads, 0.0f);
-  scratch.thread_skipped_rows.assign(threads, 0);
+      execution(model.options),
+      lookup_stage(model, router, exchange, execution.pool, pending_lookups),
+      apply_stage(id, model, router, exchange, execution.pool, pending_lookups) {
   scratch_batch.features.resize(model.features.size());
   initialize_tables();
 }
@@ -382,7 +374,7 @@ std::vector<int64_t> Embedding::activation_shape(size_t feature, const FeatureIn
 void Embedding::lookup(std::span<const FeatureInput> inputs,
                        std::span<const std::span<float>> activations) {
   impl_->execution.join_prefetch();
-  impl_->lookup_ahead(inputs, activations, impl_->scratch_batch, /*pool_now=*/true);
+  impl_->lookup_stage.ahead(inputs, activations, impl_->scratch_batch, /*pool_now=*/true);
 }
 
 void Embedding::lookup(std::span<const FeatureInput> inputs,
@@ -391,7 +383,7 @@ void Embedding::lookup(std::span<const FeatureInput> inputs,
   // Validate, then commit: the lookup fills the staged batch, swapped into `batch` only once it
   // succeeded, so a failed lookup leaves `batch` as it was (docs/semantics.md §6).
   LookupBatch::Impl& kept = impl_->reset_batch(impl_->staged_batch);
-  impl_->lookup_ahead(inputs, activations, kept, /*pool_now=*/true);
+  impl_->lookup_stage.ahead(inputs, activations, kept, /*pool_now=*/true);
   kept.applicable = true;
   std::swap(batch.impl_, impl_->staged_batch);
 }
@@ -407,7 +399,7 @@ void Embedding::prefetch(std::span<const FeatureInput> inputs,
   Impl* impl = impl_.get();  // stays put when the Embedding is moved
   impl->execution.prefetch_thread = std::thread([impl, &kept, pool_now] {
     try {
-      impl->lookup_ahead(kept.prefetch_inputs, kept.prefetch_activations, kept, pool_now);
+      impl->lookup_stage.ahead(kept.prefetch_inputs, kept.prefetch_activations, kept, pool_now);
     } catch (...) {
       kept.prefetch_error = std::current_exception();
     }
@@ -423,8 +415,15 @@ void Embedding::finish_lookup(LookupBatch& batch) {
   }
   kept->prefetched = false;
   if (kept->prefetch_error) std::rethrow_exception(std::exchange(kept->prefetch_error, nullptr));
-  if (!kept->pooled) impl_->pool_activations(kept->prefetch_activations, *kept);
+  if (!kept->pooled) impl_->lookup_stage.pool(kept->prefetch_activations, *kept);
   kept->applicable = true;
+}
+
+void Embedding::apply_gradients(LookupBatch& batch,
+                                std::span<const std::span<const float>> gradients) {
+  impl_->execution.join_prefetch();
+  if (batch.impl_ == nullptr) batch.impl_ = std::make_unique<LookupBatch::Impl>();
+  impl_->apply_stage.apply(*batch.impl_, gradients);
 }
 
 void Embedding::agree_on_error(const std::exception_ptr& error) {

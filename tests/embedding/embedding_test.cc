@@ -3,7 +3,7 @@
 // determinism across thread counts, and quantization. The other aspects are in
 // embedding_<aspect>_test.cc beside this file: fixtures (TF's goldens), errors (bad input and the
 // LookupBatch contract), config (config errors and initializers) and variables (the variable API).
-// The backward step's own tests are in apply_gradients_test.cc.
+// The backward step's own tests are in apply_stage_test.cc.
 #include "recemb/embedding.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Tests of the backward step (src/embedding/apply_gradients.cc): the gradients' validation, the
+// Tests of the backward step (src/embedding/apply_stage.h): the gradients' validation, the
 // finiteness check split over the pool, and learning-rate schedules and callbacks evaluated once
 // per step. The optimizers' numerics against the float64 reference are in embedding_test.cc.
 #include <algorithm>

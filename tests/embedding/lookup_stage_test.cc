@@ -1,4 +1,4 @@
-// The routed path (src/embedding/sharded_step.cc): for every placement, shard count and rank count,
+// The routed path (src/embedding/lookup_stage.h): for every placement, shard count and rank count,
 // an Embedding gives the same activations and, after several steps, the same tables and slots as
 // the single-shard engine fed the global batch (the ranks' batches concatenated), for every
 // optimizer. Ranks are threads connected by in_process_communicators, so these tests run under
