@@ -9,7 +9,8 @@
 namespace recemb::internal {
 
 // Rows ahead for the update kernels (kernels/sparse_update.h). 16 was best among 2..32 on an AMD
-// Zen 3; on the Xeon of docs/performance.md, 32 and 64 were no better.
+// Zen 3; on the Xeon of docs/performance.md, 32 and 64 were no better; with the rows prefetched
+// into the L2, 16 was best among 16, 32, 48 and 64 on an AMD Zen 4.
 inline constexpr int64_t kPrefetchDistance = 16;
 
 // The forward kernel (kernels/pool.h) asks for the row kForwardPrefetchBytes of rows ahead of the
