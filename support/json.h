@@ -57,8 +57,9 @@ inline constexpr int kMaxJsonDepth = 32;
 [[noreturn]] void fail(const JsonDocument& document, const std::string& problem);
 
 // Parses `text`, the whole document. Throws the document's exception for text that is not JSON
-// ("not valid JSON: <the parser's reason>", including a number beyond double's range, such as 1e400), nests deeper than kMaxJsonDepth, or
-// repeats a key in an object (naming its path: "tables[1].config.dim: the key appears twice").
+// ("not valid JSON: <the parser's reason>", including a number beyond double's range, such as
+// 1e400), nests deeper than kMaxJsonDepth, or repeats a key in an object (naming its path:
+// "tables[1].config.dim: the key appears twice").
 Json parse_json(std::string_view text, const JsonDocument& document);
 
 // A short form of `value` for messages: scalars as JSON, strings, arrays and objects cut after a

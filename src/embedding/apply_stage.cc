@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "recemb/embedding.h"
@@ -20,13 +19,13 @@
 
 namespace recemb::internal {
 ApplyStage::ApplyStage(uint64_t embedding_id, Model& model, Router& router, Exchange& exchange,
-                       support::ThreadPool& pool, std::shared_ptr<PendingLookups> pending_lookups)
+                       support::ThreadPool& pool, const PendingLookups& pending_lookups)
     : embedding_id_(embedding_id),
       model_(model),
       router_(router),
       exchange_(exchange),
       pool_(pool),
-      pending_lookups_(std::move(pending_lookups)) {
+      pending_lookups_(pending_lookups) {
   int64_t max_dim = 1;
   int64_t scratch_floats = 0;  // per thread
   for (const TableConfig& table : model_.tables) {
@@ -41,18 +40,17 @@ ApplyStage::ApplyStage(uint64_t embedding_id, Model& model, Router& router, Exch
 
 void ApplyStage::evaluate_learning_rates() {
   const std::vector<TableConfig>& tables = model_.tables;
-  std::vector<float>& learning_rates = learning_rates_;
-  learning_rates.assign(tables.size(), 0.0f);
+  learning_rates_.assign(tables.size(), 0.0f);
   // The global optimizer's rate is evaluated once, for every table that has it.
   std::optional<float> global_rate;
   for (size_t t = 0; t < tables.size(); ++t) {
     if (tables[t].optimizer) {
-      learning_rates[t] = learning_rate_of(*tables[t].optimizer, "table '" + tables[t].name + "'");
+      learning_rates_[t] = learning_rate_of(*tables[t].optimizer, "table '" + tables[t].name + "'");
     } else if (model_.optimizers[t]) {
       if (!global_rate) {
         global_rate = learning_rate_of(*model_.optimizers[t], "the global optimizer");
       }
-      learning_rates[t] = *global_rate;
+      learning_rates_[t] = *global_rate;
     }
   }
 }
@@ -72,8 +70,7 @@ void ApplyStage::check_gradients(const std::vector<CsrFeature>& batch,
   const std::vector<FeatureConfig>& features = model_.features;
   check_feature_count(features.size(), gradients.size(), "apply_gradients gradients");
   const bool reject_non_finite = model_.options.non_finite_gradients == NonFiniteGradients::kReject;
-  std::vector<GradientCheckTask>& gradient_check_tasks = gradient_check_tasks_;
-  gradient_check_tasks.clear();
+  gradient_check_tasks_.clear();
   int64_t total_values = 0;
   for (size_t f = 0; f < features.size(); ++f) {
     const std::vector<int64_t>& shape = batch[f].activation_shape;
@@ -86,22 +83,22 @@ void ApplyStage::check_gradients(const std::vector<CsrFeature>& batch,
     }
     if (!reject_non_finite) continue;
     for (int64_t first = 0; first < size; first += kGradientValuesPerCheckTask) {
-      gradient_check_tasks.push_back(
+      gradient_check_tasks_.push_back(
           {f, first, std::min(size, first + kGradientValuesPerCheckTask), -1});
     }
     total_values += size;
   }
   auto check_task = [&](int64_t k, int) {
-    GradientCheckTask& task = gradient_check_tasks[static_cast<size_t>(k)];
+    GradientCheckTask& task = gradient_check_tasks_[static_cast<size_t>(k)];
     const std::span<const float> values = gradients[task.feature].subspan(
         static_cast<size_t>(task.first), static_cast<size_t>(task.last - task.first));
     const int64_t i = first_non_finite(values);
     task.first_non_finite = i < 0 ? -1 : task.first + i;
   };
-  pool_.parallel_for(static_cast<int64_t>(gradient_check_tasks.size()), check_task,
+  pool_.parallel_for(static_cast<int64_t>(gradient_check_tasks_.size()), check_task,
                      {.work = total_values, .min_work_for_threads = kMinGradientValuesForThreads});
   // Tasks are in (feature, position) order: the first that found one names the first culprit.
-  for (const GradientCheckTask& task : gradient_check_tasks) {
+  for (const GradientCheckTask& task : gradient_check_tasks_) {
     if (task.first_non_finite < 0) continue;
     const std::vector<int64_t>& shape = batch[task.feature].activation_shape;
     const int64_t values = num_values(shape);
@@ -150,7 +147,7 @@ void ApplyStage::apply(BatchState& batch, std::span<const std::span<const float>
 
 void ApplyStage::finish_dynamic_step() {
   if (!model_.has_dynamic_tables) return;
-  const int64_t pinned_from = pending_lookups_->oldest();
+  const int64_t pinned_from = pending_lookups_.oldest();
   for (TableState& state : model_.states) {
     if (DynamicPart* dynamic = state.dynamic()) {
       dynamic->reset_zero_row(state.training_storage());
@@ -164,18 +161,18 @@ void ApplyStage::exchange_gradients(const BatchState& batch,
   const int ranks = exchange_.world_size();
   const Partition& partition = model_.partition;
   // The gradient rows (or columns) of every bag sent to each part; none for a local view.
-  std::vector<int64_t>& bytes = gradient_bytes_;
-  bytes.assign(static_cast<size_t>(ranks), 0);
+  gradient_bytes_.assign(static_cast<size_t>(ranks), 0);
   for (int q = 0; q < ranks; ++q) {
     const std::span<const Section> sections = partition.sections(q);
     for (size_t k = 0; k < sections.size(); ++k) {
       const TablePart& held = partition.rank_parts(q)[sections[k].part];
       if (router_.is_local_view(held)) continue;
-      bytes[static_cast<size_t>(q)] += batch.sent.sections[static_cast<size_t>(q)][k].num_bags *
-                                       held.num_columns * static_cast<int64_t>(sizeof(float));
+      gradient_bytes_[static_cast<size_t>(q)] +=
+          batch.sent.sections[static_cast<size_t>(q)][k].num_bags * held.num_columns *
+          static_cast<int64_t>(sizeof(float));
     }
   }
-  exchange_.gradients_sent.resize(bytes);
+  exchange_.gradients_sent.resize(gradient_bytes_);
   auto* out = reinterpret_cast<float*>(exchange_.gradients_sent.bytes.data());
   for (int q = 0; q < ranks; ++q) {
     const std::span<const Section> sections = partition.sections(q);
@@ -197,14 +194,13 @@ void ApplyStage::exchange_gradients(const BatchState& batch,
 
   // Where each received section's gradient rows start.
   const std::span<const Section> mine = partition.sections(exchange_.rank());
-  std::vector<std::vector<const float*>>& received = gradient_rows_;
-  received.resize(static_cast<size_t>(ranks));
+  gradient_rows_.resize(static_cast<size_t>(ranks));
   for (int q = 0; q < ranks; ++q) {
     const auto* at = reinterpret_cast<const float*>(exchange_.gradients_received.bytes.data() +
                                                     exchange_.gradients_received.offset(q));
-    received[static_cast<size_t>(q)].resize(mine.size());
+    gradient_rows_[static_cast<size_t>(q)].resize(mine.size());
     for (size_t k = 0; k < mine.size(); ++k) {
-      received[static_cast<size_t>(q)][k] = at;
+      gradient_rows_[static_cast<size_t>(q)][k] = at;
       if (q == exchange_.rank() && router_.is_local_view(model_.states[mine[k].part].part()))
         continue;
       at += batch.received.sections[static_cast<size_t>(q)][k].num_bags *
@@ -218,7 +214,6 @@ void ApplyStage::list_contributions(const BatchState& batch,
   const Partition& partition = model_.partition;
   // Each state's segments in (feature, rank) order: the received sections with the gradient rows
   // exchange_gradients located, this rank's local views with the caller's gradients.
-  const std::vector<std::vector<const float*>>& received = gradient_rows_;
   segments_.resize(model_.states.size());
   for (size_t s = 0; s < model_.states.size(); ++s) {
     const TableState& state = model_.states[s];
@@ -236,7 +231,7 @@ void ApplyStage::list_contributions(const BatchState& batch,
                               .gradient_stride = zeros ? 0 : state.columns()});
         } else {
           segments.push_back({.section = &section,
-                              .gradient = received[static_cast<size_t>(q)][k],
+                              .gradient = gradient_rows_[static_cast<size_t>(q)][k],
                               .gradient_stride = state.columns()});
         }
       }
@@ -246,43 +241,40 @@ void ApplyStage::list_contributions(const BatchState& batch,
 
 void ApplyStage::group_contributions() {
   std::vector<TableState>& states = model_.states;
-  support::ThreadPool& pool = pool_;
   auto gather = [&](size_t s, support::ThreadPool* state_pool) {
     if (states[s].optimizer()) states[s].gather_contributions(segments_[s], state_pool);
   };
   // Parts are grouped side by side; fewer parts than threads are grouped one by one, each on all
   // the threads.
-  if (states.size() < static_cast<size_t>(pool.num_threads())) {
-    for (size_t s = 0; s < states.size(); ++s) gather(s, &pool);
+  if (states.size() < static_cast<size_t>(pool_.num_threads())) {
+    for (size_t s = 0; s < states.size(); ++s) gather(s, &pool_);
   } else {
-    pool.parallel_for(static_cast<int64_t>(states.size()),
-                      [&](int64_t s, int) { gather(static_cast<size_t>(s), nullptr); });
+    pool_.parallel_for(static_cast<int64_t>(states.size()),
+                       [&](int64_t s, int) { gather(static_cast<size_t>(s), nullptr); });
   }
 }
 
 void ApplyStage::update_tables() {
-  std::vector<TableUpdate>& table_updates = table_updates_;
-  std::vector<UpdateTask>& update_tasks = update_tasks_;
-  table_updates.clear();
-  update_tasks.clear();
+  table_updates_.clear();
+  update_tasks_.clear();
   int64_t total_rows = 0;
   for (TableState& state : model_.states) {
     if (!state.optimizer()) continue;
     const CommonHyperparameters& common = std::visit(
         [](const auto& o) -> const CommonHyperparameters& { return o.common; }, *state.optimizer());
-    table_updates.push_back({.optimizer = &*state.optimizer(),
-                             .learning_rate = learning_rates_[state.part().table],
-                             .step = model_.step,
-                             .variables = state.variables(),
-                             .grouping = &state.grouping(),
-                             .contributions = state.contributions(),
-                             .mode = {.accumulate = common.use_gradient_accumulation,
-                                      .skip_non_finite = model_.options.non_finite_gradients ==
-                                                         NonFiniteGradients::kSkipRows}});
+    table_updates_.push_back({.optimizer = &*state.optimizer(),
+                              .learning_rate = learning_rates_[state.part().table],
+                              .step = model_.step,
+                              .variables = state.variables(),
+                              .grouping = &state.grouping(),
+                              .contributions = state.contributions(),
+                              .mode = {.accumulate = common.use_gradient_accumulation,
+                                       .skip_non_finite = model_.options.non_finite_gradients ==
+                                                          NonFiniteGradients::kSkipRows}});
     const auto add_tasks = [&](UpdateRows kind, int64_t rows, int64_t chunk) {
       for (int64_t first = 0; first < rows; first += chunk) {
-        update_tasks.push_back(
-            {table_updates.size() - 1, {kind, first, std::min(rows, first + chunk)}});
+        update_tasks_.push_back(
+            {table_updates_.size() - 1, {kind, first, std::min(rows, first + chunk)}});
       }
       total_rows += rows;
     };
@@ -298,10 +290,10 @@ void ApplyStage::update_tables() {
   }
   const size_t stride = thread_scratch_.size() / static_cast<size_t>(pool_.num_threads());
   pool_.parallel_for(
-      static_cast<int64_t>(update_tasks.size()),
+      static_cast<int64_t>(update_tasks_.size()),
       [&](int64_t k, int thread) {
-        const UpdateTask& task = update_tasks[static_cast<size_t>(k)];
-        const TableUpdate& update = table_updates[task.update];
+        const UpdateTask& task = update_tasks_[static_cast<size_t>(k)];
+        const TableUpdate& update = table_updates_[task.update];
         float* thread_scratch = thread_scratch_.data() + stride * static_cast<size_t>(thread);
         const int64_t dim = update.variables.dim;
         const UpdateScratch view{thread_scratch, thread_scratch + update_scratch_floats(dim) - dim};

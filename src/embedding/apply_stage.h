@@ -17,7 +17,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,10 +54,10 @@ struct UpdateTask {
 class ApplyStage {
  public:
   // Works on the parts, router, exchange and threads of the Embedding `embedding_id`, which
-  // outlive it; a step releases its lookup's pin in `pending_lookups`. Sizes the per-thread
-  // scratch for pool.num_threads() threads and the widest table.
+  // outlive it; the dynamic parts' expiry spares the keys `pending_lookups` pins. Sizes the
+  // per-thread scratch for pool.num_threads() threads and the widest table.
   ApplyStage(uint64_t embedding_id, Model& model, Router& router, Exchange& exchange,
-             support::ThreadPool& pool, std::shared_ptr<PendingLookups> pending_lookups);
+             support::ThreadPool& pool, const PendingLookups& pending_lookups);
 
   // Embedding::apply_gradients: validates `batch` and `gradients` (agreed across ranks: an error
   // throws on every rank with nothing changed), then updates the tables and advances the step.
@@ -91,7 +90,7 @@ class ApplyStage {
   Router& router_;
   Exchange& exchange_;
   support::ThreadPool& pool_;
-  std::shared_ptr<PendingLookups> pending_lookups_;
+  const PendingLookups& pending_lookups_;
 
   std::vector<GradientCheckTask> gradient_check_tasks_;     // every feature's value ranges
   std::vector<float> learning_rates_;                       // per table, for the step being applied

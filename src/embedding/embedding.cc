@@ -225,7 +225,7 @@ Embedding::Impl::Impl(std::vector<TableConfig> table_configs,
       router(model.partition, model.feature_table, exchange.rank()),
       execution(model.options),
       lookup_stage(model, router, exchange, execution.pool, pending_lookups),
-      apply_stage(id, model, router, exchange, execution.pool, pending_lookups) {
+      apply_stage(id, model, router, exchange, execution.pool, *pending_lookups) {
   scratch_batch.features.resize(model.features.size());
   initialize_tables();
 }

@@ -115,21 +115,19 @@ void LookupStage::pool_requests(std::span<const std::span<float>> activations,
                                 const BatchState& batch) {
   const int ranks = exchange_.world_size();
   const std::span<const Section> mine = model_.partition.sections(exchange_.rank());
-  std::vector<int64_t>& response_bytes = response_bytes_;
-  response_bytes.assign(static_cast<size_t>(ranks), 0);
+  response_bytes_.assign(static_cast<size_t>(ranks), 0);
   for (int q = 0; q < ranks; ++q) {
     for (size_t k = 0; k < mine.size(); ++k) {
       const TableState& state = model_.states[mine[k].part];
       if (pooled(q, state.part()) != Pooled::kIntoResponses) continue;
-      response_bytes[static_cast<size_t>(q)] +=
+      response_bytes_[static_cast<size_t>(q)] +=
           batch.received.sections[static_cast<size_t>(q)][k].num_bags * state.columns() *
           static_cast<int64_t>(sizeof(float));
     }
   }
-  exchange_.responses_sent.resize(response_bytes);
+  exchange_.responses_sent.resize(response_bytes_);
   // Every section in parallel tasks of about kIdsPerPoolTask ids.
-  std::vector<PoolTask>& tasks = pool_tasks_;
-  tasks.clear();
+  pool_tasks_.clear();
   auto* response = reinterpret_cast<float*>(exchange_.responses_sent.bytes.data());
   int64_t total_ids = 0;
   for (int q = 0; q < ranks; ++q) {
@@ -145,15 +143,15 @@ void LookupStage::pool_requests(std::span<const std::span<float>> activations,
           where == Pooled::kIntoActivations ? activations[mine[k].feature].data() : response;
       const int64_t bags_each = bags_per_task(section.num_bags, section.num_ids, kIdsPerPoolTask);
       for (int64_t first = 0; first < section.num_bags; first += bags_each) {
-        tasks.push_back({input, first, std::min(section.num_bags, first + bags_each), out});
+        pool_tasks_.push_back({input, first, std::min(section.num_bags, first + bags_each), out});
       }
       total_ids += section.num_ids;
       if (where == Pooled::kIntoResponses) response += section.num_bags * state.columns();
     }
   }
-  pool_.parallel_for(static_cast<int64_t>(tasks.size()),
+  pool_.parallel_for(static_cast<int64_t>(pool_tasks_.size()),
                      [&](int64_t t, int) {
-                       const PoolTask& task = tasks[static_cast<size_t>(t)];
+                       const PoolTask& task = pool_tasks_[static_cast<size_t>(t)];
                        pool_bags(task.input, task.first_bag, task.last_bag, task.out);
                      },
                      {.work = total_ids, .min_work_for_threads = kMinIdsForThreads});
@@ -162,16 +160,15 @@ void LookupStage::pool_requests(std::span<const std::span<float>> activations,
 void LookupStage::combine(std::span<const std::span<float>> activations, const BatchState& batch) {
   const int ranks = exchange_.world_size();
   // Where each section's pooled rows start in the responses this rank received.
-  std::vector<std::vector<const float*>>& rows = response_rows_;
-  rows.resize(static_cast<size_t>(ranks));
+  response_rows_.resize(static_cast<size_t>(ranks));
   for (int q = 0; q < ranks; ++q) {
     const auto* at = reinterpret_cast<const float*>(exchange_.responses_received.bytes.data() +
                                                     exchange_.responses_received.offset(q));
     const std::span<const Section> sections = model_.partition.sections(q);
-    rows[static_cast<size_t>(q)].resize(sections.size());
+    response_rows_[static_cast<size_t>(q)].resize(sections.size());
     for (size_t k = 0; k < sections.size(); ++k) {
       const TablePart& held = model_.partition.rank_parts(q)[sections[k].part];
-      rows[static_cast<size_t>(q)][k] = at;
+      response_rows_[static_cast<size_t>(q)][k] = at;
       // What rank q pooled of this rank's requests into its responses (pooled()).
       if ((!is_replicated(held) || q == exchange_.rank()) && !router_.is_local_view(held)) {
         at += batch.sent.sections[static_cast<size_t>(q)][k].num_bags * held.num_columns;
@@ -180,20 +177,20 @@ void LookupStage::combine(std::span<const std::span<float>> activations, const B
   }
   // Feature by feature: parts in shard order, so sums run in a fixed order. The features of a
   // table this rank holds whole have their activations already.
-  std::vector<size_t>& combined = combined_features_;
-  combined.clear();
+  combined_features_.clear();
   for (size_t f = 0; f < model_.features.size(); ++f) {
-    if (router_.local_whole_part(model_.feature_table[f]) == nullptr) combined.push_back(f);
+    if (router_.local_whole_part(model_.feature_table[f]) == nullptr)
+      combined_features_.push_back(f);
   }
-  pool_.parallel_for(static_cast<int64_t>(combined.size()), [&](int64_t c, int) {
-    const size_t f = combined[static_cast<size_t>(c)];
+  pool_.parallel_for(static_cast<int64_t>(combined_features_.size()), [&](int64_t c, int) {
+    const size_t f = combined_features_[static_cast<size_t>(c)];
     std::fill(activations[f].begin(), activations[f].end(), 0.0f);
     const int64_t dim = model_.tables[model_.feature_table[f]].dim;
     for (const TablePart& held : model_.partition.table_parts(model_.feature_table[f])) {
       if (is_replicated(held) && held.rank != exchange_.rank()) continue;
       const size_t k = model_.partition.section_index(held, f);
       const RequestSection& section = batch.sent.sections[static_cast<size_t>(held.rank)][k];
-      const float* pooled_rows = rows[static_cast<size_t>(held.rank)][k];
+      const float* pooled_rows = response_rows_[static_cast<size_t>(held.rank)][k];
       for (int64_t i = 0; i < section.num_bags; ++i) {
         float* destination = activations[f].data() + section.bag(i) * dim + held.first_column;
         const float* source = pooled_rows + i * held.num_columns;
