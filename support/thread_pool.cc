@@ -43,6 +43,8 @@ ParallelExecutor::~ParallelExecutor() = default;
 
 namespace recemb::support {
 
+std::thread start_std_thread(std::function<void()> body) { return std::thread(std::move(body)); }
+
 ThreadPool::ThreadPool(int num_threads, const ThreadStarter& start_thread) {
   if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
   if (num_threads <= 0) num_threads = 1;
@@ -68,10 +70,6 @@ ThreadPool::ThreadPool(std::shared_ptr<ParallelExecutor> executor)
     : executor_(std::move(executor)), executor_threads_(executor_->max_threads()) {}
 
 ThreadPool::~ThreadPool() { stop_workers(); }
-
-std::thread ThreadPool::start_std_thread(std::function<void()> body) {
-  return std::thread(std::move(body));
-}
 
 void ThreadPool::stop_workers() {
   {

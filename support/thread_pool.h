@@ -26,12 +26,14 @@
 
 namespace recemb::support {
 
+// How the support layer's threads are started (this pool's workers, support/background_thread.h):
+// start_std_thread, std::thread's constructor, by default; a test passes one that fails as the
+// system would (a pid or memory limit).
+using ThreadStarter = std::function<std::thread(std::function<void()> body)>;
+std::thread start_std_thread(std::function<void()> body);
+
 class ThreadPool final : public ParallelExecutor {
  public:
-  // How the pool starts a worker thread running `body`: std::thread's constructor by default; a
-  // test passes one that fails as the system would (a pid or memory limit).
-  using ThreadStarter = std::function<std::thread(std::function<void()> body)>;
-
   // num_threads counts the calling thread: num_threads - 1 workers are started. 0 = one per core.
   // When a worker cannot be started, the workers already running are stopped and joined, and a
   // std::system_error with the system's errno (EAGAIN for a pid or memory limit) says which
@@ -117,8 +119,6 @@ class ThreadPool final : public ParallelExecutor {
     bool in_use = false;  // owned by a run()
     bool open = false;    // workers may join
   };
-
-  static std::thread start_std_thread(std::function<void()> body);
 
   void run(int64_t num_tasks, TaskFunction function, void* context);
   // A free Loop set up to run `function` (open when `open`), or nullptr when all are in use.

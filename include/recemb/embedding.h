@@ -216,6 +216,8 @@ class RECEMB_EXPORT Embedding {
   // (and read_variable) first waits for the background work to end; collectives keep their order
   // on every rank. Validation errors are thrown by finish_lookup, as lookup throws them, with
   // nothing changed. finish_lookup throws FailedPrecondition for a batch not given to prefetch.
+  // The background thread is started by the first prefetch and kept for the next ones: when it
+  // cannot be started, that prefetch throws std::system_error and `batch` holds no lookup.
   void prefetch(std::span<const FeatureInput> inputs, std::span<const std::span<float>> activations,
                 LookupBatch& batch);
   void finish_lookup(LookupBatch& batch);

@@ -205,7 +205,7 @@ void validate_contents(const internal::Model& model, size_t t, const DynamicTabl
 }  // namespace
 
 VocabularyStats Embedding::vocabulary_stats(std::string_view table) const {
-  impl_->execution.join_prefetch();
+  impl_->execution.prefetcher.wait();
   const internal::Model& model = impl_->model;
   const size_t t = model.table_index(table);
   support::agree(impl_->exchange.communicator(),
@@ -223,7 +223,7 @@ VocabularyStats Embedding::vocabulary_stats(std::string_view table) const {
 }
 
 DynamicTableContents Embedding::read_dynamic_table(std::string_view table) const {
-  impl_->execution.join_prefetch();
+  impl_->execution.prefetcher.wait();
   const internal::Model& model = impl_->model;
   const size_t t = model.table_index(table);
   support::agree(impl_->exchange.communicator(),
@@ -268,7 +268,7 @@ DynamicTableContents Embedding::read_dynamic_table(std::string_view table) const
 }
 
 void Embedding::write_dynamic_table(std::string_view table, const DynamicTableContents& contents) {
-  impl_->execution.join_prefetch();
+  impl_->execution.prefetcher.wait();
   internal::Model& model = impl_->model;
   Communicator& communicator = impl_->exchange.communicator();
   support::agree(communicator, [&] {

@@ -230,7 +230,7 @@ Embedding::Impl::Impl(std::vector<TableConfig> table_configs,
   initialize_tables();
 }
 
-Embedding::Impl::~Impl() { execution.join_prefetch(); }
+Embedding::Impl::~Impl() { execution.prefetcher.wait(); }
 
 void Embedding::Impl::initialize_tables() {
   for (TableState& state : model.states) {
@@ -354,7 +354,7 @@ int Embedding::rank() const { return impl_->rank(); }
 int Embedding::world_size() const { return impl_->world_size(); }
 int64_t Embedding::step() const { return impl_->model.step; }
 void Embedding::set_step(int64_t step) {
-  impl_->execution.join_prefetch();
+  impl_->execution.prefetcher.wait();
   if (step < 0) throw InvalidArgument("step must be >= 0, got " + std::to_string(step));
   impl_->model.step = step;
 }
@@ -373,13 +373,13 @@ std::vector<int64_t> Embedding::activation_shape(size_t feature, const FeatureIn
 
 void Embedding::lookup(std::span<const FeatureInput> inputs,
                        std::span<const std::span<float>> activations) {
-  impl_->execution.join_prefetch();
+  impl_->execution.prefetcher.wait();
   impl_->lookup_stage.ahead(inputs, activations, impl_->scratch_batch, /*pool_now=*/true);
 }
 
 void Embedding::lookup(std::span<const FeatureInput> inputs,
                        std::span<const std::span<float>> activations, LookupBatch& batch) {
-  impl_->execution.join_prefetch();
+  impl_->execution.prefetcher.wait();
   // Validate, then commit: the lookup fills the staged batch, swapped into `batch` only once it
   // succeeded, so a failed lookup leaves `batch` as it was (docs/semantics.md §6).
   LookupBatch::Impl& kept = impl_->reset_batch(impl_->staged_batch);
@@ -390,24 +390,29 @@ void Embedding::lookup(std::span<const FeatureInput> inputs,
 
 void Embedding::prefetch(std::span<const FeatureInput> inputs,
                          std::span<const std::span<float>> activations, LookupBatch& batch) {
-  impl_->execution.join_prefetch();
+  impl_->execution.prefetcher.wait();
   LookupBatch::Impl& kept = impl_->reset_batch(batch.impl_);
   kept.prefetched = true;
   kept.prefetch_inputs.assign(inputs.begin(), inputs.end());
   kept.prefetch_activations.assign(activations.begin(), activations.end());
   const bool pool_now = impl_->model.options.pipeline_staleness == PipelineStaleness::kOneStep;
   Impl* impl = impl_.get();  // stays put when the Embedding is moved
-  impl->execution.prefetch_thread = std::thread([impl, &kept, pool_now] {
-    try {
-      impl->lookup_stage.ahead(kept.prefetch_inputs, kept.prefetch_activations, kept, pool_now);
-    } catch (...) {
-      kept.prefetch_error = std::current_exception();
-    }
-  });
+  try {
+    impl->execution.prefetcher.start([impl, &kept, pool_now] {
+      try {
+        impl->lookup_stage.ahead(kept.prefetch_inputs, kept.prefetch_activations, kept, pool_now);
+      } catch (...) {
+        kept.prefetch_error = std::current_exception();
+      }
+    });
+  } catch (...) {
+    kept.prefetched = false;  // the thread did not start: finish_lookup refuses this batch
+    throw;
+  }
 }
 
 void Embedding::finish_lookup(LookupBatch& batch) {
-  impl_->execution.join_prefetch();
+  impl_->execution.prefetcher.wait();
   LookupBatch::Impl* kept = batch.impl_.get();
   if (kept == nullptr || kept->owner != impl_->id || !kept->prefetched) {
     throw FailedPrecondition(
@@ -421,13 +426,13 @@ void Embedding::finish_lookup(LookupBatch& batch) {
 
 void Embedding::apply_gradients(LookupBatch& batch,
                                 std::span<const std::span<const float>> gradients) {
-  impl_->execution.join_prefetch();
+  impl_->execution.prefetcher.wait();
   if (batch.impl_ == nullptr) batch.impl_ = std::make_unique<LookupBatch::Impl>();
   impl_->apply_stage.apply(*batch.impl_, gradients);
 }
 
 void Embedding::agree_on_error(const std::exception_ptr& error) {
-  impl_->execution.join_prefetch();
+  impl_->execution.prefetcher.wait();
   recemb::agree_on_error(impl_->exchange.communicator(), error);
 }
 
@@ -446,7 +451,7 @@ std::vector<int64_t> Embedding::variable_shape(std::string_view table,
 
 void Embedding::read_variable(std::string_view table, std::string_view variable,
                               std::span<float> out) const {
-  impl_->execution.join_prefetch();
+  impl_->execution.prefetcher.wait();
   support::agree(impl_->exchange.communicator(),
                  [&] { impl_->model.check_variable_size(table, variable, out.size()); });
   impl_->read_variable(impl_->model.table_index(table), variable, out);
@@ -454,7 +459,7 @@ void Embedding::read_variable(std::string_view table, std::string_view variable,
 
 void Embedding::write_variable(std::string_view table, std::string_view variable,
                                std::span<const float> values) {
-  impl_->execution.join_prefetch();
+  impl_->execution.prefetcher.wait();
   support::agree(impl_->exchange.communicator(), [&] {
     impl_->model.check_variable_size(table, variable, values.size());
     impl_->model.check_variable_values(
@@ -476,7 +481,7 @@ bool Embedding::has_whole_table(std::string_view table) const {
 }
 
 std::span<float> Embedding::variable_data(std::string_view table, std::string_view variable) {
-  impl_->execution.join_prefetch();
+  impl_->execution.prefetcher.wait();
   std::as_const(*this).variable_data(table, variable);  // throws as the const one does
   internal::Model& model = impl_->model;
   // The caller may write the rows: the untracked door.

@@ -23,7 +23,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "recemb/communicator.h"
@@ -40,6 +39,7 @@
 #include "embedding/router.h"
 #include "embedding/table_state.h"
 #include "placement/partition.h"
+#include "support/background_thread.h"
 #include "support/thread_pool.h"
 
 namespace recemb {
@@ -99,11 +99,8 @@ struct Execution {
       : pool(options.executor ? support::ThreadPool(options.executor)
                               : support::ThreadPool(options.num_threads)) {}
   support::ThreadPool pool;
-  // Runs a prefetch's background part; every call but the const accessors joins it first.
-  std::thread prefetch_thread;
-  void join_prefetch() {
-    if (prefetch_thread.joinable()) prefetch_thread.join();
-  }
+  // Runs a prefetch's background part; every call but the const accessors waits for it first.
+  support::BackgroundThread prefetcher;
 };
 
 }  // namespace internal

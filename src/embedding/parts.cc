@@ -10,7 +10,7 @@ namespace recemb::internal {
 template <class Float>
 std::vector<LocalPart<Float>> PartAccess::parts_of(const Embedding& embedding) {
   Embedding::Impl& impl = *embedding.impl_;
-  impl.execution.join_prefetch();
+  impl.execution.prefetcher.wait();
   const Model& model = impl.model;
   std::vector<LocalPart<Float>> parts;
   parts.reserve(model.states.size());
@@ -52,7 +52,7 @@ std::vector<LocalPart<float>> PartAccess::local_parts(Embedding& embedding) {
 }
 
 std::vector<PartChanges> ChangeAccess::changes(Embedding& embedding) {
-  embedding.impl_->execution.join_prefetch();
+  embedding.impl_->execution.prefetcher.wait();
   const Model& model = embedding.impl_->model;
   std::vector<PartChanges> changes;
   changes.reserve(model.states.size());
@@ -70,17 +70,17 @@ std::vector<PartChanges> ChangeAccess::changes(Embedding& embedding) {
 }
 
 void ChangeAccess::start_tracking(Embedding& embedding) {
-  embedding.impl_->execution.join_prefetch();
+  embedding.impl_->execution.prefetcher.wait();
   for (TableState& state : embedding.impl_->model.states) state.changes().start(state.rows());
 }
 
 void ChangeAccess::clear(Embedding& embedding) {
-  embedding.impl_->execution.join_prefetch();
+  embedding.impl_->execution.prefetcher.wait();
   for (TableState& state : embedding.impl_->model.states) state.changes().clear();
 }
 
 std::shared_ptr<PublicationState>& ChangeAccess::publication(Embedding& embedding) {
-  embedding.impl_->execution.join_prefetch();
+  embedding.impl_->execution.prefetcher.wait();
   return embedding.impl_->model.publication;
 }
 

@@ -213,7 +213,7 @@ struct LimitedThreadStarter {
   std::atomic<int> started{0};
   std::atomic<int> finished{0};
 
-  ThreadPool::ThreadStarter starter() {
+  ThreadStarter starter() {
     return [this](std::function<void()> body) {
       if (started.load() == limit) {
         throw std::system_error(EAGAIN, std::generic_category(), "pthread_create");

@@ -1,18 +1,17 @@
-// An ExampleSource that reads ahead: a background thread fills the next batch of another source
-// while the caller trains on the current one, so parsing or generating examples overlaps the
-// training step. The examples, their order and the positions are exactly the wrapped source's.
+// An ExampleSource that reads ahead: a background thread (support/background_thread.h) fills the
+// next batch of another source while the caller trains on the current one, so parsing or
+// generating examples overlaps the training step. The examples, their order and the positions are
+// exactly the wrapped source's. Used from one thread, as any ExampleSource.
 #ifndef RECEMB_TRAIN_DATA_PREFETCHING_SOURCE_H_
 #define RECEMB_TRAIN_DATA_PREFETCHING_SOURCE_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
-#include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 
 #include "dlrm/example_batch.h"
+#include "support/background_thread.h"
 
 namespace recemb::train {
 
@@ -21,8 +20,8 @@ class PrefetchingSource final : public dlrm::ExampleSource {
   // Reads batches of `batch_size` (>= 1, else InvalidArgument) from `source`, one ahead. `source`
   // must outlive this object and must not be used directly while it lives.
   PrefetchingSource(dlrm::ExampleSource& source, int64_t batch_size);
-  // Stops the thread (waiting for the batch being read).
-  ~PrefetchingSource() override;
+  // Waits for the batch being read.
+  ~PrefetchingSource() override = default;
   PrefetchingSource(const PrefetchingSource&) = delete;
   PrefetchingSource& operator=(const PrefetchingSource&) = delete;
 
@@ -39,20 +38,19 @@ class PrefetchingSource final : public dlrm::ExampleSource {
   void pause();
 
  private:
-  void read_ahead();  // the thread's loop
+  // Starts reading the next batch into ahead_ on the thread.
+  void read_next();
 
   dlrm::ExampleSource& source_;
   const int64_t batch_size_;
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;
-  // Guarded by mutex_: the state of the batch read ahead.
-  enum class Slot { kWanted, kReading, kReady, kIdle } slot_ = Slot::kIdle;
+  // While reading_, the thread's (until reader_.wait()): the batch read ahead, the source's
+  // position after it, or the error of reading it.
   dlrm::ExampleBatch ahead_;
-  std::string ahead_position_;  // the source's position after `ahead_`
+  std::string ahead_position_;
   std::exception_ptr ahead_error_;
-  bool stopping_ = false;
+  bool reading_ = false;  // a read of the next batch was started and not taken by next()
   std::string position_;  // after the last batch returned
-  std::thread thread_;
+  support::BackgroundThread reader_;  // last: waited for before the members it writes go
 };
 
 }  // namespace recemb::train
