@@ -95,6 +95,15 @@ void update_row(const Pipeline& pipeline, const RowVariables& v, int64_t dim, in
   pipeline.apply(v.parameters + row * dim, slots.data(), gradient, scratch, dim);
 }
 
+// update_row with a gradient it must not change (the pipeline clips none).
+template <class Pipeline>
+void update_row_unclipped(const Pipeline& pipeline, const RowVariables& v, int64_t dim, int64_t row,
+                          const float* gradient, float* scratch) {
+  std::array<float*, 2> slots{};
+  for (int i = 0; i < v.num_slots; ++i) slots[i] = v.slot_bases[i] + row * v.slot_widths[i];
+  pipeline.apply_unclipped(v.parameters + row * dim, slots.data(), gradient, scratch, dim);
+}
+
 // g = the sum of unique row k's contributions, in their order, from 0.
 inline void reduce_unique_row(const RowGrouping& grouping, const Contributions& c, int64_t dim,
                               int64_t k, float* __restrict g) {
@@ -176,6 +185,11 @@ int64_t update_single_rows(const Pipeline& pipeline, const RowVariables& variabl
     detail::prefetch_variables(variables, dim, rows[singles[j]]);
   }
   float* __restrict g = scratch.gradients;
+  // A gain of 1 (a bag's gradient as it is: the sum combiner, unweighted ids) with no gradient
+  // clip updates the row straight from its bag's gradient: no copy into the scratch between the
+  // row's memory accesses (docs/performance.md, "Decisions"). Its result is the copy's, but for
+  // the sign of a zero: 0.0f + (-0.0f) is +0.0f.
+  const bool straight = !pipeline.clips_gradients();
   int64_t skipped = 0;
   for (int64_t j = first; j < last; ++j) {
     if (j + kPrefetchDistance < last) {
@@ -184,6 +198,14 @@ int64_t update_single_rows(const Pipeline& pipeline, const RowVariables& variabl
     const uint32_t i = singles[j];
     const float gain = contributions.gains[i];
     const float* __restrict source = contributions.sources[i];
+    if (straight && gain == 1.0f) {
+      if (mode.skip_non_finite && !detail::all_finite(source, dim)) {
+        ++skipped;
+        continue;
+      }
+      detail::update_row_unclipped(pipeline, variables, dim, rows[i], source, scratch.pipeline);
+      continue;
+    }
     // As the sum from 0 (update_unique_row) or the one update (accumulate false) would be.
     if (mode.accumulate) {
       for (int64_t d = 0; d < dim; ++d) g[d] = 0.0f + gain * source[d];

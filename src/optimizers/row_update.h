@@ -45,6 +45,21 @@ class RowPipeline {
   // Updates row w and its slots with gradient g (clipped in place). scratch: dim floats the
   // pipeline may overwrite. Never throws, never allocates.
   void apply(float* w, float* const* slots, float* g, float* scratch, int64_t dim) const {
+    if (clips_gradients_) {
+      for (int64_t d = 0; d < dim; ++d) {
+        g[d] = std::clamp(g[d], clip_gradient_min_, clip_gradient_max_);
+      }
+    }
+    apply_unclipped(w, slots, g, scratch, dim);
+  }
+
+  // Whether apply changes g: a caller whose gradient is another row's (a bag's gradient, read
+  // straight) may pass it to apply_unclipped only when this is false.
+  bool clips_gradients() const { return clips_gradients_; }
+
+  // apply without the gradient clip, g left as it is.
+  void apply_unclipped(float* w, float* const* slots, const float* g, float* scratch,
+                       int64_t dim) const {
     // A loop of a constant width of 16 or less is fully unrolled before vectorisation, and the
     // straight-line vectoriser that follows needs to know that no store through a row pointer
     // reaches another row or a member of the pipeline: hence __restrict rows (either alone left
@@ -54,13 +69,8 @@ class RowPipeline {
   }
 
  private:
-  void apply_to_row(float* __restrict w, float* const* slots, float* __restrict g,
+  void apply_to_row(float* __restrict w, float* const* slots, const float* __restrict g,
                     float* __restrict scratch, int64_t dim) const {
-    if (clips_gradients_) {
-      for (int64_t d = 0; d < dim; ++d) {
-        g[d] = std::clamp(g[d], clip_gradient_min_, clip_gradient_max_);
-      }
-    }
     if (weight_decay_ != 0.0f) std::copy(w, w + dim, scratch);
     update_(w, slots, g, dim);
     if (weight_decay_ != 0.0f) {

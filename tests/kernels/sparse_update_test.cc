@@ -17,9 +17,18 @@ constexpr int64_t kSinglesApart = int64_t{1} << 30;
 
 // An order-sensitive stand-in for an optimizer pipeline: w = 0.5 * w - g, and slot 0 (width 1)
 // counts the updates. Applying g1 then g2 differs from applying g1 + g2, so the test sees whether
-// contributions were accumulated and in which order.
+// contributions were accumulated and in which order. With a clip_scale other than 1 it stands for
+// a pipeline that clips: apply scales g in place first, as RowPipeline's clip changes it.
 struct CountingPipeline {
+  float clip_scale = 1.0f;
+
+  bool clips_gradients() const { return clip_scale != 1.0f; }
   void apply(float* w, float* const* slots, float* g, float* scratch, int64_t dim) const {
+    for (int64_t d = 0; d < dim; ++d) g[d] *= clip_scale;
+    apply_unclipped(w, slots, g, scratch, dim);
+  }
+  void apply_unclipped(float* w, float* const* slots, const float* g, float* scratch,
+                       int64_t dim) const {
     for (int64_t d = 0; d < dim; ++d) {
       scratch[d] = g[d];
       w[d] = 0.5f * w[d] - g[d];
@@ -69,6 +78,19 @@ struct Fixture {
     }
     for (const auto& g : gradients) sources.push_back(g.data());
     grouping.build(rows, vocabulary, row_bytes);
+    sort_contributions();
+  }
+
+  // Makes every third gain exactly 1: the rows of those contributions that have no other are
+  // updated straight from their gradient (update_single_rows).
+  void make_every_third_gain_one() {
+    for (size_t i = 0; i < gains.size(); i += 3) gains[i] = 1.0f;
+    sort_contributions();
+  }
+
+  void sort_contributions() {
+    sorted_gains.clear();
+    sorted_sources.clear();
     for (const uint32_t i : grouping.order()) {
       sorted_gains.push_back(gains[i]);
       sorted_sources.push_back(sources[i]);
@@ -85,20 +107,19 @@ struct Fixture {
 
   // The shared rows, then the single ones, in calls of `range` rows each as the engine's tasks
   // split them; returns the rows skipped.
-  int64_t update_touched_rows(UpdateMode mode, int64_t range) {
+  int64_t update_touched_rows(UpdateMode mode, int64_t range,
+                              CountingPipeline pipeline = CountingPipeline{}) {
     Scratch scratch(dim);
     int64_t skipped = 0;
     const auto shared = static_cast<int64_t>(grouping.shared_rows().size());
     for (int64_t first = 0; first < shared; first += range) {
-      skipped +=
-          update_shared_rows(CountingPipeline{}, variables(), grouping, contributions(), mode,
-                             first, std::min(shared, first + range), scratch.view(dim));
+      skipped += update_shared_rows(pipeline, variables(), grouping, contributions(), mode, first,
+                                    std::min(shared, first + range), scratch.view(dim));
     }
     const auto singles = static_cast<int64_t>(grouping.single_contributions().size());
     for (int64_t first = 0; first < singles; first += range) {
-      skipped +=
-          update_single_rows(CountingPipeline{}, variables(), grouping, contributions(), mode,
-                             first, std::min(singles, first + range), scratch.view(dim));
+      skipped += update_single_rows(pipeline, variables(), grouping, contributions(), mode, first,
+                                    std::min(singles, first + range), scratch.view(dim));
     }
     return skipped;
   }
@@ -110,8 +131,10 @@ struct Fixture {
     return v;
   }
 
-  // Float64 reference of the whole step, contributions in index order per row.
-  std::pair<std::vector<double>, std::vector<double>> reference(bool accumulate, bool all_rows) {
+  // Float64 reference of the whole step, contributions in index order per row; the pipeline's
+  // clip scales each gradient it applies by clip_scale.
+  std::pair<std::vector<double>, std::vector<double>> reference(bool accumulate, bool all_rows,
+                                                                double clip_scale = 1.0) {
     std::vector<double> w(parameters.begin(), parameters.end());
     std::vector<double> count(static_cast<size_t>(vocabulary), 0.0);
     std::map<int64_t, std::vector<size_t>> by_row;
@@ -119,7 +142,7 @@ struct Fixture {
     auto apply = [&](int64_t r, const std::vector<double>& g) {
       for (int64_t d = 0; d < dim; ++d) {
         double& x = w[static_cast<size_t>(r * dim + d)];
-        x = 0.5 * x - g[static_cast<size_t>(d)];
+        x = 0.5 * x - clip_scale * g[static_cast<size_t>(d)];
       }
       count[static_cast<size_t>(r)] += 1;
     };
@@ -153,27 +176,40 @@ void expect_near(const std::vector<float>& actual, const std::vector<double>& ex
 
 class SparseUpdateTest : public ::testing::TestWithParam<bool> {};
 
-// With the single rows apart, and in a dense table (row_bytes 0) with every row shared.
+// With the single rows apart, and in a dense table (row_bytes 0) with every row shared; with
+// gains of 1 among the others (single rows updated straight from their gradient unless the
+// pipeline clips), and with a pipeline that clips (the gradients given stay as they were).
 TEST_P(SparseUpdateTest, TouchedRowsMatchReferenceInRanges) {
   const bool accumulate = GetParam();
-  for (const int64_t row_bytes : {kSinglesApart, int64_t{0}}) {
-    for (const auto& [vocabulary, contributions, range] :
-         {std::tuple{40, 300, 6}, std::tuple{1000, 3000, 300}, std::tuple{5000, 3000, 70}}) {
-      SCOPED_TRACE(::testing::Message()
-                   << "row bytes " << row_bytes << " vocabulary " << vocabulary);
-      Fixture f(7, vocabulary, contributions, row_bytes);
-      const auto [w, count] = f.reference(accumulate, false);
-      if (vocabulary == 1000) {
-        ASSERT_GT(range, update_chunk_rows(f.dim));  // ranges of several chunks
+  for (const bool unit_gains : {false, true}) {
+    for (const float clip_scale : {1.0f, 0.5f}) {
+      for (const int64_t row_bytes : {kSinglesApart, int64_t{0}}) {
+        for (const auto& [vocabulary, contributions, range] :
+             {std::tuple{40, 300, 6}, std::tuple{1000, 3000, 300}, std::tuple{5000, 3000, 70}}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "row bytes " << row_bytes << " vocabulary " << vocabulary
+                       << " unit gains " << unit_gains << " clip scale " << clip_scale);
+          Fixture f(7, vocabulary, contributions, row_bytes);
+          if (unit_gains) f.make_every_third_gain_one();
+          const std::vector<std::vector<float>> gradients_before = f.gradients;
+          const auto [w, count] = f.reference(accumulate, false, clip_scale);
+          if (vocabulary == 1000) {
+            ASSERT_GT(range, update_chunk_rows(f.dim));  // ranges of several chunks
+          }
+          if (row_bytes == 0) {
+            ASSERT_TRUE(f.grouping.single_contributions().empty());
+          } else if (vocabulary == 5000) {  // mostly rows with one contribution
+            ASSERT_GT(f.grouping.single_contributions().size(),
+                      2 * f.grouping.shared_rows().size());
+          }
+          EXPECT_EQ(f.update_touched_rows({.accumulate = accumulate}, range,
+                                          CountingPipeline{.clip_scale = clip_scale}),
+                    0);
+          expect_near(f.parameters, w);
+          expect_near(f.counters, count);
+          EXPECT_EQ(f.gradients, gradients_before);
+        }
       }
-      if (row_bytes == 0) {
-        ASSERT_TRUE(f.grouping.single_contributions().empty());
-      } else if (vocabulary == 5000) {  // mostly rows with one contribution
-        ASSERT_GT(f.grouping.single_contributions().size(), 2 * f.grouping.shared_rows().size());
-      }
-      EXPECT_EQ(f.update_touched_rows({.accumulate = accumulate}, range), 0);
-      expect_near(f.parameters, w);
-      expect_near(f.counters, count);
     }
   }
 }
@@ -194,29 +230,36 @@ TEST_P(SparseUpdateTest, AllRowsUpdatesUntouchedRowsWithZeroGradient) {
 
 INSTANTIATE_TEST_SUITE_P(Accumulate, SparseUpdateTest, ::testing::Bool());
 
-// The bad row has several contributions at 40 and 1000 rows, one at 100000.
+// The bad row has several contributions at 40 and 1000 rows, one at 100000: with a gain of 1, the
+// one is read straight from its gradient.
 TEST(SparseUpdateTest, SkipsRowsWithNonFiniteGradient) {
   for (const bool accumulate : {true, false}) {
-    for (const int64_t vocabulary : {40, 1000, 100000}) {
-      Fixture f(9, vocabulary, 3000);
-      const int64_t bad_row = f.rows[5];
-      const auto singles = f.grouping.single_contributions();
-      ASSERT_EQ(std::find(singles.begin(), singles.end(), 5u) != singles.end(),
-                vocabulary == 100000);
-      f.gradients[5][2] = std::numeric_limits<float>::quiet_NaN();
-      const std::vector<float> before = f.parameters;
-      const auto [w, count] = f.reference(accumulate, false);
-      const int64_t skipped =
-          f.update_touched_rows({.accumulate = accumulate, .skip_non_finite = true}, 1000);
-      EXPECT_EQ(skipped, 1);
-      EXPECT_EQ(f.counters[static_cast<size_t>(bad_row)], 0.0f);
-      for (int64_t r = 0; r < f.vocabulary; ++r) {
-        for (int64_t d = 0; d < f.dim; ++d) {
-          const auto i = static_cast<size_t>(r * f.dim + d);
-          if (r == bad_row) {
-            EXPECT_EQ(f.parameters[i], before[i]);
-          } else {  // every other row updated as without the bad one
-            EXPECT_NEAR(f.parameters[i], w[i], 1e-5 * (1.0 + std::abs(w[i]))) << "row " << r;
+    for (const bool unit_gains : {false, true}) {
+      for (const int64_t vocabulary : {40, 1000, 100000}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "vocabulary " << vocabulary << " unit gains " << unit_gains);
+        Fixture f(9, vocabulary, 3000);
+        if (unit_gains) f.make_every_third_gain_one();
+        const size_t bad = unit_gains ? 6 : 5;  // a gain of 1 (updated straight), or not
+        const int64_t bad_row = f.rows[bad];
+        const auto singles = f.grouping.single_contributions();
+        ASSERT_EQ(std::find(singles.begin(), singles.end(), bad) != singles.end(),
+                  vocabulary == 100000);
+        f.gradients[bad][2] = std::numeric_limits<float>::quiet_NaN();
+        const std::vector<float> before = f.parameters;
+        const auto [w, count] = f.reference(accumulate, false);
+        const int64_t skipped =
+            f.update_touched_rows({.accumulate = accumulate, .skip_non_finite = true}, 1000);
+        EXPECT_EQ(skipped, 1);
+        EXPECT_EQ(f.counters[static_cast<size_t>(bad_row)], 0.0f);
+        for (int64_t r = 0; r < f.vocabulary; ++r) {
+          for (int64_t d = 0; d < f.dim; ++d) {
+            const auto i = static_cast<size_t>(r * f.dim + d);
+            if (r == bad_row) {
+              EXPECT_EQ(f.parameters[i], before[i]);
+            } else {  // every other row updated as without the bad one
+              EXPECT_NEAR(f.parameters[i], w[i], 1e-5 * (1.0 + std::abs(w[i]))) << "row " << r;
+            }
           }
         }
       }
