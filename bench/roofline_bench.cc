@@ -7,6 +7,10 @@
 //   BM_GatherUpdate/<optimizer>/<workload>/...  the training step's roofline: the same gather,
 //       then every looked-up row (every id: no de-duplication) updated with its bag's gradient by
 //       the plain per-row update of sgd, adagrad, rowwise_adagrad or adam (lazy; see update_row).
+//   BM_GatherSumUpdate/<optimizer>/<workload>/...  the same with recemb's semantics: the step's
+//       ids grouped by row (a plain LSD radix sort of (row, index) pairs, in the timed loop), each
+//       distinct row's gradient summed in index order and the row updated once. Beside
+//       BM_GatherUpdate it is the ceiling of each semantics on a workload (docs/performance.md).
 //
 // The loops are built to be as fast as anyone here has made a gather: multi-versioned
 // (target_clones: the best ISA the CPU has is picked at load time, whatever the library was built
@@ -360,19 +364,82 @@ template <int64_t kDim, Update kUpdate>
   }
 }
 
+// The buffers of a thread's grouping of its items by row (BM_GatherSumUpdate), grown once.
+struct RowGroups {
+  int row_bits = 0;              // bits of the largest row
+  std::vector<uint64_t> keys;    // row << 32 | item, sorted by row, items increasing within a row
+  std::vector<uint64_t> spare;   // the radix sort's other buffer
+  std::vector<uint32_t> starts;  // the first key of each distinct row, then the number of keys
+};
+
+// Sorts the items [0, n) by row: a stable LSD radix sort of row << 32 | item over the row's
+// bits, 11 at a time.
+inline void group_by_row(const int64_t* rows, int64_t n, RowGroups& groups) {
+  constexpr int kDigitBits = 11;
+  groups.keys.resize(static_cast<size_t>(n));
+  groups.spare.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    groups.keys[static_cast<size_t>(i)] =
+        static_cast<uint64_t>(rows[i]) << 32 | static_cast<uint64_t>(i);
+  }
+  for (int shift = 32; shift < 32 + groups.row_bits; shift += kDigitBits) {
+    uint32_t offsets[1 << kDigitBits] = {};
+    for (const uint64_t key : groups.keys) ++offsets[(key >> shift) & ((1 << kDigitBits) - 1)];
+    uint32_t sum = 0;
+    for (uint32_t& offset : offsets) sum += std::exchange(offset, sum);
+    for (const uint64_t key : groups.keys) {
+      groups.spare[offsets[(key >> shift) & ((1 << kDigitBits) - 1)]++] = key;
+    }
+    groups.keys.swap(groups.spare);
+  }
+  groups.starts.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t key = groups.keys[static_cast<size_t>(i)];
+    if (i == 0 || key >> 32 != groups.keys[static_cast<size_t>(i - 1)] >> 32) {
+      groups.starts.push_back(static_cast<uint32_t>(i));
+    }
+  }
+  groups.starts.push_back(static_cast<uint32_t>(n));
+}
+
 // Updates rows[i] with gradient[bags[i]] for i in [0, n) (bags null: bag = i / bag_size), the row
-// `distance` items ahead prefetched.
+// `distance` items ahead prefetched. With `groups`, each distinct row once, with the sum of its
+// items' gradients in item order (the rows `distance` distinct rows ahead prefetched).
 template <int64_t kDim, Update kUpdate>
 [[gnu::always_inline]] inline void update_items(const UpdateArrays& arrays, const float* gradient,
                                                 const int64_t* rows, const int64_t* bags,
-                                                int64_t bag_size, int64_t n, int64_t distance) {
+                                                int64_t bag_size, int64_t n, int64_t distance,
+                                                RowGroups* groups) {
+  auto bag_of = [&](int64_t i) { return bags != nullptr ? bags[i] : i / bag_size; };
+  if (groups != nullptr) {
+    group_by_row(rows, n, *groups);
+    const uint64_t* keys = groups->keys.data();
+    const uint32_t* starts = groups->starts.data();
+    const auto distinct = static_cast<int64_t>(groups->starts.size()) - 1;
+    for (int64_t k = 0; k < std::min(distance, distinct); ++k) {
+      prefetch_update<kDim, kUpdate>(arrays, static_cast<int64_t>(keys[starts[k]] >> 32));
+    }
+    alignas(64) float sum[kDim];
+    for (int64_t k = 0; k < distinct; ++k) {
+      if (k + distance < distinct) {
+        prefetch_update<kDim, kUpdate>(arrays,
+                                       static_cast<int64_t>(keys[starts[k + distance]] >> 32));
+      }
+      std::fill_n(sum, kDim, 0.0f);
+      for (uint32_t j = starts[k]; j < starts[k + 1]; ++j) {
+        const float* g = gradient + bag_of(static_cast<int64_t>(keys[j] & 0xffffffffu)) * kDim;
+        for (int64_t d = 0; d < kDim; ++d) sum[d] += g[d];
+      }
+      update_row<kDim, kUpdate>(arrays, static_cast<int64_t>(keys[starts[k]] >> 32), sum);
+    }
+    return;
+  }
   for (int64_t i = 0; i < std::min(distance, n); ++i) {
     prefetch_update<kDim, kUpdate>(arrays, rows[i]);
   }
   for (int64_t i = 0; i < n; ++i) {
     if (i + distance < n) prefetch_update<kDim, kUpdate>(arrays, rows[i + distance]);
-    const int64_t bag = bags != nullptr ? bags[i] : i / bag_size;
-    update_row<kDim, kUpdate>(arrays, rows[i], gradient + bag * kDim);
+    update_row<kDim, kUpdate>(arrays, rows[i], gradient + bag_of(i) * kDim);
   }
 }
 
@@ -380,36 +447,39 @@ template <int64_t kDim>
 [[gnu::always_inline]] inline void update_width(Update update, const UpdateArrays& arrays,
                                                 const float* gradient, const int64_t* rows,
                                                 const int64_t* bags, int64_t bag_size, int64_t n,
-                                                int64_t distance) {
+                                                int64_t distance, RowGroups* groups) {
   switch (update) {
     case Update::kSgd:
-      update_items<kDim, Update::kSgd>(arrays, gradient, rows, bags, bag_size, n, distance);
+      update_items<kDim, Update::kSgd>(arrays, gradient, rows, bags, bag_size, n, distance, groups);
       break;
     case Update::kAdagrad:
-      update_items<kDim, Update::kAdagrad>(arrays, gradient, rows, bags, bag_size, n, distance);
+      update_items<kDim, Update::kAdagrad>(arrays, gradient, rows, bags, bag_size, n, distance,
+                                           groups);
       break;
     case Update::kRowwiseAdagrad:
       update_items<kDim, Update::kRowwiseAdagrad>(arrays, gradient, rows, bags, bag_size, n,
-                                                  distance);
+                                                  distance, groups);
       break;
     case Update::kAdam:
-      update_items<kDim, Update::kAdam>(arrays, gradient, rows, bags, bag_size, n, distance);
+      update_items<kDim, Update::kAdam>(arrays, gradient, rows, bags, bag_size, n, distance,
+                                        groups);
       break;
   }
 }
 
 RECEMB_BENCH_BEST_ISA void update(Update kind, int64_t dim, const UpdateArrays& arrays,
                                   const float* gradient, const int64_t* rows, const int64_t* bags,
-                                  int64_t bag_size, int64_t n, int64_t distance) {
+                                  int64_t bag_size, int64_t n, int64_t distance,
+                                  RowGroups* groups) {
   switch (dim) {
     case 16:
-      update_width<16>(kind, arrays, gradient, rows, bags, bag_size, n, distance);
+      update_width<16>(kind, arrays, gradient, rows, bags, bag_size, n, distance, groups);
       break;
     case 64:
-      update_width<64>(kind, arrays, gradient, rows, bags, bag_size, n, distance);
+      update_width<64>(kind, arrays, gradient, rows, bags, bag_size, n, distance, groups);
       break;
     default:
-      update_width<128>(kind, arrays, gradient, rows, bags, bag_size, n, distance);
+      update_width<128>(kind, arrays, gradient, rows, bags, bag_size, n, distance, groups);
   }
 }
 
@@ -541,8 +611,9 @@ void BM_Gather(benchmark::State& state, Workload workload, int64_t distance, int
   state.counters["thp"] = tables.huge_fraction;
 }
 
+// summed: BM_GatherSumUpdate (each distinct row once, its gradients summed), else BM_GatherUpdate.
 void BM_GatherUpdate(benchmark::State& state, Workload workload, std::string optimizer,
-                     int64_t distance, int interleave) {
+                     int64_t distance, int interleave, bool summed) {
   const Update kind = update_of(optimizer);
   const IdStream stream(workload);
   const StepIds& step_ids = step_ids_for(workload, stream);
@@ -573,6 +644,11 @@ void BM_GatherUpdate(benchmark::State& state, Workload workload, std::string opt
       }
     }
   }
+  std::vector<RowGroups> groups(static_cast<size_t>(workload.threads));
+  for (RowGroups& mine : groups) {
+    mine.row_bits =
+        static_cast<int>(std::bit_width(static_cast<uint64_t>(workload.total_rows() - 1)));
+  }
   Workers workers(workload.threads);
   size_t next = 0;
   const std::function<void(int)> gather_task = [&](int t) {
@@ -583,12 +659,13 @@ void BM_GatherUpdate(benchmark::State& state, Workload workload, std::string opt
   const std::function<void(int)> update_task = [&](int t) {
     if (workload.threads == 1) {
       update(kind, workload.dim, arrays, gradient, step_ids.steps[next].data(), nullptr,
-             workload.bag_size, workload.ids_per_step(), distance);
+             workload.bag_size, workload.ids_per_step(), distance, summed ? &groups[0] : nullptr);
       return;
     }
     const ThreadItems& mine = items[next][static_cast<size_t>(t)];
     update(kind, workload.dim, arrays, gradient, mine.rows.data(), mine.bags.data(),
-           workload.bag_size, static_cast<int64_t>(mine.rows.size()), distance);
+           workload.bag_size, static_cast<int64_t>(mine.rows.size()), distance,
+           summed ? &groups[static_cast<size_t>(t)] : nullptr);
   };
   for (auto _ : state) {
     workers.run(gather_task);
@@ -639,9 +716,13 @@ void register_all() {
         }
       },
       [&](const Workload& workload, const std::string& optimizer) {
-        configure(benchmark::RegisterBenchmark(
-            ("BM_GatherUpdate/" + optimizer + "/" + workload.name() + best).c_str(),
-            BM_GatherUpdate, workload, optimizer, kBestPrefetch, kBestInterleave));
+        for (const bool summed : {false, true}) {
+          const std::string name =
+              std::string(summed ? "BM_GatherSumUpdate/" : "BM_GatherUpdate/") + optimizer + "/" +
+              workload.name() + best;
+          configure(benchmark::RegisterBenchmark(name.c_str(), BM_GatherUpdate, workload, optimizer,
+                                                 kBestPrefetch, kBestInterleave, summed));
+        }
       });
 }
 

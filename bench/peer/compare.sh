@@ -3,8 +3,10 @@
 # embedding_bench and serving_bench, and the plain loops of roofline_bench, alternately, for
 # --rounds rounds, on the same workloads (bench/workload.h: dim 64, 4096 bags x 20 int64 ids, one
 # table, uniform and Zipf ids, 1 and 2 threads), and prints per workload the medians and ranges of
-# rows per second and the ratios recemb / FBGEMM and roofline / FBGEMM (median of the per-round
-# ratios, with their range). bench/peer/README.md has the method and the figures.
+# rows per second and the ratios recemb / FBGEMM, roofline / FBGEMM and, for the steps, summed
+# roofline / FBGEMM (the plain loop with recemb's semantics: each distinct row updated once from
+# its summed gradient) (median of the per-round ratios, with their range). bench/peer/README.md
+# has the method and the figures.
 #
 #   bench/peer/compare.sh --fbgemm FBGEMM_BUILD --recemb RECEMB_BUILD [--rounds 5] [--no-serving]
 #       [-- extra Google Benchmark flags, e.g. --benchmark_min_time=0.5]
@@ -67,7 +69,7 @@ run_side() {
     recemb) program="$recemb/bench/embedding_bench"
       filter="^BM_Lookup(AndUpdate/rowwise_adagrad)?/$workload" ;;
     roofline) program="$recemb/bench/roofline_bench"
-      filter="^BM_Gather(Update/rowwise_adagrad)?/$workload" ;;
+      filter="^BM_Gather((Sum)?Update/rowwise_adagrad)?/$workload" ;;
     serving) program="$recemb/bench/serving_bench"; filter="$serving_filter" ;;
   esac
   "$program" --benchmark_filter="$filter" --benchmark_format=json "$@" 2>/dev/null |
@@ -136,6 +138,8 @@ for line in open(sys.argv[1]):
     row = row_of(name)
     if side == "serving":
         side = "recemb"
+    if "GatherSumUpdate" in name:
+        side = "summed"  # the plain loop with recemb's semantics (roofline_bench.cc)
     rates[(row, side)][int(round_)] = float(items) / 1e6
 
 def cell(values):
@@ -149,10 +153,12 @@ def ratio(row, side):
     return f"{statistics.median(per_round):.2f} ({min(per_round):.2f}-{max(per_round):.2f})"
 
 rows = sorted({row for row, _ in rates}, key=lambda r: (r.startswith("serving"), "Adagrad" in r, r))
-print("| workload (Mrows/s: median (min-max)) | FBGEMM | recemb | roofline | recemb / FBGEMM | roofline / FBGEMM |")
-print("|---|---|---|---|---|---|")
+print("| workload (Mrows/s: median (min-max)) | FBGEMM | recemb | roofline | summed roofline "
+      "| recemb / FBGEMM | roofline / FBGEMM | summed roofline / FBGEMM |")
+print("|---|---|---|---|---|---|---|---|")
 for row in rows:
     cells = [cell(list(rates[(row, side)].values())) if (row, side) in rates else "-"
-             for side in ("fbgemm", "recemb", "roofline")]
-    print(f"| {row} | {' | '.join(cells)} | {ratio(row, 'recemb')} | {ratio(row, 'roofline')} |")
+             for side in ("fbgemm", "recemb", "roofline", "summed")]
+    ratios = [ratio(row, side) for side in ("recemb", "roofline", "summed")]
+    print(f"| {row} | {' | '.join(cells)} | {' | '.join(ratios)} |")
 PY
