@@ -13,8 +13,10 @@
 #
 # FBGEMM_BUILD is build_fbgemm.sh's BUILD_DIR (its harness/fbgemm_harness and fbgemm_commit.txt);
 # RECEMB_BUILD a recemb build tree with the benchmarks (bench/embedding_bench, roofline_bench,
-# serving_bench). Tables are 1 GiB; RECEMB_PEER_HUGE=1 measures 4 GiB tables instead (serving
-# rows are 1 GiB only: serving_bench has no 4 GiB model). Each round runs the programs in turn,
+# serving_bench). To measure another instruction set (an AVX2 CPU on an AVX-512 one), set
+# FBGEMM_ENABLE_INSTRUCTIONS=AVX2 and RECEMB_BENCH_SIMD_TARGET=AVX2 (bench/benchmark_main.h).
+# Tables are 1 GiB; RECEMB_PEER_HUGE=1 measures 4 GiB tables instead (serving rows are 1 GiB
+# only: serving_bench has no 4 GiB model). Each round runs the programs in turn,
 # the order reversed every other round; every program is a fresh process. Run it with raised
 # priority on a shared host (bench/peer/README.md).
 set -euo pipefail
@@ -78,6 +80,8 @@ import json, sys
 output = json.load(sys.stdin)
 if "fbgemm_isa" in output["context"]:
     print("isa", output["context"]["fbgemm_isa"])
+if "simd_target" in output["context"] and sys.argv[1] != "roofline":
+    print("simd", output["context"]["simd_target"])
 for run in output["benchmarks"]:
     if run.get("run_type", "iteration") == "iteration" and "error_message" not in run:
         print(sys.argv[1], sys.argv[2], run["name"], run["items_per_second"])
@@ -103,7 +107,8 @@ for round in $(seq 1 "$rounds"); do
 done
 
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs;" \
-  "FBGEMM ISA: $(sed -n 's/^isa //p' "$results" | sort -u | tr '\n' ' ')"
+  "FBGEMM ISA: $(sed -n 's/^isa //p' "$results" | sort -u | tr '\n' ' ');" \
+  "recemb SIMD target: $(sed -n 's/^simd //p' "$results" | sort -u | tr '\n' ' ')"
 echo "FBGEMM commit: $(cat "$fbgemm/fbgemm_commit.txt" 2>/dev/null || echo unknown)"
 recemb_source=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$recemb/CMakeCache.txt" 2>/dev/null || true)
 echo "recemb commit: $(git -C "${recemb_source:-$here}" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
@@ -132,7 +137,7 @@ def row_of(name):
 
 rates = collections.defaultdict(dict)  # (row, side) -> {round: Mrows/s}
 for line in open(sys.argv[1]):
-    if line.startswith("isa "):
+    if line.startswith(("isa ", "simd ")):
         continue
     side, round_, name, items = line.split()
     row = row_of(name)
