@@ -87,11 +87,17 @@ inline bool all_finite(const float* values, int64_t dim) {
 }
 
 // The detail functions take the row width as `dim`: v.dim, or the kernel's constant kDim.
+// Row `row` of each slot.
+inline std::array<float*, 2> slot_rows(const RowVariables& v, int64_t row) {
+  std::array<float*, 2> slots{};
+  for (int i = 0; i < v.num_slots; ++i) slots[i] = v.slot_bases[i] + row * v.slot_widths[i];
+  return slots;
+}
+
 template <class Pipeline>
 void update_row(const Pipeline& pipeline, const RowVariables& v, int64_t dim, int64_t row,
                 float* gradient, float* scratch) {
-  std::array<float*, 2> slots{};
-  for (int i = 0; i < v.num_slots; ++i) slots[i] = v.slot_bases[i] + row * v.slot_widths[i];
+  const std::array<float*, 2> slots = slot_rows(v, row);
   pipeline.apply(v.parameters + row * dim, slots.data(), gradient, scratch, dim);
 }
 
@@ -99,8 +105,7 @@ void update_row(const Pipeline& pipeline, const RowVariables& v, int64_t dim, in
 template <class Pipeline>
 void update_row_unclipped(const Pipeline& pipeline, const RowVariables& v, int64_t dim, int64_t row,
                           const float* gradient, float* scratch) {
-  std::array<float*, 2> slots{};
-  for (int i = 0; i < v.num_slots; ++i) slots[i] = v.slot_bases[i] + row * v.slot_widths[i];
+  const std::array<float*, 2> slots = slot_rows(v, row);
   pipeline.apply_unclipped(v.parameters + row * dim, slots.data(), gradient, scratch, dim);
 }
 
