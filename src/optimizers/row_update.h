@@ -45,12 +45,10 @@ class RowPipeline {
   // Updates row w and its slots with gradient g (clipped in place). scratch: dim floats the
   // pipeline may overwrite. Never throws, never allocates.
   void apply(float* w, float* const* slots, float* g, float* scratch, int64_t dim) const {
-    if (clips_gradients_) {
-      for (int64_t d = 0; d < dim; ++d) {
-        g[d] = std::clamp(g[d], clip_gradient_min_, clip_gradient_max_);
-      }
-    }
-    apply_unclipped(w, slots, g, scratch, dim);
+    // The local copy and __restrict as in apply_unclipped (below): the clip is one of the loops.
+    const RowPipeline local = *this;
+    local.clip_gradient(g, dim);
+    local.apply_to_row(w, slots, g, scratch, dim);
   }
 
   // Whether apply changes g: a caller whose gradient is another row's (a bag's gradient, read
@@ -69,6 +67,12 @@ class RowPipeline {
   }
 
  private:
+  void clip_gradient(float* __restrict g, int64_t dim) const {
+    if (!clips_gradients_) return;
+    for (int64_t d = 0; d < dim; ++d)
+      g[d] = std::clamp(g[d], clip_gradient_min_, clip_gradient_max_);
+  }
+
   void apply_to_row(float* __restrict w, float* const* slots, const float* __restrict g,
                     float* __restrict scratch, int64_t dim) const {
     if (weight_decay_ != 0.0f) std::copy(w, w + dim, scratch);
