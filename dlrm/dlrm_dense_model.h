@@ -29,14 +29,12 @@
 // A checkpoint saves one array; a data-parallel trainer all-reduces gradients() in one call.
 //
 // train_step and predict run on config.num_threads threads (the caller's and a ThreadPool's) or on
-// config.pool's, one
-// task per block of 256 examples doing all of the block's layers, forward and backward, while its
-// activations are in the cache (the sum of the loss and the sigmoid on the caller's thread).
-// Results are bitwise the same for the same parameters and
-// inputs, whatever the thread count and wherever the arrays lie in memory (so replicas and a
-// resumed run compute exactly what an uninterrupted one does; mlp.h, interaction.h). They are
-// computed by the kernels of one instruction set (dense_isa.h), chosen when the model is built;
-// different sets round differently.
+// config.pool's, one task per block of 256 examples doing all of the block's layers, forward and
+// backward, while its activations are in the cache (the sum of the loss and the sigmoid on the
+// caller's thread). Results are bitwise the same for the same parameters and inputs, whatever the
+// thread count and wherever the arrays lie in memory (so replicas and a resumed run compute exactly
+// what an uninterrupted one does; mlp.h, interaction.h). They are computed by the kernels of one
+// instruction set (dense_isa.h), chosen when the model is built; different sets round differently.
 //
 // Thread safety: not safe for concurrent calls (train_step and predict use the model's
 // workspace). The workspace grows to the largest batch seen and is then reused: neither

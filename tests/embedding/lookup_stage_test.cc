@@ -516,17 +516,22 @@ TEST(ShardedStep, BitwiseIdenticalForAnyThreadCountAndRunToRun) {
   EXPECT_EQ(one_thread.activations, three_threads.activations);
 }
 
-class Pipelining : public ::testing::TestWithParam<ShardLayout> {};
+class Pipelining : public ::testing::TestWithParam<ShardLayout> {
+ protected:
+  // Five Adagrad steps on two threads, the tables placed as the layout says.
+  RunSetup setup_for(const ShardLayout& layout) {
+    return {.optimizer = optimizer,
+            .placement = {.num_shards = layout.shards, .strategy = layout.strategy},
+            .ranks = layout.ranks,
+            .threads = 2,
+            .steps = 5};
+  }
+  const Optimizer optimizer = Adagrad{.learning_rate = 0.2f};
+};
 
 TEST_P(Pipelining, WithoutStalenessEqualsSerialBitwise) {
-  const ShardLayout& layout = GetParam();
-  const Optimizer optimizer = Adagrad{.learning_rate = 0.2f};
   const Problem p = make_problem(optimizer);
-  RunSetup setup{.optimizer = optimizer,
-                 .placement = {.num_shards = layout.shards, .strategy = layout.strategy},
-                 .ranks = layout.ranks,
-                 .threads = 2,
-                 .steps = 5};
+  RunSetup setup = setup_for(GetParam());
   if (!can_run(setup.ranks)) GTEST_SKIP() << "another MPI group size";
   const Data data = make_data(p, setup, 77);
   const RunResult serial = run_sharded(p, setup, data);
@@ -537,14 +542,8 @@ TEST_P(Pipelining, WithoutStalenessEqualsSerialBitwise) {
 }
 
 TEST_P(Pipelining, OneStepStaleReadsTheRowsBeforeTheCurrentUpdate) {
-  const ShardLayout& layout = GetParam();
-  const Optimizer optimizer = Adagrad{.learning_rate = 0.2f};
   const Problem p = make_problem(optimizer);
-  RunSetup setup{.optimizer = optimizer,
-                 .placement = {.num_shards = layout.shards, .strategy = layout.strategy},
-                 .ranks = layout.ranks,
-                 .threads = 2,
-                 .steps = 5};
+  RunSetup setup = setup_for(GetParam());
   if (!can_run(setup.ranks)) GTEST_SKIP() << "another MPI group size";
   const Data data = make_data(p, setup, 78);
   const RunResult serial = run_sharded(p, setup, data);
