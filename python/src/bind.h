@@ -165,6 +165,8 @@ void bind_embedding(py::module_& module);
 void bind_checkpoint(py::module_& module);
 void bind_serving(py::module_& module);
 void bind_string_key(py::module_& module);
+// Not a header's: the plain-C functions of graph_op_abi.h (graph_ops.cc).
+void bind_graph_ops(py::module_& module);
 
 }  // namespace recemb::python
 

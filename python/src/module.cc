@@ -21,4 +21,5 @@ PYBIND11_MODULE(_recemb, module) {
   recemb::python::bind_checkpoint(module);
   recemb::python::bind_serving(module);
   recemb::python::bind_string_key(module);
+  recemb::python::bind_graph_ops(module);
 }

@@ -1,0 +1,173 @@
+// recemb._recemb.GraphOps: an Embedding behind graph_op_abi.h's plain-C functions, for the op
+// libraries of graph frameworks (docs/keras.md, "How the layer runs").
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "recemb/embedding.h"
+#include "recemb/error.h"
+
+#include "bind.h"
+#include "graph_op_abi.h"
+
+namespace recemb::python {
+namespace {
+
+// Training lookups kept for their gradients at most: beyond it the oldest is dropped (a forward
+// pass in training mode that no gradient reached, such as a call outside a GradientTape).
+constexpr size_t kMaxPendingBatches = 8;
+
+FeatureInput feature_input(const RecembGraphInput& input) {
+  const std::span<const int64_t> ids(input.ids, static_cast<size_t>(input.id_count));
+  const std::span<const float> weights(input.weights, static_cast<size_t>(input.weight_count));
+  const std::span<const int64_t> index(input.index, static_cast<size_t>(input.index_count));
+  const std::vector<int64_t> shape(input.shape, input.shape + input.shape_rank);
+  switch (input.kind) {
+    case RECEMB_INPUT_RAGGED:
+      return RaggedIds{ids, index, weights};
+    case RECEMB_INPUT_SPARSE:
+      return SparseIds{index, ids, shape, weights};
+    default:
+      return DenseIds{ids, shape, weights};
+  }
+}
+
+// Runs `call`, turning its exception into a status and a message.
+template <class Call>
+int32_t guarded(char* message, size_t message_size, Call call) {
+  auto fail = [&](int32_t status, const char* what) {
+    if (message_size > 0) std::snprintf(message, message_size, "%s", what);
+    return status;
+  };
+  try {
+    call();
+    return RECEMB_GRAPH_OK;
+  } catch (const InvalidArgument& error) {
+    return fail(RECEMB_GRAPH_INVALID_ARGUMENT, error.what());
+  } catch (const FailedPrecondition& error) {
+    return fail(RECEMB_GRAPH_FAILED_PRECONDITION, error.what());
+  } catch (const std::bad_alloc& error) {  // ResourceExhausted too
+    return fail(RECEMB_GRAPH_RESOURCE_EXHAUSTED, error.what());
+  } catch (const py::error_already_set& error) {  // a Python callback raised
+    py::gil_scoped_acquire gil;
+    return fail(RECEMB_GRAPH_INTERNAL, error.what());
+  } catch (const std::exception& error) {
+    return fail(RECEMB_GRAPH_INTERNAL, error.what());
+  }
+}
+
+class GraphOps {
+ public:
+  explicit GraphOps(Embedding& embedding) : embedding_(embedding) {
+    api_.context = this;
+    api_.activation_shape = &GraphOps::activation_shape_entry;
+    api_.lookup = &GraphOps::lookup_entry;
+    api_.apply_gradients = &GraphOps::apply_gradients_entry;
+  }
+
+  uintptr_t api_address() const { return reinterpret_cast<uintptr_t>(&api_); }
+
+  size_t pending() {
+    std::lock_guard lock(mutex_);
+    return batches_.size();
+  }
+
+ private:
+  static int32_t activation_shape_entry(void* context, int32_t feature,
+                                        const RecembGraphInput* input, int64_t* shape,
+                                        int32_t* rank, char* message, size_t message_size) {
+    auto& self = *static_cast<GraphOps*>(context);
+    return guarded(message, message_size, [&] {
+      if (feature < 0 || static_cast<size_t>(feature) >= self.embedding_.features().size()) {
+        throw InvalidArgument("GraphOps: feature " + std::to_string(feature) + " of " +
+                              std::to_string(self.embedding_.features().size()));
+      }
+      const std::vector<int64_t> dims =
+          self.embedding_.activation_shape(static_cast<size_t>(feature), feature_input(*input));
+      if (dims.size() > RECEMB_GRAPH_MAX_RANK) {
+        throw InvalidArgument("GraphOps: an activation of rank " + std::to_string(dims.size()));
+      }
+      std::copy(dims.begin(), dims.end(), shape);
+      *rank = static_cast<int32_t>(dims.size());
+    });
+  }
+
+  static int32_t lookup_entry(void* context, const RecembGraphInput* inputs,
+                              int32_t feature_count, float* const* activations,
+                              const int64_t* activation_sizes, int64_t* batch_id, char* message,
+                              size_t message_size) {
+    auto& self = *static_cast<GraphOps*>(context);
+    return guarded(message, message_size, [&] {
+      std::vector<FeatureInput> views;
+      std::vector<std::span<float>> outputs;
+      for (int32_t f = 0; f < feature_count; ++f) {
+        views.push_back(feature_input(inputs[f]));
+        outputs.emplace_back(activations[f], static_cast<size_t>(activation_sizes[f]));
+      }
+      std::lock_guard lock(self.mutex_);
+      if (batch_id == nullptr) {
+        self.embedding_.lookup(views, outputs);
+        return;
+      }
+      auto batch = std::make_unique<LookupBatch>();
+      self.embedding_.lookup(views, outputs, *batch);
+      *batch_id = self.next_id_++;
+      self.batches_.emplace(*batch_id, std::move(batch));
+      if (self.batches_.size() > kMaxPendingBatches) self.batches_.erase(self.batches_.begin());
+    });
+  }
+
+  static int32_t apply_gradients_entry(void* context, int64_t batch_id,
+                                       const float* const* gradients,
+                                       const int64_t* gradient_sizes, int32_t feature_count,
+                                       char* message, size_t message_size) {
+    auto& self = *static_cast<GraphOps*>(context);
+    return guarded(message, message_size, [&] {
+      std::vector<std::span<const float>> spans;
+      for (int32_t f = 0; f < feature_count; ++f) {
+        spans.emplace_back(gradients[f], static_cast<size_t>(gradient_sizes[f]));
+      }
+      std::lock_guard lock(self.mutex_);
+      const auto found = self.batches_.find(batch_id);
+      if (found == self.batches_.end()) {
+        throw FailedPrecondition(
+            "recemb: the gradients of training lookup " + std::to_string(batch_id) +
+            " came after it was applied or dropped (at most " +
+            std::to_string(kMaxPendingBatches) +
+            " training lookups wait for their gradients; docs/keras.md)");
+      }
+      self.embedding_.apply_gradients(*found->second, spans);  // throws: the batch is kept
+      self.batches_.erase(found);
+    });
+  }
+
+  Embedding& embedding_;
+  RecembGraphApi api_{};
+  std::mutex mutex_;
+  int64_t next_id_ = 0;
+  std::map<int64_t, std::unique_ptr<LookupBatch>> batches_;  // by id: oldest first
+};
+
+}  // namespace
+
+void bind_graph_ops(py::module_& module) {
+  py::class_<GraphOps>(module, "GraphOps",
+                       "An Embedding behind the plain-C functions of graph_op_abi.h, for a graph "
+                       "framework's op library (docs/keras.md).")
+      .def(py::init<Embedding&>(), py::arg("embedding"), py::keep_alive<1, 2>())
+      .def("api_address", &GraphOps::api_address,
+           "The address of its RecembGraphApi, valid while this object lives.")
+      .def("pending", &GraphOps::pending,
+           "Training lookups kept for their gradients (at most 8).");
+}
+
+}  // namespace recemb::python

@@ -1,0 +1,192 @@
+// TensorFlow's ops for recemb.keras (docs/keras.md, "How the layer runs"): RecembLookup and
+// RecembApplyGradients, built against the TensorFlow wheel's headers into recemb/_tf_ops.so. The
+// only file of recemb that includes TensorFlow. The ops call the Embedding of recemb._recemb
+// through graph_op_abi.h (the address of a GraphOps' RecembGraphApi is their attribute `api`), so
+// they are real graph ops: they run under tf.function and in model.fit's compiled step, where a
+// Python callback could not.
+//
+// RecembLookup(ids, index, shapes, weights; kinds, training) -> (activations, batch): feature f's
+// input is ids[f] with, by kinds[f] (graph_op_abi.h's RecembInputKind), its row_splits or sparse
+// indices in index[f] and its dense shape in shapes[f]; weights[f] is empty for none. A training
+// lookup keeps its batch for RecembApplyGradients(batch, gradients), which applies the fused
+// optimizer (an empty gradient stands for zeros); batch is -1 for a pure lookup.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+#include "graph_op_abi.h"
+
+namespace recemb_tf {
+
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::OpInputList;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+REGISTER_OP("RecembLookup")
+    .Attr("api: int")
+    .Attr("kinds: list(int)")
+    .Attr("training: bool")
+    .Attr("n: int >= 1")
+    .Input("ids: n * int64")
+    .Input("index: n * int64")
+    .Input("shapes: n * int64")
+    .Input("weights: n * float")
+    .Output("activations: n * float")
+    .Output("batch: int64")
+    .SetIsStateful()
+    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* context) {
+      for (int i = 0; i + 1 < context->num_outputs(); ++i) {
+        context->set_output(i, context->UnknownShape());
+      }
+      context->set_output(context->num_outputs() - 1, context->Scalar());
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("RecembApplyGradients")
+    .Attr("api: int")
+    .Attr("n: int >= 1")
+    .Input("batch: int64")
+    .Input("gradients: n * float")
+    .SetIsStateful()
+    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext*) {
+      return absl::OkStatus();
+    });
+
+namespace {
+
+constexpr size_t kMessageSize = 2048;
+
+const RecembGraphApi* api_at(int64_t address) {
+  return reinterpret_cast<const RecembGraphApi*>(static_cast<uintptr_t>(address));
+}
+
+// The context's error for a status of graph_op_abi.h.
+absl::Status status_of(int32_t code, const char* message) {
+  switch (code) {
+    case RECEMB_GRAPH_OK:
+      return absl::OkStatus();
+    case RECEMB_GRAPH_INVALID_ARGUMENT:
+      return absl::InvalidArgumentError(message);
+    case RECEMB_GRAPH_FAILED_PRECONDITION:
+      return absl::FailedPreconditionError(message);
+    case RECEMB_GRAPH_RESOURCE_EXHAUSTED:
+      return absl::ResourceExhaustedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+class LookupOp : public OpKernel {
+ public:
+  explicit LookupOp(OpKernelConstruction* context) : OpKernel(context) {
+    int64_t address = 0;
+    OP_REQUIRES_OK(context, context->GetAttr("api", &address));
+    OP_REQUIRES_OK(context, context->GetAttr("kinds", &kinds_));
+    OP_REQUIRES_OK(context, context->GetAttr("training", &training_));
+    api_ = api_at(address);
+  }
+
+  void Compute(OpKernelContext* context) override {
+    OpInputList ids, index, shapes, weights;
+    OP_REQUIRES_OK(context, context->input_list("ids", &ids));
+    OP_REQUIRES_OK(context, context->input_list("index", &index));
+    OP_REQUIRES_OK(context, context->input_list("shapes", &shapes));
+    OP_REQUIRES_OK(context, context->input_list("weights", &weights));
+    const int features = ids.size();
+    OP_REQUIRES(context, static_cast<int>(kinds_.size()) == features,
+                absl::InvalidArgumentError("RecembLookup: " + std::to_string(kinds_.size()) +
+                                           " kinds for " + std::to_string(features) +
+                                           " features"));
+    std::vector<RecembGraphInput> inputs(features);
+    std::vector<float*> activations(features);
+    std::vector<int64_t> sizes(features);
+    char message[kMessageSize] = {};
+    for (int f = 0; f < features; ++f) {
+      RecembGraphInput& input = inputs[f];
+      input.kind = kinds_[f];
+      input.ids = ids[f].flat<int64_t>().data();
+      input.id_count = ids[f].NumElements();
+      input.index = index[f].flat<int64_t>().data();
+      input.index_count = index[f].NumElements();
+      input.shape = shapes[f].flat<int64_t>().data();
+      input.shape_rank = static_cast<int32_t>(shapes[f].NumElements());
+      input.weights = weights[f].NumElements() == 0 ? nullptr : weights[f].flat<float>().data();
+      input.weight_count = weights[f].NumElements();
+      int64_t dims[RECEMB_GRAPH_MAX_RANK];
+      int32_t rank = 0;
+      OP_REQUIRES_OK(context, status_of(api_->activation_shape(api_->context, f, &input, dims,
+                                                               &rank, message, kMessageSize),
+                                        message));
+      TensorShape shape;
+      for (int32_t axis = 0; axis < rank; ++axis) {
+        OP_REQUIRES_OK(context, shape.AddDimWithStatus(dims[axis]));
+      }
+      Tensor* output = nullptr;
+      OP_REQUIRES_OK(context, context->allocate_output(f, shape, &output));
+      activations[f] = output->flat<float>().data();
+      sizes[f] = output->NumElements();
+    }
+    Tensor* batch = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(features, TensorShape({}), &batch));
+    int64_t batch_id = -1;
+    OP_REQUIRES_OK(context,
+                   status_of(api_->lookup(api_->context, inputs.data(), features,
+                                          activations.data(), sizes.data(),
+                                          training_ ? &batch_id : nullptr, message, kMessageSize),
+                             message));
+    batch->scalar<int64_t>()() = batch_id;
+  }
+
+ private:
+  const RecembGraphApi* api_ = nullptr;
+  std::vector<int32_t> kinds_;
+  bool training_ = false;
+};
+
+class ApplyGradientsOp : public OpKernel {
+ public:
+  explicit ApplyGradientsOp(OpKernelConstruction* context) : OpKernel(context) {
+    int64_t address = 0;
+    OP_REQUIRES_OK(context, context->GetAttr("api", &address));
+    api_ = api_at(address);
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& batch = context->input(0);
+    OP_REQUIRES(context, batch.NumElements() == 1,
+                absl::InvalidArgumentError("RecembApplyGradients: batch must be a scalar"));
+    OpInputList gradients;
+    OP_REQUIRES_OK(context, context->input_list("gradients", &gradients));
+    const int features = gradients.size();
+    std::vector<const float*> data(features);
+    std::vector<int64_t> sizes(features);
+    for (int f = 0; f < features; ++f) {
+      data[f] = gradients[f].flat<float>().data();
+      sizes[f] = gradients[f].NumElements();
+    }
+    char message[kMessageSize] = {};
+    OP_REQUIRES_OK(context, status_of(api_->apply_gradients(
+                                          api_->context, batch.flat<int64_t>()(0), data.data(),
+                                          sizes.data(), features, message, kMessageSize),
+                                      message));
+  }
+
+ private:
+  const RecembGraphApi* api_ = nullptr;
+};
+
+}  // namespace
+
+REGISTER_KERNEL_BUILDER(Name("RecembLookup").Device(::tensorflow::DEVICE_CPU), LookupOp);
+REGISTER_KERNEL_BUILDER(Name("RecembApplyGradients").Device(::tensorflow::DEVICE_CPU),
+                        ApplyGradientsOp);
+
+}  // namespace recemb_tf
