@@ -24,14 +24,13 @@ import os
 import pathlib
 from typing import Any, Union
 
-import numpy as np
 import torch
 
-from recemb import _nest, _recemb, optimizers
+from recemb import _nest, _recemb, _state, optimizers
 from recemb._tables import _Tables
 from recemb.embedding import Embedding as _Layer
 from recemb.embedding import LookupBatch
-from recemb.inputs import Ragged, Sparse, float32_array
+from recemb.inputs import Ragged, Sparse
 
 __all__ = ["Embedding", "torch_threads", "translate_optimizer"]
 
@@ -304,89 +303,17 @@ class Embedding(torch.nn.Module):
         base_every_deltas, base_every_bytes, keep_versions); extra_arrays may hold tensors."""
         return self.layer.publish(dir, dtype, _numpy_arrays(extra_arrays), metadata, **retention)
 
-    def _variables(self, prefix):
-        """{state_dict key: (table, variable)} of the static tables' variables."""
-        return {f"{prefix}{name}.{variable}": (name, variable)
-                for name in self.layer._static_table_names()
-                for variable in self.layer.variable_names(name)}
-
-    def _dynamic_entries(self, prefix):
-        """{table: {part: state_dict key}} of the dynamic tables: part "keys", "parameters"
-        and each slot, as read_dynamic_table gives them."""
-        return {name: {part: f"{prefix}{name}.{part}"
-                       for part in ["keys"] + self.layer.variable_names(name)}
-                for name in self.layer._dynamic_table_names()}
-
     def _save_to_state_dict(self, destination, prefix, keep_vars):
-        for key, (name, variable) in self._variables(prefix).items():
-            destination[key] = torch.from_numpy(self.layer._variable(name, variable))
-        for name, keys in self._dynamic_entries(prefix).items():
-            table_keys, rows, slots = self.layer.read_dynamic_table(name)
-            for part, values in {"keys": table_keys, "parameters": rows, **slots}.items():
-                destination[keys[part]] = torch.from_numpy(values)
-        destination[prefix + "step"] = torch.tensor(self.layer.step, dtype=torch.int64)
+        for key, values in _state.state_arrays(self.layer, prefix).items():
+            destination[key] = torch.from_numpy(values)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):
-        expected = self._variables(prefix)
-        dynamic = self._dynamic_entries(prefix)
-        step_key = prefix + "step"
-        errors = []
-        updates = []
-        for key, (name, variable) in expected.items():
-            if key not in state_dict:
-                missing_keys.append(key)
-                continue
-            values = float32_array(_numpy(state_dict[key]))
-            shape = tuple(self.layer._engine.variable_shape(name, variable))
-            if values.shape != shape:
-                errors.append(f"size mismatch for {key}: copying a param with shape "
-                              f"{values.shape} from checkpoint, the shape in current model is "
-                              f"{shape}.")
-            elif not np.isfinite(values).all():
-                errors.append(f"{key}: holds non-finite values")
-            else:
-                updates.append((name, variable, values))
-        dynamic_updates = {}
-        for name, keys in dynamic.items():
-            missing = [key for key in keys.values() if key not in state_dict]
-            missing_keys.extend(missing)
-            if not missing:
-                parts = {part: _numpy(state_dict[key]) for part, key in keys.items()}
-                dynamic_updates[name] = (parts.pop("keys"), parts.pop("parameters"), parts)
-        if step_key not in state_dict:
-            missing_keys.append(step_key)
-        if strict:
-            known = set(expected) | {key for keys in dynamic.values() for key in keys.values()}
-            unexpected_keys.extend(key for key in state_dict if key.startswith(prefix) and
-                                   key not in known and key != step_key)
-        if errors:
-            error_msgs.extend(errors)
-            return
-        error = self._write_dynamic_tables(dynamic_updates)
-        if error is not None:
-            error_msgs.append(error)
-            return
-        for name, variable, values in updates:
-            self.layer.assign_variable(name, variable, values)
-        if step_key in state_dict:
-            self.layer.step = int(state_dict[step_key])
-
-    def _write_dynamic_tables(self, contents):
-        """Writes {table: (keys, rows, slots)} into the dynamic tables, all or none: returns
-        None, or the message of the first table's ValueError after writing back what the tables
-        held."""
-        before = {name: self.layer.read_dynamic_table(name) for name in contents}
-        written = []
-        for name, (keys, rows, slots) in contents.items():
-            try:
-                self.layer.write_dynamic_table(name, keys, rows, slots)
-            except ValueError as error:
-                for done in written:
-                    self.layer.write_dynamic_table(done, *before[done])
-                return str(error)
-            written.append(name)
-        return None
+        missing, unexpected, errors = _state.load_state_arrays(self.layer, state_dict, prefix,
+                                                               _numpy, strict)
+        missing_keys.extend(missing)
+        unexpected_keys.extend(unexpected)
+        error_msgs.extend(errors)
 
 
 def _optimizer_repr(optimizer):

@@ -1,0 +1,262 @@
+"""recemb.keras: recemb's tables as a Keras 3 layer with the seed's `TPUEmbedding` constructor,
+trained by recemb's fused optimizer inside model.fit and custom loops (docs/keras.md).
+
+    layer = recemb.keras.Embedding(feature_config, optimizer=tf.tpu.experimental.embedding
+                                   .Adagrad(learning_rate=0.1))
+    model = keras.Sequential([...])    # or functional / subclassed, with the layer inside
+    model.compile(optimizer="adam", loss=...)   # the dense part's optimizer
+    model.fit(dataset)                 # each step's backward pass also updates the tables
+
+On the TensorFlow backend the layer runs two real graph ops (RecembLookup and
+RecembApplyGradients, recemb/_tf_ops.so), so it works eagerly, under tf.function and in
+model.fit's compiled step. The tables are not Keras variables: the layer holds one trainable
+scalar, the gradient trigger (the seed's "dummy" variable), through which the gradients of the
+activations reach RecembApplyGradients, which applies the fused optimizer to the touched rows
+while the Keras optimizer updates the dense weights (the trigger's own gradient is 0).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Union
+
+import keras
+import numpy as np
+
+from recemb import _nest, _recemb, _state, _tf_configs, optimizers
+from recemb.embedding import Embedding as _Layer
+
+__all__ = ["Embedding", "TPUEmbedding", "translate_keras_optimizer"]
+
+translate_keras_optimizer = _tf_configs.translate_keras_optimizer
+
+_OPS = None
+
+
+def _ops():
+    """The TensorFlow op library (loaded once)."""
+    global _OPS
+    if _OPS is None:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_tf_ops.so")
+        if not os.path.exists(path):
+            raise ImportError(f"recemb.keras: {path} was not built: build recemb where "
+                              "tensorflow imports (scripts/keras-env, or -DRECEMB_BUILD_TF_OPS=ON; "
+                              "docs/keras.md)")
+        _OPS = tf.load_op_library(path)
+    return _OPS
+
+
+def _optimizer(optimizer: Any) -> Optional[optimizers._Optimizer]:
+    """The seed's optimizer argument as a recemb optimizer: None, a name, a recemb optimizer, a
+    tf.tpu.experimental.embedding optimizer or a Keras optimizer."""
+    if optimizer is None or isinstance(optimizer, (str, optimizers._Optimizer)):
+        return optimizers.get(optimizer)
+    if _tf_configs.is_tf_config(optimizer):
+        return _tf_configs.tf_optimizer(optimizer)
+    if _tf_configs.is_keras_optimizer(optimizer):
+        return translate_keras_optimizer(optimizer)
+    raise ValueError(f"Unknown optimizer type {type(optimizer)}. Please pass a string optimizer "
+                     "name, a subclass of keras optimizer, a recemb optimizer or an instance of "
+                     "one of the optimizer parameter classes under "
+                     "tf.tpu.experimental.embedding.")
+
+
+class Embedding(keras.layers.Layer):
+    """The seed's TPUEmbedding on recemb (docs/keras.md).
+
+    feature_config: a nested structure of recemb.FeatureConfig or
+        tf.tpu.experimental.embedding.FeatureConfig (their TableConfigs and optimizers are
+        converted, every field honoured or refused by name; tables shared by features stay
+        shared).
+    optimizer: None (tables without an optimizer: lookups only), a name ("sgd", "adagrad",
+        "adam", "ftrl", and recemb's "adagrad_momentum", "rowwise_adagrad"), a recemb optimizer,
+        a tf.tpu.experimental.embedding optimizer, or a Keras optimizer (translated as the seed's
+        translate_keras_optimizer does).
+    pipeline_execution_with_tensor_core, batch_size: the seed's, accepted: the layer makes no
+        prefetch (so the results are those without pipelining, as the seed's on CPU) and needs no
+        batch size.
+    num_threads, seed, non_finite_gradients: recemb.Embedding's.
+
+    call(features, weights=None, training=None): features in the structure of feature_config,
+    each a tf.Tensor (int32 / int64 ids; [B] or [B, 1] one id an example, [B, N] a bag), a
+    tf.RaggedTensor or a tf.SparseTensor; weights None or the same structure (None leaves
+    allowed). Returns float32 activations in that structure. With training=True (model.fit) the
+    gradients of the activations update the tables; otherwise it is a pure lookup.
+    """
+
+    def __init__(self, feature_config: Any, optimizer: Any = None,
+                 pipeline_execution_with_tensor_core: bool = False,
+                 batch_size: Optional[int] = None, *, num_threads: Union[int, str] = 0,
+                 seed: int = 0, non_finite_gradients: str = "reject", **kwargs: Any) -> None:
+        backend = keras.backend.backend()
+        if backend != "tensorflow":
+            raise ValueError(f"recemb.keras runs on Keras's TensorFlow backend; this process "
+                             f"uses {backend!r} (KERAS_BACKEND; docs/keras.md: PyTorch users "
+                             "have recemb.torch)")
+        if batch_size is not None and (isinstance(batch_size, bool) or
+                                       not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size={batch_size!r}: must be None or a positive int")
+        if not isinstance(pipeline_execution_with_tensor_core, bool):
+            raise ValueError("pipeline_execution_with_tensor_core="
+                             f"{pipeline_execution_with_tensor_core!r}: expected True or False")
+        super().__init__(**kwargs)
+        # Keras would make ragged and sparse inputs dense (padding ids): the layer takes them as
+        # they are.
+        self._convert_input_args = False
+        self.batch_size = batch_size
+        self.pipeline_execution_with_tensor_core = pipeline_execution_with_tensor_core
+        self._layer = _Layer(_tf_configs.feature_config(feature_config), _optimizer(optimizer),
+                             num_threads=num_threads, seed=seed,
+                             non_finite_gradients=non_finite_gradients,
+                             pipeline_execution_with_tensor_core=(
+                                 pipeline_execution_with_tensor_core))
+        self._features = _nest.flatten(self._layer.feature_config)
+        self._trainable = any(feature.table.optimizer is not None for feature in self._features) \
+            or self._layer.optimizer is not None
+        self._graph_ops = _recemb.GraphOps(self._layer._engine)
+        self._api = int(self._graph_ops.api_address())
+        self._trigger = self.add_weight(name="recemb_gradient_trigger", shape=(),
+                                        initializer="zeros", trainable=True)
+        self.built = True
+
+    # --- the layer's state ------------------------------------------------------------------
+
+    @property
+    def feature_config(self) -> Any:
+        """The feature configs as recemb's (recemb.FeatureConfig)."""
+        return self._layer.feature_config
+
+    @property
+    def embedding(self) -> _Layer:
+        """The recemb.Embedding underneath (checkpoints, export, publish, dynamic tables)."""
+        return self._layer
+
+    @property
+    def embedding_tables(self) -> dict[str, np.ndarray]:
+        """{table name: float32 array}, live views of the engine (recemb.Embedding's)."""
+        return self._layer.embedding_tables
+
+    @property
+    def slot_variables(self) -> dict[str, dict[str, np.ndarray]]:
+        return self._layer.slot_variables
+
+    @property
+    def step(self) -> int:
+        """The number of updates so far."""
+        return self._layer.step
+
+    def save_own_variables(self, store: Any) -> None:
+        """Keras's saving (model.save, save_weights): the trigger, then every entry of the
+        layer's state ("<table>.<variable>", "step"; recemb/_state.py) under "recemb:"."""
+        super().save_own_variables(store)
+        for key, values in _state.state_arrays(self._layer, "recemb:").items():
+            store[key] = np.array(values)
+
+    def load_own_variables(self, store: Any) -> None:
+        arrays = {key: store[key] for key in store.keys() if str(key).startswith("recemb:")}
+        missing, unexpected, errors = _state.load_state_arrays(self._layer, arrays, "recemb:")
+        if missing or unexpected or errors:
+            raise ValueError(f"layer {self.name!r}: the saved tables do not fit this layer "
+                             f"(missing {missing}, unexpected {unexpected}, errors {errors}); "
+                             "nothing was loaded")
+        self._trigger.assign(np.asarray(store["0"], dtype=np.float32))
+
+    # --- the lookup ---------------------------------------------------------------------------
+
+    def call(self, features: Any, weights: Any = None, training: Any = None) -> Any:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        structure = self._layer.feature_config
+        flat = _nest.flatten_up_to(structure, features, "features")
+        flat_weights = ([None] * len(flat) if weights is None
+                        else _nest.flatten_up_to(structure, weights, "weights"))
+        inputs = [self._graph_input(tf, f, x, w)
+                  for f, (x, w) in enumerate(zip(flat, flat_weights))]
+        kinds, ids, index, shapes, values = (list(column) for column in zip(*inputs))
+        arguments = {"api": self._api, "kinds": kinds, "ids": ids, "index": index,
+                     "shapes": shapes, "weights": values}
+        if training is True and self._trainable:
+            outputs = self._training_lookup(tf, arguments)
+        else:
+            outputs, _ = _ops().recemb_lookup(training=False, **arguments)
+        outputs = [self._with_static_shape(f, x, output)
+                   for f, (x, output) in enumerate(zip(flat, outputs))]
+        return _nest.pack_sequence_as(structure, outputs)
+
+    def _training_lookup(self, tf, arguments):
+        """The activations of a training lookup, whose gradient function applies their
+        gradients (RecembApplyGradients) and returns 0 for the trigger."""
+        api = self._api
+        ops = _ops()
+
+        @tf.custom_gradient
+        def lookup(trigger):
+            activations, batch = ops.recemb_lookup(training=True, **arguments)
+
+            def gradient(*upstream):
+                gradients = [tf.zeros([0], tf.float32) if g is None
+                             else tf.cast(tf.convert_to_tensor(g), tf.float32) for g in upstream]
+                applied = ops.recemb_apply_gradients(api=api, batch=batch, gradients=gradients)
+                with tf.control_dependencies([applied]):
+                    return tf.zeros_like(trigger)
+
+            return activations, gradient
+
+        return tf.nest.flatten(lookup(tf.convert_to_tensor(self._trigger)))
+
+    def _graph_input(self, tf, f, ids, weights):
+        """(kind, ids, index, shape, weights) of feature f's input for RecembLookup."""
+        name = self._features[f].name or f"#{f}"
+
+        def id_values(values):
+            if values.dtype not in (tf.int32, tf.int64):
+                raise ValueError(f"feature {name!r}: ids must be int32 or int64, got "
+                                 f"{values.dtype.name}")
+            return tf.cast(values, tf.int64)
+
+        def weight_values(kind, expected):
+            if weights is None:
+                return tf.zeros([0], tf.float32)
+            if not isinstance(weights, expected):
+                raise ValueError(f"feature {name!r}: weights must be a {expected.__name__} as "
+                                 f"its ids are, got {type(weights).__name__}")
+            values = weights if kind == "dense" else weights.values
+            return tf.reshape(tf.cast(values, tf.float32), [-1])
+
+        empty = tf.zeros([0], tf.int64)
+        if isinstance(ids, tf.RaggedTensor):
+            if ids.ragged_rank != 1 or ids.shape.rank != 2:
+                raise ValueError(f"feature {name!r}: a RaggedTensor of ids must be [batch, "
+                                 f"(ragged)], got shape {ids.shape}")
+            return (1, id_values(ids.values), tf.cast(ids.row_splits, tf.int64), empty,
+                    weight_values("ragged", tf.RaggedTensor))
+        if isinstance(ids, tf.SparseTensor):
+            return (2, id_values(ids.values), tf.reshape(ids.indices, [-1]),
+                    tf.cast(ids.dense_shape, tf.int64), weight_values("sparse", tf.SparseTensor))
+        ids = tf.convert_to_tensor(ids)
+        return (0, tf.reshape(id_values(ids), [-1]), empty, tf.shape(ids, out_type=tf.int64),
+                weight_values("dense", tf.Tensor))
+
+    def _with_static_shape(self, f, ids, output):
+        """`output` with the shape known before the lookup runs: the batch axis of the ids, the
+        rank, and the table's dim (recemb/batch.h's shape rules)."""
+        feature = self._features[f]
+        dim = feature.table.dim
+        batch = ids.shape[0] if ids.shape.rank else None
+        if feature.output_shape:
+            shape = list(feature.output_shape) + [dim]
+        elif feature.max_sequence_length > 0:
+            shape = [batch, feature.max_sequence_length, dim]
+        elif ids.shape.rank is None:
+            return output
+        elif type(ids).__name__ == "SparseTensor":
+            shape = [batch] + [None] * (ids.shape.rank - 2) + [dim]
+        elif ids.shape.rank <= 2:
+            shape = [batch, dim]
+        else:
+            shape = list(ids.shape[:-1]) + [dim]
+        output.set_shape(shape)
+        return output
+
+
+TPUEmbedding = Embedding
