@@ -136,7 +136,8 @@ _KERAS_IMPLEMENTATION = {"name", "jit_compile", "is_legacy_optimizer", "decay"}
 def is_keras_optimizer(value: Any) -> bool:
     """Whether `value` is an optimizer of Keras 3 or of tf_keras (Keras 2)."""
     return any(cls.__module__.split(".")[0] in ("keras", "tf_keras") and
-               cls.__name__ == "Optimizer" for cls in type(value).__mro__)
+               cls.__name__ in ("Optimizer", "OptimizerV2", "BaseOptimizer")
+               for cls in type(value).__mro__)
 
 
 def translate_keras_optimizer(optimizer: Any) -> optimizers._Optimizer:
