@@ -3,7 +3,7 @@
 #   make test    install dependencies, then what says the build works: Release tests, the install
 #                check and the Python tests (about 15 minutes on a fresh 2-core machine)
 #   make test-full  `make test`, then the build without optional libraries, the Python tests on torch
-#                2.x, clang-tidy, ASan+UBSan, TSan and benchmark smoke runs: every check CI runs
+#                2.x, the Keras suite on TensorFlow (against the seed's own layer), clang-tidy, ASan+UBSan, TSan and benchmark smoke runs: every check CI runs
 #                (.ci/run is `make test-full`)
 #   make fuzz-smoke  the libFuzzer targets for FUZZ_SECONDS each (clang; the test builds replay
 #                their inputs without libFuzzer)
@@ -12,7 +12,8 @@
 #   make format  apply clang-format to every C++ file
 #   make clean   remove build/
 # Single phases: check-format check-mirror test-release check-install test-python (make test);
-# check-minimal test-torch2 check-tidy test-asan test-tsan bench-smoke (the rest of make test-full).
+# check-minimal test-torch2 test-keras check-tidy test-asan test-tsan bench-smoke (the rest of make
+# test-full).
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -20,7 +21,7 @@ SHELL := bash
 .DEFAULT_GOAL := build
 .PHONY: build run test test-full deps format clean help python release-build test-begin test-summary \
         check-format check-mirror test-release check-tidy test-asan test-tsan check-install \
-        bench-smoke fuzz-smoke test-python check-minimal test-torch2
+        bench-smoke fuzz-smoke test-python check-minimal test-torch2 test-keras
 
 JOBS ?= $(shell nproc)
 # Ninja when it is installed (evaluated when a recipe runs, so after `deps`). A build tree keeps the
@@ -71,7 +72,7 @@ run: deps
 	$(RECEMB) train --output build/recemb-run $(ARGS)
 
 TEST_PHASES := deps check-format check-mirror test-release check-install test-python
-DEEP_PHASES := check-minimal test-torch2 check-tidy test-asan test-tsan bench-smoke
+DEEP_PHASES := check-minimal test-torch2 test-keras check-tidy test-asan test-tsan bench-smoke
 
 test: test-begin $(TEST_PHASES) test-summary
 
@@ -199,6 +200,18 @@ test-torch2:
 	 build/venv-torch2/bin/python -m pytest tests/python -q -p no:cacheprovider 2>&1 \
 	   | tee build/pytest-torch2.log; \
 	 sed -n 's/^\([0-9][0-9]*\) passed.*/0 \1/p' build/pytest-torch2.log | tail -n 1 >>$(COUNTS); \
+	 $(PHASE_END)
+
+# The Keras suite (docs/keras.md): the environment of scripts/keras-env (pinned PyPI packages:
+# TensorFlow, Keras 3, tf-keras, TensorFlow Recommenders; recemb built into it with its TensorFlow
+# ops), where recemb.keras runs against the seed's TPUEmbedding layer; its passed count joins the
+# final line.
+test-keras:
+	@$(PHASE_START); \
+	 scripts/keras-env build/venv-keras; \
+	 build/venv-keras/bin/python -m pytest tests/python/keras -q -p no:cacheprovider 2>&1 \
+	   | tee build/pytest-keras.log; \
+	 sed -n 's/^\([0-9][0-9]*\) passed.*/0 \1/p' build/pytest-keras.log | tail -n 1 >>$(COUNTS); \
 	 $(PHASE_END)
 
 # The Python package (docs/python.md): the extension for Debian's /usr/bin/python3 (which has

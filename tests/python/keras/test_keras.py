@@ -1,0 +1,287 @@
+"""recemb.keras inside Keras 3 models on the TensorFlow backend: model.fit against the same model
+built from Keras's own Embedding layer, custom loops eager and under tf.function, the seed's
+docstring examples, saving and loading weights, serving export, errors."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras
+import recemb
+import recemb.keras
+
+E = tf.tpu.experimental.embedding
+
+VOCABULARY = 30
+DIM = 4
+
+
+def _initial(rng, vocabulary=VOCABULARY, dim=DIM):
+    return rng.normal(size=(vocabulary, dim)).astype(np.float32)
+
+
+def _data(rng, examples=96):
+    ids = rng.integers(0, VOCABULARY, size=(examples, 1)).astype(np.int64)
+    labels = rng.normal(size=(examples, 1)).astype(np.float32)
+    return ids, labels
+
+
+def test_model_fit_equals_keras_own_embedding_layer(rng):
+    """A functional model trained by model.fit (compiled): recemb's table with the fused SGD and
+    Keras's Dense with Keras's SGD give the same tables and weights as the same model built from
+    keras.layers.Embedding, everything trained by Keras's SGD."""
+    table = _initial(rng)
+    dense_kernel = rng.normal(size=(DIM, 1)).astype(np.float32)
+    ids, labels = _data(rng)
+
+    def model_with(embedding_output):
+        inputs = keras.Input(shape=(1,), dtype="int64", name="ids")
+        dense = keras.layers.Dense(1, kernel_initializer=keras.initializers.Constant(
+            dense_kernel), name="dense")
+        model = keras.Model(inputs, dense(embedding_output(inputs)))
+        model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1), loss="mse")
+        return model
+
+    config = recemb.FeatureConfig(recemb.TableConfig(VOCABULARY, DIM, initializer=table,
+                                                     combiner="sum", name="items"), name="ids")
+    ours = recemb.keras.Embedding(config, optimizer=recemb.optimizers.SGD(learning_rate=0.1))
+    model = model_with(ours)
+    reference_table = keras.layers.Embedding(VOCABULARY, DIM, embeddings_initializer=(
+        keras.initializers.Constant(table)))
+    reference = model_with(lambda x: keras.ops.squeeze(reference_table(x), 1))
+
+    history = model.fit(ids, labels, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    reference.fit(ids, labels, batch_size=16, epochs=2, shuffle=False, verbose=0)
+
+    assert ours.step == 12
+    assert history.history["loss"][1] < history.history["loss"][0]
+    np.testing.assert_allclose(ours.embedding_tables["items"],
+                               reference_table.embeddings.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model.get_layer("dense").kernel.numpy(),
+                               reference.get_layer("dense").kernel.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours.trainable_variables[0].numpy(), 0.0)  # the trigger
+    np.testing.assert_allclose(model.predict(ids, verbose=0), reference.predict(ids, verbose=0),
+                               rtol=1e-5, atol=1e-6)
+
+
+class SubclassedModel(keras.Model):
+    """The seed's subclassed example: the layer, then a Dense over the concatenated outputs."""
+
+    def __init__(self, feature_config, optimizer):
+        super().__init__()
+        self.embedding_layer = recemb.keras.TPUEmbedding(feature_config=feature_config,
+                                                         optimizer=optimizer)
+        self.dense = keras.layers.Dense(1, kernel_initializer="ones")
+
+    def call(self, inputs, training=None):
+        embedding = self.embedding_layer(inputs, training=training)
+        return self.dense(tf.concat(tf.nest.flatten(embedding), axis=1))
+
+
+def _seed_configs(rng):
+    table = E.TableConfig(VOCABULARY, DIM, combiner="mean", name="video",
+                          initializer=tf.constant_initializer(_initial(rng)))
+    user = E.TableConfig(VOCABULARY + 3, DIM + 1, combiner="sum", name="user",
+                         initializer=tf.constant_initializer(_initial(rng, VOCABULARY + 3,
+                                                                      DIM + 1)))
+    return {"watched": E.FeatureConfig(table, name="watched"),
+            "liked": E.FeatureConfig(table, name="liked"),
+            "user": E.FeatureConfig(user, name="user")}
+
+
+def _seed_batch(rng, batch=8):
+    def ragged(vocabulary):
+        lengths = rng.integers(1, 4, size=batch)
+        ids = rng.integers(0, vocabulary, size=int(lengths.sum()))
+        return tf.RaggedTensor.from_row_lengths(tf.constant(ids, tf.int64), lengths)
+    features = {"watched": ragged(VOCABULARY), "liked": ragged(VOCABULARY),
+                "user": tf.constant(rng.integers(0, VOCABULARY + 3, size=batch), tf.int64)}
+    return features, tf.constant(rng.normal(size=(batch, 1)).astype(np.float32))
+
+
+def _train(model, batches, optimizer, compiled):
+    def step(features, labels):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(features, training=True) - labels))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+    if compiled:
+        step = tf.function(step)
+    return [float(step(features, labels)) for features, labels in batches]
+
+
+def test_custom_loop_compiled_equals_eager_bitwise(rng):
+    configs = _seed_configs(rng)
+    batches = [_seed_batch(rng) for _ in range(5)]
+    results = []
+    for compiled in (False, True):
+        model = SubclassedModel(configs, E.Adagrad(learning_rate=0.2))
+        losses = _train(model, batches, keras.optimizers.Adam(0.01), compiled)
+        results.append((losses, dict(model.embedding_layer.embedding_tables),
+                        model.dense.kernel.numpy()))
+    (eager_losses, eager_tables, eager_kernel), (losses, tables, kernel) = results
+    assert losses == eager_losses
+    for name, table in tables.items():
+        np.testing.assert_array_equal(table, eager_tables[name])
+    np.testing.assert_array_equal(kernel, eager_kernel)
+
+
+def test_separate_optimizer_model_of_the_seed_docstring(rng):
+    """The seed's ModelWithSeparateOptimizer: the layer's own optimizer trains the tables, the
+    dense optimizer the rest; the embedding optimizer's apply_gradients sees the trigger only."""
+    configs = _seed_configs(rng)
+    embedding_optimizer = tf.keras.optimizers.legacy.Adagrad(learning_rate=0.1)
+    dense_optimizer = keras.optimizers.Adam(learning_rate=0.1)
+    model = SubclassedModel(configs, embedding_optimizer)
+    features, labels = _seed_batch(rng)
+    before = {name: table.copy() for name, table in model.embedding_layer.embedding_tables.items()}
+
+    @tf.function
+    def training_step(features, labels):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(features, training=True) - labels))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        grads_and_vars = list(zip(gradients, model.trainable_variables))
+        embedding_var_ids = [id(v) for v in model.embedding_layer.trainable_variables]
+        dense_optimizer.apply_gradients(
+            [(g, v) for g, v in grads_and_vars if id(v) not in embedding_var_ids])
+        return [g for g, v in grads_and_vars if id(v) in embedding_var_ids]
+
+    embedding_gradients = training_step(features, labels)
+    assert len(embedding_gradients) == 1 and float(embedding_gradients[0]) == 0.0
+    assert model.embedding_layer.step == 1
+    for name, table in model.embedding_layer.embedding_tables.items():
+        assert not np.array_equal(table, before[name])
+    accumulators = model.embedding_layer.slot_variables["video"]["accumulators"]
+    assert accumulators.max() > 0.1  # Adagrad's initial_accumulator_value, then g^2 added
+
+
+def test_save_weights_and_load_weights_round_trip(rng, tmp_path):
+    configs = _seed_configs(rng)
+    batches = [_seed_batch(rng) for _ in range(3)]
+    model = SubclassedModel(configs, E.Adam(learning_rate=0.05))
+    _train(model, batches, keras.optimizers.SGD(0.1), compiled=True)
+    path = tmp_path / "model.weights.h5"
+    model.save_weights(path)
+    evaluation = model(batches[0][0], training=False)
+
+    restored = SubclassedModel(_seed_configs(np.random.default_rng(5)), E.Adam(learning_rate=0.05))
+    restored(batches[0][0])  # builds the dense layer
+    restored.load_weights(path)
+    layer, restored_layer = model.embedding_layer, restored.embedding_layer
+    assert restored_layer.step == layer.step == 3
+    for name in ("video", "user"):
+        np.testing.assert_array_equal(restored_layer.embedding_tables[name],
+                                      layer.embedding_tables[name])
+        for slot, values in layer.slot_variables[name].items():
+            np.testing.assert_array_equal(restored_layer.slot_variables[name][slot], values)
+    np.testing.assert_array_equal(restored(batches[0][0], training=False), evaluation)
+
+
+def test_load_weights_of_other_tables_changes_nothing(rng, tmp_path):
+    model = SubclassedModel(_seed_configs(rng), "sgd")
+    model(_seed_batch(rng)[0])
+    path = tmp_path / "model.weights.h5"
+    model.save_weights(path)
+    video = E.TableConfig(VOCABULARY - 1, DIM, name="video")
+    small = {"watched": E.FeatureConfig(video, name="watched"),
+             "liked": E.FeatureConfig(video, name="liked"),
+             "user": E.FeatureConfig(E.TableConfig(VOCABULARY + 3, DIM + 1, name="user"),
+                                     name="user")}
+    other = SubclassedModel(small, "sgd")
+    other(_seed_batch(rng)[0])
+    before = {name: table.copy() for name, table in other.embedding_layer.embedding_tables.items()}
+    with pytest.raises(ValueError, match="do not fit"):
+        other.load_weights(path)
+    for name, table in other.embedding_layer.embedding_tables.items():
+        np.testing.assert_array_equal(table, before[name])
+
+
+def test_learning_rate_schedule_in_model_fit(rng):
+    """A Keras LearningRateSchedule given through a Keras optimizer is called with recemb's step
+    from inside the compiled step: SGD's rows move by lr(step) * gradient."""
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.5, decay_steps=1, decay_rate=0.5)
+    table = _initial(rng)
+    config = recemb.FeatureConfig(recemb.TableConfig(VOCABULARY, DIM, initializer=table,
+                                                     combiner="sum", name="t"), name="f")
+    layer = recemb.keras.Embedding(config, optimizer=keras.optimizers.SGD(learning_rate=schedule))
+    ids = tf.constant([[3]], tf.int64)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(ids, training=True))
+        return tape.gradient(loss, layer.trainable_variables)
+
+    for _ in range(3):
+        step()
+    # gradient 1 in every column; learning rates 0.5, 0.25, 0.125
+    np.testing.assert_allclose(layer.embedding_tables["t"][3], table[3] - 0.875, rtol=1e-6)
+
+
+def test_export_for_serving_gives_the_evaluation_activations(rng, tmp_path):
+    model = SubclassedModel(_seed_configs(rng), "adagrad")
+    batches = [_seed_batch(rng) for _ in range(2)]
+    _train(model, batches, keras.optimizers.SGD(0.1), compiled=False)
+    path = tmp_path / "tables.recemb"
+    model.embedding_layer.embedding.export(path)
+    serving = recemb.ServingModel.open(path, feature_config=model.embedding_layer.feature_config)
+    features = batches[1][0]
+    expected = model.embedding_layer(features, training=False)
+    got = serving.lookup({"watched": recemb.Ragged(features["watched"].values.numpy(),
+                                                   features["watched"].row_splits.numpy()),
+                          "liked": recemb.Ragged(features["liked"].values.numpy(),
+                                                 features["liked"].row_splits.numpy()),
+                          "user": features["user"].numpy()})
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name].numpy())
+
+
+def test_bad_ids_raise_and_change_nothing(rng):
+    model = SubclassedModel(_seed_configs(rng), "sgd")
+    features, labels = _seed_batch(rng)
+    model(features)
+    before = {name: table.copy() for name, table in model.embedding_layer.embedding_tables.items()}
+    features["user"] = tf.constant([1, 2, 3, 4, 5, 6, 7, VOCABULARY + 3], tf.int64)
+    for compiled in (False, True):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"feature 'user' \(table 'user'\): example 7.*out of range"):
+            _train(model, [(features, labels)], keras.optimizers.SGD(0.1), compiled)
+    assert model.embedding_layer.step == 0
+    for name, table in model.embedding_layer.embedding_tables.items():
+        np.testing.assert_array_equal(table, before[name])
+
+
+def test_bad_arguments_raise_value_errors(rng):
+    configs = _seed_configs(rng)
+    with pytest.raises(ValueError, match="momentum"):
+        recemb.keras.Embedding(configs, optimizer=keras.optimizers.SGD(0.1, momentum=0.9))
+    with pytest.raises(ValueError, match="unsupported for TPU Embedding"):
+        recemb.keras.Embedding(configs, optimizer=keras.optimizers.RMSprop(0.1))
+    with pytest.raises(ValueError, match="slot_variable_creation_fn"):
+        recemb.keras.Embedding(configs, optimizer=E.Adagrad(
+            slot_variable_creation_fn=lambda *args: {}))
+    with pytest.raises(ValueError, match="batch_size"):
+        recemb.keras.Embedding(configs, batch_size=0)
+    layer = recemb.keras.Embedding(configs, "sgd")
+    features, _ = _seed_batch(rng)
+    with pytest.raises(ValueError, match="keys do not match"):
+        layer({"watched": features["watched"]})
+    with pytest.raises(ValueError, match="ids must be int32 or int64"):
+        layer({**features, "user": tf.constant([1.0] * 8)})
+    with pytest.raises(ValueError, match="weights must be a RaggedTensor"):
+        layer(features, {"watched": tf.ones([8, 2]), "liked": None, "user": None})
+
+
+def test_training_lookups_without_gradients_are_bounded(rng):
+    """Training calls outside a GradientTape keep their batches for gradients that never come:
+    at most 8 are kept, the oldest dropped, and nothing is updated."""
+    layer = recemb.keras.Embedding(_seed_configs(rng), "sgd")
+    features, _ = _seed_batch(rng)
+    before = layer.embedding_tables["video"].copy()
+    for _ in range(20):
+        layer(features, training=True)
+    assert layer._graph_ops.pending() == 8
+    np.testing.assert_array_equal(layer.embedding_tables["video"], before)
+    assert layer.step == 0
