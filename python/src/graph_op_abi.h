@@ -21,7 +21,7 @@ extern "C" {
 
 enum RecembGraphStatus {
   RECEMB_GRAPH_OK = 0,
-  RECEMB_GRAPH_INVALID_ARGUMENT = 1,   // bad input: nothing changed
+  RECEMB_GRAPH_INVALID_ARGUMENT = 1,     // bad input: nothing changed
   RECEMB_GRAPH_FAILED_PRECONDITION = 2,  // a valid call in the wrong state: nothing changed
   RECEMB_GRAPH_RESOURCE_EXHAUSTED = 3,
   RECEMB_GRAPH_INTERNAL = 4,

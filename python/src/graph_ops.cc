@@ -101,10 +101,9 @@ class GraphOps {
     });
   }
 
-  static int32_t lookup_entry(void* context, const RecembGraphInput* inputs,
-                              int32_t feature_count, float* const* activations,
-                              const int64_t* activation_sizes, int64_t* batch_id, char* message,
-                              size_t message_size) {
+  static int32_t lookup_entry(void* context, const RecembGraphInput* inputs, int32_t feature_count,
+                              float* const* activations, const int64_t* activation_sizes,
+                              int64_t* batch_id, char* message, size_t message_size) {
     auto& self = *static_cast<GraphOps*>(context);
     return guarded(message, message_size, [&] {
       std::vector<FeatureInput> views;
@@ -127,9 +126,8 @@ class GraphOps {
   }
 
   static int32_t apply_gradients_entry(void* context, int64_t batch_id,
-                                       const float* const* gradients,
-                                       const int64_t* gradient_sizes, int32_t feature_count,
-                                       char* message, size_t message_size) {
+                                       const float* const* gradients, const int64_t* gradient_sizes,
+                                       int32_t feature_count, char* message, size_t message_size) {
     auto& self = *static_cast<GraphOps*>(context);
     return guarded(message, message_size, [&] {
       std::vector<std::span<const float>> spans;
@@ -141,8 +139,7 @@ class GraphOps {
       if (found == self.batches_.end()) {
         throw FailedPrecondition(
             "recemb: the gradients of training lookup " + std::to_string(batch_id) +
-            " came after it was applied or dropped (at most " +
-            std::to_string(kMaxPendingBatches) +
+            " came after it was applied or dropped (at most " + std::to_string(kMaxPendingBatches) +
             " training lookups wait for their gradients; docs/keras.md)");
       }
       self.embedding_.apply_gradients(*found->second, spans);  // throws: the batch is kept
@@ -166,8 +163,7 @@ void bind_graph_ops(py::module_& module) {
       .def(py::init<Embedding&>(), py::arg("embedding"), py::keep_alive<1, 2>())
       .def("api_address", &GraphOps::api_address,
            "The address of its RecembGraphApi, valid while this object lives.")
-      .def("pending", &GraphOps::pending,
-           "Training lookups kept for their gradients (at most 8).");
+      .def("pending", &GraphOps::pending, "Training lookups kept for their gradients (at most 8).");
 }
 
 }  // namespace recemb::python

@@ -15,18 +15,17 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "graph_op_abi.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
-#include "graph_op_abi.h"
-
 namespace recemb_tf {
 
+using ::tensorflow::OpInputList;
 using ::tensorflow::OpKernel;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
-using ::tensorflow::OpInputList;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
@@ -56,9 +55,7 @@ REGISTER_OP("RecembApplyGradients")
     .Input("batch: int64")
     .Input("gradients: n * float")
     .SetIsStateful()
-    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext*) {
-      return absl::OkStatus();
-    });
+    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext*) { return absl::OkStatus(); });
 
 namespace {
 
@@ -103,8 +100,7 @@ class LookupOp : public OpKernel {
     const int features = ids.size();
     OP_REQUIRES(context, static_cast<int>(kinds_.size()) == features,
                 absl::InvalidArgumentError("RecembLookup: " + std::to_string(kinds_.size()) +
-                                           " kinds for " + std::to_string(features) +
-                                           " features"));
+                                           " kinds for " + std::to_string(features) + " features"));
     std::vector<RecembGraphInput> inputs(features);
     std::vector<float*> activations(features);
     std::vector<int64_t> sizes(features);
@@ -137,11 +133,11 @@ class LookupOp : public OpKernel {
     Tensor* batch = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(features, TensorShape({}), &batch));
     int64_t batch_id = -1;
-    OP_REQUIRES_OK(context,
-                   status_of(api_->lookup(api_->context, inputs.data(), features,
-                                          activations.data(), sizes.data(),
-                                          training_ ? &batch_id : nullptr, message, kMessageSize),
-                             message));
+    OP_REQUIRES_OK(
+        context, status_of(api_->lookup(api_->context, inputs.data(), features, activations.data(),
+                                        sizes.data(), training_ ? &batch_id : nullptr, message,
+                                        kMessageSize),
+                           message));
     batch->scalar<int64_t>()() = batch_id;
   }
 
@@ -173,9 +169,9 @@ class ApplyGradientsOp : public OpKernel {
       sizes[f] = gradients[f].NumElements();
     }
     char message[kMessageSize] = {};
-    OP_REQUIRES_OK(context, status_of(api_->apply_gradients(
-                                          api_->context, batch.flat<int64_t>()(0), data.data(),
-                                          sizes.data(), features, message, kMessageSize),
+    OP_REQUIRES_OK(context, status_of(api_->apply_gradients(api_->context, batch.flat<int64_t>()(0),
+                                                            data.data(), sizes.data(), features,
+                                                            message, kMessageSize),
                                       message));
   }
 
