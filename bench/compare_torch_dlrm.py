@@ -86,7 +86,7 @@ import recemb  # noqa: E402
 import recemb.torch  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from compare_torch import CRITEO_KAGGLE, cpu_model, fit_to_budget  # noqa: E402
+from bench_common import CRITEO_KAGGLE, cpu_model, fit_to_budget  # noqa: E402
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
 NUM_DENSE = 13

@@ -81,7 +81,7 @@ import recemb.torchrec
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import compare_torch_dlrm as dlrm_bench  # noqa: E402  (the model, the data, recemb train)
-from compare_torch import cpu_model, git_commit  # noqa: E402
+from bench_common import cpu_model, git_commit  # noqa: E402
 
 # Row-wise Adagrad of the tables: `recemb train`'s rate for rowwise_adagrad (docs/training.md,
 # "Learning rates"), FBGEMM's and recemb's default eps.
