@@ -10,15 +10,19 @@
                       dense layer by Keras 3's Adagrad.
 
 Each step: a lookup of every feature (one id per feature and example, combiner sum), the
-activations concatenated into one Dense(1), the mean logistic loss, gradients, the updates; all
-in one tf.function. Adagrad: learning rate 0.05, initial accumulator 0.1. Workloads:
+activations concatenated into one Dense(1), the mean logistic loss, gradients, the updates; the
+steps run in one tf.function over a tf.data iterator (`for _ in tf.range(steps)`, as the seed's
+docstring trains), so no Python runs between them. Adagrad: learning rate 0.05, initial accumulator 0.1. Workloads:
   dlrm        the 26 tables of `recemb train`'s small preset (the Criteo Kaggle cardinalities
               fit to 64 MiB at dim 16, dlrm/criteo_profile.h), batch 2,048;
   10m         one table of 10,000,000 rows x dim 32 (1.2 GiB, as much again for Adagrad's
-              accumulators), looked up by 8 features, batch 2,048, uniform ids.
-Timing: --rounds rounds, each running every contender for --steps steps (after 3 warm-up steps)
-in turn, the order rotating; a contender's figure is the median of its per-round medians of the
-step time, and recemb's ratio over each the median of per-round ratios. The loss of the first
+              accumulators), looked up by 8 features, batch 2,048, uniform ids; the table
+              starts at zeros (random arrays of this size, copied into the seed's graph
+              constants, exhaust the machine's 24 GiB).
+Timing: --rounds rounds, each running every contender for --steps steps (after 3 warm-up steps,
+the first of which traces) in turn, the order rotating; a round's figure is its steps' time over
+their number, a contender's the median over the rounds, and recemb's ratio over each the median
+of per-round ratios. The loss of the first
 step is printed as a check that the three train the same model (the same initial tables and
 dense weights): they agree to float rounding.
 
@@ -28,6 +32,7 @@ Run in the environment of scripts/keras-env:
 """
 
 import argparse
+import gc
 import os
 import pathlib
 import statistics
@@ -47,6 +52,8 @@ import tensorflow_recommenders as tfrs  # noqa: E402
 import recemb  # noqa: E402
 import recemb.keras  # noqa: E402
 
+tf.get_logger().setLevel("ERROR")  # each contender's new tf.function is traced on purpose
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_common import CRITEO_KAGGLE, cpu_model, fit_to_budget, git_commit  # noqa: E402
 
@@ -64,17 +71,31 @@ def workloads(smoke):
 
 
 def batches(rng, sizes, features_per_table, batch, count):
-    """`count` batches: ({feature: int64 ids [batch]}, labels [batch, 1])."""
-    result = []
-    for _ in range(count):
-        ids = {f"f{t}_{k}": tf.constant(rng.integers(0, size, size=batch), tf.int64)
-               for t, size in enumerate(sizes) for k in range(features_per_table)}
-        labels = tf.constant((rng.random((batch, 1)) < 0.3).astype(np.float32))
-        result.append((ids, labels))
-    return result
+    """A dataset of `count` batches ({feature: int64 ids [batch]}, labels [batch, 1]), repeated."""
+    ids = {f"f{t}_{k}": rng.integers(0, size, size=(count, batch))
+           for t, size in enumerate(sizes) for k in range(features_per_table)}
+    labels = (rng.random((count, batch, 1)) < 0.3).astype(np.float32)
+    return tf.data.Dataset.from_tensor_slices((ids, labels)).repeat()
 
 
-def initial_values(rng, sizes, dim):
+def compiled_loop(step):
+    """`steps` steps over an iterator in one tf.function, as the seed's docstring trains
+    (`for _ in tf.range(num_steps)`): no Python between steps. Returns the last step's loss."""
+    @tf.function
+    def loop(iterator, steps):
+        loss = tf.constant(0.0)
+        for _ in tf.range(steps):
+            ids, labels = next(iterator)
+            loss = step(ids, labels)
+        return loss
+    return loop
+
+
+def initial_values(rng, sizes, dim, name):
+    """The tables' initial rows: random for dlrm; None (zeros) for 10m, whose random arrays the
+    seed's constant initializer would copy into graph constants beyond the machine's memory."""
+    if name == "10m":
+        return [None for _ in sizes]
     return [(rng.random((size, dim), dtype=np.float32) - 0.5) * 0.1 for size in sizes]
 
 
@@ -92,7 +113,8 @@ def dense_layer(keras_module, inputs_width, kernel):
 def seed_step(tables, sizes, dim, per_table, kernel):
     """(S): the seed's layer and a tf_keras Dense, trained by one tf_keras legacy Adagrad."""
     configs = [tf.tpu.experimental.embedding.TableConfig(
-        size, dim, initializer=tf.constant_initializer(values), combiner="sum", name=f"t{t}")
+        size, dim, initializer=tf.zeros_initializer() if values is None else
+        tf.constant_initializer(values), combiner="sum", name=f"t{t}")
         for t, (size, values) in enumerate(zip(sizes, tables))]
     features = {f"f{t}_{k}": tf.tpu.experimental.embedding.FeatureConfig(config, name=f"f{t}_{k}")
                 for t, config in enumerate(configs) for k in range(per_table)}
@@ -101,7 +123,6 @@ def seed_step(tables, sizes, dim, per_table, kernel):
     embedding = tfrs.layers.embedding.TPUEmbedding(features, optimizer=optimizer)
     dense = dense_layer(tf.keras, dim * len(features), kernel)
 
-    @tf.function
     def step(ids, labels):
         with tf.GradientTape() as tape:
             outputs = embedding(ids)
@@ -118,7 +139,8 @@ def keras_rs_step(tables, sizes, dim, per_table, kernel):
                                          initial_accumulator_value=INITIAL_ACCUMULATOR)
     configs = [keras_rs.layers.TableConfig(
         name=f"t{t}", vocabulary_size=size, embedding_dim=dim, combiner="sum",
-        initializer=keras.initializers.Constant(values), optimizer=optimizer)
+        initializer="zeros" if values is None else keras.initializers.Constant(values),
+        optimizer=optimizer)
         for t, (size, values) in enumerate(zip(sizes, tables))]
     features = {f"f{t}_{k}": keras_rs.layers.FeatureConfig(
         name=f"f{t}_{k}", table=config, input_shape=(None, 1), output_shape=(None, dim))
@@ -126,7 +148,6 @@ def keras_rs_step(tables, sizes, dim, per_table, kernel):
     embedding = keras_rs.layers.DistributedEmbedding(features)
     dense = dense_layer(keras, dim * len(features), kernel)
 
-    @tf.function
     def step(ids, labels):
         ids = {name: tf.reshape(values, [-1, 1]) for name, values in ids.items()}
         with tf.GradientTape() as tape:
@@ -140,7 +161,8 @@ def keras_rs_step(tables, sizes, dim, per_table, kernel):
 
 def recemb_step(tables, sizes, dim, per_table, kernel):
     """(R): recemb.keras (fused Adagrad) and a Keras 3 Dense trained by Keras's Adagrad."""
-    configs = [recemb.TableConfig(size, dim, initializer=values, combiner="sum", name=f"t{t}")
+    configs = [recemb.TableConfig(size, dim, initializer="zeros" if values is None else values,
+                                  combiner="sum", name=f"t{t}")
                for t, (size, values) in enumerate(zip(sizes, tables))]
     features = {f"f{t}_{k}": recemb.FeatureConfig(config, name=f"f{t}_{k}")
                 for t, config in enumerate(configs) for k in range(per_table)}
@@ -150,7 +172,6 @@ def recemb_step(tables, sizes, dim, per_table, kernel):
     optimizer = keras.optimizers.Adagrad(LEARNING_RATE,
                                          initial_accumulator_value=INITIAL_ACCUMULATOR)
 
-    @tf.function
     def step(ids, labels):
         with tf.GradientTape() as tape:
             outputs = embedding(ids, training=True)
@@ -168,7 +189,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default="dlrm,10m")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     rounds, steps = (1, 2) if args.smoke else (args.rounds, args.steps)
@@ -181,7 +202,7 @@ def main():
             sys.exit(f"compare_keras: unknown workload {name!r}; known: {sorted(known)}")
         sizes, dim, per_table, batch = known[name]
         rng = np.random.default_rng(2026)
-        tables = initial_values(rng, sizes, dim)
+        tables = initial_values(rng, sizes, dim, name)
         kernel = rng.normal(size=(dim * len(sizes) * per_table, 1)).astype(np.float32) * 0.1
         data = batches(rng, sizes, per_table, batch, WARMUP_STEPS + steps)
         print(f"\n{name}: {len(sizes)} table(s), {sum(sizes):,} rows x dim {dim}, "
@@ -190,19 +211,17 @@ def main():
         order = list(CONTENDERS)
         for round_index in range(rounds):
             for contender in order:
-                step = CONTENDERS[contender](tables, sizes, dim, per_table, kernel)
-                first = float(step(*data[0]))
-                for ids, labels in data[1:WARMUP_STEPS]:
-                    step(ids, labels)
-                durations = []
-                for ids, labels in data[WARMUP_STEPS:]:
-                    start = time.perf_counter()
-                    float(step(ids, labels))
-                    durations.append(time.perf_counter() - start)
-                times[contender].append(statistics.median(durations))
+                step = compiled_loop(CONTENDERS[contender](tables, sizes, dim, per_table, kernel))
+                iterator = iter(data)
+                first = float(step(iterator, tf.constant(1)))
+                step(iterator, tf.constant(WARMUP_STEPS - 1))
+                start = time.perf_counter()
+                float(step(iterator, tf.constant(steps)))
+                times[contender].append((time.perf_counter() - start) / steps)
                 if round_index == 0:
                     print(f"  {contender:9s} first-step loss {first:.6f}", flush=True)
                 del step
+                gc.collect()  # the contender's tables, before the next one's
             order = order[1:] + order[:1]
         for contender, values in times.items():
             median = statistics.median(values)

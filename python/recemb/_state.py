@@ -26,6 +26,14 @@ def _dynamic_entries(layer, prefix):
             for name in layer._dynamic_table_names()}
 
 
+def state_keys(layer, prefix: str = "") -> set[str]:
+    """The keys of state_arrays(layer, prefix), without reading any table."""
+    keys = set(_variables(layer, prefix))
+    keys.update(key for parts in _dynamic_entries(layer, prefix).values()
+                for key in parts.values())
+    return keys | {prefix + "step"}
+
+
 def state_arrays(layer, prefix: str = "") -> dict[str, np.ndarray]:
     """The layer's state: views of the static variables where the engine holds them whole
     (copies otherwise, as embedding_tables), copies of the dynamic tables, and "step" (a 0-d

@@ -155,7 +155,10 @@ class Embedding(keras.layers.Layer):
 
     def load_own_variables(self, store: Any) -> None:
         arrays = {key: store[key] for key in store.keys() if str(key).startswith("recemb:")}
-        missing, unexpected, errors = _state.load_state_arrays(self._layer, arrays, "recemb:")
+        expected = _state.state_keys(self._layer, "recemb:")
+        missing, unexpected = sorted(expected - set(arrays)), sorted(set(arrays) - expected)
+        errors = [] if missing or unexpected else _state.load_state_arrays(
+            self._layer, arrays, "recemb:")[2]
         if missing or unexpected or errors:
             raise ValueError(f"layer {self.name!r}: the saved tables do not fit this layer "
                              f"(missing {missing}, unexpected {unexpected}, errors {errors}); "
@@ -170,7 +173,8 @@ class Embedding(keras.layers.Layer):
         flat = _nest.flatten_up_to(structure, features, "features")
         flat_weights = ([None] * len(flat) if weights is None
                         else _nest.flatten_up_to(structure, weights, "weights"))
-        inputs = [self._graph_input(tf, f, x, w)
+        empty_ids, no_weights = tf.zeros([0], tf.int64), tf.zeros([0], tf.float32)
+        inputs = [self._graph_input(tf, f, x, w, empty_ids, no_weights)
                   for f, (x, w) in enumerate(zip(flat, flat_weights))]
         kinds, ids, index, shapes, values = (list(column) for column in zip(*inputs))
         arguments = {"api": self._api, "kinds": kinds, "ids": ids, "index": index,
@@ -204,8 +208,9 @@ class Embedding(keras.layers.Layer):
 
         return tf.nest.flatten(lookup(tf.convert_to_tensor(self._trigger)))
 
-    def _graph_input(self, tf, f, ids, weights):
-        """(kind, ids, index, shape, weights) of feature f's input for RecembLookup."""
+    def _graph_input(self, tf, f, ids, weights, empty_ids, no_weights):
+        """(kind, ids, index, shape, weights) of feature f's input for RecembLookup; empty_ids and
+        no_weights: the call's empty int64 and float32 tensors."""
         name = self._features[f].name or f"#{f}"
 
         def id_values(values):
@@ -216,25 +221,24 @@ class Embedding(keras.layers.Layer):
 
         def weight_values(kind, expected):
             if weights is None:
-                return tf.zeros([0], tf.float32)
+                return no_weights
             if not isinstance(weights, expected):
                 raise ValueError(f"feature {name!r}: weights must be a {expected.__name__} as "
                                  f"its ids are, got {type(weights).__name__}")
             values = weights if kind == "dense" else weights.values
-            return tf.reshape(tf.cast(values, tf.float32), [-1])
+            return tf.cast(values, tf.float32)  # the op reads any shape flat
 
-        empty = tf.zeros([0], tf.int64)
         if isinstance(ids, tf.RaggedTensor):
             if ids.ragged_rank != 1 or ids.shape.rank != 2:
                 raise ValueError(f"feature {name!r}: a RaggedTensor of ids must be [batch, "
                                  f"(ragged)], got shape {ids.shape}")
-            return (1, id_values(ids.values), tf.cast(ids.row_splits, tf.int64), empty,
+            return (1, id_values(ids.values), tf.cast(ids.row_splits, tf.int64), empty_ids,
                     weight_values("ragged", tf.RaggedTensor))
         if isinstance(ids, tf.SparseTensor):
-            return (2, id_values(ids.values), tf.reshape(ids.indices, [-1]),
+            return (2, id_values(ids.values), ids.indices,
                     tf.cast(ids.dense_shape, tf.int64), weight_values("sparse", tf.SparseTensor))
-        ids = tf.convert_to_tensor(ids)
-        return (0, tf.reshape(id_values(ids), [-1]), empty, tf.shape(ids, out_type=tf.int64),
+        # Dense ids as they are: the op reads their shape (no reshape, no shape op).
+        return (0, id_values(tf.convert_to_tensor(ids)), empty_ids, empty_ids,
                 weight_values("dense", tf.Tensor))
 
     def _with_static_shape(self, f, ids, output):

@@ -117,11 +117,22 @@ class GraphOps {
         self.embedding_.lookup(views, outputs);
         return;
       }
-      auto batch = std::make_unique<LookupBatch>();
-      self.embedding_.lookup(views, outputs, *batch);
+      std::unique_ptr<LookupBatch> batch;
+      if (self.spare_.empty()) {
+        batch = std::make_unique<LookupBatch>();
+      } else {  // an applied batch: its memory is reused (no allocation once grown)
+        batch = std::move(self.spare_.back());
+        self.spare_.pop_back();
+      }
+      try {
+        self.embedding_.lookup(views, outputs, *batch);
+      } catch (...) {
+        self.spare_.push_back(std::move(batch));
+        throw;
+      }
       *batch_id = self.next_id_++;
       self.batches_.emplace(*batch_id, std::move(batch));
-      if (self.batches_.size() > kMaxPendingBatches) self.batches_.erase(self.batches_.begin());
+      if (self.batches_.size() > kMaxPendingBatches) self.retire(self.batches_.begin());
     });
   }
 
@@ -143,8 +154,17 @@ class GraphOps {
             " training lookups wait for their gradients; docs/keras.md)");
       }
       self.embedding_.apply_gradients(*found->second, spans);  // throws: the batch is kept
-      self.batches_.erase(found);
+      self.retire(found);
     });
+  }
+
+  // Forgets a pending batch, keeping its memory for the next training lookup. A dropped batch
+  // (never applied) releases its lookup first: its dynamic-table keys are no longer pinned.
+  void retire(std::map<int64_t, std::unique_ptr<LookupBatch>>::iterator pending) {
+    std::unique_ptr<LookupBatch> batch = std::move(pending->second);
+    batches_.erase(pending);
+    if (batch->applicable()) batch = std::make_unique<LookupBatch>();
+    if (spare_.size() < 2) spare_.push_back(std::move(batch));
   }
 
   Embedding& embedding_;
@@ -152,6 +172,7 @@ class GraphOps {
   std::mutex mutex_;
   int64_t next_id_ = 0;
   std::map<int64_t, std::unique_ptr<LookupBatch>> batches_;  // by id: oldest first
+  std::vector<std::unique_ptr<LookupBatch>> spare_;          // applied, for reuse
 };
 
 }  // namespace

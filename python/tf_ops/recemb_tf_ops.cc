@@ -7,7 +7,8 @@
 //
 // RecembLookup(ids, index, shapes, weights; kinds, training) -> (activations, batch): feature f's
 // input is ids[f] with, by kinds[f] (graph_op_abi.h's RecembInputKind), its row_splits or sparse
-// indices in index[f] and its dense shape in shapes[f]; weights[f] is empty for none. A training
+// indices in index[f] and its dense shape in shapes[f] (empty for dense ids: the shape of ids[f]
+// itself); weights[f] is empty for none. A training
 // lookup keeps its batch for RecembApplyGradients(batch, gradients), which applies the fused
 // optimizer (an empty gradient stands for zeros); batch is -1 for a pure lookup.
 #include <cstdint>
@@ -102,6 +103,7 @@ class LookupOp : public OpKernel {
                 absl::InvalidArgumentError("RecembLookup: " + std::to_string(kinds_.size()) +
                                            " kinds for " + std::to_string(features) + " features"));
     std::vector<RecembGraphInput> inputs(features);
+    std::vector<std::vector<int64_t>> dense_shapes(features);
     std::vector<float*> activations(features);
     std::vector<int64_t> sizes(features);
     char message[kMessageSize] = {};
@@ -114,6 +116,14 @@ class LookupOp : public OpKernel {
       input.index_count = index[f].NumElements();
       input.shape = shapes[f].flat<int64_t>().data();
       input.shape_rank = static_cast<int32_t>(shapes[f].NumElements());
+      if (input.kind == RECEMB_INPUT_DENSE && input.shape_rank == 0) {
+        // Dense ids without a shape given: the ids tensor's own.
+        for (int axis = 0; axis < ids[f].dims(); ++axis) {
+          dense_shapes[f].push_back(ids[f].dim_size(axis));
+        }
+        input.shape = dense_shapes[f].data();
+        input.shape_rank = static_cast<int32_t>(dense_shapes[f].size());
+      }
       input.weights = weights[f].NumElements() == 0 ? nullptr : weights[f].flat<float>().data();
       input.weight_count = weights[f].NumElements();
       int64_t dims[RECEMB_GRAPH_MAX_RANK];
