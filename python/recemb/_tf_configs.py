@@ -1,7 +1,7 @@
 """TensorFlow's and Keras's configs as recemb's (docs/keras.md, "Configs"): the
 `tf.tpu.experimental.embedding` TableConfig, FeatureConfig and optimizers (SGD, Adagrad,
-AdagradMomentum, Adam, FTRL), and Keras optimizers as the seed's translate_keras_optimizer
-translates them. Every field is honoured or refused by name (ValueError). Imports TensorFlow only
+AdagradMomentum, Adam, FTRL), keras-rs's TableConfig and FeatureConfig, and Keras optimizers as
+the seed's translate_keras_optimizer translates them. Every field is honoured or refused by name (ValueError). Imports TensorFlow only
 when given one of its objects."""
 
 from __future__ import annotations
@@ -95,12 +95,49 @@ def tf_table(table: Any) -> TableConfig:
                        quantization_config=quantization)
 
 
+def _is_keras_rs(value: Any, name: str) -> bool:
+    kind = type(value)
+    return kind.__module__.startswith("keras_rs.") and kind.__name__ == name
+
+
+def _keras_initializer(initializer: Any):
+    """A Keras initializer (a name or an object) as recemb's callable of the shape."""
+    def initial_values(shape):
+        import keras  # pylint: disable=import-outside-toplevel
+        values = keras.initializers.get(initializer)(list(shape), dtype="float32")
+        return np.asarray(keras.ops.convert_to_numpy(values), dtype=np.float32)
+
+    return initial_values
+
+
+def keras_rs_table(table: Any) -> TableConfig:
+    """recemb's TableConfig of a keras_rs.layers.TableConfig: name, vocabulary_size,
+    embedding_dim, initializer, optimizer (a Keras optimizer, translated, or a name) and combiner;
+    placement, max_ids_per_partition and max_unique_ids_per_partition place the table on a TPU's
+    SparseCore and size its buffers there: they change no result."""
+    optimizer = table.optimizer
+    if is_keras_optimizer(optimizer):
+        optimizer = translate_keras_optimizer(optimizer)
+    else:
+        optimizer = optimizers.get(optimizer)
+    return TableConfig(vocabulary_size=table.vocabulary_size, dim=table.embedding_dim,
+                       initializer=_keras_initializer(table.initializer), optimizer=optimizer,
+                       combiner=table.combiner, name=table.name)
+
+
 def feature_config(structure: Any) -> Any:
-    """The nest of feature configs with every TF FeatureConfig as recemb's (TF tables shared by
-    several features stay shared); recemb's FeatureConfigs pass through."""
+    """The nest of feature configs with every TF or keras-rs FeatureConfig as recemb's (tables
+    shared by several features stay shared); recemb's FeatureConfigs pass through. A keras-rs
+    feature's input_shape and output_shape are those recemb's shape rules give ([B] or [B, N]
+    dense ids: [B, dim]), so they are not carried over."""
     tables = {}
 
     def convert(feature):
+        if _is_keras_rs(feature, "FeatureConfig"):
+            key = id(feature.table)
+            if key not in tables:
+                tables[key] = keras_rs_table(feature.table)
+            return FeatureConfig(table=tables[key], name=feature.name)
         if not _is_tf(feature, "FeatureConfig"):
             return feature
         key = id(feature.table)
