@@ -12,7 +12,8 @@ RecembApplyGradients, recemb/_tf_ops.so), so it works eagerly, under tf.function
 model.fit's compiled step. The tables are not Keras variables: the layer holds one trainable
 scalar, the gradient trigger (the seed's "dummy" variable), through which the gradients of the
 activations reach RecembApplyGradients, which applies the fused optimizer to the touched rows
-while the Keras optimizer updates the dense weights (the trigger's own gradient is 0).
+while the Keras optimizer updates the dense weights (the trigger's own gradient is 0). On the
+PyTorch backend it runs recemb.torch's module: torch's backward pass applies the optimizer.
 """
 
 from __future__ import annotations
@@ -90,10 +91,9 @@ class Embedding(keras.layers.Layer):
                  batch_size: Optional[int] = None, *, num_threads: Union[int, str] = 0,
                  seed: int = 0, non_finite_gradients: str = "reject", **kwargs: Any) -> None:
         backend = keras.backend.backend()
-        if backend != "tensorflow":
-            raise ValueError(f"recemb.keras runs on Keras's TensorFlow backend; this process "
-                             f"uses {backend!r} (KERAS_BACKEND; docs/keras.md: PyTorch users "
-                             "have recemb.torch)")
+        if backend not in ("tensorflow", "torch"):
+            raise ValueError(f"recemb.keras runs on Keras's TensorFlow and PyTorch backends; this "
+                             f"process uses {backend!r} (KERAS_BACKEND; docs/keras.md)")
         if batch_size is not None and (isinstance(batch_size, bool) or
                                        not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"batch_size={batch_size!r}: must be None or a positive int")
@@ -106,18 +106,30 @@ class Embedding(keras.layers.Layer):
         self._convert_input_args = False
         self.batch_size = batch_size
         self.pipeline_execution_with_tensor_core = pipeline_execution_with_tensor_core
-        self._layer = _Layer(_tf_configs.feature_config(feature_config), _optimizer(optimizer),
-                             num_threads=num_threads, seed=seed,
-                             non_finite_gradients=non_finite_gradients,
-                             pipeline_execution_with_tensor_core=(
-                                 pipeline_execution_with_tensor_core))
+        configs, optimizer = _tf_configs.feature_config(feature_config), _optimizer(optimizer)
+        options = {"seed": seed, "non_finite_gradients": non_finite_gradients,
+                   "pipeline_execution_with_tensor_core": pipeline_execution_with_tensor_core}
+        self._torch_module = None
+        self._trigger = None
+        if backend == "torch":
+            # recemb.torch's module, whose autograd function applies the gradients in torch's
+            # backward pass; set past Keras's and torch's attribute tracking (it has no
+            # parameters for either to see).
+            import recemb.torch  # pylint: disable=import-outside-toplevel
+            module = recemb.torch.Embedding(
+                configs, optimizer, num_threads="torch" if num_threads == 0 else num_threads,
+                **options)
+            object.__setattr__(self, "_torch_module", module)
+            self._layer = module.layer
+        else:
+            self._layer = _Layer(configs, optimizer, num_threads=num_threads, **options)
+            self._graph_ops = _recemb.GraphOps(self._layer._engine)
+            self._api = int(self._graph_ops.api_address())
+            self._trigger = self.add_weight(name="recemb_gradient_trigger", shape=(),
+                                            initializer="zeros", trainable=True)
         self._features = _nest.flatten(self._layer.feature_config)
         self._trainable = any(feature.table.optimizer is not None for feature in self._features) \
             or self._layer.optimizer is not None
-        self._graph_ops = _recemb.GraphOps(self._layer._engine)
-        self._api = int(self._graph_ops.api_address())
-        self._trigger = self.add_weight(name="recemb_gradient_trigger", shape=(),
-                                        initializer="zeros", trainable=True)
         self.built = True
 
     # --- the layer's state ------------------------------------------------------------------
@@ -163,11 +175,17 @@ class Embedding(keras.layers.Layer):
             raise ValueError(f"layer {self.name!r}: the saved tables do not fit this layer "
                              f"(missing {missing}, unexpected {unexpected}, errors {errors}); "
                              "nothing was loaded")
-        self._trigger.assign(np.asarray(store["0"], dtype=np.float32))
+        if self._trigger is not None and "0" in store.keys():
+            self._trigger.assign(np.asarray(store["0"], dtype=np.float32))
 
     # --- the lookup ---------------------------------------------------------------------------
 
     def call(self, features: Any, weights: Any = None, training: Any = None) -> Any:
+        if self._torch_module is not None:
+            # A training forward with grad enabled keeps its batch for torch's backward pass;
+            # anything else is a pure lookup (recemb.torch.Embedding.forward).
+            self._torch_module.train(training is True and self._trainable)
+            return self._torch_module(features, weights)
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         structure = self._layer.feature_config
         flat = _nest.flatten_up_to(structure, features, "features")
@@ -241,26 +259,43 @@ class Embedding(keras.layers.Layer):
         return (0, id_values(tf.convert_to_tensor(ids)), empty_ids, empty_ids,
                 weight_values("dense", tf.Tensor))
 
-    def _with_static_shape(self, f, ids, output):
-        """`output` with the shape known before the lookup runs: the batch axis of the ids, the
-        rank, and the table's dim (recemb/batch.h's shape rules)."""
+    def _static_shape(self, f, ids):
+        """Feature f's activation shape known before the lookup runs, from the ids' static
+        shape (None where unknown): the batch axis, the rank and the table's dim
+        (recemb/batch.h's shape rules); None when the ids' rank is unknown."""
         feature = self._features[f]
         dim = feature.table.dim
-        batch = ids.shape[0] if ids.shape.rank else None
+        shape = getattr(ids, "shape", None)
+        try:
+            rank = len(shape)
+        except (TypeError, ValueError):  # no shape, or a TensorShape of unknown rank
+            rank = None
+        batch = shape[0] if rank else None
         if feature.output_shape:
-            shape = list(feature.output_shape) + [dim]
-        elif feature.max_sequence_length > 0:
-            shape = [batch, feature.max_sequence_length, dim]
-        elif ids.shape.rank is None:
-            return output
-        elif type(ids).__name__ == "SparseTensor":
-            shape = [batch] + [None] * (ids.shape.rank - 2) + [dim]
-        elif ids.shape.rank <= 2:
-            shape = [batch, dim]
-        else:
-            shape = list(ids.shape[:-1]) + [dim]
-        output.set_shape(shape)
+            return list(feature.output_shape) + [dim]
+        if feature.max_sequence_length > 0:
+            return [batch, feature.max_sequence_length, dim]
+        if rank is None:
+            return None
+        if type(ids).__name__ == "SparseTensor":
+            return [batch] + [None] * (rank - 2) + [dim]
+        if rank <= 2:
+            return [batch, dim]
+        return list(shape[:-1]) + [dim]
+
+    def _with_static_shape(self, f, ids, output):
+        shape = self._static_shape(f, ids)
+        if shape is not None:
+            output.set_shape(shape)
         return output
+
+    def compute_output_spec(self, features: Any, weights: Any = None, training: Any = None):
+        """The activations' shapes for symbolic inputs (Keras's functional API)."""
+        structure = self._layer.feature_config
+        flat = _nest.flatten_up_to(structure, features, "features")
+        return _nest.pack_sequence_as(structure, [
+            keras.KerasTensor(self._static_shape(f, ids) or [None, self._features[f].table.dim],
+                              dtype="float32") for f, ids in enumerate(flat)])
 
 
 TPUEmbedding = Embedding
