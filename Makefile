@@ -209,7 +209,7 @@ test-torch2:
 test-keras:
 	@$(PHASE_START); \
 	 scripts/keras-env build/venv-keras; \
-	 build/venv-keras/bin/python -m pytest tests/python/keras -q -p no:cacheprovider 2>&1 \
+	 build/venv-keras/bin/python -m pytest tests/python/keras_suite -q -p no:cacheprovider 2>&1 \
 	   | tee build/pytest-keras.log; \
 	 sed -n 's/^\([0-9][0-9]*\) passed.*/0 \1/p' build/pytest-keras.log | tail -n 1 >>$(COUNTS); \
 	 $(PHASE_END)
