@@ -178,6 +178,29 @@ class Embedding(keras.layers.Layer):
         if self._trigger is not None and "0" in store.keys():
             self._trigger.assign(np.asarray(store["0"], dtype=np.float32))
 
+    # tf.train.Checkpoint (the seed's docstring checkpoints the model "as normal"): on the
+    # TensorFlow backend the layer is a TF trackable, saved as its state arrays.
+    # Checkpoint keys hold no "." (TensorFlow escapes it): "recemb-<table>-<variable>", with a
+    # name's own "-" doubled.
+    @staticmethod
+    def _checkpoint_key(key):
+        return "recemb-" + key.replace("-", "--").replace(".", "-")
+
+    def _serialize_to_tensors(self):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        return {self._checkpoint_key(key): tf.constant(values) for key, values in
+                _state.state_arrays(self._layer).items()}
+
+    def _restore_from_tensors(self, restored_tensors):
+        keys = {self._checkpoint_key(key): key for key in _state.state_keys(self._layer)}
+        arrays = {keys[key]: np.asarray(value) for key, value in restored_tensors.items()
+                  if key in keys}
+        missing, _, errors = _state.load_state_arrays(self._layer, arrays)
+        if missing or errors:
+            raise ValueError(f"layer {self.name!r}: the checkpoint's tables do not fit this "
+                             f"layer (missing {missing}, errors {errors}); nothing was restored")
+        return None
+
     # --- the lookup ---------------------------------------------------------------------------
 
     def call(self, features: Any, weights: Any = None, training: Any = None) -> Any:
@@ -187,6 +210,13 @@ class Embedding(keras.layers.Layer):
             self._torch_module.train(training is True and self._trainable)
             return self._torch_module(features, weights)
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        from tensorflow.python.saved_model import save_context  # pylint: disable=import-outside-toplevel
+        if save_context.in_save_context():
+            raise ValueError("recemb.keras: a SavedModel cannot hold recemb's tables (its ops "
+                             "call this process's engine): export them with "
+                             "layer.embedding.export(path) for recemb.ServingModel / recemb "
+                             "serve, and the dense part with Keras (docs/keras.md, \"Saving, "
+                             "checkpoints and serving\")")
         structure = self._layer.feature_config
         flat = _nest.flatten_up_to(structure, features, "features")
         flat_weights = ([None] * len(flat) if weights is None

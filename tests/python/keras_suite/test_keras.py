@@ -294,3 +294,64 @@ def test_training_lookups_without_gradients_are_bounded(rng):
     assert layer._graph_ops.pending() == 8
     np.testing.assert_array_equal(layer.embedding_tables["video"], before)
     assert layer.step == 0
+
+
+def test_tf_train_checkpoint_saves_and_restores_the_tables(rng, tmp_path):
+    """The seed's docstring: `checkpoint = tf.train.Checkpoint(model=model); checkpoint.save(...)`
+    saves the tables, slots and step with the model; restore brings them back."""
+    model = SubclassedModel(_seed_configs(rng), E.Adagrad(learning_rate=0.1))
+    optimizer = keras.optimizers.SGD(0.1)
+    batches = [_seed_batch(rng) for _ in range(4)]
+    _train(model, batches[:2], optimizer, compiled=True)
+    saved = {name: table.copy() for name, table in model.embedding_layer.embedding_tables.items()}
+    accumulators = model.embedding_layer.slot_variables["video"]["accumulators"].copy()
+    kernel = model.dense.kernel.numpy()
+    checkpoint = tf.train.Checkpoint(model=model)
+    path = checkpoint.save(str(tmp_path / "ckpt"))
+    _train(model, batches[2:], optimizer, compiled=True)
+    assert model.embedding_layer.step == 4
+    checkpoint.restore(path).assert_existing_objects_matched()
+    assert model.embedding_layer.step == 2
+    for name, table in model.embedding_layer.embedding_tables.items():
+        np.testing.assert_array_equal(table, saved[name])
+    np.testing.assert_array_equal(model.embedding_layer.slot_variables["video"]["accumulators"],
+                                  accumulators)
+    np.testing.assert_array_equal(model.dense.kernel.numpy(), kernel)
+
+
+def test_functional_model_of_the_seed_docstring(rng):
+    """The seed's functional example: keras.Input per feature (dense and ragged), the layer on
+    them, a Dense on the concatenated activations; trained by model.fit on a tf.data dataset."""
+    configs = _seed_configs(rng)
+    inputs = {"watched": keras.Input(shape=(None,), dtype="int64", ragged=True, name="watched"),
+              "liked": keras.Input(shape=(None,), dtype="int64", ragged=True, name="liked"),
+              "user": keras.Input(shape=(), dtype="int64", name="user")}
+    embedding = recemb.keras.TPUEmbedding(feature_config=configs,
+                                          optimizer=E.SGD(0.1))(inputs)
+    logits = keras.layers.Dense(1)(keras.layers.Concatenate()(tf.nest.flatten(embedding)))
+    model = keras.Model(inputs, logits)
+    model.compile(optimizer="sgd", loss="mse")
+    features, labels = _seed_batch(rng)
+    dataset = tf.data.Dataset.from_tensors((features, labels)).repeat(3)
+    (layer,) = [lay for lay in model.layers if isinstance(lay, recemb.keras.Embedding)]
+    before = layer.embedding_tables["video"].copy()
+    model.fit(dataset, verbose=0)
+    assert layer.step == 3
+    assert not np.array_equal(layer.embedding_tables["video"], before)
+    assert model.predict(dataset.take(1), verbose=0).shape == (8, 1)
+
+
+def test_saved_model_export_is_refused_with_the_way_to_serve(rng, tmp_path):
+    model = SubclassedModel(_seed_configs(rng), "sgd")
+    features, _ = _seed_batch(rng)
+    model(features)
+
+    @tf.function(input_signature=[{
+        "watched": tf.RaggedTensorSpec([None, None], tf.int64),
+        "liked": tf.RaggedTensorSpec([None, None], tf.int64),
+        "user": tf.TensorSpec([None], tf.int64)}])
+    def serve(examples):
+        return model(examples)
+
+    with pytest.raises(ValueError, match="layer.embedding.export"):
+        tf.saved_model.save(model, str(tmp_path / "saved"), signatures={"serving": serve})
