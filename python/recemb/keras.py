@@ -24,7 +24,7 @@ from typing import Any, Optional, Union
 import keras
 import numpy as np
 
-from recemb import _nest, _recemb, _state, _tf_configs, optimizers
+from recemb import _config_dict, _nest, _recemb, _state, _tf_configs, optimizers
 from recemb.embedding import Embedding as _Layer
 
 __all__ = ["Embedding", "TPUEmbedding", "translate_keras_optimizer"]
@@ -63,6 +63,7 @@ def _optimizer(optimizer: Any) -> Optional[optimizers._Optimizer]:
                      "tf.tpu.experimental.embedding.")
 
 
+@keras.saving.register_keras_serializable(package="recemb")
 class Embedding(keras.layers.Layer):
     """The seed's TPUEmbedding on recemb (docs/keras.md).
 
@@ -101,6 +102,8 @@ class Embedding(keras.layers.Layer):
             raise ValueError("pipeline_execution_with_tensor_core="
                              f"{pipeline_execution_with_tensor_core!r}: expected True or False")
         super().__init__(**kwargs)
+        self._options = {"num_threads": num_threads, "seed": seed,
+                         "non_finite_gradients": non_finite_gradients}
         # Keras would make ragged and sparse inputs dense (padding ids): the layer takes them as
         # they are.
         self._convert_input_args = False
@@ -177,6 +180,23 @@ class Embedding(keras.layers.Layer):
                              "nothing was loaded")
         if self._trigger is not None and "0" in store.keys():
             self._trigger.assign(np.asarray(store["0"], dtype=np.float32))
+
+    def get_config(self) -> dict:
+        """The layer's Keras config (model.save('*.keras')): the feature config and optimizer as
+        JSON (recemb/_config_dict.py) and the constructor's other arguments."""
+        config = super().get_config()
+        config.update({"recemb": _config_dict.to_dict(self._layer.feature_config,
+                                                      self._layer.optimizer),
+                       "pipeline_execution_with_tensor_core":
+                           self.pipeline_execution_with_tensor_core,
+                       "batch_size": self.batch_size, **self._options})
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Embedding":
+        config = dict(config)
+        feature_config, optimizer = _config_dict.from_dict(config.pop("recemb"))
+        return cls(feature_config, optimizer, **config)
 
     # tf.train.Checkpoint (the seed's docstring checkpoints the model "as normal"): on the
     # TensorFlow backend the layer is a TF trackable, saved as its state arrays.

@@ -355,3 +355,61 @@ def test_saved_model_export_is_refused_with_the_way_to_serve(rng, tmp_path):
 
     with pytest.raises(ValueError, match="layer.embedding.export"):
         tf.saved_model.save(model, str(tmp_path / "saved"), signatures={"serving": serve})
+
+
+def test_model_save_and_load_model_round_trip(rng, tmp_path):
+    """model.save('*.keras') stores the layer's config (feature configs, optimizers, options) and
+    its tables, slots and step; keras.models.load_model rebuilds it, and training continues
+    as in the saved model."""
+    table = recemb.TableConfig(VOCABULARY, DIM, name="t", combiner="sqrtn",
+                               initializer=_initial(rng),
+                               optimizer=recemb.optimizers.FTRL(learning_rate=0.2, beta=0.1))
+    other = recemb.TableConfig(VOCABULARY + 2, DIM + 1, name="u",
+                               initializer=_initial(rng, VOCABULARY + 2, DIM + 1))
+    config = {"a": recemb.FeatureConfig(table, name="a"),
+              "b": [recemb.FeatureConfig(table, name="b"),
+                    recemb.FeatureConfig(other, max_sequence_length=2, name="c")]}
+    inputs = {"a": keras.Input(shape=(), dtype="int64", name="a"),
+              "b": [keras.Input(shape=(3,), dtype="int64", name="b"),
+                    keras.Input(shape=(2,), dtype="int64", name="c")]}
+    layer = recemb.keras.Embedding(config, recemb.optimizers.Adagrad(learning_rate=0.3), seed=7)
+    out = layer(inputs)
+    flat = keras.layers.Concatenate()([out["a"], out["b"][0], keras.layers.Flatten()(out["b"][1])])
+    model = keras.Model(inputs, keras.layers.Dense(1)(flat))
+    model.compile(optimizer="sgd", loss="mse")
+
+    def data(count):
+        return ({"a": rng.integers(0, VOCABULARY, size=count),
+                 "b": [rng.integers(0, VOCABULARY, size=(count, 3)),
+                       rng.integers(0, VOCABULARY + 2, size=(count, 2))]},
+                rng.normal(size=(count, 1)).astype(np.float32))
+
+    x, y = data(32)
+    model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    (restored,) = [lay for lay in loaded.layers if isinstance(lay, recemb.keras.Embedding)]
+    assert restored.step == layer.step == 4
+    for name in ("t", "u"):
+        np.testing.assert_array_equal(restored.embedding_tables[name], layer.embedding_tables[name])
+        for slot, values in layer.slot_variables[name].items():
+            np.testing.assert_array_equal(restored.slot_variables[name][slot], values)
+    assert type(restored.feature_config["a"].table.optimizer).__name__ == "FTRL"
+    assert restored.feature_config["b"][1].max_sequence_length == 2
+    x, y = data(16)
+    model.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+    loaded.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+    for name in ("t", "u"):
+        np.testing.assert_allclose(restored.embedding_tables[name], layer.embedding_tables[name],
+                                   rtol=1e-6, atol=1e-7)
+
+
+def test_model_save_refuses_what_has_no_config(rng, tmp_path):
+    inputs = keras.Input(shape=(), dtype="int64")
+    layer = recemb.keras.Embedding(recemb.FeatureConfig(
+        recemb.TableConfig(VOCABULARY, DIM, name="t"), name="f"),
+        recemb.optimizers.SGD(learning_rate=lambda: 0.1))
+    model = keras.Model(inputs, keras.layers.Dense(1)(layer(inputs)))
+    with pytest.raises(NotImplementedError, match="save_weights or tf.train.Checkpoint"):
+        model.save(tmp_path / "model.keras")
