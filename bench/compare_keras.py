@@ -113,6 +113,20 @@ def dense_layer(keras_module, inputs_width, kernel):
     return layer
 
 
+def training_step(lookup, embedding, dense, optimizer):
+    """The step every contender runs: lookup(ids) -> {feature: activations}, concatenated in
+    feature order into the Dense, the loss, its gradients with respect to the embedding layer's
+    trainable variables and the Dense's, applied by `optimizer`."""
+    def step(ids, labels):
+        with tf.GradientTape() as tape:
+            outputs = lookup(ids)
+            loss = loss_of(dense(tf.concat([outputs[k] for k in sorted(outputs)], 1)), labels)
+        variables = embedding.trainable_variables + dense.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+    return step
+
+
 def seed_step(tables, sizes, dim, per_table, kernel):
     """(S): the seed's layer and a tf_keras Dense, trained by one tf_keras legacy Adagrad."""
     configs = [tf.tpu.experimental.embedding.TableConfig(
@@ -124,16 +138,8 @@ def seed_step(tables, sizes, dim, per_table, kernel):
     optimizer = tf.keras.optimizers.legacy.Adagrad(LEARNING_RATE,
                                                    initial_accumulator_value=INITIAL_ACCUMULATOR)
     embedding = tfrs.layers.embedding.TPUEmbedding(features, optimizer=optimizer)
-    dense = dense_layer(tf.keras, dim * len(features), kernel)
-
-    def step(ids, labels):
-        with tf.GradientTape() as tape:
-            outputs = embedding(ids)
-            loss = loss_of(dense(tf.concat([outputs[k] for k in sorted(outputs)], 1)), labels)
-        variables = embedding.trainable_variables + dense.trainable_variables
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
-    return step
+    return training_step(embedding, embedding, dense_layer(tf.keras, dim * len(features), kernel),
+                         optimizer)
 
 
 def keras_rs_step(tables, sizes, dim, per_table, kernel):
@@ -149,17 +155,9 @@ def keras_rs_step(tables, sizes, dim, per_table, kernel):
         name=f"f{t}_{k}", table=config, input_shape=(None, 1), output_shape=(None, dim))
         for t, config in enumerate(configs) for k in range(per_table)}
     embedding = keras_rs.layers.DistributedEmbedding(features)
-    dense = dense_layer(keras, dim * len(features), kernel)
-
-    def step(ids, labels):
-        ids = {name: tf.reshape(values, [-1, 1]) for name, values in ids.items()}
-        with tf.GradientTape() as tape:
-            outputs = embedding(ids)
-            loss = loss_of(dense(tf.concat([outputs[k] for k in sorted(outputs)], 1)), labels)
-        variables = embedding.trainable_variables + dense.trainable_variables
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
-    return step
+    return training_step(
+        lambda ids: embedding({name: tf.reshape(values, [-1, 1]) for name, values in ids.items()}),
+        embedding, dense_layer(keras, dim * len(features), kernel), optimizer)
 
 
 def recemb_step(tables, sizes, dim, per_table, kernel):
@@ -171,18 +169,10 @@ def recemb_step(tables, sizes, dim, per_table, kernel):
                 for t, config in enumerate(configs) for k in range(per_table)}
     embedding = recemb.keras.Embedding(features, optimizer=recemb.optimizers.Adagrad(
         learning_rate=LEARNING_RATE, initial_accumulator_value=INITIAL_ACCUMULATOR))
-    dense = dense_layer(keras, dim * len(features), kernel)
     optimizer = keras.optimizers.Adagrad(LEARNING_RATE,
                                          initial_accumulator_value=INITIAL_ACCUMULATOR)
-
-    def step(ids, labels):
-        with tf.GradientTape() as tape:
-            outputs = embedding(ids, training=True)
-            loss = loss_of(dense(tf.concat([outputs[k] for k in sorted(outputs)], 1)), labels)
-        variables = embedding.trainable_variables + dense.trainable_variables
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
-    return step
+    return training_step(lambda ids: embedding(ids, training=True), embedding,
+                         dense_layer(keras, dim * len(features), kernel), optimizer)
 
 
 def dense_step(tables, sizes, dim, per_table, kernel):
