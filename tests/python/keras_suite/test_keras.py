@@ -413,3 +413,39 @@ def test_model_save_refuses_what_has_no_config(rng, tmp_path):
     model = keras.Model(inputs, keras.layers.Dense(1)(layer(inputs)))
     with pytest.raises(NotImplementedError, match="save_weights or tf.train.Checkpoint"):
         model.save(tmp_path / "model.keras")
+
+
+def test_dynamic_table_trains_in_a_compiled_step(rng):
+    """A dynamic vocabulary through the graph ops: training steps admit any int64 key, an
+    evaluation lookup of an unseen key gives zeros and admits nothing; the rows equal those of
+    recemb.Embedding trained by numpy on the same batches and gradients."""
+    def configs():
+        table = recemb.TableConfig(vocabulary=recemb.DynamicVocabulary(capacity=64), dim=DIM,
+                                   name="users", combiner="sum")
+        return recemb.FeatureConfig(table, name="user")
+
+    layer = recemb.keras.Embedding(configs(), recemb.optimizers.Adagrad(learning_rate=0.2))
+    reference = recemb.Embedding(configs(), recemb.optimizers.Adagrad(learning_rate=0.2))
+    keys = rng.integers(-2**62, 2**62, size=12)
+
+    @tf.function
+    def step(ids, cotangent):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(ids, training=True) * cotangent)
+        return tape.gradient(loss, layer.trainable_variables)
+
+    for _ in range(3):
+        ids = rng.choice(keys, size=(5, 2))
+        cotangent = rng.normal(size=(5, DIM)).astype(np.float32)
+        step(tf.constant(ids), tf.constant(cotangent))
+        reference(ids)
+        reference.apply_gradients(cotangent)
+    stats = layer.embedding.vocabulary_stats("users")
+    assert stats == reference.vocabulary_stats("users") and stats["size"] > 0
+    got_keys, got_rows, _ = layer.embedding.read_dynamic_table("users")
+    want_keys, want_rows, _ = reference.read_dynamic_table("users")
+    np.testing.assert_array_equal(got_keys, want_keys)
+    np.testing.assert_allclose(got_rows, want_rows, rtol=1e-6, atol=1e-7)
+    unseen = np.setdiff1d(rng.integers(0, 2**40, size=4), keys)[:1]
+    np.testing.assert_array_equal(layer(tf.constant(unseen), training=False), 0.0)
+    assert layer.embedding.vocabulary_stats("users") == stats
