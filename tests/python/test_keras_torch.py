@@ -99,3 +99,20 @@ def test_save_weights_round_trip(rng, tmp_path):
     np.testing.assert_array_equal(other.slot_variables["items"]["accumulators"],
                                   layer.slot_variables["items"]["accumulators"])
     np.testing.assert_allclose(restored.predict(ids, verbose=0), model.predict(ids, verbose=0))
+
+
+def test_model_save_and_load_model(rng, tmp_path):
+    table = rng.normal(size=(VOCABULARY, DIM)).astype(np.float32)
+    layer = recemb.keras.Embedding(_feature(table), optimizer="adagrad")
+    model = keras.Sequential([keras.Input(shape=(1,), dtype="int64"), layer,
+                              keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    ids = rng.integers(0, VOCABULARY, size=(16, 1)).astype(np.int64)
+    model.fit(ids, rng.normal(size=(16, 1)).astype(np.float32), batch_size=8, verbose=0)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras")
+    (restored,) = [lay for lay in loaded.layers if isinstance(lay, recemb.keras.Embedding)]
+    assert restored.step == 2
+    np.testing.assert_array_equal(restored.embedding_tables["items"],
+                                  layer.embedding_tables["items"])
+    np.testing.assert_allclose(loaded.predict(ids, verbose=0), model.predict(ids, verbose=0))
