@@ -282,9 +282,13 @@ class Embedding(keras.layers.Layer):
         name = self._features[f].name or f"#{f}"
 
         def id_values(values):
+            if values.dtype == tf.string and self._features[f].table.vocabulary is not None:
+                # A dynamic table's string ids: their keys (recemb/string_key.h), as recemb's
+                # Python and C++ APIs hash them.
+                return _ops().recemb_string_keys(api=self._api, strings=values)
             if values.dtype not in (tf.int32, tf.int64):
-                raise ValueError(f"feature {name!r}: ids must be int32 or int64, got "
-                                 f"{values.dtype.name}")
+                raise ValueError(f"feature {name!r}: ids must be int32 or int64 (or strings, for "
+                                 f"a dynamic table), got {values.dtype.name}")
             return tf.cast(values, tf.int64)
 
         def weight_values(kind, expected):

@@ -67,6 +67,10 @@ struct RecembGraphApi {
   int32_t (*apply_gradients)(void* context, int64_t batch_id, const float* const* gradients,
                              const int64_t* gradient_sizes, int32_t feature_count, char* message,
                              size_t message_size);
+  // keys[i] = recemb::string_key of the bytes strings[i][0 .. sizes[i]) (recemb/string_key.h):
+  // the keys of string ids of a dynamic table. Never fails.
+  void (*string_keys)(const char* const* strings, const int64_t* sizes, int64_t count,
+                      int64_t* keys);
 };
 
 #ifdef __cplusplus

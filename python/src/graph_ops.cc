@@ -10,11 +10,13 @@
 #include <new>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "recemb/embedding.h"
 #include "recemb/error.h"
+#include "recemb/string_key.h"
 
 #include "bind.h"
 #include "graph_op_abi.h"
@@ -72,6 +74,7 @@ class GraphOps {
     api_.activation_shape = &GraphOps::activation_shape_entry;
     api_.lookup = &GraphOps::lookup_entry;
     api_.apply_gradients = &GraphOps::apply_gradients_entry;
+    api_.string_keys = &GraphOps::string_keys_entry;
   }
 
   uintptr_t api_address() const { return reinterpret_cast<uintptr_t>(&api_); }
@@ -156,6 +159,13 @@ class GraphOps {
       self.embedding_.apply_gradients(*found->second, spans);  // throws: the batch is kept
       self.retire(found);
     });
+  }
+
+  static void string_keys_entry(const char* const* strings, const int64_t* sizes, int64_t count,
+                                int64_t* keys) {
+    for (int64_t i = 0; i < count; ++i) {
+      keys[i] = string_key(std::string_view(strings[i], static_cast<size_t>(sizes[i])));
+    }
   }
 
   // Forgets a pending batch, keeping its memory for the next training lookup. A dropped batch

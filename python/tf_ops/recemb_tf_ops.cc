@@ -11,6 +11,8 @@
 // itself); weights[f] is empty for none. A training
 // lookup keeps its batch for RecembApplyGradients(batch, gradients), which applies the fused
 // optimizer (an empty gradient stands for zeros); batch is -1 for a pure lookup.
+// RecembStringKeys(strings) -> keys: the int64 keys of string ids (recemb/string_key.h), for
+// dynamic tables.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -57,6 +59,15 @@ REGISTER_OP("RecembApplyGradients")
     .Input("gradients: n * float")
     .SetIsStateful()
     .SetShapeFn([](::tensorflow::shape_inference::InferenceContext*) { return absl::OkStatus(); });
+
+REGISTER_OP("RecembStringKeys")
+    .Attr("api: int")
+    .Input("strings: string")
+    .Output("keys: int64")
+    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* context) {
+      context->set_output(0, context->input(0));
+      return absl::OkStatus();
+    });
 
 namespace {
 
@@ -189,8 +200,36 @@ class ApplyGradientsOp : public OpKernel {
   const RecembGraphApi* api_ = nullptr;
 };
 
+class StringKeysOp : public OpKernel {
+ public:
+  explicit StringKeysOp(OpKernelConstruction* context) : OpKernel(context) {
+    int64_t address = 0;
+    OP_REQUIRES_OK(context, context->GetAttr("api", &address));
+    api_ = api_at(address);
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& strings = context->input(0);
+    Tensor* keys = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, strings.shape(), &keys));
+    const auto values = strings.flat<::tensorflow::tstring>();
+    std::vector<const char*> data(values.size());
+    std::vector<int64_t> sizes(values.size());
+    for (int64_t i = 0; i < values.size(); ++i) {
+      data[i] = values(i).data();
+      sizes[i] = static_cast<int64_t>(values(i).size());
+    }
+    api_->string_keys(data.data(), sizes.data(), static_cast<int64_t>(data.size()),
+                      keys->flat<int64_t>().data());
+  }
+
+ private:
+  const RecembGraphApi* api_ = nullptr;
+};
+
 }  // namespace
 
+REGISTER_KERNEL_BUILDER(Name("RecembStringKeys").Device(::tensorflow::DEVICE_CPU), StringKeysOp);
 REGISTER_KERNEL_BUILDER(Name("RecembLookup").Device(::tensorflow::DEVICE_CPU), LookupOp);
 REGISTER_KERNEL_BUILDER(Name("RecembApplyGradients").Device(::tensorflow::DEVICE_CPU),
                         ApplyGradientsOp);

@@ -32,9 +32,14 @@ APPLY_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
                             ctypes.c_size_t)
 
 
+STRING_KEYS_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_char_p), I64P, ctypes.c_int64,
+                                  I64P)
+
+
 class GraphApi(ctypes.Structure):
     _fields_ = [("context", ctypes.c_void_p), ("activation_shape", SHAPE_FN),
-                ("lookup", LOOKUP_FN), ("apply_gradients", APPLY_FN)]
+                ("lookup", LOOKUP_FN), ("apply_gradients", APPLY_FN),
+                ("string_keys", STRING_KEYS_FN)]
 
 
 OK, INVALID_ARGUMENT, FAILED_PRECONDITION = 0, 1, 2
@@ -184,3 +189,17 @@ def test_at_most_eight_training_lookups_wait(problem):
     assert caller.apply(batches[0], [np.zeros(0, np.float32)] * 3)[0] == FAILED_PRECONDITION
     assert caller.apply(batches[-1], [np.zeros(0, np.float32)] * 3)[0] == OK
     assert caller.ops.pending() == 7 and layer.step == 1
+
+
+def test_string_keys_are_recembs(problem):
+    """The keys of string ids, as recemb.string_key gives them (XXH3-64, seed 0), bytes with a
+    NUL inside and the empty string among them."""
+    caller = problem[3]
+    strings = [b"", b"user 1", "\u00e9t\u00e9".encode(), b"a\x00b", b"x" * 1000]
+    data = (ctypes.c_char_p * len(strings))(*strings)
+    sizes = (ctypes.c_int64 * len(strings))(*[len(value) for value in strings])
+    keys = (ctypes.c_int64 * len(strings))()
+    caller.api.string_keys(data, sizes, len(strings), keys)
+    assert list(keys) == [_recemb.string_key(value) for value in strings]
+    assert keys[0] == 0x2D06800538D394C2
+    assert keys[3] != _recemb.string_key(b"a")

@@ -449,3 +449,38 @@ def test_dynamic_table_trains_in_a_compiled_step(rng):
     unseen = np.setdiff1d(rng.integers(0, 2**40, size=4), keys)[:1]
     np.testing.assert_array_equal(layer(tf.constant(unseen), training=False), 0.0)
     assert layer.embedding.vocabulary_stats("users") == stats
+
+
+def test_string_ids_of_a_dynamic_table(rng):
+    """tf.string ids of a dynamic table become recemb's string keys in the graph
+    (RecembStringKeys): the same keys and rows as recemb.Embedding given the same str ids;
+    string ids of a static table are refused."""
+    def configs():
+        table = recemb.TableConfig(vocabulary=recemb.DynamicVocabulary(capacity=32), dim=DIM,
+                                   name="words", combiner="mean")
+        return {"w": recemb.FeatureConfig(table, name="w")}
+
+    layer = recemb.keras.Embedding(configs(), recemb.optimizers.SGD(learning_rate=0.5))
+    reference = recemb.Embedding(configs(), recemb.optimizers.SGD(learning_rate=0.5))
+    words = np.array(["", "caf\u00e9", "user 17", "a b", "x" * 40])
+    lists = [list(rng.choice(words, size=n)) for n in (2, 1, 3)]
+    ragged = tf.ragged.constant(lists, dtype=tf.string)
+
+    @tf.function
+    def step(ids):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer({"w": ids}, training=True)["w"])
+        return tape.gradient(loss, layer.trainable_variables)
+
+    step(ragged)
+    reference({"w": recemb.Ragged.from_lists(lists)})
+    reference.apply_gradients({"w": np.ones((3, DIM), np.float32)})
+    got_keys, got_rows, _ = layer.embedding.read_dynamic_table("words")
+    want_keys, want_rows, _ = reference.read_dynamic_table("words")
+    np.testing.assert_array_equal(got_keys, want_keys)
+    assert sorted(got_keys) == sorted({recemb.string_key(word) for row in lists for word in row})
+    np.testing.assert_allclose(got_rows, want_rows, rtol=1e-6, atol=1e-7)
+    static = recemb.keras.Embedding(recemb.FeatureConfig(recemb.TableConfig(5, 2, name="t"),
+                                                         name="f"))
+    with pytest.raises(ValueError, match="or strings, for a dynamic table"):
+        static(tf.constant(["a"]))
