@@ -127,7 +127,8 @@ class Embedding(keras.layers.Layer):
         else:
             self._layer = _Layer(configs, optimizer, num_threads=num_threads, **options)
             self._graph_ops = _recemb.GraphOps(self._layer._engine)
-            self._api = int(self._graph_ops.api_address())
+            self._api = int(_recemb.graph_api_address())
+            self._layer_id = int(self._graph_ops.layer_id())
             self._trigger = self.add_weight(name="recemb_gradient_trigger", shape=(),
                                             initializer="zeros", trainable=True)
         self._features = _nest.flatten(self._layer.feature_config)
@@ -245,7 +246,7 @@ class Embedding(keras.layers.Layer):
         inputs = [self._graph_input(tf, f, x, w, empty_ids, no_weights)
                   for f, (x, w) in enumerate(zip(flat, flat_weights))]
         kinds, ids, index, shapes, values = (list(column) for column in zip(*inputs))
-        arguments = {"api": self._api, "kinds": kinds, "ids": ids, "index": index,
+        arguments = {"api": self._api, "layer": self._layer_id, "kinds": kinds, "ids": ids, "index": index,
                      "shapes": shapes, "weights": values}
         if training is True and self._trainable:
             outputs = self._training_lookup(tf, arguments)
@@ -258,7 +259,7 @@ class Embedding(keras.layers.Layer):
     def _training_lookup(self, tf, arguments):
         """The activations of a training lookup, whose gradient function applies their
         gradients (RecembApplyGradients) and returns 0 for the trigger."""
-        api = self._api
+        api, layer = self._api, self._layer_id
         ops = _ops()
 
         @tf.custom_gradient
@@ -268,7 +269,8 @@ class Embedding(keras.layers.Layer):
             def gradient(*upstream):
                 gradients = [tf.zeros([0], tf.float32) if g is None
                              else tf.cast(tf.convert_to_tensor(g), tf.float32) for g in upstream]
-                applied = ops.recemb_apply_gradients(api=api, batch=batch, gradients=gradients)
+                applied = ops.recemb_apply_gradients(api=api, layer=layer, batch=batch,
+                                                     gradients=gradients)
                 with tf.control_dependencies([applied]):
                     return tf.zeros_like(trigger)
 

@@ -3,9 +3,13 @@
 // (python/tensorflow/ops.cc) includes only this header, not recemb's, so the process holds one
 // copy of the engine's code, the module's, and the op library depends on TensorFlow alone.
 //
-// recemb._recemb.GraphOps(embedding) owns one RecembGraphApi; GraphOps.api_address() is its
-// address, which the op library receives as an attribute of each op. The functions may be called
-// from any thread (calls on one GraphOps run one at a time), never throw, and take the interpreter
+// recemb._recemb.graph_api_address() is the address of the module's one RecembGraphApi (static:
+// it lives as long as the process); recemb._recemb.GraphOps(embedding) registers an Embedding
+// under an id (GraphOps.layer_id()), unregistered when the GraphOps is destroyed. The op library
+// receives both as attributes of each op. A call naming an id no longer registered (a graph kept
+// after its layer was deleted) fails with RECEMB_GRAPH_FAILED_PRECONDITION, never touching freed
+// memory: a call in flight keeps its GraphOps and Embedding alive. The functions may be called
+// from any thread (calls on one layer run one at a time), never throw, and take the interpreter
 // lock only where the Embedding calls back into Python (learning-rate callables). They return
 // RECEMB_GRAPH_OK or an error code with the message in `message` (NUL-terminated, truncated to
 // message_size).
@@ -50,21 +54,20 @@ struct RecembGraphInput {
 #define RECEMB_GRAPH_MAX_RANK 8
 
 struct RecembGraphApi {
-  void* context;
   // Writes feature `feature`'s activation shape into shape[0 .. *rank).
-  int32_t (*activation_shape)(void* context, int32_t feature, const RecembGraphInput* input,
+  int32_t (*activation_shape)(int64_t layer, int32_t feature, const RecembGraphInput* input,
                               int64_t* shape, int32_t* rank, char* message, size_t message_size);
   // Looks up every feature (inputs[f], activations[f] holding activation_sizes[f] floats, in
   // feature order). With batch_id null: a pure lookup. Otherwise a training lookup, whose batch
   // is kept under the id written to *batch_id until apply_gradients takes it (or until more than
   // GraphOps' pending limit of newer training lookups are kept: the oldest is then dropped, as a
   // forward pass that no gradient reached).
-  int32_t (*lookup)(void* context, const RecembGraphInput* inputs, int32_t feature_count,
+  int32_t (*lookup)(int64_t layer, const RecembGraphInput* inputs, int32_t feature_count,
                     float* const* activations, const int64_t* activation_sizes, int64_t* batch_id,
                     char* message, size_t message_size);
   // Applies the gradients of the training lookup `batch_id` (gradients[f] holding
   // gradient_sizes[f] floats; 0 stands for zeros) and forgets the batch.
-  int32_t (*apply_gradients)(void* context, int64_t batch_id, const float* const* gradients,
+  int32_t (*apply_gradients)(int64_t layer, int64_t batch_id, const float* const* gradients,
                              const int64_t* gradient_sizes, int32_t feature_count, char* message,
                              size_t message_size);
   // keys[i] = recemb::string_key of the bytes strings[i][0 .. sizes[i]) (recemb/string_key.h):

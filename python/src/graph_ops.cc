@@ -67,29 +67,80 @@ int32_t guarded(char* message, size_t message_size, Call call) {
   }
 }
 
-class GraphOps {
+class GraphOps;
+
+// The registered layers, by id: a call finds its GraphOps here (and holds it while it runs), so a
+// graph that outlived its layer gets an error, not freed memory. Never destroyed (ops may run
+// while the interpreter shuts down).
+class Registry {
  public:
-  explicit GraphOps(Embedding& embedding) : embedding_(embedding) {
-    api_.context = this;
-    api_.activation_shape = &GraphOps::activation_shape_entry;
-    api_.lookup = &GraphOps::lookup_entry;
-    api_.apply_gradients = &GraphOps::apply_gradients_entry;
-    api_.string_keys = &GraphOps::string_keys_entry;
+  static Registry& instance() {
+    static Registry* registry = new Registry();
+    return *registry;
+  }
+  int64_t add(const std::shared_ptr<GraphOps>& ops) {
+    std::lock_guard lock(mutex_);
+    layers_.emplace(next_id_, ops);
+    return next_id_++;
+  }
+  void remove(int64_t id) {
+    std::lock_guard lock(mutex_);
+    layers_.erase(id);
+  }
+  // The GraphOps of `id`; throws FailedPrecondition when none is registered under it.
+  std::shared_ptr<GraphOps> find(int64_t id) {
+    std::lock_guard lock(mutex_);
+    const auto found = layers_.find(id);
+    std::shared_ptr<GraphOps> ops = found == layers_.end() ? nullptr : found->second.lock();
+    if (ops == nullptr) {
+      throw FailedPrecondition("recemb: the layer " + std::to_string(id) +
+                               " that this graph's ops call no longer exists (the graph outlived "
+                               "its recemb layer; docs/keras.md)");
+    }
+    return ops;
   }
 
-  uintptr_t api_address() const { return reinterpret_cast<uintptr_t>(&api_); }
+ private:
+  std::mutex mutex_;
+  int64_t next_id_ = 1;
+  std::map<int64_t, std::weak_ptr<GraphOps>> layers_;
+};
+
+class GraphOps {
+ public:
+  // Holds `embedding` (a recemb._recemb.Embedding) while it lives: a call in flight keeps both.
+  explicit GraphOps(py::object embedding)
+      : object_(std::move(embedding)), embedding_(object_.cast<Embedding&>()) {}
+  ~GraphOps() {
+    Registry::instance().remove(id_);
+    py::gil_scoped_acquire gil;  // the last holder may be an op's thread
+    object_ = py::object();
+  }
+  GraphOps(const GraphOps&) = delete;
+  GraphOps& operator=(const GraphOps&) = delete;
+
+  static std::shared_ptr<GraphOps> create(py::object embedding) {
+    auto ops = std::make_shared<GraphOps>(std::move(embedding));
+    ops->id_ = Registry::instance().add(ops);
+    return ops;
+  }
+
+  int64_t layer_id() const { return id_; }
 
   size_t pending() {
     std::lock_guard lock(mutex_);
     return batches_.size();
   }
 
+  static const RecembGraphApi kApi;
+
  private:
-  static int32_t activation_shape_entry(void* context, int32_t feature,
+  static int32_t activation_shape_entry(int64_t layer, int32_t feature,
                                         const RecembGraphInput* input, int64_t* shape,
                                         int32_t* rank, char* message, size_t message_size) {
-    auto& self = *static_cast<GraphOps*>(context);
     return guarded(message, message_size, [&] {
+      const std::shared_ptr<GraphOps> ops = Registry::instance().find(layer);
+      GraphOps& self = *ops;
       if (feature < 0 || static_cast<size_t>(feature) >= self.embedding_.features().size()) {
         throw InvalidArgument("GraphOps: feature " + std::to_string(feature) + " of " +
                               std::to_string(self.embedding_.features().size()));
@@ -104,11 +155,12 @@ class GraphOps {
     });
   }
 
-  static int32_t lookup_entry(void* context, const RecembGraphInput* inputs, int32_t feature_count,
+  static int32_t lookup_entry(int64_t layer, const RecembGraphInput* inputs, int32_t feature_count,
                               float* const* activations, const int64_t* activation_sizes,
                               int64_t* batch_id, char* message, size_t message_size) {
-    auto& self = *static_cast<GraphOps*>(context);
     return guarded(message, message_size, [&] {
+      const std::shared_ptr<GraphOps> ops = Registry::instance().find(layer);
+      GraphOps& self = *ops;
       std::vector<FeatureInput> views;
       std::vector<std::span<float>> outputs;
       for (int32_t f = 0; f < feature_count; ++f) {
@@ -139,11 +191,12 @@ class GraphOps {
     });
   }
 
-  static int32_t apply_gradients_entry(void* context, int64_t batch_id,
+  static int32_t apply_gradients_entry(int64_t layer, int64_t batch_id,
                                        const float* const* gradients, const int64_t* gradient_sizes,
                                        int32_t feature_count, char* message, size_t message_size) {
-    auto& self = *static_cast<GraphOps*>(context);
     return guarded(message, message_size, [&] {
+      const std::shared_ptr<GraphOps> ops = Registry::instance().find(layer);
+      GraphOps& self = *ops;
       std::vector<std::span<const float>> spans;
       for (int32_t f = 0; f < feature_count; ++f) {
         spans.emplace_back(gradients[f], static_cast<size_t>(gradient_sizes[f]));
@@ -177,23 +230,31 @@ class GraphOps {
     if (spare_.size() < 2) spare_.push_back(std::move(batch));
   }
 
+  py::object object_;
   Embedding& embedding_;
-  RecembGraphApi api_{};
+  int64_t id_ = 0;
   std::mutex mutex_;
   int64_t next_id_ = 0;
   std::map<int64_t, std::unique_ptr<LookupBatch>> batches_;  // by id: oldest first
   std::vector<std::unique_ptr<LookupBatch>> spare_;          // applied, for reuse
 };
 
+const RecembGraphApi GraphOps::kApi = {&GraphOps::activation_shape_entry, &GraphOps::lookup_entry,
+                                       &GraphOps::apply_gradients_entry,
+                                       &GraphOps::string_keys_entry};
+
 }  // namespace
 
 void bind_graph_ops(py::module_& module) {
-  py::class_<GraphOps>(module, "GraphOps",
-                       "An Embedding behind the plain-C functions of graph_op_abi.h, for a graph "
-                       "framework's op library (docs/keras.md).")
-      .def(py::init<Embedding&>(), py::arg("embedding"), py::keep_alive<1, 2>())
-      .def("api_address", &GraphOps::api_address,
-           "The address of its RecembGraphApi, valid while this object lives.")
+  module.def(
+      "graph_api_address", [] { return reinterpret_cast<uintptr_t>(&GraphOps::kApi); },
+      "The address of the module's RecembGraphApi (graph_op_abi.h), valid for the process.");
+  py::class_<GraphOps, std::shared_ptr<GraphOps>>(
+      module, "GraphOps",
+      "An Embedding behind the plain-C functions of graph_op_abi.h, for a graph framework's op "
+      "library (docs/keras.md), registered under layer_id() while it lives.")
+      .def(py::init(&GraphOps::create), py::arg("embedding"))
+      .def("layer_id", &GraphOps::layer_id, "The id the ops name this layer by.")
       .def("pending", &GraphOps::pending, "Training lookups kept for their gradients (at most 8).");
 }
 

@@ -1,9 +1,9 @@
 // TensorFlow's ops for recemb.keras (docs/keras.md, "How the layer runs"): RecembLookup and
 // RecembApplyGradients, built against the TensorFlow wheel's headers into recemb/_tf_ops.so. The
 // only file of recemb that includes TensorFlow. The ops call the Embedding of recemb._recemb
-// through graph_op_abi.h (the address of a GraphOps' RecembGraphApi is their attribute `api`), so
-// they are real graph ops: they run under tf.function and in model.fit's compiled step, where a
-// Python callback could not.
+// through graph_op_abi.h (the address of the module's RecembGraphApi is their attribute `api`,
+// the id of a GraphOps' layer their attribute `layer`), so they are real graph ops: they run under
+// tf.function and in model.fit's compiled step, where a Python callback could not.
 //
 // RecembLookup(ids, index, shapes, weights; kinds, training) -> (activations, batch): feature f's
 // input is ids[f] with, by kinds[f] (graph_op_abi.h's RecembInputKind), its row_splits or sparse
@@ -34,6 +34,7 @@ using ::tensorflow::TensorShape;
 
 REGISTER_OP("RecembLookup")
     .Attr("api: int")
+    .Attr("layer: int")
     .Attr("kinds: list(int)")
     .Attr("training: bool")
     .Attr("n: int >= 1")
@@ -54,6 +55,7 @@ REGISTER_OP("RecembLookup")
 
 REGISTER_OP("RecembApplyGradients")
     .Attr("api: int")
+    .Attr("layer: int")
     .Attr("n: int >= 1")
     .Input("batch: int64")
     .Input("gradients: n * float")
@@ -98,6 +100,7 @@ class LookupOp : public OpKernel {
   explicit LookupOp(OpKernelConstruction* context) : OpKernel(context) {
     int64_t address = 0;
     OP_REQUIRES_OK(context, context->GetAttr("api", &address));
+    OP_REQUIRES_OK(context, context->GetAttr("layer", &layer_));
     OP_REQUIRES_OK(context, context->GetAttr("kinds", &kinds_));
     OP_REQUIRES_OK(context, context->GetAttr("training", &training_));
     api_ = api_at(address);
@@ -139,8 +142,8 @@ class LookupOp : public OpKernel {
       input.weight_count = weights[f].NumElements();
       int64_t dims[RECEMB_GRAPH_MAX_RANK];
       int32_t rank = 0;
-      OP_REQUIRES_OK(context, status_of(api_->activation_shape(api_->context, f, &input, dims,
-                                                               &rank, message, kMessageSize),
+      OP_REQUIRES_OK(context, status_of(api_->activation_shape(layer_, f, &input, dims, &rank,
+                                                               message, kMessageSize),
                                         message));
       TensorShape shape;
       for (int32_t axis = 0; axis < rank; ++axis) {
@@ -155,15 +158,16 @@ class LookupOp : public OpKernel {
     OP_REQUIRES_OK(context, context->allocate_output(features, TensorShape({}), &batch));
     int64_t batch_id = -1;
     OP_REQUIRES_OK(
-        context, status_of(api_->lookup(api_->context, inputs.data(), features, activations.data(),
-                                        sizes.data(), training_ ? &batch_id : nullptr, message,
-                                        kMessageSize),
-                           message));
+        context,
+        status_of(api_->lookup(layer_, inputs.data(), features, activations.data(), sizes.data(),
+                               training_ ? &batch_id : nullptr, message, kMessageSize),
+                  message));
     batch->scalar<int64_t>()() = batch_id;
   }
 
  private:
   const RecembGraphApi* api_ = nullptr;
+  int64_t layer_ = 0;
   std::vector<int32_t> kinds_;
   bool training_ = false;
 };
@@ -173,6 +177,7 @@ class ApplyGradientsOp : public OpKernel {
   explicit ApplyGradientsOp(OpKernelConstruction* context) : OpKernel(context) {
     int64_t address = 0;
     OP_REQUIRES_OK(context, context->GetAttr("api", &address));
+    OP_REQUIRES_OK(context, context->GetAttr("layer", &layer_));
     api_ = api_at(address);
   }
 
@@ -190,14 +195,15 @@ class ApplyGradientsOp : public OpKernel {
       sizes[f] = gradients[f].NumElements();
     }
     char message[kMessageSize] = {};
-    OP_REQUIRES_OK(context, status_of(api_->apply_gradients(api_->context, batch.flat<int64_t>()(0),
-                                                            data.data(), sizes.data(), features,
-                                                            message, kMessageSize),
-                                      message));
+    OP_REQUIRES_OK(context,
+                   status_of(api_->apply_gradients(layer_, batch.flat<int64_t>()(0), data.data(),
+                                                   sizes.data(), features, message, kMessageSize),
+                             message));
   }
 
  private:
   const RecembGraphApi* api_ = nullptr;
+  int64_t layer_ = 0;
 };
 
 class StringKeysOp : public OpKernel {

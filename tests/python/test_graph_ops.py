@@ -21,13 +21,13 @@ class GraphInput(ctypes.Structure):
                 ("weight_count", ctypes.c_int64)]
 
 
-SHAPE_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32,
+SHAPE_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_int32,
                             ctypes.POINTER(GraphInput), I64P, ctypes.POINTER(ctypes.c_int32),
                             ctypes.c_char_p, ctypes.c_size_t)
-LOOKUP_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(GraphInput),
+LOOKUP_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(GraphInput),
                              ctypes.c_int32, ctypes.POINTER(F32P), I64P, I64P, ctypes.c_char_p,
                              ctypes.c_size_t)
-APPLY_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
+APPLY_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_int64,
                             ctypes.POINTER(F32P), I64P, ctypes.c_int32, ctypes.c_char_p,
                             ctypes.c_size_t)
 
@@ -37,7 +37,7 @@ STRING_KEYS_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_char_p), I64P, c
 
 
 class GraphApi(ctypes.Structure):
-    _fields_ = [("context", ctypes.c_void_p), ("activation_shape", SHAPE_FN),
+    _fields_ = [("activation_shape", SHAPE_FN),
                 ("lookup", LOOKUP_FN), ("apply_gradients", APPLY_FN),
                 ("string_keys", STRING_KEYS_FN)]
 
@@ -56,7 +56,8 @@ class Caller:
 
     def __init__(self, layer):
         self.ops = _recemb.GraphOps(layer._engine)
-        self.api = GraphApi.from_address(self.ops.api_address())
+        self.api = GraphApi.from_address(_recemb.graph_api_address())
+        self.layer = self.ops.layer_id()
         self.keep = []
 
     def graph_input(self, kind, ids, index=None, shape=None, weights=None):
@@ -75,7 +76,7 @@ class Caller:
         dims = (ctypes.c_int64 * 8)()
         rank = ctypes.c_int32()
         message = ctypes.create_string_buffer(512)
-        status = self.api.activation_shape(self.api.context, feature, ctypes.byref(graph_input),
+        status = self.api.activation_shape(self.layer, feature, ctypes.byref(graph_input),
                                            dims, ctypes.byref(rank), message, 512)
         return status, tuple(dims[:rank.value]), message.value.decode()
 
@@ -86,7 +87,7 @@ class Caller:
         sizes = (ctypes.c_int64 * len(inputs))(*[o.size for o in outputs])
         batch = ctypes.c_int64(-7)
         message = ctypes.create_string_buffer(512)
-        status = self.api.lookup(self.api.context, array, len(inputs), pointers, sizes,
+        status = self.api.lookup(self.layer, array, len(inputs), pointers, sizes,
                                  ctypes.byref(batch) if training else None, message, 512)
         return status, outputs, batch.value, message.value.decode()
 
@@ -95,7 +96,7 @@ class Caller:
         pointers = (F32P * len(gradients))(*[_pointer(g, F32P) for g in gradients])
         sizes = (ctypes.c_int64 * len(gradients))(*[g.size for g in gradients])
         message = ctypes.create_string_buffer(512)
-        status = self.api.apply_gradients(self.api.context, batch, pointers, sizes,
+        status = self.api.apply_gradients(self.layer, batch, pointers, sizes,
                                           len(gradients), message, 512)
         return status, message.value.decode()
 
@@ -203,3 +204,22 @@ def test_string_keys_are_recembs(problem):
     assert list(keys) == [_recemb.string_key(value) for value in strings]
     assert keys[0] == 0x2D06800538D394C2
     assert keys[3] != _recemb.string_key(b"a")
+
+
+def test_a_layer_gone_is_an_error_not_freed_memory(problem):
+    """Ops naming a layer id that is no longer registered (a graph that outlived its layer) get
+    FAILED_PRECONDITION; ids are never reused; the Embedding outlives its last GraphOps call."""
+    rng, table, layer, caller = problem
+    inputs, _ = _inputs(caller, rng)
+    second = _recemb.GraphOps(layer._engine)
+    assert second.layer_id() > caller.layer
+    gone = caller.layer
+    del caller.ops
+    import gc
+    gc.collect()
+    status, _, _, message = caller.lookup(inputs, training=False)
+    assert status == FAILED_PRECONDITION and f"layer {gone}" in message
+    status, _ = caller.apply(0, [np.zeros(0, np.float32)] * 3)
+    assert status == FAILED_PRECONDITION
+    caller.layer = second.layer_id()
+    assert caller.lookup(inputs, training=False)[0] == OK
