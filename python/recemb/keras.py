@@ -24,7 +24,7 @@ from typing import Any, Optional, Union
 import keras
 import numpy as np
 
-from recemb import _config_dict, _nest, _recemb, _state, _tf_configs, optimizers
+from recemb import _config_dict, _jax_ops, _nest, _recemb, _state, _tf_configs, optimizers
 from recemb.embedding import Embedding as _Layer
 
 __all__ = ["Embedding", "TPUEmbedding", "translate_keras_optimizer"]
@@ -92,9 +92,10 @@ class Embedding(keras.layers.Layer):
                  batch_size: Optional[int] = None, *, num_threads: Union[int, str] = 0,
                  seed: int = 0, non_finite_gradients: str = "reject", **kwargs: Any) -> None:
         backend = keras.backend.backend()
-        if backend not in ("tensorflow", "torch"):
-            raise ValueError(f"recemb.keras runs on Keras's TensorFlow and PyTorch backends; this "
-                             f"process uses {backend!r} (KERAS_BACKEND; docs/keras.md)")
+        if backend not in ("tensorflow", "torch", "jax"):
+            raise ValueError(f"recemb.keras runs on Keras's TensorFlow, PyTorch and JAX "
+                             f"backends; this process uses {backend!r} (KERAS_BACKEND; "
+                             "docs/keras.md)")
         if batch_size is not None and (isinstance(batch_size, bool) or
                                        not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"batch_size={batch_size!r}: must be None or a positive int")
@@ -107,6 +108,7 @@ class Embedding(keras.layers.Layer):
         # Keras would make ragged and sparse inputs dense (padding ids): the layer takes them as
         # they are.
         self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True  # numpy ids, recemb.Ragged / Sparse
         self.batch_size = batch_size
         self.pipeline_execution_with_tensor_core = pipeline_execution_with_tensor_core
         configs, optimizer = _tf_configs.feature_config(feature_config), _optimizer(optimizer)
@@ -230,6 +232,8 @@ class Embedding(keras.layers.Layer):
             # anything else is a pure lookup (recemb.torch.Embedding.forward).
             self._torch_module.train(training is True and self._trainable)
             return self._torch_module(features, weights)
+        if keras.backend.backend() == "jax":
+            return self._jax_call(features, weights, training is True and self._trainable)
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         from tensorflow.python.saved_model import save_context  # pylint: disable=import-outside-toplevel
         if save_context.in_save_context():
@@ -254,6 +258,24 @@ class Embedding(keras.layers.Layer):
             outputs, _ = _ops().recemb_lookup(training=False, **arguments)
         outputs = [self._with_static_shape(f, x, output)
                    for f, (x, output) in enumerate(zip(flat, outputs))]
+        return _nest.pack_sequence_as(structure, outputs)
+
+    def _jax_call(self, features, weights, training):
+        structure = self._layer.feature_config
+        flat = _nest.flatten_up_to(structure, features, "features")
+        flat_weights = ([None] * len(flat) if weights is None
+                        else _nest.flatten_up_to(structure, weights, "weights"))
+        shapes = []
+        for f, ids in enumerate(flat):
+            shape = self._static_shape(f, ids)
+            if shape is None or None in shape or not np.issubdtype(ids.dtype, np.integer):
+                raise ValueError(f"feature {self._features[f].name!r}: on the JAX backend the "
+                                 "ids must be a dense integer array of known shape, got "
+                                 f"{getattr(ids, 'dtype', None)} {getattr(ids, 'shape', None)}")
+            shapes.append(shape)
+        trigger = keras.ops.convert_to_tensor(self._trigger)
+        outputs = _jax_ops.lookup(self._api, self._layer_id, flat, flat_weights, shapes, trigger,
+                                  training)
         return _nest.pack_sequence_as(structure, outputs)
 
     def _training_lookup(self, tf, arguments):
