@@ -13,7 +13,8 @@ model.fit's compiled step. The tables are not Keras variables: the layer holds o
 scalar, the gradient trigger (the seed's "dummy" variable), through which the gradients of the
 activations reach RecembApplyGradients, which applies the fused optimizer to the touched rows
 while the Keras optimizer updates the dense weights (the trigger's own gradient is 0). On the
-PyTorch backend it runs recemb.torch's module: torch's backward pass applies the optimizer.
+JAX backend the same happens through XLA FFI custom calls (recemb/_jax_ops.py); on the PyTorch
+backend it runs recemb.torch's module: torch's backward pass applies the optimizer.
 """
 
 from __future__ import annotations
@@ -81,8 +82,9 @@ class Embedding(keras.layers.Layer):
     num_threads, seed, non_finite_gradients: recemb.Embedding's.
 
     call(features, weights=None, training=None): features in the structure of feature_config,
-    each a tf.Tensor (int32 / int64 ids; [B] or [B, 1] one id an example, [B, N] a bag), a
-    tf.RaggedTensor or a tf.SparseTensor; weights None or the same structure (None leaves
+    each a tf.Tensor (int32 / int64 ids; [B] or [B, 1] one id an example, [B, N] a bag; a
+    dynamic table's may be tf.string), a tf.RaggedTensor or a tf.SparseTensor (on JAX: dense
+    arrays; on PyTorch: what recemb.torch takes); weights None or the same structure (None leaves
     allowed). Returns float32 activations in that structure. With training=True (model.fit) the
     gradients of the activations update the tables; otherwise it is a pure lookup.
     """
