@@ -49,12 +49,13 @@ def state_arrays(layer, prefix: str = "") -> dict[str, np.ndarray]:
 
 
 def load_state_arrays(layer, arrays: Any, prefix: str = "",
-                      to_numpy: Callable[[Any], Any] = np.asarray,
-                      strict: bool = True) -> tuple[list[str], list[str], list[str]]:
+                      to_numpy: Callable[[Any], Any] = np.asarray, strict: bool = True,
+                      complete: bool = False) -> tuple[list[str], list[str], list[str]]:
     """Writes state_arrays' entries of `arrays` (a mapping; values converted by to_numpy) into
     the layer, all or nothing. Returns (missing keys, unexpected keys (when strict: those under
     `prefix` that the layer does not have), errors); when there are errors nothing was changed.
-    A missing entry leaves its variable as it was."""
+    A missing entry leaves its variable as it was; with `complete`, a missing or unexpected entry
+    changes nothing at all (the caller wants the whole state or none)."""
     expected = _variables(layer, prefix)
     dynamic = _dynamic_entries(layer, prefix)
     step_key = prefix + "step"
@@ -85,7 +86,7 @@ def load_state_arrays(layer, arrays: Any, prefix: str = "",
         known = set(expected) | {key for keys in dynamic.values() for key in keys.values()}
         unexpected.extend(key for key in arrays if key.startswith(prefix) and
                           key not in known and key != step_key)
-    if errors:
+    if errors or (complete and (missing or unexpected)):
         return missing, unexpected, errors
     error = _write_dynamic_tables(layer, dynamic_updates)
     if error is not None:

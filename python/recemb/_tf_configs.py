@@ -6,7 +6,6 @@ when given one of its objects."""
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
@@ -155,9 +154,9 @@ def feature_config(structure: Any) -> Any:
     return _nest.map_structure(convert, structure)
 
 
-# Keras optimizers as the seed's translate_keras_optimizer maps them: the recemb class, the
-# fields carried over, and the fields whose default recemb needs (refused when changed). Every
-# other field of the optimizer's config but its name must keep its default too.
+# Keras optimizers as the seed's translate_keras_optimizer maps them: the recemb class and the
+# fields carried over. Every other field of the optimizer's config must keep its default
+# (refused by name when changed), but those of _KERAS_IMPLEMENTATION.
 _KERAS_OPTIMIZERS = {
     "SGD": (optimizers.SGD, ["learning_rate"]),
     "Adagrad": (optimizers.Adagrad, ["learning_rate", "initial_accumulator_value"]),
@@ -198,17 +197,16 @@ def translate_keras_optimizer(optimizer: Any) -> optimizers._Optimizer:
         raise ValueError(f"Keras optimizer {name}: recemb cannot honour "
                          + ", ".join(f"{key}={config[key]!r}" for key in changed)
                          + " (only " + ", ".join(carried) + " carry over)")
-    fields = {key: config[key] for key in carried}
-    learning_rate = getattr(optimizer, "learning_rate", None)
-    schedule = getattr(optimizer, "_learning_rate", None)
-    if callable(schedule) and not isinstance(schedule, numbers.Real):
-        fields["learning_rate"] = schedule
-    elif isinstance(fields["learning_rate"], dict):  # a serialized schedule
-        fields["learning_rate"] = learning_rate
+    learning_rate = config["learning_rate"]
+    if isinstance(learning_rate, dict):  # a LearningRateSchedule, serialized: take the object
+        # (Keras 3 keeps it in _learning_rate; tf_keras's learning_rate property returns it)
+        learning_rate = getattr(optimizer, "_learning_rate", None)
+        if not callable(learning_rate):
+            learning_rate = optimizer.learning_rate
     else:
-        fields["learning_rate"] = float(fields["learning_rate"])
-    return cls(**{key: float(value) if key != "learning_rate" else value
-                  for key, value in fields.items()})
+        learning_rate = float(learning_rate)
+    return cls(learning_rate=learning_rate,
+               **{key: float(config[key]) for key in carried if key != "learning_rate"})
 
 
 def _same(a: Any, b: Any) -> bool:

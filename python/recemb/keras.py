@@ -174,17 +174,20 @@ class Embedding(keras.layers.Layer):
             store[key] = np.array(values)
 
     def load_own_variables(self, store: Any) -> None:
-        arrays = {key: store[key] for key in store.keys() if str(key).startswith("recemb:")}
-        expected = _state.state_keys(self._layer, "recemb:")
-        missing, unexpected = sorted(expected - set(arrays)), sorted(set(arrays) - expected)
-        errors = [] if missing or unexpected else _state.load_state_arrays(
-            self._layer, arrays, "recemb:")[2]
-        if missing or unexpected or errors:
-            raise ValueError(f"layer {self.name!r}: the saved tables do not fit this layer "
-                             f"(missing {missing}, unexpected {unexpected}, errors {errors}); "
-                             "nothing was loaded")
+        self._load_state({key: store[key] for key in store.keys()
+                          if str(key).startswith("recemb:")}, "recemb:", "saved tables")
         if self._trigger is not None and "0" in store.keys():
             self._trigger.assign(np.asarray(store["0"], dtype=np.float32))
+
+    def _load_state(self, arrays, prefix, what):
+        """Writes the state arrays (recemb/_state.py) into the layer, all of them or, raising
+        ValueError, none."""
+        missing, unexpected, errors = _state.load_state_arrays(self._layer, arrays, prefix,
+                                                               complete=True)
+        if missing or unexpected or errors:
+            raise ValueError(f"layer {self.name!r}: the {what} do not fit this layer (missing "
+                             f"{missing}, unexpected {unexpected}, errors {errors}); nothing was "
+                             "loaded")
 
     def get_config(self) -> dict:
         """The layer's Keras config (model.save('*.keras')): the feature config and optimizer as
@@ -218,13 +221,8 @@ class Embedding(keras.layers.Layer):
 
     def _restore_from_tensors(self, restored_tensors):
         keys = {self._checkpoint_key(key): key for key in _state.state_keys(self._layer)}
-        arrays = {keys[key]: np.asarray(value) for key, value in restored_tensors.items()
-                  if key in keys}
-        missing, _, errors = _state.load_state_arrays(self._layer, arrays)
-        if missing or errors:
-            raise ValueError(f"layer {self.name!r}: the checkpoint's tables do not fit this "
-                             f"layer (missing {missing}, errors {errors}); nothing was restored")
-        return None
+        self._load_state({keys.get(key, key): np.asarray(value)
+                          for key, value in restored_tensors.items()}, "", "checkpoint's tables")
 
     # --- the lookup ---------------------------------------------------------------------------
 
@@ -245,15 +243,13 @@ class Embedding(keras.layers.Layer):
                              "serve, and the dense part with Keras (docs/keras.md, \"Saving, "
                              "checkpoints and serving\")")
         structure = self._layer.feature_config
-        flat = _nest.flatten_up_to(structure, features, "features")
-        flat_weights = ([None] * len(flat) if weights is None
-                        else _nest.flatten_up_to(structure, weights, "weights"))
+        flat, flat_weights = self._flat_inputs(features, weights)
         empty_ids, no_weights = tf.zeros([0], tf.int64), tf.zeros([0], tf.float32)
         inputs = [self._graph_input(tf, f, x, w, empty_ids, no_weights)
                   for f, (x, w) in enumerate(zip(flat, flat_weights))]
         kinds, ids, index, shapes, values = (list(column) for column in zip(*inputs))
-        arguments = {"api": self._api, "layer": self._layer_id, "kinds": kinds, "ids": ids, "index": index,
-                     "shapes": shapes, "weights": values}
+        arguments = {"api": self._api, "layer": self._layer_id, "kinds": kinds, "ids": ids,
+                     "index": index, "shapes": shapes, "weights": values}
         if training is True and self._trainable:
             outputs = self._training_lookup(tf, arguments)
         else:
@@ -262,11 +258,17 @@ class Embedding(keras.layers.Layer):
                    for f, (x, output) in enumerate(zip(flat, outputs))]
         return _nest.pack_sequence_as(structure, outputs)
 
-    def _jax_call(self, features, weights, training):
+    def _flat_inputs(self, features, weights):
+        """The features and weights (None for each when weights is None) in feature order;
+        ValueError naming the path where they do not match the feature config."""
         structure = self._layer.feature_config
         flat = _nest.flatten_up_to(structure, features, "features")
-        flat_weights = ([None] * len(flat) if weights is None
-                        else _nest.flatten_up_to(structure, weights, "weights"))
+        if weights is None:
+            return flat, [None] * len(flat)
+        return flat, _nest.flatten_up_to(structure, weights, "weights")
+
+    def _jax_call(self, features, weights, training):
+        flat, flat_weights = self._flat_inputs(features, weights)
         shapes = []
         for f, ids in enumerate(flat):
             shape = self._static_shape(f, ids)
@@ -278,7 +280,7 @@ class Embedding(keras.layers.Layer):
         trigger = keras.ops.convert_to_tensor(self._trigger)
         outputs = _jax_ops.lookup(self._api, self._layer_id, flat, flat_weights, shapes, trigger,
                                   training)
-        return _nest.pack_sequence_as(structure, outputs)
+        return _nest.pack_sequence_as(self._layer.feature_config, outputs)
 
     def _training_lookup(self, tf, arguments):
         """The activations of a training lookup, whose gradient function applies their

@@ -90,6 +90,13 @@ def test_keras_optimizers_carry_their_hyperparameters():
     schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
     sgd = recemb.keras.translate_keras_optimizer(keras.optimizers.SGD(learning_rate=schedule))
     assert sgd.learning_rate is schedule
+    legacy_schedule = tf.keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10,
+                                                                     decay_rate=0.5)
+    legacy = recemb.keras.translate_keras_optimizer(
+        tf.keras.optimizers.legacy.SGD(learning_rate=legacy_schedule))
+    assert legacy.learning_rate is legacy_schedule
+    assert recemb.keras.translate_keras_optimizer(
+        tf.keras.optimizers.legacy.Adagrad(learning_rate=0.25)).learning_rate == 0.25
 
 
 def test_the_layer_runs_inside_a_tf_data_pipeline(rng):
