@@ -23,10 +23,6 @@ namespace {
 
 constexpr size_t kMessageSize = 2048;
 
-const RecembGraphApi* api_at(int64_t address) {
-  return reinterpret_cast<const RecembGraphApi*>(static_cast<uintptr_t>(address));
-}
-
 ffi::Error error_of(int32_t code, const char* message) {
   switch (code) {
     case RECEMB_GRAPH_OK:
@@ -44,14 +40,14 @@ ffi::Error error_of(int32_t code, const char* message) {
 
 ffi::Error lookup(int64_t api_address, int64_t layer, bool training, ffi::RemainingArgs args,
                   ffi::RemainingRets rets) {
-  const RecembGraphApi* api = api_at(api_address);
+  const RecembGraphApi* api = recemb_graph_api_at(api_address);
   if (args.size() % 2 != 0 || rets.size() != args.size() / 2 + 1) {
     return ffi::Error::InvalidArgument(
         "RecembJaxLookup: expected ids and weights per feature, "
         "and one activation per feature plus the batch");
   }
   const size_t features = args.size() / 2;
-  std::vector<std::vector<int64_t>> ids(features);
+  std::vector<std::vector<int64_t>> widened(features);  // int32 ids as int64 (int64 ids: as given)
   std::vector<std::vector<int64_t>> shapes(features);
   std::vector<RecembGraphInput> inputs(features);
   std::vector<float*> activations(features);
@@ -66,13 +62,13 @@ ffi::Error lookup(int64_t api_address, int64_t layer, bool training, ffi::Remain
     if (output.has_error()) return output.error();
     const ffi::AnyBuffer& id_values = *id_buffer;
     const size_t count = id_values.element_count();
-    ids[f].resize(count);
+    const int64_t* id_data = nullptr;
     if (id_values.element_type() == ffi::DataType::S64) {
-      const auto* data = static_cast<const int64_t*>(id_values.untyped_data());
-      ids[f].assign(data, data + count);
+      id_data = static_cast<const int64_t*>(id_values.untyped_data());
     } else if (id_values.element_type() == ffi::DataType::S32) {
       const auto* data = static_cast<const int32_t*>(id_values.untyped_data());
-      for (size_t i = 0; i < count; ++i) ids[f][i] = data[i];
+      widened[f].assign(data, data + count);
+      id_data = widened[f].data();
     } else {
       return ffi::Error::InvalidArgument("RecembJaxLookup: feature " + std::to_string(f) +
                                          ": ids must be int32 or int64");
@@ -81,7 +77,7 @@ ffi::Error lookup(int64_t api_address, int64_t layer, bool training, ffi::Remain
     const ffi::AnyBuffer& weights = *weight_buffer;
     RecembGraphInput& input = inputs[f];
     input.kind = RECEMB_INPUT_DENSE;
-    input.ids = ids[f].data();
+    input.ids = id_data;
     input.id_count = static_cast<int64_t>(count);
     input.shape = shapes[f].data();
     input.shape_rank = static_cast<int32_t>(shapes[f].size());
@@ -104,7 +100,7 @@ ffi::Error lookup(int64_t api_address, int64_t layer, bool training, ffi::Remain
 
 ffi::Error apply_gradients(int64_t api_address, int64_t layer, ffi::RemainingArgs args,
                            ffi::RemainingRets rets) {
-  const RecembGraphApi* api = api_at(api_address);
+  const RecembGraphApi* api = recemb_graph_api_at(api_address);
   if (args.size() < 1 || rets.size() != 1) {
     return ffi::Error::InvalidArgument(
         "RecembJaxApplyGradients: expected the batch, then one "

@@ -76,6 +76,11 @@ struct RecembGraphApi {
                       int64_t* keys);
 };
 
+// The RecembGraphApi at `address` (an op attribute: recemb._recemb.graph_api_address()).
+static inline const struct RecembGraphApi* recemb_graph_api_at(int64_t address) {
+  return (const struct RecembGraphApi*)(uintptr_t)address;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -75,10 +75,6 @@ namespace {
 
 constexpr size_t kMessageSize = 2048;
 
-const RecembGraphApi* api_at(int64_t address) {
-  return reinterpret_cast<const RecembGraphApi*>(static_cast<uintptr_t>(address));
-}
-
 // The context's error for a status of graph_op_abi.h.
 absl::Status status_of(int32_t code, const char* message) {
   switch (code) {
@@ -95,15 +91,26 @@ absl::Status status_of(int32_t code, const char* message) {
   }
 }
 
-class LookupOp : public OpKernel {
- public:
-  explicit LookupOp(OpKernelConstruction* context) : OpKernel(context) {
+// What every op reads from its attributes: the API table `api` and, when the op has one, the
+// layer id `layer` (graph_op_abi.h).
+class RecembKernel : public OpKernel {
+ protected:
+  explicit RecembKernel(OpKernelConstruction* context) : OpKernel(context) {
     int64_t address = 0;
     OP_REQUIRES_OK(context, context->GetAttr("api", &address));
-    OP_REQUIRES_OK(context, context->GetAttr("layer", &layer_));
+    api_ = recemb_graph_api_at(address);
+    if (context->HasAttr("layer")) OP_REQUIRES_OK(context, context->GetAttr("layer", &layer_));
+  }
+
+  const RecembGraphApi* api_ = nullptr;
+  int64_t layer_ = 0;
+};
+
+class LookupOp : public RecembKernel {
+ public:
+  explicit LookupOp(OpKernelConstruction* context) : RecembKernel(context) {
     OP_REQUIRES_OK(context, context->GetAttr("kinds", &kinds_));
     OP_REQUIRES_OK(context, context->GetAttr("training", &training_));
-    api_ = api_at(address);
   }
 
   void Compute(OpKernelContext* context) override {
@@ -166,20 +173,13 @@ class LookupOp : public OpKernel {
   }
 
  private:
-  const RecembGraphApi* api_ = nullptr;
-  int64_t layer_ = 0;
   std::vector<int32_t> kinds_;
   bool training_ = false;
 };
 
-class ApplyGradientsOp : public OpKernel {
+class ApplyGradientsOp : public RecembKernel {
  public:
-  explicit ApplyGradientsOp(OpKernelConstruction* context) : OpKernel(context) {
-    int64_t address = 0;
-    OP_REQUIRES_OK(context, context->GetAttr("api", &address));
-    OP_REQUIRES_OK(context, context->GetAttr("layer", &layer_));
-    api_ = api_at(address);
-  }
+  explicit ApplyGradientsOp(OpKernelConstruction* context) : RecembKernel(context) {}
 
   void Compute(OpKernelContext* context) override {
     const Tensor& batch = context->input(0);
@@ -200,19 +200,11 @@ class ApplyGradientsOp : public OpKernel {
                                                    sizes.data(), features, message, kMessageSize),
                              message));
   }
-
- private:
-  const RecembGraphApi* api_ = nullptr;
-  int64_t layer_ = 0;
 };
 
-class StringKeysOp : public OpKernel {
+class StringKeysOp : public RecembKernel {
  public:
-  explicit StringKeysOp(OpKernelConstruction* context) : OpKernel(context) {
-    int64_t address = 0;
-    OP_REQUIRES_OK(context, context->GetAttr("api", &address));
-    api_ = api_at(address);
-  }
+  explicit StringKeysOp(OpKernelConstruction* context) : RecembKernel(context) {}
 
   void Compute(OpKernelContext* context) override {
     const Tensor& strings = context->input(0);
@@ -228,9 +220,6 @@ class StringKeysOp : public OpKernel {
     api_->string_keys(data.data(), sizes.data(), static_cast<int64_t>(data.size()),
                       keys->flat<int64_t>().data());
   }
-
- private:
-  const RecembGraphApi* api_ = nullptr;
 };
 
 }  // namespace
