@@ -160,15 +160,21 @@ def keras_rs_step(tables, sizes, dim, per_table, kernel):
         embedding, dense_layer(keras, dim * len(features), kernel), optimizer)
 
 
-def recemb_step(tables, sizes, dim, per_table, kernel):
-    """(R): recemb.keras (fused Adagrad) and a Keras 3 Dense trained by Keras's Adagrad."""
+def recemb_features(tables, sizes, dim, per_table):
+    """recemb's feature configs of the workload, and its fused Adagrad (R and E)."""
     configs = [recemb.TableConfig(size, dim, initializer="zeros" if values is None else values,
                                   combiner="sum", name=f"t{t}")
                for t, (size, values) in enumerate(zip(sizes, tables))]
     features = {f"f{t}_{k}": recemb.FeatureConfig(config, name=f"f{t}_{k}")
                 for t, config in enumerate(configs) for k in range(per_table)}
-    embedding = recemb.keras.Embedding(features, optimizer=recemb.optimizers.Adagrad(
-        learning_rate=LEARNING_RATE, initial_accumulator_value=INITIAL_ACCUMULATOR))
+    return features, recemb.optimizers.Adagrad(learning_rate=LEARNING_RATE,
+                                               initial_accumulator_value=INITIAL_ACCUMULATOR)
+
+
+def recemb_step(tables, sizes, dim, per_table, kernel):
+    """(R): recemb.keras (fused Adagrad) and a Keras 3 Dense trained by Keras's Adagrad."""
+    features, table_optimizer = recemb_features(tables, sizes, dim, per_table)
+    embedding = recemb.keras.Embedding(features, optimizer=table_optimizer)
     optimizer = keras.optimizers.Adagrad(LEARNING_RATE,
                                          initial_accumulator_value=INITIAL_ACCUMULATOR)
     return training_step(lambda ids: embedding(ids, training=True), embedding,
@@ -201,14 +207,7 @@ def dense_step(tables, sizes, dim, per_table, kernel):
 def engine_seconds(tables, sizes, dim, per_table, data, steps):
     """(E), a bound: recemb's own lookup and fused Adagrad update of the same batches, called
     from Python with numpy arrays (recemb.Embedding), seconds a step (median of `steps`)."""
-    configs = [recemb.TableConfig(size, dim, initializer="zeros" if values is None else values,
-                                  combiner="sum", name=f"t{t}")
-               for t, (size, values) in enumerate(zip(sizes, tables))]
-    layer = recemb.Embedding(
-        {f"f{t}_{k}": recemb.FeatureConfig(config, name=f"f{t}_{k}")
-         for t, config in enumerate(configs) for k in range(per_table)},
-        recemb.optimizers.Adagrad(learning_rate=LEARNING_RATE,
-                                  initial_accumulator_value=INITIAL_ACCUMULATOR))
+    layer = recemb.Embedding(*recemb_features(tables, sizes, dim, per_table))
     batches = [{name: values.numpy() for name, values in ids.items()}
                for ids, _ in data.take(WARMUP_STEPS + steps)]
     gradients = {name: np.full((len(values), dim), 0.01, np.float32)

@@ -271,12 +271,14 @@ class Embedding(keras.layers.Layer):
         flat, flat_weights = self._flat_inputs(features, weights)
         shapes = []
         for f, ids in enumerate(flat):
-            shape = self._static_shape(f, ids)
-            if shape is None or None in shape or not np.issubdtype(ids.dtype, np.integer):
+            if not (hasattr(ids, "shape") and np.issubdtype(ids.dtype, np.integer)):
                 raise ValueError(f"feature {self._features[f].name!r}: on the JAX backend the "
-                                 "ids must be a dense integer array of known shape, got "
-                                 f"{getattr(ids, 'dtype', None)} {getattr(ids, 'shape', None)}")
-            shapes.append(shape)
+                                 "ids must be a dense integer array, got "
+                                 f"{type(ids).__name__} {getattr(ids, 'dtype', '')}")
+            # The engine's shape rule (recemb/batch.h), on ids of the same (static) shape.
+            placeholder = np.zeros(int(np.prod(ids.shape)), np.int64)
+            shapes.append(self._layer._engine.activation_shape(
+                f, _recemb.DenseIds(ids=placeholder, shape=list(ids.shape))))
         trigger = keras.ops.convert_to_tensor(self._trigger)
         outputs = _jax_ops.lookup(self._api, self._layer_id, flat, flat_weights, shapes, trigger,
                                   training)

@@ -27,6 +27,9 @@ namespace {
 // Training lookups kept for their gradients at most: beyond it the oldest is dropped (a forward
 // pass in training mode that no gradient reached, such as a call outside a GradientTape).
 constexpr size_t kMaxPendingBatches = 8;
+// Applied batches kept for the next training lookups to reuse their memory (a training step
+// applies one batch and looks up the next).
+constexpr size_t kSpareBatches = 2;
 
 FeatureInput feature_input(const RecembGraphInput& input) {
   const std::span<const int64_t> ids(input.ids, static_cast<size_t>(input.id_count));
@@ -227,7 +230,7 @@ class GraphOps {
     std::unique_ptr<LookupBatch> batch = std::move(pending->second);
     batches_.erase(pending);
     if (batch->applicable()) batch = std::make_unique<LookupBatch>();
-    if (spare_.size() < 2) spare_.push_back(std::move(batch));
+    if (spare_.size() < kSpareBatches) spare_.push_back(std::move(batch));
   }
 
   py::object object_;
