@@ -11,6 +11,9 @@
 //       ids grouped by row (a plain LSD radix sort of (row, index) pairs, in the timed loop), each
 //       distinct row's gradient summed in index order and the row updated once. Beside
 //       BM_GatherUpdate it is the ceiling of each semantics on a workload (docs/performance.md).
+//   BM_KeyedGather/<layout>/<workload>  the gather of int64 keys in three layouts of a dynamic
+//       table (a separate index; keys beside their rows; the same read at each key's hash
+//       position only, the bound of such layouts): see "Keyed gathers" below.
 //
 // The loops are built to be as fast as anyone here has made a gather: multi-versioned
 // (target_clones: the best ISA the CPU has is picked at load time, whatever the library was built
@@ -30,7 +33,11 @@
 #include <bit>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -41,6 +48,7 @@
 #include <vector>
 
 #include "benchmark_main.h"
+#include "util/key_hash.h"
 #include "workload.h"
 
 namespace recemb_bench {
@@ -565,6 +573,243 @@ const StepIds& step_ids_for(const Workload& workload, const IdStream& stream) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Keyed gathers: what a dynamic table's lookup (int64 keys, not row ids) can cost in each layout,
+// the keys being the hashes of the static workload's row ids (docs/performance.md, "Dynamic
+// tables"). Every layout is at most 80% full, as the library's index.
+//
+//   index:        a hash index apart from the rows (64-byte buckets of 5 keys and their slots,
+//                 linear probing over buckets, as storage/key_index.h), every key's bucket
+//                 prefetched `distance` keys ahead; then the gather of BM_Gather by slot. Two
+//                 random accesses a key.
+//   beside_rows:  each row preceded by a 64-byte line holding its key (row stride dim + 16
+//                 floats), the row's position found by linear probing from the key's hash
+//                 position; the line and the row at that position prefetched `distance` keys
+//                 ahead. One random access a key held at its hash position, more for the others.
+//   beside_rows_at_home: the same table read at each key's hash position only (its key compared,
+//                 the row summed whether it matched or not): the bound of every layout that finds
+//                 a key in the lines of its row. Counter `at_home`: the share of keys found there.
+
+constexpr double kKeyedLoad = 0.8;
+
+int64_t key_of_row(int64_t row) {
+  return static_cast<int64_t>(recemb::internal::mix_key(row ^ 0x5bd1e995));
+}
+
+struct KeyedIndex {
+  static constexpr int kWidth = 5;
+  static constexpr int64_t kEmpty = std::numeric_limits<int64_t>::min();  // no key is (bench)
+  struct alignas(64) Bucket {
+    int64_t keys[kWidth] = {kEmpty, kEmpty, kEmpty, kEmpty, kEmpty};
+    uint32_t slots[kWidth] = {};
+  };
+  std::vector<Bucket> buckets;
+
+  size_t home(int64_t key) const {
+    return recemb::internal::scale_hash(recemb::internal::mix_key(key), buckets.size());
+  }
+  size_t next(size_t b) const { return b + 1 == buckets.size() ? 0 : b + 1; }
+  void insert(int64_t key, uint32_t slot) {
+    for (size_t b = home(key);; b = next(b)) {
+      for (int e = 0; e < kWidth; ++e) {
+        if (buckets[b].keys[e] == kEmpty) {
+          buckets[b].keys[e] = key;
+          buckets[b].slots[e] = slot;
+          return;
+        }
+      }
+    }
+  }
+  // The slot of a held key (every key searched is), searching from its home bucket.
+  int64_t find_from(size_t home, int64_t key) const {
+    for (size_t b = home;; b = next(b)) {
+      unsigned matches = 0;
+      for (int e = 0; e < kWidth; ++e) {
+        matches |= static_cast<unsigned>(buckets[b].keys[e] == key) << e;
+      }
+      if (matches != 0) return buckets[b].slots[std::countr_zero(matches)];
+    }
+  }
+};
+
+// Rows with their keys beside them: position p's key at floats [p * stride, + 2), its row at
+// [p * stride + 16, + dim).
+struct KeysBesideRows {
+  static constexpr int64_t kEmpty = std::numeric_limits<int64_t>::min();
+  std::unique_ptr<HugeBuffer> buffer;
+  int64_t positions = 0;
+  int64_t stride = 0;  // floats
+
+  int64_t key_at(int64_t p) const {
+    int64_t key = 0;
+    std::memcpy(&key, buffer->data() + p * stride, sizeof key);
+    return key;
+  }
+  void set_key(int64_t p, int64_t key) {
+    std::memcpy(buffer->data() + p * stride, &key, sizeof key);
+  }
+  int64_t home(int64_t key) const {
+    return static_cast<int64_t>(recemb::internal::scale_hash(recemb::internal::mix_key(key),
+                                                             static_cast<size_t>(positions)));
+  }
+};
+
+// The keyed tables of one workload (one alive at a time, as the plain tables).
+struct KeyedTables {
+  int64_t rows = -1;
+  int64_t dim = 0;
+  KeyedIndex index;
+  KeysBesideRows beside;
+  double at_home = 0.0;
+};
+
+// The one alive (the step benchmarks free it: keyed and plain tables with slots of a 4 GiB
+// workload would not fit beside each other).
+KeyedTables& keyed_tables() {
+  static KeyedTables tables;
+  return tables;
+}
+
+KeyedTables& keyed_tables_for(const Workload& workload) {
+  KeyedTables& tables = keyed_tables();
+  if (tables.rows == workload.total_rows() && tables.dim == workload.dim) return tables;
+  tables = KeyedTables{};
+  const int64_t rows = workload.total_rows();
+  const auto slots = static_cast<int64_t>(static_cast<double>(rows) / kKeyedLoad) + 1;
+  tables.index.buckets.assign(static_cast<size_t>(slots / KeyedIndex::kWidth + 1), {});
+  for (int64_t row = 0; row < rows; ++row) {
+    tables.index.insert(key_of_row(row), static_cast<uint32_t>(row));
+  }
+  KeysBesideRows& beside = tables.beside;
+  beside.positions = slots;
+  beside.stride = workload.dim + kCacheLineFloats;
+  beside.buffer = std::make_unique<HugeBuffer>(beside.positions * beside.stride);
+  fill_table(beside.buffer->data(), beside.positions * beside.stride);
+  for (int64_t p = 0; p < beside.positions; ++p) beside.set_key(p, KeysBesideRows::kEmpty);
+  int64_t at_home = 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t key = key_of_row(row);
+    int64_t p = beside.home(key);
+    at_home += beside.key_at(p) == KeysBesideRows::kEmpty;
+    while (beside.key_at(p) != KeysBesideRows::kEmpty) p = p + 1 == beside.positions ? 0 : p + 1;
+    beside.set_key(p, key);
+  }
+  tables.at_home = static_cast<double>(at_home) / static_cast<double>(rows);
+  // The layouts must find what they hold: about 1,000 keys checked in each.
+  for (int64_t row = 0; row < rows; row += std::max<int64_t>(1, rows / 1000)) {
+    const int64_t key = key_of_row(row);
+    int64_t p = beside.home(key);
+    while (beside.key_at(p) != key && beside.key_at(p) != KeysBesideRows::kEmpty) {
+      p = p + 1 == beside.positions ? 0 : p + 1;
+    }
+    if (tables.index.find_from(tables.index.home(key), key) != row || beside.key_at(p) != key) {
+      std::fprintf(stderr, "roofline_bench: keyed tables lost the key of row %lld\n",
+                   static_cast<long long>(row));
+      std::abort();
+    }
+  }
+  tables.rows = rows;
+  tables.dim = workload.dim;
+  return tables;
+}
+
+enum class KeyedLayout { kIndex, kBesideRows, kBesideRowsAtHome };
+
+// out[b] = sum of the rows of bag b's keys, bags [first_bag, last_bag), from `beside`
+// (kAtHome: each key's hash position only).
+template <int64_t kDim, bool kAtHome>
+[[gnu::always_inline]] inline void gather_beside_rows(const KeysBesideRows& beside,
+                                                      const int64_t* __restrict keys,
+                                                      int64_t bag_size, int64_t first_bag,
+                                                      int64_t last_bag, int64_t distance,
+                                                      float* __restrict out, int64_t& missed) {
+  const float* table = beside.buffer->data();
+  const int64_t end = last_bag * bag_size;
+  // Each key hashed once: its home position computed when it is prefetched, kept in a ring.
+  constexpr int64_t kRing = 256;  // > any distance registered
+  int64_t homes[kRing];
+  const auto prefetch = [&](int64_t j) {
+    const int64_t home = beside.home(keys[j]);
+    homes[j % kRing] = home;
+    prefetch_row<kDim + kCacheLineFloats>(table + home * beside.stride);
+  };
+  const int64_t ahead = std::clamp<int64_t>(distance, 1, kRing);
+  for (int64_t j = first_bag * bag_size; j < std::min(end, first_bag * bag_size + ahead); ++j) {
+    prefetch(j);
+  }
+  for (int64_t b = first_bag; b < last_bag; ++b) {
+    float acc[kDim] = {};
+    for (int64_t position = 0; position < bag_size; ++position) {
+      const int64_t j = b * bag_size + position;
+      int64_t p = homes[j % kRing];
+      if (j + ahead < end) prefetch(j + ahead);
+      const int64_t key = keys[j];
+      if constexpr (kAtHome) {
+        missed += beside.key_at(p) != key;
+      } else {
+        while (beside.key_at(p) != key) p = p + 1 == beside.positions ? 0 : p + 1;
+      }
+      const float* __restrict row = table + p * beside.stride + kCacheLineFloats;
+      for (int64_t d = 0; d < kDim; ++d) acc[d] += row[d];
+    }
+    std::copy_n(acc, kDim, out + b * kDim);
+  }
+}
+
+template <int64_t kDim>
+[[gnu::always_inline]] inline void gather_beside_width(const KeysBesideRows& beside, bool at_home,
+                                                       const int64_t* keys, int64_t bag_size,
+                                                       int64_t first_bag, int64_t last_bag,
+                                                       int64_t distance, float* out,
+                                                       int64_t& missed) {
+  if (at_home) {
+    gather_beside_rows<kDim, true>(beside, keys, bag_size, first_bag, last_bag, distance, out,
+                                   missed);
+  } else {
+    gather_beside_rows<kDim, false>(beside, keys, bag_size, first_bag, last_bag, distance, out,
+                                    missed);
+  }
+}
+
+RECEMB_BENCH_BEST_ISA void gather_beside(const KeysBesideRows& beside, bool at_home, int64_t dim,
+                                         const int64_t* keys, int64_t bag_size, int64_t first_bag,
+                                         int64_t last_bag, int64_t distance, float* out,
+                                         int64_t& missed) {
+  switch (dim) {
+    case 16:
+      gather_beside_width<16>(beside, at_home, keys, bag_size, first_bag, last_bag, distance, out,
+                              missed);
+      break;
+    case 64:
+      gather_beside_width<64>(beside, at_home, keys, bag_size, first_bag, last_bag, distance, out,
+                              missed);
+      break;
+    default:
+      gather_beside_width<128>(beside, at_home, keys, bag_size, first_bag, last_bag, distance, out,
+                               missed);
+  }
+}
+
+// slots[j] = the slot of keys[j] for j in [first, last), each key's bucket prefetched `distance`
+// keys ahead (each key hashed once, as gather_beside_rows).
+void find_in_index(const KeyedIndex& index, const int64_t* keys, int64_t first, int64_t last,
+                   int64_t distance, int64_t* slots) {
+  constexpr int64_t kRing = 256;
+  size_t homes[kRing];
+  const auto prefetch = [&](int64_t j) {
+    const size_t home = index.home(keys[j]);
+    homes[j % kRing] = home;
+    __builtin_prefetch(&index.buckets[home], 0, 2);
+  };
+  const int64_t ahead = std::clamp<int64_t>(distance, 1, kRing);
+  for (int64_t j = first; j < std::min(last, first + ahead); ++j) prefetch(j);
+  for (int64_t j = first; j < last; ++j) {
+    const size_t home = homes[j % kRing];
+    if (j + ahead < last) prefetch(j + ahead);
+    slots[j] = index.find_from(home, keys[j]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The benchmarks.
 
 void BM_SequentialRead(benchmark::State& state, int64_t bytes, int threads) {
@@ -614,6 +859,7 @@ void BM_Gather(benchmark::State& state, Workload workload, int64_t distance, int
 // summed: BM_GatherSumUpdate (each distinct row once, its gradients summed), else BM_GatherUpdate.
 void BM_GatherUpdate(benchmark::State& state, Workload workload, std::string optimizer,
                      int64_t distance, int interleave, bool summed) {
+  keyed_tables() = KeyedTables{};
   const Update kind = update_of(optimizer);
   const IdStream stream(workload);
   const StepIds& step_ids = step_ids_for(workload, stream);
@@ -679,6 +925,48 @@ void BM_GatherUpdate(benchmark::State& state, Workload workload, std::string opt
   state.counters["thp"] = tables.huge_fraction;
 }
 
+// The keyed gathers (above: the layouts).
+void BM_KeyedGather(benchmark::State& state, Workload workload, KeyedLayout layout) {
+  const IdStream stream(workload);
+  const StepIds& step_ids = step_ids_for(workload, stream);
+  KeyedTables& keyed = keyed_tables_for(workload);
+  const float* table = layout == KeyedLayout::kIndex
+                           ? plain_tables_for(workload, Update::kSgd, false).weights->data()
+                           : nullptr;
+  std::vector<std::vector<int64_t>> keys(step_ids.steps.size());
+  for (size_t s = 0; s < keys.size(); ++s) {
+    for (const int64_t row : step_ids.steps[s]) keys[s].push_back(key_of_row(row));
+  }
+  std::vector<int64_t> slots(static_cast<size_t>(workload.ids_per_step()));
+  std::vector<float> out(static_cast<size_t>(workload.bags_per_step() * workload.dim));
+  std::vector<int64_t> missed(static_cast<size_t>(workload.threads), 0);
+  Workers workers(workload.threads);
+  size_t next = 0;
+  const std::function<void(int)> task = [&](int t) {
+    const auto [first, last] = split(workload.bags_per_step(), t, workload.threads);
+    const int64_t* step_keys = keys[next].data();
+    if (layout == KeyedLayout::kIndex) {
+      find_in_index(keyed.index, step_keys, first * workload.bag_size, last * workload.bag_size,
+                    kBestPrefetch / 2, slots.data());
+      gather(table, workload.dim, slots.data(), workload.bag_size, first, last, kBestPrefetch,
+             kBestInterleave, out.data());
+    } else {
+      gather_beside(keyed.beside, layout == KeyedLayout::kBesideRowsAtHome, workload.dim, step_keys,
+                    workload.bag_size, first, last, kBestPrefetch, out.data(),
+                    missed[static_cast<size_t>(t)]);
+    }
+  };
+  for (auto _ : state) {
+    workers.run(task);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+    next = (next + 1) % keys.size();
+  }
+  report(state, workload.ids_per_step(), bytes_per_row("lookup", workload.dim),
+         stream.unique_fraction());
+  state.counters["at_home"] = keyed.at_home;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Registration: the workloads of embedding_bench (workload.h), each shape's benchmarks together so
 // that a table is built once.
@@ -713,6 +1001,15 @@ void register_all() {
               "/prefetch:" + std::to_string(distance) + "/interleave:" + std::to_string(interleave);
           configure(benchmark::RegisterBenchmark(("BM_Gather/" + workload.name() + suffix).c_str(),
                                                  BM_Gather, workload, distance, interleave));
+        }
+        if (workload.num_tables != 1 || workload.bag_size != 20) return;
+        for (const auto& [layout, name] :
+             {std::pair{KeyedLayout::kIndex, "index"},
+              std::pair{KeyedLayout::kBesideRows, "beside_rows"},
+              std::pair{KeyedLayout::kBesideRowsAtHome, "beside_rows_at_home"}}) {
+          configure(benchmark::RegisterBenchmark(
+              ("BM_KeyedGather/" + std::string(name) + "/" + workload.name()).c_str(),
+              BM_KeyedGather, workload, layout));
         }
       },
       [&](const Workload& workload, const std::string& optimizer) {
