@@ -112,6 +112,10 @@ RECEMB_EXPORT VocabularyResize parse_vocabulary_resize(std::string_view name);
 
 struct RestoreOptions {
   VocabularyResize resize = VocabularyResize::kError;
+  // A table whose rows the checkpoint holds in another dtype (TableConfig::dtype) is an
+  // InvalidArgument unless this is set: then its rows are converted, widened exactly to float32 or
+  // rounded to nearest (ties to even) to 16 bits (docs/semantics.md, "16-bit tables").
+  bool convert_dtype = false;
 };
 
 struct RestoredState {
@@ -126,7 +130,8 @@ struct RestoredState {
 // state), and so may hyperparameters (the embedding's own are used from now on).
 //
 // Requirements, each an InvalidArgument naming the table and both values when not met: the same
-// set of table names; equal dims; equal vocabulary sizes unless options.resize allows the
+// set of table names; equal dims; the same dtype unless options.convert_dtype is set; equal
+// vocabulary sizes unless options.resize allows the
 // difference; the same optimizer (name, hence the same slots), except that a table without an
 // optimizer (lookup only) takes the parameters alone.
 //

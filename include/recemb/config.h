@@ -28,6 +28,28 @@ struct QuantizationConfig {
   float upper = 0.0f;
 };
 
+// The type a table's rows (its "parameters") are stored in (docs/semantics.md, "16-bit tables").
+// Optimizer slots stay float32; lookups accumulate in float32 and updates compute in float32, then
+// round the row back to the table's type as `Rounding` says.
+enum class DType { kFloat32, kBFloat16, kFloat16 };
+// "float32", "bfloat16", "float16".
+RECEMB_EXPORT std::string_view dtype_name(DType value);
+// The inverse of dtype_name; anything else throws InvalidArgument listing the valid names.
+RECEMB_EXPORT DType parse_dtype(std::string_view name);
+
+// How an update rounds a 16-bit row's float32 result (docs/semantics.md, "16-bit tables").
+enum class Rounding {
+  // Up or down at random, with the probability that makes the rounding unbiased, from a
+  // counter-based generator keyed by (table seed, step, row or key, column): the same bits for
+  // any thread count, placement and number of ranks.
+  kStochastic,
+  kNearest,  // to nearest, ties to even (for comparison)
+};
+// "stochastic", "nearest".
+RECEMB_EXPORT std::string_view rounding_name(Rounding value);
+// The inverse of rounding_name; anything else throws InvalidArgument listing the valid names.
+RECEMB_EXPORT Rounding parse_rounding(std::string_view name);
+
 // What a dynamic table does when admitting a key would hold more than its capacity.
 enum class WhenFull {
   kEvictLeastRecent,    // evict the key seen longest ago (ties: smaller count, then smaller key)
@@ -78,6 +100,11 @@ struct TableConfig {
   std::optional<QuantizationConfig> quantization_config = {};
   // Set: a dynamic table (vocabulary_size must be 0) whose initializer is not a callback.
   std::optional<DynamicVocabulary> dynamic_vocabulary = {};
+  // The rows' type: 16-bit rows take half the memory of float32 ones (static tables only for
+  // now: a dynamic table with a 16-bit dtype is an InvalidArgument).
+  DType dtype = DType::kFloat32;
+  // How updates round a 16-bit table's rows (ignored for float32).
+  Rounding rounding = Rounding::kStochastic;
 };
 
 struct FeatureConfig {

@@ -159,6 +159,12 @@ std::vector<VariableLoad> plan_loads(const Embedding& embedding, const Manifest&
       throw InvalidArgument(owner + "the checkpoint has dim " + std::to_string(saved.config.dim) +
                             ", the embedding " + std::to_string(config.dim));
     }
+    if (saved.config.dtype != config.dtype && !options.convert_dtype) {
+      throw InvalidArgument(owner + "the checkpoint's rows are " +
+                            std::string(dtype_name(saved.config.dtype)) + ", the embedding's " +
+                            std::string(dtype_name(config.dtype)) +
+                            "; set RestoreOptions::convert_dtype to convert them");
+    }
     // A dynamic table's keys are checked against its parts' capacity once the files are verified
     // (read_dynamic_keys).
     const int64_t saved_rows =
@@ -263,6 +269,7 @@ void load_parts(Embedding& embedding, const fs::path& directory, const Manifest&
             internal::read_part_rows(
                 support::InputFile::open(directory / variable_load.saved->data.file), local.part,
                 variable, variable_load.rows);
+            internal::PartAccess::store_staged(variable);
           },
           variable_description(table, variable.name));
     }

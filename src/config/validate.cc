@@ -113,6 +113,12 @@ void validate_table(const TableConfig& table) {
                             std::to_string(row_id->offset));
     }
   }
+  dtype_name(table.dtype);        // throws for a non-enumerator
+  rounding_name(table.rounding);  // likewise
+  if (table.dtype != DType::kFloat32 && table.dynamic_vocabulary) {
+    throw InvalidArgument(owner + ": dtype '" + std::string(dtype_name(table.dtype)) +
+                          "' is for static tables only; a dynamic table's rows are float32");
+  }
   if (table.optimizer) validate_optimizer(*table.optimizer, owner);
 }
 

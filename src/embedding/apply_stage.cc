@@ -265,7 +265,7 @@ void ApplyStage::update_tables() {
     table_updates_.push_back({.optimizer = &*state.optimizer(),
                               .learning_rate = learning_rates_[state.part().table],
                               .step = model_.step,
-                              .variables = state.variables(),
+                              .variables = state.variables(model_.step),
                               .grouping = &state.grouping(),
                               .contributions = state.contributions(),
                               .mode = {.accumulate = common.use_gradient_accumulation,
@@ -296,8 +296,8 @@ void ApplyStage::update_tables() {
         const TableUpdate& update = table_updates_[task.update];
         float* thread_scratch = thread_scratch_.data() + stride * static_cast<size_t>(thread);
         const int64_t dim = update.variables.dim;
-        const UpdateScratch view{thread_scratch, thread_scratch + update_scratch_floats(dim) - dim};
-        thread_skipped_rows_[static_cast<size_t>(thread)] += update_rows(update, task.rows, view);
+        thread_skipped_rows_[static_cast<size_t>(thread)] +=
+            update_rows(update, task.rows, update_scratch(thread_scratch, dim));
       },
       {.work = total_rows, .min_work_for_threads = kMinRowsForThreads});
   // Online publishing: the rows just written, once a publish started tracking them (a byte a

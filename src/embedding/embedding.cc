@@ -201,7 +201,15 @@ void Model::check_variable_values(std::string_view table, std::string_view name,
       if (spec.name == name) range = spec.range;
     }
   }
+  // float16 rounds from 65520 on to infinity: such a value would not be stored finite.
+  const bool float16 = name == "parameters" && tables[t].dtype == DType::kFloat16;
   for (size_t i = 0; i < values.size(); ++i) {
+    if (float16 && std::isfinite(values[i]) && !(std::fabs(values[i]) < 65520.0f)) {
+      throw InvalidArgument(std::string(what) + ": value " + std::to_string(values[i]) +
+                            " at index " + std::to_string(i) + " (" +
+                            row_name(static_cast<int64_t>(i) / width) +
+                            ") is beyond float16's range (|x| < 65520), the table's dtype");
+    }
     if (in_range(range, values[i])) continue;
     std::string message = std::string(what) + ": value " + std::to_string(values[i]) +
                           " at index " + std::to_string(i) + " (" +
@@ -277,20 +285,29 @@ void Embedding::Impl::read_variable(size_t table, std::string_view variable, std
   const bool replicated = parts[0].strategy == ShardingStrategy::kReplicated;
   std::vector<const float*> sources(parts.size(), nullptr);
   std::vector<std::byte> gathered;
+  // A 16-bit table's parameters, decoded to float32 part by part (the others are read in place).
+  std::vector<std::vector<float>> decoded(parts.size());
+  const auto values_of = [&](const TablePart& held) -> std::span<const float> {
+    const internal::TableStorage& storage = model.states[held.index_on_rank].storage();
+    if (const internal::FloatBuffer* buffer = storage.variable(variable)) return buffer->span();
+    std::vector<float>& floats = decoded[held.index_in_table];
+    floats.resize(static_cast<size_t>(storage.num_rows() * storage.dim()));
+    storage.read_rows(0, storage.num_rows(), floats.data());
+    return floats;
+  };
   if (world_size() == 1 || replicated) {
     for (const TablePart& held : parts) {
       if (held.rank != rank()) continue;
-      sources[held.index_in_table] =
-          model.states[held.index_on_rank].storage().variable(variable)->data();
+      sources[held.index_in_table] = values_of(held).data();
     }
   } else {
     std::vector<std::byte> mine;
     for (const TablePart& held : parts) {
       if (held.rank != rank()) continue;
-      const std::span<const float> values =
-          model.states[held.index_on_rank].storage().variable(variable)->span();
+      const std::span<const float> values = values_of(held);
       const auto* bytes = reinterpret_cast<const std::byte*>(values.data());
       mine.insert(mine.end(), bytes, bytes + values.size_bytes());
+      decoded[held.index_in_table] = {};
     }
     std::vector<int64_t> counts(static_cast<size_t>(world_size()));
     exchange.communicator().all_gather(mine, gathered, counts);
@@ -329,12 +346,17 @@ void Embedding::Impl::write_variable(size_t table, std::string_view variable,
   for (TableState& state : model.states) {
     const TablePart& held = state.part();
     if (held.table != table) continue;
-    float* target = state.untracked_storage().variable(variable)->data();
+    internal::TableStorage& storage = state.untracked_storage();
+    internal::FloatBuffer* buffer = storage.variable(variable);
     const int64_t columns = part_width(held, width, config.dim);
     const int64_t first = width == config.dim ? held.first_column : 0;
     for (int64_t local = 0; local < held.rows; ++local) {
-      std::copy_n(values.data() + held.global_row(local) * width + first, columns,
-                  target + local * columns);
+      const float* row = values.data() + held.global_row(local) * width + first;
+      if (buffer != nullptr) {
+        std::copy_n(row, columns, buffer->data() + local * columns);
+      } else {  // a 16-bit table's parameters, rounded to nearest
+        storage.write_rows(local, 1, row);
+      }
     }
   }
 }
@@ -503,7 +525,13 @@ std::span<const float> Embedding::variable_data(std::string_view table,
             impl_->model.placement.tables[impl_->model.table_index(table)].strategy)) +
         "); read it with read_variable");
   }
-  return state->storage().variable(variable)->span();
+  const internal::FloatBuffer* buffer = state->storage().variable(variable);
+  if (buffer == nullptr) {
+    throw FailedPrecondition("table '" + std::string(table) + "' stores its rows as " +
+                             std::string(dtype_name(state->table().dtype)) +
+                             ", not float32: read them with read_variable, which converts");
+  }
+  return buffer->span();
 }
 
 }  // namespace recemb

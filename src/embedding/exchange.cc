@@ -65,7 +65,7 @@ RequestSection read_request_section(std::byte* at, size_t available, size_t& byt
   return section;
 }
 
-PoolInput pool_input(const RequestSection& section, const float* rows, int64_t num_columns,
+PoolInput pool_input(const RequestSection& section, TableRows rows, int64_t num_columns,
                      const QuantizationConfig* quantization) {
   return {.table = rows,
           .dim = num_columns,

@@ -65,7 +65,7 @@ RequestSection start_request_section(std::byte* at, int64_t num_bags, int64_t nu
 RequestSection read_request_section(std::byte* at, size_t available, size_t& bytes);
 
 // The kernel input that pools a received section over a part's rows (rows_per_bag = its columns).
-PoolInput pool_input(const RequestSection& section, const float* rows, int64_t num_columns,
+PoolInput pool_input(const RequestSection& section, TableRows rows, int64_t num_columns,
                      const QuantizationConfig* quantization);
 
 // A message of an all-to-all: the bytes for (or from) each rank, consecutively, and their counts.

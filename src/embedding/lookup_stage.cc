@@ -137,7 +137,7 @@ void LookupStage::pool_requests(std::span<const std::span<float>> activations,
       if (where == Pooled::kNot) continue;
       const RequestSection& section = batch.received.sections[static_cast<size_t>(q)][k];
       const std::optional<QuantizationConfig>& quantization = state.table().quantization_config;
-      const PoolInput input = pool_input(section, state.storage().parameters(), state.columns(),
+      const PoolInput input = pool_input(section, state.storage().rows(), state.columns(),
                                          quantization ? &*quantization : nullptr);
       float* out =
           where == Pooled::kIntoActivations ? activations[mine[k].feature].data() : response;

@@ -1,11 +1,24 @@
 #include "embedding/parts.h"
 
 #include <limits>
+#include <memory>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "embedding/embedding_impl.h"
 
 namespace recemb::internal {
+
+namespace {
+
+// A float32 table's parameters; empty for a 16-bit table's (read through read_variable).
+std::span<const float> parameters_of(const TableStorage& storage) {
+  const FloatBuffer* buffer = storage.variable("parameters");
+  return buffer == nullptr ? std::span<const float>() : buffer->span();
+}
+
+}  // namespace
 
 template <class Float>
 std::vector<LocalPart<Float>> PartAccess::parts_of(const Embedding& embedding) {
@@ -32,12 +45,20 @@ std::vector<LocalPart<Float>> PartAccess::parts_of(const Embedding& embedding) {
       // A variable as wide as the table is split with the columns; a narrower one (a row-wise
       // slot) is kept whole by every part (the planner splits no such table by columns).
       const bool split = width == config.dim;
-      const std::span<Float> values = storage.variable(name)->span();
-      local.variables.push_back({.name = std::move(name),
-                                 .width = width,
-                                 .first_column = split ? held.first_column : 0,
-                                 .columns = split ? held.num_columns : width,
-                                 .values = values});
+      PartVariable<Float> variable{.name = std::move(name),
+                                   .width = width,
+                                   .first_column = split ? held.first_column : 0,
+                                   .columns = split ? held.num_columns : width};
+      if (auto* buffer = storage.variable(variable.name)) {
+        variable.values = buffer->span();
+      } else {  // a 16-bit table's parameters: staged as float32
+        variable.staged = std::make_shared<std::vector<float>>(
+            static_cast<size_t>(storage.num_rows() * storage.dim()));
+        storage.read_rows(0, storage.num_rows(), variable.staged->data());
+        variable.values = *variable.staged;
+        variable.storage = &storage;
+      }
+      local.variables.push_back(std::move(variable));
     }
   }
   return parts;
@@ -49,6 +70,11 @@ std::vector<LocalPart<const float>> PartAccess::local_parts(const Embedding& emb
 
 std::vector<LocalPart<float>> PartAccess::local_parts(Embedding& embedding) {
   return parts_of<float>(embedding);
+}
+
+void PartAccess::store_staged(const PartVariable<float>& variable) {
+  if (variable.staged == nullptr) return;
+  variable.storage->write_rows(0, variable.storage->num_rows(), variable.staged->data());
 }
 
 std::vector<PartChanges> ChangeAccess::changes(Embedding& embedding) {
@@ -63,7 +89,7 @@ std::vector<PartChanges> ChangeAccess::changes(Embedding& embedding) {
                        .removed_keys = log.removed_keys(),
                        .untracked = log.untracked(),
                        .dynamic = state.dynamic(),
-                       .parameters = state.storage().variable("parameters")->span(),
+                       .parameters = parameters_of(state.storage()),
                        .whole = model.whole_state(state.part().table) == &state});
   }
   return changes;

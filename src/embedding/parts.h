@@ -24,6 +24,7 @@
 
 #include "embedding/dynamic_part.h"
 #include "placement/partition.h"
+#include "storage/table_storage.h"
 
 namespace recemb::internal {
 
@@ -37,6 +38,10 @@ struct PartVariable {
   int64_t first_column = 0;  // of this part's floats within a whole row
   int64_t columns = 0;       // floats per local row
   std::span<Float> values;   // part.rows * columns floats: the part's memory itself
+  // A 16-bit table's parameters (docs/semantics.md, "16-bit tables"): `values` is then a float32
+  // copy of them (exact), held here; a writer stores it back with PartAccess::store_staged.
+  std::shared_ptr<std::vector<float>> staged = {};
+  std::conditional_t<std::is_const_v<Float>, const TableStorage*, TableStorage*> storage = nullptr;
 };
 
 template <class Float>
@@ -60,8 +65,8 @@ struct PartChanges {
   bool untracked = false;                 // rows written by another call since: a base follows
   const DynamicPart* dynamic = nullptr;   // a dynamic table's part
   // The part's parameters (part.rows rows of part.num_columns floats, and a dynamic part's zero
-  // row), and whether they are its table's whole (every row and column:
-  // Embedding::has_whole_table).
+  // row; empty for a 16-bit table, whose rows read_variable converts), and whether they are its
+  // table's whole (every row and column: Embedding::has_whole_table).
   std::span<const float> parameters;
   bool whole = false;
 };
@@ -88,6 +93,10 @@ struct PartAccess {
   // The same, to write: through the parts' untracked door (embedding/table_state.h), so that the
   // Embedding's next publish writes a base.
   static std::vector<LocalPart<float>> local_parts(Embedding& embedding);
+  // After a writer filled a staged variable's values (a 16-bit table's parameters): rounds them
+  // to nearest into the table (exact for values read from a table of the same type). Nothing for
+  // a variable that is not staged.
+  static void store_staged(const PartVariable<float>& variable);
   // The ranks sharing the tables (local_communicator() for one process alone).
   static Communicator& communicator(const Embedding& embedding);
   // Whether a training lookup is not applied yet (its batch holds slots of dynamic tables' keys).

@@ -1,7 +1,11 @@
 #include "embedding/table_state.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 #include <utility>
+
+#include "recemb/error.h"
 
 #include "optimizers/slot_spec.h"
 #include "storage/initializer.h"
@@ -16,15 +20,19 @@ TableState::TableState(TableConfig table, TablePart part, std::optional<Optimize
       part_(part),
       optimizer_(std::move(optimizer)),
       storage_(table_.name, part_.rows + (part_.keyed ? 1 : 0), part_.num_columns,
-               optimizer_ ? slot_specs(*optimizer_, part_.num_columns) : std::vector<SlotSpec>{}),
+               optimizer_ ? slot_specs(*optimizer_, part_.num_columns) : std::vector<SlotSpec>{},
+               table_.dtype),
+      table_seed_(table_seed),
       dynamic_(part_.keyed ? std::make_unique<DynamicPart>(table_, part_, table_seed) : nullptr) {
   RECEMB_CHECK(storage_.slot_specs().size() <= RowVariables{}.slot_bases.size());
 }
 
 int64_t TableState::row_bytes() const {
-  int64_t floats = columns();
-  for (const SlotSpec& spec : storage_.slot_specs()) floats += spec.width;
-  return floats * static_cast<int64_t>(sizeof(float));
+  int64_t bytes = columns() * (table_.dtype == DType::kFloat32 ? 4 : 2);
+  for (const SlotSpec& spec : storage_.slot_specs()) {
+    bytes += spec.width * static_cast<int64_t>(sizeof(float));
+  }
+  return bytes;
 }
 
 bool TableState::updates_all_rows() const {
@@ -42,19 +50,34 @@ void TableState::record_update() {
 }
 
 void TableState::initialize(uint64_t table_seed, int64_t first_row, int64_t num_rows) {
-  if (part_.whole) {
+  if (part_.whole && table_.dtype == DType::kFloat32) {
     initialize_rows(
         table_.initializer, table_seed, first_row, num_rows, table_.dim,
         std::span<float>(storage_.row(first_row), static_cast<size_t>(num_rows * table_.dim)));
   } else {
-    // A row at a time: the part's rows (row-wise) or columns (column-wise) of the table's rows.
+    // A row at a time: the part's rows (row-wise) or columns (column-wise) of the table's rows,
+    // rounded to nearest in a 16-bit table.
     std::vector<float> row(static_cast<size_t>(table_.dim));
     for (int64_t local = first_row; local < first_row + num_rows; ++local) {
-      initialize_rows(table_.initializer, table_seed, part_.global_row(local), 1, table_.dim, row);
-      std::copy_n(row.begin() + part_.first_column, part_.num_columns, storage_.row(local));
+      const int64_t global = part_.global_row(local);
+      initialize_rows(table_.initializer, table_seed, global, 1, table_.dim, row);
+      if (table_.dtype == DType::kFloat16) check_float16_range(row, global);
+      storage_.write_rows(local, 1, row.data() + part_.first_column);
     }
   }
   storage_.initialize_slots(first_row, num_rows);
+}
+
+void TableState::check_float16_range(std::span<const float> row, int64_t global_row) const {
+  for (size_t d = 0; d < row.size(); ++d) {
+    if (!(std::fabs(row[d]) < kFloat16RoundsToInfinity)) {
+      throw InvalidArgument("table '" + table_.name + "': initial value " +
+                            std::to_string(row[d]) + " of row " + std::to_string(global_row) +
+                            ", column " + std::to_string(d) +
+                            " is beyond float16's range (|x| < 65520); use dtype 'bfloat16' or "
+                            "an initializer within it");
+    }
+  }
 }
 
 void TableState::gather_contributions(std::span<const ContributionSegment> segments,
@@ -137,8 +160,19 @@ void TableState::group_contributions(support::ThreadPool* pool) {
   }
 }
 
-RowVariables TableState::variables() {
+RowVariables TableState::variables(int64_t step) {
   RowVariables variables{.parameters = storage_.row(0), .dim = columns()};
+  if (table_.dtype != DType::kFloat32) {
+    variables.halves = storage_.half_row(0);
+    variables.dtype = table_.dtype;
+    variables.rounding = table_.rounding;
+    variables.rounding_seed = table_seed_;
+    variables.step = step;
+    // Local row r is the table's row r * row_stride + shard (placement/partition.h).
+    variables.row_stride = part_.strategy == ShardingStrategy::kRowWise ? part_.row_stride : 1;
+    variables.row_offset = part_.strategy == ShardingStrategy::kRowWise ? part_.shard : 0;
+    variables.first_column = part_.first_column;
+  }
   const auto& specs = storage_.slot_specs();
   variables.num_slots = static_cast<int>(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {

@@ -93,8 +93,9 @@ class TableState {
             .sorted_gains = sorted_gains_.data(),
             .sorted_sources = sorted_sources_.data()};
   }
-  // The rows for the training step's update (its door, as training_storage()).
-  RowVariables variables();
+  // The rows for the training step's update of `step` (the step it completes: a 16-bit table's
+  // stochastic rounding is keyed by it) through the training door, as training_storage().
+  RowVariables variables(int64_t step);
   // After the update of this step's rows: marks them in changes() (every row for a table that
   // updates all rows).
   void record_update();
@@ -102,12 +103,17 @@ class TableState {
  private:
   // The bytes of a row's parameters and slots.
   int64_t row_bytes() const;
+  // InvalidArgument unless every value of a float16 table's initial row fits float16.
+  void check_float16_range(std::span<const float> row, int64_t global_row) const;
+  // float_to_float16 gives infinity from this magnitude on.
+  static constexpr float kFloat16RoundsToInfinity = 65520.0f;
   void group_contributions(support::ThreadPool* pool);
 
   TableConfig table_;
   TablePart part_;
   std::optional<Optimizer> optimizer_;
   TableStorage storage_;
+  uint64_t table_seed_;
   ChangeLog changes_;
   std::unique_ptr<DynamicPart> dynamic_;
   std::vector<int64_t> contribution_rows_;

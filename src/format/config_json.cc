@@ -130,6 +130,8 @@ void fields(Is<TableConfig> auto& table, auto& visit) {
   visit("optimizer", table.optimizer);
   visit("quantization_config", table.quantization_config);
   visit("dynamic_vocabulary", table.dynamic_vocabulary);
+  visit("dtype", table.dtype);
+  visit("rounding", table.rounding);
 }
 void fields(Is<FeatureConfig> auto& feature, auto& visit) {
   visit("name", feature.name);
@@ -171,6 +173,8 @@ Json value_to_json(int64_t value);
 Json value_to_json(const std::string& value);
 Json value_to_json(Combiner combiner);
 Json value_to_json(WhenFull when_full);
+Json value_to_json(DType dtype);
+Json value_to_json(Rounding rounding);
 template <class T>
 Json value_to_json(const std::vector<T>& values);
 Json value_to_json(const LearningRate& learning_rate);
@@ -179,7 +183,9 @@ Json value_to_json(const Optimizer& optimizer);
 template <HasFields T>
 Json value_to_json(const T& value);
 
-// Adds each visited field to `object`; an unset optional is left out.
+// Adds each visited field to `object`; an unset optional is left out, and so are a table's dtype
+// and rounding at their defaults (float32, stochastic), so that a float32 table's config reads as
+// it did before 16-bit tables.
 struct Writer {
   Json& object;
 
@@ -190,6 +196,12 @@ struct Writer {
   template <class T>
   void operator()(std::string_view key, const std::optional<T>& value) {
     if (value) (*this)(key, *value);
+  }
+  void operator()(std::string_view key, DType value) {
+    if (value != DType::kFloat32) object[std::string(key)] = value_to_json(value);
+  }
+  void operator()(std::string_view key, Rounding value) {
+    if (value != Rounding::kStochastic) object[std::string(key)] = value_to_json(value);
   }
 };
 
@@ -209,6 +221,8 @@ Json value_to_json(int64_t value) { return value; }
 Json value_to_json(const std::string& value) { return value; }
 Json value_to_json(Combiner combiner) { return std::string(combiner_name(combiner)); }
 Json value_to_json(WhenFull when_full) { return std::string(when_full_name(when_full)); }
+Json value_to_json(DType dtype) { return std::string(dtype_name(dtype)); }
+Json value_to_json(Rounding rounding) { return std::string(rounding_name(rounding)); }
 
 template <class T>
 Json value_to_json(const std::vector<T>& values) {
@@ -265,6 +279,8 @@ void read_value(const JsonReader& json, int64_t& value);
 void read_value(const JsonReader& json, std::string& value);
 void read_value(const JsonReader& json, Combiner& combiner);
 void read_value(const JsonReader& json, WhenFull& when_full);
+void read_value(const JsonReader& json, DType& dtype);
+void read_value(const JsonReader& json, Rounding& rounding);
 template <class T>
 void read_value(const JsonReader& json, std::vector<T>& values);
 template <class T>
@@ -342,6 +358,22 @@ void read_value(const JsonReader& json, Combiner& combiner) {
 void read_value(const JsonReader& json, WhenFull& when_full) {
   try {
     when_full = parse_when_full(support::excerpt(json.string()));
+  } catch (const InvalidArgument& error) {
+    json.fail(error.what());
+  }
+}
+
+void read_value(const JsonReader& json, DType& dtype) {
+  try {
+    dtype = parse_dtype(support::excerpt(json.string()));
+  } catch (const InvalidArgument& error) {
+    json.fail(error.what());
+  }
+}
+
+void read_value(const JsonReader& json, Rounding& rounding) {
+  try {
+    rounding = parse_rounding(support::excerpt(json.string()));
   } catch (const InvalidArgument& error) {
     json.fail(error.what());
   }

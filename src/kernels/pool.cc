@@ -5,9 +5,10 @@
 #include <cstdint>
 #include <utility>
 
+#include "kernels/half_precision.h"
 #include "kernels/prefetch.h"
 
-// Rows of every format (float32, float16, int8) are pooled by a Highway kernel compiled once per
+// Rows of every format (float32, bfloat16, float16, int8) are pooled by a Highway kernel compiled once per
 // target (foreach_target.h includes this file again for each) and dispatched at run time; it
 // reads a row through its format's decoder (below). Simulated quantization uses the scalar
 // template at the end of the file.
@@ -76,6 +77,28 @@ struct Float16Table {
   template <class D>
   HWY_INLINE Row<D> row(D, int64_t id) const {
     return {halves + id * dim};
+  }
+};
+
+struct BFloat16Table {
+  const uint16_t* values;
+  int64_t dim;
+
+  const void* address(int64_t id) const { return values + id * dim; }
+  int64_t row_bytes() const { return dim * 2; }
+  template <class D>
+  struct Row {
+    const uint16_t* HWY_RESTRICT values;
+    // A bfloat16 value is the top half of its float32: widened and shifted, exact on every target.
+    HWY_INLINE hn::Vec<D> load(D d, int64_t column) const {
+      const hn::RebindToUnsigned<D> du;
+      const hn::Rebind<uint16_t, D> d16;
+      return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, values + column))));
+    }
+  };
+  template <class D>
+  HWY_INLINE Row<D> row(D, int64_t id) const {
+    return {values + id * dim};
   }
 };
 
@@ -304,6 +327,11 @@ void pool_float16_bags(const PoolInput& input, Float16Rows table, int64_t first_
   pool_table_bags(input, Float16Table{table.data, input.dim}, first_bag, last_bag, out);
 }
 
+void pool_bfloat16_bags(const PoolInput& input, BFloat16Rows table, int64_t first_bag,
+                        int64_t last_bag, float* out) {
+  pool_table_bags(input, BFloat16Table{table.data, input.dim}, first_bag, last_bag, out);
+}
+
 void pool_int8_bags(const PoolInput& input, Int8Rows table, int64_t first_bag, int64_t last_bag,
                     float* out) {
   pool_table_bags(input, Int8Table{table.data, input.dim}, first_bag, last_bag, out);
@@ -317,6 +345,7 @@ namespace recemb::internal {
 
 HWY_EXPORT(pool_float32_bags);
 HWY_EXPORT(pool_float16_bags);
+HWY_EXPORT(pool_bfloat16_bags);
 HWY_EXPORT(pool_int8_bags);
 
 namespace {
@@ -351,6 +380,20 @@ struct Float16Format {
   int64_t dim;
 
   Float16Row row(int64_t id) const { return {table + id * dim}; }
+  int64_t row_bytes() const { return dim * 2; }
+  void prefetch(int64_t id) const { prefetch_bytes_to_l2(table + id * dim, row_bytes()); }
+};
+
+struct BFloat16Row {
+  const uint16_t* __restrict values;
+  float operator[](int64_t d) const { return bfloat16_to_float(values[d]); }
+};
+
+struct BFloat16Format {
+  const uint16_t* table;
+  int64_t dim;
+
+  BFloat16Row row(int64_t id) const { return {table + id * dim}; }
   int64_t row_bytes() const { return dim * 2; }
   void prefetch(int64_t id) const { prefetch_bytes_to_l2(table + id * dim, row_bytes()); }
 };
@@ -436,6 +479,13 @@ struct PoolRows {
       HWY_DYNAMIC_DISPATCH(pool_float16_bags)(input, table, first_bag, last_bag, out);
     } else {
       pool_bags_as(Float16Format{table.data, input.dim}, input, first_bag, last_bag, out);
+    }
+  }
+  void operator()(BFloat16Rows table) const {
+    if (input.quantization == nullptr) {
+      HWY_DYNAMIC_DISPATCH(pool_bfloat16_bags)(input, table, first_bag, last_bag, out);
+    } else {
+      pool_bags_as(BFloat16Format{table.data, input.dim}, input, first_bag, last_bag, out);
     }
   }
   void operator()(Int8Rows table) const {

@@ -11,9 +11,15 @@
 
 namespace recemb::internal {
 
-// A table's rows in one of its storage formats: float32 ([vocabulary_size, dim] floats, the
-// training tables), or a serving model's float16 or int8 rows (kernels/quantized_rows.h).
-using TableRows = std::variant<const float*, Float16Rows, Int8Rows>;
+// A bfloat16 table: [num_rows, dim] bfloat16 bit patterns (kernels/half_precision.h).
+struct BFloat16Rows {
+  const uint16_t* data = nullptr;
+};
+
+// A table's rows in one of its storage formats: float32 ([vocabulary_size, dim] floats), a 16-bit
+// training table's bfloat16 or float16 rows, or a serving model's float16 or int8 rows
+// (kernels/quantized_rows.h).
+using TableRows = std::variant<const float*, Float16Rows, BFloat16Rows, Int8Rows>;
 
 // One feature's bags over one table, in the CsrFeature layout (batch/csr_feature.h). All pointers
 // are borrowed; ids are already validated.
@@ -30,7 +36,7 @@ struct PoolInput {
 // For b in [first_bag, last_bag):
 //   out[b * dim + d] = bag_scales[b] * sum_{j in [offsets[b], offsets[b+1])} weights[j] *
 //   q(row(ids[j])[d])
-// where row(i)[d] is the stored value decoded to float (exact for float32 and float16 rows;
+// where row(i)[d] is the stored value decoded to float (exact for float32, float16 and bfloat16 rows;
 // code * scale + bias for int8 rows) and q the simulated quantization (identity without a
 // QuantizationConfig). The sum runs in j order in float32, whatever the row format: per output
 // value, acc = 0.0f, then acc = acc + w * v (a rounded product, never a fused multiply-add; acc + v

@@ -25,19 +25,35 @@
 #include <array>
 #include <cstdint>
 
+#include "recemb/config.h"
+
+#include "kernels/half_precision.h"
 #include "kernels/prefetch.h"
 #include "kernels/row_grouping.h"
 
 namespace recemb::internal {
 
-// A table's variables as raw pointers: row r of parameters is parameters + r * dim; slot i of row r
-// is slot_bases[i] + r * slot_widths[i].
+// A table's variables as raw pointers: row r of parameters is parameters + r * dim (or of halves,
+// for a 16-bit table); slot i of row r is slot_bases[i] + r * slot_widths[i].
 struct RowVariables {
-  float* parameters = nullptr;
+  float* parameters = nullptr;  // a float32 table's rows; nullptr for a 16-bit table
   int64_t dim = 0;
   int num_slots = 0;
   std::array<float*, 2> slot_bases{};
   std::array<int64_t, 2> slot_widths{};
+  // A 16-bit table's rows (docs/semantics.md, "16-bit tables"): a row is decoded into the
+  // thread's scratch, updated there in float32, and rounded back as `rounding` says
+  // (kernels/half_precision.h), stochastic rounding with the bits of
+  // rounding_stream(rounding_seed, step, row * row_stride + row_offset) for the columns
+  // first_column + d: the table's global row and column, so any placement rounds alike.
+  uint16_t* halves = nullptr;
+  DType dtype = DType::kFloat32;
+  Rounding rounding = Rounding::kStochastic;
+  uint64_t rounding_seed = 0;
+  int64_t step = 0;
+  int64_t row_stride = 1;
+  int64_t row_offset = 0;
+  int64_t first_column = 0;
 };
 
 // The gradient contributions of one table for one step. Contribution i (in summation order) adds
@@ -66,13 +82,19 @@ inline int64_t update_chunk_rows(int64_t dim) {
   return std::clamp<int64_t>(8192 / std::max<int64_t>(dim, 1), 1, kMaxUpdateChunkRows);
 }
 
-// Per-thread buffers: gradients holds update_chunk_rows(dim) * dim floats, pipeline dim floats
-// (update_scratch_floats(dim) in all).
+// Per-thread buffers: gradients holds update_chunk_rows(dim) * dim floats, row and pipeline dim
+// floats each (update_scratch_floats(dim) in all; update_scratch lays them out).
 struct UpdateScratch {
   float* gradients;
+  float* row;  // a 16-bit row decoded
   float* pipeline;
 };
-inline int64_t update_scratch_floats(int64_t dim) { return (update_chunk_rows(dim) + 1) * dim; }
+inline int64_t update_scratch_floats(int64_t dim) { return (update_chunk_rows(dim) + 2) * dim; }
+// The scratch of update_scratch_floats(dim) floats from `floats` on.
+inline UpdateScratch update_scratch(float* floats, int64_t dim) {
+  const int64_t gradients = update_chunk_rows(dim) * dim;
+  return {floats, floats + gradients, floats + gradients + dim};
+}
 
 namespace detail {
 
@@ -94,19 +116,44 @@ inline std::array<float*, 2> slot_rows(const RowVariables& v, int64_t row) {
   return slots;
 }
 
+// Calls update(w) with row `row` of the parameters as float32: the row itself, or a 16-bit row
+// decoded into scratch.row and rounded back after.
+template <class Update>
+void with_float_row(const RowVariables& v, int64_t dim, int64_t row, UpdateScratch scratch,
+                    Update&& update) {
+  if (v.halves == nullptr) {
+    update(v.parameters + row * dim);
+    return;
+  }
+  uint16_t* stored = v.halves + row * dim;
+  decode_half_values(v.dtype, stored, dim, scratch.row);
+  update(scratch.row);
+  if (v.rounding == Rounding::kNearest) {
+    encode_half_values_nearest(v.dtype, scratch.row, dim, stored);
+  } else {
+    const uint64_t stream =
+        rounding_stream(v.rounding_seed, v.step, row * v.row_stride + v.row_offset);
+    encode_half_values_stochastic(v.dtype, scratch.row, dim, stream, v.first_column, stored);
+  }
+}
+
 template <class Pipeline>
 void update_row(const Pipeline& pipeline, const RowVariables& v, int64_t dim, int64_t row,
-                float* gradient, float* scratch) {
+                float* gradient, UpdateScratch scratch) {
   const std::array<float*, 2> slots = slot_rows(v, row);
-  pipeline.apply(v.parameters + row * dim, slots.data(), gradient, scratch, dim);
+  with_float_row(v, dim, row, scratch, [&](float* w) {
+    pipeline.apply(w, slots.data(), gradient, scratch.pipeline, dim);
+  });
 }
 
 // update_row with a gradient it must not change (the pipeline clips none).
 template <class Pipeline>
 void update_row_unclipped(const Pipeline& pipeline, const RowVariables& v, int64_t dim, int64_t row,
-                          const float* gradient, float* scratch) {
+                          const float* gradient, UpdateScratch scratch) {
   const std::array<float*, 2> slots = slot_rows(v, row);
-  pipeline.apply_unclipped(v.parameters + row * dim, slots.data(), gradient, scratch, dim);
+  with_float_row(v, dim, row, scratch, [&](float* w) {
+    pipeline.apply_unclipped(w, slots.data(), gradient, scratch.pipeline, dim);
+  });
 }
 
 // g = the sum of unique row k's contributions, in their order, from 0.
@@ -131,7 +178,7 @@ bool update_unique_row(const Pipeline& pipeline, const RowVariables& v, int64_t 
   if (mode.accumulate) {
     reduce_unique_row(grouping, c, dim, k, g);
     if (mode.skip_non_finite && !all_finite(g, dim)) return false;
-    update_row(pipeline, v, dim, row, g, scratch.pipeline);
+    update_row(pipeline, v, dim, row, g, scratch);
     return true;
   }
   const uint32_t begin = grouping.segment_starts()[k];
@@ -145,7 +192,7 @@ bool update_unique_row(const Pipeline& pipeline, const RowVariables& v, int64_t 
     const float gain = c.sorted_gains[i];
     const float* __restrict source = c.sorted_sources[i];
     for (int64_t d = 0; d < dim; ++d) g[d] = gain * source[d];
-    update_row(pipeline, v, dim, row, g, scratch.pipeline);
+    update_row(pipeline, v, dim, row, g, scratch);
   }
   return true;
 }
@@ -156,7 +203,11 @@ bool update_unique_row(const Pipeline& pipeline, const RowVariables& v, int64_t 
 // queue let more rows be in flight; the step ran 1.13-1.58x faster (docs/performance.md,
 // "Decisions"). The store that follows finds the line in the L2.
 inline void prefetch_variables(const RowVariables& v, int64_t dim, int64_t row) {
-  prefetch_bytes_to_l2(v.parameters + row * dim, dim * static_cast<int64_t>(sizeof(float)));
+  if (v.halves == nullptr) {
+    prefetch_bytes_to_l2(v.parameters + row * dim, dim * static_cast<int64_t>(sizeof(float)));
+  } else {
+    prefetch_bytes_to_l2(v.halves + row * dim, dim * static_cast<int64_t>(sizeof(uint16_t)));
+  }
   for (int i = 0; i < v.num_slots; ++i) {
     // A slot as wide as the row (Adagrad's, Adam's) takes the row's width: a constant with kDim.
     const int64_t width = v.slot_widths[i] == dim ? dim : v.slot_widths[i];
@@ -208,7 +259,7 @@ int64_t update_single_rows(const Pipeline& pipeline, const RowVariables& variabl
         ++skipped;
         continue;
       }
-      detail::update_row_unclipped(pipeline, variables, dim, rows[i], source, scratch.pipeline);
+      detail::update_row_unclipped(pipeline, variables, dim, rows[i], source, scratch);
       continue;
     }
     // As the sum from 0 (update_unique_row) or the one update (accumulate false) would be.
@@ -221,7 +272,7 @@ int64_t update_single_rows(const Pipeline& pipeline, const RowVariables& variabl
       ++skipped;
       continue;
     }
-    detail::update_row(pipeline, variables, dim, rows[i], g, scratch.pipeline);
+    detail::update_row(pipeline, variables, dim, rows[i], g, scratch);
   }
   return skipped;
 }
@@ -276,7 +327,7 @@ int64_t update_shared_rows(const Pipeline& pipeline, const RowVariables& variabl
         continue;
       }
       detail::update_row(pipeline, variables, dim, unique_rows[shared[j]],
-                         scratch.gradients + (j - chunk) * dim, scratch.pipeline);
+                         scratch.gradients + (j - chunk) * dim, scratch);
     }
   }
   return skipped;
@@ -305,7 +356,7 @@ int64_t update_all_rows(const Pipeline& pipeline, const RowVariables& variables,
       ++k;
     } else {
       std::fill_n(scratch.gradients, dim, 0.0f);
-      detail::update_row(pipeline, variables, dim, row, scratch.gradients, scratch.pipeline);
+      detail::update_row(pipeline, variables, dim, row, scratch.gradients, scratch);
     }
   }
   return skipped;

@@ -12,14 +12,14 @@
 // it full, so that a search ends at the first bucket holding the key or passed by none. Read-only
 // once built: no erase, hence no tombstones and no slot metadata (storage/key_index.h is the
 // training tables' index, which admits and evicts). On a 2 MiB-page buffer
-// (storage/float_buffer.h).
+// (storage/aligned_buffer.h).
 #ifndef RECEMB_SERVING_KEY_ROWS_H_
 #define RECEMB_SERVING_KEY_ROWS_H_
 
 #include <cstdint>
 #include <span>
 
-#include "storage/float_buffer.h"
+#include "storage/aligned_buffer.h"
 
 namespace recemb::internal {
 

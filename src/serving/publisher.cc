@@ -282,7 +282,8 @@ TableChanges changes_of(const Embedding& embedding, const std::vector<PartChange
   const std::vector<int64_t>& changed_ids = dynamic ? values.keys : values.row_ids;
   const int64_t dim = table.dim;
   values.owned.reserve(changed_ids.size() * static_cast<size_t>(dim));
-  if (communicator.size() > 1) whole = nullptr;  // the rows of other ranks' changes too
+  // Other ranks' changed rows, or a 16-bit table's rows (as float32), come from read_variable.
+  if (communicator.size() > 1 || (whole != nullptr && whole->parameters.empty())) whole = nullptr;
   if (dynamic) {
     changes.removed = support::union_over_ranks(communicator, std::move(removed));
     if (whole != nullptr) {

@@ -19,7 +19,7 @@
 #include "serving/format.h"
 #include "serving/key_rows.h"
 #include "serving/model_access.h"
-#include "storage/float_buffer.h"
+#include "storage/aligned_buffer.h"
 #include "support/file_io.h"
 #include "support/json.h"
 
@@ -37,7 +37,7 @@ namespace {
 // read and checked first (magic, format version, the size the header gives against the file's),
 // so that a file of another kind is refused without reading more than 64 bytes. The rest is read
 // in chunks, between which `stop` is looked at. The buffer is 64-byte aligned, as the blobs are
-// in the file, and large ones are on huge pages (storage/float_buffer.h), which the random row
+// in the file, and large ones are on huge pages (storage/aligned_buffer.h), which the random row
 // reads of lookups benefit from.
 class FileContents {
  public:

@@ -18,7 +18,7 @@ namespace {
 
 // Asks for transparent huge pages over the whole 2 MiB pages inside a vector's reserved memory,
 // before it is first written: find() reads a random position of a table far larger than the TLB
-// covers with 4 KiB pages, as the row gather does (storage/float_buffer.h). Advice only.
+// covers with 4 KiB pages, as the row gather does (storage/aligned_buffer.h). Advice only.
 template <class T>
 void advise_huge_pages(const std::vector<T>& vector) {
   constexpr uintptr_t kHugePage = uintptr_t{2} << 20;

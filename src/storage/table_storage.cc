@@ -11,20 +11,19 @@
 
 #include "recemb/error.h"
 
+#include "kernels/half_precision.h"
 #include "util/checked_math.h"
 
 namespace recemb::internal {
 namespace {
 
 // "table 't': cannot allocate 32000000000000 bytes (29802.3 GiB) for 1000000000000 rows of 8
-// floats (parameters and optimizer slots); ...".
+// values, 32 bytes (parameters and optimizer slots); ...".
 std::string allocation_failure(std::string_view table_name, int64_t num_rows,
-                               int64_t floats_per_row) {
-  const std::optional<int64_t> floats = checked_multiply(num_rows, floats_per_row);
-  const std::optional<int64_t> bytes =
-      floats ? checked_multiply(*floats, int64_t{sizeof(float)}) : std::nullopt;
-  const double gib = static_cast<double>(num_rows) * static_cast<double>(floats_per_row) *
-                     sizeof(float) / static_cast<double>(int64_t{1} << 30);
+                               int64_t floats_per_row, int64_t bytes_per_row) {
+  const std::optional<int64_t> bytes = checked_multiply(num_rows, bytes_per_row);
+  const double gib = static_cast<double>(num_rows) * static_cast<double>(bytes_per_row) /
+                     static_cast<double>(int64_t{1} << 30);
   std::ostringstream message;
   message << "table '" << table_name << "': cannot allocate ";
   if (bytes) {
@@ -33,8 +32,8 @@ std::string allocation_failure(std::string_view table_name, int64_t num_rows,
     message << "more than " << std::numeric_limits<int64_t>::max() << " bytes";
   }
   message << " (" << std::fixed << std::setprecision(1) << gib << " GiB) for " << num_rows
-          << " rows of " << floats_per_row
-          << " floats (parameters and optimizer slots): out of memory; lower vocabulary_size or "
+          << " rows of " << floats_per_row << " values, " << bytes_per_row
+          << " bytes (parameters and optimizer slots): out of memory; lower vocabulary_size or "
              "dim, or shard the table over more processes";
   return message.str();
 }
@@ -42,10 +41,14 @@ std::string allocation_failure(std::string_view table_name, int64_t num_rows,
 }  // namespace
 
 TableStorage::TableStorage(std::string_view table_name, int64_t num_rows, int64_t dim,
-                           std::vector<SlotSpec> slot_specs)
-    : num_rows_(num_rows), dim_(dim), slot_specs_(std::move(slot_specs)) {
+                           std::vector<SlotSpec> slot_specs, DType dtype)
+    : num_rows_(num_rows), dim_(dim), dtype_(dtype), slot_specs_(std::move(slot_specs)) {
   try {
-    parameters_ = FloatBuffer(static_cast<size_t>(num_rows * dim));
+    if (dtype == DType::kFloat32) {
+      parameters_ = FloatBuffer(static_cast<size_t>(num_rows * dim));
+    } else {
+      halves_ = HalfBuffer(static_cast<size_t>(num_rows * dim));
+    }
     slots_.reserve(slot_specs_.size());
     for (const SlotSpec& spec : slot_specs_) {
       slots_.emplace_back(static_cast<size_t>(num_rows * spec.width));
@@ -54,8 +57,39 @@ TableStorage::TableStorage(std::string_view table_name, int64_t num_rows, int64_
   } catch (const std::bad_alloc&) {
     // The buffers allocated so far are freed as the members are destroyed.
     int64_t floats_per_row = dim;
-    for (const SlotSpec& spec : slot_specs_) floats_per_row += spec.width;
-    throw ResourceExhausted(allocation_failure(table_name, num_rows, floats_per_row));
+    int64_t bytes_per_row = dim * (dtype == DType::kFloat32 ? 4 : 2);
+    for (const SlotSpec& spec : slot_specs_) {
+      floats_per_row += spec.width;
+      bytes_per_row += spec.width * 4;
+    }
+    throw ResourceExhausted(allocation_failure(table_name, num_rows, floats_per_row, bytes_per_row));
+  }
+}
+
+TableRows TableStorage::rows() const {
+  switch (dtype_) {
+    case DType::kBFloat16:
+      return BFloat16Rows{halves_.data()};
+    case DType::kFloat16:
+      return Float16Rows{halves_.data()};
+    default:
+      return parameters_.data();
+  }
+}
+
+void TableStorage::read_rows(int64_t first_row, int64_t num_rows, float* out) const {
+  if (dtype_ == DType::kFloat32) {
+    std::copy_n(row(first_row), num_rows * dim_, out);
+  } else {
+    decode_half_values(dtype_, half_row(first_row), num_rows * dim_, out);
+  }
+}
+
+void TableStorage::write_rows(int64_t first_row, int64_t num_rows, const float* values) {
+  if (dtype_ == DType::kFloat32) {
+    std::copy_n(values, num_rows * dim_, row(first_row));
+  } else {
+    encode_half_values_nearest(dtype_, values, num_rows * dim_, half_row(first_row));
   }
 }
 
@@ -64,7 +98,7 @@ FloatBuffer* TableStorage::variable(std::string_view name) {
 }
 
 const FloatBuffer* TableStorage::variable(std::string_view name) const {
-  if (name == "parameters") return &parameters_;
+  if (name == "parameters") return dtype_ == DType::kFloat32 ? &parameters_ : nullptr;
   for (size_t i = 0; i < slot_specs_.size(); ++i) {
     if (slot_specs_[i].name == name) return &slots_[i];
   }

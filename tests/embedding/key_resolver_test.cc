@@ -90,8 +90,8 @@ TEST(KeyResolverTest, ResolvesAsDynamicPartsProtocolStepByStep) {
       ASSERT_EQ(slots[p], expected[p]) << "step " << step << " part " << p;
       const TableStorage& a = resolved[p].storage();
       const TableStorage& b = reference[p].storage();
-      ASSERT_EQ(std::vector<float>(a.parameters(), a.parameters() + a.num_rows() * kDim),
-                std::vector<float>(b.parameters(), b.parameters() + b.num_rows() * kDim));
+      ASSERT_EQ(std::vector<float>(a.row(0), a.row(0) + a.num_rows() * kDim),
+                std::vector<float>(b.row(0), b.row(0) + b.num_rows() * kDim));
       const auto log = [](const TableState& s) {
         return std::pair(std::vector<uint8_t>(s.changes().changed_rows().begin(),
                                               s.changes().changed_rows().end()),

@@ -40,7 +40,7 @@ TEST(TableStateTest, SlotsFollowTheOptimizer) {
   adagrad.initialize(0, 0, 6);
   EXPECT_EQ(adagrad.storage().variable("accumulators")->data()[11], 0.25f);
   EXPECT_EQ(adagrad.storage().row(4)[1], 4.5f);
-  const RowVariables v = adagrad.variables();
+  const RowVariables v = adagrad.variables(0);
   EXPECT_EQ(v.num_slots, 1);
   EXPECT_EQ(v.slot_widths[0], 2);
   EXPECT_EQ(v.parameters, adagrad.storage().row(0));

@@ -156,6 +156,8 @@ void expect_same(const TableConfig& expected, const TableConfig& actual) {
     EXPECT_EQ(expected.dynamic_vocabulary->ttl_steps, actual.dynamic_vocabulary->ttl_steps);
     EXPECT_EQ(expected.dynamic_vocabulary->when_full, actual.dynamic_vocabulary->when_full);
   }
+  EXPECT_EQ(expected.dtype, actual.dtype);
+  EXPECT_EQ(expected.rounding, actual.rounding);
 }
 
 // Random values that a decimal rendering with too few digits would not reproduce.
@@ -383,6 +385,29 @@ TEST(ConfigJsonTest, TablesRoundTripWithEveryInitializerAndCombiner) {
       }
     }
   }
+}
+
+// A 16-bit table's dtype and rounding round trip; at their defaults (float32, stochastic) they are
+// left out, so that a float32 table's config is written as before 16-bit tables.
+TEST(ConfigJsonTest, DTypeAndRoundingRoundTripAndDefaultsAreLeftOut) {
+  for (const DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (const Rounding rounding : {Rounding::kStochastic, Rounding::kNearest}) {
+      const TableConfig table{
+          .name = "t", .vocabulary_size = 4, .dim = 2, .dtype = dtype, .rounding = rounding};
+      const Json json = table_to_json(table);
+      EXPECT_EQ(json.contains("dtype"), dtype != DType::kFloat32);
+      EXPECT_EQ(json.contains("rounding"), rounding != Rounding::kStochastic);
+      if (dtype != DType::kFloat32) {
+        EXPECT_EQ(json["dtype"], std::string(dtype_name(dtype)));
+      }
+      expect_same(table, read_table(Json::parse(json.dump())));
+    }
+  }
+  const Json bad = Json::parse(R"({"name": "t", "vocabulary_size": 4, "dim": 2, "dtype": "int4"})");
+  EXPECT_THAT([&] { read_table(bad); },
+              ::testing::ThrowsMessage<InvalidArgument>(::testing::HasSubstr(
+                  "dtype: unknown dtype 'int4'; valid names are 'float32', 'bfloat16', "
+                  "'float16'")));
 }
 
 TEST(ConfigJsonTest, CallbackInitializerIsWrittenAsCallbackAndReadAsTheDefault) {

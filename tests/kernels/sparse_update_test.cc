@@ -41,9 +41,7 @@ struct CountingPipeline {
 struct Scratch {
   std::vector<float> floats;
   explicit Scratch(int64_t dim) : floats(static_cast<size_t>(update_scratch_floats(dim))) {}
-  UpdateScratch view(int64_t dim) {
-    return {floats.data(), floats.data() + floats.size() - static_cast<size_t>(dim)};
-  }
+  UpdateScratch view(int64_t dim) { return update_scratch(floats.data(), dim); }
 };
 
 struct Fixture {

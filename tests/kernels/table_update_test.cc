@@ -151,7 +151,7 @@ std::vector<std::vector<float>> dispatched_step(const Case& c, const Problem& p,
                            .contributions = contributions_of(p),
                            .mode = c.mode};
   std::vector<float> scratch(static_cast<size_t>(update_scratch_floats(p.dim)));
-  const UpdateScratch view{scratch.data(), scratch.data() + scratch.size() - p.dim};
+  const UpdateScratch view = update_scratch(scratch.data(), p.dim);
   *skipped = 0;
   for (const UpdateRange whole : whole_ranges(c, p)) {
     for (int64_t first = 0; first < whole.last; first += kRange) {
@@ -168,7 +168,7 @@ std::vector<std::vector<float>> template_step(const Case& c, const Problem& p) {
   const RowVariables variables = p.row_variables(state);
   const Contributions contributions = contributions_of(p);
   std::vector<float> scratch(static_cast<size_t>(update_scratch_floats(p.dim)));
-  const UpdateScratch view{scratch.data(), scratch.data() + scratch.size() - p.dim};
+  const UpdateScratch view = update_scratch(scratch.data(), p.dim);
   visit_row_pipeline(c.optimizer, kLearningRate, kStep, [&](const auto& pipeline) {
     for (const UpdateRange whole : whole_ranges(c, p)) {
       switch (whole.rows) {

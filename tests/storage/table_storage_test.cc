@@ -54,7 +54,7 @@ TEST(TableStorageTest, MemoryThatCannotBeAllocatedIsAnErrorNamingTheTableAndByte
   });
   EXPECT_THAT(message,
               AllOf(HasSubstr("table 'huge': cannot allocate 516000000000000 bytes (480562.4 GiB) "
-                              "for 1000000000000 rows of 129 floats"),
+                              "for 1000000000000 rows of 129 values"),
                     HasSubstr("lower vocabulary_size or dim")));
   // The parameters alone: whose byte count would not fit in size_t (it wrapped around to 0).
   const int64_t too_many = int64_t{1} << 62;

@@ -1,0 +1,213 @@
+#include "kernels/half_precision.h"
+
+#include <gtest/gtest.h>
+
+#include <cfenv>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace recemb::internal {
+namespace {
+
+// The 16-bit grid around x, computed in double from the format's definition (an independent
+// reference): the representable values toward and away from zero.
+struct Neighbours {
+  double lo;
+  double hi;
+};
+
+// bfloat16: 8 significant bits, exponents as float32's (subnormals down to 2^-133).
+// float16: 11 significant bits, exponent in [-14, 15], subnormal step 2^-24.
+Neighbours neighbours(DType dtype, double x) {
+  const double magnitude = std::fabs(x);
+  int exponent = 0;
+  std::frexp(magnitude, &exponent);  // magnitude in [2^(exponent-1), 2^exponent)
+  const int bits = dtype == DType::kBFloat16 ? 8 : 11;
+  const int min_exponent = dtype == DType::kBFloat16 ? -126 : -14;
+  const double step = std::ldexp(1.0, std::max(exponent - 1, min_exponent) - (bits - 1));
+  const double lo = std::floor(magnitude / step) * step;
+  const double hi = lo + step;
+  return {std::copysign(lo, x), std::copysign(hi, x)};
+}
+
+double decoded(DType dtype, uint16_t value) {
+  return dtype == DType::kBFloat16 ? bfloat16_to_float(value) : float16_to_float(value);
+}
+
+uint16_t nearest(DType dtype, float x) {
+  return dtype == DType::kBFloat16 ? float_to_bfloat16(x) : float_to_float16(x);
+}
+
+uint16_t stochastic(DType dtype, float x, uint32_t random) {
+  return dtype == DType::kBFloat16 ? float_to_bfloat16_stochastic(x, random)
+                                   : float_to_float16_stochastic(x, random);
+}
+
+// Random finite floats spread over `dtype`'s range (exponents uniform), both signs.
+std::vector<float> random_values(DType dtype, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int max_exponent = dtype == DType::kBFloat16 ? 120 : 15;
+  const int min_exponent = dtype == DType::kBFloat16 ? -130 : -26;
+  std::uniform_int_distribution<int> exponent(min_exponent, max_exponent);
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  std::vector<float> values;
+  for (int i = 0; i < n; ++i) {
+    const float sign = (rng() & 1) != 0 ? -1.0f : 1.0f;
+    values.push_back(sign * std::ldexp(mantissa(rng), exponent(rng)));
+  }
+  return values;
+}
+
+class HalfPrecision : public ::testing::TestWithParam<DType> {};
+
+TEST_P(HalfPrecision, NearestMatchesTheGridsNearestValueTiesToEven) {
+  const DType dtype = GetParam();
+  for (const float x : random_values(dtype, 20000, 1)) {
+    if (dtype == DType::kFloat16 && std::fabs(x) >= 65504.0f) continue;
+    const Neighbours n = neighbours(dtype, x);
+    const double below = std::fabs(x - n.lo);
+    const double above = std::fabs(n.hi - x);
+    double expected = below < above ? n.lo : n.hi;
+    if (below == above) {  // a tie: the even neighbour (its last significant bit 0)
+      expected = std::fmod(std::fabs(n.lo) / (std::fabs(n.hi) - std::fabs(n.lo)), 2.0) == 0.0
+                     ? n.lo
+                     : n.hi;
+    }
+    EXPECT_EQ(decoded(dtype, nearest(dtype, x)), expected) << "x = " << x;
+  }
+}
+
+TEST_P(HalfPrecision, StochasticGivesOneOfTheTwoNeighbours) {
+  const DType dtype = GetParam();
+  std::mt19937 rng(2);
+  for (const float x : random_values(dtype, 20000, 3)) {
+    if (dtype == DType::kFloat16 && std::fabs(x) >= 65504.0f) continue;
+    const Neighbours n = neighbours(dtype, x);
+    const double result = decoded(dtype, stochastic(dtype, x, static_cast<uint32_t>(rng())));
+    EXPECT_TRUE(result == n.lo || result == n.hi) << "x = " << x << " gave " << result;
+  }
+}
+
+TEST_P(HalfPrecision, StochasticKeepsRepresentableValuesForAnyBits) {
+  const DType dtype = GetParam();
+  std::mt19937 rng(4);
+  for (const float x : random_values(dtype, 5000, 5)) {
+    const uint16_t code = nearest(dtype, x);
+    const auto value = static_cast<float>(decoded(dtype, code));
+    if (!std::isfinite(value)) continue;
+    for (const uint32_t random : {0u, 1u, 0x7fffffffu, 0xffffffffu, static_cast<uint32_t>(rng())}) {
+      EXPECT_EQ(stochastic(dtype, value, random), code) << "value " << value;
+    }
+  }
+  EXPECT_EQ(stochastic(dtype, 0.0f, 0xffffffffu), 0);
+  EXPECT_EQ(stochastic(dtype, -0.0f, 0xffffffffu), 0x8000);
+}
+
+// The probability of rounding up is exactly p: over every value of the random bits that matter,
+// the count of ups is p times their number.
+TEST_P(HalfPrecision, StochasticRoundsUpWithProbabilityExactlyP) {
+  const DType dtype = GetParam();
+  const int dropped = dtype == DType::kBFloat16 ? 16 : 13;
+  for (const float x : random_values(dtype, 40, 6)) {
+    if (dtype == DType::kFloat16 && (std::fabs(x) >= 65504.0f || std::fabs(x) < 0x1p-14f)) {
+      continue;
+    }
+    const Neighbours n = neighbours(dtype, x);
+    const double p = (std::fabs(x) - std::fabs(n.lo)) / (std::fabs(n.hi) - std::fabs(n.lo));
+    int64_t ups = 0;
+    for (uint32_t k = 0; k < (1u << dropped); ++k) {
+      const uint32_t random = k << (32 - dropped);
+      ups += decoded(dtype, stochastic(dtype, x, random)) == n.hi ? 1 : 0;
+    }
+    EXPECT_EQ(static_cast<double>(ups), p * static_cast<double>(1u << dropped)) << "x = " << x;
+  }
+}
+
+// Over many draws of the counter-based generator the mean is x within statistical bounds (4
+// standard deviations of the mean); round to nearest fails the same check.
+TEST_P(HalfPrecision, StochasticIsUnbiasedOverTheGeneratorsDraws) {
+  const DType dtype = GetParam();
+  constexpr int kDraws = 20000;
+  int nearest_failures = 0;
+  int tested = 0;
+  for (const float x : random_values(dtype, 50, 7)) {
+    if (dtype == DType::kFloat16 && std::fabs(x) >= 65504.0f) continue;
+    const Neighbours n = neighbours(dtype, x);
+    const double gap = std::fabs(n.hi - n.lo);
+    const double p = std::fabs(x - n.lo) / gap;
+    const double bound = 4.0 * gap * std::sqrt(std::max(p * (1.0 - p), 1e-4) / kDraws);
+    const std::vector<float> values(kDraws, x);
+    std::vector<uint16_t> codes(kDraws);
+    const uint64_t stream = rounding_stream(11, 3, static_cast<int64_t>(tested));
+    encode_half_values_stochastic(dtype, values.data(), kDraws, stream, 0, codes.data());
+    double sum = 0.0;
+    for (const uint16_t code : codes) sum += decoded(dtype, code);
+    EXPECT_NEAR(sum / kDraws, x, bound) << "x = " << x << ", p = " << p;
+    if (std::fabs(decoded(dtype, nearest(dtype, x)) - x) > bound) ++nearest_failures;
+    ++tested;
+  }
+  EXPECT_GT(nearest_failures, tested / 2);
+}
+
+TEST_P(HalfPrecision, NonFiniteValuesRoundAsToNearest) {
+  const DType dtype = GetParam();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float x : {inf, -inf}) {
+    EXPECT_EQ(stochastic(dtype, x, 0xffffffffu), nearest(dtype, x));
+    EXPECT_EQ(decoded(dtype, nearest(dtype, x)), x);
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(decoded(dtype, stochastic(dtype, nan, 12345))));
+  EXPECT_TRUE(std::isnan(decoded(dtype, nearest(dtype, nan))));
+}
+
+TEST_P(HalfPrecision, RowsEncodeAndDecodeAsTheirValues) {
+  const DType dtype = GetParam();
+  const std::vector<float> values = random_values(dtype, 37, 8);
+  std::vector<uint16_t> codes(values.size());
+  std::vector<float> back(values.size());
+  const auto n = static_cast<int64_t>(values.size());
+  encode_half_values_nearest(dtype, values.data(), n, codes.data());
+  decode_half_values(dtype, codes.data(), n, back.data());
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(codes[static_cast<size_t>(i)], nearest(dtype, values[static_cast<size_t>(i)]));
+    EXPECT_EQ(back[static_cast<size_t>(i)], decoded(dtype, codes[static_cast<size_t>(i)]));
+  }
+  // Stochastic rows: column i uses rounding_bits(stream, first_column + i), so a row split into
+  // column ranges rounds as the whole row does.
+  const uint64_t stream = rounding_stream(5, 9, 123);
+  std::vector<uint16_t> whole(values.size());
+  std::vector<uint16_t> split(values.size());
+  encode_half_values_stochastic(dtype, values.data(), n, stream, 0, whole.data());
+  encode_half_values_stochastic(dtype, values.data(), 10, stream, 0, split.data());
+  encode_half_values_stochastic(dtype, values.data() + 10, n - 10, stream, 10, split.data() + 10);
+  EXPECT_EQ(whole, split);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(whole[static_cast<size_t>(i)],
+              stochastic(dtype, values[static_cast<size_t>(i)], rounding_bits(stream, i)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, HalfPrecision,
+                         ::testing::Values(DType::kBFloat16, DType::kFloat16),
+                         [](const auto& type) { return std::string(dtype_name(type.param)); });
+
+TEST(RoundingBits, DependOnEveryCounter) {
+  const uint64_t stream = rounding_stream(1, 2, 3);
+  EXPECT_EQ(stream, rounding_stream(1, 2, 3));
+  EXPECT_NE(stream, rounding_stream(2, 2, 3));
+  EXPECT_NE(stream, rounding_stream(1, 3, 3));
+  EXPECT_NE(stream, rounding_stream(1, 2, 4));
+  EXPECT_NE(rounding_bits(stream, 0), rounding_bits(stream, 1));
+  // Roughly uniform: the mean of many draws' top bit is near 1/2.
+  int64_t ones = 0;
+  constexpr int kDraws = 100000;
+  for (int i = 0; i < kDraws; ++i) ones += rounding_bits(rounding_stream(7, 1, i), i % 64) >> 31;
+  EXPECT_NEAR(static_cast<double>(ones) / kDraws, 0.5, 0.01);
+}
+
+}  // namespace
+}  // namespace recemb::internal
