@@ -1,0 +1,372 @@
+// 16-bit tables (TableConfig::dtype bfloat16 / float16; docs/semantics.md, "16-bit tables"),
+// against independent references: the float32 table's rows rounded to nearest, lookups as float64
+// sums of the decoded rows, and training as a float64 update followed by the documented rounding
+// (computed here from the format's grid, with the documented counter-based generator's bits).
+#include <cmath>
+#include <cstdint>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "recemb/checkpoint.h"
+#include "recemb/embedding.h"
+#include "recemb/error.h"
+
+#include "kernels/half_precision.h"
+#include "storage/initializer.h"
+#include "testing/temporary_directory.h"
+
+namespace recemb {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kRows = 64;
+constexpr int64_t kDim = 16;
+constexpr int64_t kBatch = 48;
+constexpr int64_t kBag = 4;
+constexpr uint64_t kSeed = 17;
+
+// The 16-bit grid around x (as half_precision_test.cc's): the neighbours toward and away from 0.
+struct Neighbours {
+  double lo;
+  double hi;
+};
+
+Neighbours neighbours(DType dtype, double x) {
+  const double magnitude = std::fabs(x);
+  int exponent = 0;
+  std::frexp(magnitude, &exponent);
+  const int bits = dtype == DType::kBFloat16 ? 8 : 11;
+  const int min_exponent = dtype == DType::kBFloat16 ? -126 : -14;
+  const double step = std::ldexp(1.0, std::max(exponent - 1, min_exponent) - (bits - 1));
+  const double lo = std::floor(magnitude / step) * step;
+  return {std::copysign(lo, x), std::copysign(lo + step, x)};
+}
+
+// The documented stochastic rounding of x with 32 random bits: hi iff u < p * 2^32.
+double round_stochastically(DType dtype, double x, uint32_t random) {
+  const Neighbours n = neighbours(dtype, x);
+  if (n.lo == x) return x;
+  const double p = (std::fabs(x) - std::fabs(n.lo)) / (std::fabs(n.hi) - std::fabs(n.lo));
+  return static_cast<double>(random) < p * 0x1p32 ? n.hi : n.lo;
+}
+
+double round_to_nearest(DType dtype, double x) {
+  const Neighbours n = neighbours(dtype, x);
+  const double below = std::fabs(x - n.lo);
+  const double above = std::fabs(n.hi - x);
+  if (below != above) return below < above ? n.lo : n.hi;
+  const double gap = std::fabs(n.hi) - std::fabs(n.lo);
+  return std::fmod(std::fabs(n.lo) / gap, 2.0) == 0.0 ? n.lo : n.hi;
+}
+
+Embedding make_layer(DType dtype, Optimizer optimizer, int threads,
+                     std::optional<PlacementOptions> placement = {},
+                     Rounding rounding = Rounding::kStochastic) {
+  return Embedding({{.name = "t",
+                     .vocabulary_size = kRows,
+                     .dim = kDim,
+                     .initializer = TruncatedNormal{.mean = 0.0f, .stddev = 0.5f},
+                     .combiner = Combiner::kSum,
+                     .dtype = dtype,
+                     .rounding = rounding}},
+                   {{.name = "f", .table = "t"}},
+                   {.optimizer = optimizer,
+                    .num_threads = threads,
+                    .seed = kSeed,
+                    .placement = std::move(placement)});
+}
+
+std::vector<float> read_parameters(const Embedding& layer) {
+  std::vector<float> values(static_cast<size_t>(kRows * kDim));
+  layer.read_variable("t", "parameters", values);
+  return values;
+}
+
+// Random ids and weights for a few steps, and the activations' gradients.
+struct Steps {
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<std::vector<float>> weights;
+  std::vector<std::vector<float>> gradients;
+};
+
+Steps random_steps(int count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> id(0, kRows - 1);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  Steps steps;
+  for (int s = 0; s < count; ++s) {
+    auto& ids = steps.ids.emplace_back(static_cast<size_t>(kBatch * kBag));
+    auto& weights = steps.weights.emplace_back(ids.size());
+    auto& gradients = steps.gradients.emplace_back(static_cast<size_t>(kBatch * kDim));
+    for (auto& x : ids) x = id(rng);
+    for (auto& x : weights) x = value(rng);
+    for (auto& x : gradients) x = value(rng);
+  }
+  return steps;
+}
+
+// Looks up step s's ids and applies its gradients; returns the activations.
+std::vector<float> train_step(Embedding& layer, const Steps& steps, size_t s) {
+  std::vector<float> activations(static_cast<size_t>(kBatch * kDim));
+  LookupBatch batch;
+  const std::vector<FeatureInput> inputs{DenseIds{.ids = std::span<const int64_t>(steps.ids[s]),
+                                                  .shape = {kBatch, kBag},
+                                                  .weights = steps.weights[s]}};
+  const std::vector<std::span<float>> outputs{activations};
+  layer.lookup(inputs, outputs, batch);
+  const std::vector<std::span<const float>> gradients{steps.gradients[s]};
+  layer.apply_gradients(batch, gradients);
+  return activations;
+}
+
+class EmbeddingHalf : public ::testing::TestWithParam<DType> {};
+
+TEST_P(EmbeddingHalf, InitialRowsAreTheFloat32TablesRoundedToNearest) {
+  const DType dtype = GetParam();
+  const std::vector<float> half = read_parameters(make_layer(dtype, Sgd{}, 1));
+  const std::vector<float> full = read_parameters(make_layer(DType::kFloat32, Sgd{}, 1));
+  for (size_t i = 0; i < half.size(); ++i) {
+    ASSERT_EQ(half[i], round_to_nearest(dtype, full[i])) << "value " << i;
+  }
+}
+
+TEST_P(EmbeddingHalf, LookupsSumTheDecodedRows) {
+  const DType dtype = GetParam();
+  Embedding layer = make_layer(dtype, Sgd{.learning_rate = 0.0f}, 2);
+  const std::vector<float> rows = read_parameters(layer);
+  const Steps steps = random_steps(1, 3);
+  const std::vector<float> activations = train_step(layer, steps, 0);
+  for (int64_t b = 0; b < kBatch; ++b) {
+    for (int64_t d = 0; d < kDim; ++d) {
+      double sum = 0.0;
+      for (int64_t j = b * kBag; j < (b + 1) * kBag; ++j) {
+        sum += double{steps.weights[0][static_cast<size_t>(j)]} *
+               rows[static_cast<size_t>(steps.ids[0][static_cast<size_t>(j)] * kDim + d)];
+      }
+      EXPECT_NEAR(activations[static_cast<size_t>(b * kDim + d)], sum,
+                  1e-5 * (1.0 + std::fabs(sum)));
+    }
+  }
+}
+
+// SGD: each row's summed gradient in float64, w - lr g in float64, then the documented rounding
+// with the bits of (table seed, step, row, column). The engine computes in float32, so a value
+// whose float32 and float64 results straddle the rounding's threshold may differ: by one step of
+// the grid, for a few values at most.
+TEST_P(EmbeddingHalf, SgdStepsAreTheFloat64UpdateThenTheDocumentedRounding) {
+  const DType dtype = GetParam();
+  constexpr float kLearningRate = 0.05f;
+  Embedding layer = make_layer(dtype, Sgd{.learning_rate = kLearningRate}, 2);
+  const std::vector<float> initial = read_parameters(layer);
+  std::vector<double> expected(initial.begin(), initial.end());
+  const uint64_t table_seed = internal::table_seed(kSeed, "t");
+  const Steps steps = random_steps(5, 4);
+  int64_t off_by_one_step = 0;
+  for (size_t s = 0; s < steps.ids.size(); ++s) {
+    std::vector<double> gradient(expected.size(), 0.0);
+    std::vector<bool> touched(static_cast<size_t>(kRows), false);
+    for (int64_t j = 0; j < kBatch * kBag; ++j) {
+      const int64_t row = steps.ids[s][static_cast<size_t>(j)];
+      touched[static_cast<size_t>(row)] = true;
+      for (int64_t d = 0; d < kDim; ++d) {
+        gradient[static_cast<size_t>(row * kDim + d)] +=
+            double{steps.weights[s][static_cast<size_t>(j)]} *
+            steps.gradients[s][static_cast<size_t>(j / kBag * kDim + d)];
+      }
+    }
+    for (int64_t row = 0; row < kRows; ++row) {
+      if (!touched[static_cast<size_t>(row)]) continue;
+      const uint64_t stream = internal::rounding_stream(table_seed, static_cast<int64_t>(s), row);
+      for (int64_t d = 0; d < kDim; ++d) {
+        double& w = expected[static_cast<size_t>(row * kDim + d)];
+        w = round_stochastically(
+            dtype,
+            static_cast<float>(w - double{kLearningRate} *
+                                       gradient[static_cast<size_t>(row * kDim + d)]),
+            internal::rounding_bits(stream, d));
+      }
+    }
+    train_step(layer, steps, s);
+    const std::vector<float> actual = read_parameters(layer);
+    for (size_t i = 0; i < actual.size(); ++i) {
+      if (actual[i] == expected[i]) continue;
+      const Neighbours n = neighbours(dtype, expected[i]);
+      const double gap = std::fabs(n.hi - n.lo);
+      ASSERT_LE(std::fabs(actual[i] - expected[i]), gap * 1.0000001)
+          << "step " << s << ", value " << i;
+      ++off_by_one_step;
+      expected[i] = actual[i];  // follow the engine from here
+    }
+  }
+  EXPECT_LE(off_by_one_step, 3) << "of " << steps.ids.size() * kRows * kDim;
+}
+
+// Stochastic rounding keeps the small updates that rounding to nearest loses: many SGD steps of a
+// gradient far below half a step of the grid move a bfloat16 row as a float64 one moves, while
+// rounding to nearest leaves it where it was.
+TEST_P(EmbeddingHalf, StochasticRoundingKeepsSmallUpdatesThatNearestLoses) {
+  const DType dtype = GetParam();
+  constexpr int kSteps = 400;
+  constexpr float kLearningRate = 1e-4f;
+  const auto run = [&](Rounding rounding) {
+    Embedding layer = make_layer(dtype, Sgd{.learning_rate = kLearningRate}, 1, {}, rounding);
+    std::vector<float> ones(static_cast<size_t>(kRows * kDim), 1.0f);
+    layer.write_variable("t", "parameters", ones);
+    std::vector<int64_t> ids(static_cast<size_t>(kRows));
+    for (int64_t r = 0; r < kRows; ++r) ids[static_cast<size_t>(r)] = r;
+    const std::vector<float> gradient(static_cast<size_t>(kRows * kDim), 1.0f);
+    std::vector<float> activations(gradient.size());
+    for (int s = 0; s < kSteps; ++s) {
+      LookupBatch batch;
+      const std::vector<FeatureInput> inputs{
+          DenseIds{.ids = std::span<const int64_t>(ids), .shape = {kRows, 1}}};
+      const std::vector<std::span<float>> outputs{activations};
+      layer.lookup(inputs, outputs, batch);
+      const std::vector<std::span<const float>> gradients{gradient};
+      layer.apply_gradients(batch, gradients);
+    }
+    double mean = 0.0;
+    for (const float v : read_parameters(layer)) mean += v;
+    return mean / static_cast<double>(kRows * kDim);
+  };
+  // Each step subtracts 1e-4 from 1.0: a float64 row ends at 0.96. Near 1 the grid's steps are
+  // 2^-8 below and 2^-7 above (bfloat16), 2^-11 and 2^-10 (float16): 1 - 1e-4 rounds to nearest as
+  // 1, so nearest never moves, while stochastic rounding moves on average as float64 does (each
+  // value's spread after 400 steps is at most 20 half-steps; the mean of 1024 values, 1/32 of it).
+  const double exact = 1.0 - kSteps * double{kLearningRate};
+  EXPECT_NEAR(run(Rounding::kStochastic), exact, 0.005);
+  EXPECT_EQ(run(Rounding::kNearest), 1.0);
+}
+
+// The same rows for any thread count and placement: rounding is keyed by the table's row and
+// column, not by where a part holds them. (Activations are bitwise the same for any thread count;
+// a row-wise placement sums a bag's parts apart, which equals one part to float rounding only.)
+TEST_P(EmbeddingHalf, BitwiseIdenticalForAnyThreadCountAndPlacement) {
+  const DType dtype = GetParam();
+  const Steps steps = random_steps(4, 5);
+  struct Result {
+    std::vector<float> activations;
+    std::vector<float> variables;
+  };
+  const auto run = [&](int threads, std::optional<PlacementOptions> placement) {
+    Embedding layer =
+        make_layer(dtype, Adagrad{.learning_rate = 0.1f, .initial_accumulator_value = 0.1f},
+                   threads, std::move(placement));
+    Result result;
+    for (size_t s = 0; s < steps.ids.size(); ++s) {
+      const std::vector<float> activations = train_step(layer, steps, s);
+      result.activations.insert(result.activations.end(), activations.begin(), activations.end());
+    }
+    result.variables = read_parameters(layer);
+    std::vector<float> accumulators(result.variables.size());
+    layer.read_variable("t", "accumulators", accumulators);
+    result.variables.insert(result.variables.end(), accumulators.begin(), accumulators.end());
+    return result;
+  };
+  const Result one = run(1, {});
+  for (const int threads : {2, 3}) {
+    const Result other = run(threads, {});
+    EXPECT_EQ(other.activations, one.activations) << threads << " threads";
+    EXPECT_EQ(other.variables, one.variables) << threads << " threads";
+  }
+  for (const ShardingStrategy strategy :
+       {ShardingStrategy::kRowWise, ShardingStrategy::kColumnWise}) {
+    const Result other = run(2, PlacementOptions{.num_shards = 2, .strategy = strategy});
+    EXPECT_EQ(other.variables, one.variables) << sharding_strategy_name(strategy);
+  }
+}
+
+TEST_P(EmbeddingHalf, TablesTakeHalfTheBytesAndVariableDataRefersToReadVariable) {
+  const DType dtype = GetParam();
+  Embedding layer = make_layer(dtype, Sgd{}, 1);
+  try {
+    layer.variable_data("t", "parameters");
+    FAIL() << "no throw";
+  } catch (const FailedPrecondition& error) {
+    EXPECT_THAT(error.what(), HasSubstr("stores its rows as " + std::string(dtype_name(dtype))));
+    EXPECT_THAT(error.what(), HasSubstr("read_variable"));
+  }
+}
+
+TEST_P(EmbeddingHalf, WriteVariableRoundsToNearestAndRefusesWhatTheTypeCannotHold) {
+  const DType dtype = GetParam();
+  Embedding layer = make_layer(dtype, Sgd{}, 1);
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+  std::vector<float> values(static_cast<size_t>(kRows * kDim));
+  for (float& v : values) v = value(rng);
+  layer.write_variable("t", "parameters", values);
+  const std::vector<float> read = read_parameters(layer);
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_EQ(read[i], round_to_nearest(dtype, values[i]));
+  if (dtype == DType::kFloat16) {
+    std::vector<float> too_large = values;
+    too_large[5] = 70000.0f;
+    EXPECT_THAT([&] { layer.write_variable("t", "parameters", too_large); },
+                ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("beyond float16's range")));
+    EXPECT_EQ(read_parameters(layer), read);  // nothing changed
+  }
+}
+
+TEST_P(EmbeddingHalf, CheckpointsRoundTripAndAnotherDTypeNeedsConvertDType) {
+  const DType dtype = GetParam();
+  const test::TemporaryDirectory dir;
+  Embedding layer = make_layer(dtype, Adagrad{.learning_rate = 0.1f}, 2);
+  const Steps steps = random_steps(2, 6);
+  train_step(layer, steps, 0);
+  save_checkpoint(layer, dir.path());
+  const std::vector<float> at_save = read_parameters(layer);
+  Embedding restored =
+      make_layer(dtype, Adagrad{.learning_rate = 0.1f}, 1,
+                 PlacementOptions{.num_shards = 2, .strategy = ShardingStrategy::kRowWise});
+  restore_checkpoint(restored, dir.path());
+  EXPECT_EQ(read_parameters(restored), read_parameters(layer));
+  // Training on from the restored state (in another placement) is training on from the saved one.
+  train_step(restored, steps, 1);
+  train_step(layer, steps, 1);
+  EXPECT_EQ(read_parameters(restored), read_parameters(layer));
+
+  Embedding full = make_layer(DType::kFloat32, Adagrad{.learning_rate = 0.1f}, 1);
+  EXPECT_THAT([&] { restore_checkpoint(full, dir.path()); },
+              ::testing::ThrowsMessage<InvalidArgument>(
+                  HasSubstr("rows are " + std::string(dtype_name(dtype)) +
+                            ", the embedding's float32; set RestoreOptions::convert_dtype")));
+  restore_checkpoint(full, dir.path(), {.convert_dtype = true});
+  EXPECT_EQ(read_parameters(full), at_save);  // the 16-bit values, widened exactly
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, EmbeddingHalf, ::testing::Values(DType::kBFloat16, DType::kFloat16),
+                         [](const auto& type) { return std::string(dtype_name(type.param)); });
+
+TEST(EmbeddingHalfConfig, ADynamicTableWithA16BitDTypeIsRefused) {
+  EXPECT_THAT(
+      [] {
+        Embedding({{.name = "d",
+                    .dim = 4,
+                    .dynamic_vocabulary = DynamicVocabulary{.capacity = 10},
+                    .dtype = DType::kBFloat16}},
+                  {{.name = "f", .table = "d"}});
+      },
+      ::testing::ThrowsMessage<InvalidArgument>(
+          HasSubstr("table 'd': dtype 'bfloat16' is for static tables only")));
+}
+
+TEST(EmbeddingHalfConfig, AFloat16TableWhoseInitialValuesOverflowIsRefused) {
+  EXPECT_THAT(
+      [] {
+        Embedding({{.name = "t",
+                    .vocabulary_size = 4,
+                    .dim = 2,
+                    .initializer = Constant{.value = 1e5f},
+                    .dtype = DType::kFloat16}},
+                  {{.name = "f", .table = "t"}});
+      },
+      ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("beyond float16's range")));
+}
+
+}  // namespace
+}  // namespace recemb
