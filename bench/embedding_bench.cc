@@ -8,6 +8,10 @@
 //   BM_LookupAndUpdate/<optimizer>/<workload>  the training step: lookup(inputs, activations,
 //       batch) then apply_gradients(batch, gradients) with a fixed random gradient, for sgd,
 //       adagrad, rowwise_adagrad and adam (lazy), TF's default hyperparameters.
+//   BM_Lookup/dtype:<T>/<workload>, BM_LookupAndUpdate/<optimizer>/dtype:<T>/<workload>  the same
+//       with the table's rows in T (bfloat16, float16; TableConfig::dtype): one table of dim 64,
+//       bags of 20, the Adagrad and row-wise Adagrad steps; the same rows as the float32 table,
+//       in half its bytes.
 //
 // Counters: Mrows/s (ids looked up per second, F x B x L per step), GB/s (nominal bytes per row,
 // workload.h's bytes_per_row), uniq (distinct ids / ids of one feature's batch), thp (the share of
@@ -49,7 +53,8 @@ namespace {
 
 constexpr float kInitialValue = 0.01f;
 
-recemb::Embedding make_embedding(const Workload& workload, const std::string& optimizer) {
+recemb::Embedding make_embedding(const Workload& workload, const std::string& optimizer,
+                                 recemb::DType dtype) {
   std::vector<recemb::TableConfig> tables;
   std::vector<recemb::FeatureConfig> features;
   for (int64_t f = 0; f < workload.num_tables; ++f) {
@@ -57,7 +62,8 @@ recemb::Embedding make_embedding(const Workload& workload, const std::string& op
                       .vocabulary_size = workload.rows,
                       .dim = workload.dim,
                       .initializer = recemb::Constant{.value = kInitialValue},
-                      .combiner = recemb::Combiner::kSum});
+                      .combiner = recemb::Combiner::kSum,
+                      .dtype = dtype});
     features.push_back({.name = "f" + std::to_string(f), .table = "t" + std::to_string(f)});
   }
   return recemb::Embedding(std::move(tables), std::move(features),
@@ -73,16 +79,21 @@ struct CachedEmbedding {
   double huge_fraction = -1.0;
 };
 
-CachedEmbedding& embedding_for(const Workload& workload, const std::string& optimizer) {
+CachedEmbedding& embedding_for(const Workload& workload, const std::string& optimizer,
+                               recemb::DType dtype) {
   static CachedEmbedding cached;
-  static std::tuple<int64_t, int64_t, int64_t, int, std::string> key;
+  static std::tuple<int64_t, int64_t, int64_t, int, std::string, recemb::DType> key;
   const auto wanted = std::make_tuple(workload.rows, workload.dim, workload.num_tables,
-                                      workload.threads, optimizer);
+                                      workload.threads, optimizer, dtype);
   if (cached.embedding == nullptr || key != wanted) {
     cached.embedding.reset();  // free the previous tables first
-    cached.embedding = std::make_unique<recemb::Embedding>(make_embedding(workload, optimizer));
+    cached.embedding =
+        std::make_unique<recemb::Embedding>(make_embedding(workload, optimizer, dtype));
+    // A 16-bit table's rows are not reachable as floats (variable_data): no thp counter.
     cached.huge_fraction =
-        huge_page_fraction(cached.embedding->variable_data("t0", "parameters").data());
+        dtype == recemb::DType::kFloat32
+            ? huge_page_fraction(cached.embedding->variable_data("t0", "parameters").data())
+            : -1.0;
     key = wanted;
   }
   return cached;
@@ -103,10 +114,10 @@ std::vector<std::vector<recemb::FeatureInput>> inputs_for(const Workload& worklo
   return steps;
 }
 
-void BM_Lookup(benchmark::State& state, Workload workload) {
+void BM_Lookup(benchmark::State& state, Workload workload, recemb::DType dtype) {
   const IdStream stream(workload);
   const auto steps = inputs_for(workload, stream);
-  CachedEmbedding& cached = embedding_for(workload, "sgd");
+  CachedEmbedding& cached = embedding_for(workload, "sgd", dtype);
   std::vector<float> activations(static_cast<size_t>(workload.bags_per_step() * workload.dim));
   std::vector<std::span<float>> outputs;
   for (int64_t f = 0; f < workload.num_tables; ++f) {
@@ -125,10 +136,11 @@ void BM_Lookup(benchmark::State& state, Workload workload) {
   state.counters["thp"] = cached.huge_fraction;
 }
 
-void BM_LookupAndUpdate(benchmark::State& state, Workload workload, std::string optimizer) {
+void BM_LookupAndUpdate(benchmark::State& state, Workload workload, std::string optimizer,
+                        recemb::DType dtype) {
   const IdStream stream(workload);
   const auto steps = inputs_for(workload, stream);
-  CachedEmbedding& cached = embedding_for(workload, optimizer);
+  CachedEmbedding& cached = embedding_for(workload, optimizer, dtype);
   std::vector<float> activations(static_cast<size_t>(workload.bags_per_step() * workload.dim));
   const std::vector<float>& gradient = gradient_for(workload.bags_per_step(), workload.dim);
   std::vector<std::span<float>> outputs;
@@ -153,8 +165,17 @@ void BM_LookupAndUpdate(benchmark::State& state, Workload workload, std::string 
   state.counters["thp"] = cached.huge_fraction;
 }
 
+// The 16-bit tables measured beside the float32 ones: one table of dim 64, bags of 20 (the same
+// rows, so half the bytes), the lookup and the Adagrad and row-wise Adagrad steps.
+bool has_16_bit_variants(const Workload& workload) {
+  return workload.num_tables == 1 && workload.dim == 64 && workload.bag_size == 20;
+}
+constexpr recemb::DType k16BitTypes[] = {recemb::DType::kBFloat16, recemb::DType::kFloat16};
+
 // Registration: per table shape and thread count, the lookups, then each optimizer's steps (one
-// Embedding each). Without RECEMB_BENCH_FULL the steps are registered for dim 64, L = 20 only.
+// Embedding each), each float32 and, where has_16_bit_variants, then in each 16-bit type
+// (".../dtype:bfloat16/<workload>"). Without RECEMB_BENCH_FULL the steps are registered for dim
+// 64, L = 20 only.
 void register_all() {
   const bool full = env_flag("RECEMB_BENCH_FULL");
   const Shapes shapes = registered_shapes();
@@ -162,12 +183,29 @@ void register_all() {
       shapes, full,
       [](const Workload& workload) {
         configure(benchmark::RegisterBenchmark(("BM_Lookup/" + workload.name()).c_str(), BM_Lookup,
-                                               workload));
+                                               workload, recemb::DType::kFloat32));
+        if (!has_16_bit_variants(workload)) return;
+        for (const recemb::DType dtype : k16BitTypes) {
+          const std::string name =
+              "BM_Lookup/dtype:" + std::string(recemb::dtype_name(dtype)) + "/" + workload.name();
+          configure(benchmark::RegisterBenchmark(name.c_str(), BM_Lookup, workload, dtype));
+        }
       },
       [](const Workload& workload, const std::string& optimizer) {
         configure(benchmark::RegisterBenchmark(
             ("BM_LookupAndUpdate/" + optimizer + "/" + workload.name()).c_str(), BM_LookupAndUpdate,
-            workload, optimizer));
+            workload, optimizer, recemb::DType::kFloat32));
+        if (!has_16_bit_variants(workload) ||
+            (optimizer != "adagrad" && optimizer != "rowwise_adagrad")) {
+          return;
+        }
+        for (const recemb::DType dtype : k16BitTypes) {
+          const std::string name = "BM_LookupAndUpdate/" + optimizer +
+                                   "/dtype:" + std::string(recemb::dtype_name(dtype)) + "/" +
+                                   workload.name();
+          configure(benchmark::RegisterBenchmark(name.c_str(), BM_LookupAndUpdate, workload,
+                                                 optimizer, dtype));
+        }
       });
 }
 
@@ -206,7 +244,7 @@ int peak_memory(const std::string& optimizer, int64_t table_mib, int64_t num_ste
   std::vector<float> activations(gradient.size());
   const std::span<float> outputs[] = {activations};
   const std::span<const float> gradients[] = {gradient};
-  recemb::Embedding embedding = make_embedding(workload, optimizer);
+  recemb::Embedding embedding = make_embedding(workload, optimizer, recemb::DType::kFloat32);
   int64_t variable_bytes = 0;
   for (const std::string& variable : embedding.variable_names("t0")) {
     int64_t floats = 1;

@@ -63,6 +63,7 @@ def _table_dict(table: TableConfig) -> dict:
         "vocabulary": None if vocabulary is None else {
             "capacity": vocabulary.capacity, "min_count": vocabulary.min_count,
             "ttl_steps": vocabulary.ttl_steps, "when_full": vocabulary.when_full},
+        "dtype": table.dtype, "rounding": table.rounding,
     }
 
 

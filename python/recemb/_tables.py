@@ -61,8 +61,9 @@ def _viewable_tables(engine, resolved):
     plan = {table.table: table for table in engine.placement().tables}
     views = {}
     for table, name in zip(resolved.tables, resolved.table_names):
-        if table.vocabulary is not None:
-            views[name] = False  # keys, not rows: no variable to view
+        if table.vocabulary is not None or table.dtype != "float32":
+            # Keys, not rows; or 16-bit rows, which read_variable converts: no float32 to view.
+            views[name] = False
             continue
         holders = {shard.shard % world_size for shard in plan[name].shards
                    if shard.rows == table.vocabulary_size and shard.num_columns == table.dim}

@@ -129,6 +129,11 @@ class TableConfig:
         index in order of first appearance in the flattened feature config (as TF).
     vocabulary: None (a static table of vocabulary_size rows) or a DynamicVocabulary (a dynamic
         table; vocabulary_size must then be None).
+    dtype: the rows' type: "float32" (default), "bfloat16" or "float16", half the memory
+        (static tables only; docs/semantics.md, "16-bit tables"). Lookups and updates compute in
+        float32; reading a table gives float32 copies.
+    rounding: how updates round a 16-bit table's rows: "stochastic" (default; unbiased, the same
+        for any thread count and placement) or "nearest".
 
     Every argument is checked here, as TF's constructor does (ValueError naming the field:
     vocabulary_size and dim ints >= 1, a known combiner, ...); the Embedding checks its configs
@@ -140,7 +145,8 @@ class TableConfig:
                  optimizer: Union[None, str, optimizers._Optimizer] = None,
                  combiner: str = "mean", name: Optional[str] = None,
                  quantization_config: Optional[QuantizationConfig] = None,
-                 vocabulary: Optional[DynamicVocabulary] = None) -> None:
+                 vocabulary: Optional[DynamicVocabulary] = None, dtype: str = "float32",
+                 rounding: str = "stochastic") -> None:
         owner = f"TableConfig '{name}'" if name is not None else "TableConfig"
         if vocabulary is not None and not isinstance(vocabulary, DynamicVocabulary):
             raise ValueError(f"{owner}: vocabulary must be None or a recemb.DynamicVocabulary, "
@@ -178,6 +184,16 @@ class TableConfig:
             raise ValueError(f"{owner}: a dynamic table's rows are initialised from (seed, key) "
                              "as keys arrive: its initializer must be None, a name, a float or "
                              "one of recemb.initializers, not an array or a callable")
+        try:
+            _parse_name(_recemb.parse_dtype, "dtype", dtype)
+            _parse_name(_recemb.parse_rounding, "rounding", rounding)
+        except ValueError as error:
+            raise ValueError(f"{owner}: {error}") from None
+        if vocabulary is not None and dtype != "float32":
+            raise ValueError(f"{owner}: dtype={dtype!r} is for static tables only; a dynamic "
+                             "table's rows are float32")
+        self.dtype = dtype
+        self.rounding = rounding
         self.initializer = initializer
         self.optimizer = optimizers.get(optimizer)
         self.combiner = combiner
@@ -191,7 +207,9 @@ class TableConfig:
         return (f"TableConfig({size}, dim={self.dim}, "
                 f"initializer={_initializer_repr(self.initializer)}, "
                 f"optimizer={self.optimizer!r}, combiner={self.combiner!r}, name={self.name!r}, "
-                f"quantization_config={self.quantization_config!r})")
+                f"quantization_config={self.quantization_config!r}" +
+                ("" if self.dtype == "float32" else
+                 f", dtype={self.dtype!r}, rounding={self.rounding!r}") + ")")
 
 
 class FeatureConfig:
@@ -337,7 +355,9 @@ class Resolved:
                     num_buckets=quantization.num_buckets, lower=quantization.lower,
                     upper=quantization.upper)),
                 dynamic_vocabulary=None if table.vocabulary is None else (
-                    table.vocabulary._to_cpp())))
+                    table.vocabulary._to_cpp()),
+                dtype=_recemb.parse_dtype(table.dtype),
+                rounding=_recemb.parse_rounding(table.rounding)))
         return result
 
     def cpp_features(self):

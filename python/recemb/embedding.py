@@ -421,7 +421,8 @@ class Embedding(_TableAccess):
             return _recemb.save_checkpoint(self._engine, directory,
                                            _recemb.SaveOptions(keep_last=keep_last))
 
-    def restore(self, checkpoint: PathLike, resize: str = "error") -> int:
+    def restore(self, checkpoint: PathLike, resize: str = "error",
+                convert_dtype: bool = False) -> int:
         """Restores a checkpoint (a ckpt-* directory, or a directory given to save: its latest
         checkpoint) into this layer: tables, slots and the step, bit for bit. Returns the step.
 
@@ -430,6 +431,8 @@ class Embedding(_TableAccess):
         vocabulary_size is an error), "grow" (a larger vocabulary: the rows beyond the
         checkpoint's keep their current values, for a new layer its initial ones) or
         "grow_or_shrink" (also smaller: the checkpoint's extra rows are dropped).
+        convert_dtype: a table whose rows the checkpoint holds in another dtype raises ValueError
+        unless True: then they are converted (widened exactly, or rounded to nearest to 16 bits).
         Every file is verified before anything changes: a mismatch raises ValueError, a truncated
         or damaged file recemb.DataLoss, a missing one FileNotFoundError, naming the table or the
         file, and the layer is unchanged (see the module's errors in docs/python.md).
@@ -437,8 +440,11 @@ class Embedding(_TableAccess):
         collective, as save: the ranks verify the files together, then each reads only its own
         shards' rows; an error on any rank raises the same error on every rank.
         """
+        if not isinstance(convert_dtype, bool):
+            raise ValueError(f"convert_dtype must be a bool, got {convert_dtype!r}")
         options = _recemb.RestoreOptions(
-            resize=_parse_name(_recemb.parse_vocabulary_resize, "resize", resize))
+            resize=_parse_name(_recemb.parse_vocabulary_resize, "resize", resize),
+            convert_dtype=convert_dtype)
         with self._lock:
             self._checked(lambda: _path("checkpoint", checkpoint))
             return _recemb.restore_checkpoint(self._engine, checkpoint, options).step

@@ -73,7 +73,8 @@ void bind_checkpoint(py::module_& module) {
              "listing the valid names.");
 
   py::class_<RestoreOptions> restore_options(module, "RestoreOptions");
-  bind_fields(restore_options, Field{"resize", &RestoreOptions::resize});
+  bind_fields(restore_options, Field{"resize", &RestoreOptions::resize},
+              Field{"convert_dtype", &RestoreOptions::convert_dtype});
 
   py::class_<RestoredState>(module, "RestoredState")
       .def_readonly("step", &RestoredState::step)

@@ -24,6 +24,22 @@ void bind_config(py::module_& module) {
              "The inverse of when_full_name; anything else raises InvalidArgument listing the "
              "valid names.");
 
+  py::enum_<DType>(module, "DType", "The type of a table's rows: float32, bfloat16 or float16.")
+      .value("kFloat32", DType::kFloat32)
+      .value("kBFloat16", DType::kBFloat16)
+      .value("kFloat16", DType::kFloat16);
+  module.def("dtype_name", &dtype_name, py::arg("value"), "'float32', 'bfloat16' or 'float16'.");
+  module.def("parse_dtype", &parse_dtype, py::arg("name"),
+             "The inverse of dtype_name; anything else raises InvalidArgument listing the valid "
+             "names.");
+  py::enum_<Rounding>(module, "Rounding", "How updates round a 16-bit table's rows.")
+      .value("kStochastic", Rounding::kStochastic)
+      .value("kNearest", Rounding::kNearest);
+  module.def("rounding_name", &rounding_name, py::arg("value"), "'stochastic' or 'nearest'.");
+  module.def("parse_rounding", &parse_rounding, py::arg("name"),
+             "The inverse of rounding_name; anything else raises InvalidArgument listing the "
+             "valid names.");
+
   py::class_<DynamicVocabulary> vocabulary(
       module, "DynamicVocabulary",
       "A dynamic table's keys: capacity, admission (min_count) and eviction (ttl_steps, "
@@ -39,14 +55,16 @@ void bind_config(py::module_& module) {
 
   py::class_<TableConfig> table(
       module, "TableConfig",
-      "One table of vocabulary_size rows of dim floats, or a dynamic one (dynamic_vocabulary).");
+      "One table of vocabulary_size rows of dim values (of dtype), or a dynamic one "
+      "(dynamic_vocabulary).");
   bind_fields(table, Field{"name", &TableConfig::name},
               Field{"vocabulary_size", &TableConfig::vocabulary_size},
               Field{"dim", &TableConfig::dim}, Field{"initializer", &TableConfig::initializer},
               Field{"optimizer", &TableConfig::optimizer},
               Field{"combiner", &TableConfig::combiner},
               Field{"quantization_config", &TableConfig::quantization_config},
-              Field{"dynamic_vocabulary", &TableConfig::dynamic_vocabulary});
+              Field{"dynamic_vocabulary", &TableConfig::dynamic_vocabulary},
+              Field{"dtype", &TableConfig::dtype}, Field{"rounding", &TableConfig::rounding});
 
   py::class_<FeatureConfig> feature(module, "FeatureConfig",
                                     "A feature looked up in the table named `table`.");

@@ -7,6 +7,7 @@
 
 #include "recemb/error.h"
 
+#include "kernels/half_precision.h"
 #include "optimizers/slot_spec.h"
 #include "storage/initializer.h"
 #include "util/check.h"
@@ -166,8 +167,7 @@ RowVariables TableState::variables(int64_t step) {
     variables.halves = storage_.half_row(0);
     variables.dtype = table_.dtype;
     variables.rounding = table_.rounding;
-    variables.rounding_seed = table_seed_;
-    variables.step = step;
+    variables.step_stream = rounding_step_stream(table_seed_, step);
     // Local row r is the table's row r * row_stride + shard (placement/partition.h).
     variables.row_stride = part_.strategy == ShardingStrategy::kRowWise ? part_.row_stride : 1;
     variables.row_offset = part_.strategy == ShardingStrategy::kRowWise ? part_.shard : 0;

@@ -4,10 +4,10 @@
 //
 // Stochastic rounding of a finite x: with lo the 16-bit value next to x toward zero and hi the
 // next one away from zero (infinity past the largest finite value), x becomes hi with probability
-// p = (|x| - |lo|) / (|hi| - |lo|), decided by 32 random bits u: hi iff u < p * 2^32 (p has at
-// most 24 significant bits, so the comparison is exact). Hence the expected result is x (to 2^-32
-// of the gap for the few float16 subnormal cases whose p has bits below 2^-32), a value
-// representable in 16 bits is kept as it is, and the result is one of x's two neighbours. A
+// p = (|x| - |lo|) / (|hi| - |lo|), decided by 16 random bits u: hi iff u < p * 2^16. For
+// bfloat16 and normal float16 values p has at most 16 bits, so the probability is exactly p; for
+// float16's subnormals (|x| < 2^-14) it is p to within 2^-16. Hence the expected result is x, a
+// value representable in 16 bits is kept as it is, and the result is one of x's two neighbours. A
 // non-finite x rounds as to nearest (infinity stays, NaN stays a quiet NaN).
 //
 // The random bits: rounding_bits(rounding_stream(table seed, step, row or key), column), a
@@ -16,8 +16,10 @@
 #ifndef RECEMB_KERNELS_HALF_PRECISION_H_
 #define RECEMB_KERNELS_HALF_PRECISION_H_
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <cstring>
 
 #include "recemb/config.h"
 
@@ -37,50 +39,76 @@ inline uint16_t float_to_bfloat16(float value) {
   return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
-// The stream of one row's rounding bits in one step of a table.
+// The stream of a table's rounding bits in one step, and of one row's in it:
+// rounding_stream(seed, step, row) = rounding_row_stream(rounding_step_stream(seed, step), row)
+// (the update computes the step's once).
+inline uint64_t rounding_step_stream(uint64_t table_seed, int64_t step) {
+  const uint64_t stream = mix_key(static_cast<int64_t>(table_seed ^ 0x243f6a8885a308d3ull));
+  return mix_key(static_cast<int64_t>(stream ^ static_cast<uint64_t>(step)));
+}
+inline uint64_t rounding_row_stream(uint64_t step_stream, int64_t row) {
+  return mix_key(static_cast<int64_t>(step_stream ^ static_cast<uint64_t>(row)));
+}
 inline uint64_t rounding_stream(uint64_t table_seed, int64_t step, int64_t row) {
-  uint64_t stream = mix_key(static_cast<int64_t>(table_seed ^ 0x243f6a8885a308d3ull));
-  stream = mix_key(static_cast<int64_t>(stream ^ static_cast<uint64_t>(step)));
-  return mix_key(static_cast<int64_t>(stream ^ static_cast<uint64_t>(row)));
+  return rounding_row_stream(rounding_step_stream(table_seed, step), row);
 }
 
-// 32 random bits for `column` of a row's stream.
-inline uint32_t rounding_bits(uint64_t stream, int64_t column) {
-  const uint64_t counter = stream + static_cast<uint64_t>(column + 1) * 0x9e3779b97f4a7c15ull;
-  return static_cast<uint32_t>(mix_key(static_cast<int64_t>(counter)) >> 32);
+// A 32-bit integer hash (Wellons' lowbias32).
+inline uint32_t hash32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
 }
 
-// Stochastic rounding (above) with the random bits `random`.
-inline uint16_t float_to_bfloat16_stochastic(float value, uint32_t random) {
+// The 32 random bits of the columns 2k and 2k + 1 of a row's stream: the hash of the stream's low
+// half plus k times the golden ratio.
+inline uint32_t rounding_pair_bits(uint64_t stream, int64_t pair) {
+  return hash32(static_cast<uint32_t>(stream) + static_cast<uint32_t>(pair) * 0x9e3779b9u);
+}
+
+// The 16 random bits of `column`: the low half of its pair's bits for an even column, the high
+// half for an odd one (so a row's bits are its pairs' bits laid out in memory order).
+inline uint16_t rounding_bits(uint64_t stream, int64_t column) {
+  return static_cast<uint16_t>(rounding_pair_bits(stream, column >> 1) >> (16 * (column & 1)));
+}
+
+// Stochastic rounding (above) with the random bits `random`. Both are written without branches,
+// every case computed and the right one selected, so that a row's loop runs in SIMD lanes.
+inline uint16_t float_to_bfloat16_stochastic(float value, uint16_t random) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
-  if ((bits & 0x7f800000u) == 0x7f800000u) return float_to_bfloat16(value);
-  // lo is the top half (toward zero, as the sign is apart); p * 2^32 = low half << 16.
-  const uint32_t low = bits & 0xffffu;
-  return static_cast<uint16_t>((bits >> 16) + ((random >> 16) < low ? 1u : 0u));
+  // lo is the top half (toward zero, as the sign is apart); p * 2^16 = the low half.
+  const uint32_t rounded = (bits >> 16) + (random < (bits & 0xffffu) ? 1u : 0u);
+  // Infinity stays; NaN becomes a quiet NaN of its sign (float_to_bfloat16).
+  const bool finite = (bits & 0x7f800000u) != 0x7f800000u;
+  const uint32_t special = (bits >> 16) | ((bits & 0x007fffffu) != 0 ? 0x0040u : 0u);
+  return static_cast<uint16_t>(finite ? rounded : special);
 }
 
-inline uint16_t float_to_float16_stochastic(float value, uint32_t random) {
+inline uint16_t float_to_float16_stochastic(float value, uint16_t random) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
-  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude >= 0x7f800000u) return float_to_float16(value);  // infinity, NaN
-  // From 65536 (2^16) on even lo is infinity's neighbour beyond the largest finite value (65504,
-  // whose gap to the next is 32): the result is infinity.
-  if (magnitude >= 0x47800000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (magnitude < 0x38800000u) {
-    // Below 2^-14 (float16's subnormals): steps of 2^-24. scaled = |x| 2^24 < 1024 is exact, and
-    // so are its whole part n and fraction p (an exact float subtraction).
-    const float scaled = std::bit_cast<float>(magnitude) * 0x1p24f;
-    const auto whole = static_cast<uint32_t>(scaled);
-    const double fraction = static_cast<double>(scaled) - static_cast<double>(whole);
-    const bool up = static_cast<double>(random) < fraction * 0x1p32;
-    return static_cast<uint16_t>(sign | (whole + (up ? 1u : 0u)));
-  }
-  // Normal: rebias the exponent; the 13 dropped mantissa bits are p * 2^13 (a carry out of the
-  // mantissa correctly bumps the exponent, up to infinity's code from 65504).
+  // Normal (2^-14 <= |x| < 65536): rebias the exponent; the 13 dropped mantissa bits are
+  // p * 2^13, so u < p * 2^16 is u / 8 < them (a carry out of the mantissa correctly bumps the
+  // exponent, up to infinity's code from 65504).
   const uint32_t rebased = magnitude - ((127u - 15u) << 23);
-  const uint32_t low = rebased & 0x1fffu;
-  return static_cast<uint16_t>(sign | ((rebased >> 13) + ((random >> 19) < low ? 1u : 0u)));
+  const uint32_t normal = (rebased >> 13) + ((random >> 3u) < (rebased & 0x1fffu) ? 1u : 0u);
+  // Subnormal (|x| < 2^-14): steps of 2^-24. scaled = |x| 2^24 < 1024 is exact, and so are its
+  // whole part, its fraction p (an exact float subtraction) and p * 2^16; clamped so that the
+  // conversion of a larger magnitude (not selected) stays defined.
+  const float scaled = std::min(std::bit_cast<float>(magnitude) * 0x1p24f, 2048.0f);
+  const auto whole = static_cast<uint32_t>(scaled);
+  const float fraction = scaled - static_cast<float>(whole);
+  const uint32_t subnormal = whole + (static_cast<float>(random) < fraction * 0x1p16f ? 1u : 0u);
+  // From 65536 on, and for infinity: infinity; NaN: a quiet NaN (as float_to_float16).
+  const uint32_t special = 0x7c00u | (magnitude > 0x7f800000u ? 0x0200u : 0u);
+  const uint32_t code = magnitude >= 0x47800000u  ? special
+                        : magnitude < 0x38800000u ? subnormal
+                                                  : normal;
+  return static_cast<uint16_t>(sign | code);
 }
 
 // out[i] = the float32 value of in[i] (n values of `dtype`, bfloat16 or float16).
@@ -102,15 +130,31 @@ inline void encode_half_values_nearest(DType dtype, const float* in, int64_t n, 
 }
 
 // out[i] = in[i] rounded stochastically in `dtype` with rounding_bits(stream, first_column + i).
+// The bits come from one hash per pair of columns, in SIMD lanes, a block of columns at a time.
 inline void encode_half_values_stochastic(DType dtype, const float* in, int64_t n, uint64_t stream,
                                           int64_t first_column, uint16_t* out) {
-  if (dtype == DType::kBFloat16) {
-    for (int64_t i = 0; i < n; ++i) {
-      out[i] = float_to_bfloat16_stochastic(in[i], rounding_bits(stream, first_column + i));
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) {
-      out[i] = float_to_float16_stochastic(in[i], rounding_bits(stream, first_column + i));
+  constexpr int64_t kBlock = 256;  // values a block (even, so blocks after the first pair up)
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t count = std::min(kBlock, n - begin);
+    const int64_t column = first_column + begin;
+    // The pairs' bits in memory order are the columns' bits (rounding_bits). (count + 2) / 2
+    // pairs cover the block from an odd column too; a count known at compile time (a row of a
+    // constant width) makes every loop here one of constant length.
+    uint32_t pair_bits[kBlock / 2 + 1];
+    const int64_t first_pair = column >> 1;
+    const int64_t pairs = (count + 2) >> 1;
+    for (int64_t k = 0; k < pairs; ++k) pair_bits[k] = rounding_pair_bits(stream, first_pair + k);
+    uint16_t bits[kBlock + 2];
+    std::memcpy(bits, pair_bits, static_cast<size_t>(pairs) * sizeof(uint32_t));
+    const uint16_t* random = bits + (column & 1);
+    if (dtype == DType::kBFloat16) {
+      for (int64_t i = 0; i < count; ++i) {
+        out[begin + i] = float_to_bfloat16_stochastic(in[begin + i], random[i]);
+      }
+    } else {
+      for (int64_t i = 0; i < count; ++i) {
+        out[begin + i] = float_to_float16_stochastic(in[begin + i], random[i]);
+      }
     }
   }
 }

@@ -44,13 +44,12 @@ struct RowVariables {
   // A 16-bit table's rows (docs/semantics.md, "16-bit tables"): a row is decoded into the
   // thread's scratch, updated there in float32, and rounded back as `rounding` says
   // (kernels/half_precision.h), stochastic rounding with the bits of
-  // rounding_stream(rounding_seed, step, row * row_stride + row_offset) for the columns
+  // rounding_row_stream(step_stream, row * row_stride + row_offset) for the columns
   // first_column + d: the table's global row and column, so any placement rounds alike.
   uint16_t* halves = nullptr;
   DType dtype = DType::kFloat32;
   Rounding rounding = Rounding::kStochastic;
-  uint64_t rounding_seed = 0;
-  int64_t step = 0;
+  uint64_t step_stream = 0;  // rounding_step_stream(table seed, step)
   int64_t row_stride = 1;
   int64_t row_offset = 0;
   int64_t first_column = 0;
@@ -131,8 +130,7 @@ void with_float_row(const RowVariables& v, int64_t dim, int64_t row, UpdateScrat
   if (v.rounding == Rounding::kNearest) {
     encode_half_values_nearest(v.dtype, scratch.row, dim, stored);
   } else {
-    const uint64_t stream =
-        rounding_stream(v.rounding_seed, v.step, row * v.row_stride + v.row_offset);
+    const uint64_t stream = rounding_row_stream(v.step_stream, row * v.row_stride + v.row_offset);
     encode_half_values_stochastic(v.dtype, scratch.row, dim, stream, v.first_column, stored);
   }
 }

@@ -47,12 +47,12 @@ Neighbours neighbours(DType dtype, double x) {
   return {std::copysign(lo, x), std::copysign(lo + step, x)};
 }
 
-// The documented stochastic rounding of x with 32 random bits: hi iff u < p * 2^32.
-double round_stochastically(DType dtype, double x, uint32_t random) {
+// The documented stochastic rounding of x with 16 random bits: hi iff u < p * 2^16.
+double round_stochastically(DType dtype, double x, uint16_t random) {
   const Neighbours n = neighbours(dtype, x);
   if (n.lo == x) return x;
   const double p = (std::fabs(x) - std::fabs(n.lo)) / (std::fabs(n.hi) - std::fabs(n.lo));
-  return static_cast<double>(random) < p * 0x1p32 ? n.hi : n.lo;
+  return static_cast<double>(random) < p * 0x1p16 ? n.hi : n.lo;
 }
 
 double round_to_nearest(DType dtype, double x) {

@@ -1,10 +1,9 @@
 #include "kernels/half_precision.h"
 
-#include <gtest/gtest.h>
-
 #include <cfenv>
 #include <cmath>
 #include <cstdint>
+#include <gtest/gtest.h>
 #include <limits>
 #include <random>
 #include <vector>
@@ -41,7 +40,7 @@ uint16_t nearest(DType dtype, float x) {
   return dtype == DType::kBFloat16 ? float_to_bfloat16(x) : float_to_float16(x);
 }
 
-uint16_t stochastic(DType dtype, float x, uint32_t random) {
+uint16_t stochastic(DType dtype, float x, uint16_t random) {
   return dtype == DType::kBFloat16 ? float_to_bfloat16_stochastic(x, random)
                                    : float_to_float16_stochastic(x, random);
 }
@@ -86,7 +85,7 @@ TEST_P(HalfPrecision, StochasticGivesOneOfTheTwoNeighbours) {
   for (const float x : random_values(dtype, 20000, 3)) {
     if (dtype == DType::kFloat16 && std::fabs(x) >= 65504.0f) continue;
     const Neighbours n = neighbours(dtype, x);
-    const double result = decoded(dtype, stochastic(dtype, x, static_cast<uint32_t>(rng())));
+    const double result = decoded(dtype, stochastic(dtype, x, static_cast<uint16_t>(rng())));
     EXPECT_TRUE(result == n.lo || result == n.hi) << "x = " << x << " gave " << result;
   }
 }
@@ -98,31 +97,38 @@ TEST_P(HalfPrecision, StochasticKeepsRepresentableValuesForAnyBits) {
     const uint16_t code = nearest(dtype, x);
     const auto value = static_cast<float>(decoded(dtype, code));
     if (!std::isfinite(value)) continue;
-    for (const uint32_t random : {0u, 1u, 0x7fffffffu, 0xffffffffu, static_cast<uint32_t>(rng())}) {
-      EXPECT_EQ(stochastic(dtype, value, random), code) << "value " << value;
+    for (const uint32_t random :
+         {0u, 1u, 0x7fffu, 0xffffu, static_cast<uint32_t>(rng() & 0xffff)}) {
+      EXPECT_EQ(stochastic(dtype, value, static_cast<uint16_t>(random)), code) << "value " << value;
     }
   }
-  EXPECT_EQ(stochastic(dtype, 0.0f, 0xffffffffu), 0);
-  EXPECT_EQ(stochastic(dtype, -0.0f, 0xffffffffu), 0x8000);
+  EXPECT_EQ(stochastic(dtype, 0.0f, 0xffff), 0);
+  EXPECT_EQ(stochastic(dtype, -0.0f, 0xffff), 0x8000);
 }
 
-// The probability of rounding up is exactly p: over every value of the random bits that matter,
-// the count of ups is p times their number.
-TEST_P(HalfPrecision, StochasticRoundsUpWithProbabilityExactlyP) {
+// The probability of rounding up is exactly p (within 2^-16 for float16's subnormals): over every
+// value of the 16 random bits, the count of ups is p * 2^16.
+TEST_P(HalfPrecision, StochasticRoundsUpWithProbabilityP) {
   const DType dtype = GetParam();
-  const int dropped = dtype == DType::kBFloat16 ? 16 : 13;
-  for (const float x : random_values(dtype, 40, 6)) {
-    if (dtype == DType::kFloat16 && (std::fabs(x) >= 65504.0f || std::fabs(x) < 0x1p-14f)) {
-      continue;
-    }
+  int subnormals = 0;
+  for (const float x : random_values(dtype, 60, 6)) {
+    if (dtype == DType::kFloat16 && std::fabs(x) >= 65504.0f) continue;
     const Neighbours n = neighbours(dtype, x);
     const double p = (std::fabs(x) - std::fabs(n.lo)) / (std::fabs(n.hi) - std::fabs(n.lo));
     int64_t ups = 0;
-    for (uint32_t k = 0; k < (1u << dropped); ++k) {
-      const uint32_t random = k << (32 - dropped);
-      ups += decoded(dtype, stochastic(dtype, x, random)) == n.hi ? 1 : 0;
+    for (uint32_t random = 0; random < (1u << 16); ++random) {
+      ups += decoded(dtype, stochastic(dtype, x, static_cast<uint16_t>(random))) == n.hi ? 1 : 0;
     }
-    EXPECT_EQ(static_cast<double>(ups), p * static_cast<double>(1u << dropped)) << "x = " << x;
+    const bool subnormal = dtype == DType::kFloat16 && std::fabs(x) < 0x1p-14f;
+    subnormals += subnormal ? 1 : 0;
+    if (subnormal) {
+      EXPECT_NEAR(static_cast<double>(ups), p * 0x1p16, 1.0) << "x = " << x;
+    } else {
+      EXPECT_EQ(static_cast<double>(ups), p * 0x1p16) << "x = " << x;
+    }
+  }
+  if (dtype == DType::kFloat16) {
+    EXPECT_GT(subnormals, 3);
   }
 }
 
@@ -156,7 +162,7 @@ TEST_P(HalfPrecision, NonFiniteValuesRoundAsToNearest) {
   const DType dtype = GetParam();
   const float inf = std::numeric_limits<float>::infinity();
   for (const float x : {inf, -inf}) {
-    EXPECT_EQ(stochastic(dtype, x, 0xffffffffu), nearest(dtype, x));
+    EXPECT_EQ(stochastic(dtype, x, 0xffff), nearest(dtype, x));
     EXPECT_EQ(decoded(dtype, nearest(dtype, x)), x);
   }
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -182,31 +188,49 @@ TEST_P(HalfPrecision, RowsEncodeAndDecodeAsTheirValues) {
   std::vector<uint16_t> whole(values.size());
   std::vector<uint16_t> split(values.size());
   encode_half_values_stochastic(dtype, values.data(), n, stream, 0, whole.data());
-  encode_half_values_stochastic(dtype, values.data(), 10, stream, 0, split.data());
-  encode_half_values_stochastic(dtype, values.data() + 10, n - 10, stream, 10, split.data() + 10);
+  encode_half_values_stochastic(dtype, values.data(), 11, stream, 0, split.data());
+  encode_half_values_stochastic(dtype, values.data() + 11, n - 11, stream, 11, split.data() + 11);
   EXPECT_EQ(whole, split);
+  // Rows longer than a block of the encoder, from an odd column.
+  const std::vector<float> wide = random_values(dtype, 1001, 10);
+  std::vector<uint16_t> wide_codes(wide.size());
+  encode_half_values_stochastic(dtype, wide.data(), static_cast<int64_t>(wide.size()), stream, 3,
+                                wide_codes.data());
+  for (size_t i = 0; i < wide.size(); ++i) {
+    ASSERT_EQ(wide_codes[i],
+              stochastic(dtype, wide[i], rounding_bits(stream, 3 + static_cast<int64_t>(i))));
+  }
   for (int64_t i = 0; i < n; ++i) {
     EXPECT_EQ(whole[static_cast<size_t>(i)],
               stochastic(dtype, values[static_cast<size_t>(i)], rounding_bits(stream, i)));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, HalfPrecision,
-                         ::testing::Values(DType::kBFloat16, DType::kFloat16),
+INSTANTIATE_TEST_SUITE_P(Types, HalfPrecision, ::testing::Values(DType::kBFloat16, DType::kFloat16),
                          [](const auto& type) { return std::string(dtype_name(type.param)); });
 
 TEST(RoundingBits, DependOnEveryCounter) {
   const uint64_t stream = rounding_stream(1, 2, 3);
   EXPECT_EQ(stream, rounding_stream(1, 2, 3));
+  EXPECT_EQ(stream, rounding_row_stream(rounding_step_stream(1, 2), 3));
   EXPECT_NE(stream, rounding_stream(2, 2, 3));
   EXPECT_NE(stream, rounding_stream(1, 3, 3));
   EXPECT_NE(stream, rounding_stream(1, 2, 4));
   EXPECT_NE(rounding_bits(stream, 0), rounding_bits(stream, 1));
-  // Roughly uniform: the mean of many draws' top bit is near 1/2.
-  int64_t ones = 0;
+  // A column's bits are half of its pair's.
+  EXPECT_EQ(rounding_bits(stream, 6), rounding_pair_bits(stream, 3) & 0xffffu);
+  EXPECT_EQ(rounding_bits(stream, 7), rounding_pair_bits(stream, 3) >> 16);
+  // Roughly uniform: each of the 16 bits is 1 in about half of many draws.
   constexpr int kDraws = 100000;
-  for (int i = 0; i < kDraws; ++i) ones += rounding_bits(rounding_stream(7, 1, i), i % 64) >> 31;
-  EXPECT_NEAR(static_cast<double>(ones) / kDraws, 0.5, 0.01);
+  std::vector<int64_t> ones(16, 0);
+  for (int i = 0; i < kDraws; ++i) {
+    const uint16_t bits = rounding_bits(rounding_stream(7, 1, i / 64), i % 64);
+    for (int b = 0; b < 16; ++b) ones[static_cast<size_t>(b)] += (bits >> b) & 1;
+  }
+  for (int b = 0; b < 16; ++b) {
+    EXPECT_NEAR(static_cast<double>(ones[static_cast<size_t>(b)]) / kDraws, 0.5, 0.01)
+        << "bit " << b;
+  }
 }
 
 }  // namespace

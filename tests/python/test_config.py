@@ -214,6 +214,6 @@ def test_a_table_too_large_for_memory_is_a_memory_error_naming_it():
     # 10^13 rows of 16 floats and as many Adagrad accumulators: 1.28 PB, beyond any address space.
     huge = recemb.FeatureConfig(recemb.TableConfig(10**13, 16, name="huge"))
     with pytest.raises(MemoryError, match=r"table 'huge': cannot allocate 1280000000000000 bytes "
-                                          r"\(.* GiB\) for 10000000000000 rows of 32 floats") as error:
+                                          r"\(.* GiB\) for 10000000000000 rows of 32 values") as error:
         recemb.Embedding(huge, "adagrad")
     assert isinstance(error.value, _recemb.ResourceExhausted)
