@@ -289,17 +289,17 @@ void ApplyStage::update_tables() {
     }
   }
   const size_t stride = thread_scratch_.size() / static_cast<size_t>(pool_.num_threads());
-  pool_.parallel_for(
-      static_cast<int64_t>(update_tasks_.size()),
-      [&](int64_t k, int thread) {
-        const UpdateTask& task = update_tasks_[static_cast<size_t>(k)];
-        const TableUpdate& update = table_updates_[task.update];
-        float* thread_scratch = thread_scratch_.data() + stride * static_cast<size_t>(thread);
-        const int64_t dim = update.variables.dim;
-        thread_skipped_rows_[static_cast<size_t>(thread)] +=
-            update_rows(update, task.rows, update_scratch(thread_scratch, dim));
-      },
-      {.work = total_rows, .min_work_for_threads = kMinRowsForThreads});
+  pool_.parallel_for(static_cast<int64_t>(update_tasks_.size()),
+                     [&](int64_t k, int thread) {
+                       const UpdateTask& task = update_tasks_[static_cast<size_t>(k)];
+                       const TableUpdate& update = table_updates_[task.update];
+                       float* thread_scratch =
+                           thread_scratch_.data() + stride * static_cast<size_t>(thread);
+                       const int64_t dim = update.variables.dim;
+                       thread_skipped_rows_[static_cast<size_t>(thread)] +=
+                           update_rows(update, task.rows, update_scratch(thread_scratch, dim));
+                     },
+                     {.work = total_rows, .min_work_for_threads = kMinRowsForThreads});
   // Online publishing: the rows just written, once a publish started tracking them (a byte a
   // row, written in place: no allocation).
   for (TableState& state : model_.states) state.record_update();

@@ -72,9 +72,9 @@ void TableState::initialize(uint64_t table_seed, int64_t first_row, int64_t num_
 void TableState::check_float16_range(std::span<const float> row, int64_t global_row) const {
   for (size_t d = 0; d < row.size(); ++d) {
     if (!(std::fabs(row[d]) < kFloat16RoundsToInfinity)) {
-      throw InvalidArgument("table '" + table_.name + "': initial value " +
-                            std::to_string(row[d]) + " of row " + std::to_string(global_row) +
-                            ", column " + std::to_string(d) +
+      throw InvalidArgument("table '" + table_.name + "': initial value " + std::to_string(row[d]) +
+                            " of row " + std::to_string(global_row) + ", column " +
+                            std::to_string(d) +
                             " is beyond float16's range (|x| < 65520); use dtype 'bfloat16' or "
                             "an initializer within it");
     }

@@ -8,9 +8,9 @@
 #include "kernels/half_precision.h"
 #include "kernels/prefetch.h"
 
-// Rows of every format (float32, bfloat16, float16, int8) are pooled by a Highway kernel compiled once per
-// target (foreach_target.h includes this file again for each) and dispatched at run time; it
-// reads a row through its format's decoder (below). Simulated quantization uses the scalar
+// Rows of every format (float32, bfloat16, float16, int8) are pooled by a Highway kernel compiled
+// once per target (foreach_target.h includes this file again for each) and dispatched at run time;
+// it reads a row through its format's decoder (below). Simulated quantization uses the scalar
 // template at the end of the file.
 //
 // Bitwise identical results on every target, and to the scalar template: each output lane is the

@@ -36,8 +36,8 @@ struct PoolInput {
 // For b in [first_bag, last_bag):
 //   out[b * dim + d] = bag_scales[b] * sum_{j in [offsets[b], offsets[b+1])} weights[j] *
 //   q(row(ids[j])[d])
-// where row(i)[d] is the stored value decoded to float (exact for float32, float16 and bfloat16 rows;
-// code * scale + bias for int8 rows) and q the simulated quantization (identity without a
+// where row(i)[d] is the stored value decoded to float (exact for float32, float16 and bfloat16
+// rows; code * scale + bias for int8 rows) and q the simulated quantization (identity without a
 // QuantizationConfig). The sum runs in j order in float32, whatever the row format: per output
 // value, acc = 0.0f, then acc = acc + w * v (a rounded product, never a fused multiply-add; acc + v
 // without weights), then acc * scale if the scale is not 1. An empty bag gives +0.0. So results are

@@ -43,7 +43,8 @@ TableValues values_of(const Embedding& embedding, const TableConfig& table, bool
     values.owned = std::move(contents.parameters);
     values.owned.resize(values.owned.size() + static_cast<size_t>(table.dim), 0.0f);
     values.num_rows = static_cast<int64_t>(values.keys.size()) + 1;
-  } else if (!collective && table.dtype == DType::kFloat32 && embedding.has_whole_table(table.name)) {
+  } else if (!collective && table.dtype == DType::kFloat32 &&
+             embedding.has_whole_table(table.name)) {
     values.rows = embedding.variable_data(table.name, "parameters");
     values.num_rows = table.vocabulary_size;
     return values;

@@ -62,7 +62,8 @@ TableStorage::TableStorage(std::string_view table_name, int64_t num_rows, int64_
       floats_per_row += spec.width;
       bytes_per_row += spec.width * 4;
     }
-    throw ResourceExhausted(allocation_failure(table_name, num_rows, floats_per_row, bytes_per_row));
+    throw ResourceExhausted(
+        allocation_failure(table_name, num_rows, floats_per_row, bytes_per_row));
   }
 }
 
