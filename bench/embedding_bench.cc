@@ -10,8 +10,8 @@
 //       adagrad, rowwise_adagrad and adam (lazy), TF's default hyperparameters.
 //   BM_Lookup/dtype:<T>/<workload>, BM_LookupAndUpdate/<optimizer>/dtype:<T>/<workload>  the same
 //       with the table's rows in T (bfloat16, float16; TableConfig::dtype): one table of dim 64,
-//       bags of 20, the Adagrad and row-wise Adagrad steps; the same rows as the float32 table,
-//       in half its bytes.
+//       bags of 20, the SGD, Adagrad and row-wise Adagrad steps; the same rows as the float32
+//       table, in half its bytes.
 //
 // Counters: Mrows/s (ids looked up per second, F x B x L per step), GB/s (nominal bytes per row,
 // workload.h's bytes_per_row), uniq (distinct ids / ids of one feature's batch), thp (the share of
@@ -166,7 +166,7 @@ void BM_LookupAndUpdate(benchmark::State& state, Workload workload, std::string 
 }
 
 // The 16-bit tables measured beside the float32 ones: one table of dim 64, bags of 20 (the same
-// rows, so half the bytes), the lookup and the Adagrad and row-wise Adagrad steps.
+// rows, so half the bytes), the lookup and the SGD, Adagrad and row-wise Adagrad steps.
 bool has_16_bit_variants(const Workload& workload) {
   return workload.num_tables == 1 && workload.dim == 64 && workload.bag_size == 20;
 }
@@ -195,8 +195,7 @@ void register_all() {
         configure(benchmark::RegisterBenchmark(
             ("BM_LookupAndUpdate/" + optimizer + "/" + workload.name()).c_str(), BM_LookupAndUpdate,
             workload, optimizer, recemb::DType::kFloat32));
-        if (!has_16_bit_variants(workload) ||
-            (optimizer != "adagrad" && optimizer != "rowwise_adagrad")) {
+        if (!has_16_bit_variants(workload) || optimizer == "adam") {
           return;
         }
         for (const recemb::DType dtype : k16BitTypes) {

@@ -95,19 +95,25 @@ inline uint16_t float_to_float16_stochastic(float value, uint16_t random) {
   // p * 2^13, so u < p * 2^16 is u / 8 < them (a carry out of the mantissa correctly bumps the
   // exponent, up to infinity's code from 65504).
   const uint32_t rebased = magnitude - ((127u - 15u) << 23);
-  const uint32_t normal = (rebased >> 13) + ((random >> 3u) < (rebased & 0x1fffu) ? 1u : 0u);
+  const uint32_t normal =
+      (rebased >> 13) + static_cast<uint32_t>(static_cast<uint32_t>(random >> 3u) <
+                                              (rebased & 0x1fffu));
   // Subnormal (|x| < 2^-14): steps of 2^-24. scaled = |x| 2^24 < 1024 is exact, and so are its
-  // whole part, its fraction p (an exact float subtraction) and p * 2^16; clamped so that the
-  // conversion of a larger magnitude (not selected) stays defined.
-  const float scaled = std::min(std::bit_cast<float>(magnitude) * 0x1p24f, 2048.0f);
-  const auto whole = static_cast<uint32_t>(scaled);
+  // whole part, its fraction p (an exact float subtraction) and p * 2^16; a larger magnitude (not
+  // selected) is clamped, as bits, so that its conversion stays defined.
+  const float scaled = std::bit_cast<float>(std::min(magnitude, 0x38800000u)) * 0x1p24f;
+  const auto whole = static_cast<uint32_t>(static_cast<int32_t>(scaled));
   const float fraction = scaled - static_cast<float>(whole);
-  const uint32_t subnormal = whole + (static_cast<float>(random) < fraction * 0x1p16f ? 1u : 0u);
+  const uint32_t subnormal =
+      whole + static_cast<uint32_t>(static_cast<float>(random) < fraction * 0x1p16f);
   // From 65536 on, and for infinity: infinity; NaN: a quiet NaN (as float_to_float16).
-  const uint32_t special = 0x7c00u | (magnitude > 0x7f800000u ? 0x0200u : 0u);
-  const uint32_t code = magnitude >= 0x47800000u  ? special
-                        : magnitude < 0x38800000u ? subnormal
-                                                  : normal;
+  const uint32_t special = 0x7c00u | (static_cast<uint32_t>(magnitude > 0x7f800000u) << 9);
+  // The case selected by masks, not conditionals: GCC turns those into branches here, which
+  // mispredict and keep the row's loop out of SIMD lanes.
+  const uint32_t is_special = 0u - static_cast<uint32_t>(magnitude >= 0x47800000u);
+  const uint32_t is_subnormal = 0u - static_cast<uint32_t>(magnitude < 0x38800000u);
+  const uint32_t code = (special & is_special) | (subnormal & is_subnormal & ~is_special) |
+                        (normal & ~is_subnormal & ~is_special);
   return static_cast<uint16_t>(sign | code);
 }
 
