@@ -16,12 +16,17 @@
 #include "recemb/error.h"
 
 #include "kernels/half_precision.h"
+#include "reference/half_grid.h"
 #include "storage/initializer.h"
 #include "testing/temporary_directory.h"
 
 namespace recemb {
 namespace {
 
+using reference::Neighbours;
+using reference::neighbours;
+using reference::round_stochastically;
+using reference::round_to_nearest;
 using ::testing::HasSubstr;
 
 constexpr int64_t kRows = 64;
@@ -29,40 +34,6 @@ constexpr int64_t kDim = 16;
 constexpr int64_t kBatch = 48;
 constexpr int64_t kBag = 4;
 constexpr uint64_t kSeed = 17;
-
-// The 16-bit grid around x (as half_precision_test.cc's): the neighbours toward and away from 0.
-struct Neighbours {
-  double lo;
-  double hi;
-};
-
-Neighbours neighbours(DType dtype, double x) {
-  const double magnitude = std::fabs(x);
-  int exponent = 0;
-  std::frexp(magnitude, &exponent);
-  const int bits = dtype == DType::kBFloat16 ? 8 : 11;
-  const int min_exponent = dtype == DType::kBFloat16 ? -126 : -14;
-  const double step = std::ldexp(1.0, std::max(exponent - 1, min_exponent) - (bits - 1));
-  const double lo = std::floor(magnitude / step) * step;
-  return {std::copysign(lo, x), std::copysign(lo + step, x)};
-}
-
-// The documented stochastic rounding of x with 16 random bits: hi iff u < p * 2^16.
-double round_stochastically(DType dtype, double x, uint16_t random) {
-  const Neighbours n = neighbours(dtype, x);
-  if (n.lo == x) return x;
-  const double p = (std::fabs(x) - std::fabs(n.lo)) / (std::fabs(n.hi) - std::fabs(n.lo));
-  return static_cast<double>(random) < p * 0x1p16 ? n.hi : n.lo;
-}
-
-double round_to_nearest(DType dtype, double x) {
-  const Neighbours n = neighbours(dtype, x);
-  const double below = std::fabs(x - n.lo);
-  const double above = std::fabs(n.hi - x);
-  if (below != above) return below < above ? n.lo : n.hi;
-  const double gap = std::fabs(n.hi) - std::fabs(n.lo);
-  return std::fmod(std::fabs(n.lo) / gap, 2.0) == 0.0 ? n.lo : n.hi;
-}
 
 Embedding make_layer(DType dtype, Optimizer optimizer, int threads,
                      std::optional<PlacementOptions> placement = {},
