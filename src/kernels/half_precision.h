@@ -96,8 +96,8 @@ inline uint16_t float_to_float16_stochastic(float value, uint16_t random) {
   // exponent, up to infinity's code from 65504).
   const uint32_t rebased = magnitude - ((127u - 15u) << 23);
   const uint32_t normal =
-      (rebased >> 13) + static_cast<uint32_t>(static_cast<uint32_t>(random >> 3u) <
-                                              (rebased & 0x1fffu));
+      (rebased >> 13) +
+      static_cast<uint32_t>(static_cast<uint32_t>(random >> 3u) < (rebased & 0x1fffu));
   // Subnormal (|x| < 2^-14): steps of 2^-24. scaled = |x| 2^24 < 1024 is exact, and so are its
   // whole part, its fraction p (an exact float subtraction) and p * 2^16; a larger magnitude (not
   // selected) is clamped, as bits, so that its conversion stays defined.
