@@ -53,6 +53,8 @@ min_count = 1           # dynamic: occurrences in training before a key gets a r
 ttl_steps = 0           # dynamic: keys not seen for this many steps are evicted; 0 = never
 when_full = "evict_least_recent"  # dynamic, a full table: evict_least_recent |
                         # evict_least_frequent | error
+dtype = "float32"       # the tables' rows: float32 | bfloat16 | float16 (hashed tables: half the
+                        # memory, updates rounded stochastically; docs/semantics.md)
 
 [dense]
 optimizer = "adam"      # adam | adagrad

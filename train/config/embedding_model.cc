@@ -29,7 +29,9 @@ EmbeddingModel embedding_model(const TrainConfig& config) {
   for (int f = 0; f < dlrm::kNumCategoricalFeatures; ++f) {
     const std::string name = dlrm::categorical_feature_name(f);
     int64_t size = sizes[static_cast<size_t>(f)];
-    TableConfig table{.name = name, .dim = config.model.embedding_dim};
+    TableConfig table{.name = name,
+                      .dim = config.model.embedding_dim,
+                      .dtype = parse_dtype(config.embedding.dtype)};
     if (auto it = config.tables.find(name); it != config.tables.end()) {
       const TableOverride& o = it->second;
       if (o.vocabulary_size) size = *o.vocabulary_size;

@@ -298,6 +298,7 @@ TrainConfig load_train_config(const std::string& config_path,
   c.embedding.min_count = get<int64_t>(config, "embedding.min_count");
   c.embedding.ttl_steps = get<int64_t>(config, "embedding.ttl_steps");
   c.embedding.when_full = get<std::string>(config, "embedding.when_full");
+  c.embedding.dtype = get<std::string>(config, "embedding.dtype");
   c.dense.optimizer = get<std::string>(config, "dense.optimizer");
   c.dense.learning_rate = get<double>(config, "dense.learning_rate");
   c.train.steps = get<int64_t>(config, "train.steps");
@@ -386,7 +387,8 @@ std::string to_toml(const TrainConfig& c) {
                                 {"capacity", c.embedding.capacity},
                                 {"min_count", c.embedding.min_count},
                                 {"ttl_steps", c.embedding.ttl_steps},
-                                {"when_full", c.embedding.when_full}}},
+                                {"when_full", c.embedding.when_full},
+                                {"dtype", c.embedding.dtype}}},
       {"dense",
        toml::table{{"optimizer", c.dense.optimizer}, {"learning_rate", c.dense.learning_rate}}},
       {"train", toml::table{{"steps", c.train.steps},

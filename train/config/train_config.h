@@ -80,6 +80,7 @@ struct TrainConfig {
     int64_t min_count = 0;       // training occurrences before a key gets a row
     int64_t ttl_steps = 0;       // keys unseen for this many steps are evicted; 0: never
     std::string when_full = {};  // evict_least_recent | evict_least_frequent | error
+    std::string dtype = {};      // the tables' rows: float32 | bfloat16 | float16
   } embedding;
   struct DenseOptimizer {
     std::string optimizer = {};  // adam | adagrad

@@ -76,12 +76,15 @@ void check_memory(const TrainConfig& config, const MemoryLimit& limit) {
 
 namespace {
 
-int64_t variable_bytes(const Embedding& embedding, const std::string& table) {
+// The bytes of a table's variables: its rows in its dtype (2 bytes a value for 16-bit rows), the
+// slots float32.
+int64_t variable_bytes(const Embedding& embedding, const TableConfig& table) {
   int64_t bytes = 0;
-  for (const std::string& variable : embedding.variable_names(table)) {
-    int64_t floats = 1;
-    for (int64_t extent : embedding.variable_shape(table, variable)) floats *= extent;
-    bytes += floats * static_cast<int64_t>(sizeof(float));
+  for (const std::string& variable : embedding.variable_names(table.name)) {
+    int64_t values = 1;
+    for (int64_t extent : embedding.variable_shape(table.name, variable)) values *= extent;
+    const bool half = variable == "parameters" && table.dtype != DType::kFloat32;
+    bytes += values * (half ? 2 : static_cast<int64_t>(sizeof(float)));
   }
   return bytes;
 }
@@ -97,7 +100,7 @@ int64_t embedding_bytes(const Embedding& embedding) {
   std::vector<int64_t> capacities;
   for (const TableConfig& table : embedding.tables()) {
     if (!table.dynamic_vocabulary) {
-      bytes += variable_bytes(embedding, table.name);
+      bytes += variable_bytes(embedding, table);
       continue;
     }
     twins.push_back({.name = table.name,
@@ -113,7 +116,7 @@ int64_t embedding_bytes(const Embedding& embedding) {
       twins, twin_features,
       EmbeddingOptions{.optimizer = embedding.options().optimizer, .num_threads = 1});
   for (size_t t = 0; t < twins.size(); ++t) {
-    bytes += capacities[t] * variable_bytes(twin, twins[t].name);
+    bytes += capacities[t] * variable_bytes(twin, twins[t]);
   }
   return bytes;
 }

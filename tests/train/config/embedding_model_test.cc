@@ -74,9 +74,14 @@ TEST(EmbeddingModel, DynamicVocabulariesKeepTheSizesAsDefaultCapacities) {
     EXPECT_FALSE(table.dynamic_vocabulary->ttl_steps.has_value()) << table.name;  // 0: no TTL
     EXPECT_EQ(table.dynamic_vocabulary->when_full, WhenFull::kEvictLeastRecent);
   }
-  // Hashed tables have no vocabulary.
+  // Hashed tables have no vocabulary, and float32 rows unless embedding.dtype says otherwise.
   for (const TableConfig& table : embedding_model(load_train_config("", {})).tables) {
     EXPECT_FALSE(table.dynamic_vocabulary.has_value());
+    EXPECT_EQ(table.dtype, DType::kFloat32);
+  }
+  for (const TableConfig& table :
+       embedding_model(load_train_config("", {"embedding.dtype=bfloat16"})).tables) {
+    EXPECT_EQ(table.dtype, DType::kBFloat16) << table.name;
   }
 }
 

@@ -60,6 +60,16 @@ TEST(RunResourcesTest, EmbeddingBytesCountEveryTableAndSlot) {
                             {.num_threads = 1});
   // a: parameters and accumulators; b: parameters alone.
   EXPECT_EQ(embedding_bytes(embedding), (2 * 10 * 3 + 7 * 2) * 4);
+  // 16-bit rows take 2 bytes a value; slots stay float32.
+  const Embedding half(
+      {{.name = "a",
+        .vocabulary_size = 10,
+        .dim = 3,
+        .optimizer = Adagrad{},
+        .dtype = DType::kBFloat16},
+       {.name = "b", .vocabulary_size = 7, .dim = 2, .optimizer = Sgd{}, .dtype = DType::kFloat16}},
+      {{.name = "f", .table = "a"}, {.name = "g", .table = "b"}}, {.num_threads = 1});
+  EXPECT_EQ(embedding_bytes(half), 10 * 3 * 2 + 10 * 3 * 4 + 7 * 2 * 2);
 }
 
 TEST(RunResourcesTest, StrategyCountsNameEachStrategyOnce) {
