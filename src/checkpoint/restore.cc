@@ -233,11 +233,10 @@ void load_parts(Embedding& embedding, const fs::path& directory, const Manifest&
         std::pair<std::string_view, std::string_view>(variable_load.table, variable_load.variable),
         &variable_load);
   }
-  const std::vector<internal::LocalPart<float>> parts =
-      internal::PartAccess::local_parts(embedding);
+  std::vector<internal::LocalPart<float>> parts = internal::PartAccess::local_parts(embedding);
   RECEMB_CHECK(keys.size() == parts.size());
   for (size_t p = 0; p < parts.size(); ++p) {
-    const internal::LocalPart<float>& local = parts[p];
+    internal::LocalPart<float>& local = parts[p];
     const std::string& table = embedding.tables()[local.part.table].name;
     const auto partially_restored = [&](auto&& load, const std::string& what) {
       try {
@@ -260,12 +259,13 @@ void load_parts(Embedding& embedding, const fs::path& directory, const Manifest&
                          "table '" + table + "'");
       continue;
     }
-    for (const internal::PartVariable<float>& variable : local.variables) {
+    for (internal::PartVariable<float>& variable : local.variables) {
       const auto found = by_name.find({table, variable.name});
       RECEMB_CHECK(found != by_name.end());
       const VariableLoad& variable_load = *found->second;
       partially_restored(
           [&] {
+            internal::PartAccess::stage(variable);  // a 16-bit table's rows, a part at a time
             internal::read_part_rows(
                 support::InputFile::open(directory / variable_load.saved->data.file), local.part,
                 variable, variable_load.rows);

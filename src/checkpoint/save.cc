@@ -386,7 +386,7 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
     // written as one stream and checksummed on the way, so that phase c need not read it back.
     std::vector<std::pair<size_t, internal::DataFile>> written_whole;
     support::agree(communicator, [&] {
-      for (const auto& local : internal::PartAccess::local_parts(embedding)) {
+      for (auto& local : internal::PartAccess::local_parts(embedding)) {
         const int64_t dim = embedding.tables()[local.part.table].dim;
         if (local.dynamic != nullptr) {
           // Rows gathered in file order: not checksummed on the way (phase c reads them back).
@@ -401,8 +401,9 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
                                        offset.keys, offset.pending);
           continue;
         }
-        for (const internal::PartVariable<const float>& variable : local.variables) {
+        for (internal::PartVariable<const float>& variable : local.variables) {
           if (!writes(local.part, variable, dim) || local.part.rows == 0) continue;
+          internal::PartAccess::stage(variable);  // a 16-bit table's rows, one part at a time
           const fs::path path =
               directory / internal::variable_file_name(local.part.table, variable.name);
           if (local.part.whole) {
@@ -413,6 +414,7 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
           } else {
             internal::write_part_rows(path, local.part, variable);
           }
+          internal::PartAccess::unstage(variable);
         }
       }
       if (first) write_extra_arrays(options, directory, manifest);

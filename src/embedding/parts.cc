@@ -51,11 +51,7 @@ std::vector<LocalPart<Float>> PartAccess::parts_of(const Embedding& embedding) {
                                    .columns = split ? held.num_columns : width};
       if (auto* buffer = storage.variable(variable.name)) {
         variable.values = buffer->span();
-      } else {  // a 16-bit table's parameters: staged as float32
-        variable.staged = std::make_shared<std::vector<float>>(
-            static_cast<size_t>(storage.num_rows() * storage.dim()));
-        storage.read_rows(0, storage.num_rows(), variable.staged->data());
-        variable.values = *variable.staged;
+      } else {  // a 16-bit table's parameters: staged as float32 when used (stage)
         variable.storage = &storage;
       }
       local.variables.push_back(std::move(variable));
@@ -72,10 +68,32 @@ std::vector<LocalPart<float>> PartAccess::local_parts(Embedding& embedding) {
   return parts_of<float>(embedding);
 }
 
-void PartAccess::store_staged(const PartVariable<float>& variable) {
+template <class Float>
+void PartAccess::stage(PartVariable<Float>& variable) {
+  if (variable.storage == nullptr || variable.staged != nullptr) return;
+  variable.staged = std::make_shared<std::vector<float>>(
+      static_cast<size_t>(variable.storage->num_rows() * variable.storage->dim()));
+  variable.storage->read_rows(0, variable.storage->num_rows(), variable.staged->data());
+  variable.values = *variable.staged;
+}
+
+template <class Float>
+void PartAccess::unstage(PartVariable<Float>& variable) {
+  if (variable.staged == nullptr) return;
+  variable.staged.reset();
+  variable.values = {};
+}
+
+void PartAccess::store_staged(PartVariable<float>& variable) {
   if (variable.staged == nullptr) return;
   variable.storage->write_rows(0, variable.storage->num_rows(), variable.staged->data());
+  unstage(variable);
 }
+
+template void PartAccess::stage(PartVariable<float>&);
+template void PartAccess::stage(PartVariable<const float>&);
+template void PartAccess::unstage(PartVariable<float>&);
+template void PartAccess::unstage(PartVariable<const float>&);
 
 std::vector<PartChanges> ChangeAccess::changes(Embedding& embedding) {
   embedding.impl_->execution.prefetcher.wait();

@@ -37,9 +37,11 @@ struct PartVariable {
   int64_t width = 0;         // floats per row of the whole variable
   int64_t first_column = 0;  // of this part's floats within a whole row
   int64_t columns = 0;       // floats per local row
-  std::span<Float> values;   // part.rows * columns floats: the part's memory itself
-  // A 16-bit table's parameters (docs/semantics.md, "16-bit tables"): `values` is then a float32
-  // copy of them (exact), held here; a writer stores it back with PartAccess::store_staged.
+  // part.rows * columns floats: the part's memory itself. Empty for a 16-bit table's parameters
+  // (docs/semantics.md, "16-bit tables") until PartAccess::stage makes it a float32 copy of them
+  // (exact), held in `staged`, one variable at a time (so that a checkpoint never holds more than
+  // one part's copy); a writer then stores it back with PartAccess::store_staged.
+  std::span<Float> values;
   std::shared_ptr<std::vector<float>> staged = {};
   std::conditional_t<std::is_const_v<Float>, const TableStorage*, TableStorage*> storage = nullptr;
 };
@@ -93,10 +95,17 @@ struct PartAccess {
   // The same, to write: through the parts' untracked door (embedding/table_state.h), so that the
   // Embedding's next publish writes a base.
   static std::vector<LocalPart<float>> local_parts(Embedding& embedding);
-  // After a writer filled a staged variable's values (a 16-bit table's parameters): rounds them
-  // to nearest into the table (exact for values read from a table of the same type). Nothing for
-  // a variable that is not staged.
-  static void store_staged(const PartVariable<float>& variable);
+  // A 16-bit table's parameters: sets values to a float32 copy of them (exact). Nothing for any
+  // other variable (its values are its memory).
+  template <class Float>
+  static void stage(PartVariable<Float>& variable);
+  // After a writer filled a staged variable's values: rounds them to nearest into the table
+  // (exact for values read from a table of the same type) and frees the copy. Nothing for a
+  // variable that is not staged.
+  static void store_staged(PartVariable<float>& variable);
+  // Frees a staged variable's copy (a reader done with it).
+  template <class Float>
+  static void unstage(PartVariable<Float>& variable);
   // The ranks sharing the tables (local_communicator() for one process alone).
   static Communicator& communicator(const Embedding& embedding);
   // Whether a training lookup is not applied yet (its batch holds slots of dynamic tables' keys).
