@@ -36,6 +36,8 @@ enum class DType { kFloat32, kBFloat16, kFloat16 };
 RECEMB_EXPORT std::string_view dtype_name(DType value);
 // The inverse of dtype_name; anything else throws InvalidArgument listing the valid names.
 RECEMB_EXPORT DType parse_dtype(std::string_view name);
+// The bytes of one value: 4 for float32, 2 for the 16-bit types.
+inline constexpr int64_t dtype_bytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
 // How an update rounds a 16-bit row's float32 result (docs/semantics.md, "16-bit tables").
 enum class Rounding {

@@ -14,6 +14,7 @@
 #include "embedding/embedding_impl.h"
 #include "format/checksum.h"
 #include "format/config_json.h"
+#include "kernels/half_precision.h"
 #include "kernels/table_update.h"
 #include "optimizers/slot_spec.h"
 #include "placement/planner.h"
@@ -201,10 +202,10 @@ void Model::check_variable_values(std::string_view table, std::string_view name,
       if (spec.name == name) range = spec.range;
     }
   }
-  // float16 rounds from 65520 on to infinity: such a value would not be stored finite.
+  // A float16 table's parameters must fit float16 (rounded, they would be infinite).
   const bool float16 = name == "parameters" && tables[t].dtype == DType::kFloat16;
   for (size_t i = 0; i < values.size(); ++i) {
-    if (float16 && std::isfinite(values[i]) && !(std::fabs(values[i]) < 65520.0f)) {
+    if (float16 && std::isfinite(values[i]) && !internal::fits_float16(values[i])) {
       throw InvalidArgument(std::string(what) + ": value " + std::to_string(values[i]) +
                             " at index " + std::to_string(i) + " (" +
                             row_name(static_cast<int64_t>(i) / width) +
@@ -290,10 +291,7 @@ void Embedding::Impl::read_variable(size_t table, std::string_view variable, std
   const auto values_of = [&](const TablePart& held) -> std::span<const float> {
     const internal::TableStorage& storage = model.states[held.index_on_rank].storage();
     if (const internal::FloatBuffer* buffer = storage.variable(variable)) return buffer->span();
-    std::vector<float>& floats = decoded[held.index_in_table];
-    floats.resize(static_cast<size_t>(storage.num_rows() * storage.dim()));
-    storage.read_rows(0, storage.num_rows(), floats.data());
-    return floats;
+    return decoded[held.index_in_table] = storage.rows_as_float32();
   };
   if (world_size() == 1 || replicated) {
     for (const TablePart& held : parts) {

@@ -71,9 +71,7 @@ std::vector<LocalPart<float>> PartAccess::local_parts(Embedding& embedding) {
 template <class Float>
 void PartAccess::stage(PartVariable<Float>& variable) {
   if (variable.storage == nullptr || variable.staged != nullptr) return;
-  variable.staged = std::make_shared<std::vector<float>>(
-      static_cast<size_t>(variable.storage->num_rows() * variable.storage->dim()));
-  variable.storage->read_rows(0, variable.storage->num_rows(), variable.staged->data());
+  variable.staged = std::make_shared<std::vector<float>>(variable.storage->rows_as_float32());
   variable.values = *variable.staged;
 }
 

@@ -29,7 +29,7 @@ TableState::TableState(TableConfig table, TablePart part, std::optional<Optimize
 }
 
 int64_t TableState::row_bytes() const {
-  int64_t bytes = columns() * (table_.dtype == DType::kFloat32 ? 4 : 2);
+  int64_t bytes = columns() * dtype_bytes(table_.dtype);
   for (const SlotSpec& spec : storage_.slot_specs()) {
     bytes += spec.width * static_cast<int64_t>(sizeof(float));
   }
@@ -71,7 +71,7 @@ void TableState::initialize(uint64_t table_seed, int64_t first_row, int64_t num_
 
 void TableState::check_float16_range(std::span<const float> row, int64_t global_row) const {
   for (size_t d = 0; d < row.size(); ++d) {
-    if (!(std::fabs(row[d]) < kFloat16RoundsToInfinity)) {
+    if (!fits_float16(row[d])) {
       throw InvalidArgument("table '" + table_.name + "': initial value " + std::to_string(row[d]) +
                             " of row " + std::to_string(global_row) + ", column " +
                             std::to_string(d) +

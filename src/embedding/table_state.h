@@ -105,8 +105,6 @@ class TableState {
   int64_t row_bytes() const;
   // InvalidArgument unless every value of a float16 table's initial row fits float16.
   void check_float16_range(std::span<const float> row, int64_t global_row) const;
-  // float_to_float16 gives infinity from this magnitude on.
-  static constexpr float kFloat16RoundsToInfinity = 65520.0f;
   void group_contributions(support::ThreadPool* pool);
 
   TableConfig table_;

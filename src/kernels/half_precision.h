@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -27,6 +28,10 @@
 #include "util/key_hash.h"
 
 namespace recemb::internal {
+
+// Whether float16 holds `value` finite: rounding to nearest gives infinity from 65520 on (the
+// float16 table's rule for values written into it, docs/semantics.md, "16-bit tables").
+inline bool fits_float16(float value) { return std::fabs(value) < 65520.0f; }
 
 inline float bfloat16_to_float(uint16_t value) {
   return std::bit_cast<float>(static_cast<uint32_t>(value) << 16);
@@ -135,7 +140,7 @@ inline void encode_half_values_nearest(DType dtype, const float* in, int64_t n, 
   }
 }
 
-// out[i] = in[i] rounded stochastically in `dtype` with rounding_bits(stream, first_column + i).
+// out[i] = in[i] in `dtype` by stochastic rounding with rounding_bits(stream, first_column + i).
 // The bits come from one hash per pair of columns, in SIMD lanes, a block of columns at a time.
 inline void encode_half_values_stochastic(DType dtype, const float* in, int64_t n, uint64_t stream,
                                           int64_t first_column, uint16_t* out) {

@@ -283,7 +283,7 @@ TableChanges changes_of(const Embedding& embedding, const std::vector<PartChange
   const int64_t dim = table.dim;
   values.owned.reserve(changed_ids.size() * static_cast<size_t>(dim));
   // Other ranks' changed rows, or a 16-bit table's rows (as float32), come from read_variable.
-  if (communicator.size() > 1 || (whole != nullptr && whole->parameters.empty())) whole = nullptr;
+  if (communicator.size() > 1 || table.dtype != DType::kFloat32) whole = nullptr;
   if (dynamic) {
     changes.removed = support::union_over_ranks(communicator, std::move(removed));
     if (whole != nullptr) {

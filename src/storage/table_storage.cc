@@ -57,7 +57,7 @@ TableStorage::TableStorage(std::string_view table_name, int64_t num_rows, int64_
   } catch (const std::bad_alloc&) {
     // The buffers allocated so far are freed as the members are destroyed.
     int64_t floats_per_row = dim;
-    int64_t bytes_per_row = dim * (dtype == DType::kFloat32 ? 4 : 2);
+    int64_t bytes_per_row = dim * dtype_bytes(dtype);
     for (const SlotSpec& spec : slot_specs_) {
       floats_per_row += spec.width;
       bytes_per_row += spec.width * 4;
@@ -84,6 +84,12 @@ void TableStorage::read_rows(int64_t first_row, int64_t num_rows, float* out) co
   } else {
     decode_half_values(dtype_, half_row(first_row), num_rows * dim_, out);
   }
+}
+
+std::vector<float> TableStorage::rows_as_float32() const {
+  std::vector<float> values(static_cast<size_t>(num_rows_ * dim_));
+  read_rows(0, num_rows_, values.data());
+  return values;
 }
 
 void TableStorage::write_rows(int64_t first_row, int64_t num_rows, const float* values) {

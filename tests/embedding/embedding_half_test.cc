@@ -252,7 +252,7 @@ TEST_P(EmbeddingHalf, BitwiseIdenticalForAnyThreadCountAndPlacement) {
   }
 }
 
-TEST_P(EmbeddingHalf, TablesTakeHalfTheBytesAndVariableDataRefersToReadVariable) {
+TEST_P(EmbeddingHalf, VariableDataOfTheRowsRefersToReadVariable) {
   const DType dtype = GetParam();
   Embedding layer = make_layer(dtype, Sgd{}, 1);
   try {

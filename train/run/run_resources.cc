@@ -76,15 +76,13 @@ void check_memory(const TrainConfig& config, const MemoryLimit& limit) {
 
 namespace {
 
-// The bytes of a table's variables: its rows in its dtype (2 bytes a value for 16-bit rows), the
-// slots float32.
+// The bytes of a table's variables: its rows in its dtype, the slots float32.
 int64_t variable_bytes(const Embedding& embedding, const TableConfig& table) {
   int64_t bytes = 0;
   for (const std::string& variable : embedding.variable_names(table.name)) {
     int64_t values = 1;
     for (int64_t extent : embedding.variable_shape(table.name, variable)) values *= extent;
-    const bool half = variable == "parameters" && table.dtype != DType::kFloat32;
-    bytes += values * (half ? 2 : static_cast<int64_t>(sizeof(float)));
+    bytes += values * dtype_bytes(variable == "parameters" ? table.dtype : DType::kFloat32);
   }
   return bytes;
 }
