@@ -42,8 +42,15 @@ TIMES := build/test-times.txt
 COUNTS := build/test-counts.txt
 # Each phase of `make test` prints its duration and adds it to $(TIMES).
 PHASE_START = start=$$SECONDS; echo "==> $@"
-PHASE_END = t=$$((SECONDS - start)); echo "<== $@: $${t} s"; mkdir -p build; \
-            printf '%-14s %5d s\n' "$@" "$$t" >>$(TIMES)
+PHASE_END = t=$$((SECONDS - start)); \
+            echo "<== $@: $${t} s ($$(df -Ph . | awk 'NR == 2 { print $$4 }') free on this disk)"; \
+            mkdir -p build; printf '%-14s %5d s\n' "$@" "$$t" >>$(TIMES)
+# PRUNE=1 (.ci/run sets it): a deep phase removes the tree or environment it made once its checks
+# have passed. Together they need more disk than a CI machine has (the ASan tree ~10 GB, the torch
+# and Keras environments ~8 GB); without PRUNE they stay for the next incremental run.
+# $(call PRUNE_AFTER,DIR)
+PRUNE ?=
+PRUNE_AFTER = if [ -n "$(PRUNE)" ]; then echo "PRUNE: removing $(1)"; rm -rf $(1); fi
 # $(call CTEST,PRESET[,WRAPPER]): ctest for one preset; its "N tests failed out of M" is added to
 # $(COUNTS) for the final line of `make test`.
 CTEST = $(2) ctest --preset $(1) -j $(JOBS) 2>&1 | tee build/ctest-$(1).log; \
@@ -115,14 +122,15 @@ check-minimal:
 check-tidy:
 	@$(PHASE_START); JOBS=$(JOBS) scripts/check-tidy build/release; $(PHASE_END)
 
-# Library and tests only (the preset turns benchmarks and examples off), Debug (-O0 -g).
-# TSan below: the same, RelWithDebInfo at -O1 -g, without the test programs that start no thread
+# Library and tests only (the preset turns benchmarks and examples off), Debug (-O0 -g1).
+# TSan below: the same, RelWithDebInfo at -O1 -g1, without the test programs that start no thread
 # (tests/CMakeLists.txt, RECEMB_SINGLE_THREADED_TESTS).
 test-asan:
 	@$(PHASE_START); \
 	 cmake --preset asan-ubsan; \
 	 cmake --build --preset asan-ubsan -j $(JOBS); \
 	 $(call CTEST,asan-ubsan); \
+	 $(call PRUNE_AFTER,build/asan); \
 	 $(PHASE_END)
 
 # Some kernels randomize mmap addresses beyond what ThreadSanitizer's memory layout allows ("FATAL:
@@ -145,6 +153,7 @@ test-tsan:
 	 fi; \
 	 "$${wrap[@]}" cmake --build --preset tsan -j $(JOBS); \
 	 $(call CTEST,tsan,"$${wrap[@]}"); \
+	 $(call PRUNE_AFTER,build/tsan); \
 	 $(PHASE_END)
 
 check-install: release-build
@@ -200,6 +209,7 @@ test-torch2:
 	 build/venv-torch2/bin/python -m pytest tests/python -q -p no:cacheprovider 2>&1 \
 	   | tee build/pytest-torch2.log; \
 	 sed -n 's/^\([0-9][0-9]*\) passed.*/0 \1/p' build/pytest-torch2.log | tail -n 1 >>$(COUNTS); \
+	 $(call PRUNE_AFTER,build/venv-torch2); \
 	 $(PHASE_END)
 
 # The Keras suite (docs/keras.md): the environment of scripts/keras-env (pinned PyPI packages:
@@ -212,6 +222,7 @@ test-keras:
 	 build/venv-keras/bin/python -m pytest tests/python/keras_suite -q -p no:cacheprovider 2>&1 \
 	   | tee build/pytest-keras.log; \
 	 sed -n 's/^\([0-9][0-9]*\) passed.*/0 \1/p' build/pytest-keras.log | tail -n 1 >>$(COUNTS); \
+	 $(call PRUNE_AFTER,build/venv-keras); \
 	 $(PHASE_END)
 
 # The Python package (docs/python.md): the extension for Debian's /usr/bin/python3 (which has
