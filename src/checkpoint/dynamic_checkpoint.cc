@@ -114,13 +114,6 @@ void check_range(std::span<const int64_t> values, int64_t minimum, int64_t maxim
   }
 }
 
-const ArrayEntry& saved_variable(const TableEntry& table, const std::string& name) {
-  const auto found = std::find_if(table.variables.begin(), table.variables.end(),
-                                  [&](const ArrayEntry& entry) { return entry.name == name; });
-  RECEMB_CHECK(found != table.variables.end());
-  return *found;
-}
-
 }  // namespace
 
 bool writes_keys(const TablePart& part) {
@@ -176,14 +169,14 @@ void write_dynamic_part(const fs::path& directory, const TableEntry& table,
     if (!writes[v]) continue;
     const PartVariable<const float>& variable = local.variables[v];
     const std::unique_ptr<support::WritableFile> file = support::file_system().open_for_writing(
-        directory / saved_variable(table, variable.name).data.file);
+        directory / table.variable(variable.name).data.file);
     const auto row_offset = [&](int64_t i) {
       return static_cast<uint64_t>((key_offset + i) * variable.width + variable.first_column) *
              sizeof(float);
     };
     const auto columns = static_cast<size_t>(variable.columns);
     const auto row_of = [&](int64_t i) {
-      return variable.values.subspan(
+      return variable.floats().subspan(
           static_cast<size_t>(std::get<2>(ordered[static_cast<size_t>(i)])) * columns, columns);
     };
     if (variable.columns == variable.width) {
@@ -267,7 +260,7 @@ void load_dynamic_part(const fs::path& directory, const TableEntry& table,
   const auto num_keys = static_cast<int64_t>(keys.keys.size());
   for (const PartVariable<float>& variable : local.variables) {
     const support::InputFile file =
-        support::InputFile::open(directory / saved_variable(table, variable.name).data.file);
+        support::InputFile::open(directory / table.variable(variable.name).data.file);
     const int64_t chunk_rows =
         std::max<int64_t>(1, kChunkBytes / (variable.width * int64_t{sizeof(float)}));
     std::vector<float> chunk;
@@ -279,7 +272,7 @@ void load_dynamic_part(const fs::path& directory, const TableEntry& table,
       for (int64_t i = begin; i < end; ++i) {
         std::copy_n(chunk.begin() + (i - begin) * variable.width + variable.first_column,
                     variable.columns,
-                    variable.values.begin() + slots[static_cast<size_t>(i)] * variable.columns);
+                    variable.floats().begin() + slots[static_cast<size_t>(i)] * variable.columns);
       }
     }
   }

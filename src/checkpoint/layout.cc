@@ -46,8 +46,11 @@ std::string temporary_name(std::string_view purpose) {
          "-" + std::to_string(++counter);
 }
 
-std::string variable_file_name(size_t table_index, std::string_view variable) {
-  return "t" + std::to_string(table_index) + "." + std::string(variable) + ".f32";
+std::string variable_file_name(size_t table_index, std::string_view variable, DType dtype) {
+  const std::string_view extension = dtype == DType::kBFloat16  ? ".bf16"
+                                     : dtype == DType::kFloat16 ? ".f16"
+                                                                : ".f32";
+  return "t" + std::to_string(table_index) + "." + std::string(variable) + std::string(extension);
 }
 
 std::string key_array_file_name(size_t table_index, std::string_view array) {

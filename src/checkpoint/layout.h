@@ -22,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "recemb/config.h"
+
 namespace recemb::internal {
 
 inline constexpr std::string_view kManifestFile = "manifest.json";
@@ -38,7 +40,10 @@ std::optional<int64_t> checkpoint_step(std::string_view directory_name);
 // processes: ".tmp-" + `purpose` + "-" + pid + "-" + counter.
 std::string temporary_name(std::string_view purpose);
 
-std::string variable_file_name(size_t table_index, std::string_view variable);
+// A table variable's file: "t<index>.<variable>.f32", or ".bf16" / ".f16" for the parameters of a
+// table whose dtype (the variable's) is 16-bit.
+std::string variable_file_name(size_t table_index, std::string_view variable,
+                               DType dtype = DType::kFloat32);
 // A dynamic table's key array (checkpoint/manifest.h, DynamicArray): "t<index>.<array>.i64".
 std::string key_array_file_name(size_t table_index, std::string_view array);
 std::string extra_array_file_name(size_t index);

@@ -14,6 +14,7 @@
 #include "format/config_json.h"
 #include "optimizers/slot_spec.h"
 #include "support/file_io.h"
+#include "util/check.h"
 
 namespace recemb::internal {
 namespace {
@@ -28,7 +29,17 @@ constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 30;
 constexpr int64_t kMaxBlockBytes = int64_t{1} << 40;
 
 std::string_view dtype_name(ArrayType dtype) {
-  return dtype == ArrayType::kInt64 ? "int64" : "float32";
+  switch (dtype) {
+    case ArrayType::kInt64:
+      return "int64";
+    case ArrayType::kBFloat16:
+      return "bfloat16";
+    case ArrayType::kFloat16:
+      return "float16";
+    case ArrayType::kFloat32:
+      break;
+  }
+  return "float32";
 }
 
 // a * b, or nullopt if it overflows int64.
@@ -216,17 +227,23 @@ TableEntry table_from_json(const JsonReader& json, const Json& global_optimizer,
     }
     if (dynamic) dynamic->fail("a static table has no keys");
   }
+  if (table.config.dtype != DType::kFloat32 && format_version < 3) {
+    config.fail("a 16-bit table needs format version 3 or later");
+  }
   const JsonReader variables = json.member("variables");
-  table.variables = arrays_from_json(variables, block_bytes);
   const std::optional<std::string> optimizer =
       training_optimizer_name(table.optimizer, global_optimizer);
   const std::vector<ArrayEntry> expected = expected_variables(
       table.config, table.dynamic ? table.dynamic->num_keys() : table.config.vocabulary_size,
       optimizer);
-  if (table.variables.size() != expected.size()) {
+  if (variables.size() != expected.size()) {
     variables.fail("expected " + std::to_string(expected.size()) + " variables for table '" +
                    support::excerpt(table.config.name) + "' (optimizer " +
-                   optimizer.value_or("none") + "), got " + std::to_string(table.variables.size()));
+                   optimizer.value_or("none") + "), got " + std::to_string(variables.size()));
+  }
+  for (size_t v = 0; v < expected.size(); ++v) {
+    table.variables.push_back(
+        array_from_json(variables.element(v), block_bytes, expected[v].dtype));
   }
   for (size_t v = 0; v < expected.size(); ++v) {
     const ArrayEntry& variable = table.variables[v];
@@ -245,6 +262,13 @@ TableEntry table_from_json(const JsonReader& json, const Json& global_optimizer,
 std::optional<std::string> effective_optimizer_name(const Manifest& manifest,
                                                     const TableEntry& table) {
   return training_optimizer_name(table.optimizer, manifest.optimizer);
+}
+
+const ArrayEntry& TableEntry::variable(std::string_view name) const {
+  const auto found = std::find_if(variables.begin(), variables.end(),
+                                  [name](const ArrayEntry& entry) { return entry.name == name; });
+  RECEMB_CHECK(found != variables.end());
+  return *found;
 }
 
 std::vector<const ArrayEntry*> TableEntry::arrays() const {
@@ -266,7 +290,8 @@ std::vector<ArrayEntry*> TableEntry::arrays() {
 
 std::vector<ArrayEntry> expected_variables(const TableConfig& table, int64_t rows,
                                            const std::optional<std::string>& optimizer_name) {
-  std::vector<ArrayEntry> variables = {{.name = "parameters", .shape = {rows, table.dim}}};
+  std::vector<ArrayEntry> variables = {
+      {.name = "parameters", .dtype = array_type(table.dtype), .shape = {rows, table.dim}}};
   if (optimizer_name) {
     for (SlotSpec& slot : slot_specs(parse_optimizer(*optimizer_name), table.dim)) {
       variables.push_back({.name = std::move(slot.name),
@@ -291,7 +316,39 @@ DynamicEntry expected_dynamic_entry(size_t table_index, int64_t num_keys, int64_
   return dynamic;
 }
 
-int64_t element_bytes(ArrayType dtype) { return dtype == ArrayType::kInt64 ? 8 : 4; }
+ArrayType array_type(DType dtype) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return ArrayType::kBFloat16;
+    case DType::kFloat16:
+      return ArrayType::kFloat16;
+    case DType::kFloat32:
+      break;
+  }
+  return ArrayType::kFloat32;
+}
+
+int64_t element_bytes(ArrayType dtype) {
+  switch (dtype) {
+    case ArrayType::kInt64:
+      return 8;
+    case ArrayType::kBFloat16:
+    case ArrayType::kFloat16:
+      return 2;
+    case ArrayType::kFloat32:
+      break;
+  }
+  return 4;
+}
+
+int minimum_format_version(const Manifest& manifest) {
+  int version = 1;
+  for (const TableEntry& table : manifest.tables) {
+    if (table.config.dtype != DType::kFloat32) version = std::max(version, 3);
+    if (table.dynamic) version = std::max(version, 2);
+  }
+  return version;
+}
 
 Json manifest_to_json(const Manifest& manifest) {
   Json json = Json::object();

@@ -9,10 +9,12 @@
 //    "tables": [{"config": <table JSON>,
 //                "variables": [<array>, ...],       "parameters", then the slots in TF's order
 //                "dynamic": <dynamic>}],            only for a dynamic table (format version 2)
+//                                                   (a 16-bit table's parameters: version 3)
 //    "features": [<feature JSON>, ...],
 //    "extra_arrays": [<array>, ...],
 //    "metadata": {"key": "value", ...}}
-//   <array> = {"name", "dtype": "float32" | "int64", "shape": [...], "file", "bytes",
+//   <array> = {"name", "dtype": "float32" | "int64" | "bfloat16" | "float16", "shape": [...],
+//              "file", "bytes",
 //              "checksum": "<16 hex>", "block_checksums": ["<16 hex>", ...]}
 //   <dynamic> = {"arrays": [<array> "keys", "last_seen", "count", "pending_keys", "pending_count"],
 //                "inserted", "evicted", "not_admitted_lookups", "pending_sketch_in_use"}
@@ -39,12 +41,16 @@
 namespace recemb::internal {
 
 // The newest format version this code reads and writes. A change that an older reader would
-// misread bumps it. Version 2 added dynamic tables (TableEntry::dynamic, int64 arrays); a
-// checkpoint without one is written as version 1, which readers of version 1 read.
-inline constexpr int kCheckpointFormatVersion = 2;
-inline constexpr int kStaticCheckpointFormatVersion = 1;
+// misread bumps it. Version 2 added dynamic tables (TableEntry::dynamic, int64 arrays), version 3
+// 16-bit tables (their parameters stored as bfloat16 or float16 values). A checkpoint is written
+// with the lowest version that holds it (minimum_format_version), so that older readers read what
+// they can.
+inline constexpr int kCheckpointFormatVersion = 3;
 
-enum class ArrayType { kFloat32, kInt64 };
+enum class ArrayType { kFloat32, kInt64, kBFloat16, kFloat16 };
+
+// The type a table's values of `dtype` are stored as.
+ArrayType array_type(DType dtype);
 
 struct ArrayEntry {
   std::string name;  // a table variable ("parameters" or a slot), a key array or an extra array
@@ -79,6 +85,8 @@ struct TableEntry {
   std::vector<ArrayEntry> variables;
   std::optional<DynamicEntry> dynamic;  // set for a dynamic table
 
+  // The variable named `name`, which the table has.
+  const ArrayEntry& variable(std::string_view name) const;
   // Its data files' records: the variables', then the dynamic arrays'.
   std::vector<const ArrayEntry*> arrays() const;
   std::vector<ArrayEntry*> arrays();
@@ -104,8 +112,9 @@ std::optional<std::string> effective_optimizer_name(const Manifest& manifest,
                                                     const TableEntry& table);
 
 // The variables a table of `rows` rows (its vocabulary_size, or a dynamic table's number of keys)
-// and this optimizer has, in order, with their shapes and no data: "parameters" [rows, dim], then
-// each slot [rows, width], or [rows] when width is 1 (as Embedding::variable_shape).
+// and this optimizer has, in order, with their types and shapes and no data: "parameters" [rows,
+// dim] of the table's dtype, then each slot [rows, width], or [rows] when width is 1 (as
+// Embedding::variable_shape), float32.
 std::vector<ArrayEntry> expected_variables(const TableConfig& table, int64_t rows,
                                            const std::optional<std::string>& optimizer_name);
 
@@ -115,6 +124,10 @@ DynamicEntry expected_dynamic_entry(size_t table_index, int64_t num_keys, int64_
 
 // The bytes of one element of `dtype`.
 int64_t element_bytes(ArrayType dtype);
+
+// The lowest format version that holds `manifest`'s tables: 1, 2 with a dynamic table, 3 with a
+// 16-bit one.
+int minimum_format_version(const Manifest& manifest);
 
 support::Json manifest_to_json(const Manifest& manifest);
 

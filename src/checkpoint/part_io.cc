@@ -1,10 +1,24 @@
 #include "checkpoint/part_io.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <limits>
 #include <memory>
+#include <vector>
+
+#include "kernels/half_precision.h"
+#include "util/check.h"
 
 namespace recemb::internal {
 namespace {
+
+// The bytes of local rows [first, first + count) of `variable`.
+template <class Float>
+auto local_rows(const PartVariable<Float>& variable, int64_t first, int64_t count) {
+  const auto row_bytes = static_cast<size_t>(variable.columns * dtype_bytes(variable.dtype));
+  return variable.bytes.subspan(static_cast<size_t>(first) * row_bytes,
+                                static_cast<size_t>(count) * row_bytes);
+}
 
 // Calls run(file_offset, first_local_row, num_local_rows) for the byte ranges of the local rows
 // of `variable` whose table row is below num_rows, in local row order; consecutive rows whose
@@ -12,10 +26,11 @@ namespace {
 template <class Float, class Run>
 void for_each_run(const TablePart& part, const PartVariable<Float>& variable, int64_t num_rows,
                   Run&& run) {
-  const auto row_bytes = static_cast<uint64_t>(variable.columns) * sizeof(float);
+  const auto value_bytes = static_cast<uint64_t>(dtype_bytes(variable.dtype));
+  const uint64_t row_bytes = static_cast<uint64_t>(variable.columns) * value_bytes;
   auto offset_of = [&](int64_t local) {
     return static_cast<uint64_t>(part.global_row(local) * variable.width + variable.first_column) *
-           sizeof(float);
+           value_bytes;
   };
   int64_t first = 0;
   int64_t count = 0;
@@ -47,9 +62,7 @@ void write_part_rows(const std::filesystem::path& path, const TablePart& part,
   const std::unique_ptr<support::WritableFile> file = support::file_system().open_for_writing(path);
   for_each_run(part, variable, std::numeric_limits<int64_t>::max(),
                [&](uint64_t offset, int64_t first, int64_t count) {
-                 file->write_at(offset, std::as_bytes(variable.values.subspan(
-                                            static_cast<size_t>(first * variable.columns),
-                                            static_cast<size_t>(count * variable.columns))));
+                 file->write_at(offset, local_rows(variable, first, count));
                });
   file->sync();
   file->close();
@@ -58,10 +71,41 @@ void write_part_rows(const std::filesystem::path& path, const TablePart& part,
 void read_part_rows(const support::InputFile& file, const TablePart& part,
                     const PartVariable<float>& variable, int64_t num_rows) {
   for_each_run(part, variable, num_rows, [&](uint64_t offset, int64_t first, int64_t count) {
-    file.read_at(offset, std::as_writable_bytes(variable.values.subspan(
-                             static_cast<size_t>(first * variable.columns),
-                             static_cast<size_t>(count * variable.columns))));
+    file.read_at(offset, local_rows(variable, first, count));
   });
+}
+
+void read_converted_part_rows(const support::InputFile& file, const TablePart& part,
+                              const PartVariable<float>& variable, DType file_dtype,
+                              int64_t num_rows) {
+  RECEMB_CHECK(file_dtype != variable.dtype);
+  const auto columns = static_cast<size_t>(variable.columns);
+  const size_t values = static_cast<size_t>(part.rows) * columns;
+  // The part's rows as the file holds them, in memory of their own type.
+  std::vector<float> file_floats(file_dtype == DType::kFloat32 ? values : 0);
+  std::vector<uint16_t> file_halves(file_dtype == DType::kFloat32 ? 0 : values);
+  PartVariable<float> as_saved = variable;
+  as_saved.dtype = file_dtype;
+  as_saved.bytes = file_dtype == DType::kFloat32 ? std::as_writable_bytes(std::span(file_floats))
+                                                 : std::as_writable_bytes(std::span(file_halves));
+  read_part_rows(file, part, as_saved, num_rows);
+
+  std::vector<float> row(columns);
+  for (int64_t local = 0; local < part.rows && part.global_row(local) < num_rows; ++local) {
+    const size_t first = static_cast<size_t>(local) * columns;
+    if (file_dtype == DType::kFloat32) {
+      std::copy_n(file_floats.begin() + static_cast<std::ptrdiff_t>(first), columns, row.begin());
+    } else {
+      decode_half_values(file_dtype, file_halves.data() + first, variable.columns, row.data());
+    }
+    if (variable.dtype == DType::kFloat32) {
+      std::copy(row.begin(), row.end(),
+                variable.floats().begin() + static_cast<std::ptrdiff_t>(first));
+    } else {
+      encode_half_values_nearest(variable.dtype, row.data(), variable.columns,
+                                 reinterpret_cast<uint16_t*>(variable.bytes.data()) + first);
+    }
+  }
 }
 
 }  // namespace recemb::internal

@@ -8,7 +8,8 @@
 //   2. verify: read every data file once and check its size and every checksum; the table
 //      variables' files are dealt round-robin to the ranks, and every rank reads the small extra
 //      arrays (which it returns);
-//   2b. keys: each rank reads the keys of the dynamic tables that its parts hold
+//   2b. conversions into float16 (RestoreOptions::convert_dtype): their values read and checked;
+//   2c. keys: each rank reads the keys of the dynamic tables that its parts hold
 //      (checkpoint/dynamic_checkpoint.h) and checks that the parts have room for them;
 //   3. load: each rank reads its parts' rows and columns straight into them, at their places in
 //      the files (checkpoint/part_io.h; a whole part is one read of the whole file); a dynamic
@@ -36,8 +37,10 @@
 #include "config/validate.h"
 #include "embedding/parts.h"
 #include "format/config_json.h"
+#include "kernels/half_precision.h"
 #include "support/collectives.h"
 #include "support/file_io.h"
+#include "support/number_text.h"
 #include "util/check.h"
 
 namespace recemb {
@@ -59,6 +62,10 @@ struct VariableLoad {
   std::string table;
   std::string variable;
   int64_t rows;
+  // The values' type in the checkpoint and in the embedding (a table's parameters are of its dtype,
+  // slots float32); they differ only with RestoreOptions::convert_dtype.
+  DType saved_dtype = DType::kFloat32;
+  DType dtype = DType::kFloat32;
 };
 
 // Phase 2: verifies every data file; returns the extra arrays, read on the way (they are not
@@ -195,16 +202,58 @@ std::vector<VariableLoad> plan_loads(const Embedding& embedding, const Manifest&
           std::find_if(saved.variables.begin(), saved.variables.end(),
                        [&variable](const ArrayEntry& entry) { return entry.name == variable; });
       RECEMB_CHECK(position != saved.variables.end());  // same optimizer: same slots
+      const bool parameters = variable == "parameters";
       loads.push_back({.saved = &*position,
                        .table = config.name,
                        .variable = variable,
-                       .rows = std::min(rows, saved_rows)});
+                       .rows = std::min(rows, saved_rows),
+                       .saved_dtype = parameters ? saved.config.dtype : DType::kFloat32,
+                       .dtype = parameters ? config.dtype : DType::kFloat32});
     }
   }
   return loads;
 }
 
-// Phase 2b: the keys of the checkpoint's dynamic tables that each of this rank's parts holds (in
+// Phase 2b: a table converted into float16 (RestoreOptions::convert_dtype) from a type with a
+// wider range: every value it takes is read and checked first, so that a value float16 cannot
+// hold (magnitude 65520 or more) is an InvalidArgument naming it before the embedding changes.
+void check_float16_conversions(const fs::path& directory, const std::vector<VariableLoad>& loads,
+                               const std::string& prefix) {
+  constexpr int64_t kChunkValues = int64_t{1} << 20;
+  for (const VariableLoad& load : loads) {
+    if (load.dtype != DType::kFloat16 || load.saved_dtype == DType::kFloat16) continue;
+    const support::InputFile file = support::InputFile::open(directory / load.saved->data.file);
+    const int64_t width = load.saved->shape.size() > 1 ? load.saved->shape[1] : 1;
+    const int64_t total = load.rows * width;
+    std::vector<float> values;
+    std::vector<uint16_t> halves;
+    for (int64_t begin = 0; begin < total; begin += kChunkValues) {
+      const int64_t count = std::min(kChunkValues, total - begin);
+      values.resize(static_cast<size_t>(count));
+      if (load.saved_dtype == DType::kFloat32) {
+        file.read_at(static_cast<uint64_t>(begin) * sizeof(float),
+                     std::as_writable_bytes(std::span(values)));
+      } else {
+        halves.resize(static_cast<size_t>(count));
+        file.read_at(static_cast<uint64_t>(begin) * sizeof(uint16_t),
+                     std::as_writable_bytes(std::span(halves)));
+        internal::decode_half_values(load.saved_dtype, halves.data(), count, values.data());
+      }
+      const auto beyond = std::find_if(values.begin(), values.end(),
+                                       [](float value) { return !internal::fits_float16(value); });
+      if (beyond != values.end()) {
+        const int64_t index = begin + (beyond - values.begin());
+        throw InvalidArgument(prefix + "table '" + load.table + "': row " +
+                              std::to_string(index / width) + " holds " +
+                              support::float_text(*beyond) +
+                              ", which float16 cannot hold (magnitude below 65520); nothing "
+                              "changed");
+      }
+    }
+  }
+}
+
+// Phase 2c: the keys of the checkpoint's dynamic tables that each of this rank's parts holds (in
 // local_parts order; empty for a static table's part), read and checked against the parts.
 std::vector<internal::PartKeys> read_dynamic_keys(Embedding& embedding, const fs::path& directory,
                                                   const Manifest& manifest,
@@ -265,11 +314,14 @@ void load_parts(Embedding& embedding, const fs::path& directory, const Manifest&
       const VariableLoad& variable_load = *found->second;
       partially_restored(
           [&] {
-            internal::PartAccess::stage(variable);  // a 16-bit table's rows, a part at a time
-            internal::read_part_rows(
-                support::InputFile::open(directory / variable_load.saved->data.file), local.part,
-                variable, variable_load.rows);
-            internal::PartAccess::store_staged(variable);
+            const support::InputFile file =
+                support::InputFile::open(directory / variable_load.saved->data.file);
+            if (variable_load.saved_dtype == variable.dtype) {
+              internal::read_part_rows(file, local.part, variable, variable_load.rows);
+            } else {
+              internal::read_converted_part_rows(file, local.part, variable,
+                                                 variable_load.saved_dtype, variable_load.rows);
+            }
           },
           variable_description(table, variable.name));
     }
@@ -299,6 +351,9 @@ RestoredState restore_checkpoint(Embedding& embedding, const fs::path& checkpoin
   });
   support::agree(communicator, [&] {
     extra_arrays = verify_files(directory, manifest, communicator.rank(), communicator.size());
+  });
+  support::agree(communicator, [&] {
+    check_float16_conversions(directory, loads, "checkpoint '" + directory.string() + "': ");
   });
   std::vector<internal::PartKeys> keys;
   support::agree(communicator, [&] {

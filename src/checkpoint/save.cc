@@ -184,15 +184,16 @@ Manifest describe(const Embedding& embedding, const SaveOptions& options,
     }
     table.variables = internal::expected_variables(table.config, rows, trained_by);
     for (internal::ArrayEntry& variable : table.variables) {
-      int64_t floats = 1;
-      for (int64_t extent : variable.shape) floats *= extent;
-      variable.data = {.file = internal::variable_file_name(t, variable.name),
-                       .bytes = static_cast<uint64_t>(floats) * sizeof(float)};
+      int64_t elements = 1;
+      for (int64_t extent : variable.shape) elements *= extent;
+      const DType dtype = variable.name == "parameters" ? table.config.dtype : DType::kFloat32;
+      variable.data = {
+          .file = internal::variable_file_name(t, variable.name, dtype),
+          .bytes = static_cast<uint64_t>(elements * internal::element_bytes(variable.dtype))};
     }
     manifest.tables.push_back(std::move(table));
   }
-  manifest.format_version = dynamic_tables.empty() ? internal::kStaticCheckpointFormatVersion
-                                                   : internal::kCheckpointFormatVersion;
+  manifest.format_version = internal::minimum_format_version(manifest);
   for (size_t i = 0; i < options.extra_arrays.size(); ++i) {
     const NamedArray& extra = options.extra_arrays[i];
     manifest.extra_arrays.push_back(
@@ -401,20 +402,18 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
                                        offset.keys, offset.pending);
           continue;
         }
-        for (internal::PartVariable<const float>& variable : local.variables) {
+        for (const internal::PartVariable<const float>& variable : local.variables) {
           if (!writes(local.part, variable, dim) || local.part.rows == 0) continue;
-          internal::PartAccess::stage(variable);  // a 16-bit table's rows, one part at a time
-          const fs::path path =
-              directory / internal::variable_file_name(local.part.table, variable.name);
+          const std::string& file =
+              manifest.tables[local.part.table].variable(variable.name).data.file;
+          const fs::path path = directory / file;
           if (local.part.whole) {
             written_whole.emplace_back(
-                file_index.at(path.filename().string()),
-                internal::write_data_file(path, std::as_bytes(variable.values),
-                                          options.checksum_block_bytes));
+                file_index.at(file),
+                internal::write_data_file(path, variable.bytes, options.checksum_block_bytes));
           } else {
             internal::write_part_rows(path, local.part, variable);
           }
-          internal::PartAccess::unstage(variable);
         }
       }
       if (first) write_extra_arrays(options, directory, manifest);

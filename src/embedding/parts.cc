@@ -10,16 +10,6 @@
 
 namespace recemb::internal {
 
-namespace {
-
-// A float32 table's parameters; empty for a 16-bit table's (read through read_variable).
-std::span<const float> parameters_of(const TableStorage& storage) {
-  const FloatBuffer* buffer = storage.variable("parameters");
-  return buffer == nullptr ? std::span<const float>() : buffer->span();
-}
-
-}  // namespace
-
 template <class Float>
 std::vector<LocalPart<Float>> PartAccess::parts_of(const Embedding& embedding) {
   Embedding::Impl& impl = *embedding.impl_;
@@ -49,10 +39,16 @@ std::vector<LocalPart<Float>> PartAccess::parts_of(const Embedding& embedding) {
                                    .width = width,
                                    .first_column = split ? held.first_column : 0,
                                    .columns = split ? held.num_columns : width};
-      if (auto* buffer = storage.variable(variable.name)) {
-        variable.values = buffer->span();
-      } else {  // a 16-bit table's parameters: staged as float32 when used (stage)
-        variable.storage = &storage;
+      if (variable.name == "parameters") {
+        variable.dtype = storage.dtype();
+        variable.bytes = storage.parameter_bytes();
+      } else {
+        const auto values = storage.variable(variable.name)->span();
+        if constexpr (std::is_const_v<Float>) {
+          variable.bytes = std::as_bytes(values);
+        } else {
+          variable.bytes = std::as_writable_bytes(values);
+        }
       }
       local.variables.push_back(std::move(variable));
     }
@@ -68,31 +64,6 @@ std::vector<LocalPart<float>> PartAccess::local_parts(Embedding& embedding) {
   return parts_of<float>(embedding);
 }
 
-template <class Float>
-void PartAccess::stage(PartVariable<Float>& variable) {
-  if (variable.storage == nullptr || variable.staged != nullptr) return;
-  variable.staged = std::make_shared<std::vector<float>>(variable.storage->rows_as_float32());
-  variable.values = *variable.staged;
-}
-
-template <class Float>
-void PartAccess::unstage(PartVariable<Float>& variable) {
-  if (variable.staged == nullptr) return;
-  variable.staged.reset();
-  variable.values = {};
-}
-
-void PartAccess::store_staged(PartVariable<float>& variable) {
-  if (variable.staged == nullptr) return;
-  variable.storage->write_rows(0, variable.storage->num_rows(), variable.staged->data());
-  unstage(variable);
-}
-
-template void PartAccess::stage(PartVariable<float>&);
-template void PartAccess::stage(PartVariable<const float>&);
-template void PartAccess::unstage(PartVariable<float>&);
-template void PartAccess::unstage(PartVariable<const float>&);
-
 std::vector<PartChanges> ChangeAccess::changes(Embedding& embedding) {
   embedding.impl_->execution.prefetcher.wait();
   const Model& model = embedding.impl_->model;
@@ -105,7 +76,7 @@ std::vector<PartChanges> ChangeAccess::changes(Embedding& embedding) {
                        .removed_keys = log.removed_keys(),
                        .untracked = log.untracked(),
                        .dynamic = state.dynamic(),
-                       .parameters = parameters_of(state.storage()),
+                       .storage = &state.storage(),
                        .whole = model.whole_state(state.part().table) == &state});
   }
   return changes;

@@ -2,16 +2,17 @@
 // moves whole variables in and out without gathering them on one rank: the checkpoint writer and
 // reader (src/checkpoint), where each rank writes and reads only its own rows and columns.
 //
-// Layout of a part's variable: `values` holds part.rows local rows of `columns` floats each,
-// row-major; local row l is the table's row part.global_row(l), and its floats are the table
-// variable's columns [first_column, first_column + columns) of a row `width` floats wide. For a
-// variable as wide as the table's dim that is the part's column range; for a narrower one (a
+// Layout of a part's variable: `bytes` holds part.rows local rows of `columns` values each (of its
+// dtype), row-major; local row l is the table's row part.global_row(l), and its values are the
+// table variable's columns [first_column, first_column + columns) of a row `width` values wide. For
+// a variable as wide as the table's dim that is the part's column range; for a narrower one (a
 // row-wise slot, width 1) the part keeps the whole width (first_column 0). A dynamic table's part
 // (LocalPart::dynamic) holds one row more, its zero row, and local row l is the row of the key in
 // slot l of its index (no table row).
 #ifndef RECEMB_EMBEDDING_PARTS_H_
 #define RECEMB_EMBEDDING_PARTS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -20,11 +21,13 @@
 #include <vector>
 
 #include "recemb/communicator.h"
+#include "recemb/config.h"
 #include "recemb/embedding.h"
 
 #include "embedding/dynamic_part.h"
 #include "placement/partition.h"
 #include "storage/table_storage.h"
+#include "util/check.h"
 
 namespace recemb::internal {
 
@@ -33,17 +36,23 @@ struct Model;
 // One variable of a part; Float is float or const float.
 template <class Float>
 struct PartVariable {
+  using Byte = std::conditional_t<std::is_const_v<Float>, const std::byte, std::byte>;
+
   std::string name;          // "parameters", then the slots (Embedding::variable_names order)
-  int64_t width = 0;         // floats per row of the whole variable
-  int64_t first_column = 0;  // of this part's floats within a whole row
-  int64_t columns = 0;       // floats per local row
-  // part.rows * columns floats: the part's memory itself. Empty for a 16-bit table's parameters
-  // (docs/semantics.md, "16-bit tables") until PartAccess::stage makes it a float32 copy of them
-  // (exact), held in `staged`, one variable at a time (so that a checkpoint never holds more than
-  // one part's copy); a writer then stores it back with PartAccess::store_staged.
-  std::span<Float> values;
-  std::shared_ptr<std::vector<float>> staged = {};
-  std::conditional_t<std::is_const_v<Float>, const TableStorage*, TableStorage*> storage = nullptr;
+  int64_t width = 0;         // values per row of the whole variable
+  int64_t first_column = 0;  // of this part's values within a whole row
+  int64_t columns = 0;       // values per local row
+  // The values' type: float32, except a 16-bit table's parameters (docs/semantics.md, "16-bit
+  // tables"), which are its bfloat16 or float16 values as they are.
+  DType dtype = DType::kFloat32;
+  // part.rows * columns values of dtype: the part's memory itself.
+  std::span<Byte> bytes;
+
+  // The values of a float32 variable (dtype kFloat32).
+  std::span<Float> floats() const {
+    RECEMB_CHECK(dtype == DType::kFloat32);
+    return {reinterpret_cast<Float*>(bytes.data()), bytes.size() / sizeof(float)};
+  }
 };
 
 template <class Float>
@@ -66,10 +75,10 @@ struct PartChanges {
   std::span<const int64_t> removed_keys;  // a dynamic part's, as ChangeLog::removed_keys
   bool untracked = false;                 // rows written by another call since: a base follows
   const DynamicPart* dynamic = nullptr;   // a dynamic table's part
-  // The part's parameters (part.rows rows of part.num_columns floats, and a dynamic part's zero
-  // row; empty for a 16-bit table, whose rows read_variable converts), and whether they are its
+  // The part's rows (part.rows rows of part.num_columns values, and a dynamic part's zero row, in
+  // the table's dtype: TableStorage::read_rows gives them as float32), and whether they are its
   // table's whole (every row and column: Embedding::has_whole_table).
-  std::span<const float> parameters;
+  const TableStorage* storage = nullptr;
   bool whole = false;
 };
 
@@ -95,17 +104,6 @@ struct PartAccess {
   // The same, to write: through the parts' untracked door (embedding/table_state.h), so that the
   // Embedding's next publish writes a base.
   static std::vector<LocalPart<float>> local_parts(Embedding& embedding);
-  // A 16-bit table's parameters: sets values to a float32 copy of them (exact). Nothing for any
-  // other variable (its values are its memory).
-  template <class Float>
-  static void stage(PartVariable<Float>& variable);
-  // After a writer filled a staged variable's values: rounds them to nearest into the table
-  // (exact for values read from a table of the same type) and frees the copy. Nothing for a
-  // variable that is not staged.
-  static void store_staged(PartVariable<float>& variable);
-  // Frees a staged variable's copy (a reader done with it).
-  template <class Float>
-  static void unstage(PartVariable<Float>& variable);
   // The ranks sharing the tables (local_communicator() for one process alone).
   static Communicator& communicator(const Embedding& embedding);
   // Whether a training lookup is not applied yet (its batch holds slots of dynamic tables' keys).

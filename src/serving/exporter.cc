@@ -32,9 +32,9 @@
 namespace recemb::internal {
 namespace {
 
-// The table's values: in place (zero-copy) when this process holds a static table whole, else
-// assembled from its parts (read_variable, read_dynamic_table; always, when `collective`: every
-// rank makes the same calls).
+// The table's values: in place (zero-copy; a 16-bit table's rows as they are) when this process
+// holds a static table whole, else assembled from its parts as float32 (read_variable,
+// read_dynamic_table; always, when `collective`: every rank makes the same calls).
 TableValues values_of(const Embedding& embedding, const TableConfig& table, bool collective) {
   TableValues values;
   if (table.dynamic_vocabulary) {
@@ -43,10 +43,18 @@ TableValues values_of(const Embedding& embedding, const TableConfig& table, bool
     values.owned = std::move(contents.parameters);
     values.owned.resize(values.owned.size() + static_cast<size_t>(table.dim), 0.0f);
     values.num_rows = static_cast<int64_t>(values.keys.size()) + 1;
-  } else if (!collective && table.dtype == DType::kFloat32 &&
-             embedding.has_whole_table(table.name)) {
-    values.rows = embedding.variable_data(table.name, "parameters");
+  } else if (!collective && embedding.has_whole_table(table.name)) {
     values.num_rows = table.vocabulary_size;
+    if (table.dtype == DType::kFloat32) {
+      values.rows = embedding.variable_data(table.name, "parameters");
+      return values;
+    }
+    for (const LocalPart<const float>& local : PartAccess::local_parts(embedding)) {
+      if (embedding.tables()[local.part.table].name != table.name) continue;
+      const std::span<const std::byte> bytes = local.variables.front().bytes;  // the parameters
+      values.half_rows = {reinterpret_cast<const uint16_t*>(bytes.data()), bytes.size() / 2};
+      values.half_dtype = table.dtype;
+    }
     return values;
   } else {
     values.owned.resize(static_cast<size_t>(table.vocabulary_size * table.dim));

@@ -282,15 +282,17 @@ TableChanges changes_of(const Embedding& embedding, const std::vector<PartChange
   const std::vector<int64_t>& changed_ids = dynamic ? values.keys : values.row_ids;
   const int64_t dim = table.dim;
   values.owned.reserve(changed_ids.size() * static_cast<size_t>(dim));
-  // Other ranks' changed rows, or a 16-bit table's rows (as float32), come from read_variable.
-  if (communicator.size() > 1 || table.dtype != DType::kFloat32) whole = nullptr;
+  // Other ranks' changed rows come from read_variable; a part's own are read from its storage,
+  // a row at a time (decoded exactly from a 16-bit table's).
+  if (communicator.size() > 1) whole = nullptr;
+  const auto append_own_row = [&](int64_t local_row) {
+    values.owned.resize(values.owned.size() + static_cast<size_t>(dim));
+    whole->storage->read_rows(local_row, 1, values.owned.data() + values.owned.size() - dim);
+  };
   if (dynamic) {
     changes.removed = support::union_over_ranks(communicator, std::move(removed));
     if (whole != nullptr) {
-      for (const int64_t key : changed_ids) {
-        const float* row = whole->parameters.data() + whole->dynamic->index().find(key) * dim;
-        values.owned.insert(values.owned.end(), row, row + dim);
-      }
+      for (const int64_t key : changed_ids) append_own_row(whole->dynamic->index().find(key));
     } else {
       const DynamicTableContents contents = embedding.read_dynamic_table(table.name);
       for (const int64_t key : changed_ids) {
@@ -299,14 +301,13 @@ TableChanges changes_of(const Embedding& embedding, const std::vector<PartChange
         values.owned.insert(values.owned.end(), row, row + dim);
       }
     }
+  } else if (whole != nullptr) {
+    for (const int64_t id : changed_ids) append_own_row(id);
   } else {
-    std::vector<float> gathered;
-    if (whole == nullptr) {
-      gathered.resize(static_cast<size_t>(table.vocabulary_size * dim));
-      embedding.read_variable(table.name, "parameters", gathered);
-    }
+    std::vector<float> gathered(static_cast<size_t>(table.vocabulary_size * dim));
+    embedding.read_variable(table.name, "parameters", gathered);
     for (const int64_t id : changed_ids) {
-      const float* row = (whole != nullptr ? whole->parameters.data() : gathered.data()) + id * dim;
+      const float* row = gathered.data() + id * dim;
       values.owned.insert(values.owned.end(), row, row + dim);
     }
   }

@@ -19,6 +19,7 @@
 #include "recemb/serving.h"
 
 #include "format/checksum.h"
+#include "kernels/half_precision.h"
 #include "kernels/quantized_rows.h"
 #include "serving/format.h"
 #include "support/json.h"
@@ -34,6 +35,10 @@ inline constexpr int64_t kChunkBytes = int64_t{4} << 20;
 // keys in increasing order (the rows being theirs, then one zero row: docs/serving.md).
 struct TableValues {
   std::span<const float> rows;
+  // Or a 16-bit table's rows where it holds them (`rows` empty), decoded a chunk at a time while
+  // encoding (exactly: docs/semantics.md, "16-bit tables").
+  std::span<const uint16_t> half_rows;
+  DType half_dtype = DType::kBFloat16;
   int64_t num_rows = 0;
   std::vector<int64_t> keys;     // dynamic tables only
   std::vector<int64_t> row_ids;  // a static table's rows that `rows` holds; empty: all of them
@@ -57,6 +62,12 @@ class TableEncoder {
     for (int64_t first = 0; first < values.num_rows; first += chunk_rows) {
       const int64_t rows = std::min(chunk_rows, values.num_rows - first);
       const float* chunk = values.rows.data() + first * dim;
+      if (!values.half_rows.empty()) {
+        floats_.resize(static_cast<size_t>(rows * dim));
+        decode_half_values(values.half_dtype, values.half_rows.data() + first * dim, rows * dim,
+                           floats_.data());
+        chunk = floats_.data();
+      }
       std::optional<int64_t> bad;
       std::span<const std::byte> bytes;
       switch (dtype_) {
@@ -103,6 +114,7 @@ class TableEncoder {
 
   ServingDtype dtype_;
   std::string context_;
+  std::vector<float> floats_;  // a chunk of 16-bit rows, decoded
   std::vector<uint16_t> halves_;
   std::vector<uint8_t> codes_;
 };

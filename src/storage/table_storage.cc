@@ -92,6 +92,16 @@ std::vector<float> TableStorage::rows_as_float32() const {
   return values;
 }
 
+std::span<std::byte> TableStorage::parameter_bytes() {
+  const std::span<const std::byte> bytes = std::as_const(*this).parameter_bytes();
+  return {const_cast<std::byte*>(bytes.data()), bytes.size()};
+}
+
+std::span<const std::byte> TableStorage::parameter_bytes() const {
+  return dtype_ == DType::kFloat32 ? std::as_bytes(parameters_.span())
+                                   : std::as_bytes(halves_.span());
+}
+
 void TableStorage::write_rows(int64_t first_row, int64_t num_rows, const float* values) {
   if (dtype_ == DType::kFloat32) {
     std::copy_n(values, num_rows * dim_, row(first_row));

@@ -7,6 +7,7 @@
 #ifndef RECEMB_STORAGE_TABLE_STORAGE_H_
 #define RECEMB_STORAGE_TABLE_STORAGE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -39,6 +40,9 @@ class TableStorage {
   // A 16-bit table's rows (nullptr for a float32 table).
   uint16_t* half_row(int64_t r) { return halves_.data() + r * dim_; }
   const uint16_t* half_row(int64_t r) const { return halves_.data() + r * dim_; }
+  // The parameters' memory, every row, in the table's type (checkpoints read and write it as is).
+  std::span<std::byte> parameter_bytes();
+  std::span<const std::byte> parameter_bytes() const;
   // The parameters as the pooling kernel reads them, in the table's type.
   TableRows rows() const;
   // out = rows [first_row, first_row + num_rows) as float32 (exact from 16 bits).

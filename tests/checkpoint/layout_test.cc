@@ -57,6 +57,8 @@ TEST(LayoutTest, TemporaryNamesAreUniqueAndMarked) {
 TEST(LayoutTest, FileNamesUseTheTableIndex) {
   EXPECT_EQ(variable_file_name(0, "parameters"), "t0.parameters.f32");
   EXPECT_EQ(variable_file_name(12, "accumulators"), "t12.accumulators.f32");
+  EXPECT_EQ(variable_file_name(3, "parameters", DType::kBFloat16), "t3.parameters.bf16");
+  EXPECT_EQ(variable_file_name(3, "parameters", DType::kFloat16), "t3.parameters.f16");
   EXPECT_EQ(extra_array_file_name(3), "x3.f32");
   EXPECT_EQ(key_array_file_name(2, "last_seen"), "t2.last_seen.i64");
 }

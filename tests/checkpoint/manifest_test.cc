@@ -123,13 +123,39 @@ TEST_F(ManifestTest, ExpectedVariablesFollowTheOptimizer) {
 
 TEST_F(ManifestTest, ANewerVersionIsRefusedBeforeAnythingElse) {
   Json json = json_;
-  json["format_version"] = 3;
-  json["tables"] = "changed in version 3";
+  json["format_version"] = 4;
+  json["tables"] = "changed in version 4";
   rewrite(json);
   EXPECT_EQ(error_of<DataLoss>([&] { read_manifest(checkpoint_); }),
             "checkpoint '" + checkpoint_.string() +
-                "': manifest.json: format_version: checkpoint format version 3 is newer "
-                "than this recemb reads (2); read it with a newer recemb");
+                "': manifest.json: format_version: checkpoint format version 4 is newer "
+                "than this recemb reads (3); read it with a newer recemb");
+}
+
+// A 16-bit table's parameters are stored as they are (2 bytes a value, named by their type) and
+// need format version 3; its slots stay float32; a checkpoint without one keeps version 1.
+TEST(ManifestHalf, A16BitTableIsStoredAsItIsInVersion3) {
+  for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    TemporaryDirectory directory;
+    Embedding embedding({{.name = "t", .vocabulary_size = 6, .dim = 3, .dtype = dtype},
+                         {.name = "u", .vocabulary_size = 4, .dim = 2}},
+                        {{.name = "f", .table = "t"}, {.name = "g", .table = "u"}},
+                        {.optimizer = RowwiseAdagrad{.learning_rate = 0.1f}, .num_threads = 1});
+    const Manifest manifest = read_manifest(save_checkpoint(embedding, directory.path())).manifest;
+    EXPECT_EQ(manifest.format_version, 3);
+    EXPECT_EQ(minimum_format_version(manifest), 3);
+    const std::vector<ArrayEntry>& variables = manifest.tables[0].variables;
+    ASSERT_EQ(variables.size(), 2u);
+    EXPECT_EQ(variables[0].dtype, array_type(dtype));
+    EXPECT_EQ(variables[0].data.file,
+              dtype == DType::kBFloat16 ? "t0.parameters.bf16" : "t0.parameters.f16");
+    EXPECT_EQ(variables[0].data.bytes, 6u * 3u * 2u);
+    EXPECT_EQ(variables[1].dtype, ArrayType::kFloat32);
+    EXPECT_EQ(variables[1].data.file, "t0.accumulators.f32");
+    EXPECT_EQ(variables[1].data.bytes, 6u * 4u);
+    EXPECT_EQ(manifest.tables[1].variables[0].data.file, "t1.parameters.f32");
+    EXPECT_EQ(element_bytes(array_type(dtype)), 2);
+  }
 }
 
 TEST_F(ManifestTest, ChecksumFileErrors) {
@@ -177,6 +203,13 @@ TEST_F(ManifestTest, StructureErrorsNameTheField) {
       {[](Json& j) { j["tables"] = Json::array(); }, "tables: a checkpoint has at least one table"},
       {[](Json& j) { j["tables"][1]["config"]["dim"] = "4"; },
        "tables[1].config.dim: expected a 64-bit integer, got \"4\""},
+      {[](Json& j) { j["tables"][0]["config"]["dtype"] = "bfloat16"; },
+       "tables[0].config: a 16-bit table needs format version 3 or later"},
+      {[](Json& j) {
+         j["format_version"] = 3;
+         j["tables"][0]["config"]["dtype"] = "bfloat16";
+       },
+       "tables[0].variables[0].dtype: expected \"bfloat16\", got \"float32\""},
       {[](Json& j) { j["tables"][1]["config"]["dim"] = 0; },
        "tables[1].config: vocabulary_size and dim must be >= 1"},
       {[](Json& j) { j["tables"][2]["config"]["name"] = "video"; },

@@ -1,9 +1,13 @@
 // Reading and writing one rank's table parts at their places in a whole-variable file
 // (src/checkpoint/part_io.cc): every row-wise, column-wise and whole part of a random table,
 // written by its own writer into one file, gives the table's row-major bytes; reading a part back
-// gives its rows and columns, and only those below a row limit.
+// gives its rows and columns, and only those below a row limit; 16-bit parts as they are, and reads
+// that convert between types round each value to nearest.
 #include "checkpoint/part_io.h"
 
+#include <bit>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,6 +19,7 @@
 
 #include "recemb/error.h"
 
+#include "reference/half_grid.h"
 #include "testing/error_of.h"
 #include "testing/files.h"
 #include "testing/temporary_directory.h"
@@ -54,8 +59,9 @@ std::vector<TablePart> parts_of(const Layout& layout) {
 }
 
 // The part's values taken from a row-major table, by the plain definition.
-std::vector<float> values_of(const TablePart& part, const std::vector<float>& table) {
-  std::vector<float> values;
+template <class T>
+std::vector<T> values_of(const TablePart& part, const std::vector<T>& table) {
+  std::vector<T> values;
   for (int64_t local = 0; local < part.rows; ++local) {
     const int64_t row =
         part.strategy == ShardingStrategy::kRowWise ? local * part.row_stride + part.shard : local;
@@ -71,7 +77,7 @@ PartVariable<const float> variable_of(const TablePart& part, std::span<const flo
           .width = kWidth,
           .first_column = part.first_column,
           .columns = part.num_columns,
-          .values = values};
+          .bytes = std::as_bytes(values)};
 }
 
 class PartIoTest : public ::testing::TestWithParam<Layout> {};
@@ -105,7 +111,7 @@ TEST_P(PartIoTest, PartsWrittenSeparatelyMakeTheTableAndReadBackTheirRows) {
                                    .width = kWidth,
                                    .first_column = part.first_column,
                                    .columns = part.num_columns,
-                                   .values = values};
+                                   .bytes = std::as_writable_bytes(std::span(values))};
       read_part_rows(file, part, variable, limit);
       for (int64_t local = 0; local < part.rows; ++local) {
         const bool loaded = part.global_row(local) < limit;
@@ -113,6 +119,139 @@ TEST_P(PartIoTest, PartsWrittenSeparatelyMakeTheTableAndReadBackTheirRows) {
           const auto i = static_cast<size_t>(local * part.num_columns + c);
           EXPECT_EQ(values[i], loaded ? expected[i] : -7.0f)
               << "shard " << part.shard << " row " << local << " limit " << limit;
+        }
+      }
+    }
+  }
+}
+
+// A 16-bit value's float32 value by the formats' definitions (finite values only): bfloat16 is
+// the upper half of a float32; float16 is sign, 5 exponent bits (bias 15) and 10 fraction bits.
+double decoded(DType dtype, uint16_t bits) {
+  if (dtype == DType::kBFloat16) {
+    return static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(bits) << 16));
+  }
+  const double sign = (bits & 0x8000u) != 0 ? -1.0 : 1.0;
+  const int exponent = (bits >> 10) & 31;
+  const int fraction = bits & 1023;
+  return sign *
+         (exponent == 0 ? std::ldexp(fraction, -24) : std::ldexp(1024 + fraction, exponent - 25));
+}
+
+// Random finite 16-bit values of `dtype` (random bit patterns, the non-finite ones and those
+// beyond `limit` in magnitude skipped).
+std::vector<uint16_t> random_halves(DType dtype, size_t n, double limit, std::mt19937_64& rng) {
+  std::vector<uint16_t> halves;
+  while (halves.size() < n) {
+    const auto bits = static_cast<uint16_t>(rng());
+    const bool finite =
+        dtype == DType::kBFloat16 ? (bits & 0x7f80u) != 0x7f80u : (bits & 0x7c00u) != 0x7c00u;
+    if (finite && std::fabs(decoded(dtype, bits)) < limit) halves.push_back(bits);
+  }
+  return halves;
+}
+
+TEST_P(PartIoTest, SixteenBitPartsAreWrittenAndReadAsTheyAre) {
+  TemporaryDirectory directory;
+  std::mt19937_64 rng(52);
+  const std::vector<uint16_t> table = random_halves(DType::kBFloat16, kRows * kWidth, 1e30, rng);
+  const fs::path path = directory / "t0.parameters.bf16";
+  create_sized_file(path, table.size() * sizeof(uint16_t));
+  const std::vector<TablePart> parts = parts_of(GetParam());
+  for (const TablePart& part : parts) {
+    const std::vector<uint16_t> values = values_of(part, table);
+    write_part_rows(path, part,
+                    {.name = "parameters",
+                     .width = kWidth,
+                     .first_column = part.first_column,
+                     .columns = part.num_columns,
+                     .dtype = DType::kBFloat16,
+                     .bytes = std::as_bytes(std::span(values))});
+  }
+  test::write_bytes(directory / "expected", std::as_bytes(std::span(table)));
+  EXPECT_EQ(test::read_bytes(path), test::read_bytes(directory / "expected"));
+
+  const support::InputFile file = support::InputFile::open(path);
+  for (const TablePart& part : parts) {
+    const std::vector<uint16_t> expected = values_of(part, table);
+    std::vector<uint16_t> values(expected.size(), 0x7777);
+    read_part_rows(file, part,
+                   {.name = "parameters",
+                    .width = kWidth,
+                    .first_column = part.first_column,
+                    .columns = part.num_columns,
+                    .dtype = DType::kBFloat16,
+                    .bytes = std::as_writable_bytes(std::span(values))},
+                   10);
+    for (int64_t local = 0; local < part.rows; ++local) {
+      for (int64_t c = 0; c < part.num_columns; ++c) {
+        const auto i = static_cast<size_t>(local * part.num_columns + c);
+        EXPECT_EQ(values[i], part.global_row(local) < 10 ? expected[i] : 0x7777)
+            << "shard " << part.shard << " row " << local;
+      }
+    }
+  }
+}
+
+// Reading a file of one type into a part of another: each value exactly as float32, then rounded
+// to nearest (ties to even) in the part's type (tests/reference/half_grid.h); rows at or beyond
+// the limit unchanged.
+TEST_P(PartIoTest, ConvertedReadsRoundEachValueToNearest) {
+  struct Conversion {
+    DType file;
+    DType part;
+  };
+  for (const Conversion conversion :
+       {Conversion{DType::kFloat32, DType::kBFloat16}, Conversion{DType::kFloat32, DType::kFloat16},
+        Conversion{DType::kBFloat16, DType::kFloat32}, Conversion{DType::kFloat16, DType::kFloat32},
+        Conversion{DType::kFloat16, DType::kBFloat16},
+        Conversion{DType::kBFloat16, DType::kFloat16}}) {
+    SCOPED_TRACE(std::string(dtype_name(conversion.file)) + " -> " +
+                 std::string(dtype_name(conversion.part)));
+    TemporaryDirectory directory;
+    std::mt19937_64 rng(53);
+    // The file's values (below float16's largest value, so that every conversion holds them).
+    std::vector<double> file_values;
+    const fs::path path = directory / "values";
+    if (conversion.file == DType::kFloat32) {
+      std::uniform_real_distribution<float> uniform(-60000.0f, 60000.0f);
+      std::vector<float> floats(kRows * kWidth);
+      for (float& value : floats) value = uniform(rng) * (rng() % 2 == 0 ? 1e-6f : 1.0f);
+      test::write_bytes(path, std::as_bytes(std::span(floats)));
+      file_values.assign(floats.begin(), floats.end());
+    } else {
+      const std::vector<uint16_t> halves =
+          random_halves(conversion.file, kRows * kWidth, 65504.0, rng);
+      test::write_bytes(path, std::as_bytes(std::span(halves)));
+      for (uint16_t bits : halves) file_values.push_back(decoded(conversion.file, bits));
+    }
+    const support::InputFile file = support::InputFile::open(path);
+    for (const TablePart& part : parts_of(GetParam())) {
+      const std::vector<double> expected = values_of(part, file_values);
+      std::vector<float> floats(expected.size(), -7.0f);
+      std::vector<uint16_t> halves(expected.size(), 0x7777);
+      PartVariable<float> variable{.name = "parameters",
+                                   .width = kWidth,
+                                   .first_column = part.first_column,
+                                   .columns = part.num_columns,
+                                   .dtype = conversion.part};
+      variable.bytes = conversion.part == DType::kFloat32
+                           ? std::as_writable_bytes(std::span(floats))
+                           : std::as_writable_bytes(std::span(halves));
+      read_converted_part_rows(file, part, variable, conversion.file, 10);
+      for (int64_t local = 0; local < part.rows; ++local) {
+        const bool loaded = part.global_row(local) < 10;
+        for (int64_t c = 0; c < part.num_columns; ++c) {
+          const auto i = static_cast<size_t>(local * part.num_columns + c);
+          if (conversion.part == DType::kFloat32) {
+            EXPECT_EQ(floats[i], loaded ? expected[i] : -7.0f) << "row " << local;
+          } else if (loaded) {
+            EXPECT_EQ(decoded(conversion.part, halves[i]),
+                      reference::round_to_nearest(conversion.part, expected[i]))
+                << "row " << local << " value " << expected[i];
+          } else {
+            EXPECT_EQ(halves[i], 0x7777) << "row " << local;
+          }
         }
       }
     }
@@ -141,9 +280,12 @@ TEST(PartIoTest, ErrorsNameTheFile) {
   // A file shorter than the rows: the read names it.
   std::vector<float> out(2 * kWidth);
   EXPECT_THAT(test::error_of<DataLoss>([&] {
-                read_part_rows(
-                    support::InputFile::open(directory / "a.f32"), part,
-                    {.name = "parameters", .width = kWidth, .columns = kWidth, .values = out}, 2);
+                read_part_rows(support::InputFile::open(directory / "a.f32"), part,
+                               {.name = "parameters",
+                                .width = kWidth,
+                                .columns = kWidth,
+                                .bytes = std::as_writable_bytes(std::span(out))},
+                               2);
               }),
               HasSubstr("a.f32' is truncated"));
 }

@@ -4,6 +4,8 @@
 // (computed here from the format's grid, with the documented counter-based generator's bits).
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <random>
@@ -18,6 +20,7 @@
 #include "kernels/half_precision.h"
 #include "reference/half_grid.h"
 #include "storage/initializer.h"
+#include "testing/files.h"
 #include "testing/temporary_directory.h"
 
 namespace recemb {
@@ -283,14 +286,29 @@ TEST_P(EmbeddingHalf, WriteVariableRoundsToNearestAndRefusesWhatTheTypeCannotHol
   }
 }
 
+// The 16-bit values a checkpoint's parameters file holds, decoded by the format's definition.
+std::vector<float> saved_parameters(const std::filesystem::path& checkpoint, DType dtype) {
+  const std::string extension = dtype == DType::kBFloat16 ? ".bf16" : ".f16";
+  const std::vector<std::byte> bytes = test::read_bytes(checkpoint / ("t0.parameters" + extension));
+  EXPECT_EQ(bytes.size(), static_cast<size_t>(kRows * kDim) * 2);  // 2 bytes a value, as they are
+  std::vector<uint16_t> halves(bytes.size() / 2);
+  std::memcpy(halves.data(), bytes.data(), halves.size() * 2);
+  std::vector<float> values(halves.size());
+  internal::decode_half_values(dtype, halves.data(), static_cast<int64_t>(halves.size()),
+                               values.data());
+  return values;
+}
+
 TEST_P(EmbeddingHalf, CheckpointsRoundTripAndAnotherDTypeNeedsConvertDType) {
   const DType dtype = GetParam();
   const test::TemporaryDirectory dir;
   Embedding layer = make_layer(dtype, Adagrad{.learning_rate = 0.1f}, 2);
   const Steps steps = random_steps(2, 6);
   train_step(layer, steps, 0);
-  save_checkpoint(layer, dir.path());
+  const std::filesystem::path checkpoint = save_checkpoint(layer, dir.path());
   const std::vector<float> at_save = read_parameters(layer);
+  EXPECT_EQ(saved_parameters(checkpoint, dtype), at_save);
+  EXPECT_EQ(inspect_checkpoint(checkpoint).format_version, 3);
   Embedding restored =
       make_layer(dtype, Adagrad{.learning_rate = 0.1f}, 1,
                  PlacementOptions{.num_shards = 2, .strategy = ShardingStrategy::kRowWise});
@@ -308,6 +326,75 @@ TEST_P(EmbeddingHalf, CheckpointsRoundTripAndAnotherDTypeNeedsConvertDType) {
                             ", the embedding's float32; set RestoreOptions::convert_dtype")));
   restore_checkpoint(full, dir.path(), {.convert_dtype = true});
   EXPECT_EQ(read_parameters(full), at_save);  // the 16-bit values, widened exactly
+
+  // Into the other 16-bit type: each value rounded to nearest.
+  const DType other = dtype == DType::kBFloat16 ? DType::kFloat16 : DType::kBFloat16;
+  Embedding converted = make_layer(other, Adagrad{.learning_rate = 0.1f}, 1);
+  restore_checkpoint(converted, dir.path(), {.convert_dtype = true});
+  const std::vector<float> values = read_parameters(converted);
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(values[i], round_to_nearest(other, at_save[i])) << i;
+  }
+}
+
+// Saved by parts (row-wise and column-wise shards of a 16-bit table), each rank writing its rows
+// and columns at their places: the same file as a whole table's, restored into another placement.
+TEST_P(EmbeddingHalf, ShardedPartsSaveTheWholeTable) {
+  const DType dtype = GetParam();
+  const Steps steps = random_steps(2, 8);
+  Embedding whole = make_layer(dtype, Adagrad{.learning_rate = 0.1f}, 1);
+  train_step(whole, steps, 0);
+  const test::TemporaryDirectory whole_dir;
+  const std::vector<float> expected =
+      saved_parameters(save_checkpoint(whole, whole_dir.path()), dtype);
+  for (const ShardingStrategy strategy :
+       {ShardingStrategy::kRowWise, ShardingStrategy::kColumnWise}) {
+    Embedding sharded = make_layer(dtype, Adagrad{.learning_rate = 0.1f}, 2,
+                                   PlacementOptions{.num_shards = 2, .strategy = strategy});
+    train_step(sharded, steps, 0);
+    const test::TemporaryDirectory dir;
+    EXPECT_EQ(saved_parameters(save_checkpoint(sharded, dir.path()), dtype), expected);
+    Embedding restored = make_layer(dtype, Adagrad{.learning_rate = 0.1f}, 1);
+    restore_checkpoint(restored, dir.path());
+    EXPECT_EQ(read_parameters(restored), read_parameters(whole));
+  }
+}
+
+// A float32 checkpoint converted into a 16-bit table: each value rounded to nearest; into
+// float16, a value it cannot hold is an error naming it, with nothing changed.
+TEST_P(EmbeddingHalf, AFloat32CheckpointConvertsToNearestAndFloat16RefusesWhatItCannotHold) {
+  const DType dtype = GetParam();
+  Embedding full = make_layer(DType::kFloat32, Adagrad{.learning_rate = 0.1f}, 1);
+  std::vector<float> values = read_parameters(full);
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  for (float& value : values) value = uniform(rng);
+  full.write_variable("t", "parameters", values);
+  const test::TemporaryDirectory dir;
+  save_checkpoint(full, dir.path());
+  Embedding half = make_layer(dtype, Adagrad{.learning_rate = 0.1f}, 1);
+  restore_checkpoint(half, dir.path(), {.convert_dtype = true});
+  const std::vector<float> restored = read_parameters(half);
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(restored[i], round_to_nearest(dtype, values[i])) << i;
+  }
+
+  values[5 * kDim + 3] = 70000.0f;  // beyond float16, within bfloat16
+  full.write_variable("t", "parameters", values);
+  const test::TemporaryDirectory large_dir;
+  save_checkpoint(full, large_dir.path());
+  Embedding target = make_layer(dtype, Adagrad{.learning_rate = 0.1f}, 1);
+  const std::vector<float> before = read_parameters(target);
+  if (dtype == DType::kFloat16) {
+    EXPECT_THAT([&] { restore_checkpoint(target, large_dir.path(), {.convert_dtype = true}); },
+                ::testing::ThrowsMessage<InvalidArgument>(
+                    HasSubstr("table 't': row 5 holds 70000, which float16 cannot hold")));
+    EXPECT_EQ(read_parameters(target), before);  // nothing changed
+    EXPECT_EQ(target.step(), 0);
+  } else {
+    restore_checkpoint(target, large_dir.path(), {.convert_dtype = true});
+    EXPECT_EQ(read_parameters(target)[5 * kDim + 3], 70144.0f);  // bfloat16's nearest
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, EmbeddingHalf, ::testing::Values(DType::kBFloat16, DType::kFloat16),

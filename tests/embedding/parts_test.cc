@@ -53,11 +53,12 @@ void check_rank(const Case& test_case, std::shared_ptr<Communicator> communicato
     for (size_t v = 0; v < local.variables.size(); ++v) {
       const PartVariable<float>& variable = local.variables[v];
       EXPECT_EQ(variable.name, layer.variable_names(config.name)[v]);
-      ASSERT_EQ(variable.values.size(), static_cast<size_t>(local.part.rows * variable.columns));
+      const std::span<float> values = variable.floats();
+      ASSERT_EQ(values.size(), static_cast<size_t>(local.part.rows * variable.columns));
       for (int64_t l = 0; l < local.part.rows; ++l) {
         for (int64_t c = 0; c < variable.columns; ++c) {
           const int64_t row = local.part.global_row(l);
-          variable.values[static_cast<size_t>(l * variable.columns + c)] =
+          values[static_cast<size_t>(l * variable.columns + c)] =
               static_cast<float>(1000 * local.part.table + 100 * v + row) +
               0.01f * static_cast<float>(variable.first_column + c);
         }

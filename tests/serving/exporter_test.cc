@@ -293,6 +293,44 @@ TEST_P(ExporterLayoutTest, WritesExtraArraysAndMetadataAfterTheTables) {
       << "the same table blobs";
 }
 
+// A 16-bit table exports as the float32 table of its values (docs/semantics.md, "16-bit
+// tables"): read in place, a chunk at a time, when one process holds it whole; gathered as float32
+// when it is split into shards. Same blob bytes in both cases as the float32 twin's.
+TEST_P(ExporterLayoutTest, A16BitTableExportsAsTheFloat32TableOfItsValues) {
+  const ServingDtype dtype = GetParam();
+  for (const DType table_dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (const int shards : {1, 2}) {
+      SCOPED_TRACE(std::string(dtype_name(table_dtype)) + ", shards " + std::to_string(shards));
+      const auto layer_of = [&](DType of) {
+        return Embedding({{.name = "t",
+                           .vocabulary_size = 300'001,  // several chunks of kChunkBytes
+                           .dim = 5,
+                           .initializer = TruncatedNormal{.stddev = 3.0f},
+                           .dtype = of}},
+                         {{.name = "f", .table = "t"}},
+                         {.num_threads = 2,
+                          .seed = 4,
+                          .placement = PlacementOptions{.num_shards = shards,
+                                                        .strategy = ShardingStrategy::kRowWise}});
+      };
+      const Embedding half = layer_of(table_dtype);
+      Embedding twin = layer_of(DType::kFloat32);
+      twin.write_variable("t", "parameters", parameters(half, "t"));
+      const TemporaryDirectory directory;
+      export_serving_model(half, directory / "half.recemb", {.dtype = dtype});
+      export_serving_model(twin, directory / "twin.recemb", {.dtype = dtype});
+      const ModelFile half_file = ModelFile::read(directory / "half.recemb");
+      const ModelFile twin_file = ModelFile::read(directory / "twin.recemb");
+      const ModelFile::Blob& blob = half_file.blobs.at(0);
+      ASSERT_EQ(blob.size, twin_file.blobs.at(0).size);
+      EXPECT_EQ(std::memcmp(half_file.bytes.data() + blob.offset,
+                            twin_file.bytes.data() + twin_file.blobs[0].offset, blob.size),
+                0);
+      EXPECT_EQ(half_file.decode(0), twin_file.decode(0));
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDtypes, ExporterLayoutTest,
                          ::testing::Values(ServingDtype::kFloat32, ServingDtype::kFloat16,
                                            ServingDtype::kInt8),

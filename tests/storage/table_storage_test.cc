@@ -1,10 +1,15 @@
 #include "storage/table_storage.h"
 
+#include <bit>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <new>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "recemb/error.h"
@@ -28,6 +33,25 @@ TEST(TableStorageTest, LayoutAndVariablesByName) {
   EXPECT_EQ(storage.row(3), storage.variable("parameters")->data() + 12);
   ASSERT_EQ(storage.slot_bases().size(), 2u);
   EXPECT_EQ(storage.slot_bases()[1], storage.variable("rowwise")->data());
+}
+
+// parameter_bytes: the parameters' memory in the table's type, every row (checkpoints write it).
+TEST(TableStorageTest, ParameterBytesAreTheRowsInTheTablesType) {
+  TableStorage full("full", 5, 3, {});
+  EXPECT_EQ(full.parameter_bytes().data(), reinterpret_cast<std::byte*>(full.row(0)));
+  EXPECT_EQ(full.parameter_bytes().size(), 5u * 3u * 4u);
+  TableStorage half("half", 5, 3, {{"accumulators", 3, 0.1f}}, DType::kBFloat16);
+  const std::vector<float> values = {1.0f,    -2.0f, 0.5f, 3.0f,  0.25f, -1.5f, 7.0f, 8.0f,
+                                     -0.125f, 4.0f,  6.0f, 10.0f, -3.0f, 2.5f,  1.25f};
+  half.write_rows(0, 5, values.data());
+  const std::span<const std::byte> bytes = std::as_const(half).parameter_bytes();
+  ASSERT_EQ(bytes.size(), 5u * 3u * 2u);
+  EXPECT_EQ(bytes.data(), reinterpret_cast<const std::byte*>(half.half_row(0)));
+  for (size_t i = 0; i < values.size(); ++i) {  // these values are exact in bfloat16
+    uint16_t bits = 0;
+    std::memcpy(&bits, bytes.data() + 2 * i, 2);
+    EXPECT_EQ(std::bit_cast<float>(static_cast<uint32_t>(bits) << 16), values[i]) << i;
+  }
 }
 
 TEST(TableStorageTest, InitializeSlotsTouchesOnlyTheBlock) {
