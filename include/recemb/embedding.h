@@ -283,6 +283,13 @@ class RECEMB_EXPORT Embedding {
   void write_dynamic_table(std::string_view table, const DynamicTableContents& contents);
   std::span<float> variable_data(std::string_view table, std::string_view variable);
   std::span<const float> variable_data(std::string_view table, std::string_view variable) const;
+  // A 16-bit table's parameters as it stores them: [vocabulary_size, dim] bfloat16 or float16 bit
+  // patterns (TableConfig::dtype), row-major; the memory itself, as variable_data (for bindings
+  // whose tensors have the type: torch's bfloat16 and float16). Writes are not validated (a
+  // float16 infinity or NaN written there is the caller's). FailedPrecondition unless this rank
+  // holds the table whole and its dtype is 16-bit; InvalidArgument for an unknown table.
+  std::span<uint16_t> half_parameter_data(std::string_view table);
+  std::span<const uint16_t> half_parameter_data(std::string_view table) const;
 
  private:
   friend struct internal::PartAccess;

@@ -34,11 +34,14 @@ def state_keys(layer, prefix: str = "") -> set[str]:
     return keys | {prefix + "step"}
 
 
-def state_arrays(layer, prefix: str = "") -> dict[str, np.ndarray]:
+def state_arrays(layer, prefix: str = "",
+                 table_of: Optional[Callable[[str], Any]] = None) -> dict[str, Any]:
     """The layer's state: views of the static variables where the engine holds them whole
     (copies otherwise, as embedding_tables), copies of the dynamic tables, and "step" (a 0-d
-    int64 array)."""
-    arrays = {key: layer._variable(name, variable)
+    int64 array). table_of(name), when given, gives a static table's "parameters" instead (a
+    binding's tensor of the table in its own type)."""
+    arrays = {key: (table_of(name) if table_of is not None and variable == "parameters"
+                    else layer._variable(name, variable))
               for key, (name, variable) in _variables(layer, prefix).items()}
     for name, keys in _dynamic_entries(layer, prefix).items():
         table_keys, rows, slots = layer.read_dynamic_table(name)

@@ -61,8 +61,7 @@ def _viewable_tables(engine, resolved):
     plan = {table.table: table for table in engine.placement().tables}
     views = {}
     for table, name in zip(resolved.tables, resolved.table_names):
-        if table.vocabulary is not None or table.dtype != "float32":
-            # Keys, not rows; or 16-bit rows, which read_variable converts: no float32 to view.
+        if table.vocabulary is not None:  # keys, not rows
             views[name] = False
             continue
         holders = {shard.shard % world_size for shard in plan[name].shards
@@ -77,15 +76,28 @@ class _TableAccess:
     _checked."""
 
     def _variable(self, table, variable):
-        """A whole variable: a view of the engine's memory for a table in self._views, else a
-        copy (read_variable: collective with several ranks)."""
+        """A whole variable as float32: a view of the engine's memory for a table in self._views
+        (but a 16-bit table's rows), else a copy (read_variable: collective with several ranks;
+        a 16-bit table's values widened exactly)."""
         shape = self._engine.variable_shape(table, variable)
-        if self._views[table]:
+        if self._views[table] and not (variable == "parameters" and self._is_16_bit(table)):
             return self._engine.variable_data(table, variable).reshape(shape)
         copy = np.empty(shape, dtype=np.float32)
         with self._lock:
             self._engine.read_variable(table, variable, copy)
         return copy
+
+    def _is_16_bit(self, table):
+        return self._resolved.tables[self._resolved.table_names.index(table)].dtype != "float32"
+
+    def _half_rows(self, table):
+        """A 16-bit table's rows as it stores them, a uint16 array [vocabulary_size, dim] of
+        bfloat16 or float16 bit patterns sharing the engine's memory, for a table in
+        self._views; None otherwise (read _variable's float32 copy)."""
+        if not self._views[table]:
+            return None
+        shape = self._engine.variable_shape(table, "parameters")
+        return self._engine.half_parameter_data(table).reshape(shape)
 
     def _static_table_names(self):
         return [name for name, table in zip(self._resolved.table_names, self._resolved.tables)
@@ -104,7 +116,9 @@ class _TableAccess:
         memory with the engine: reads see every later update; writes through it are allowed
         between calls and are not validated (assign_table validates). Any other table (split
         into shards; with several ranks, unless every rank holds it whole) is a copy of the whole
-        table, gathered from its shards: write it back with assign_table. With several ranks
+        table, gathered from its shards: write it back with assign_table. A 16-bit table
+        (TableConfig dtype) is always a float32 copy, its values widened exactly (numpy has no
+        bfloat16; recemb.torch gives the table in its own type). With several ranks
         this is collective: every rank reads the property, in the same order as its other calls.
         """
         return _Tables({name: self._variable(name, "parameters")
@@ -143,8 +157,8 @@ class _TableAccess:
 
         with self._lock:
             name, array = self._checked(checked_arguments)
-            if self._views[name] and np.may_share_memory(
-                    array, self._engine.variable_data(name, variable)):
+            if (self._views[name] and not (variable == "parameters" and self._is_16_bit(name))
+                    and np.may_share_memory(array, self._engine.variable_data(name, variable))):
                 if self._engine.world_size() == 1:
                     return  # the variable itself: nothing to copy
                 array = array.copy()  # every rank still takes part in the collective write

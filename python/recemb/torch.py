@@ -24,6 +24,7 @@ import os
 import pathlib
 from typing import Any, Union
 
+import numpy as np
 import torch
 
 from recemb import _nest, _recemb, _state, optimizers
@@ -35,13 +36,21 @@ from recemb.inputs import Ragged, Sparse
 __all__ = ["Embedding", "torch_threads", "translate_optimizer"]
 
 
+# The torch type of a 16-bit table's rows (TableConfig dtype).
+_TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 def _numpy(value):
-    """A torch tensor (or a Ragged / Sparse of them) as numpy, sharing memory when possible."""
+    """A torch tensor (or a Ragged / Sparse of them) as numpy, sharing memory when possible (a
+    bfloat16 or float16 tensor, which numpy cannot hold or the engine takes as float32: a float32
+    copy, exact)."""
     if isinstance(value, torch.Tensor):
         if value.is_sparse:
             value = value.detach().coalesce().cpu()
             return Sparse(indices=value.indices().t().contiguous().numpy(),
                           values=value.values().numpy(), dense_shape=list(value.shape))
+        if value.dtype in _TORCH_DTYPES.values():
+            value = value.float()
         return value.detach().cpu().numpy()
     if isinstance(value, Ragged):
         return Ragged(_numpy(value.values), _numpy(value.row_splits))
@@ -132,13 +141,14 @@ class Embedding(torch.nn.Module):
                 emb.prefetch(batches[t + 1])                # overlaps what follows
             loss_fn(dense(out["watched"]), labels[t]).backward()
 
-    state_dict() holds "<table>.<variable>" (the table as "parameters", and its slots) as tensors
-    sharing memory with the engine (copies for tables split into shards, as
+    state_dict() holds "<table>.<variable>" (the table as "parameters", in its own type as
+    embedding_tables gives it, and its slots) as tensors sharing memory with the engine (copies for tables split into shards, as
     recemb.Embedding.embedding_tables), and "step"; load_state_dict() restores them. A dynamic
     table's entries are copies of read_dynamic_table: "<table>.keys" (int64 [n]),
     "<table>.parameters" ([n, dim]) and its slots, written back by write_dynamic_table. These are
     exactly the variables of a recemb checkpoint (save / restore): the checkpoint stores each
-    "<table>.<variable>" tensor as a raw float32 file and "step" in its manifest, so restore(save)
+    "<table>.<variable>" tensor as a raw file of its type (float32, or a 16-bit table's values)
+    and "step" in its manifest, so restore(save)
     and load_state_dict(state_dict()) leave the same state, and either can continue the other.
 
     copy.deepcopy(module) and torch.save(module) / torch.load keep the tables, slots, step,
@@ -204,6 +214,7 @@ class Embedding(torch.nn.Module):
         tables = ", ".join(
             f"{name!r}: ({table.vocabulary_size if table.vocabulary is None else 'dynamic'}, "
             f"{table.dim}"
+            f"{'' if table.dtype == 'float32' else ', ' + table.dtype}"
             f"{'' if table.optimizer is None else ', ' + _optimizer_repr(table.optimizer)})"
             for name, table in zip(layer.table_names, layer._resolved.tables))
         return (f"tables={{{tables}}}, features={layer.feature_names}, "
@@ -245,14 +256,28 @@ class Embedding(torch.nn.Module):
     def world_size(self) -> int:
         return self.layer.world_size
 
+    def _table_tensor(self, name: str) -> torch.Tensor:
+        """The static table `name` in its own type: float32, or a 16-bit table's rows as a
+        torch.bfloat16 / torch.float16 tensor, sharing the engine's memory where the layer
+        views it (else a copy, exact)."""
+        dtype = _TORCH_DTYPES.get(self.layer._resolved.tables[
+            self.layer._resolved.table_names.index(name)].dtype)
+        if dtype is None:
+            return torch.from_numpy(self.layer._variable(name, "parameters"))
+        rows = self.layer._half_rows(name)
+        if rows is not None:
+            return torch.from_numpy(rows.view(np.int16)).view(dtype)
+        return torch.from_numpy(self.layer._variable(name, "parameters")).to(dtype)
+
     @property
     def embedding_tables(self) -> dict[str, torch.Tensor]:
-        """{table name: float32 tensor [vocabulary_size, dim]} sharing memory with the engine
-        (copies for tables split into shards: see recemb.Embedding.embedding_tables); a
-        TableConfig works as a key too, and an unknown key's KeyError lists the tables."""
-        return _Tables({name: torch.from_numpy(table)
-                        for name, table in self.layer.embedding_tables.items()},
-                       self.layer._resolved)
+        """{table name: tensor [vocabulary_size, dim]} of the static tables, in the table's type
+        (float32; torch.bfloat16 or torch.float16 for a 16-bit table), sharing memory with the
+        engine (copies for tables split into shards: see recemb.Embedding.embedding_tables); a
+        TableConfig works as a key too, and an unknown key's KeyError lists the tables. Values
+        written into a 16-bit table's tensor are stored as they are (torch rounds to nearest)."""
+        return _Tables({name: self._table_tensor(name)
+                        for name in self.layer._static_table_names()}, self.layer._resolved)
 
     @property
     def slot_variables(self) -> dict[str, dict[str, torch.Tensor]]:
@@ -304,8 +329,10 @@ class Embedding(torch.nn.Module):
         return self.layer.publish(dir, dtype, _numpy_arrays(extra_arrays), metadata, **retention)
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
-        for key, values in _state.state_arrays(self.layer, prefix).items():
-            destination[key] = torch.from_numpy(values)
+        # Each table in its own type (a 16-bit table's bfloat16 or float16 tensor).
+        for key, values in _state.state_arrays(self.layer, prefix, self._table_tensor).items():
+            destination[key] = values if isinstance(values, torch.Tensor) else (
+                torch.from_numpy(values))
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):

@@ -55,6 +55,10 @@ _UNSUPPORTED_CONFIG_FIELDS = {
 
 _POOLING_COMBINERS = {torchrec.PoolingType.SUM: "sum", torchrec.PoolingType.MEAN: "mean"}
 
+# The table types recemb stores (TableConfig dtype; docs/semantics.md, "16-bit tables").
+_DATA_TYPES = {torchrec.DataType.FP32: "float32", torchrec.DataType.BF16: "bfloat16",
+               torchrec.DataType.FP16: "float16"}
+
 
 def _torch_adagrad(optimizer):
     """torch.optim.Adagrad (per-element a += g^2; w -= lr * g / (sqrt(a) + eps)) as recemb's
@@ -253,9 +257,12 @@ class _Collection(torch.nn.Module):
             if not config.name or config.name in names:
                 raise ValueError(f"{owner}: table names must be unique and non-empty")
             names.add(config.name)
-            if config.data_type != torchrec.DataType.FP32:
+            if config.data_type not in _DATA_TYPES:
                 raise ValueError(f"{owner}: data_type=DataType.{config.data_type.name}: "
-                                 "recemb's tables are float32 (DataType.FP32)")
+                                 "recemb's tables are DataType.FP32, BF16 or FP16")
+            if config.name in self._dynamic and config.data_type != torchrec.DataType.FP32:
+                raise ValueError(f"{owner}: data_type=DataType.{config.data_type.name}: a "
+                                 "dynamic table's rows are float32 (DataType.FP32)")
             refuse_settings(owner, {field: getattr(config, field, value)
                                      for field, value in _UNSUPPORTED_CONFIG_FIELDS.items()},
                              **_UNSUPPORTED_CONFIG_FIELDS)
@@ -299,7 +306,7 @@ class _Collection(torch.nn.Module):
                 vocabulary_size=None if vocabulary else config.num_embeddings,
                 dim=config.embedding_dim, initializer=None if vocabulary else "zeros",
                 optimizer=fused.get(config.name), combiner=self._combiner(config),
-                name=config.name, vocabulary=vocabulary)
+                name=config.name, vocabulary=vocabulary, dtype=_DATA_TYPES[config.data_type])
             for embedding_name in embedding_names:
                 features[embedding_name] = FeatureConfig(table, name=embedding_name)
         return _TorchEmbedding(features, self._optimizer, num_threads=self._num_threads,
@@ -467,7 +474,9 @@ class EmbeddingBagCollection(_Collection, EmbeddingBagCollectionInterface):
     (an EmbeddingBagCollectionInterface, as TorchRec's).
 
     tables: torchrec.EmbeddingBagConfigs (unique names; feature_names shared by several tables
-        give the keys "feature@table", as TorchRec). pooling SUM or MEAN; float32 (DataType.FP32);
+        give the keys "feature@table", as TorchRec). pooling SUM or MEAN; data_type FP32, or BF16 /
+        FP16 for a static table (its weight is then a torch.bfloat16 / float16 tensor over
+        recemb's 16-bit rows; the pooled values and their gradients stay float32);
         init_fn (default: uniform, TorchRec's weight_init_min / max) is applied to the table as
         TorchRec does. An empty feature_names becomes [name], as TorchRec sets it.
     is_weighted: the KJT's weights are per-sample weights (SUM pooling only, as TorchRec's

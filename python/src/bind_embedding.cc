@@ -172,7 +172,14 @@ void bind_embedding(py::module_& module) {
            py::arg("table"), py::arg("variable"), py::return_value_policy::reference_internal,
            "The variable's memory as a flat float32 array whose base is this Embedding. Writing "
            "through it is allowed while no other call runs; values written are not validated. "
-           "Raises FailedPrecondition unless has_whole_table(table).");
+           "Raises FailedPrecondition unless has_whole_table(table).")
+      .def("half_parameter_data",
+           py::overload_cast<std::string_view>(&Embedding::half_parameter_data), py::arg("table"),
+           py::return_value_policy::reference_internal,
+           "A 16-bit table's rows as it stores them: a flat uint16 array of bfloat16 or float16 "
+           "bit patterns (the table's dtype) whose base is this Embedding; as variable_data "
+           "otherwise. Raises FailedPrecondition unless has_whole_table(table) and the table is "
+           "16-bit.");
 }
 
 }  // namespace recemb::python

@@ -511,23 +511,54 @@ std::span<float> Embedding::variable_data(std::string_view table, std::string_vi
       ->span();
 }
 
-std::span<const float> Embedding::variable_data(std::string_view table,
-                                                std::string_view variable) const {
-  impl_->model.variable_width(table, variable);  // throws for unknown names
-  const TableState* state =
-      impl_->model.whole_state(impl_->model.static_table_index(table, "variable_data"));
+namespace {
+
+// The state of the static `table` (for `caller`'s errors) that this rank holds whole;
+// FailedPrecondition naming its placement otherwise.
+const TableState* held_whole(const internal::Model& model, std::string_view table,
+                             std::string_view caller) {
+  const TableState* state = model.whole_state(model.static_table_index(table, caller));
   if (state == nullptr) {
     throw FailedPrecondition(
         "table '" + std::string(table) + "' is not held whole by this rank (placement: " +
-        std::string(sharding_strategy_name(
-            impl_->model.placement.tables[impl_->model.table_index(table)].strategy)) +
+        std::string(
+            sharding_strategy_name(model.placement.tables[model.table_index(table)].strategy)) +
         "); read it with read_variable");
   }
+  return state;
+}
+
+}  // namespace
+
+std::span<uint16_t> Embedding::half_parameter_data(std::string_view table) {
+  impl_->execution.prefetcher.wait();
+  const std::span<const uint16_t> rows = std::as_const(*this).half_parameter_data(table);
+  // The caller may write the rows: the untracked door.
+  internal::Model& model = impl_->model;
+  model.whole_state(model.table_index(table))->untracked_storage();
+  return {const_cast<uint16_t*>(rows.data()), rows.size()};
+}
+
+std::span<const uint16_t> Embedding::half_parameter_data(std::string_view table) const {
+  const TableState* state = held_whole(impl_->model, table, "half_parameter_data");
+  if (state->table().dtype == DType::kFloat32) {
+    throw FailedPrecondition("table '" + std::string(table) +
+                             "' stores its rows as float32: use variable_data");
+  }
+  const std::span<const std::byte> bytes = state->storage().parameter_bytes();
+  return {reinterpret_cast<const uint16_t*>(bytes.data()), bytes.size() / sizeof(uint16_t)};
+}
+
+std::span<const float> Embedding::variable_data(std::string_view table,
+                                                std::string_view variable) const {
+  impl_->model.variable_width(table, variable);  // throws for unknown names
+  const TableState* state = held_whole(impl_->model, table, "variable_data");
   const internal::FloatBuffer* buffer = state->storage().variable(variable);
   if (buffer == nullptr) {
     throw FailedPrecondition("table '" + std::string(table) + "' stores its rows as " +
                              std::string(dtype_name(state->table().dtype)) +
-                             ", not float32: read them with read_variable, which converts");
+                             ", not float32: read them with read_variable, which converts, "
+                             "or as they are with half_parameter_data");
   }
   return buffer->span();
 }

@@ -11,6 +11,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "recemb/checkpoint.h"
@@ -265,6 +266,33 @@ TEST_P(EmbeddingHalf, VariableDataOfTheRowsRefersToReadVariable) {
     EXPECT_THAT(error.what(), HasSubstr("stores its rows as " + std::string(dtype_name(dtype))));
     EXPECT_THAT(error.what(), HasSubstr("read_variable"));
   }
+}
+
+// half_parameter_data: the table's 16-bit values themselves (decoding them gives read_variable's
+// values; a value written there is what lookups read); refused for a float32 table and for one
+// split into shards.
+TEST_P(EmbeddingHalf, HalfParameterDataIsTheRowsThemselves) {
+  const DType dtype = GetParam();
+  Embedding layer = make_layer(dtype, Sgd{}, 1);
+  const std::span<uint16_t> rows = layer.half_parameter_data("t");
+  ASSERT_EQ(rows.size(), static_cast<size_t>(kRows * kDim));
+  EXPECT_EQ(std::as_const(layer).half_parameter_data("t").data(), rows.data());
+  std::vector<float> decoded(rows.size());
+  internal::decode_half_values(dtype, rows.data(), std::ssize(rows), decoded.data());
+  EXPECT_EQ(decoded, read_parameters(layer));
+  rows[3 * kDim + 2] = dtype == DType::kBFloat16 ? 0x4040 : 0x4200;  // 3.0 in either type
+  EXPECT_EQ(read_parameters(layer)[3 * kDim + 2], 3.0f);
+
+  Embedding full = make_layer(DType::kFloat32, Sgd{}, 1);
+  EXPECT_THAT([&] { full.half_parameter_data("t"); },
+              ::testing::ThrowsMessage<FailedPrecondition>(
+                  HasSubstr("stores its rows as float32: use variable_data")));
+  Embedding sharded = make_layer(
+      dtype, Sgd{}, 1, PlacementOptions{.num_shards = 2, .strategy = ShardingStrategy::kRowWise});
+  EXPECT_THAT([&] { sharded.half_parameter_data("t"); },
+              ::testing::ThrowsMessage<FailedPrecondition>(HasSubstr("not held whole")));
+  EXPECT_THAT([&] { layer.half_parameter_data("u"); },
+              ::testing::Throws<InvalidArgument>());
 }
 
 TEST_P(EmbeddingHalf, WriteVariableRoundsToNearestAndRefusesWhatTheTypeCannotHold) {

@@ -103,3 +103,57 @@ def test_checkpoints_round_trip_and_another_dtype_needs_convert_dtype(dtype, tmp
         full.restore(tmp_path)
     full.restore(tmp_path, convert_dtype=True)
     np.testing.assert_array_equal(full.embedding_tables["t"], layer.embedding_tables["t"])
+
+
+def torch_module(dtype, values, placement=None):
+    torch = pytest.importorskip("torch")
+    import recemb.torch
+    table = recemb.TableConfig(ROWS, DIM, initializer=values, combiner="sum", name="t",
+                               dtype=dtype)
+    return torch, recemb.torch.Embedding({"f": recemb.FeatureConfig(table)},
+                                         recemb.optimizers.SGD(learning_rate=0.1), seed=3,
+                                         num_threads=1, placement=placement)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_torch_module_holds_a_16_bit_table_in_its_own_type(dtype):
+    """recemb.torch: the table and its state_dict entry are torch.bfloat16 / float16 tensors over
+    the engine's 16-bit rows (torch's own conversion of them gives the float32 values); a float32
+    state dict loads rounded to nearest as torch rounds; training matches recemb.Embedding fed
+    the same gradients, bit for bit; a sharded table is a copy of the same type."""
+    rng = np.random.default_rng(5)
+    values = rng.normal(size=(ROWS, DIM)).astype(np.float32)
+    torch, module = torch_module(dtype, values)
+    torch_dtype = getattr(torch, dtype)
+    table = module.embedding_tables["t"]
+    assert table.dtype == torch_dtype and tuple(table.shape) == (ROWS, DIM)
+    np.testing.assert_array_equal(table.float().numpy(), to_16_bits(dtype, values))
+    state = module.state_dict()
+    assert state["t.parameters"].dtype == torch_dtype
+    assert f"(40, 8, {dtype})" in repr(module)
+    table[2, 3] = 1.5  # the engine's rows themselves
+    np.testing.assert_array_equal(module.layer.embedding_tables["t"][2, 3], 1.5)
+
+    # A float32 state dict: each value rounded to nearest, as torch's .to(dtype) rounds.
+    new_values = torch.from_numpy(rng.normal(size=(ROWS, DIM)).astype(np.float32))
+    _, other = torch_module(dtype, values)
+    other.load_state_dict({"t.parameters": new_values, "step": torch.tensor(7)}, strict=False)
+    assert torch.equal(other.embedding_tables["t"], new_values.to(torch_dtype))
+    assert other.step == 7
+    other.load_state_dict(module.state_dict())  # the 16-bit tensors as they are
+    assert torch.equal(other.embedding_tables["t"], module.embedding_tables["t"])
+
+    # Training through the module is the engine's training: the same as recemb.Embedding.
+    ids = rng.integers(0, ROWS, size=(12, 3))
+    gradient = rng.normal(size=(12, DIM)).astype(np.float32)
+    layer = make_layer(dtype, initializer=module.layer.embedding_tables["t"])
+    (module({"f": torch.from_numpy(ids)})["f"] * torch.from_numpy(gradient)).sum().backward()
+    layer({"f": ids})
+    layer.apply_gradients({"f": gradient})
+    np.testing.assert_array_equal(module.embedding_tables["t"].float().numpy(),
+                                  layer.embedding_tables["t"])
+
+    _, sharded = torch_module(dtype, values, recemb.Placement(num_shards=2, strategy="row_wise"))
+    copy = sharded.embedding_tables["t"]
+    assert copy.dtype == torch_dtype
+    np.testing.assert_array_equal(copy.float().numpy(), to_16_bits(dtype, values))

@@ -354,8 +354,8 @@ def test_training_without_an_optimizer_is_refused():
 @pytest.mark.parametrize("change, message", [
     ({"pooling": PoolingType.NONE}, r"pooling=PoolingType.NONE: recemb pools with "
                                     r"PoolingType.SUM or PoolingType.MEAN"),
-    ({"data_type": torchrec.DataType.FP16}, r"data_type=DataType.FP16: recemb's tables are "
-                                            r"float32"),
+    ({"data_type": torchrec.DataType.INT8}, r"data_type=DataType.INT8: recemb's tables are "
+                                            r"DataType.FP32, BF16 or FP16"),
     ({"need_pos": True}, r"recemb cannot honour need_pos=True"),
     ({"feature_names": ["x", "x"]}, r"feature_names \['x', 'x'\] repeat a name"),
 ])
@@ -366,6 +366,55 @@ def test_configs_recemb_cannot_honour_are_refused(change, message):
         setattr(config, field, value)
     with pytest.raises(ValueError, match=message):
         recemb.torchrec.EmbeddingBagCollection(tables=[config])
+
+
+@pytest.mark.parametrize("data_type", [torchrec.DataType.BF16, torchrec.DataType.FP16])
+def test_16_bit_tables_hold_torchrecs_weights_and_pool_them_in_float32(data_type):
+    """A BF16 / FP16 table: its weight is a tensor of that type over recemb's 16-bit rows
+    (TorchRec's unsharded CPU module holds every 16-bit type as float16: state dicts load both
+    ways, rounded to nearest as torch converts); the pooled values are float32 sums of those
+    weights (TorchRec's own, pooled in float16, within its rounding); training rounds the rows
+    back into the 16-bit type."""
+    tables = [EmbeddingBagConfig(name="t", embedding_dim=6, num_embeddings=13,
+                                 feature_names=["a"], pooling=PoolingType.SUM,
+                                 data_type=data_type)]
+    reference, ours = same_weights(tables, optimizer=recemb.optimizers.SGD(learning_rate=0.5))
+    torch_dtype = torch.bfloat16 if data_type == torchrec.DataType.BF16 else torch.float16
+    weight = ours.embedding_bags["t"].weight
+    reference_weight = reference.embedding_bags["t"].weight
+    assert weight.dtype == torch_dtype and reference_weight.dtype == torch.float16
+    assert torch.equal(weight, reference_weight.detach().to(torch_dtype))
+    assert ours.state_dict()["embedding_bags.t.weight"].dtype == torch_dtype
+    reference.load_state_dict(ours.state_dict())  # and back
+    assert torch.equal(reference_weight.detach(), weight.detach().to(torch.float16))
+
+    rng = np.random.default_rng(23)
+    kjt = random_kjt(rng, ["a"], 13)
+    rows = weight.detach().double().numpy()
+    lengths, values = kjt.lengths().numpy(), kjt.values().numpy()
+    expected = np.zeros((BATCH, 6))
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    for example in range(BATCH):
+        expected[example] = rows[values[offsets[example]:offsets[example + 1]]].sum(axis=0)
+    ours.eval()
+    actual = ours(kjt).values()
+    assert actual.dtype == torch.float32
+    np.testing.assert_allclose(actual.numpy(), expected, rtol=1e-6, atol=1e-7)
+    torchrec_pooled = reference(kjt).values().detach().float().numpy()
+    tolerance = 2.0 ** (-8 if data_type == torchrec.DataType.BF16 else -11)
+    np.testing.assert_allclose(torchrec_pooled, expected, rtol=2 * tolerance,
+                               atol=2 * tolerance * np.abs(rows).max())
+
+    ours.train()
+    before = weight.detach().clone()
+    ours(kjt).values().sum().backward()
+    changed = (weight != before).any(dim=1)
+    assert changed[np.unique(values)].all() and weight.dtype == torch_dtype
+    # Each touched row moved by about -0.5 * its number of occurrences, within the type's grid.
+    counts = np.bincount(values, minlength=13)
+    step = (weight.detach().double() - before.double()).numpy()
+    np.testing.assert_allclose(step, -0.5 * counts[:, None] * np.ones((1, 6)),
+                               atol=2 * tolerance * (np.abs(rows).max() + 0.5 * counts.max()))
 
 
 def test_weighted_mean_and_bad_dynamic_configs_are_refused():
