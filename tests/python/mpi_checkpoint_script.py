@@ -2,6 +2,8 @@
 the sharded problem row-wise on every rank, saves collectively into argv[1], restores into a
 fresh column-wise layer (other initial values) and checks that the tables, slots and step are
 bit for bit those saved, and that one process loads the same checkpoint with the same values.
+Two of the tables are 16-bit (float16, bfloat16): their rows are saved as they are by the ranks
+holding them and read back into the other placement.
 Prints "rank R of W: ok", or the mismatches and exits 1."""
 
 import sys
@@ -33,7 +35,7 @@ def differences(a, b):
 
 def main():
     root = sys.argv[1]
-    features, optimizer = problem.make_features()
+    features, optimizer = problem.make_features(sixteen_bit=True)
     layer = recemb.Embedding(features, optimizer, seed=SEED, num_threads=1,
                              placement=problem.placement("row_wise", 4), communicator="mpi")
     rank, world_size = layer.rank, layer.world_size

@@ -19,16 +19,19 @@ STRATEGIES = ["auto", "table_wise", "row_wise", "column_wise", "replicated"]
 COLUMN_WISE_OVERRIDES = {"item": "row_wise"}
 
 
-def make_features():
+def make_features(sixteen_bit=False):
     """(feature config, global optimizer). "user" has fewer columns (3) than some shard counts and
-    few rows (7), so that column-wise and row-wise plans leave shards out."""
+    few rows (7), so that column-wise and row-wise plans leave shards out. sixteen_bit: "query" is
+    float16 and "item" bfloat16 (docs/semantics.md, "16-bit tables")."""
     video = recemb.TableConfig(50, 8, name="video", combiner="mean")  # the global Adagrad
     user = recemb.TableConfig(7, 3, name="user", combiner="sum",
                               optimizer=recemb.optimizers.Adam(learning_rate=0.05))
     query = recemb.TableConfig(30, 5, name="query", combiner="sqrtn",
-                               optimizer=recemb.optimizers.FTRL(learning_rate=0.2))
+                               optimizer=recemb.optimizers.FTRL(learning_rate=0.2),
+                               dtype="float16" if sixteen_bit else "float32")
     item = recemb.TableConfig(20, 4, name="item", combiner="sum",
-                              optimizer=recemb.optimizers.RowWiseAdagrad(learning_rate=0.1))
+                              optimizer=recemb.optimizers.RowWiseAdagrad(learning_rate=0.1),
+                              dtype="bfloat16" if sixteen_bit else "float32")
     features = {
         "watched": recemb.FeatureConfig(video),
         "liked": recemb.FeatureConfig(video),
