@@ -130,7 +130,8 @@ class TableConfig:
     vocabulary: None (a static table of vocabulary_size rows) or a DynamicVocabulary (a dynamic
         table; vocabulary_size must then be None).
     dtype: the rows' type: "float32" (default), "bfloat16" or "float16", half the memory
-        (static tables only; docs/semantics.md, "16-bit tables"). Lookups and updates compute in
+        (docs/semantics.md, "16-bit tables"; a dynamic float16 table needs an initializer within
+        float16's range for any key). Lookups and updates compute in
         float32; reading a table gives float32 copies.
     rounding: how updates round a 16-bit table's rows: "stochastic" (default; unbiased, the same
         for any thread count and placement) or "nearest".
@@ -189,9 +190,6 @@ class TableConfig:
             _parse_name(_recemb.parse_rounding, "rounding", rounding)
         except ValueError as error:
             raise ValueError(f"{owner}: {error}") from None
-        if vocabulary is not None and dtype != "float32":
-            raise ValueError(f"{owner}: dtype={dtype!r} is for static tables only; a dynamic "
-                             "table's rows are float32")
         self.dtype = dtype
         self.rounding = rounding
         self.initializer = initializer

@@ -260,9 +260,6 @@ class _Collection(torch.nn.Module):
             if config.data_type not in _DATA_TYPES:
                 raise ValueError(f"{owner}: data_type=DataType.{config.data_type.name}: "
                                  "recemb's tables are DataType.FP32, BF16 or FP16")
-            if config.name in self._dynamic and config.data_type != torchrec.DataType.FP32:
-                raise ValueError(f"{owner}: data_type=DataType.{config.data_type.name}: a "
-                                 "dynamic table's rows are float32 (DataType.FP32)")
             refuse_settings(owner, {field: getattr(config, field, value)
                                      for field, value in _UNSUPPORTED_CONFIG_FIELDS.items()},
                              **_UNSUPPORTED_CONFIG_FIELDS)
@@ -475,8 +472,8 @@ class EmbeddingBagCollection(_Collection, EmbeddingBagCollectionInterface):
 
     tables: torchrec.EmbeddingBagConfigs (unique names; feature_names shared by several tables
         give the keys "feature@table", as TorchRec). pooling SUM or MEAN; data_type FP32, or BF16 /
-        FP16 for a static table (its weight is then a torch.bfloat16 / float16 tensor over
-        recemb's 16-bit rows; the pooled values and their gradients stay float32);
+        FP16 (a static table's weight is then a torch.bfloat16 / float16 tensor over recemb's
+        16-bit rows; the pooled values and their gradients stay float32);
         init_fn (default: uniform, TorchRec's weight_init_min / max) is applied to the table as
         TorchRec does. An empty feature_names becomes [name], as TorchRec sets it.
     is_weighted: the KJT's weights are per-sample weights (SUM pooling only, as TorchRec's

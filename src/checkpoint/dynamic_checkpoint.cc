@@ -13,6 +13,7 @@
 
 #include "checkpoint/data_file.h"
 #include "checkpoint/layout.h"
+#include "checkpoint/part_io.h"
 #include "placement/partition.h"
 #include "storage/key_index.h"
 #include "support/file_io.h"
@@ -170,34 +171,33 @@ void write_dynamic_part(const fs::path& directory, const TableEntry& table,
     const PartVariable<const float>& variable = local.variables[v];
     const std::unique_ptr<support::WritableFile> file = support::file_system().open_for_writing(
         directory / table.variable(variable.name).data.file);
+    const int64_t value_bytes = dtype_bytes(variable.dtype);
     const auto row_offset = [&](int64_t i) {
-      return static_cast<uint64_t>((key_offset + i) * variable.width + variable.first_column) *
-             sizeof(float);
+      return static_cast<uint64_t>(((key_offset + i) * variable.width + variable.first_column) *
+                                   value_bytes);
     };
-    const auto columns = static_cast<size_t>(variable.columns);
+    const auto row_bytes = static_cast<size_t>(variable.columns * value_bytes);
     const auto row_of = [&](int64_t i) {
-      return variable.floats().subspan(
-          static_cast<size_t>(std::get<2>(ordered[static_cast<size_t>(i)])) * columns, columns);
+      return variable.bytes.subspan(
+          static_cast<size_t>(std::get<2>(ordered[static_cast<size_t>(i)])) * row_bytes,
+          row_bytes);
     };
     if (variable.columns == variable.width) {
       // Whole rows: gathered into chunks of consecutive file rows.
-      const int64_t chunk_rows =
-          std::max<int64_t>(1, kChunkBytes / (variable.width * int64_t{sizeof(float)}));
-      std::vector<float> chunk;
+      const int64_t chunk_rows = std::max<int64_t>(1, kChunkBytes / (variable.width * value_bytes));
+      std::vector<std::byte> chunk;
       for (int64_t begin = 0; begin < num_keys; begin += chunk_rows) {
         const int64_t end = std::min(num_keys, begin + chunk_rows);
         chunk.clear();
         for (int64_t i = begin; i < end; ++i) {
-          const std::span<const float> row = row_of(i);
+          const std::span<const std::byte> row = row_of(i);
           chunk.insert(chunk.end(), row.begin(), row.end());
         }
-        file->write_at(row_offset(begin), std::as_bytes(std::span(chunk)));
+        file->write_at(row_offset(begin), chunk);
       }
     } else {
       // A column range: one write per row, as for a static table's column-wise part.
-      for (int64_t i = 0; i < num_keys; ++i) {
-        file->write_at(row_offset(i), std::as_bytes(row_of(i)));
-      }
+      for (int64_t i = 0; i < num_keys; ++i) file->write_at(row_offset(i), row_of(i));
     }
     file->sync();
     file->close();
@@ -261,18 +261,28 @@ void load_dynamic_part(const fs::path& directory, const TableEntry& table,
   for (const PartVariable<float>& variable : local.variables) {
     const support::InputFile file =
         support::InputFile::open(directory / table.variable(variable.name).data.file);
+    // The file's type: the saved table's dtype for its parameters (another than the part's only
+    // with RestoreOptions::convert_dtype, converted to nearest), float32 for slots.
+    const DType file_dtype =
+        variable.name == "parameters" ? table.config.dtype : DType::kFloat32;
+    const int64_t file_value_bytes = dtype_bytes(file_dtype);
+    const int64_t row_bytes = variable.columns * dtype_bytes(variable.dtype);
     const int64_t chunk_rows =
-        std::max<int64_t>(1, kChunkBytes / (variable.width * int64_t{sizeof(float)}));
-    std::vector<float> chunk;
+        std::max<int64_t>(1, kChunkBytes / (variable.width * file_value_bytes));
+    std::vector<std::byte> chunk;
+    std::vector<float> scratch(static_cast<size_t>(variable.columns));
     for (int64_t begin = 0; begin < num_keys; begin += chunk_rows) {
       const int64_t end = std::min(num_keys, begin + chunk_rows);
-      chunk.resize(static_cast<size_t>((end - begin) * variable.width));
-      file.read_at(static_cast<uint64_t>((keys.first + begin) * variable.width) * sizeof(float),
-                   std::as_writable_bytes(std::span(chunk)));
+      chunk.resize(static_cast<size_t>((end - begin) * variable.width * file_value_bytes));
+      file.read_at(static_cast<uint64_t>((keys.first + begin) * variable.width * file_value_bytes),
+                   chunk);
       for (int64_t i = begin; i < end; ++i) {
-        std::copy_n(chunk.begin() + (i - begin) * variable.width + variable.first_column,
-                    variable.columns,
-                    variable.floats().begin() + slots[static_cast<size_t>(i)] * variable.columns);
+        convert_values(file_dtype,
+                       chunk.data() + ((i - begin) * variable.width + variable.first_column) *
+                                          file_value_bytes,
+                       variable.dtype,
+                       variable.bytes.data() + slots[static_cast<size_t>(i)] * row_bytes,
+                       variable.columns, scratch.data());
       }
     }
   }

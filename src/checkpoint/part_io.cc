@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -75,36 +76,50 @@ void read_part_rows(const support::InputFile& file, const TablePart& part,
   });
 }
 
+void convert_values(DType from, const std::byte* in, DType to, std::byte* out, int64_t n,
+                    float* scratch) {
+  if (from == to) {
+    std::memcpy(out, in, static_cast<size_t>(n * dtype_bytes(from)));
+    return;
+  }
+  const auto count = static_cast<size_t>(n);
+  if (from == DType::kFloat32) {
+    std::memcpy(scratch, in, count * sizeof(float));
+  } else {
+    for (size_t i = 0; i < count; ++i) {
+      uint16_t bits = 0;
+      std::memcpy(&bits, in + i * sizeof(bits), sizeof(bits));
+      scratch[i] = from == DType::kBFloat16 ? bfloat16_to_float(bits) : float16_to_float(bits);
+    }
+  }
+  if (to == DType::kFloat32) {
+    std::memcpy(out, scratch, count * sizeof(float));
+  } else {
+    for (size_t i = 0; i < count; ++i) {
+      const uint16_t bits =
+          to == DType::kBFloat16 ? float_to_bfloat16(scratch[i]) : float_to_float16(scratch[i]);
+      std::memcpy(out + i * sizeof(bits), &bits, sizeof(bits));
+    }
+  }
+}
+
 void read_converted_part_rows(const support::InputFile& file, const TablePart& part,
                               const PartVariable<float>& variable, DType file_dtype,
                               int64_t num_rows) {
   RECEMB_CHECK(file_dtype != variable.dtype);
   const auto columns = static_cast<size_t>(variable.columns);
-  const size_t values = static_cast<size_t>(part.rows) * columns;
-  // The part's rows as the file holds them, in memory of their own type.
-  std::vector<float> file_floats(file_dtype == DType::kFloat32 ? values : 0);
-  std::vector<uint16_t> file_halves(file_dtype == DType::kFloat32 ? 0 : values);
+  const int64_t file_row_bytes = variable.columns * dtype_bytes(file_dtype);
+  const int64_t row_bytes = variable.columns * dtype_bytes(variable.dtype);
+  // The part's rows as the file holds them.
+  std::vector<std::byte> as_saved_bytes(static_cast<size_t>(part.rows * file_row_bytes));
   PartVariable<float> as_saved = variable;
   as_saved.dtype = file_dtype;
-  as_saved.bytes = file_dtype == DType::kFloat32 ? std::as_writable_bytes(std::span(file_floats))
-                                                 : std::as_writable_bytes(std::span(file_halves));
+  as_saved.bytes = as_saved_bytes;
   read_part_rows(file, part, as_saved, num_rows);
-
-  std::vector<float> row(columns);
+  std::vector<float> scratch(columns);
   for (int64_t local = 0; local < part.rows && part.global_row(local) < num_rows; ++local) {
-    const size_t first = static_cast<size_t>(local) * columns;
-    if (file_dtype == DType::kFloat32) {
-      std::copy_n(file_floats.begin() + static_cast<std::ptrdiff_t>(first), columns, row.begin());
-    } else {
-      decode_half_values(file_dtype, file_halves.data() + first, variable.columns, row.data());
-    }
-    if (variable.dtype == DType::kFloat32) {
-      std::copy(row.begin(), row.end(),
-                variable.floats().begin() + static_cast<std::ptrdiff_t>(first));
-    } else {
-      encode_half_values_nearest(variable.dtype, row.data(), variable.columns,
-                                 reinterpret_cast<uint16_t*>(variable.bytes.data()) + first);
-    }
+    convert_values(file_dtype, as_saved_bytes.data() + local * file_row_bytes, variable.dtype,
+                   variable.bytes.data() + local * row_bytes, variable.columns, scratch.data());
   }
 }
 

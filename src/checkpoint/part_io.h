@@ -38,6 +38,13 @@ void write_part_rows(const std::filesystem::path& path, const TablePart& part,
 void read_part_rows(const support::InputFile& file, const TablePart& part,
                     const PartVariable<float>& variable, int64_t num_rows);
 
+// out = the n values `in` of type `from` as type `to`: their bytes when the types are the same,
+// else each exactly as float32 (through `scratch`, n floats), then rounded to nearest (ties to
+// even) in `to` (float16: values of magnitude 65520 or more become infinities). The bytes are
+// little-endian values (checkpoint data, docs/formats.md), aligned or not.
+void convert_values(DType from, const std::byte* in, DType to, std::byte* out, int64_t n,
+                    float* scratch);
+
 // As read_part_rows, from a file whose values are of `file_dtype`, another type than
 // variable.dtype: each value converted exactly to float32, then rounded to nearest (ties to even)
 // in variable.dtype (checkpoint conversion: docs/semantics.md, "16-bit tables"). Float16 holds

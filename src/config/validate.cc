@@ -9,6 +9,8 @@
 
 #include "recemb/error.h"
 
+#include "kernels/half_precision.h"
+
 namespace recemb {
 
 void validate_dynamic_vocabulary(const DynamicVocabulary& vocabulary, std::string_view owner) {
@@ -115,9 +117,21 @@ void validate_table(const TableConfig& table) {
   }
   dtype_name(table.dtype);        // throws for a non-enumerator
   rounding_name(table.rounding);  // likewise
-  if (table.dtype != DType::kFloat32 && table.dynamic_vocabulary) {
-    throw InvalidArgument(owner + ": dtype '" + std::string(dtype_name(table.dtype)) +
-                          "' is for static tables only; a dynamic table's rows are float32");
+  if (table.dtype == DType::kFloat16 && table.dynamic_vocabulary) {
+    // A dynamic table initialises a key's row when the key is admitted, inside a lookup (which
+    // does not fail then): its initializer must stay within float16's range for any key.
+    const auto* normal = std::get_if<TruncatedNormal>(&table.initializer);
+    const auto* constant = std::get_if<Constant>(&table.initializer);
+    const bool fits =
+        (normal != nullptr &&
+         internal::fits_float16(std::fabs(normal->mean) + 2.0f * std::fabs(normal->stddev))) ||
+        (constant != nullptr && internal::fits_float16(constant->value));
+    if (!fits) {
+      throw InvalidArgument(owner +
+                            ": a dynamic float16 table needs an initializer whose values stay "
+                            "below 65520 in magnitude for any key: TruncatedNormal with |mean| + "
+                            "2 stddev below it, or such a Constant");
+    }
   }
   if (table.optimizer) validate_optimizer(*table.optimizer, owner);
 }

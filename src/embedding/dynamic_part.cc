@@ -25,9 +25,12 @@ EvictionOrder eviction_order(WhenFull when_full) {
                                                     : EvictionOrder::kLeastRecent;
 }
 
-KeyIndex make_index(const std::string& table_name, int64_t capacity) {
+// A 16-bit table's index keeps each slot's key for the rounding of updated rows (keyed by key:
+// docs/semantics.md, "16-bit tables").
+KeyIndex make_index(const TableConfig& table, int64_t capacity) {
+  const std::string& table_name = table.name;
   try {
-    return KeyIndex(capacity);
+    return KeyIndex(capacity, /*keys_by_slot=*/table.dtype != DType::kFloat32);
   } catch (const std::bad_alloc&) {
     throw ResourceExhausted("table '" + table_name + "': cannot allocate the index of " +
                             std::to_string(capacity) +
@@ -45,7 +48,7 @@ DynamicPart::DynamicPart(const TableConfig& table, const TablePart& part, uint64
       columns_(part.num_columns),
       table_seed_(table_seed),
       zero_row_(part.rows),
-      index_(make_index(table.name, part.rows)),
+      index_(make_index(table, part.rows)),
       // Exact counts for as many keys as the part holds (at least 2^16): beyond that a sketch,
       // which may admit early, never late (docs/semantics.md).
       pending_(std::max<int64_t>(part.rows, int64_t{1} << 16)) {}
@@ -212,8 +215,12 @@ int64_t DynamicPart::expire(int64_t completed_step, int64_t pinned_from, ChangeL
 
 void DynamicPart::initialize_admitted(TableStorage& storage, ChangeLog& changes, int part,
                                       int parts) const {
+  const int64_t value_bytes = dtype_bytes(storage.dtype());
+  const std::byte* rows = storage.parameter_bytes().data();
   const auto prefetch = [&](int64_t slot) {
-    prefetch_row_for_write(storage.row(slot), columns_);
+    for (int64_t byte = 0; byte < columns_ * value_bytes; byte += 64) {
+      prefetch_line_for_write(rows + slot * columns_ * value_bytes + byte);
+    }
     for (size_t s = 0; s < storage.slot_specs().size(); ++s) {
       const int64_t width = storage.slot_specs()[s].width;
       prefetch_row_for_write(storage.slot_bases()[s] + slot * width, width);
@@ -225,7 +232,7 @@ void DynamicPart::initialize_admitted(TableStorage& storage, ChangeLog& changes,
     if (i + kRowsAhead * parts < n) prefetch(admitted_rows_[i + kRowsAhead * parts].slot);
     const auto [key, slot] = admitted_rows_[i];
     initialize_rows(table_.initializer, table_seed_, key, 1, table_.dim, initial_row);
-    std::copy_n(initial_row.begin() + first_column_, columns_, storage.row(slot));
+    storage.write_rows(slot, 1, initial_row.data() + first_column_);  // 16 bits: to nearest
     storage.initialize_slots(slot, 1);
     changes.mark(slot);
   }
@@ -253,7 +260,8 @@ void DynamicPart::restore(std::span<const int64_t> keys, std::span<const int64_t
 }
 
 void DynamicPart::reset_zero_row(TableStorage& storage) const {
-  std::fill_n(storage.row(zero_row_), columns_, 0.0f);
+  const std::vector<float> zeros(static_cast<size_t>(columns_), 0.0f);
+  storage.write_rows(zero_row_, 1, zeros.data());
 }
 
 void PendingLookups::add(int64_t step) {

@@ -82,8 +82,11 @@ void serialize(const TableState& state, bool with_contents, std::vector<std::byt
     const int64_t key = index.key_of(slot);
     append(out, &key, 1);
   }
-  for (const int64_t slot : slots)
-    append(out, storage.row(slot), static_cast<size_t>(state.columns()));
+  std::vector<float> row(static_cast<size_t>(state.columns()));  // a 16-bit row, decoded
+  for (const int64_t slot : slots) {
+    storage.read_rows(slot, 1, row.data());
+    append(out, row.data(), row.size());
+  }
   for (size_t v = 0; v < storage.slot_specs().size(); ++v) {
     const int64_t width = storage.slot_specs()[v].width;
     append(out, &width, 1);
@@ -315,8 +318,8 @@ void Embedding::write_dynamic_table(std::string_view table, const DynamicTableCo
     for (size_t k = 0; k < keys.size(); ++k) {
       const int64_t i = indices[k];
       const int64_t slot = slots[k];
-      std::copy_n(contents.parameters.data() + i * dim + part.first_column, state.columns(),
-                  storage.row(slot));
+      // (A 16-bit table's rounded to nearest.)
+      storage.write_rows(slot, 1, contents.parameters.data() + i * dim + part.first_column);
       for (size_t v = 1; v < names.size(); ++v) {
         const int64_t width = storage.variable_width(names[v]);
         const int64_t whole_width = model.variable_width(table, names[v]);

@@ -171,6 +171,7 @@ RowVariables TableState::variables(int64_t step) {
     // Local row r is the table's row r * row_stride + shard (placement/partition.h).
     variables.row_stride = part_.strategy == ShardingStrategy::kRowWise ? part_.row_stride : 1;
     variables.row_offset = part_.strategy == ShardingStrategy::kRowWise ? part_.shard : 0;
+    if (dynamic_ != nullptr) variables.row_keys = dynamic_->index().keys_by_slot();
     variables.first_column = part_.first_column;
   }
   const auto& specs = storage_.slot_specs();

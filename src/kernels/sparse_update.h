@@ -45,13 +45,15 @@ struct RowVariables {
   // thread's scratch, updated there in float32, and rounded back as `rounding` says
   // (kernels/half_precision.h), stochastic rounding with the bits of
   // rounding_row_stream(step_stream, row * row_stride + row_offset) for the columns
-  // first_column + d: the table's global row and column, so any placement rounds alike.
+  // first_column + d: the table's global row and column, so any placement rounds alike. A
+  // dynamic table's local rows are slots: its rows are keyed by key, row_keys[row], instead.
   uint16_t* halves = nullptr;
   DType dtype = DType::kFloat32;
   Rounding rounding = Rounding::kStochastic;
   uint64_t step_stream = 0;  // rounding_step_stream(table seed, step)
   int64_t row_stride = 1;
   int64_t row_offset = 0;
+  const int64_t* row_keys = nullptr;  // a dynamic table's: the key of each slot
   int64_t first_column = 0;
 };
 
@@ -130,7 +132,8 @@ void with_float_row(const RowVariables& v, int64_t dim, int64_t row, UpdateScrat
   if (v.rounding == Rounding::kNearest) {
     encode_half_values_nearest(v.dtype, scratch.row, dim, stored);
   } else {
-    const uint64_t stream = rounding_row_stream(v.step_stream, row * v.row_stride + v.row_offset);
+    const int64_t id = v.row_keys != nullptr ? v.row_keys[row] : row * v.row_stride + v.row_offset;
+    const uint64_t stream = rounding_row_stream(v.step_stream, id);
     encode_half_values_stochastic(v.dtype, scratch.row, dim, stream, v.first_column, stored);
   }
 }

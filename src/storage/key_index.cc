@@ -31,7 +31,7 @@ void advise_huge_pages(const std::vector<T>& vector) {
 
 }  // namespace
 
-KeyIndex::KeyIndex(int64_t capacity) : capacity_(capacity) {
+KeyIndex::KeyIndex(int64_t capacity, bool keys_by_slot) : capacity_(capacity) {
   RECEMB_CHECK(capacity >= 1);
   if (capacity > kMaxCapacity) {
     throw InvalidArgument("capacity " + std::to_string(capacity) +
@@ -49,8 +49,11 @@ KeyIndex::KeyIndex(int64_t capacity) : capacity_(capacity) {
     advise_huge_pages(slots_);
     buckets_.resize(static_cast<size_t>(buckets));
     slots_.assign(static_cast<size_t>(capacity), Slot{kAbsent, 0, kFreeSlot, 0});
+    if (keys_by_slot) keys_by_slot_.assign(static_cast<size_t>(capacity), 0);
   } catch (const std::bad_alloc&) {
-    const int64_t bytes = buckets * int64_t{sizeof(Bucket)} + capacity * int64_t{sizeof(Slot)};
+    const int64_t bytes =
+        buckets * int64_t{sizeof(Bucket)} +
+        capacity * (int64_t{sizeof(Slot)} + (keys_by_slot ? int64_t{sizeof(int64_t)} : 0));
     throw ResourceExhausted("cannot allocate " + std::to_string(bytes) +
                             " bytes for the key index of " + std::to_string(capacity) +
                             " keys: out of memory; lower capacity or shard the table over more "
@@ -161,6 +164,7 @@ int64_t KeyIndex::insert(int64_t key, int64_t step, int64_t count) {
   }
   buckets_[b].keys[entry] = key;
   buckets_[b].slots[entry] = static_cast<uint32_t>(slot);
+  if (!keys_by_slot_.empty()) keys_by_slot_[static_cast<size_t>(slot)] = key;
   Slot& metadata = slots_[slot];
   metadata.last_seen = step;
   metadata.count = count;
@@ -469,8 +473,8 @@ int64_t KeyIndex::memory_bytes() const {
   constexpr int64_t kMapNodeBytes = sizeof(int64_t) + sizeof(std::vector<RecencyEntry>) + 32;
   int64_t recency_bytes = 0;
   for (const auto& [step, entries] : recency_) recency_bytes += kMapNodeBytes + bytes(entries);
-  return bytes(buckets_) + bytes(slots_) + recency_bytes + bytes(candidates_) + bytes(chosen_) +
-         bytes(pool_) + bytes(pool_taken_);
+  return bytes(buckets_) + bytes(slots_) + bytes(keys_by_slot_) + recency_bytes +
+         bytes(candidates_) + bytes(chosen_) + bytes(pool_) + bytes(pool_taken_);
 }
 
 }  // namespace recemb::internal

@@ -72,8 +72,9 @@ class KeyIndex {
   // count, position, generation: 24 bytes a slot), a hash table of 64-byte buckets of 5 keys at
   // most 80% full when every slot is taken (16 bytes a slot), the recency entries (8 bytes a key,
   // and their steps' lists). Throws InvalidArgument when capacity > kMaxCapacity,
-  // ResourceExhausted when memory is short.
-  explicit KeyIndex(int64_t capacity);
+  // ResourceExhausted when memory is short. With `keys_by_slot`, it also keeps each slot's key in
+  // an array (8 bytes a slot more) for keys_by_slot().
+  explicit KeyIndex(int64_t capacity, bool keys_by_slot = false);
 
   int64_t capacity() const;
   int64_t size() const;  // keys held
@@ -89,6 +90,10 @@ class KeyIndex {
   void find_all(const int64_t* keys, int64_t n, int64_t* slots, int64_t absent) const;
 
   int64_t key_of(int64_t slot) const;     // slot must be occupied
+  // Built with keys_by_slot: [capacity] keys, entry s being key_of(s) for an occupied slot s (any
+  // value for a free one), for kernels that key a row's computation by its key (a 16-bit table's
+  // stochastic rounding); nullptr otherwise.
+  const int64_t* keys_by_slot() const { return keys_by_slot_.empty() ? nullptr : keys_by_slot_.data(); }
   int64_t last_seen(int64_t slot) const;  // slot must be occupied
   int64_t count(int64_t slot) const;      // slot must be occupied
   bool occupied(int64_t slot) const;
@@ -210,6 +215,7 @@ class KeyIndex {
   int64_t size_ = 0;
   std::vector<Bucket> buckets_;
   std::vector<Slot> slots_;
+  std::vector<int64_t> keys_by_slot_;  // empty unless built with keys_by_slot
   int64_t free_head_ = kAbsent;  // the most recently freed slot
   int64_t never_used_ = 0;       // slots [never_used_, capacity_) were never taken
   std::map<int64_t, std::vector<RecencyEntry>> recency_;  // step -> entries filed under it

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <map>
 #include <random>
 #include <span>
 #include <string>
@@ -425,20 +426,162 @@ TEST_P(EmbeddingHalf, AFloat32CheckpointConvertsToNearestAndFloat16RefusesWhatIt
   }
 }
 
+// A dynamic 16-bit table (docs/semantics.md, "16-bit tables"): keys drawn from both signs.
+constexpr int64_t kDynamicCapacity = 64;
+constexpr int64_t kKeys = 40;
+
+Embedding make_dynamic_layer(DType dtype, int threads,
+                             std::optional<PlacementOptions> placement = {}) {
+  return Embedding({{.name = "d",
+                     .dim = kDim,
+                     .initializer = TruncatedNormal{.mean = 0.0f, .stddev = 0.5f},
+                     .combiner = Combiner::kSum,
+                     .dynamic_vocabulary = DynamicVocabulary{.capacity = kDynamicCapacity},
+                     .dtype = dtype}},
+                   {{.name = "f", .table = "d"}},
+                   {.optimizer = Sgd{.learning_rate = 0.05f},
+                    .num_threads = threads,
+                    .seed = kSeed,
+                    .placement = std::move(placement)});
+}
+
+// The steps of random_steps with each id replaced by one of kKeys random keys.
+Steps random_key_steps(int count, uint32_t seed) {
+  Steps steps = random_steps(count, seed);
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> keys(static_cast<size_t>(kKeys));
+  for (int64_t& key : keys) key = static_cast<int64_t>(rng());
+  for (auto& ids : steps.ids) {
+    for (int64_t& id : ids) id = keys[static_cast<size_t>(id % kKeys)];
+  }
+  return steps;
+}
+
+// Its keys' rows, by key.
+std::map<int64_t, std::vector<float>> rows_by_key(const Embedding& layer) {
+  const DynamicTableContents contents = layer.read_dynamic_table("d");
+  std::map<int64_t, std::vector<float>> rows;
+  for (size_t i = 0; i < contents.keys.size(); ++i) {
+    rows[contents.keys[i]].assign(contents.parameters.begin() + static_cast<int64_t>(i) * kDim,
+                                  contents.parameters.begin() + static_cast<int64_t>(i + 1) * kDim);
+  }
+  return rows;
+}
+
+// Each key's row starts as its float32 initial row rounded to nearest; each SGD step is the
+// float64 update of its summed gradient, then stochastic rounding with the bits of (table seed,
+// step, key, column): the key, not the slot, so that every placement rounds alike (a few values
+// may differ by one grid step where float32 and float64 straddle the threshold, as for static
+// tables).
+TEST_P(EmbeddingHalf, DynamicTablesStartRoundedToNearestAndRoundUpdatesByKey) {
+  const DType dtype = GetParam();
+  constexpr double kLearningRate = 0.05;
+  Embedding layer = make_dynamic_layer(dtype, 2);
+  const uint64_t table_seed = internal::table_seed(kSeed, "d");
+  const Steps steps = random_key_steps(5, 12);
+  std::map<int64_t, std::vector<double>> expected;
+  int64_t off_by_one_step = 0;
+  for (size_t s = 0; s < steps.ids.size(); ++s) {
+    std::map<int64_t, std::vector<double>> gradients;
+    for (int64_t j = 0; j < kBatch * kBag; ++j) {
+      const int64_t key = steps.ids[s][static_cast<size_t>(j)];
+      if (!expected.count(key)) {  // admitted by this lookup: its initial row, to nearest
+        std::vector<float> initial(static_cast<size_t>(kDim));
+        internal::initialize_rows(TruncatedNormal{.mean = 0.0f, .stddev = 0.5f}, table_seed, key,
+                                  1, kDim, initial);
+        for (const float value : initial) {
+          expected[key].push_back(round_to_nearest(dtype, value));
+        }
+      }
+      std::vector<double>& gradient = gradients[key];
+      gradient.resize(static_cast<size_t>(kDim), 0.0);
+      for (int64_t d = 0; d < kDim; ++d) {
+        gradient[static_cast<size_t>(d)] +=
+            double{steps.weights[s][static_cast<size_t>(j)]} *
+            steps.gradients[s][static_cast<size_t>(j / kBag * kDim + d)];
+      }
+    }
+    for (const auto& [key, gradient] : gradients) {
+      const uint64_t stream = internal::rounding_stream(table_seed, static_cast<int64_t>(s), key);
+      for (int64_t d = 0; d < kDim; ++d) {
+        double& w = expected[key][static_cast<size_t>(d)];
+        w = round_stochastically(
+            dtype, static_cast<float>(w - kLearningRate * gradient[static_cast<size_t>(d)]),
+            internal::rounding_bits(stream, d));
+      }
+    }
+    train_step(layer, steps, s);
+    std::map<int64_t, std::vector<float>> actual = rows_by_key(layer);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (auto& [key, row] : expected) {
+      for (int64_t d = 0; d < kDim; ++d) {
+        const double value = actual.at(key)[static_cast<size_t>(d)];
+        double& want = row[static_cast<size_t>(d)];
+        if (value == want) continue;
+        const Neighbours n = neighbours(dtype, want);
+        ASSERT_LE(std::fabs(value - want), std::fabs(n.hi - n.lo) * 1.0000001)
+            << "step " << s << ", key " << key << ", column " << d;
+        ++off_by_one_step;
+        want = value;  // follow the engine from here
+      }
+    }
+  }
+  EXPECT_LE(off_by_one_step, 3) << "of " << steps.ids.size() * kKeys * kDim;
+}
+
+// The same steps give the same 16-bit rows for 1 and 2 threads, row-wise and column-wise parts
+// (whose slots differ), and checkpoints of them hold the 16-bit rows as they are: restored into
+// another placement, or converted exactly into a float32 dynamic table.
+TEST_P(EmbeddingHalf, DynamicTablesAreTheSameInEveryPlacementAndCheckpointAsTheyAre) {
+  const DType dtype = GetParam();
+  const Steps steps = random_key_steps(4, 13);
+  const auto run = [&](int threads, std::optional<PlacementOptions> placement) {
+    Embedding layer = make_dynamic_layer(dtype, threads, std::move(placement));
+    for (size_t s = 0; s < steps.ids.size(); ++s) train_step(layer, steps, s);
+    return layer;
+  };
+  const Embedding one = run(1, {});
+  const std::map<int64_t, std::vector<float>> expected = rows_by_key(one);
+  EXPECT_EQ(rows_by_key(run(2, {})), expected);
+  for (const ShardingStrategy strategy :
+       {ShardingStrategy::kRowWise, ShardingStrategy::kColumnWise}) {
+    Embedding sharded = run(2, PlacementOptions{.num_shards = 2, .strategy = strategy});
+    EXPECT_EQ(rows_by_key(sharded), expected) << sharding_strategy_name(strategy);
+    const test::TemporaryDirectory dir;
+    const std::filesystem::path checkpoint = save_checkpoint(sharded, dir.path());
+    const std::string extension = dtype == DType::kBFloat16 ? ".bf16" : ".f16";
+    EXPECT_EQ(std::filesystem::file_size(checkpoint / ("t0.parameters" + extension)),
+              expected.size() * kDim * 2);
+    Embedding restored = make_dynamic_layer(dtype, 1);
+    restore_checkpoint(restored, checkpoint);
+    EXPECT_EQ(rows_by_key(restored), expected);
+    Embedding full = make_dynamic_layer(DType::kFloat32, 1);
+    restore_checkpoint(full, checkpoint, {.convert_dtype = true});
+    EXPECT_EQ(rows_by_key(full), expected);  // widened exactly
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, EmbeddingHalf, ::testing::Values(DType::kBFloat16, DType::kFloat16),
                          [](const auto& type) { return std::string(dtype_name(type.param)); });
 
-TEST(EmbeddingHalfConfig, ADynamicTableWithA16BitDTypeIsRefused) {
-  EXPECT_THAT(
-      [] {
-        Embedding({{.name = "d",
-                    .dim = 4,
-                    .dynamic_vocabulary = DynamicVocabulary{.capacity = 10},
-                    .dtype = DType::kBFloat16}},
-                  {{.name = "f", .table = "d"}});
-      },
-      ::testing::ThrowsMessage<InvalidArgument>(
-          HasSubstr("table 'd': dtype 'bfloat16' is for static tables only")));
+TEST(EmbeddingHalfConfig, ADynamicFloat16TableNeedsAnInitializerWithinItsRange) {
+  const auto build = [](Initializer initializer) {
+    Embedding({{.name = "d",
+                .dim = 4,
+                .initializer = std::move(initializer),
+                .dynamic_vocabulary = DynamicVocabulary{.capacity = 10},
+                .dtype = DType::kFloat16}},
+              {{.name = "f", .table = "d"}});
+  };
+  EXPECT_THAT([&] { build(Constant{.value = 7e4f}); },
+              ::testing::ThrowsMessage<InvalidArgument>(
+                  HasSubstr("table 'd': a dynamic float16 table needs an initializer whose values "
+                            "stay below 65520")));
+  EXPECT_THAT([&] { build(TruncatedNormal{.mean = 6e4f, .stddev = 3e3f}); },
+              ::testing::Throws<InvalidArgument>());
+  EXPECT_THAT([&] { build(RowId{}); }, ::testing::Throws<InvalidArgument>());  // any key
+  build(TruncatedNormal{.mean = 1.0f, .stddev = 2.0f});
+  build(Constant{.value = -65504.0f});
 }
 
 TEST(EmbeddingHalfConfig, AFloat16TableWhoseInitialValuesOverflowIsRefused) {

@@ -76,9 +76,11 @@ def test_arguments_are_checked():
         recemb.TableConfig(4, 2, dtype="int8")
     with pytest.raises(ValueError, match="rounding='up'"):
         recemb.TableConfig(4, 2, dtype="bfloat16", rounding="up")
-    with pytest.raises(ValueError, match="dtype='bfloat16' is for static tables only"):
-        recemb.TableConfig(dim=2, vocabulary=recemb.DynamicVocabulary(capacity=8),
-                           dtype="bfloat16")
+    with pytest.raises(ValueError, match="a dynamic float16 table needs an initializer whose "
+                                         "values stay below 65520"):
+        table = recemb.TableConfig(dim=2, vocabulary=recemb.DynamicVocabulary(capacity=8),
+                                   dtype="float16", initializer=recemb.initializers.Constant(7e4))
+        recemb.Embedding({"f": recemb.FeatureConfig(table)})
     assert "dtype='float16', rounding='nearest'" in repr(
         recemb.TableConfig(4, 2, dtype="float16", rounding="nearest"))
     # A float16 table's values must fit float16: nothing changes otherwise.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <gtest/gtest.h>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <random>
@@ -215,6 +216,31 @@ TEST(KeyIndexTest, CrowdedSmallTablesMatchTheReference) {
                            .pool_keys = capacity,
                            .operations = 8000,
                            .seed = 100 + static_cast<uint64_t>(capacity)});
+  }
+}
+
+// keys_by_slot (kept only when asked for): each occupied slot's key, through inserts, erases and
+// slots taken again, against key_of and a map of the keys inserted.
+TEST(KeyIndexTest, KeysBySlotFollowInsertsAndErases) {
+  EXPECT_EQ(KeyIndex(8).keys_by_slot(), nullptr);
+  KeyIndex index(50, /*keys_by_slot=*/true);
+  ASSERT_NE(index.keys_by_slot(), nullptr);
+  std::mt19937_64 rng(31);
+  std::map<int64_t, int64_t> key_of_slot;
+  for (int round = 0; round < 2000; ++round) {
+    if (!key_of_slot.empty() && (index.size() == index.capacity() || rng() % 3 == 0)) {
+      auto victim = key_of_slot.begin();
+      std::advance(victim, static_cast<int64_t>(rng() % key_of_slot.size()));
+      index.erase(victim->first);
+      key_of_slot.erase(victim);
+    } else {
+      const auto key = static_cast<int64_t>(rng());
+      if (index.find(key) == KeyIndex::kAbsent) key_of_slot[index.insert(key, round, 1)] = key;
+    }
+    for (const auto& [slot, key] : key_of_slot) {
+      ASSERT_EQ(index.keys_by_slot()[slot], key) << "round " << round;
+      ASSERT_EQ(index.key_of(slot), key);
+    }
   }
 }
 

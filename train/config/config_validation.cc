@@ -76,9 +76,6 @@ void validate_train_config(const TrainConfig& c) {
   } catch (const InvalidArgument& error) {
     throw InvalidArgument(std::string("embedding.dtype: ") + error.what());
   }
-  require(c.embedding.dtype == "float32" || c.embedding.vocabulary != "dynamic",
-          "embedding.dtype '" + c.embedding.dtype +
-              "' is for hashed tables: dynamic tables' rows are float32");
   require(c.dense.optimizer == "adam" || c.dense.optimizer == "adagrad",
           "dense.optimizer must be adam or adagrad, not '" + c.dense.optimizer + "'");
   require(c.dense.learning_rate > 0.0, "dense.learning_rate must be > 0");

@@ -105,7 +105,8 @@ int64_t embedding_bytes(const Embedding& embedding) {
                      .vocabulary_size = 1,
                      .dim = table.dim,
                      .optimizer = table.optimizer,
-                     .combiner = table.combiner});
+                     .combiner = table.combiner,
+                     .dtype = table.dtype});
     twin_features.push_back({.name = table.name, .table = table.name});
     capacities.push_back(table.dynamic_vocabulary->capacity);
   }

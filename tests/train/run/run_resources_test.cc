@@ -70,6 +70,14 @@ TEST(RunResourcesTest, EmbeddingBytesCountEveryTableAndSlot) {
        {.name = "b", .vocabulary_size = 7, .dim = 2, .optimizer = Sgd{}, .dtype = DType::kFloat16}},
       {{.name = "f", .table = "a"}, {.name = "g", .table = "b"}}, {.num_threads = 1});
   EXPECT_EQ(embedding_bytes(half), 10 * 3 * 2 + 10 * 3 * 4 + 7 * 2 * 2);
+  // A dynamic table: its capacity's rows and slots, the rows in its dtype.
+  const Embedding dynamic({{.name = "d",
+                            .dim = 4,
+                            .optimizer = Adagrad{},
+                            .dynamic_vocabulary = DynamicVocabulary{.capacity = 9},
+                            .dtype = DType::kBFloat16}},
+                          {{.name = "f", .table = "d"}}, {.num_threads = 1});
+  EXPECT_EQ(embedding_bytes(dynamic), 9 * (4 * 2 + 4 * 4));
 }
 
 TEST(RunResourcesTest, StrategyCountsNameEachStrategyOnce) {
