@@ -179,8 +179,7 @@ void write_dynamic_part(const fs::path& directory, const TableEntry& table,
     const auto row_bytes = static_cast<size_t>(variable.columns * value_bytes);
     const auto row_of = [&](int64_t i) {
       return variable.bytes.subspan(
-          static_cast<size_t>(std::get<2>(ordered[static_cast<size_t>(i)])) * row_bytes,
-          row_bytes);
+          static_cast<size_t>(std::get<2>(ordered[static_cast<size_t>(i)])) * row_bytes, row_bytes);
     };
     if (variable.columns == variable.width) {
       // Whole rows: gathered into chunks of consecutive file rows.
@@ -263,8 +262,7 @@ void load_dynamic_part(const fs::path& directory, const TableEntry& table,
         support::InputFile::open(directory / table.variable(variable.name).data.file);
     // The file's type: the saved table's dtype for its parameters (another than the part's only
     // with RestoreOptions::convert_dtype, converted to nearest), float32 for slots.
-    const DType file_dtype =
-        variable.name == "parameters" ? table.config.dtype : DType::kFloat32;
+    const DType file_dtype = variable.name == "parameters" ? table.config.dtype : DType::kFloat32;
     const int64_t file_value_bytes = dtype_bytes(file_dtype);
     const int64_t row_bytes = variable.columns * dtype_bytes(variable.dtype);
     const int64_t chunk_rows =

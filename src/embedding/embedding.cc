@@ -519,11 +519,11 @@ const TableState* held_whole(const internal::Model& model, std::string_view tabl
                              std::string_view caller) {
   const TableState* state = model.whole_state(model.static_table_index(table, caller));
   if (state == nullptr) {
-    throw FailedPrecondition(
-        "table '" + std::string(table) + "' is not held whole by this rank (placement: " +
-        std::string(
-            sharding_strategy_name(model.placement.tables[model.table_index(table)].strategy)) +
-        "); read it with read_variable");
+    throw FailedPrecondition("table '" + std::string(table) +
+                             "' is not held whole by this rank (placement: " +
+                             std::string(sharding_strategy_name(
+                                 model.placement.tables[model.table_index(table)].strategy)) +
+                             "); read it with read_variable");
   }
   return state;
 }

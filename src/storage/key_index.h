@@ -89,11 +89,13 @@ class KeyIndex {
   // (each key's bucket is computed and prefetched kFindAhead keys before it is searched).
   void find_all(const int64_t* keys, int64_t n, int64_t* slots, int64_t absent) const;
 
-  int64_t key_of(int64_t slot) const;     // slot must be occupied
+  int64_t key_of(int64_t slot) const;  // slot must be occupied
   // Built with keys_by_slot: [capacity] keys, entry s being key_of(s) for an occupied slot s (any
   // value for a free one), for kernels that key a row's computation by its key (a 16-bit table's
   // stochastic rounding); nullptr otherwise.
-  const int64_t* keys_by_slot() const { return keys_by_slot_.empty() ? nullptr : keys_by_slot_.data(); }
+  const int64_t* keys_by_slot() const {
+    return keys_by_slot_.empty() ? nullptr : keys_by_slot_.data();
+  }
   int64_t last_seen(int64_t slot) const;  // slot must be occupied
   int64_t count(int64_t slot) const;      // slot must be occupied
   bool occupied(int64_t slot) const;
@@ -216,8 +218,8 @@ class KeyIndex {
   std::vector<Bucket> buckets_;
   std::vector<Slot> slots_;
   std::vector<int64_t> keys_by_slot_;  // empty unless built with keys_by_slot
-  int64_t free_head_ = kAbsent;  // the most recently freed slot
-  int64_t never_used_ = 0;       // slots [never_used_, capacity_) were never taken
+  int64_t free_head_ = kAbsent;        // the most recently freed slot
+  int64_t never_used_ = 0;             // slots [never_used_, capacity_) were never taken
   std::map<int64_t, std::vector<RecencyEntry>> recency_;  // step -> entries filed under it
   int64_t recency_entries_ = 0;                           // live and dead
   std::vector<Candidate> candidates_;

@@ -770,6 +770,35 @@ TEST(DynamicCheckpointTest, ReadsTheCheckedInVersion2Checkpoint) {
   EXPECT_EQ(loaded.read_dynamic_table("users").keys, (std::vector<int64_t>{11}));
 }
 
+// tests/data/checkpoint-v3 was saved by format version 3, the first with 16-bit tables, and must
+// keep loading. Seed 3, the global Adagrad (learning rate 0.5, initial accumulator 0.125), step 4:
+//   "users": dynamic float16, dim 2, Constant 0.5, capacity 8; keys -7, 3, 2^62
+//   (write_dynamic_table:
+//            last seen 4, count 1), parameters 0.25, 0.5, ... 1.5 and accumulators 1.5, 1.75, ...
+//            2.75 in key order;
+//   "video": static bfloat16 [3, 2], parameters 0.25, -1.5, 3, 0.125, -0.75, 2.5, accumulators
+//            0.125.
+// Every value is exact in its type; the rows are stored in 2 bytes each (t0.parameters.f16,
+// t1.parameters.bf16).
+TEST(DynamicCheckpointTest, ReadsTheCheckedInVersion3Checkpoint) {
+  const fs::path root = test::checked_in_data_dir() / "checkpoint-v3";
+  EXPECT_EQ(inspect_checkpoint(root).format_version, 3);
+  Embedding loaded = load_checkpoint(root, {.num_threads = 1});
+  EXPECT_EQ(loaded.step(), 4);
+  EXPECT_EQ(loaded.tables()[0].dtype, DType::kFloat16);
+  EXPECT_EQ(loaded.tables()[1].dtype, DType::kBFloat16);
+  const DynamicTableContents users = loaded.read_dynamic_table("users");
+  EXPECT_EQ(users.keys, (std::vector<int64_t>{-7, 3, int64_t{1} << 62}));
+  EXPECT_EQ(users.parameters, (std::vector<float>{0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f}));
+  ASSERT_EQ(users.slots.size(), 1u);
+  EXPECT_EQ(users.slots[0].second, (std::vector<float>{1.5f, 1.75f, 2.0f, 2.25f, 2.5f, 2.75f}));
+  std::vector<float> video(6);
+  loaded.read_variable("video", "parameters", video);
+  EXPECT_EQ(video, (std::vector<float>{0.25f, -1.5f, 3.0f, 0.125f, -0.75f, 2.5f}));
+  loaded.read_variable("video", "accumulators", video);
+  EXPECT_EQ(video, std::vector<float>(6, 0.125f));
+}
+
 TEST(DynamicCheckpointTest, LoadCheckpointRebuildsDynamicTables) {
   TemporaryDirectory directory;
   Embedding layer = make_layer();

@@ -292,8 +292,7 @@ TEST_P(EmbeddingHalf, HalfParameterDataIsTheRowsThemselves) {
       dtype, Sgd{}, 1, PlacementOptions{.num_shards = 2, .strategy = ShardingStrategy::kRowWise});
   EXPECT_THAT([&] { sharded.half_parameter_data("t"); },
               ::testing::ThrowsMessage<FailedPrecondition>(HasSubstr("not held whole")));
-  EXPECT_THAT([&] { layer.half_parameter_data("u"); },
-              ::testing::Throws<InvalidArgument>());
+  EXPECT_THAT([&] { layer.half_parameter_data("u"); }, ::testing::Throws<InvalidArgument>());
 }
 
 TEST_P(EmbeddingHalf, WriteVariableRoundsToNearestAndRefusesWhatTheTypeCannotHold) {
@@ -487,8 +486,8 @@ TEST_P(EmbeddingHalf, DynamicTablesStartRoundedToNearestAndRoundUpdatesByKey) {
       const int64_t key = steps.ids[s][static_cast<size_t>(j)];
       if (!expected.count(key)) {  // admitted by this lookup: its initial row, to nearest
         std::vector<float> initial(static_cast<size_t>(kDim));
-        internal::initialize_rows(TruncatedNormal{.mean = 0.0f, .stddev = 0.5f}, table_seed, key,
-                                  1, kDim, initial);
+        internal::initialize_rows(TruncatedNormal{.mean = 0.0f, .stddev = 0.5f}, table_seed, key, 1,
+                                  kDim, initial);
         for (const float value : initial) {
           expected[key].push_back(round_to_nearest(dtype, value));
         }
