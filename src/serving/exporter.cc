@@ -49,12 +49,8 @@ TableValues values_of(const Embedding& embedding, const TableConfig& table, bool
       values.rows = embedding.variable_data(table.name, "parameters");
       return values;
     }
-    for (const LocalPart<const float>& local : PartAccess::local_parts(embedding)) {
-      if (embedding.tables()[local.part.table].name != table.name) continue;
-      const std::span<const std::byte> bytes = local.variables.front().bytes;  // the parameters
-      values.half_rows = {reinterpret_cast<const uint16_t*>(bytes.data()), bytes.size() / 2};
-      values.half_dtype = table.dtype;
-    }
+    values.half_rows = embedding.half_parameter_data(table.name);
+    values.half_dtype = table.dtype;
     return values;
   } else {
     values.owned.resize(static_cast<size_t>(table.vocabulary_size * table.dim));

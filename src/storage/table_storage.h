@@ -47,7 +47,7 @@ class TableStorage {
   TableRows rows() const;
   // out = rows [first_row, first_row + num_rows) as float32 (exact from 16 bits).
   void read_rows(int64_t first_row, int64_t num_rows, float* out) const;
-  // Every row as float32: a copy of a 16-bit table's parameters (read_variable, checkpoints).
+  // Every row as float32: a copy of a 16-bit table's parameters (read_variable).
   std::vector<float> rows_as_float32() const;
   // Rows [first_row, first_row + num_rows) = values, rounded to nearest (ties to even) in a 16-bit
   // table. Finite values beyond float16's range become infinities: callers check first.
