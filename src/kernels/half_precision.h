@@ -84,8 +84,9 @@ inline uint16_t rounding_bits(uint64_t stream, int64_t column) {
 // every case computed and the right one selected, so that a row's loop runs in SIMD lanes.
 inline uint16_t float_to_bfloat16_stochastic(float value, uint16_t random) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
-  // lo is the top half (toward zero, as the sign is apart); p * 2^16 = the low half.
-  const uint32_t rounded = (bits >> 16) + (random < (bits & 0xffffu) ? 1u : 0u);
+  // lo is the top half (toward zero, as the sign is apart); p * 2^16 = the low half, and u < it
+  // exactly when adding 0xffff - u to the bits carries into the top half.
+  const uint32_t rounded = (bits + (0xffffu - random)) >> 16;
   // Infinity stays; NaN becomes a quiet NaN of its sign (float_to_bfloat16).
   const bool finite = (bits & 0x7f800000u) != 0x7f800000u;
   const uint32_t special = (bits >> 16) | ((bits & 0x007fffffu) != 0 ? 0x0040u : 0u);
