@@ -89,11 +89,10 @@ CachedEmbedding& embedding_for(const Workload& workload, const std::string& opti
     cached.embedding.reset();  // free the previous tables first
     cached.embedding =
         std::make_unique<recemb::Embedding>(make_embedding(workload, optimizer, dtype));
-    // A 16-bit table's rows are not reachable as floats (variable_data): no thp counter.
-    cached.huge_fraction =
+    cached.huge_fraction = huge_page_fraction(
         dtype == recemb::DType::kFloat32
-            ? huge_page_fraction(cached.embedding->variable_data("t0", "parameters").data())
-            : -1.0;
+            ? static_cast<const void*>(cached.embedding->variable_data("t0", "parameters").data())
+            : cached.embedding->half_parameter_data("t0").data());
     key = wanted;
   }
   return cached;

@@ -80,15 +80,22 @@ class _TableAccess:
         (but a 16-bit table's rows), else a copy (read_variable: collective with several ranks;
         a 16-bit table's values widened exactly)."""
         shape = self._engine.variable_shape(table, variable)
-        if self._views[table] and not (variable == "parameters" and self._is_16_bit(table)):
+        if self._float32_view(table, variable):
             return self._engine.variable_data(table, variable).reshape(shape)
         copy = np.empty(shape, dtype=np.float32)
         with self._lock:
             self._engine.read_variable(table, variable, copy)
         return copy
 
-    def _is_16_bit(self, table):
-        return self._resolved.tables[self._resolved.table_names.index(table)].dtype != "float32"
+    def _dtype(self, table):
+        """The rows' type of the table named `table` ("float32", "bfloat16" or "float16")."""
+        return self._resolved.tables[self._resolved.table_names.index(table)].dtype
+
+    def _float32_view(self, table, variable):
+        """Whether the variable is a float32 array of the engine's memory (a table in
+        self._views, but not a 16-bit table's rows)."""
+        return self._views[table] and not (variable == "parameters" and
+                                           self._dtype(table) != "float32")
 
     def _half_rows(self, table):
         """A 16-bit table's rows as it stores them, a uint16 array [vocabulary_size, dim] of
@@ -157,8 +164,8 @@ class _TableAccess:
 
         with self._lock:
             name, array = self._checked(checked_arguments)
-            if (self._views[name] and not (variable == "parameters" and self._is_16_bit(name))
-                    and np.may_share_memory(array, self._engine.variable_data(name, variable))):
+            if self._float32_view(name, variable) and np.may_share_memory(
+                    array, self._engine.variable_data(name, variable)):
                 if self._engine.world_size() == 1:
                     return  # the variable itself: nothing to copy
                 array = array.copy()  # every rank still takes part in the collective write

@@ -142,14 +142,15 @@ class Embedding(torch.nn.Module):
             loss_fn(dense(out["watched"]), labels[t]).backward()
 
     state_dict() holds "<table>.<variable>" (the table as "parameters", in its own type as
-    embedding_tables gives it, and its slots) as tensors sharing memory with the engine (copies for tables split into shards, as
-    recemb.Embedding.embedding_tables), and "step"; load_state_dict() restores them. A dynamic
+    embedding_tables gives it, and its slots) as tensors sharing memory with the engine (copies
+    for tables split into shards, as recemb.Embedding.embedding_tables), and "step";
+    load_state_dict() restores them. A dynamic
     table's entries are copies of read_dynamic_table: "<table>.keys" (int64 [n]),
     "<table>.parameters" ([n, dim]) and its slots, written back by write_dynamic_table. These are
     exactly the variables of a recemb checkpoint (save / restore): the checkpoint stores each
     "<table>.<variable>" tensor as a raw file of its type (float32, or a 16-bit table's values)
-    and "step" in its manifest, so restore(save)
-    and load_state_dict(state_dict()) leave the same state, and either can continue the other.
+    and "step" in its manifest, so restore(save) and load_state_dict(state_dict()) leave the
+    same state, and either can continue the other.
 
     copy.deepcopy(module) and torch.save(module) / torch.load keep the tables, slots, step,
     configs and optimizer (recemb.Embedding's pickling); a pending prefetch is not kept.
@@ -260,8 +261,7 @@ class Embedding(torch.nn.Module):
         """The static table `name` in its own type: float32, or a 16-bit table's rows as a
         torch.bfloat16 / torch.float16 tensor, sharing the engine's memory where the layer
         views it (else a copy, exact)."""
-        dtype = _TORCH_DTYPES.get(self.layer._resolved.tables[
-            self.layer._resolved.table_names.index(name)].dtype)
+        dtype = _TORCH_DTYPES.get(self.layer._dtype(name))
         if dtype is None:
             return torch.from_numpy(self.layer._variable(name, "parameters"))
         rows = self.layer._half_rows(name)

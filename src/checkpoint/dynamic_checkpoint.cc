@@ -258,11 +258,10 @@ void load_dynamic_part(const fs::path& directory, const TableEntry& table,
 
   const auto num_keys = static_cast<int64_t>(keys.keys.size());
   for (const PartVariable<float>& variable : local.variables) {
-    const support::InputFile file =
-        support::InputFile::open(directory / table.variable(variable.name).data.file);
-    // The file's type: the saved table's dtype for its parameters (another than the part's only
-    // with RestoreOptions::convert_dtype, converted to nearest), float32 for slots.
-    const DType file_dtype = variable.name == "parameters" ? table.config.dtype : DType::kFloat32;
+    const ArrayEntry& saved = table.variable(variable.name);
+    const support::InputFile file = support::InputFile::open(directory / saved.data.file);
+    // Another type than the part's only with RestoreOptions::convert_dtype (converted to nearest).
+    const DType file_dtype = value_dtype(saved.dtype);
     const int64_t file_value_bytes = dtype_bytes(file_dtype);
     const int64_t row_bytes = variable.columns * dtype_bytes(variable.dtype);
     const int64_t chunk_rows =

@@ -328,6 +328,19 @@ ArrayType array_type(DType dtype) {
   return ArrayType::kFloat32;
 }
 
+DType value_dtype(ArrayType dtype) {
+  switch (dtype) {
+    case ArrayType::kBFloat16:
+      return DType::kBFloat16;
+    case ArrayType::kFloat16:
+      return DType::kFloat16;
+    case ArrayType::kFloat32:
+    case ArrayType::kInt64:
+      break;
+  }
+  return DType::kFloat32;
+}
+
 int64_t element_bytes(ArrayType dtype) {
   switch (dtype) {
     case ArrayType::kInt64:

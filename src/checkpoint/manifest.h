@@ -49,8 +49,9 @@ inline constexpr int kCheckpointFormatVersion = 3;
 
 enum class ArrayType { kFloat32, kInt64, kBFloat16, kFloat16 };
 
-// The type a table's values of `dtype` are stored as.
+// The type a table's values of `dtype` are stored as, and back (float32 for kFloat32 and kInt64).
 ArrayType array_type(DType dtype);
+DType value_dtype(ArrayType dtype);
 
 struct ArrayEntry {
   std::string name;  // a table variable ("parameters" or a slot), a key array or an extra array

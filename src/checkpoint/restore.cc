@@ -62,9 +62,8 @@ struct VariableLoad {
   std::string table;
   std::string variable;
   int64_t rows;
-  // The values' type in the checkpoint and in the embedding (a table's parameters are of its dtype,
-  // slots float32); they differ only with RestoreOptions::convert_dtype.
-  DType saved_dtype = DType::kFloat32;
+  // The values' type in the embedding (a table's parameters are of its dtype, slots float32);
+  // another than the checkpoint's (saved->dtype) only with RestoreOptions::convert_dtype.
   DType dtype = DType::kFloat32;
 };
 
@@ -202,13 +201,11 @@ std::vector<VariableLoad> plan_loads(const Embedding& embedding, const Manifest&
           std::find_if(saved.variables.begin(), saved.variables.end(),
                        [&variable](const ArrayEntry& entry) { return entry.name == variable; });
       RECEMB_CHECK(position != saved.variables.end());  // same optimizer: same slots
-      const bool parameters = variable == "parameters";
       loads.push_back({.saved = &*position,
                        .table = config.name,
                        .variable = variable,
                        .rows = std::min(rows, saved_rows),
-                       .saved_dtype = parameters ? saved.config.dtype : DType::kFloat32,
-                       .dtype = parameters ? config.dtype : DType::kFloat32});
+                       .dtype = variable == "parameters" ? config.dtype : DType::kFloat32});
     }
   }
   return loads;
@@ -221,7 +218,8 @@ void check_float16_conversions(const fs::path& directory, const std::vector<Vari
                                const std::string& prefix) {
   constexpr int64_t kChunkValues = int64_t{1} << 20;
   for (const VariableLoad& load : loads) {
-    if (load.dtype != DType::kFloat16 || load.saved_dtype == DType::kFloat16) continue;
+    const DType saved_dtype = internal::value_dtype(load.saved->dtype);
+    if (load.dtype != DType::kFloat16 || saved_dtype == DType::kFloat16) continue;
     const support::InputFile file = support::InputFile::open(directory / load.saved->data.file);
     const int64_t width = load.saved->shape.size() > 1 ? load.saved->shape[1] : 1;
     const int64_t total = load.rows * width;
@@ -230,14 +228,14 @@ void check_float16_conversions(const fs::path& directory, const std::vector<Vari
     for (int64_t begin = 0; begin < total; begin += kChunkValues) {
       const int64_t count = std::min(kChunkValues, total - begin);
       values.resize(static_cast<size_t>(count));
-      if (load.saved_dtype == DType::kFloat32) {
+      if (saved_dtype == DType::kFloat32) {
         file.read_at(static_cast<uint64_t>(begin) * sizeof(float),
                      std::as_writable_bytes(std::span(values)));
       } else {
         halves.resize(static_cast<size_t>(count));
         file.read_at(static_cast<uint64_t>(begin) * sizeof(uint16_t),
                      std::as_writable_bytes(std::span(halves)));
-        internal::decode_half_values(load.saved_dtype, halves.data(), count, values.data());
+        internal::decode_half_values(saved_dtype, halves.data(), count, values.data());
       }
       const auto beyond = std::find_if(values.begin(), values.end(),
                                        [](float value) { return !internal::fits_float16(value); });
@@ -282,10 +280,11 @@ void load_parts(Embedding& embedding, const fs::path& directory, const Manifest&
         std::pair<std::string_view, std::string_view>(variable_load.table, variable_load.variable),
         &variable_load);
   }
-  std::vector<internal::LocalPart<float>> parts = internal::PartAccess::local_parts(embedding);
+  const std::vector<internal::LocalPart<float>> parts =
+      internal::PartAccess::local_parts(embedding);
   RECEMB_CHECK(keys.size() == parts.size());
   for (size_t p = 0; p < parts.size(); ++p) {
-    internal::LocalPart<float>& local = parts[p];
+    const internal::LocalPart<float>& local = parts[p];
     const std::string& table = embedding.tables()[local.part.table].name;
     const auto partially_restored = [&](auto&& load, const std::string& what) {
       try {
@@ -308,7 +307,7 @@ void load_parts(Embedding& embedding, const fs::path& directory, const Manifest&
                          "table '" + table + "'");
       continue;
     }
-    for (internal::PartVariable<float>& variable : local.variables) {
+    for (const internal::PartVariable<float>& variable : local.variables) {
       const auto found = by_name.find({table, variable.name});
       RECEMB_CHECK(found != by_name.end());
       const VariableLoad& variable_load = *found->second;
@@ -316,11 +315,12 @@ void load_parts(Embedding& embedding, const fs::path& directory, const Manifest&
           [&] {
             const support::InputFile file =
                 support::InputFile::open(directory / variable_load.saved->data.file);
-            if (variable_load.saved_dtype == variable.dtype) {
+            const DType saved_dtype = internal::value_dtype(variable_load.saved->dtype);
+            if (saved_dtype == variable.dtype) {
               internal::read_part_rows(file, local.part, variable, variable_load.rows);
             } else {
-              internal::read_converted_part_rows(file, local.part, variable,
-                                                 variable_load.saved_dtype, variable_load.rows);
+              internal::read_converted_part_rows(file, local.part, variable, saved_dtype,
+                                                 variable_load.rows);
             }
           },
           variable_description(table, variable.name));

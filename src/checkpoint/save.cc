@@ -186,9 +186,9 @@ Manifest describe(const Embedding& embedding, const SaveOptions& options,
     for (internal::ArrayEntry& variable : table.variables) {
       int64_t elements = 1;
       for (int64_t extent : variable.shape) elements *= extent;
-      const DType dtype = variable.name == "parameters" ? table.config.dtype : DType::kFloat32;
       variable.data = {
-          .file = internal::variable_file_name(t, variable.name, dtype),
+          .file =
+              internal::variable_file_name(t, variable.name, internal::value_dtype(variable.dtype)),
           .bytes = static_cast<uint64_t>(elements * internal::element_bytes(variable.dtype))};
     }
     manifest.tables.push_back(std::move(table));
@@ -387,7 +387,7 @@ fs::path save_checkpoint(const Embedding& embedding, const fs::path& root,
     // written as one stream and checksummed on the way, so that phase c need not read it back.
     std::vector<std::pair<size_t, internal::DataFile>> written_whole;
     support::agree(communicator, [&] {
-      for (auto& local : internal::PartAccess::local_parts(embedding)) {
+      for (const auto& local : internal::PartAccess::local_parts(embedding)) {
         const int64_t dim = embedding.tables()[local.part.table].dim;
         if (local.dynamic != nullptr) {
           // Rows gathered in file order: not checksummed on the way (phase c reads them back).

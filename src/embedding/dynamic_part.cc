@@ -215,12 +215,10 @@ int64_t DynamicPart::expire(int64_t completed_step, int64_t pinned_from, ChangeL
 
 void DynamicPart::initialize_admitted(TableStorage& storage, ChangeLog& changes, int part,
                                       int parts) const {
-  const int64_t value_bytes = dtype_bytes(storage.dtype());
+  const int64_t row_bytes = columns_ * dtype_bytes(storage.dtype());
   const std::byte* rows = storage.parameter_bytes().data();
   const auto prefetch = [&](int64_t slot) {
-    for (int64_t byte = 0; byte < columns_ * value_bytes; byte += 64) {
-      prefetch_line_for_write(rows + slot * columns_ * value_bytes + byte);
-    }
+    prefetch_bytes_for_write(rows + slot * row_bytes, row_bytes);
     for (size_t s = 0; s < storage.slot_specs().size(); ++s) {
       const int64_t width = storage.slot_specs()[s].width;
       prefetch_row_for_write(storage.slot_bases()[s] + slot * width, width);
@@ -260,8 +258,9 @@ void DynamicPart::restore(std::span<const int64_t> keys, std::span<const int64_t
 }
 
 void DynamicPart::reset_zero_row(TableStorage& storage) const {
-  const std::vector<float> zeros(static_cast<size_t>(columns_), 0.0f);
-  storage.write_rows(zero_row_, 1, zeros.data());
+  // All bits zero is +0.0 in float32, bfloat16 and float16 alike.
+  const int64_t row_bytes = columns_ * dtype_bytes(storage.dtype());
+  std::fill_n(storage.parameter_bytes().begin() + zero_row_ * row_bytes, row_bytes, std::byte{0});
 }
 
 void PendingLookups::add(int64_t step) {

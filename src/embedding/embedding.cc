@@ -532,11 +532,12 @@ const TableState* held_whole(const internal::Model& model, std::string_view tabl
 
 std::span<uint16_t> Embedding::half_parameter_data(std::string_view table) {
   impl_->execution.prefetcher.wait();
-  const std::span<const uint16_t> rows = std::as_const(*this).half_parameter_data(table);
-  // The caller may write the rows: the untracked door.
+  std::as_const(*this).half_parameter_data(table);  // throws as the const one does
   internal::Model& model = impl_->model;
-  model.whole_state(model.table_index(table))->untracked_storage();
-  return {const_cast<uint16_t*>(rows.data()), rows.size()};
+  // The caller may write the rows: the untracked door.
+  const std::span<std::byte> bytes =
+      model.whole_state(model.table_index(table))->untracked_storage().parameter_bytes();
+  return {reinterpret_cast<uint16_t*>(bytes.data()), bytes.size() / sizeof(uint16_t)};
 }
 
 std::span<const uint16_t> Embedding::half_parameter_data(std::string_view table) const {

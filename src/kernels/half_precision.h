@@ -141,8 +141,9 @@ inline void encode_half_values_nearest(DType dtype, const float* in, int64_t n, 
   }
 }
 
-// out[i] = in[i] in `dtype` by stochastic rounding with rounding_bits(stream, first_column + i).
-// The bits come from one hash per pair of columns, in SIMD lanes, a block of columns at a time.
+// out[i] = in[i] in `dtype`, rounded stochastically (docs/semantics.md, "16-bit tables") with the
+// bits rounding_bits(stream, first_column + i): one hash per pair of columns, computed in SIMD
+// lanes a block of columns at a time.
 inline void encode_half_values_stochastic(DType dtype, const float* in, int64_t n, uint64_t stream,
                                           int64_t first_column, uint16_t* out) {
   constexpr int64_t kBlock = 256;  // values a block (even, so blocks after the first pair up)

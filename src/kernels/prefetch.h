@@ -70,6 +70,15 @@ inline void prefetch_row_for_write(const float* row, int64_t dim) {
   for (int64_t d = 0; d < dim; d += 16) prefetch_line_for_write(row + d);
 }
 
+// Prefetches for writing every 64-byte line holding one of the `bytes` bytes at `first`.
+inline void prefetch_bytes_for_write(const void* first, int64_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(first);
+  const uintptr_t end = begin + static_cast<uintptr_t>(bytes);
+  for (uintptr_t line = begin & ~uintptr_t{63}; line < end; line += 64) {
+    prefetch_line_for_write(reinterpret_cast<const void*>(line));
+  }
+}
+
 // Prefetches into the L2 cache every 64-byte line holding one of the `bytes` bytes at `first`
 // (rows that are not line-aligned: float16 and int8 rows, float32 rows of odd widths).
 inline void prefetch_bytes_to_l2(const void* first, int64_t bytes) {

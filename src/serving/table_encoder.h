@@ -61,8 +61,10 @@ class TableEncoder {
     const int64_t chunk_rows = std::max<int64_t>(1, kChunkBytes / (dim * 4));
     for (int64_t first = 0; first < values.num_rows; first += chunk_rows) {
       const int64_t rows = std::min(chunk_rows, values.num_rows - first);
-      const float* chunk = values.rows.data() + first * dim;
-      if (!values.half_rows.empty()) {
+      const float* chunk = nullptr;
+      if (values.half_rows.empty()) {
+        chunk = values.rows.data() + first * dim;
+      } else {
         floats_.resize(static_cast<size_t>(rows * dim));
         decode_half_values(values.half_dtype, values.half_rows.data() + first * dim, rows * dim,
                            floats_.data());

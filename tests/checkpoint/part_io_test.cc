@@ -125,17 +125,16 @@ TEST_P(PartIoTest, PartsWrittenSeparatelyMakeTheTableAndReadBackTheirRows) {
   }
 }
 
-// A 16-bit value's float32 value by the formats' definitions (finite values only): bfloat16 is
-// the upper half of a float32; float16 is sign, 5 exponent bits (bias 15) and 10 fraction bits.
-double decoded(DType dtype, uint16_t bits) {
-  if (dtype == DType::kBFloat16) {
-    return static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(bits) << 16));
-  }
-  const double sign = (bits & 0x8000u) != 0 ? -1.0 : 1.0;
-  const int exponent = (bits >> 10) & 31;
-  const int fraction = bits & 1023;
-  return sign *
-         (exponent == 0 ? std::ldexp(fraction, -24) : std::ldexp(1024 + fraction, exponent - 25));
+// A bfloat16 part's parameters over `bytes` (PartVariable<const float> to write, <float> to read).
+template <class Float>
+PartVariable<Float> bfloat16_variable(const TablePart& part,
+                                      std::span<typename PartVariable<Float>::Byte> bytes) {
+  return {.name = "parameters",
+          .width = kWidth,
+          .first_column = part.first_column,
+          .columns = part.num_columns,
+          .dtype = DType::kBFloat16,
+          .bytes = bytes};
 }
 
 // Random finite 16-bit values of `dtype` (random bit patterns, the non-finite ones and those
@@ -146,7 +145,7 @@ std::vector<uint16_t> random_halves(DType dtype, size_t n, double limit, std::mt
     const auto bits = static_cast<uint16_t>(rng());
     const bool finite =
         dtype == DType::kBFloat16 ? (bits & 0x7f80u) != 0x7f80u : (bits & 0x7c00u) != 0x7c00u;
-    if (finite && std::fabs(decoded(dtype, bits)) < limit) halves.push_back(bits);
+    if (finite && std::fabs(reference::value_of(dtype, bits)) < limit) halves.push_back(bits);
   }
   return halves;
 }
@@ -161,12 +160,7 @@ TEST_P(PartIoTest, SixteenBitPartsAreWrittenAndReadAsTheyAre) {
   for (const TablePart& part : parts) {
     const std::vector<uint16_t> values = values_of(part, table);
     write_part_rows(path, part,
-                    {.name = "parameters",
-                     .width = kWidth,
-                     .first_column = part.first_column,
-                     .columns = part.num_columns,
-                     .dtype = DType::kBFloat16,
-                     .bytes = std::as_bytes(std::span(values))});
+                    bfloat16_variable<const float>(part, std::as_bytes(std::span(values))));
   }
   test::write_bytes(directory / "expected", std::as_bytes(std::span(table)));
   EXPECT_EQ(test::read_bytes(path), test::read_bytes(directory / "expected"));
@@ -176,13 +170,7 @@ TEST_P(PartIoTest, SixteenBitPartsAreWrittenAndReadAsTheyAre) {
     const std::vector<uint16_t> expected = values_of(part, table);
     std::vector<uint16_t> values(expected.size(), 0x7777);
     read_part_rows(file, part,
-                   {.name = "parameters",
-                    .width = kWidth,
-                    .first_column = part.first_column,
-                    .columns = part.num_columns,
-                    .dtype = DType::kBFloat16,
-                    .bytes = std::as_writable_bytes(std::span(values))},
-                   10);
+                   bfloat16_variable<float>(part, std::as_writable_bytes(std::span(values))), 10);
     for (int64_t local = 0; local < part.rows; ++local) {
       for (int64_t c = 0; c < part.num_columns; ++c) {
         const auto i = static_cast<size_t>(local * part.num_columns + c);
@@ -223,7 +211,8 @@ TEST_P(PartIoTest, ConvertedReadsRoundEachValueToNearest) {
       const std::vector<uint16_t> halves =
           random_halves(conversion.file, kRows * kWidth, 65504.0, rng);
       test::write_bytes(path, std::as_bytes(std::span(halves)));
-      for (uint16_t bits : halves) file_values.push_back(decoded(conversion.file, bits));
+      for (uint16_t bits : halves)
+        file_values.push_back(reference::value_of(conversion.file, bits));
     }
     const support::InputFile file = support::InputFile::open(path);
     for (const TablePart& part : parts_of(GetParam())) {
@@ -246,7 +235,7 @@ TEST_P(PartIoTest, ConvertedReadsRoundEachValueToNearest) {
           if (conversion.part == DType::kFloat32) {
             EXPECT_EQ(floats[i], loaded ? expected[i] : -7.0f) << "row " << local;
           } else if (loaded) {
-            EXPECT_EQ(decoded(conversion.part, halves[i]),
+            EXPECT_EQ(reference::value_of(conversion.part, halves[i]),
                       reference::round_to_nearest(conversion.part, expected[i]))
                 << "row " << local << " value " << expected[i];
           } else {

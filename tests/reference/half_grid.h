@@ -1,17 +1,31 @@
 // The 16-bit grids of docs/semantics.md, "16-bit tables", computed in double from the formats'
 // definitions (bfloat16: 8 significant bits, float32's exponents; float16: 11 significant bits,
 // exponents down to -14, then subnormal steps of 2^-24): an independent reference for the
-// conversions of kernels/half_precision.h.
+// conversions of kernels/half_precision.h, and the values of 16-bit bit patterns.
 #ifndef RECEMB_TESTS_REFERENCE_HALF_GRID_H_
 #define RECEMB_TESTS_REFERENCE_HALF_GRID_H_
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
 #include "recemb/config.h"
 
 namespace recemb::reference {
+
+// A finite 16-bit value's value by the formats' definitions: bfloat16 is the upper half of a
+// float32; float16 is sign, 5 exponent bits (bias 15) and 10 fraction bits.
+inline double value_of(DType dtype, uint16_t bits) {
+  if (dtype == DType::kBFloat16) {
+    return static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(bits) << 16));
+  }
+  const double sign = (bits & 0x8000u) != 0 ? -1.0 : 1.0;
+  const int exponent = (bits >> 10) & 31;
+  const int fraction = bits & 1023;
+  return sign *
+         (exponent == 0 ? std::ldexp(fraction, -24) : std::ldexp(1024 + fraction, exponent - 25));
+}
 
 // The representable values next to x toward zero (lo) and away from zero (hi).
 struct Neighbours {
