@@ -95,10 +95,13 @@ void convert_values(DType from, const std::byte* in, DType to, std::byte* out, i
   if (to == DType::kFloat32) {
     std::memcpy(out, scratch, count * sizeof(float));
   } else {
-    for (size_t i = 0; i < count; ++i) {
-      const uint16_t bits =
-          to == DType::kBFloat16 ? float_to_bfloat16(scratch[i]) : float_to_float16(scratch[i]);
-      std::memcpy(out + i * sizeof(bits), &bits, sizeof(bits));
+    // The rows' encoder, a block at a time (out need not be aligned for uint16_t).
+    constexpr size_t kBlock = 256;
+    uint16_t codes[kBlock];
+    for (size_t i = 0; i < count; i += kBlock) {
+      const size_t block = std::min(kBlock, count - i);
+      encode_half_values_nearest(to, scratch + i, static_cast<int64_t>(block), codes);
+      std::memcpy(out + i * sizeof(uint16_t), codes, block * sizeof(uint16_t));
     }
   }
 }

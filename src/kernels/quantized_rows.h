@@ -54,9 +54,6 @@ inline float float16_to_float(uint16_t half) {
   return std::bit_cast<float>(bits | (static_cast<uint32_t>(half) & 0x8000u) << 16);
 }
 
-// Round to nearest, ties to even; infinity for |x| >= 65520, NaN stays NaN.
-uint16_t float_to_float16(float value);
-
 // The scale and bias stored at the end of an int8 row of `dim` codes.
 struct Int8RowParameters {
   float scale;

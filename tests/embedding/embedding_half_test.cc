@@ -164,7 +164,7 @@ TEST_P(EmbeddingHalf, SgdStepsAreTheFloat64UpdateThenTheDocumentedRounding) {
             dtype,
             static_cast<float>(w - double{kLearningRate} *
                                        gradient[static_cast<size_t>(row * kDim + d)]),
-            internal::rounding_bits(stream, d));
+            reference::rounding_bits(stream, d));
       }
     }
     train_step(layer, steps, s);
@@ -508,7 +508,7 @@ TEST_P(EmbeddingHalf, DynamicTablesStartRoundedToNearestAndRoundUpdatesByKey) {
         double& w = expected[key][static_cast<size_t>(d)];
         w = round_stochastically(
             dtype, static_cast<float>(w - kLearningRate * gradient[static_cast<size_t>(d)]),
-            internal::rounding_bits(stream, d));
+            reference::rounding_bits(stream, d));
       }
     }
     train_step(layer, steps, s);

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/half_precision.h"
 #include "kernels/pool.h"
 #include "kernels/simd_target.h"
 
@@ -21,6 +22,14 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// One value through the rows' float16 encoder (kernels/half_precision.h), which
+// encode_float16_rows uses.
+uint16_t float_to_float16(float value) {
+  uint16_t code = 0;
+  encode_half_values_nearest(DType::kFloat16, &value, 1, &code);
+  return code;
+}
 
 // The value of a binary16 bit pattern, from the definition: (-1)^s * 2^(e - 15) * (1 + m / 1024),
 // or 2^-14 * m / 1024 for e = 0; e = 31 is infinity (m = 0) or NaN.

@@ -1,7 +1,8 @@
 // The 16-bit grids of docs/semantics.md, "16-bit tables", computed in double from the formats'
 // definitions (bfloat16: 8 significant bits, float32's exponents; float16: 11 significant bits,
 // exponents down to -14, then subnormal steps of 2^-24): an independent reference for the
-// conversions of kernels/half_precision.h, and the values of 16-bit bit patterns.
+// conversions of kernels/half_precision.h, and the values of 16-bit bit patterns; and the random
+// bits of its stochastic rounding, written from their definition.
 #ifndef RECEMB_TESTS_REFERENCE_HALF_GRID_H_
 #define RECEMB_TESTS_REFERENCE_HALF_GRID_H_
 
@@ -60,6 +61,21 @@ inline double round_stochastically(DType dtype, double x, uint16_t random) {
   if (n.lo == x) return x;
   const double p = (std::fabs(x) - std::fabs(n.lo)) / (std::fabs(n.hi) - std::fabs(n.lo));
   return static_cast<double>(random) < p * 0x1p16 ? n.hi : n.lo;
+}
+
+// The 16 random bits of column `column` of a row's rounding stream, as docs/semantics.md and
+// kernels/half_precision.h define them: word k is lowbias32 of (the stream's low 32 bits +
+// k * 0x9e3779b9); column 32 g + l takes the low half of word 16 g + l, column 32 g + 16 + l its
+// high half (l < 16).
+inline uint16_t rounding_bits(uint64_t stream, int64_t column) {
+  const auto word = static_cast<uint32_t>((column / 32) * 16 + column % 16);
+  uint32_t x = static_cast<uint32_t>(stream) + word * 0x9e3779b9u;
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return static_cast<uint16_t>(column % 32 < 16 ? x & 0xffffu : x >> 16);
 }
 
 }  // namespace recemb::reference
