@@ -13,6 +13,13 @@
 // pass has only the table's rows in flight, so the memory-level parallelism goes to the random
 // rows of the table.
 //
+// A 16-bit table's rows (RowVariables::halves) are updated a block of half_row_block(dim) rows at
+// a time, in three passes: every row of the block decoded into the scratch, every row's optimizer
+// update, every row rounded back. Row by row, the rounding of each row sat between the memory
+// accesses of the next and cost the step about half its speed beyond the cache; in blocks the
+// rows' and slots' loads of a block issue close together (docs/performance.md, "16-bit tables
+// beside float32").
+//
 // Each kernel takes the row width as a template argument kDim: 0 for variables.dim at run time,
 // or variables.dim itself, which makes every per-row loop (gradient, optimizer, prefetch) one of
 // constant length, fully unrolled. That is worth 15-20% of a memory-bound update step: the loop
@@ -83,18 +90,28 @@ inline int64_t update_chunk_rows(int64_t dim) {
   return std::clamp<int64_t>(8192 / std::max<int64_t>(dim, 1), 1, kMaxUpdateChunkRows);
 }
 
-// Per-thread buffers: gradients holds update_chunk_rows(dim) * dim floats, row and pipeline dim
-// floats each (update_scratch_floats(dim) in all; update_scratch lays them out).
+// The rows of a block of a 16-bit table's rows (above): up to 16, and no more than a chunk's (the
+// gradients of a block's rows may sit in the chunk's scratch).
+inline constexpr int64_t kMaxHalfRowBlock = 16;
+inline int64_t half_row_block(int64_t dim) {
+  return std::min(kMaxHalfRowBlock, update_chunk_rows(dim));
+}
+
+// Per-thread buffers: gradients holds update_chunk_rows(dim) * dim floats, rows
+// half_row_block(dim) * dim and pipeline dim floats (update_scratch_floats(dim) in all;
+// update_scratch lays them out).
 struct UpdateScratch {
   float* gradients;
-  float* row;  // a 16-bit row decoded
+  float* rows;  // a block of 16-bit rows decoded
   float* pipeline;
 };
-inline int64_t update_scratch_floats(int64_t dim) { return (update_chunk_rows(dim) + 2) * dim; }
+inline int64_t update_scratch_floats(int64_t dim) {
+  return (update_chunk_rows(dim) + half_row_block(dim) + 1) * dim;
+}
 // The scratch of update_scratch_floats(dim) floats from `floats` on.
 inline UpdateScratch update_scratch(float* floats, int64_t dim) {
-  const int64_t gradients = update_chunk_rows(dim) * dim;
-  return {floats, floats + gradients, floats + gradients + dim};
+  float* rows = floats + update_chunk_rows(dim) * dim;
+  return {floats, rows, rows + half_row_block(dim) * dim};
 }
 
 namespace detail {
@@ -117,8 +134,20 @@ inline std::array<float*, 2> slot_rows(const RowVariables& v, int64_t row) {
   return slots;
 }
 
+// Stores the float32 values w as 16-bit row `row`, rounded as v.rounding says.
+inline void store_half_row(const RowVariables& v, int64_t dim, int64_t row, const float* w) {
+  uint16_t* stored = v.halves + row * dim;
+  if (v.rounding == Rounding::kNearest) {
+    encode_half_values_nearest(v.dtype, w, dim, stored);
+  } else {
+    const int64_t id = v.row_keys != nullptr ? v.row_keys[row] : row * v.row_stride + v.row_offset;
+    const uint64_t stream = rounding_row_stream(v.step_stream, id);
+    encode_half_values_stochastic(v.dtype, w, dim, stream, v.first_column, stored);
+  }
+}
+
 // Calls update(w) with row `row` of the parameters as float32: the row itself, or a 16-bit row
-// decoded into scratch.row and rounded back after.
+// decoded into the scratch and rounded back after.
 template <class Update>
 void with_float_row(const RowVariables& v, int64_t dim, int64_t row, UpdateScratch scratch,
                     Update&& update) {
@@ -126,17 +155,56 @@ void with_float_row(const RowVariables& v, int64_t dim, int64_t row, UpdateScrat
     update(v.parameters + row * dim);
     return;
   }
-  uint16_t* stored = v.halves + row * dim;
-  decode_half_values(v.dtype, stored, dim, scratch.row);
-  update(scratch.row);
-  if (v.rounding == Rounding::kNearest) {
-    encode_half_values_nearest(v.dtype, scratch.row, dim, stored);
-  } else {
-    const int64_t id = v.row_keys != nullptr ? v.row_keys[row] : row * v.row_stride + v.row_offset;
-    const uint64_t stream = rounding_row_stream(v.step_stream, id);
-    encode_half_values_stochastic(v.dtype, scratch.row, dim, stream, v.first_column, stored);
-  }
+  decode_half_values(v.dtype, v.halves + row * dim, dim, scratch.rows);
+  update(scratch.rows);
+  store_half_row(v, dim, row, scratch.rows);
 }
+
+// The rows of a 16-bit table waiting in a block (above), each with its gradient: `source`, which
+// the update must not change (the pipeline clips none), or else `gradient`, the scratch's.
+class HalfRowBlock {
+ public:
+  explicit HalfRowBlock(int64_t dim) : capacity_(half_row_block(dim)) {}
+
+  int64_t size() const { return size_; }
+  bool full() const { return size_ == capacity_; }
+  void add(int64_t row, const float* source, float* gradient) {
+    entries_[static_cast<size_t>(size_++)] = {row, source, gradient};
+  }
+
+  // Updates the rows of the block and empties it.
+  template <class Pipeline>
+  void update(const Pipeline& pipeline, const RowVariables& v, int64_t dim, UpdateScratch scratch) {
+    for (int64_t k = 0; k < size_; ++k) {
+      decode_half_values(v.dtype, v.halves + entry(k).row * dim, dim, scratch.rows + k * dim);
+    }
+    for (int64_t k = 0; k < size_; ++k) {
+      const std::array<float*, 2> slots = slot_rows(v, entry(k).row);
+      float* w = scratch.rows + k * dim;
+      if (entry(k).source != nullptr) {
+        pipeline.apply_unclipped(w, slots.data(), entry(k).source, scratch.pipeline, dim);
+      } else {
+        pipeline.apply(w, slots.data(), entry(k).gradient, scratch.pipeline, dim);
+      }
+    }
+    for (int64_t k = 0; k < size_; ++k) {
+      store_half_row(v, dim, entry(k).row, scratch.rows + k * dim);
+    }
+    size_ = 0;
+  }
+
+ private:
+  struct Entry {
+    int64_t row;
+    const float* source;
+    float* gradient;
+  };
+  const Entry& entry(int64_t k) const { return entries_[static_cast<size_t>(k)]; }
+
+  int64_t capacity_;
+  int64_t size_ = 0;
+  std::array<Entry, kMaxHalfRowBlock> entries_{};
+};
 
 template <class Pipeline>
 void update_row(const Pipeline& pipeline, const RowVariables& v, int64_t dim, int64_t row,
@@ -241,12 +309,13 @@ int64_t update_single_rows(const Pipeline& pipeline, const RowVariables& variabl
   for (int64_t j = first; j < std::min(last, first + kPrefetchDistance); ++j) {
     detail::prefetch_variables(variables, dim, rows[singles[j]]);
   }
-  float* __restrict g = scratch.gradients;
   // A gain of 1 (a bag's gradient as it is: the sum combiner, unweighted ids) with no gradient
   // clip updates the row straight from its bag's gradient: no copy into the scratch between the
   // row's memory accesses (docs/performance.md, "Decisions"). Its result is the copy's, but for
   // the sign of a zero: 0.0f + (-0.0f) is +0.0f.
   const bool straight = !pipeline.clips_gradients();
+  const bool blocks = variables.halves != nullptr;
+  detail::HalfRowBlock block(dim);
   int64_t skipped = 0;
   for (int64_t j = first; j < last; ++j) {
     if (j + kPrefetchDistance < last) {
@@ -260,10 +329,17 @@ int64_t update_single_rows(const Pipeline& pipeline, const RowVariables& variabl
         ++skipped;
         continue;
       }
+      if (blocks) {
+        block.add(rows[i], source, nullptr);
+        if (block.full()) block.update(pipeline, variables, dim, scratch);
+        continue;
+      }
       detail::update_row_unclipped(pipeline, variables, dim, rows[i], source, scratch);
       continue;
     }
-    // As the sum from 0 (update_unique_row) or the one update (accumulate false) would be.
+    // As the sum from 0 (update_unique_row) or the one update (accumulate false) would be; a
+    // block's rows keep theirs apart.
+    float* __restrict g = scratch.gradients + block.size() * dim;
     if (mode.accumulate) {
       for (int64_t d = 0; d < dim; ++d) g[d] = 0.0f + gain * source[d];
     } else {
@@ -273,8 +349,14 @@ int64_t update_single_rows(const Pipeline& pipeline, const RowVariables& variabl
       ++skipped;
       continue;
     }
+    if (blocks) {
+      block.add(rows[i], nullptr, g);
+      if (block.full()) block.update(pipeline, variables, dim, scratch);
+      continue;
+    }
     detail::update_row(pipeline, variables, dim, rows[i], g, scratch);
   }
+  if (block.size() > 0) block.update(pipeline, variables, dim, scratch);
   return skipped;
 }
 
@@ -309,6 +391,8 @@ int64_t update_shared_rows(const Pipeline& pipeline, const RowVariables& variabl
   }
   const int64_t chunk_rows = update_chunk_rows(dim);
   std::array<bool, kMaxUpdateChunkRows> finite{};
+  const bool blocks = variables.halves != nullptr;
+  detail::HalfRowBlock block(dim);
   for (int64_t chunk = first; chunk < last; chunk += chunk_rows) {
     const int64_t chunk_end = std::min(last, chunk + chunk_rows);
     for (int64_t j = chunk; j < chunk_end; ++j) {
@@ -327,9 +411,16 @@ int64_t update_shared_rows(const Pipeline& pipeline, const RowVariables& variabl
         ++skipped;
         continue;
       }
-      detail::update_row(pipeline, variables, dim, unique_rows[shared[j]],
-                         scratch.gradients + (j - chunk) * dim, scratch);
+      float* g = scratch.gradients + (j - chunk) * dim;
+      if (blocks) {
+        block.add(unique_rows[shared[j]], nullptr, g);
+        if (block.full()) block.update(pipeline, variables, dim, scratch);
+        continue;
+      }
+      detail::update_row(pipeline, variables, dim, unique_rows[shared[j]], g, scratch);
     }
+    // Before the next chunk's gradients take the scratch.
+    if (block.size() > 0) block.update(pipeline, variables, dim, scratch);
   }
   return skipped;
 }

@@ -9,6 +9,8 @@
 #include <tuple>
 #include <vector>
 
+#include "reference/half_grid.h"
+
 namespace recemb::internal {
 namespace {
 
@@ -46,7 +48,7 @@ struct Scratch {
 
 struct Fixture {
   int64_t vocabulary;
-  int64_t dim = 5;
+  int64_t dim;
   std::vector<float> parameters, counters;
   std::vector<int64_t> rows;
   std::vector<float> gains;
@@ -60,8 +62,8 @@ struct Fixture {
   // 300 contributions over 40 rows fit one chunk of update_touched_rows; 3000 over 1000 rows take
   // several.
   explicit Fixture(uint64_t seed, int64_t vocabulary_size = 40, int contributions = 300,
-                   int64_t row_bytes = kSinglesApart)
-      : vocabulary(vocabulary_size) {
+                   int64_t row_bytes = kSinglesApart, int64_t row_width = 5)
+      : vocabulary(vocabulary_size), dim(row_width) {
     std::mt19937_64 random(seed);
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
     std::uniform_int_distribution<int64_t> row(0, vocabulary - 1);
@@ -122,10 +124,35 @@ struct Fixture {
     return skipped;
   }
 
+  // A 16-bit table instead of `parameters` (make_half).
+  std::vector<uint16_t> halves;
+  DType dtype = DType::kFloat32;
+  Rounding rounding = Rounding::kStochastic;
+  static constexpr uint64_t kStepStream = 0x5eed;
+
+  // Turns the table into a 16-bit one: its rows rounded to nearest, and `parameters` their values
+  // (the float32 twin's start).
+  void make_half(DType type, Rounding mode) {
+    dtype = type;
+    rounding = mode;
+    halves.resize(parameters.size());
+    encode_half_values_nearest(dtype, parameters.data(), static_cast<int64_t>(parameters.size()),
+                               halves.data());
+    decode_half_values(dtype, halves.data(), static_cast<int64_t>(halves.size()),
+                       parameters.data());
+  }
+
   RowVariables variables() {
-    RowVariables v{.parameters = parameters.data(), .dim = dim, .num_slots = 1};
+    RowVariables v{
+        .parameters = halves.empty() ? parameters.data() : nullptr, .dim = dim, .num_slots = 1};
     v.slot_bases[0] = counters.data();
     v.slot_widths[0] = 1;
+    if (!halves.empty()) {
+      v.halves = halves.data();
+      v.dtype = dtype;
+      v.rounding = rounding;
+      v.step_stream = kStepStream;
+    }
     return v;
   }
 
@@ -257,6 +284,57 @@ TEST(SparseUpdateTest, SkipsRowsWithNonFiniteGradient) {
               EXPECT_EQ(f.parameters[i], before[i]);
             } else {  // every other row updated as without the bad one
               EXPECT_NEAR(f.parameters[i], w[i], 1e-5 * (1.0 + std::abs(w[i]))) << "row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A 16-bit table's rows are updated in blocks (kernels/sparse_update.h): every touched row is its
+// float32 twin's update rounded as documented (the reference grids and random bits), untouched
+// rows keep their values, whatever the ranges, kinds of rows, gains, clipping and row width (at
+// width 100 a chunk of shared rows, 81, is no multiple of a block: a block left at a chunk's end
+// is updated before the next chunk's gradients take the scratch).
+TEST(SparseUpdateHalfTest, RowsAreTheFloat32UpdateRounded) {
+  for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (const Rounding rounding : {Rounding::kStochastic, Rounding::kNearest}) {
+      for (const bool unit_gains : {false, true}) {
+        for (const float clip_scale : {1.0f, 0.5f}) {
+          for (const auto& [vocabulary, contributions, range, row_bytes, width] :
+               {std::tuple{40, 300, 6, kSinglesApart, 5},
+                std::tuple{5000, 3000, 70, kSinglesApart, 5},
+                std::tuple{5000, 3000, 1000, kSinglesApart, 64},
+                std::tuple{1000, 3000, 1000, int64_t{0}, 100}}) {
+            SCOPED_TRACE(::testing::Message()
+                         << dtype_name(dtype) << " rounding " << static_cast<int>(rounding)
+                         << " vocabulary " << vocabulary << " width " << width << " unit gains "
+                         << unit_gains << " clip scale " << clip_scale);
+            Fixture half(12, vocabulary, contributions, row_bytes, width);
+            if (unit_gains) half.make_every_third_gain_one();
+            half.make_half(dtype, rounding);
+            Fixture twin = half;  // float32 rows holding the 16-bit rows' values
+            twin.halves.clear();
+            const CountingPipeline pipeline{.clip_scale = clip_scale};
+            ASSERT_EQ(twin.update_touched_rows({}, range, pipeline), 0);
+            ASSERT_EQ(half.update_touched_rows({}, range, pipeline), 0);
+            EXPECT_EQ(half.counters, twin.counters);
+            std::vector<bool> touched(static_cast<size_t>(vocabulary), false);
+            for (const int64_t row : half.rows) touched[static_cast<size_t>(row)] = true;
+            for (int64_t r = 0; r < vocabulary; ++r) {
+              const uint64_t stream = rounding_row_stream(Fixture::kStepStream, r);
+              for (int64_t d = 0; d < width; ++d) {
+                const auto i = static_cast<size_t>(r * width + d);
+                const float x = twin.parameters[i];
+                const double expected = !touched[static_cast<size_t>(r)] ? double{x}
+                                        : rounding == Rounding::kNearest
+                                            ? reference::round_to_nearest(dtype, x)
+                                            : reference::round_stochastically(
+                                                  dtype, x, reference::rounding_bits(stream, d));
+                ASSERT_EQ(reference::value_of(dtype, half.halves[i]), expected)
+                    << "row " << r << " column " << d;
+              }
             }
           }
         }
