@@ -231,6 +231,30 @@ TEST_P(HalfPrecision, EveryTargetEncodesRowsAsTheReference) {
   }
 }
 
+// Rows decode every 16-bit pattern to its value (the formats' definitions), a NaN to a NaN and
+// infinities to infinities.
+TEST_P(HalfPrecision, RowsDecodeEveryPattern) {
+  const DType dtype = GetParam();
+  std::vector<uint16_t> patterns(1u << 16);
+  for (size_t i = 0; i < patterns.size(); ++i) patterns[i] = static_cast<uint16_t>(i);
+  std::vector<float> values(patterns.size());
+  decode_half_values(dtype, patterns.data(), static_cast<int64_t>(patterns.size()), values.data());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t bits = patterns[i];
+    const bool special =
+        dtype == DType::kBFloat16 ? (bits & 0x7f80u) == 0x7f80u : (bits & 0x7c00u) == 0x7c00u;
+    const bool nan = special && (bits & (dtype == DType::kBFloat16 ? 0x7fu : 0x3ffu)) != 0;
+    if (nan) {
+      ASSERT_TRUE(std::isnan(values[i])) << "pattern " << bits;
+    } else if (special) {
+      ASSERT_EQ(values[i], (bits & 0x8000u) != 0 ? -INFINITY : INFINITY) << "pattern " << bits;
+    } else {
+      ASSERT_EQ(double{values[i]}, reference::value_of(dtype, bits)) << "pattern " << bits;
+      ASSERT_EQ(std::signbit(values[i]), (bits & 0x8000u) != 0) << "pattern " << bits;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, HalfPrecision, ::testing::Values(DType::kBFloat16, DType::kFloat16),
                          [](const auto& type) { return std::string(dtype_name(type.param)); });
 
