@@ -40,12 +40,18 @@ HWY_INLINE hn::Mask<DU> is_nan(DU du, hn::Vec<DU> bits) {
   return hn::Gt(hn::And(bits, hn::Set(du, 0x7fffffffu)), hn::Set(du, 0x7f800000u));
 }
 
+// bfloat16's `code` for the float32 bits, or a NaN's: a quiet NaN of its sign.
+template <class DU>
+HWY_INLINE hn::Vec<DU> bfloat16_or_nan(DU du, hn::Vec<DU> bits, hn::Vec<DU> code) {
+  const auto nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x0040u));
+  return hn::IfThenElse(is_nan(du, bits), nan, code);
+}
+
 template <class DU>
 HWY_INLINE hn::Vec<DU> bfloat16_nearest(DU du, hn::Vec<DU> bits) {
   const auto odd = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
-  const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(bits, hn::Set(du, 0x7fffu)), odd));
-  const auto nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x0040u));
-  return hn::IfThenElse(is_nan(du, bits), nan, rounded);
+  return bfloat16_or_nan(du, bits,
+                         hn::ShiftRight<16>(hn::Add(hn::Add(bits, hn::Set(du, 0x7fffu)), odd)));
 }
 
 // float16, to nearest: NaN and infinity as above, infinity from 65520 on. Below 2^-14 the result
@@ -77,9 +83,8 @@ HWY_INLINE hn::Vec<DU> float16_nearest(DU du, hn::Vec<DU> bits) {
 // Infinity's low half is 0, so it stays; the largest finite values carry into infinity.
 template <class DU>
 HWY_INLINE hn::Vec<DU> bfloat16_stochastic(DU du, hn::Vec<DU> bits, hn::Vec<DU> random) {
-  const auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Sub(hn::Set(du, 0xffffu), random)));
-  const auto nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x0040u));
-  return hn::IfThenElse(is_nan(du, bits), nan, rounded);
+  return bfloat16_or_nan(du, bits,
+                         hn::ShiftRight<16>(hn::Add(bits, hn::Sub(hn::Set(du, 0xffffu), random))));
 }
 
 // Normal (2^-14 <= |x| < 65536): rebias the exponent; the 13 dropped mantissa bits are p * 2^13, so

@@ -162,34 +162,35 @@ void with_float_row(const RowVariables& v, int64_t dim, int64_t row, UpdateScrat
 
 // The rows of a 16-bit table waiting in a block (above), each with its gradient: `source`, which
 // the update must not change (the pipeline clips none), or else `gradient`, the scratch's.
+template <class Pipeline>
 class HalfRowBlock {
  public:
-  explicit HalfRowBlock(int64_t dim) : capacity_(half_row_block(dim)) {}
+  HalfRowBlock(const Pipeline& pipeline, const RowVariables& v, int64_t dim, UpdateScratch scratch)
+      : pipeline_(pipeline), v_(v), dim_(dim), scratch_(scratch), capacity_(half_row_block(dim)) {}
 
   int64_t size() const { return size_; }
-  bool full() const { return size_ == capacity_; }
+
+  // Adds a row; a full block is updated at once.
+  // NOLINTNEXTLINE(readability-non-const-parameter): kept, and clipped in place by update()
   void add(int64_t row, const float* source, float* gradient) {
     entries_[static_cast<size_t>(size_++)] = {row, source, gradient};
+    if (size_ == capacity_) update();
   }
 
-  // Updates the rows of the block and empties it.
-  template <class Pipeline>
-  void update(const Pipeline& pipeline, const RowVariables& v, int64_t dim, UpdateScratch scratch) {
+  // Updates the rows waiting and empties the block.
+  void update() {
     for (int64_t k = 0; k < size_; ++k) {
-      decode_half_values(v.dtype, v.halves + entry(k).row * dim, dim, scratch.rows + k * dim);
+      decode_half_values(v_.dtype, v_.halves + entry(k).row * dim_, dim_, row(k));
     }
     for (int64_t k = 0; k < size_; ++k) {
-      const std::array<float*, 2> slots = slot_rows(v, entry(k).row);
-      float* w = scratch.rows + k * dim;
+      const std::array<float*, 2> slots = slot_rows(v_, entry(k).row);
       if (entry(k).source != nullptr) {
-        pipeline.apply_unclipped(w, slots.data(), entry(k).source, scratch.pipeline, dim);
+        pipeline_.apply_unclipped(row(k), slots.data(), entry(k).source, scratch_.pipeline, dim_);
       } else {
-        pipeline.apply(w, slots.data(), entry(k).gradient, scratch.pipeline, dim);
+        pipeline_.apply(row(k), slots.data(), entry(k).gradient, scratch_.pipeline, dim_);
       }
     }
-    for (int64_t k = 0; k < size_; ++k) {
-      store_half_row(v, dim, entry(k).row, scratch.rows + k * dim);
-    }
+    for (int64_t k = 0; k < size_; ++k) store_half_row(v_, dim_, entry(k).row, row(k));
     size_ = 0;
   }
 
@@ -200,7 +201,12 @@ class HalfRowBlock {
     float* gradient;
   };
   const Entry& entry(int64_t k) const { return entries_[static_cast<size_t>(k)]; }
+  float* row(int64_t k) const { return scratch_.rows + k * dim_; }
 
+  const Pipeline& pipeline_;
+  const RowVariables& v_;
+  int64_t dim_;
+  UpdateScratch scratch_;
   int64_t capacity_;
   int64_t size_ = 0;
   std::array<Entry, kMaxHalfRowBlock> entries_{};
@@ -315,7 +321,7 @@ int64_t update_single_rows(const Pipeline& pipeline, const RowVariables& variabl
   // the sign of a zero: 0.0f + (-0.0f) is +0.0f.
   const bool straight = !pipeline.clips_gradients();
   const bool blocks = variables.halves != nullptr;
-  detail::HalfRowBlock block(dim);
+  detail::HalfRowBlock block(pipeline, variables, dim, scratch);
   int64_t skipped = 0;
   for (int64_t j = first; j < last; ++j) {
     if (j + kPrefetchDistance < last) {
@@ -331,7 +337,6 @@ int64_t update_single_rows(const Pipeline& pipeline, const RowVariables& variabl
       }
       if (blocks) {
         block.add(rows[i], source, nullptr);
-        if (block.full()) block.update(pipeline, variables, dim, scratch);
         continue;
       }
       detail::update_row_unclipped(pipeline, variables, dim, rows[i], source, scratch);
@@ -351,12 +356,11 @@ int64_t update_single_rows(const Pipeline& pipeline, const RowVariables& variabl
     }
     if (blocks) {
       block.add(rows[i], nullptr, g);
-      if (block.full()) block.update(pipeline, variables, dim, scratch);
       continue;
     }
     detail::update_row(pipeline, variables, dim, rows[i], g, scratch);
   }
-  if (block.size() > 0) block.update(pipeline, variables, dim, scratch);
+  block.update();
   return skipped;
 }
 
@@ -392,7 +396,7 @@ int64_t update_shared_rows(const Pipeline& pipeline, const RowVariables& variabl
   const int64_t chunk_rows = update_chunk_rows(dim);
   std::array<bool, kMaxUpdateChunkRows> finite{};
   const bool blocks = variables.halves != nullptr;
-  detail::HalfRowBlock block(dim);
+  detail::HalfRowBlock block(pipeline, variables, dim, scratch);
   for (int64_t chunk = first; chunk < last; chunk += chunk_rows) {
     const int64_t chunk_end = std::min(last, chunk + chunk_rows);
     for (int64_t j = chunk; j < chunk_end; ++j) {
@@ -414,13 +418,11 @@ int64_t update_shared_rows(const Pipeline& pipeline, const RowVariables& variabl
       float* g = scratch.gradients + (j - chunk) * dim;
       if (blocks) {
         block.add(unique_rows[shared[j]], nullptr, g);
-        if (block.full()) block.update(pipeline, variables, dim, scratch);
         continue;
       }
       detail::update_row(pipeline, variables, dim, unique_rows[shared[j]], g, scratch);
     }
-    // Before the next chunk's gradients take the scratch.
-    if (block.size() > 0) block.update(pipeline, variables, dim, scratch);
+    block.update();  // before the next chunk's gradients take the scratch
   }
   return skipped;
 }
